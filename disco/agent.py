@@ -1,0 +1,223 @@
+"""A generic agent: network + optimiser + pure acting and learning steps.
+
+The agent knows nothing about which update rule it holds: the rule declares
+the network's outputs, owns its state and meta-parameters, and supplies the
+loss (see ``disco.update_rules.base``). Every method is a pure function of its
+arguments and may be jitted, vmapped (e.g. over seeds or a population) and
+differentiated (meta-gradients flow through ``learner_step`` into
+``meta_params`` when ``is_meta_training=True``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import optax
+
+from disco import optimizers
+from disco import types
+from disco.networks import agent_nets
+from disco.update_rules import base
+
+
+class Agent:
+  """An agent trained by an update rule.
+
+  Args:
+    rule: the update rule.
+    num_actions: number of discrete actions ``A``.
+    net_config: agent network settings.
+    hyper_params: the rule's loss coefficients and discounts.
+    learning_rate: Adam learning rate.
+    max_abs_update: elementwise clip of Adam's update direction.
+    axis_name: if set, gradients and statistics are averaged over this named
+      axis (e.g. devices in ``shard_map`` or a batch split under ``vmap``).
+  """
+
+  def __init__(
+      self,
+      rule: base.UpdateRule,
+      num_actions: int,
+      net_config: agent_nets.MLPNetConfig,
+      hyper_params: Mapping[str, float],
+      learning_rate: float,
+      max_abs_update: float = 1.0,
+      axis_name: str | None = None,
+  ):
+    if num_actions < 2:
+      raise ValueError(f"num_actions must be >= 2, got {num_actions}.")
+    self.rule = rule
+    self.num_actions = num_actions
+    self.net_config = net_config
+    self.hyper_params = dict(hyper_params)
+    self.axis_name = axis_name
+    self.network: hk.Transformed = agent_nets.make_network(
+        net_config, num_actions,
+        rule.flat_output_spec(num_actions),
+        rule.model_output_spec(num_actions))
+    self.optimizer = optimizers.agent_optimizer(learning_rate, max_abs_update)
+
+  # --------------------------------------------------------------- networks
+  def init_params(self, rng: jax.Array, observation: types.ArrayTree
+                  ) -> types.Params:
+    """Network parameters; ``observation`` is one unbatched example."""
+    batched = jax.tree.map(lambda x: jnp.asarray(x)[None], observation)
+    return self.network.init(rng, batched)
+
+  def apply(self, params: types.Params, observations: types.ArrayTree
+            ) -> types.AgentOuts:
+    """``[B, ...]`` observations -> outputs ``[B, ...]``."""
+    return self.network.apply(params, observations)
+
+  def unroll(self, params: types.Params, observations: types.ArrayTree
+             ) -> types.AgentOuts:
+    """``[T+1, B, ...]`` observations -> outputs ``[T+1, B, ...]``."""
+    return agent_nets.unroll(self.network.apply, params, observations)
+
+  # ------------------------------------------------------------------ state
+  def initial_learner_state(self, rng: jax.Array,
+                            observation: types.ArrayTree) -> types.LearnerState:
+    """Fresh parameters, optimiser state and rule state."""
+    net_rng, rule_rng = jax.random.split(rng)
+    params = self.init_params(net_rng, observation)
+    return types.LearnerState(
+        params=params,
+        opt_state=self.optimizer.init(params),
+        rule_state=self.rule.init_meta_state(rule_rng, params))
+
+  def init_meta_params(self, rng: jax.Array) -> types.MetaParams:
+    return self.rule.init_params(rng)
+
+  # ----------------------------------------------------------------- acting
+  def actor_step(
+      self,
+      params: types.Params,
+      rng: jax.Array,
+      timestep: types.EnvTimestep,
+      rule_state: types.RuleState | None = None,
+      env: Any = None,
+      env_state: Any = None,
+  ) -> types.ActorTimestep:
+    """Chooses actions for a batch of environment timesteps ``[B, ...]``."""
+    agent_out = self.apply(params, timestep.observation)
+    context = base.ActingContext(
+        params=params, apply_fn=self.apply, rule_state=rule_state,
+        env=env, env_state=env_state)
+    actions, extras = self.rule.select_action(rng, agent_out, context)
+    return types.ActorTimestep(
+        observations=timestep.observation,
+        actions=actions.astype(jnp.int32),
+        rewards=timestep.reward,
+        discounts=jnp.logical_not(timestep.is_last),
+        agent_outs=agent_out,
+        logits=agent_out["logits"],
+        extras=extras)
+
+  # --------------------------------------------------------------- learning
+  def rule_inputs(self, agent_out: types.AgentOuts,
+                  rollout: types.ActorRollout) -> types.UpdateRuleInputs:
+    """Builds the rule's view of a ``[T+1, B]`` rollout.
+
+    The reward and discount stored with timestep ``t+1`` belong to
+    transition ``t``, so the first ones are dropped.
+    """
+    return types.UpdateRuleInputs(
+        observations=rollout.observations,
+        actions=rollout.actions,
+        rewards=rollout.rewards[1:],
+        is_terminal=jnp.logical_not(rollout.discounts[1:]),
+        agent_out=agent_out,
+        behaviour_agent_out=rollout.agent_outs,
+        actor_extras=rollout.extras)
+
+  def unroll_meta_net(
+      self,
+      meta_params: types.MetaParams,
+      learner_state: types.LearnerState,
+      rollout: types.ActorRollout,
+      rng: jax.Array,
+  ) -> tuple[dict[str, Any], types.RuleState]:
+    """Runs the rule's target computation on a rollout."""
+    agent_out = self.unroll(learner_state.params, rollout.observations)
+    return self.rule.unroll_meta_net(
+        meta_params=meta_params,
+        params=learner_state.params,
+        meta_state=learner_state.rule_state,
+        inputs=self.rule_inputs(agent_out, rollout),
+        hyper_params=self.hyper_params,
+        unroll_fn=self.unroll,
+        rng=rng,
+        axis_name=self.axis_name)
+
+  def loss(
+      self,
+      params: types.Params,
+      rollout: types.ActorRollout,
+      meta_out: dict[str, Any],
+      is_meta_training: bool,
+  ) -> tuple[jax.Array, types.Logs]:
+    """Scalar loss: mean over transitions that do not start at a LAST step."""
+    inputs = self.rule_inputs(self.unroll(params, rollout.observations),
+                              rollout)
+    loss_meta, logs_meta = self.rule.agent_loss(
+        inputs, meta_out, self.hyper_params, backprop=is_meta_training)
+    loss_no_meta, logs_no_meta = self.rule.agent_loss_no_meta(
+        inputs, meta_out, self.hyper_params)
+    mask = rollout.discounts[:-1].astype(loss_meta.dtype)
+    per_step = loss_meta + loss_no_meta
+    total = (per_step * mask).sum() / (mask.sum() + 1e-8)
+    logs = {k: jnp.mean(v) for k, v in {**logs_no_meta, **logs_meta}.items()}
+    return total, dict(total_loss=total, **logs)
+
+  def learner_step_with_meta_out(
+      self,
+      rng: jax.Array,
+      rollout: types.ActorRollout,
+      learner_state: types.LearnerState,
+      meta_params: types.MetaParams,
+      is_meta_training: bool = False,
+  ) -> tuple[types.LearnerState, types.Logs, dict[str, Any]]:
+    """``learner_step`` that also returns the rule's ``meta_out``."""
+    meta_out, new_rule_state = self.unroll_meta_net(
+        meta_params, learner_state, rollout, rng)
+    grads, logs = jax.grad(self.loss, has_aux=True)(
+        learner_state.params, rollout, meta_out, is_meta_training)
+    if self.axis_name is not None:
+      grads = jax.lax.pmean(grads, axis_name=self.axis_name)
+    updates, opt_state = self.optimizer.update(
+        grads, learner_state.opt_state, learner_state.params)
+    params = optax.apply_updates(learner_state.params, updates)
+    logs = dict(logs,
+                global_gradient_norm=optax.global_norm(grads),
+                global_update_norm=optax.global_norm(updates))
+    new_state = types.LearnerState(
+        params=params, opt_state=opt_state, rule_state=new_rule_state)
+    return new_state, logs, meta_out
+
+  def learner_step(
+      self,
+      rng: jax.Array,
+      rollout: types.ActorRollout,
+      learner_state: types.LearnerState,
+      meta_params: types.MetaParams,
+      is_meta_training: bool = False,
+  ) -> tuple[types.LearnerState, types.Logs]:
+    """One update of the agent on a ``[T+1, B]`` rollout.
+
+    Args:
+      rng: random key for the rule.
+      rollout: time-major rollout from the actor.
+      learner_state: parameters, optimiser state and rule state.
+      meta_params: the rule's meta-parameters (``{}`` for hand-designed).
+      is_meta_training: whether meta-gradients flow through the loss targets
+        (must be a Python bool: it changes the program).
+
+    Returns:
+      ``(new_learner_state, logs)`` with scalar logs.
+    """
+    new_state, logs, _ = self.learner_step_with_meta_out(
+        rng, rollout, learner_state, meta_params, is_meta_training)
+    return new_state, logs

@@ -1,0 +1,1 @@
+"""Environments: the batched interface, Catch (jittable and dm_env), registry."""

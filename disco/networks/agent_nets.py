@@ -1,0 +1,123 @@
+"""Agent networks (haiku): an MLP torso with flat heads and an optional
+action-conditional model for per-action outputs.
+
+Parameter names follow the published DiscoRL agent network, so published
+parameters load as they are:
+  ``<name>/~_embedding_pass/torso/~/linear_i``  torso MLP;
+  ``<name>/~_head_pass/torso_head[_k]/~/linear_0``  one linear head per flat
+  output, in sorted key order;
+  ``<name>/linear``, ``<name>/action_cond/linear``, ``<name>/mlp[_k]/~/linear_i``
+  the action-conditional model (see ``action_models``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from disco import types
+from disco.networks import action_models
+
+
+@dataclasses.dataclass(frozen=True)
+class MLPNetConfig:
+  """Settings of the MLP agent network.
+
+  Attributes:
+    dense: torso layer sizes (ReLU between layers, none after the last).
+    head_w_init_std: stddev of the truncated-normal init of the flat heads
+      (``None``: haiku's default).
+    model_lstm_size: LSTM size of the action-conditional model.
+    model_head_hiddens: hidden sizes of the per-action head MLPs.
+  """
+
+  dense: Sequence[int] = (512, 512)
+  head_w_init_std: float | None = 1e-2
+  model_lstm_size: int = 128
+  model_head_hiddens: Sequence[int] = (128,)
+
+
+class MLPAgentNet(hk.Module):
+  """Observation ``[B, ...]`` -> dict of outputs described by the specs.
+
+  Flat outputs are ``[B, *spec.shape]``; per-action outputs are
+  ``[B, A, *spec.shape]``.
+  """
+
+  def __init__(
+      self,
+      config: MLPNetConfig,
+      num_actions: int,
+      flat_spec: Mapping[str, types.ArraySpec],
+      model_spec: Mapping[str, types.ArraySpec] | None = None,
+      name: str = "mlp",
+  ):
+    super().__init__(name=name)
+    self._config = config
+    self._num_actions = num_actions
+    self._flat_spec = dict(flat_spec)
+    self._model_spec = dict(model_spec or {})
+    overlap = set(self._flat_spec) & set(self._model_spec)
+    if overlap:
+      raise ValueError(
+          f"Output names {sorted(overlap)} are declared both as flat and as "
+          "per-action outputs; give them distinct names.")
+
+  def __call__(self, observations: types.ArrayTree) -> dict[str, jax.Array]:
+    embedding = self._embedding_pass(observations)
+    outputs = self._head_pass(embedding)
+    if self._model_spec:
+      root = action_models.root_state(embedding, self._config.model_lstm_size)
+      outputs.update(action_models.per_action_outputs(
+          root, self._num_actions, self._model_spec,
+          self._config.model_lstm_size, self._config.model_head_hiddens))
+    return outputs
+
+  def _embedding_pass(self, observations: types.ArrayTree) -> jax.Array:
+    leaves = [hk.Flatten()(x) for x in jax.tree.leaves(observations)]
+    return hk.nets.MLP(tuple(self._config.dense), name="torso")(
+        jnp.concatenate(leaves, axis=-1))
+
+  def _head_pass(self, embedding: jax.Array) -> dict[str, jax.Array]:
+    embedding = hk.Flatten()(embedding)
+    w_init = None
+    if self._config.head_w_init_std:
+      w_init = hk.initializers.TruncatedNormal(self._config.head_w_init_std)
+    outputs = {}
+    for key in sorted(self._flat_spec):
+      shape = tuple(self._flat_spec[key].shape)
+      out = hk.nets.MLP((int(np.prod(shape)),), w_init=w_init,
+                        name="torso_head")(embedding)
+      outputs[key] = out.reshape((embedding.shape[0],) + shape)
+    return outputs
+
+
+def make_network(
+    config: MLPNetConfig,
+    num_actions: int,
+    flat_spec: Mapping[str, types.ArraySpec],
+    model_spec: Mapping[str, types.ArraySpec] | None = None,
+    name: str = "mlp",
+) -> hk.Transformed:
+  """A pure ``(init, apply)`` pair over ``[B, ...]`` observations."""
+
+  def forward(observations):
+    return MLPAgentNet(config, num_actions, flat_spec, model_spec, name)(
+        observations)
+
+  return hk.without_apply_rng(hk.transform(forward))
+
+
+def unroll(apply_fn, params, observations: types.ArrayTree):
+  """Applies a ``[B, ...]`` network to ``[T, B, ...]`` observations."""
+  leaf = jax.tree.leaves(observations)[0]
+  t, b = leaf.shape[:2]
+  flat_obs = jax.tree.map(lambda x: x.reshape((t * b,) + x.shape[2:]),
+                          observations)
+  out = apply_fn(params, flat_obs)
+  return jax.tree.map(lambda x: x.reshape((t, b) + x.shape[1:]), out)

@@ -1,0 +1,319 @@
+"""The Disco meta-network: an LSTM that reads a rollout and produces the
+agent's learning targets.
+
+Structure (shapes for ``T`` transitions, ``B`` trajectories, ``A`` actions):
+  1. Features: each entry of the input option picks a quantity from the
+     ``UpdateRuleInputs`` (``agent_out/logits``, ``extra_from_rule/adv``, ...)
+     and runs it through named transforms (``input_transforms.TRANSFORMS`` or
+     the ``y_net``/``z_net`` embedding MLPs) to ``[T, B, k]``. Action-
+     conditional entries give ``[T, B, A, k]``; together with the one-hot
+     taken action they pass through a 1x1-conv net over the action axis whose
+     output is both averaged over actions and read at the taken action.
+  2. A per-trajectory LSTM runs backwards in time over the features, reset
+     where a transition ended its episode: ``[T, B, H]``.
+  3. A per-lifetime meta-LSTM (state in the rule state, ``[H_meta]``)
+     modulates these features multiplicatively.
+  4. Heads: ``y``, ``z`` targets ``[T, B, P]``, an input embedding for the
+     meta-LSTM ``[T, B, 1]``, and policy target logits ``pi`` ``[T, B, A]``
+     from a 1x1-conv net over actions.
+  5. The meta-LSTM takes one step on the batch-time average of an embedding
+     of the rollout and of these outputs; the new state is haiku state
+     ``meta_rnn_state``.
+
+Haiku names reproduce the published network, so the Disco103 weights apply.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Sequence
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+
+from disco import types
+from disco.update_rules import input_transforms
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+  """One meta-network input: a source path and the transforms to apply.
+
+  Attributes:
+    source: ``/``-separated path into ``UpdateRuleInputs`` (attributes then
+      dict keys), e.g. ``"extra_from_rule/target_out/logits"``.
+    transforms: names from ``input_transforms.TRANSFORMS`` or ``"y_net"`` /
+      ``"z_net"``, applied left to right.
+  """
+
+  source: str
+  transforms: tuple[str, ...]
+
+  def __post_init__(self):
+    known = set(input_transforms.TRANSFORMS) | set(input_transforms.EMBEDDINGS)
+    unknown = [t for t in self.transforms if t not in known]
+    if unknown:
+      raise ValueError(
+          f"Unknown transform(s) {unknown} for input {self.source!r}; valid "
+          f"transforms: {sorted(known)}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class MetaNetInputOption:
+  """Declarative input set: per-transition and per-action inputs."""
+
+  base: tuple[InputSpec, ...]
+  action_conditional: tuple[InputSpec, ...] = ()
+
+
+def _spec(source: str, *transforms: str) -> InputSpec:
+  return InputSpec(source, tuple(transforms))
+
+
+def disco103_input_option() -> MetaNetInputOption:
+  """The input set of the published Disco103 meta-network."""
+  select = ("drop_last", "softmax", "stop_grad", "select_a")
+  probs = ("drop_last", "softmax", "stop_grad")
+  base = (
+      _spec("agent_out/logits", *select),
+      _spec("behaviour_agent_out/logits", *select),
+      _spec("rewards", "sign_log"),
+      _spec("is_terminal", "masks_to_discounts"),
+      _spec("extra_from_rule/v_scalar", "sign_log", "td_pair", "stop_grad"),
+      _spec("extra_from_rule/adv", "sign_log", "stop_grad"),
+      _spec("extra_from_rule/normalized_adv", "stop_grad"),
+      _spec("extra_from_rule/target_out/logits", *select),
+      _spec("agent_out/y", "softmax", "y_net", "td_pair"),
+      _spec("extra_from_rule/target_out/y", "softmax", "y_net", "td_pair"),
+  )
+  for z in ("agent_out/z", "extra_from_rule/target_out/z"):
+    base += (
+        _spec(z, "drop_last", "softmax", "z_net", "select_a"),
+        _spec(z, "softmax", "z_net", "pi_weighted_avg", "td_pair"),
+        _spec(z, "softmax", "z_net", "max_a", "td_pair"),
+    )
+  action_conditional = (
+      _spec("agent_out/logits", *probs),
+      _spec("behaviour_agent_out/logits", *probs),
+      _spec("extra_from_rule/target_out/logits", *probs),
+      _spec("agent_out/z", "drop_last", "softmax", "z_net"),
+      _spec("extra_from_rule/target_out/z", "drop_last", "softmax", "z_net"),
+      _spec("extra_from_rule/q", "sign_log", "drop_last", "stop_grad"),
+      _spec("extra_from_rule/qv_adv", "sign_log", "drop_last", "stop_grad"),
+      _spec("extra_from_rule/normalized_qv_adv", "drop_last", "stop_grad"),
+  )
+  return MetaNetInputOption(base=base, action_conditional=action_conditional)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetaNetConfig:
+  """Sizes and initialisation of the Disco meta-network (Disco103 defaults)."""
+
+  prediction_size: int = 600
+  hidden_size: int = 256
+  embedding_size: Sequence[int] = (16, 1)
+  policy_channels: Sequence[int] = (16, 2)
+  policy_target_channels: Sequence[int] = (16,)
+  output_stddev: float | None = 0.3
+  aux_stddev: float | None = 0.3
+  policy_target_stddev: float | None = 0.3
+  state_stddev: float | None = 1.0
+  meta_hidden_size: int = 128
+  meta_policy_channels: Sequence[int] = (16, 2)
+  meta_embedding_size: Sequence[int] = (16,)
+  meta_pred_embedding_size: Sequence[int] = (16, 1)
+  input_option: MetaNetInputOption = dataclasses.field(
+      default_factory=disco103_input_option)
+
+
+def _truncated_normal(stddev: float | None):
+  return None if stddev is None else hk.initializers.TruncatedNormal(stddev)
+
+
+def _lookup(inputs: Any, path: str) -> Any:
+  x = inputs
+  for i, key in enumerate(path.split("/")):
+    if x is None:
+      raise ValueError(
+          f"Meta-network input {path!r}: "
+          f"{'/'.join(path.split('/')[:i]) or 'inputs'} is None.")
+    if hasattr(x, key) and not isinstance(x, dict):
+      x = getattr(x, key)
+    elif isinstance(x, dict) and key in x:
+      x = x[key]
+    else:
+      raise KeyError(f"Meta-network input {path!r}: no field {key!r}.")
+  return x
+
+
+def _is_scalar_extra(source: str) -> bool:
+  """Rule-computed per-state scalars (not network outputs) get a feature axis."""
+  return source.startswith("extra_from_rule/") and "target_out" not in source
+
+
+def _action_conv_net(channels: Sequence[int]) -> hk.Sequential:
+  """1x1 convolutions over the action axis of ``[T, B, A, C]`` inputs; each
+  layer also sees the action-average of its input."""
+
+  def block(x, n_out):
+    mean = jnp.broadcast_to(jnp.mean(x, axis=2, keepdims=True), x.shape)
+    x = jnp.concatenate([x, mean], axis=-1)
+    lead = x.shape[:2]
+    x = x.reshape((-1,) + x.shape[2:])
+    x = hk.Conv1D(output_channels=n_out, kernel_shape=1)(x)
+    return jax.nn.relu(x.reshape(lead + x.shape[1:]))
+
+  return hk.Sequential([functools.partial(block, n_out=c) for c in channels])
+
+
+def build_features(
+    inputs: types.UpdateRuleInputs,
+    option: MetaNetInputOption,
+    y_net: Callable[[jax.Array], jax.Array],
+    z_net: Callable[[jax.Array], jax.Array],
+    action_net: Callable[[jax.Array], jax.Array],
+    axis_name: str | None,
+) -> tuple[jax.Array, jax.Array | None]:
+  """Assembles meta-network features from the rollout.
+
+  Returns:
+    ``features [T, B, F]`` and the per-action embedding ``[T, B, A, C]`` (or
+    None when the option has no action-conditional inputs).
+  """
+  t, b = inputs.is_terminal.shape
+  actions = inputs.actions[:-1]
+  policy = jax.lax.stop_gradient(jax.nn.softmax(inputs.agent_out["logits"]))
+  num_actions = policy.shape[-1]
+  embeddings = {"y_net": y_net, "z_net": z_net}
+
+  def featurise(specs, lead_shape):
+    out = []
+    for spec in specs:
+      x = _lookup(inputs, spec.source)
+      if _is_scalar_extra(spec.source):
+        x = x[..., None]
+      for name in spec.transforms:
+        if name in embeddings:
+          x = embeddings[name](x)
+        else:
+          x = input_transforms.TRANSFORMS[name](x, actions, policy, axis_name)
+      if x.shape[:len(lead_shape)] != lead_shape:
+        raise ValueError(
+            f"Meta-network input {spec.source!r} with {spec.transforms} has "
+            f"shape {x.shape}; expected leading dims {lead_shape}.")
+      out.append(x.reshape(lead_shape + (-1,)))
+    return out
+
+  features = featurise(option.base, (t, b))
+  per_action = None
+  if option.action_conditional:
+    act_features = featurise(option.action_conditional, (t, b, num_actions))
+    act_features.append(
+        jax.nn.one_hot(actions, num_actions, dtype=jnp.float32)[..., None])
+    per_action = action_net(jnp.concatenate(act_features, axis=-1))
+    features += [
+        jnp.mean(per_action, axis=2),
+        input_transforms.select_action(per_action, actions),
+    ]
+  return jnp.concatenate(features, axis=-1), per_action
+
+
+def _mlp(sizes: Sequence[int]) -> hk.nets.MLP:
+  return hk.nets.MLP(tuple(sizes))
+
+
+class MetaLSTM(hk.Module):
+  """The per-lifetime LSTM: one step per rollout on batch-time averages."""
+
+  def __init__(self, config: MetaNetConfig):
+    super().__init__(name="meta_lstm")
+    self._config = config
+
+  def initial_state(self) -> hk.LSTMState:
+    size = self._config.meta_hidden_size
+    return hk.LSTMState(hidden=jnp.zeros([size]), cell=jnp.zeros([size]))
+
+  def unroll(self, inputs: types.UpdateRuleInputs, meta_out: dict[str, Any],
+             state: hk.LSTMState, axis_name: str | None) -> hk.LSTMState:
+    c = self._config
+    y_net = _mlp(c.meta_pred_embedding_size)
+    z_net = _mlp(c.meta_pred_embedding_size)
+    features, _ = build_features(
+        inputs, c.input_option, y_net, z_net,
+        _action_conv_net(c.meta_policy_channels), axis_name)
+    x = jnp.concatenate([
+        features,
+        meta_out["meta_input_emb"],
+        y_net(jax.nn.softmax(meta_out["y"])),
+    ], axis=-1)
+    x = _mlp(c.meta_embedding_size)(x)  # [T, B, E]
+    x = jnp.mean(x, axis=(0, 1))
+    if axis_name is not None:
+      x = jax.lax.pmean(x, axis_name)
+    _, new_state = hk.LSTM(c.meta_hidden_size)(x, state)
+    return new_state
+
+
+class DiscoMetaNet(hk.Module):
+  """Rollout -> ``{pi [T,B,A], y [T,B,P], z [T,B,P], meta_input_emb [T,B,1]}``."""
+
+  def __init__(self, config: MetaNetConfig):
+    super().__init__(name="lstm")
+    self._config = config
+    self._meta_lstm = MetaLSTM(config)
+
+  def __call__(self, inputs: types.UpdateRuleInputs,
+               axis_name: str | None = None) -> dict[str, jax.Array]:
+    c = self._config
+    init_state = self._meta_lstm.initial_state()
+    meta_state = hk.get_state(
+        "meta_rnn_state",
+        shape=jax.tree.map(lambda x: x.shape, init_state),
+        dtype=jax.tree.map(lambda x: x.dtype, init_state),
+        init=lambda *_: init_state)
+    batch = inputs.is_terminal.shape[1]
+    num_actions = inputs.agent_out["logits"].shape[-1]
+
+    features, per_action = build_features(
+        inputs, c.input_option, _mlp(c.embedding_size),
+        _mlp(c.embedding_size), _action_conv_net(c.policy_channels), axis_name)
+
+    core = hk.ResetCore(hk.LSTM(c.hidden_size))
+    x, _ = hk.dynamic_unroll(
+        core, (features, inputs.should_reset_bwd[:-1]),
+        core.initial_state(batch_size=batch), reverse=True)  # [T, B, H]
+
+    modulation = hk.Linear(x.shape[-1], w_init=_truncated_normal(
+        c.state_stddev))(meta_state.hidden)
+    x = x * modulation
+
+    meta_input_emb = hk.Linear(1, w_init=_truncated_normal(c.output_stddev))(x)
+    aux_init = _truncated_normal(c.aux_stddev)
+    y_hat = hk.Linear(c.prediction_size, w_init=aux_init)(x)
+    z_hat = hk.Linear(c.prediction_size, w_init=aux_init)(x)
+
+    w = jnp.broadcast_to(x[:, :, None], x.shape[:2] + (num_actions,)
+                         + x.shape[2:])
+    if per_action is not None:
+      w = jnp.concatenate([w, per_action], axis=-1)
+    w = _action_conv_net(c.policy_target_channels)(w)
+    pi_hat = hk.Linear(1, w_init=_truncated_normal(c.policy_target_stddev))(
+        w)[..., 0]
+
+    meta_out = dict(pi=pi_hat, y=y_hat, z=z_hat, meta_input_emb=meta_input_emb)
+    hk.set_state("meta_rnn_state",
+                 self._meta_lstm.unroll(inputs, meta_out, meta_state,
+                                        axis_name))
+    return meta_out
+
+
+def make_meta_net(config: MetaNetConfig) -> hk.TransformedWithState:
+  """``init(rng, inputs, axis_name)`` / ``apply(params, state, rng, inputs,
+  axis_name)``; the state holds ``{'lstm': {'meta_rnn_state': LSTMState}}``."""
+
+  def forward(inputs, axis_name=None):
+    return DiscoMetaNet(config)(inputs, axis_name)
+
+  return hk.transform_with_state(forward)

@@ -1,0 +1,276 @@
+"""Parity checks against fixtures computed by the published implementation.
+
+Usage::
+
+  python -m disco.parity FIXTURE.npz [FIXTURE.npz ...] [--weights PATH]
+
+For each fixture it prints its kind, the worst relative error and PASS/FAIL,
+and exits non-zero on any failure or unsupported fixture kind. Tolerances
+(from the fixtures' README): every output array ``b`` and ours ``a`` must meet
+``max|a-b| <= 1e-4 (1 + max|b|)``; for parameters after an update, 99.9% of
+elements must meet that bound and all must meet ``1e-2 (1 + max|b|)``; for
+gradients ``||a-b|| <= 1e-3 ||b|| + 1e-7``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from disco import configs
+from disco import types
+from disco import weights as weights_lib
+from disco.networks import meta_nets
+
+SEP = "::"
+ATOL_REL = 1e-4
+LOOSE_REL = 1e-2
+FRACTION = 0.999
+
+
+@dataclasses.dataclass
+class Comparison:
+  key: str
+  error: float  # the worst error relative to the tolerance's scale
+  ok: bool
+
+
+@dataclasses.dataclass
+class Report:
+  path: str
+  kind: str
+  comparisons: list[Comparison]
+  error: str | None = None  # set when the fixture could not be checked
+
+  @property
+  def ok(self) -> bool:
+    return self.error is None and all(c.ok for c in self.comparisons)
+
+  @property
+  def worst(self) -> Comparison | None:
+    return max(self.comparisons, key=lambda c: c.error, default=None)
+
+
+# ---------------------------------------------------------------- trees
+def unflatten(flat: dict[str, np.ndarray], prefix: str) -> dict[str, Any]:
+  """``{'a::b::c': x}`` -> ``{'a': {'b': {'c': x}}}`` for keys under prefix."""
+  out: dict[str, Any] = {}
+  for key, value in flat.items():
+    if not key.startswith(prefix + SEP):
+      continue
+    *path, leaf = key[len(prefix) + len(SEP):].split(SEP)
+    node = out
+    for p in path:
+      node = node.setdefault(p, {})
+    node[leaf] = value
+  return out
+
+
+def flatten(tree: Any, prefix: str) -> dict[str, np.ndarray]:
+  """Inverse of ``unflatten`` for dicts, named tuples and dataclasses."""
+  if isinstance(tree, dict):
+    items = tree.items()
+  elif hasattr(tree, "_fields"):
+    items = ((f, getattr(tree, f)) for f in tree._fields)
+  elif dataclasses.is_dataclass(tree):
+    items = ((f.name, getattr(tree, f.name)) for f in dataclasses.fields(tree))
+  else:
+    return {prefix: np.asarray(tree)}
+  out = {}
+  for k, v in items:
+    out.update(flatten(v, f"{prefix}{SEP}{k}"))
+  return out
+
+
+def _lstm_state(tree: dict[str, np.ndarray]) -> hk.LSTMState:
+  return hk.LSTMState(hidden=jnp.asarray(tree["hidden"]),
+                      cell=jnp.asarray(tree["cell"]))
+
+
+def _ema_state(tree: dict[str, np.ndarray]) -> types.EmaState:
+  return types.EmaState(**{k: jnp.asarray(v) for k, v in tree.items()})
+
+
+# ------------------------------------------------------------ comparisons
+def compare_array(key: str, ours: np.ndarray, ref: np.ndarray,
+                  updated_params: bool = False) -> Comparison:
+  ours = np.asarray(ours, np.float64)
+  ref = np.asarray(ref, np.float64)
+  if ours.shape != ref.shape:
+    return Comparison(f"{key} (shape {ours.shape} != {ref.shape})",
+                      float("inf"), False)
+  scale = 1.0 + (np.abs(ref).max() if ref.size else 0.0)
+  diff = np.abs(ours - ref)
+  worst = float(diff.max() / scale) if diff.size else 0.0
+  if updated_params:
+    within = np.mean(diff <= ATOL_REL * scale) if diff.size else 1.0
+    return Comparison(key, worst,
+                      bool(within >= FRACTION and worst <= LOOSE_REL))
+  return Comparison(key, worst, bool(worst <= ATOL_REL))
+
+
+def compare_gradient(key: str, ours: np.ndarray, ref: np.ndarray
+                     ) -> Comparison:
+  ours = np.asarray(ours, np.float64)
+  ref = np.asarray(ref, np.float64)
+  err = np.linalg.norm(ours - ref)
+  ref_norm = np.linalg.norm(ref)
+  return Comparison(key, float(err / (ref_norm + 1e-12)),
+                    bool(err <= 1e-3 * ref_norm + 1e-7))
+
+
+def compare_outputs(ours: dict[str, np.ndarray], fixture: dict[str, np.ndarray]
+                    ) -> list[Comparison]:
+  """Compares every ``outputs::`` array of the fixture with ours."""
+  results = []
+  for key in sorted(k for k in fixture if k.startswith("outputs" + SEP)):
+    name = key[len("outputs" + SEP):]
+    if name not in ours:
+      results.append(Comparison(f"{name} (missing)", float("inf"), False))
+      continue
+    if name.startswith("meta_grads" + SEP):
+      results.append(compare_gradient(name, ours[name], fixture[key]))
+    else:
+      updated = name.split(SEP)[0] in ("params", "learner_params",
+                                       "value_params")
+      results.append(compare_array(name, ours[name], fixture[key], updated))
+  return results
+
+
+# --------------------------------------------------------------- runners
+def _run_meta_net(fx: dict[str, np.ndarray], meta_params) -> dict:
+  inputs_tree = unflatten(fx, "inputs")
+  inputs = types.UpdateRuleInputs(
+      observations=None,
+      actions=inputs_tree["actions"],
+      rewards=inputs_tree["rewards"],
+      is_terminal=inputs_tree["is_terminal"],
+      agent_out=inputs_tree["agent_out"],
+      behaviour_agent_out=inputs_tree["behaviour_agent_out"],
+      extra_from_rule=inputs_tree["extra_from_rule"])
+  net = meta_nets.make_meta_net(meta_nets.MetaNetConfig())
+  state = {"lstm": {"meta_rnn_state": _lstm_state(
+      inputs_tree["meta_rnn_state"])}}
+  out, new_state = jax.jit(net.apply)(meta_params, state, None, inputs)
+  ours = {k: out[k] for k in ("pi", "y", "z", "meta_input_emb")}
+  ours["meta_rnn_state"] = new_state["lstm"]["meta_rnn_state"]
+  return flatten(ours, "")  # keys start with '::'
+
+
+def _rollout_from(tree: dict[str, Any]) -> types.ActorRollout:
+  return types.ActorRollout(
+      observations=jnp.asarray(tree["observations"]),
+      actions=jnp.asarray(tree["actions"]),
+      rewards=jnp.asarray(tree["rewards"]),
+      discounts=jnp.asarray(tree["discounts"]),
+      agent_outs=jax.tree.map(jnp.asarray, tree["behaviour_agent_outs"]),
+      logits=jnp.asarray(tree["behaviour_logits"]))
+
+
+def _rule_state_from(tree: dict[str, Any]) -> dict[str, Any]:
+  state = {}
+  for key, value in tree.items():
+    if key.endswith("ema_state"):
+      state[key] = _ema_state(value)
+    elif key == "rnn_state":
+      state[key] = {m: {"meta_rnn_state": _lstm_state(v["meta_rnn_state"])}
+                    for m, v in value.items()}
+    else:
+      state[key] = jax.tree.map(jnp.asarray, value)
+  return state
+
+
+def _run_learner_step(fx: dict[str, np.ndarray], meta_params, rule: str
+                      ) -> dict:
+  settings = configs.get_settings(rule)
+  settings.learning_rate = float(fx["learning_rate"])
+  inputs = unflatten(fx, "inputs")
+  rollout = _rollout_from(inputs)
+  agent = configs.make_agent(settings, num_actions=rollout.logits.shape[-1])
+  params = jax.tree.map(jnp.asarray, inputs["params"])
+  state = types.LearnerState(
+      params=params,
+      opt_state=agent.optimizer.init(params),
+      rule_state=_rule_state_from(inputs["meta_state"]))
+  step = jax.jit(agent.learner_step, static_argnums=4)
+  new_state, logs = step(jax.random.PRNGKey(0), rollout, state,
+                         meta_params if rule == "disco" else {}, False)
+  ours = dict(params=new_state.params, meta_state=new_state.rule_state,
+              logs=logs)
+  return flatten(ours, "")
+
+
+def _strip(flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  return {k[len(SEP):]: v for k, v in flat.items()}
+
+
+KINDS: dict[str, Callable[..., dict]] = {
+    "disco_meta_net": _run_meta_net,
+    "disco_learner_step": lambda fx, mp: _run_learner_step(fx, mp, "disco"),
+    "actor_critic_learner_step": (
+        lambda fx, mp: _run_learner_step(fx, mp, "actor_critic")),
+}
+
+
+def check_fixture(path: str | Path, weights_path: str | Path | None = None
+                  ) -> Report:
+  """Runs our implementation on a fixture's inputs and compares outputs."""
+  path = Path(path)
+  try:
+    with np.load(path, allow_pickle=False) as data:
+      fx = {k: data[k] for k in data.files}
+  except (OSError, ValueError) as e:
+    return Report(str(path), "?", [], f"cannot read fixture: {e}")
+  kind = str(fx.get("kind", "?"))
+  if kind not in KINDS:
+    return Report(str(path), kind, [],
+                  f"unsupported fixture kind {kind!r} (supported: "
+                  f"{', '.join(KINDS)})")
+  meta_params = None
+  if kind.startswith("disco"):
+    meta_params = weights_lib.load_disco103(weights_path)
+  ours = _strip(KINDS[kind](fx, meta_params))
+  return Report(str(path), kind, compare_outputs(ours, fx))
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(
+      prog="python -m disco.parity", description=__doc__.split("\n\n")[0])
+  parser.add_argument("fixtures", nargs="+", help="fixture .npz files")
+  parser.add_argument("--weights", default=None,
+                      help="Disco103 weights file (default: search/download)")
+  parser.add_argument("--verbose", "-v", action="store_true",
+                      help="print every compared array")
+  args = parser.parse_args(argv)
+  failed = False
+  for fixture in args.fixtures:
+    try:
+      report = check_fixture(fixture, args.weights)
+    except weights_lib.WeightsError as e:
+      report = Report(fixture, "?", [], str(e))
+    if args.verbose:
+      for c in report.comparisons:
+        print(f"    {'ok ' if c.ok else 'BAD'} {c.error:.3e} {c.key}")
+    if report.error:
+      print(f"{report.path}: kind={report.kind} FAIL ({report.error})")
+    else:
+      worst = report.worst
+      bad = [c.key for c in report.comparisons if not c.ok]
+      print(f"{report.path}: kind={report.kind} arrays="
+            f"{len(report.comparisons)} worst_rel_error={worst.error:.3e} "
+            f"({worst.key}) {'PASS' if report.ok else 'FAIL'}"
+            + (f" failing: {', '.join(bad[:5])}" if bad else ""))
+    failed |= not report.ok
+  return 1 if failed else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,188 @@
+"""Typed, immutable pytrees shared across the package.
+
+Layout conventions (time-major throughout):
+  * a rollout of ``T`` transitions holds ``T+1`` states, so per-state arrays
+    (observations, actions, agent outputs) are ``[T+1, B, ...]``;
+  * per-transition arrays handed to update rules (rewards, terminations) are
+    ``[T, B]``: entry ``t`` describes the move from state ``t`` to ``t+1``.
+
+All containers are frozen ``chex`` dataclasses: use ``.replace(...)`` to derive
+a modified copy. They are registered as pytrees, so they pass through
+``jit``/``vmap``/``scan`` unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import chex
+import jax
+import numpy as np
+from dm_env import specs
+
+Array = jax.Array
+ArrayTree = chex.ArrayTree
+Params = Mapping[str, Mapping[str, Array]]  # haiku parameters
+MetaParams = ArrayTree
+AgentOuts = dict[str, Array]
+RuleState = dict[str, Any]
+Logs = dict[str, Array]
+HyperParams = Mapping[str, float]
+
+ArraySpec = jax.ShapeDtypeStruct
+ActionSpec = specs.BoundedArray
+
+# dm_env step types, as plain ints so they live in arrays.
+FIRST, MID, LAST = 0, 1, 2
+
+
+@chex.dataclass(frozen=True)
+class EnvTimestep:
+  """What a batched environment returns after ``reset`` or ``step``.
+
+  Attributes:
+    observation: ``[B, ...]`` observation (after an auto-reset: the first
+      observation of the next episode).
+    reward: ``[B]`` float32 reward of the transition that led here.
+    step_type: ``[B]`` int32 in {FIRST, MID, LAST}; LAST marks the final step
+      of an episode (kept even though the observation is already the next
+      episode's, so that rewards and terminations are never lost).
+    discount: ``[B]`` float32 environment discount: 0 where the episode
+      terminated, 1 otherwise (a truncated episode is LAST with discount 1).
+  """
+
+  observation: ArrayTree
+  reward: Array
+  step_type: Array
+  discount: Array
+
+  @property
+  def is_last(self) -> Array:
+    return self.step_type == LAST
+
+
+@chex.dataclass(frozen=True)
+class ActorTimestep:
+  """One acting step, as stored in rollouts.
+
+  Attributes:
+    observations: ``[B, ...]`` observation the action was chosen at.
+    actions: ``[B]`` int32 chosen actions.
+    rewards: ``[B]`` reward received on arriving at this observation.
+    discounts: ``[B]`` bool, False where this step is the LAST of an episode.
+    agent_outs: dict of ``[B, ...]`` outputs of the acting network.
+    logits: ``[B, A]`` logits of the behaviour policy.
+    extras: rule-specific acting outputs (e.g. SPO search statistics).
+  """
+
+  observations: ArrayTree
+  actions: Array
+  rewards: Array
+  discounts: Array
+  agent_outs: AgentOuts
+  logits: Array
+  extras: ArrayTree = None
+
+
+# A stacked sequence of ActorTimesteps: every leaf gets a leading ``[T+1]``.
+ActorRollout = ActorTimestep
+
+
+@chex.dataclass(frozen=True)
+class EmaState:
+  """Moments of an exponential moving average (zero-initialised, debiased).
+
+  Attributes:
+    moment1: running mean.
+    moment2: running mean of squares.
+    decay_product: product of all decays applied so far (for debiasing).
+  """
+
+  moment1: ArrayTree
+  moment2: ArrayTree
+  decay_product: Array
+
+
+@chex.dataclass(frozen=True)
+class ValueOuts:
+  """Value estimates and targets for a rollout (see ``disco.value_fns``).
+
+  Per-state entries are ``[T+1, B]``; per-transition entries ``[T, B]``;
+  action-value entries carry an extra action axis ``[..., A]``.
+  """
+
+  value: Array  # [T+1, B] V(s)
+  target_value: Array  # [T+1, B] V(s) from the target network
+  rho: Array  # [T, B] importance weights pi/mu of the taken actions
+  adv: Array  # [T, B] advantages
+  value_target: Array  # [T, B] targets for V
+  td: Array  # [T, B] value_target - value
+  normalized_adv: Array | None = None  # [T, B]
+  normalized_td: Array | None = None  # [T, B]
+  qv_adv: Array | None = None  # [T+1, B, A] Q(s, a) - V(s)
+  normalized_qv_adv: Array | None = None  # [T+1, B, A]
+  q_value: Array | None = None  # [T+1, B, A]
+  target_q_value: Array | None = None  # [T+1, B, A]
+  q_target: Array | None = None  # [T, B] Retrace targets for Q(s_t, a_t)
+  q_td: Array | None = None  # [T, B] q_target - Q(s_t, a_t)
+  normalized_q_td: Array | None = None  # [T, B]
+
+
+@chex.dataclass(frozen=True)
+class UpdateRuleInputs:
+  """What an update rule sees of a rollout.
+
+  Attributes:
+    observations: ``[T+1, B, ...]``.
+    actions: ``[T+1, B]`` (the last one is not part of any transition).
+    rewards: ``[T, B]`` reward of transition t.
+    is_terminal: ``[T, B]`` bool, whether transition t ended its episode.
+    agent_out: dict of ``[T+1, B, ...]`` outputs of the network being trained.
+    behaviour_agent_out: dict of ``[T+1, B, ...]`` outputs of the acting network.
+    value_out: optional value estimates supplied from outside the rule.
+    extra_from_rule: rule-computed extras (e.g. Disco's meta-network inputs).
+    actor_extras: rule-specific acting outputs carried by the rollout.
+  """
+
+  observations: ArrayTree
+  actions: Array
+  rewards: Array
+  is_terminal: Array
+  agent_out: AgentOuts
+  behaviour_agent_out: AgentOuts | None = None
+  value_out: ValueOuts | None = None
+  extra_from_rule: ArrayTree = None
+  actor_extras: ArrayTree = None
+
+  @property
+  def should_reset_bwd(self) -> Array:
+    """``[T+1, B]`` reset flags for RNNs unrolled backwards in time.
+
+    Entry t is True where transition t ended an episode, so a backward RNN
+    does not carry information from the next episode into this one; the
+    extra last entry (the bootstrap state) is False.
+    """
+    pad = jax.numpy.zeros_like(self.is_terminal[:1])
+    return jax.numpy.concatenate([self.is_terminal, pad], axis=0)
+
+  @property
+  def should_reset_fwd(self) -> Array:
+    """``[T+1, B]`` reset flags for RNNs unrolled forwards in time."""
+    pad = jax.numpy.zeros_like(self.is_terminal[:1])
+    return jax.numpy.concatenate([pad, self.is_terminal], axis=0)
+
+
+@chex.dataclass(frozen=True)
+class LearnerState:
+  """Everything a learner step updates.
+
+  Attributes:
+    params: agent network parameters.
+    opt_state: optimiser state.
+    rule_state: the update rule's own state (EMA statistics, target
+      parameters, dual variables, meta-RNN state, ...).
+  """
+
+  params: Params
+  opt_state: ArrayTree
+  rule_state: RuleState

@@ -1,0 +1,226 @@
+"""The Disco update rule: an LSTM meta-network sets the agent's targets.
+
+The agent predicts a policy (``logits``), a per-state vector ``y`` and a
+per-action vector ``z`` (both ``prediction_size``), a one-step policy
+prediction ``aux_pi`` per action, and a categorical action value ``q``. The
+meta-network reads the rollout (with Retrace values from a Polyak-averaged
+target network) and outputs targets ``pi``, ``y``, ``z``; the agent minimises
+the KL divergence to them. The ``q`` head is trained by a value loss that never
+carries meta-gradients.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import distrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import rlax
+
+from disco import types
+from disco.networks import meta_nets
+from disco.update_rules import base
+from disco.update_rules import input_transforms
+from disco.value_fns import ema as ema_lib
+from disco.value_fns import losses
+from disco.value_fns import returns
+
+# Hyper-parameters of the published Disco103 setting.
+DISCO103_HYPER_PARAMS = dict(
+    pi_cost=1.0,
+    y_cost=1.0,
+    z_cost=1.0,
+    value_cost=0.2,
+    aux_policy_cost=1.0,
+    target_params_coeff=0.9,
+    value_fn_td_lambda=0.95,
+    discount_factor=0.997,
+)
+
+
+def _kl(target_logits: jax.Array, logits: jax.Array) -> jax.Array:
+  return rlax.categorical_kl_divergence(target_logits, logits)
+
+
+def _entropy(logits: jax.Array) -> jax.Array:
+  return distrax.Softmax(logits).entropy()
+
+
+class DiscoUpdateRule(base.UpdateRule):
+  """Discovered update rule driven by a meta-network (e.g. Disco103).
+
+  Args:
+    net: meta-network settings.
+    value_discount: discount of the Retrace Q targets.
+    max_abs_value: half-width of the categorical ``q`` support.
+    num_bins: number of ``q`` bins.
+    moving_average_decay: EMA decay for advantage / TD normalisation.
+    moving_average_eps: EMA normalisation epsilon.
+  """
+
+  def __init__(
+      self,
+      net: meta_nets.MetaNetConfig | None = None,
+      value_discount: float = 0.997,
+      max_abs_value: float = 300.0,
+      num_bins: int = 601,
+      moving_average_decay: float = 0.99,
+      moving_average_eps: float = 1e-6,
+  ):
+    self.net_config = net or meta_nets.MetaNetConfig()
+    self._value_discount = value_discount
+    self._max_abs_value = max_abs_value
+    self._num_bins = num_bins
+    self._ema_decay = moving_average_decay
+    self._ema_eps = moving_average_eps
+    self._meta_net = meta_nets.make_meta_net(self.net_config)
+
+  # ------------------------------------------------------------------ specs
+  def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
+    size = self.net_config.prediction_size
+    return dict(logits=base.logits_spec(num_actions),
+                y=types.ArraySpec((size,), np.float32))
+
+  def model_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
+    size = self.net_config.prediction_size
+    return dict(z=types.ArraySpec((size,), np.float32),
+                aux_pi=base.logits_spec(num_actions),
+                q=types.ArraySpec((self._num_bins,), np.float32))
+
+  # ------------------------------------------------------------------ state
+  def _example_inputs(self) -> types.UpdateRuleInputs:
+    """Small all-zero inputs (T=2, B=1, A=3) to initialise the meta-net."""
+    t, b, num_actions = 2, 1, 3
+    agent_out = {
+        k: jnp.zeros((t + 1, b) + tuple(s.shape))
+        for k, s in self.agent_output_spec(num_actions).items()}
+    scalar = jnp.zeros((t + 1, b))
+    per_action = jnp.zeros((t + 1, b, num_actions))
+    return types.UpdateRuleInputs(
+        observations=jnp.zeros((t + 1, b)),
+        actions=jnp.zeros((t + 1, b), jnp.int32),
+        rewards=jnp.zeros((t, b)),
+        is_terminal=jnp.zeros((t, b), bool),
+        agent_out=agent_out,
+        behaviour_agent_out=agent_out,
+        extra_from_rule=dict(
+            v_scalar=scalar, adv=scalar[:-1], normalized_adv=scalar[:-1],
+            q=per_action, qv_adv=per_action, normalized_qv_adv=per_action,
+            target_out=agent_out))
+
+  def init_params(self, rng: jax.Array) -> types.MetaParams:
+    params, _ = self._meta_net.init(rng, self._example_inputs())
+    return params
+
+  def init_meta_state(self, rng: jax.Array, params: types.Params
+                      ) -> types.RuleState:
+    _, rnn_state = jax.eval_shape(self._meta_net.init, rng,
+                                  self._example_inputs())
+    rnn_state = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), rnn_state)
+    return dict(
+        rnn_state=rnn_state,
+        adv_ema_state=ema_lib.ema_init(),
+        td_ema_state=ema_lib.ema_init(),
+        target_params=params)
+
+  # ---------------------------------------------------------------- targets
+  def unroll_meta_net(self, meta_params, params, meta_state, inputs,
+                      hyper_params, unroll_fn, rng, axis_name=None):
+    del rng
+    target_out = unroll_fn(meta_state["target_params"], inputs.observations)
+    value_outs, adv_ema, td_ema = returns.value_outs(
+        rewards=inputs.rewards,
+        env_discounts=1.0 - inputs.is_terminal,
+        actions=inputs.actions,
+        pi_logits=inputs.agent_out["logits"],
+        mu_logits=inputs.behaviour_agent_out["logits"],
+        q_net_out=inputs.agent_out["q"],
+        target_q_net_out=target_out["q"],
+        discount=self._value_discount,
+        lambda_=hyper_params["value_fn_td_lambda"],
+        nonlinear_transform=True,
+        categorical=True,
+        max_abs_value=self._max_abs_value,
+        drop_last=False,
+        adv_ema_state=meta_state["adv_ema_state"],
+        td_ema_state=meta_state["td_ema_state"],
+        ema_decay=self._ema_decay,
+        ema_eps=self._ema_eps,
+        axis_name=axis_name)
+    meta_inputs = inputs.replace(extra_from_rule=dict(
+        v_scalar=value_outs.value,
+        adv=value_outs.adv,
+        normalized_adv=value_outs.normalized_adv,
+        q=value_outs.target_q_value,
+        qv_adv=value_outs.qv_adv,
+        normalized_qv_adv=value_outs.normalized_qv_adv,
+        target_out=target_out))
+    meta_out, rnn_state = self._meta_net.apply(
+        meta_params, meta_state["rnn_state"], None, meta_inputs, axis_name)
+    meta_out = dict(
+        meta_out,
+        q_target=value_outs.q_target,
+        q_value=value_outs.q_value,
+        q_td=value_outs.q_td,
+        normalized_q_td=value_outs.normalized_q_td,
+        target_out=target_out)
+    coeff = hyper_params["target_params_coeff"]
+    new_state = dict(
+        meta_state,
+        rnn_state=rnn_state,
+        adv_ema_state=adv_ema,
+        td_ema_state=td_ema,
+        target_params=jax.tree.map(
+            lambda old, new: old * coeff + (1.0 - coeff) * new,
+            meta_state["target_params"], params))
+    return meta_out, new_state
+
+  # ----------------------------------------------------------------- losses
+  def agent_loss(self, inputs, meta_out, hyper_params, backprop):
+    actions = inputs.actions[:-1]
+    out = jax.tree.map(lambda x: x[:-1], inputs.agent_out)
+    z_a = input_transforms.select_action(out["z"], actions)
+    pi_hat, y_hat, z_hat = meta_out["pi"], meta_out["y"], meta_out["z"]
+    if not backprop:
+      pi_hat, y_hat, z_hat = jax.lax.stop_gradient((pi_hat, y_hat, z_hat))
+    pi_loss = _kl(pi_hat, out["logits"])
+    y_loss = _kl(y_hat, out["y"])
+    z_loss = _kl(z_hat, z_a)
+    # One-step policy prediction: aux_pi(s_t, a_t) predicts pi(s_{t+1}).
+    aux_pi_a = input_transforms.select_action(out["aux_pi"], actions)
+    next_logits = jax.lax.stop_gradient(inputs.agent_out["logits"][1:])
+    aux_loss = _kl(next_logits, aux_pi_a) * (1.0 - inputs.is_terminal)
+    loss = (hyper_params["pi_cost"] * pi_loss
+            + hyper_params["y_cost"] * y_loss
+            + hyper_params["z_cost"] * z_loss
+            + hyper_params["aux_policy_cost"] * aux_loss)
+    logs = dict(
+        logits=out["logits"], y=out["y"], z=out["z"],
+        entropy=_entropy(out["logits"]),
+        y_entropy=_entropy(out["y"]),
+        z_entropy=_entropy(z_a),
+        pi_loss=pi_loss,
+        aux_kl_loss=aux_loss,
+        pi_hat=pi_hat, y_hat=y_hat, z_hat=z_hat,
+        pi_hat_entropy=_entropy(pi_hat),
+        aux_policy_entropy=_entropy(aux_pi_a),
+        aux_target_entropy=_entropy(next_logits))
+    return loss, {k: jnp.mean(v) for k, v in logs.items()}
+
+  def agent_loss_no_meta(self, inputs, meta_out, hyper_params):
+    q_a = input_transforms.select_action(
+        inputs.agent_out["q"][:-1], inputs.actions[:-1])
+    q_loss = losses.value_loss_from_td(
+        q_a, jax.lax.stop_gradient(meta_out["q_td"]),
+        nonlinear_transform=True, categorical=True,
+        max_abs_value=self._max_abs_value)
+    logs = dict(
+        q_target=jnp.mean(meta_out["q_target"]),
+        agent_q_mean=jnp.mean(meta_out["q_value"]),
+        q_loss=jnp.mean(q_loss),
+        td=jnp.mean(meta_out["q_td"]),
+        normalized_td=jnp.mean(meta_out["normalized_q_td"]))
+    return hyper_params["value_cost"] * q_loss, logs

@@ -1,0 +1,124 @@
+"""Per-step value and policy-gradient losses.
+
+All losses are returned per step (``[T, B]``); reducing them (mean, sum,
+masking) is left to the caller.
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+import rlax
+
+from disco import types
+from disco.value_fns import categorical as categorical_lib
+
+Array = types.Array
+
+
+def value_loss_from_target(
+    net_out: Array,
+    target: Array,
+    nonlinear_transform: bool = False,
+    categorical: bool = False,
+    max_abs_value: float | None = None,
+) -> Array:
+  """Per-step loss regressing a value head onto scalar targets.
+
+  The target is not stop-gradiented here; do so before calling if needed.
+
+  Args:
+    net_out: ``[T, B, 1]`` scalar outputs, or ``[T, B, num_bins]`` logits when
+      ``categorical``.
+    target: ``[T, B]`` scalar targets (in untransformed value space).
+    nonlinear_transform: whether the head predicts values squashed by the
+      signed hyperbolic transform; the target is then squashed as well.
+    categorical: whether ``net_out`` holds logits over the value support; the
+      loss is then the cross-entropy against the 2-hot target distribution.
+    max_abs_value: half-width of the categorical support.
+
+  Returns:
+    ``[T, B]`` losses: ``0.5 * (v - target)**2`` for scalar heads, softmax
+    cross-entropy for categorical heads.
+  """
+  categorical_lib.check_categorical_args(categorical, max_abs_value)
+  if nonlinear_transform:
+    target = rlax.SIGNED_HYPERBOLIC_PAIR[0](target)
+
+  if categorical:
+    target_probs = categorical_lib.scalar_to_probs(
+        target, num_bins=net_out.shape[-1], max_abs_value=max_abs_value
+    )
+    chex.assert_equal_shape([net_out, target_probs])
+    return optax.losses.softmax_cross_entropy(net_out, target_probs)
+
+  values = jnp.squeeze(net_out, axis=-1)
+  return 0.5 * jnp.square(values - target)
+
+
+def value_loss_from_td(
+    net_out: Array,
+    td: Array,
+    nonlinear_transform: bool = False,
+    categorical: bool = False,
+    max_abs_value: float | None = None,
+) -> Array:
+  """Per-step value loss towards ``stop_gradient(value + td)``.
+
+  The target is formed in untransformed value space from the decoded value,
+  so the gradient moves the value in the direction of ``td`` (for a scalar
+  head without transform the loss is ``0.5 * td**2`` with gradient
+  ``-td`` w.r.t. the value).
+
+  Args:
+    net_out: ``[T, B, 1]`` scalar outputs, or ``[T, B, num_bins]`` logits when
+      ``categorical``.
+    td: ``[T, B]`` (possibly normalised) TD errors.
+    nonlinear_transform: whether the head predicts squashed values.
+    categorical: whether ``net_out`` holds logits over the value support.
+    max_abs_value: half-width of the categorical support.
+
+  Returns:
+    ``[T, B]`` losses.
+  """
+  categorical_lib.check_categorical_args(categorical, max_abs_value)
+  values = categorical_lib.scalar_values(
+      net_out,
+      categorical=categorical,
+      max_abs_value=max_abs_value,
+      nonlinear_transform=nonlinear_transform,
+  )
+  chex.assert_equal_shape([values, td])
+  target = jax.lax.stop_gradient(values + td)
+  return value_loss_from_target(
+      net_out,
+      target,
+      nonlinear_transform=nonlinear_transform,
+      categorical=categorical,
+      max_abs_value=max_abs_value,
+  )
+
+
+def policy_gradient_loss(
+    logits: Array, actions: Array, adv: Array, backprop: bool = False
+) -> Array:
+  """Per-step policy-gradient loss ``-log pi(a_t|s_t) * adv_t``.
+
+  Args:
+    logits: ``[T, B, A]`` policy logits.
+    actions: ``[T, B]`` int actions taken.
+    adv: ``[T, B]`` advantages.
+    backprop: whether gradients may flow into ``adv`` (e.g. when advantages
+      come from a meta-network being meta-trained); otherwise ``adv`` is
+      treated as a constant.
+
+  Returns:
+    ``[T, B]`` losses.
+  """
+  chex.assert_type([logits, actions, adv], [float, int, float])
+  log_pi_a = rlax.batched_index(jax.nn.log_softmax(logits), actions)
+  if not backprop:
+    adv = jax.lax.stop_gradient(adv)
+  return -log_pi_a * adv

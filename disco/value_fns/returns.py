@@ -1,0 +1,426 @@
+"""Off-policy value targets and advantages (V-trace and Retrace).
+
+Shapes are time-major. A rollout of ``T`` transitions has ``T+1`` states:
+
+  * per-state arrays (values, logits, actions): ``[T+1, B]`` / ``[T+1, B, A]``;
+  * per-transition arrays (rewards, env discounts, importance weights,
+    targets, advantages): ``[T, B]``.
+
+`vtrace` and `retrace` work on scalar values; `value_outs` is the top-level
+entry point that decodes raw network outputs, picks the estimator, and
+normalises advantages and TD errors with moving averages (see
+`disco.value_fns.ema`).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import chex
+import jax
+import jax.numpy as jnp
+import rlax
+
+from disco import types
+from disco.value_fns import categorical as categorical_lib
+from disco.value_fns import ema as ema_lib
+
+Array = types.Array
+
+DEFAULT_DISCOUNT = 0.995
+DEFAULT_TD_LAMBDA = 0.95
+
+
+def importance_weights(
+    pi_logits: Array, mu_logits: Array, actions: Array
+) -> Array:
+  """Importance weights ``pi(a|s) / mu(a|s)`` of the taken actions.
+
+  Args:
+    pi_logits: ``[T, B, A]`` logits of the target (online) policy.
+    mu_logits: ``[T, B, A]`` logits of the behaviour policy.
+    actions: ``[T, B]`` int actions taken by the behaviour policy.
+
+  Returns:
+    ``[T, B]`` weights ``exp(log pi(a) - log mu(a))``; no gradient flows
+    through them.
+  """
+  actions = jnp.asarray(actions)
+  log_pi_a = rlax.batched_index(jax.nn.log_softmax(pi_logits), actions)
+  log_mu_a = rlax.batched_index(jax.nn.log_softmax(mu_logits), actions)
+  return jax.lax.stop_gradient(jnp.exp(log_pi_a - log_mu_a))
+
+
+def vtrace(
+    rewards: Array,
+    env_discounts: Array,
+    rho: Array,
+    values: Array,
+    target_values: Array | None = None,
+    discount: jax.typing.ArrayLike = DEFAULT_DISCOUNT,
+    lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
+) -> types.ValueOuts:
+  """State-value targets and policy-gradient advantages with V-trace.
+
+  V-trace (Espeholt et al., 2018) is run on ``target_values`` with
+  per-step discounts ``env_discounts * discount`` and importance weights
+  clipped at 1 (``rlax.vtrace_td_error_and_advantage``).
+
+  Args:
+    rewards: ``[T, B]`` reward of each transition.
+    env_discounts: ``[T, B]`` environment discounts (0 where the transition
+      terminated the episode, else 1).
+    rho: ``[T, B]`` importance weights ``pi/mu`` of the taken actions.
+    values: ``[T+1, B]`` state values being trained.
+    target_values: ``[T+1, B]`` state values used to build targets (e.g. from
+      a target network); defaults to ``values``.
+    discount: scalar discount factor.
+    lambda_: scalar trace parameter.
+
+  Returns:
+    A `types.ValueOuts` with ``value_target`` (``[T, B]``, the V-trace
+    target), ``td = value_target - values[:-1]``, ``adv`` (the clipped-rho
+    policy-gradient advantage), and zero ``[T, B]`` placeholders for the
+    action-value fields (``q_value``, ``target_q_value``, ``qv_adv``,
+    ``q_target``, ``q_td``).
+  """
+  if target_values is None:
+    target_values = values
+  chex.assert_rank([values, target_values], 2)
+  chex.assert_equal_shape(
+      [values[:-1], target_values[:-1], rho, rewards, env_discounts]
+  )
+  discounts = env_discounts * discount
+
+  per_sequence = functools.partial(
+      rlax.vtrace_td_error_and_advantage, lambda_=lambda_
+  )
+  vt = jax.vmap(per_sequence, in_axes=1, out_axes=1)(
+      target_values[:-1], target_values[1:], rewards, discounts, rho
+  )
+  value_target = vt.errors + target_values[:-1]
+
+  # No action values: placeholders of transition shape, as published.
+  zeros = jnp.zeros_like(value_target)
+  return types.ValueOuts(
+      value=values,
+      target_value=target_values,
+      rho=rho,
+      adv=vt.pg_advantage,
+      value_target=value_target,
+      td=value_target - values[:-1],
+      qv_adv=zeros,
+      q_value=zeros,
+      target_q_value=zeros,
+      q_target=zeros,
+      q_td=zeros,
+  )
+
+
+def _prepend_zero_step(x: Array) -> Array:
+  return jnp.concatenate([jnp.zeros_like(x[:1]), x], axis=0)
+
+
+def retrace(
+    rewards: Array,
+    env_discounts: Array,
+    actions: Array,
+    rho: Array,
+    values: Array,
+    q_values: Array,
+    target_values: Array | None = None,
+    target_q_values: Array | None = None,
+    discount: jax.typing.ArrayLike = DEFAULT_DISCOUNT,
+    lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
+) -> types.ValueOuts:
+  """Action-value targets with Retrace, and derived state-value targets.
+
+  Retrace (Munos et al., 2016) targets for ``Q(s_t, a_t)`` are
+
+    G_t = r_t + g_t * (V(s_{t+1}) - c_{t+1} Q(s_{t+1}, a_{t+1})
+                       + c_{t+1} G_{t+1}),   G_{T-1} = r + g * V(s_T),
+
+  with ``g_t = env_discounts[t] * discount``, ``c_t = lambda_ * min(1,
+  rho_t)``, and ``V``/``Q`` taken from the target estimates (computed with
+  ``rlax.general_off_policy_returns_from_q_and_v``; no gradient flows
+  through the targets).
+
+  Args:
+    rewards: ``[T, B]`` reward of each transition.
+    env_discounts: ``[T, B]`` environment discounts (0 at terminations).
+    actions: ``[T, B]`` int actions taken.
+    rho: ``[T, B]`` importance weights ``pi/mu`` of the taken actions.
+    values: ``[T+1, B]`` state values being trained.
+    q_values: ``[T+1, B, A]`` action values being trained.
+    target_values: ``[T+1, B]`` state values for targets; defaults to
+      ``values``.
+    target_q_values: ``[T+1, B, A]`` action values for targets; defaults to
+      ``q_values``.
+    discount: scalar discount factor.
+    lambda_: scalar trace parameter.
+
+  Returns:
+    A `types.ValueOuts` with
+      ``q_target`` ``[T, B]``: Retrace targets ``G_t``;
+      ``q_td`` ``[T, B]``: ``q_target - q_values[t, a_t]``;
+      ``adv`` ``[T, B]``: ``q_target - target_values[:-1]``;
+      ``value_target`` ``[T, B]``: ``target_values[:-1] + min(1, rho) * adv``;
+      ``td`` ``[T, B]``: ``value_target - values[:-1]``;
+      ``qv_adv`` ``[T+1, B, A]``: ``target_q_values - target_values[..., None]``.
+  """
+  if target_values is None:
+    target_values = values
+  if target_q_values is None:
+    target_q_values = q_values
+  chex.assert_rank([values, target_values, q_values, target_q_values],
+                   [2, 2, 3, 3])
+  chex.assert_equal_shape([values[:-1], rho, rewards, env_discounts, actions])
+  chex.assert_equal_shape_prefix([values, q_values], 2)
+
+  actions = jnp.asarray(actions)
+  q_a = rlax.batched_index(q_values[:-1], actions)
+  target_q_a = rlax.batched_index(target_q_values[:-1], actions)
+
+  discounts = env_discounts * discount
+  # rlax's estimator yields a return for the state *before* the first reward
+  # it is given; a zero dummy step aligns its output with Q(s_t, a_t).
+  padded_rewards = _prepend_zero_step(rewards)
+  padded_discounts = _prepend_zero_step(discounts)
+  clipped_rho = jnp.minimum(rho, 1.0)
+  c_t = lambda_ * clipped_rho
+
+  per_sequence = functools.partial(
+      rlax.general_off_policy_returns_from_q_and_v,
+      stop_target_gradients=True,
+  )
+  q_target = jax.vmap(per_sequence, in_axes=1, out_axes=1)(
+      target_q_a, target_values, padded_rewards, padded_discounts, c_t
+  )
+  q_target = q_target[1:]
+
+  qv_adv = target_q_values - jnp.expand_dims(target_values, axis=2)
+  v_target = target_values[:-1] + clipped_rho * (q_target - target_values[:-1])
+  adv = q_target - target_values[:-1]
+
+  return types.ValueOuts(
+      value=values,
+      target_value=target_values,
+      rho=rho,
+      adv=adv,
+      value_target=v_target,
+      td=v_target - values[:-1],
+      qv_adv=qv_adv,
+      q_value=q_values,
+      target_q_value=target_q_values,
+      q_target=q_target,
+      q_td=q_target - q_a,
+  )
+
+
+def scalar_values_from_net_outs(
+    value_net_out: Array | None,
+    q_net_out: Array | None,
+    pi_logits: Array,
+    categorical: bool = False,
+    max_abs_value: float | None = None,
+    nonlinear_transform: bool = False,
+) -> tuple[Array, Array | None]:
+  """Decodes value and/or action-value head outputs into scalars.
+
+  Args:
+    value_net_out: ``[T+1, B, 1 or num_bins]`` value-head outputs, or None.
+    q_net_out: ``[T+1, B, A, 1 or num_bins]`` action-value-head outputs, or
+      None.
+    pi_logits: ``[T+1, B, A]`` policy logits; used to derive state values as
+      ``sum_a pi(a|s) Q(s, a)`` when ``value_net_out`` is None.
+    categorical: whether the heads output logits over the value support.
+    max_abs_value: half-width of the categorical support.
+    nonlinear_transform: whether the heads predict squashed values.
+
+  Returns:
+    ``(values [T+1, B], q_values [T+1, B, A] or None)``.
+  """
+  if value_net_out is None and q_net_out is None:
+    raise ValueError('Need at least one of `value_net_out` and `q_net_out`.')
+  kwargs = dict(
+      categorical=categorical,
+      max_abs_value=max_abs_value,
+      nonlinear_transform=nonlinear_transform,
+  )
+  q_values = None
+  if q_net_out is not None:
+    q_values = categorical_lib.scalar_action_values(q_net_out, **kwargs)
+  if value_net_out is not None:
+    values = categorical_lib.scalar_values(value_net_out, **kwargs)
+  else:
+    values = jnp.sum(jax.nn.softmax(pi_logits) * q_values, axis=2)
+  return values, q_values
+
+
+def value_outs(
+    *,
+    rewards: Array,
+    env_discounts: Array,
+    actions: Array,
+    pi_logits: Array,
+    mu_logits: Array,
+    value_net_out: Array | None = None,
+    q_net_out: Array | None = None,
+    target_value_net_out: Array | None = None,
+    target_q_net_out: Array | None = None,
+    discount: jax.typing.ArrayLike = DEFAULT_DISCOUNT,
+    lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
+    nonlinear_transform: bool = False,
+    categorical: bool = False,
+    max_abs_value: float | None = None,
+    drop_last: bool = True,
+    adv_ema_state: types.EmaState | None = None,
+    td_ema_state: types.EmaState | None = None,
+    ema_decay: float = ema_lib.DEFAULT_DECAY,
+    ema_eps: float = ema_lib.DEFAULT_EPS,
+    axis_name: str | None = None,
+) -> tuple[types.ValueOuts, types.EmaState | None, types.EmaState | None]:
+  """Value estimates, targets and normalised advantages for a rollout.
+
+  Uses V-trace when only state values are given and Retrace when action
+  values are given (state values then come from ``value_net_out`` if given,
+  else from ``sum_a pi(a|s) Q(s, a)``). Targets bootstrap from the target
+  network outputs when any is given, else from the online outputs.
+
+  Normalisation: when ``adv_ema_state`` is given it is updated with ``adv``
+  and used to normalise ``adv`` and ``qv_adv``. When ``td_ema_state`` is given
+  it is updated with ``q_td`` (if ``q_net_out`` is given) or ``td`` (else) and
+  used to scale, without centring, that same quantity; the other normalised
+  TD field is zeros. With a None state the corresponding normalised fields
+  are zeros and the returned state is None.
+
+  Args:
+    rewards: ``[T+1, B]`` (``drop_last``) or ``[T, B]`` rewards; with
+      ``drop_last`` the final entry is discarded.
+    env_discounts: same shape as ``rewards``; environment discounts, i.e.
+      ``1 - is_terminal``.
+    actions: ``[T+1, B]`` int actions (the last one is never used).
+    pi_logits: ``[T+1, B, A]`` logits of the online policy.
+    mu_logits: ``[T+1, B, A]`` logits of the behaviour policy.
+    value_net_out: ``[T+1, B, 1 or num_bins]`` value-head outputs.
+    q_net_out: ``[T+1, B, A, 1 or num_bins]`` action-value-head outputs.
+    target_value_net_out: target-network counterpart of ``value_net_out``.
+    target_q_net_out: target-network counterpart of ``q_net_out``.
+    discount: scalar discount factor.
+    lambda_: scalar trace parameter.
+    nonlinear_transform: whether the heads predict signed-hyperbolically
+      squashed values.
+    categorical: whether the heads output logits over the value support.
+    max_abs_value: half-width of the categorical support (required when
+      ``categorical``).
+    drop_last: whether ``rewards``/``env_discounts`` carry a final extra step
+      to drop.
+    adv_ema_state: EMA state for advantage normalisation, or None.
+    td_ema_state: EMA state for TD normalisation, or None.
+    ema_decay: decay used to update both EMA states.
+    ema_eps: epsilon added to the EMA standard deviation when normalising.
+    axis_name: optional mapped axis across which EMA statistics are averaged.
+
+  Returns:
+    ``(value_outs, new_adv_ema_state, new_td_ema_state)``.
+  """
+  if value_net_out is None and q_net_out is None:
+    raise ValueError('Need at least one of `value_net_out` and `q_net_out`.')
+  categorical_lib.check_categorical_args(categorical, max_abs_value)
+
+  reference = value_net_out if value_net_out is not None else q_net_out
+  num_states, batch_size = reference.shape[:2]
+  chex.assert_shape(actions, (num_states, batch_size))
+  chex.assert_shape([pi_logits, mu_logits], (num_states, batch_size, None))
+  num_reward_steps = num_states if drop_last else num_states - 1
+  chex.assert_shape([rewards, env_discounts], (num_reward_steps, batch_size))
+
+  decode = functools.partial(
+      scalar_values_from_net_outs,
+      pi_logits=pi_logits,
+      categorical=categorical,
+      max_abs_value=max_abs_value,
+      nonlinear_transform=nonlinear_transform,
+  )
+  values, q_values = decode(value_net_out, q_net_out)
+  if target_value_net_out is None and target_q_net_out is None:
+    target_values, target_q_values = values, q_values
+  else:
+    if q_net_out is not None and target_q_net_out is None:
+      raise ValueError(
+          '`target_q_net_out` is required when `q_net_out` is given together '
+          'with target network outputs.'
+      )
+    target_values, target_q_values = decode(
+        target_value_net_out, target_q_net_out
+    )
+
+  if drop_last:
+    rewards = rewards[:-1]
+    env_discounts = env_discounts[:-1]
+  actions = actions[:-1]
+  rho = importance_weights(pi_logits[:-1], mu_logits[:-1], actions)
+
+  if q_values is not None:
+    outs = retrace(
+        rewards=rewards,
+        env_discounts=env_discounts,
+        actions=actions,
+        rho=rho,
+        values=values,
+        q_values=q_values,
+        target_values=target_values,
+        target_q_values=target_q_values,
+        discount=discount,
+        lambda_=lambda_,
+    )
+  else:
+    outs = vtrace(
+        rewards=rewards,
+        env_discounts=env_discounts,
+        rho=rho,
+        values=values,
+        target_values=target_values,
+        discount=discount,
+        lambda_=lambda_,
+    )
+
+  if adv_ema_state is not None:
+    new_adv_ema_state = ema_lib.ema_update(
+        adv_ema_state, outs.adv, decay=ema_decay, axis_name=axis_name
+    )
+    normalized_adv = ema_lib.ema_normalize(
+        outs.adv, new_adv_ema_state, eps=ema_eps
+    )
+    normalized_qv_adv = ema_lib.ema_normalize(
+        outs.qv_adv, new_adv_ema_state, eps=ema_eps
+    )
+  else:
+    new_adv_ema_state = None
+    normalized_adv = jnp.zeros_like(outs.td)
+    normalized_qv_adv = jnp.zeros_like(outs.qv_adv)
+
+  normalized_td = jnp.zeros_like(outs.td)
+  normalized_q_td = jnp.zeros_like(outs.q_td)
+  if td_ema_state is not None:
+    tracked = outs.td if q_net_out is None else outs.q_td
+    new_td_ema_state = ema_lib.ema_update(
+        td_ema_state, tracked, decay=ema_decay, axis_name=axis_name
+    )
+    normalized = ema_lib.ema_normalize(
+        tracked, new_td_ema_state, eps=ema_eps, subtract_mean=False
+    )
+    if q_net_out is None:
+      normalized_td = normalized
+    else:
+      normalized_q_td = normalized
+  else:
+    new_td_ema_state = None
+
+  outs = outs.replace(
+      normalized_adv=normalized_adv,
+      normalized_qv_adv=normalized_qv_adv,
+      normalized_td=normalized_td,
+      normalized_q_td=normalized_q_td,
+  )
+  return outs, new_adv_ema_state, new_td_ema_state
