@@ -139,9 +139,15 @@ class Agent:
       learner_state: types.LearnerState,
       rollout: types.ActorRollout,
       rng: jax.Array,
+      agent_out: types.AgentOuts | None = None,
   ) -> tuple[dict[str, Any], types.RuleState]:
-    """Runs the rule's target computation on a rollout."""
-    agent_out = self.unroll(learner_state.params, rollout.observations)
+    """Runs the rule's target computation on a rollout.
+
+    ``agent_out`` (the network's outputs on the rollout) is computed from
+    ``learner_state.params`` unless given.
+    """
+    if agent_out is None:
+      agent_out = self.unroll(learner_state.params, rollout.observations)
     return self.rule.unroll_meta_net(
         meta_params=meta_params,
         params=learner_state.params,
@@ -152,16 +158,16 @@ class Agent:
         rng=rng,
         axis_name=self.axis_name)
 
-  def loss(
+  def loss_from_outputs(
       self,
-      params: types.Params,
+      agent_out: types.AgentOuts,
       rollout: types.ActorRollout,
       meta_out: dict[str, Any],
       is_meta_training: bool,
   ) -> tuple[jax.Array, types.Logs]:
-    """Scalar loss: mean over transitions that do not start at a LAST step."""
-    inputs = self.rule_inputs(self.unroll(params, rollout.observations),
-                              rollout)
+    """Scalar loss of the network outputs ``[T+1, B, ...]`` on a rollout:
+    the mean over transitions that do not start at an episode's LAST step."""
+    inputs = self.rule_inputs(agent_out, rollout)
     loss_meta, logs_meta = self.rule.agent_loss(
         inputs, meta_out, self.hyper_params, backprop=is_meta_training)
     loss_no_meta, logs_no_meta = self.rule.agent_loss_no_meta(
@@ -172,6 +178,12 @@ class Agent:
     logs = {k: jnp.mean(v) for k, v in {**logs_no_meta, **logs_meta}.items()}
     return total, dict(total_loss=total, **logs)
 
+  def loss(self, params, rollout, meta_out, is_meta_training):
+    """``loss_from_outputs`` of the network with ``params``."""
+    return self.loss_from_outputs(
+        self.unroll(params, rollout.observations), rollout, meta_out,
+        is_meta_training)
+
   def learner_step_with_meta_out(
       self,
       rng: jax.Array,
@@ -181,10 +193,14 @@ class Agent:
       is_meta_training: bool = False,
   ) -> tuple[types.LearnerState, types.Logs, dict[str, Any]]:
     """``learner_step`` that also returns the rule's ``meta_out``."""
+    # One forward pass serves both the rule's targets and the gradient.
+    agent_out, unroll_vjp = jax.vjp(
+        lambda p: self.unroll(p, rollout.observations), learner_state.params)
     meta_out, new_rule_state = self.unroll_meta_net(
-        meta_params, learner_state, rollout, rng)
-    grads, logs = jax.grad(self.loss, has_aux=True)(
-        learner_state.params, rollout, meta_out, is_meta_training)
+        meta_params, learner_state, rollout, rng, agent_out=agent_out)
+    out_grads, logs = jax.grad(self.loss_from_outputs, has_aux=True)(
+        agent_out, rollout, meta_out, is_meta_training)
+    (grads,) = unroll_vjp(out_grads)
     if self.axis_name is not None:
       grads = jax.lax.pmean(grads, axis_name=self.axis_name)
     updates, opt_state = self.optimizer.update(

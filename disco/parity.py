@@ -24,11 +24,14 @@ import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from disco import configs
 from disco import types
 from disco import weights as weights_lib
+from disco.meta import meta_gradient
 from disco.networks import meta_nets
+from disco.value_fns import value_function
 
 SEP = "::"
 ATOL_REL = 1e-4
@@ -165,14 +168,26 @@ def _run_meta_net(fx: dict[str, np.ndarray], meta_params) -> dict:
   return flatten(ours, "")  # keys start with '::'
 
 
-def _rollout_from(tree: dict[str, Any]) -> types.ActorRollout:
+def _rollout_from(tree: dict[str, Any], agent_outs: str = "agent_outs",
+                  logits: str = "logits") -> types.ActorRollout:
   return types.ActorRollout(
       observations=jnp.asarray(tree["observations"]),
       actions=jnp.asarray(tree["actions"]),
       rewards=jnp.asarray(tree["rewards"]),
       discounts=jnp.asarray(tree["discounts"]),
-      agent_outs=jax.tree.map(jnp.asarray, tree["behaviour_agent_outs"]),
-      logits=jnp.asarray(tree["behaviour_logits"]))
+      agent_outs=jax.tree.map(jnp.asarray, tree[agent_outs]),
+      logits=jnp.asarray(tree[logits]))
+
+
+def _adam_state(agent_opt, params, prefix: str, inputs: dict[str, Any],
+                fx: dict[str, np.ndarray]):
+  """The agent optimiser's state with Adam's moments from the fixture."""
+  state = agent_opt.init(params)
+  adam = optax.ScaleByAdamState(
+      count=jnp.asarray(fx[f"inputs{SEP}{prefix}_count"]),
+      mu=jax.tree.map(jnp.asarray, inputs[f"{prefix}_mu"]),
+      nu=jax.tree.map(jnp.asarray, inputs[f"{prefix}_nu"]))
+  return (adam,) + tuple(state[1:])
 
 
 def _rule_state_from(tree: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +208,7 @@ def _run_learner_step(fx: dict[str, np.ndarray], meta_params, rule: str
   settings = configs.get_settings(rule)
   settings.learning_rate = float(fx["learning_rate"])
   inputs = unflatten(fx, "inputs")
-  rollout = _rollout_from(inputs)
+  rollout = _rollout_from(inputs, "behaviour_agent_outs", "behaviour_logits")
   agent = configs.make_agent(settings, num_actions=rollout.logits.shape[-1])
   params = jax.tree.map(jnp.asarray, inputs["params"])
   state = types.LearnerState(
@@ -208,6 +223,40 @@ def _run_learner_step(fx: dict[str, np.ndarray], meta_params, rule: str
   return flatten(ours, "")
 
 
+def _run_meta_gradient(fx: dict[str, np.ndarray], meta_params) -> dict:
+  del meta_params  # The fixture carries its own.
+  inputs = unflatten(fx, "inputs")
+  settings = configs.get_settings("disco")
+  settings.learning_rate = 5e-4
+  settings.network.model_lstm_size = 256
+  settings.network.model_head_hiddens = (256,)
+  train = _rollout_from(inputs["train_rollouts"])
+  valid = _rollout_from(inputs["valid_rollout"])
+  agent = configs.make_agent(settings, num_actions=train.logits.shape[-1])
+  value_fn = value_function.ValueFunction(value_function.ValueFnConfig())
+  params = jax.tree.map(jnp.asarray, inputs["learner_params"])
+  learner = types.LearnerState(
+      params=params,
+      opt_state=_adam_state(agent.optimizer, params, "learner_opt_state",
+                            inputs, fx),
+      rule_state=_rule_state_from(inputs["meta_state"]))
+  v_params = jax.tree.map(jnp.asarray, inputs["value_params"])
+  value_state = value_function.ValueState(
+      params=v_params,
+      opt_state=_adam_state(value_fn._optimizer, v_params, "value_opt_state",
+                            inputs, fx),
+      adv_ema_state=_ema_state(inputs["value_adv_ema_state"]),
+      td_ema_state=_ema_state(inputs["value_td_ema_state"]))
+  fn = jax.jit(lambda mp, l, v, tr, va: meta_gradient.meta_gradient(
+      mp, agent, value_fn, l, v, tr, va, jax.random.PRNGKey(0)))
+  grads, (new_learner, new_value, _, meta_logs) = fn(
+      jax.tree.map(jnp.asarray, inputs["meta_params"]), learner, value_state,
+      train, valid)
+  return flatten(dict(meta_grads=grads, meta_log=meta_logs,
+                      learner_params=new_learner.params,
+                      value_params=new_value.params), "")
+
+
 def _strip(flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   return {k[len(SEP):]: v for k, v in flat.items()}
 
@@ -217,6 +266,7 @@ KINDS: dict[str, Callable[..., dict]] = {
     "disco_learner_step": lambda fx, mp: _run_learner_step(fx, mp, "disco"),
     "actor_critic_learner_step": (
         lambda fx, mp: _run_learner_step(fx, mp, "actor_critic")),
+    "disco_meta_gradient": _run_meta_gradient,
 }
 
 
@@ -235,7 +285,7 @@ def check_fixture(path: str | Path, weights_path: str | Path | None = None
                   f"unsupported fixture kind {kind!r} (supported: "
                   f"{', '.join(KINDS)})")
   meta_params = None
-  if kind.startswith("disco"):
+  if kind in ("disco_meta_net", "disco_learner_step"):
     meta_params = weights_lib.load_disco103(weights_path)
   ours = _strip(KINDS[kind](fx, meta_params))
   return Report(str(path), kind, compare_outputs(ours, fx))

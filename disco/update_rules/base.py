@@ -143,6 +143,26 @@ class UpdateRule(abc.ABC):
     del meta_out, hyper_params
     return jnp.zeros_like(inputs.rewards), {}
 
+  def meta_regularizer(
+      self,
+      train_meta_out: dict[str, Any],
+      valid_agent_out: types.AgentOuts,
+      valid_actions: jax.Array,
+  ) -> tuple[jax.Array, types.Logs]:
+    """Rule-specific regularisers of the outer (meta) loss.
+
+    Args:
+      train_meta_out: ``meta_out`` of every inner step, ``[N, T, B, ...]``.
+      valid_agent_out: the updated agent's outputs on the validation rollout
+        ``[T'+1, B, ...]``.
+      valid_actions: ``[T', B]`` actions of the validation transitions.
+
+    Returns:
+      A scalar added to the outer loss, and logs.
+    """
+    del train_meta_out, valid_agent_out, valid_actions
+    return jnp.zeros([]), {}
+
   def select_action(
       self, rng: jax.Array, agent_out: types.AgentOuts, context: ActingContext
   ) -> tuple[jax.Array, types.ArrayTree]:
@@ -150,3 +170,4 @@ class UpdateRule(abc.ABC):
     are stored in the rollout (``ActorTimestep.extras``)."""
     del context
     return distrax.Softmax(logits=agent_out["logits"]).sample(seed=rng), None
+

@@ -41,6 +41,14 @@ DISCO103_HYPER_PARAMS = dict(
 )
 
 
+# Outer-loss regularisers of the published meta-training setup.
+META_REGULARIZER_COSTS = dict(
+    prediction_entropy=1e-3,  # entropy of y and z on validation data
+    target_mean_square=1e-3,  # squared means of the pi, y, z targets
+    target_policy_kl=1e-2,  # KL from the target network's policy to pi
+)
+
+
 def _kl(target_logits: jax.Array, logits: jax.Array) -> jax.Array:
   return rlax.categorical_kl_divergence(target_logits, logits)
 
@@ -59,6 +67,7 @@ class DiscoUpdateRule(base.UpdateRule):
     num_bins: number of ``q`` bins.
     moving_average_decay: EMA decay for advantage / TD normalisation.
     moving_average_eps: EMA normalisation epsilon.
+    meta_regularizer_costs: overrides of ``META_REGULARIZER_COSTS``.
   """
 
   def __init__(
@@ -69,7 +78,10 @@ class DiscoUpdateRule(base.UpdateRule):
       num_bins: int = 601,
       moving_average_decay: float = 0.99,
       moving_average_eps: float = 1e-6,
+      meta_regularizer_costs: dict[str, float] | None = None,
   ):
+    self.meta_regularizer_costs = dict(
+        META_REGULARIZER_COSTS, **(meta_regularizer_costs or {}))
     self.net_config = net or meta_nets.MetaNetConfig()
     self._value_discount = value_discount
     self._max_abs_value = max_abs_value
@@ -224,3 +236,24 @@ class DiscoUpdateRule(base.UpdateRule):
         td=jnp.mean(meta_out["q_td"]),
         normalized_td=jnp.mean(meta_out["normalized_q_td"]))
     return hyper_params["value_cost"] * q_loss, logs
+
+  # ------------------------------------------------------------ meta-train
+  def meta_regularizer(self, train_meta_out, valid_agent_out, valid_actions):
+    costs = self.meta_regularizer_costs
+    z_a = input_transforms.select_action(valid_agent_out["z"][:-1],
+                                         valid_actions)
+    neg_entropy = (-jnp.mean(_entropy(valid_agent_out["y"]))
+                   - jnp.mean(_entropy(z_a)))
+    # Squared (per inner step) means of each target, averaged over steps.
+    mean_square = sum(
+        jnp.mean(jnp.square(jnp.mean(train_meta_out[k], axis=(1, 2, 3))))
+        for k in ("y", "z", "pi"))
+    target_logits = train_meta_out["target_out"]["logits"][:, :-1]
+    target_kl = jnp.mean(_kl(jax.lax.stop_gradient(target_logits),
+                             train_meta_out["pi"]))
+    reg = (costs["prediction_entropy"] * neg_entropy
+           + costs["target_mean_square"] * mean_square
+           + costs["target_policy_kl"] * target_kl)
+    return reg, dict(prediction_neg_entropy=neg_entropy,
+                     target_mean_square=mean_square,
+                     target_policy_kl=target_kl)

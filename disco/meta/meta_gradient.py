@@ -1,0 +1,153 @@
+"""The meta-gradient of one agent.
+
+Starting from an agent's learner and value-function states, the agent takes
+``N`` learner steps on ``N`` training rollouts with ``is_meta_training=True``
+(the value function is updated alongside on the same rollouts). The updated
+agent is then scored on a validation rollout: a policy-gradient loss with the
+value function's normalised advantages, minus a policy-entropy bonus, plus the
+rule's own regularisers (``UpdateRule.meta_regularizer``). The meta-gradient is
+the derivative of this outer loss with respect to the rule's meta-parameters,
+through all ``N`` inner updates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import distrax
+import jax
+import jax.numpy as jnp
+
+from disco import agent as agent_lib
+from disco import types
+from disco.value_fns import losses
+from disco.value_fns import value_function
+
+
+@dataclasses.dataclass(frozen=True)
+class OuterLossConfig:
+  """Attributes:
+    entropy_cost: weight of the validation policy-entropy bonus.
+    remat_inner_steps: rematerialise each inner step in the backward pass
+      (``jax.checkpoint``): less memory for long inner unrolls, more compute.
+  """
+
+  entropy_cost: float = 1e-2
+  remat_inner_steps: bool = False
+
+
+def inner_updates(
+    agent: agent_lib.Agent,
+    value_fn: value_function.ValueFunction,
+    meta_params: types.MetaParams,
+    learner: types.LearnerState,
+    value_state: value_function.ValueState,
+    train_rollouts: types.ActorRollout,
+    rngs: jax.Array,
+    remat: bool = False,
+) -> tuple[types.LearnerState, value_function.ValueState, types.Logs,
+           dict[str, Any]]:
+  """``N`` learner (and value-function) updates on ``[N, T+1, B]`` rollouts.
+
+  Returns the new states, the learner logs and the rule's ``meta_out`` of
+  every step (leading ``[N]``).
+  """
+
+  def step(carry, inputs):
+    learner, value_state = carry
+    rollout, rng = inputs
+    new_learner, logs, meta_out = agent.learner_step_with_meta_out(
+        rng, rollout, learner, meta_params, is_meta_training=True)
+    # The value function learns about the policy that produced the update.
+    logits = agent.unroll(learner.params, rollout.observations)["logits"]
+    new_value_state, value_logs = value_fn.update(value_state, rollout, logits)
+    return (new_learner, new_value_state), (dict(logs, **value_logs), meta_out)
+
+  if remat:
+    step = jax.checkpoint(step)
+  (learner, value_state), (logs, meta_out) = jax.lax.scan(
+      step, (learner, value_state), (train_rollouts, rngs))
+  return learner, value_state, logs, meta_out
+
+
+def outer_loss(
+    meta_params: types.MetaParams,
+    agent: agent_lib.Agent,
+    value_fn: value_function.ValueFunction,
+    learner: types.LearnerState,
+    value_state: value_function.ValueState,
+    train_rollouts: types.ActorRollout,
+    valid_rollout: types.ActorRollout,
+    rng: jax.Array,
+    config: OuterLossConfig = OuterLossConfig(),
+) -> tuple[jax.Array, tuple[types.LearnerState, value_function.ValueState,
+                            types.Logs, types.Logs]]:
+  """The meta-loss after the inner updates, and what they produced.
+
+  Args:
+    meta_params: the rule's meta-parameters (differentiated).
+    agent: the agent (its rule holds the meta-network).
+    value_fn: the meta-training value function.
+    learner: the agent's learner state before the inner updates.
+    value_state: the value function's state before the inner updates.
+    train_rollouts: ``[N, T+1, B, ...]`` rollouts, one per inner step.
+    valid_rollout: ``[T'+1, B, ...]`` validation rollout.
+    rng: random key.
+    config: outer-loss settings.
+
+  Returns:
+    ``(meta_loss, (learner, value_state, train_logs, meta_logs))``.
+  """
+  train_rng, _ = jax.random.split(rng)
+  num_steps = jax.tree.leaves(train_rollouts)[0].shape[0]
+  learner, value_state, train_logs, meta_out = inner_updates(
+      agent, value_fn, meta_params, learner, value_state, train_rollouts,
+      jax.random.split(train_rng, num_steps), config.remat_inner_steps)
+
+  valid_out = agent.unroll(learner.params, valid_rollout.observations)
+  value_outs, _, _, _ = value_fn.value_outs(value_state, valid_rollout,
+                                            valid_out["logits"])
+  actions = valid_rollout.actions[:-1]
+  logits = valid_out["logits"][:-1]
+  pg_loss = losses.policy_gradient_loss(
+      logits, actions, jax.lax.stop_gradient(value_outs.normalized_adv))
+  entropy = distrax.Softmax(logits).entropy().mean()
+  rule_reg, rule_logs = agent.rule.meta_regularizer(meta_out, valid_out,
+                                                    actions)
+  reg_loss = -config.entropy_cost * entropy + rule_reg
+  meta_loss = pg_loss.mean() + reg_loss
+  meta_logs = dict(
+      meta_loss=meta_loss,
+      pg_loss=pg_loss.mean(),
+      reg_loss=reg_loss,
+      entropy=entropy,
+      adv=value_outs.adv.mean(),
+      normalized_adv=value_outs.normalized_adv.mean(),
+      value=value_outs.value.mean(),
+      val_importance_weight=jnp.mean(jnp.minimum(value_outs.rho, 1.0)),
+      **rule_logs)
+  train_logs = jax.tree.map(jnp.mean, train_logs)
+  return meta_loss, (learner, value_state, train_logs, meta_logs)
+
+
+def meta_gradient(
+    meta_params: types.MetaParams,
+    agent: agent_lib.Agent,
+    value_fn: value_function.ValueFunction,
+    learner: types.LearnerState,
+    value_state: value_function.ValueState,
+    train_rollouts: types.ActorRollout,
+    valid_rollout: types.ActorRollout,
+    rng: jax.Array,
+    config: OuterLossConfig = OuterLossConfig(),
+) -> tuple[types.MetaParams, tuple[types.LearnerState,
+                                   value_function.ValueState, types.Logs,
+                                   types.Logs]]:
+  """``d outer_loss / d meta_params`` and the updated agent states."""
+  loss_fn = functools.partial(outer_loss, agent=agent, value_fn=value_fn,
+                              config=config)
+  return jax.grad(loss_fn, has_aux=True)(
+      meta_params, learner=learner, value_state=value_state,
+      train_rollouts=train_rollouts, valid_rollout=valid_rollout, rng=rng)

@@ -1,0 +1,317 @@
+"""Meta-evaluation: train agents with a fixed rule, fully on device.
+
+One *iteration* = an actor rollout of ``rollout_len`` steps in ``num_envs``
+environments, its trajectories added to the replay, and (once the replay holds
+``min_replay_size`` trajectories) one learner step on a sampled batch. With a
+jittable environment ``run`` executes ``num_iterations`` iterations in one
+compiled ``lax.scan``; several seeds run at once under ``vmap`` in the same
+program, and the host only receives per-iteration metrics. Host environments
+(``is_jittable = False``) are stepped from a Python loop around the same
+jitted acting and learning functions, with the same random numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from disco import agent as agent_lib
+from disco import types
+from disco.environments import base as env_base
+from disco.training import replay as replay_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+  """Attributes:
+    num_envs: environments stepped in parallel per seed.
+    rollout_len: actor steps per iteration (a rollout holds ``rollout_len``
+      timesteps, i.e. ``rollout_len - 1`` transitions for the learner).
+    batch_size: trajectories per learner step (sampled from the replay).
+    replay_capacity: trajectories the replay keeps (FIFO); 0 disables replay
+      and the learner uses each fresh rollout (``batch_size`` must then equal
+      ``num_envs``).
+    min_replay_size: trajectories needed before learning starts.
+  """
+
+  num_envs: int = 2
+  rollout_len: int = 29
+  batch_size: int = 64
+  replay_capacity: int = 1024
+  min_replay_size: int = 64
+
+  def __post_init__(self):
+    for name in ("num_envs", "rollout_len", "batch_size"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+    if self.rollout_len < 2:
+      raise ValueError("rollout_len must be >= 2 (one transition at least).")
+    if self.replay_capacity == 0 and self.batch_size != self.num_envs:
+      raise ValueError(
+          f"Without replay (replay_capacity=0) the learner trains on each "
+          f"rollout, so batch_size ({self.batch_size}) must equal num_envs "
+          f"({self.num_envs}).")
+    if self.replay_capacity and self.min_replay_size > self.replay_capacity:
+      raise ValueError(
+          f"min_replay_size ({self.min_replay_size}) exceeds replay_capacity "
+          f"({self.replay_capacity}).")
+
+  @property
+  def env_steps_per_iteration(self) -> int:
+    return self.num_envs * self.rollout_len
+
+
+@chex.dataclass(frozen=True)
+class ActorCarry:
+  """Environment side of the loop: env state, last timestep, episode stats."""
+
+  env_state: Any
+  timestep: types.EnvTimestep
+  episode_return: jax.Array  # [B] return so far of the running episodes
+  episode_length: jax.Array  # [B]
+
+
+@chex.dataclass(frozen=True)
+class TrainState:
+  learner: types.LearnerState
+  actor: ActorCarry
+  replay: replay_lib.ReplayState | None
+  rng: jax.Array
+  env_steps: jax.Array
+  learner_steps: jax.Array
+
+
+def _episode_stats(carry: ActorCarry, rollout: types.ActorRollout
+                   ) -> tuple[ActorCarry, dict[str, jax.Array]]:
+  """Episode returns/lengths completed within a ``[T, B]`` rollout.
+
+  ``rollout.rewards[t]`` is the reward of arriving at step ``t`` and
+  ``rollout.discounts[t]`` is False where step ``t`` is an episode's last.
+  """
+
+  def step(acc, x):
+    ret, length = acc
+    reward, not_last = x
+    ret, length = ret + reward, length + 1
+    done = jnp.logical_not(not_last)
+    return (jnp.where(done, 0.0, ret), jnp.where(done, 0, length)), (
+        jnp.where(done, ret, 0.0), jnp.where(done, length, 0), done)
+
+  (ret, length), (returns, lengths, done) = jax.lax.scan(
+      step, (carry.episode_return, carry.episode_length),
+      (rollout.rewards, rollout.discounts))
+  episodes = done.sum()
+  denom = jnp.maximum(episodes, 1)
+  stats = dict(
+      episodes=episodes,
+      return_sum=returns.sum(),
+      mean_return=jnp.where(episodes > 0, returns.sum() / denom, jnp.nan),
+      mean_episode_length=jnp.where(episodes > 0, lengths.sum() / denom,
+                                    jnp.nan),
+      reward_mean=rollout.rewards.mean())
+  return carry.replace(episode_return=ret, episode_length=length), stats
+
+
+class EvalLoop:
+  """Trains one agent per seed with a fixed rule (meta-evaluation).
+
+  Args:
+    agent: the agent (rule, network, optimiser).
+    env: a batched environment with ``batch_size == config.num_envs``.
+    config: loop settings.
+  """
+
+  def __init__(self, agent: agent_lib.Agent, env: env_base.Environment,
+               config: LoopConfig):
+    if env.batch_size != config.num_envs:
+      raise ValueError(
+          f"The environment has batch_size {env.batch_size} but the loop "
+          f"needs num_envs={config.num_envs}.")
+    if env.num_actions != agent.num_actions:
+      raise ValueError(
+          f"The environment has {env.num_actions} actions, the agent "
+          f"{agent.num_actions}.")
+    if agent.rule.needs_env_copies and not env.is_jittable:
+      raise ValueError(
+          f"Rule {type(agent.rule).__name__} searches over copies of the "
+          "environment state and needs a jittable environment; use e.g. "
+          "'catch' instead of a host (dm_env) environment.")
+    self.agent = agent
+    self.env = env
+    self.config = config
+    self._search_env = env if agent.rule.needs_env_copies else None
+    self._actor_step = jax.jit(self._actor_step_impl)
+    self._learn = jax.jit(self._learn_impl)
+    self._run = jax.jit(self._run_impl, static_argnums=2)
+
+  # ------------------------------------------------------------------ setup
+  def init(self, rng: jax.Array) -> TrainState:
+    """Initial state for one seed."""
+    env_rng, learner_rng, loop_rng = jax.random.split(rng, 3)
+    env_state, timestep = self.env.reset(env_rng)
+    timestep = jax.tree.map(jnp.asarray, timestep)
+    learner = self.agent.initial_learner_state(
+        learner_rng, jax.tree.map(lambda x: x[0], timestep.observation))
+    batch = self.config.num_envs
+    actor = ActorCarry(env_state=env_state, timestep=timestep,
+                       episode_return=jnp.zeros([batch]),
+                       episode_length=jnp.zeros([batch], jnp.int32))
+    replay = None
+    if self.config.replay_capacity:
+      example = jax.eval_shape(
+          lambda: self._unroll(learner.params, learner.rule_state, actor,
+                               loop_rng)[1])
+      replay = replay_lib.init(example, self.config.replay_capacity)
+    return TrainState(learner=learner, actor=actor, replay=replay,
+                      rng=loop_rng, env_steps=jnp.zeros([], jnp.int32),
+                      learner_steps=jnp.zeros([], jnp.int32))
+
+  def init_seeds(self, seeds: list[int] | np.ndarray) -> TrainState:
+    """Initial states stacked over seeds (leading axis ``[S]``)."""
+    states = [self.init(jax.random.PRNGKey(int(s))) for s in seeds]
+    return jax.tree.map(lambda *x: jnp.stack(x), *states)
+
+  # ----------------------------------------------------------------- acting
+  def _actor_step_impl(self, params, rule_state, timestep, env_state, rng):
+    return self.agent.actor_step(params, rng, timestep, rule_state,
+                                 env=self._search_env, env_state=env_state)
+
+  def _unroll(self, params, rule_state, actor: ActorCarry, rng):
+    """Scanned actor rollout in a jittable environment: ``[T+1, B, ...]``."""
+
+    def step(carry, step_rng):
+      env_state, timestep = carry
+      actor_ts = self._actor_step_impl(params, rule_state, timestep,
+                                       env_state, step_rng)
+      env_state, timestep = self.env.step(env_state, actor_ts.actions)
+      return (env_state, timestep), actor_ts
+
+    rngs = jax.random.split(rng, self.config.rollout_len)
+    (env_state, timestep), rollout = jax.lax.scan(
+        step, (actor.env_state, actor.timestep), rngs)
+    return actor.replace(env_state=env_state, timestep=timestep), rollout
+
+  def _host_unroll(self, state: TrainState, rng):
+    """The same rollout with a host environment stepped from Python."""
+    actor = state.actor
+    env_state, timestep = actor.env_state, actor.timestep
+    steps = []
+    for step_rng in jax.random.split(rng, self.config.rollout_len):
+      actor_ts = self._actor_step(state.learner.params,
+                                  state.learner.rule_state, timestep,
+                                  env_state, step_rng)
+      env_state, timestep = self.env.step(env_state,
+                                          np.asarray(actor_ts.actions))
+      timestep = jax.tree.map(jnp.asarray, timestep)
+      steps.append(actor_ts)
+    rollout = jax.tree.map(lambda *x: jnp.stack(x), *steps)
+    return actor.replace(env_state=env_state, timestep=timestep), rollout
+
+  # --------------------------------------------------------------- learning
+  def _learn_impl(self, state: TrainState, actor: ActorCarry, rollout,
+                  meta_params, rngs):
+    """Episode statistics, replay insert, and (maybe) one learner step."""
+    learner_rng, sample_rng = rngs
+    actor, stats = _episode_stats(actor, rollout)
+    cfg = self.config
+    if state.replay is None:
+      replay, batch, ready = None, rollout, jnp.array(True)
+    else:
+      replay = replay_lib.add(state.replay, rollout)
+      batch = replay_lib.sample(replay, sample_rng, cfg.batch_size)
+      ready = replay.size >= cfg.min_replay_size
+
+    def learn(learner):
+      return self.agent.learner_step(learner_rng, batch, learner,
+                                     meta_params, False)
+
+    def skip(learner):
+      logs = jax.eval_shape(learn, learner)[1]
+      return learner, jax.tree.map(
+          lambda s: jnp.full(s.shape, jnp.nan, s.dtype), logs)
+
+    learner, logs = jax.lax.cond(ready, learn, skip, state.learner)
+    env_steps = state.env_steps + cfg.env_steps_per_iteration
+    learner_steps = state.learner_steps + ready.astype(jnp.int32)
+    metrics = dict(stats, env_steps=env_steps, learner_steps=learner_steps,
+                   **{f"learner/{k}": v for k, v in logs.items()})
+    new_state = state.replace(learner=learner, actor=actor, replay=replay,
+                              env_steps=env_steps,
+                              learner_steps=learner_steps)
+    return new_state, metrics
+
+  def _split(self, rng):
+    rng, actor_rng, learner_rng, sample_rng = jax.random.split(rng, 4)
+    return rng, actor_rng, (learner_rng, sample_rng)
+
+  def _iteration(self, state: TrainState, meta_params):
+    rng, actor_rng, learn_rngs = self._split(state.rng)
+    actor, rollout = self._unroll(state.learner.params,
+                                  state.learner.rule_state, state.actor,
+                                  actor_rng)
+    return self._learn_impl(state.replace(rng=rng), actor, rollout,
+                            meta_params, learn_rngs)
+
+  def _run_impl(self, states: TrainState, meta_params, num_iterations: int):
+    def one_seed(state):
+      return jax.lax.scan(lambda s, _: self._iteration(s, meta_params),
+                          state, None, length=num_iterations)
+    return jax.vmap(one_seed)(states)
+
+  # ---------------------------------------------------------------- running
+  def run(self, states: TrainState, meta_params, num_iterations: int
+          ) -> tuple[TrainState, dict[str, np.ndarray]]:
+    """Runs ``num_iterations`` iterations for every seed in ``states``.
+
+    Args:
+      states: stacked per-seed states (``init_seeds``).
+      meta_params: the rule's meta-parameters, shared by all seeds.
+      num_iterations: iterations to run (a static argument: reuse the same
+        value across calls to avoid recompiling).
+
+    Returns:
+      New states and metrics ``{name: [S, num_iterations]}`` on the host.
+    """
+    if self.env.is_jittable:
+      states, metrics = self._run(states, meta_params, num_iterations)
+      return states, jax.device_get(metrics)
+    return self._run_host(states, meta_params, num_iterations)
+
+  def _run_host(self, states, meta_params, num_iterations):
+    num_seeds = jax.tree.leaves(states.rng)[0].shape[0]
+    if num_seeds != 1:
+      raise ValueError(
+          "A host (non-jittable) environment keeps its own state, so it can "
+          "train one seed at a time; pass states for a single seed.")
+    state = jax.tree.map(lambda x: x[0], states)
+    history = []
+    for _ in range(num_iterations):
+      rng, actor_rng, learn_rngs = self._split(state.rng)
+      state = state.replace(rng=rng)
+      actor, rollout = self._host_unroll(state, actor_rng)
+      state, metrics = self._learn(state, actor, rollout, meta_params,
+                                   learn_rngs)
+      history.append(jax.device_get(metrics))
+    metrics = {k: np.stack([h[k] for h in history])[None] for k in history[0]}
+    return jax.tree.map(lambda x: jnp.asarray(x)[None], state), metrics
+
+
+def mean_return_of_last_episodes(metrics: dict[str, np.ndarray],
+                                 num_episodes: int) -> np.ndarray:
+  """Per seed: mean return over (about) the last ``num_episodes`` episodes,
+  from whole iterations counted backwards. Returns ``[S]``."""
+  episodes = np.asarray(metrics["episodes"])
+  return_sum = np.asarray(metrics["return_sum"])
+  out = []
+  for ep, rs in zip(episodes, return_sum):
+    cum = np.cumsum(ep[::-1])
+    k = int(np.searchsorted(cum, num_episodes)) + 1
+    n = ep[::-1][:k].sum()
+    out.append(rs[::-1][:k].sum() / n if n else np.nan)
+  return np.asarray(out)
