@@ -24,6 +24,7 @@ import numpy as np
 from disco import agent as agent_lib
 from disco import types
 from disco.environments import base as env_base
+from disco.training import acting
 from disco.training import replay as replay_lib
 
 
@@ -68,54 +69,13 @@ class LoopConfig:
 
 
 @chex.dataclass(frozen=True)
-class ActorCarry:
-  """Environment side of the loop: env state, last timestep, episode stats."""
-
-  env_state: Any
-  timestep: types.EnvTimestep
-  episode_return: jax.Array  # [B] return so far of the running episodes
-  episode_length: jax.Array  # [B]
-
-
-@chex.dataclass(frozen=True)
 class TrainState:
   learner: types.LearnerState
-  actor: ActorCarry
+  actor: acting.ActorCarry
   replay: replay_lib.ReplayState | None
   rng: jax.Array
   env_steps: jax.Array
   learner_steps: jax.Array
-
-
-def _episode_stats(carry: ActorCarry, rollout: types.ActorRollout
-                   ) -> tuple[ActorCarry, dict[str, jax.Array]]:
-  """Episode returns/lengths completed within a ``[T, B]`` rollout.
-
-  ``rollout.rewards[t]`` is the reward of arriving at step ``t`` and
-  ``rollout.discounts[t]`` is False where step ``t`` is an episode's last.
-  """
-
-  def step(acc, x):
-    ret, length = acc
-    reward, not_last = x
-    ret, length = ret + reward, length + 1
-    done = jnp.logical_not(not_last)
-    return (jnp.where(done, 0.0, ret), jnp.where(done, 0, length)), (
-        jnp.where(done, ret, 0.0), jnp.where(done, length, 0), done)
-
-  (ret, length), (returns, lengths, done) = jax.lax.scan(
-      step, (carry.episode_return, carry.episode_length),
-      (rollout.rewards, rollout.discounts))
-  episodes = done.sum()
-  denom = jnp.maximum(episodes, 1)
-  stats = dict(
-      episodes=episodes,
-      return_sum=returns.sum(),
-      mean_return=jnp.where(episodes > 0, returns.sum() / denom, jnp.nan),
-      mean_episode_length=jnp.where(episodes > 0, lengths.sum() / denom,
-                                    jnp.nan),
-      reward_mean=rollout.rewards.mean())
-  return carry.replace(episode_return=ret, episode_length=length), stats
 
 
 class EvalLoop:
@@ -154,14 +114,9 @@ class EvalLoop:
   def init(self, rng: jax.Array) -> TrainState:
     """Initial state for one seed."""
     env_rng, learner_rng, loop_rng = jax.random.split(rng, 3)
-    env_state, timestep = self.env.reset(env_rng)
-    timestep = jax.tree.map(jnp.asarray, timestep)
+    actor = acting.init_actor(self.env, env_rng)
     learner = self.agent.initial_learner_state(
-        learner_rng, jax.tree.map(lambda x: x[0], timestep.observation))
-    batch = self.config.num_envs
-    actor = ActorCarry(env_state=env_state, timestep=timestep,
-                       episode_return=jnp.zeros([batch]),
-                       episode_length=jnp.zeros([batch], jnp.int32))
+        learner_rng, jax.tree.map(lambda x: x[0], actor.timestep.observation))
     replay = None
     if self.config.replay_capacity:
       example = jax.eval_shape(
@@ -182,20 +137,10 @@ class EvalLoop:
     return self.agent.actor_step(params, rng, timestep, rule_state,
                                  env=self._search_env, env_state=env_state)
 
-  def _unroll(self, params, rule_state, actor: ActorCarry, rng):
+  def _unroll(self, params, rule_state, actor: acting.ActorCarry, rng):
     """Scanned actor rollout in a jittable environment: ``[T+1, B, ...]``."""
-
-    def step(carry, step_rng):
-      env_state, timestep = carry
-      actor_ts = self._actor_step_impl(params, rule_state, timestep,
-                                       env_state, step_rng)
-      env_state, timestep = self.env.step(env_state, actor_ts.actions)
-      return (env_state, timestep), actor_ts
-
-    rngs = jax.random.split(rng, self.config.rollout_len)
-    (env_state, timestep), rollout = jax.lax.scan(
-        step, (actor.env_state, actor.timestep), rngs)
-    return actor.replace(env_state=env_state, timestep=timestep), rollout
+    return acting.unroll_actor(self.agent, self.env, params, rule_state,
+                               actor, rng, self.config.rollout_len)
 
   def _host_unroll(self, state: TrainState, rng):
     """The same rollout with a host environment stepped from Python."""
@@ -214,11 +159,11 @@ class EvalLoop:
     return actor.replace(env_state=env_state, timestep=timestep), rollout
 
   # --------------------------------------------------------------- learning
-  def _learn_impl(self, state: TrainState, actor: ActorCarry, rollout,
+  def _learn_impl(self, state: TrainState, actor: acting.ActorCarry, rollout,
                   meta_params, rngs):
     """Episode statistics, replay insert, and (maybe) one learner step."""
     learner_rng, sample_rng = rngs
-    actor, stats = _episode_stats(actor, rollout)
+    actor, stats = acting.episode_stats(actor, rollout)
     cfg = self.config
     if state.replay is None:
       replay, batch, ready = None, rollout, jnp.array(True)

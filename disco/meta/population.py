@@ -1,0 +1,269 @@
+"""Meta-training a rule on a population of agents.
+
+One *meta-step* is one compiled program. For every agent it generates
+``inner_steps`` training rollouts and one validation rollout (twice as long)
+on device, computes the agent's meta-gradient (``meta_gradient``), and keeps
+the agent's updated learner, value-function and environment states. The
+meta-gradients are averaged over the agents (``vmap`` within a device) and
+over devices (``jax.shard_map`` over a 1-D device mesh, ``lax.pmean``), and the
+meta-optimiser updates the meta-parameters, which stay replicated.
+
+A population may mix environment settings: agents are grouped by setting, each
+group with its own environment, agent network and value function, and the
+meta-gradient is the mean over all agents. Every device holds the same number
+of agents of every group.
+
+Agents are reset to new lifetimes (fresh parameters and statistics) after
+``lifetime_meta_steps`` meta-steps, staggered across the population so that
+it always holds agents of different ages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from disco import agent as agent_lib
+from disco import types
+from disco.environments import base as env_base
+from disco.meta import meta_gradient as meta_gradient_lib
+from disco.training import acting
+from disco.value_fns import value_function
+
+AXIS = "devices"
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentGroup:
+  """Agents sharing an environment setting.
+
+  Attributes:
+    name: a label for logs (e.g. ``catch-5x5``).
+    env: the batched (jittable) environment of ONE agent.
+    agent: the agent (rule, network, optimiser) of this group.
+    value_fn: the group's meta-training value function.
+    num_agents: agents in this group (over all devices).
+  """
+
+  name: str
+  env: env_base.Environment
+  agent: agent_lib.Agent
+  value_fn: value_function.ValueFunction
+  num_agents: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PopulationConfig:
+  """Attributes:
+    rollout_len: actor steps per training rollout (the validation rollout is
+      twice as long).
+    inner_steps: learner steps per agent and meta-step.
+    lifetime_meta_steps: meta-steps after which an agent starts a new
+      lifetime (0: never).
+    outer: outer-loss settings.
+  """
+
+  rollout_len: int = 16
+  inner_steps: int = 2
+  lifetime_meta_steps: int = 0
+  outer: meta_gradient_lib.OuterLossConfig = (
+      meta_gradient_lib.OuterLossConfig())
+
+
+@chex.dataclass(frozen=True)
+class AgentState:
+  learner: types.LearnerState
+  value: value_function.ValueState
+  actor: acting.ActorCarry
+  age: jax.Array  # meta-steps into the current lifetime
+  rng: jax.Array
+
+
+@chex.dataclass(frozen=True)
+class MetaTrainState:
+  """Everything a meta-training run needs to continue bit for bit.
+
+  ``agents`` holds one stacked ``AgentState`` per group (leading axis: the
+  group's agents over all devices).
+  """
+
+  meta_params: types.MetaParams
+  meta_opt_state: types.ArrayTree
+  agents: tuple[AgentState, ...]
+  step: jax.Array
+
+
+class Population:
+  """Builds and runs the meta-training program.
+
+  Args:
+    groups: agent groups; ``num_agents`` of each must be divisible by the
+      number of devices.
+    config: population settings.
+    meta_optimizer: optax transformation of the meta-parameters.
+    devices: devices to shard agents across (default: ``jax.devices()``).
+  """
+
+  def __init__(self, groups: Sequence[AgentGroup], config: PopulationConfig,
+               meta_optimizer: optax.GradientTransformation,
+               devices: Sequence[jax.Device] | None = None):
+    self.groups = tuple(groups)
+    self.config = config
+    self.meta_optimizer = meta_optimizer
+    self.devices = tuple(devices or jax.devices())
+    if not self.groups:
+      raise ValueError("A population needs at least one agent group.")
+    for g in self.groups:
+      if g.num_agents < 1 or g.num_agents % len(self.devices):
+        raise ValueError(
+            f"Group {g.name!r} has {g.num_agents} agents, which does not split "
+            f"evenly over {len(self.devices)} devices; use a multiple of "
+            f"{len(self.devices)}.")
+      if not g.env.is_jittable:
+        raise ValueError(
+            f"Group {g.name!r}: meta-training generates rollouts on device and "
+            "needs a jittable environment.")
+      if g.agent.axis_name is not None or g.value_fn.axis_name is not None:
+        raise ValueError("Population agents must be built with axis_name=None.")
+    self.num_agents = sum(g.num_agents for g in self.groups)
+    self.mesh = Mesh(np.asarray(self.devices), (AXIS,))
+    self._step = self._build_step()
+
+  # ------------------------------------------------------------------ init
+  def _init_agent(self, group: AgentGroup, rng: jax.Array) -> AgentState:
+    env_rng, learner_rng, value_rng, rng = jax.random.split(rng, 4)
+    actor = acting.init_actor(group.env, env_rng)
+    obs = jax.tree.map(lambda x: x[0], actor.timestep.observation)
+    return AgentState(
+        learner=group.agent.initial_learner_state(learner_rng, obs),
+        value=group.value_fn.initial_state(value_rng, obs),
+        actor=actor, age=jnp.zeros([], jnp.int32), rng=rng)
+
+  def init(self, rng: jax.Array, meta_params: types.MetaParams
+           ) -> MetaTrainState:
+    """Initial state; agent ages are staggered over the lifetime."""
+    agents = []
+    for g, group_rng in zip(self.groups,
+                            jax.random.split(rng, len(self.groups))):
+      rngs = jax.random.split(group_rng, g.num_agents)
+      stacked = jax.vmap(functools.partial(self._init_agent, g))(rngs)
+      if self.config.lifetime_meta_steps:
+        ages = (np.arange(g.num_agents) * self.config.lifetime_meta_steps
+                // g.num_agents)
+        stacked = stacked.replace(age=jnp.asarray(ages, jnp.int32))
+      agents.append(stacked)
+    state = MetaTrainState(
+        meta_params=meta_params,
+        meta_opt_state=self.meta_optimizer.init(meta_params),
+        agents=tuple(agents), step=jnp.zeros([], jnp.int32))
+    return self.place(state)
+
+  def place(self, state: MetaTrainState) -> MetaTrainState:
+    """Shards agents over the devices and replicates the rest."""
+    replicated = NamedSharding(self.mesh, P())
+    sharded = NamedSharding(self.mesh, P(AXIS))
+    return state.replace(
+        meta_params=jax.device_put(state.meta_params, replicated),
+        meta_opt_state=jax.device_put(state.meta_opt_state, replicated),
+        step=jax.device_put(state.step, replicated),
+        agents=jax.device_put(state.agents, sharded))
+
+  # ------------------------------------------------------------ one agent
+  def _agent_meta_step(self, group: AgentGroup, meta_params,
+                       state: AgentState):
+    cfg = self.config
+    rng, act_rng, grad_rng, reset_rng = jax.random.split(state.rng, 4)
+    learner = state.learner
+
+    def rollout(actor, key, length):
+      return acting.unroll_actor(group.agent, group.env, learner.params,
+                                 learner.rule_state, actor, key, length)
+
+    def train_rollout(actor, key):
+      actor, r = rollout(actor, key, cfg.rollout_len)
+      actor, stats = acting.episode_stats(actor, r)
+      return actor, (r, stats)
+
+    actor, (train, stats) = jax.lax.scan(
+        train_rollout, state.actor, jax.random.split(act_rng, cfg.inner_steps))
+    actor, valid = rollout(actor, act_rng, 2 * cfg.rollout_len)
+    actor, _ = acting.episode_stats(actor, valid)
+
+    grads, (learner, value, train_logs, meta_logs) = (
+        meta_gradient_lib.meta_gradient(
+            meta_params, group.agent, group.value_fn, learner, state.value,
+            train, valid, grad_rng, cfg.outer))
+
+    rewards = train.rewards
+    logs = dict(
+        meta_logs,
+        **{f"inner/{k}": v for k, v in train_logs.items()},
+        rewards=rewards.mean(),
+        pos_rewards=(rewards > 0).sum(axis=(1, 2)).mean(),
+        neg_rewards=(rewards < 0).sum(axis=(1, 2)).mean(),
+        episodes=stats["episodes"].sum(),
+        return_sum=stats["return_sum"].sum())
+    new_state = state.replace(learner=learner, value=value, actor=actor,
+                              age=state.age + 1, rng=rng)
+    if cfg.lifetime_meta_steps:
+      fresh = self._init_agent(group, reset_rng)
+      expired = new_state.age >= cfg.lifetime_meta_steps
+      new_state = jax.tree.map(
+          lambda f, s: jnp.where(expired, f, s),
+          fresh.replace(actor=new_state.actor), new_state)
+    return grads, new_state, logs
+
+  # ------------------------------------------------------------- the step
+  def _build_step(self):
+    def per_device(meta_params, meta_opt_state, step, agents):
+      grad_sums, new_agents, group_logs = None, [], {}
+      for group, group_state in zip(self.groups, agents):
+        grads, new_state, logs = jax.vmap(
+            functools.partial(self._agent_meta_step, group, meta_params))(
+                group_state)
+        grad_sum = jax.tree.map(lambda g: g.sum(0), grads)
+        grad_sums = grad_sum if grad_sums is None else jax.tree.map(
+            jnp.add, grad_sums, grad_sum)
+        new_agents.append(new_state)
+        group_logs[group.name] = jax.tree.map(
+            lambda x: jax.lax.pmean(x.mean(0), AXIS), logs)
+      per_device_agents = self.num_agents // len(self.devices)
+      meta_grads = jax.lax.pmean(
+          jax.tree.map(lambda g: g / per_device_agents, grad_sums), AXIS)
+      updates, meta_opt_state = self.meta_optimizer.update(
+          meta_grads, meta_opt_state, meta_params)
+      meta_params = optax.apply_updates(meta_params, updates)
+      logs = dict(meta_grad_norm=optax.global_norm(meta_grads),
+                  meta_update_norm=optax.global_norm(updates))
+      for name, glogs in group_logs.items():
+        logs.update({f"{name}/{k}": v for k, v in glogs.items()})
+        for k in ("meta_loss", "rewards", "pos_rewards", "neg_rewards"):
+          logs[k] = logs.get(k, 0.0) + glogs[k] * (
+              self._group_weight(name))
+      return meta_params, meta_opt_state, step + 1, tuple(new_agents), logs
+
+    sharded = jax.shard_map(
+        per_device, mesh=self.mesh,
+        in_specs=(P(), P(), P(), P(AXIS)),
+        out_specs=(P(), P(), P(), P(AXIS), P()),
+        check_vma=False)
+    return jax.jit(sharded)
+
+  def _group_weight(self, name: str) -> float:
+    group = next(g for g in self.groups if g.name == name)
+    return group.num_agents / self.num_agents
+
+  def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
+    """One meta-step for the whole population (one compiled program)."""
+    meta_params, opt_state, step, agents, logs = self._step(
+        state.meta_params, state.meta_opt_state, state.step, state.agents)
+    return MetaTrainState(meta_params=meta_params, meta_opt_state=opt_state,
+                          agents=agents, step=step), logs
