@@ -435,13 +435,13 @@ def test_value_outs_vtrace_path(drop_last):
 
   ref_adv_state = ema.ema_update(ema.ema_init(), ref.adv, 0.99)
   ref_td_state = ema.ema_update(ema.ema_init(), ref.td, 0.99)
-  chex_equal = np.testing.assert_array_equal
-  chex_equal(adv_state.moment1, ref_adv_state.moment1)
-  chex_equal(td_state.moment2, ref_td_state.moment2)
-  chex_equal(outs.normalized_adv, ema.ema_normalize(ref.adv, ref_adv_state))
-  chex_equal(outs.normalized_td,
-             ema.ema_normalize(ref.td, ref_td_state, subtract_mean=False))
-  chex_equal(outs.normalized_q_td, np.zeros((T, B)))
+  assert_equal = np.testing.assert_array_equal
+  assert_equal(adv_state.moment1, ref_adv_state.moment1)
+  assert_equal(td_state.moment2, ref_td_state.moment2)
+  assert_equal(outs.normalized_adv, ema.ema_normalize(ref.adv, ref_adv_state))
+  assert_equal(outs.normalized_td,
+               ema.ema_normalize(ref.td, ref_td_state, subtract_mean=False))
+  assert_equal(outs.normalized_q_td, np.zeros((T, B)))
 
 
 def test_value_outs_without_ema_states():
@@ -486,6 +486,8 @@ def test_value_outs_retrace_path_q_only_with_target_network():
                                atol=1e-6, err_msg=field)
   ref_adv_state = ema.ema_update(ema.ema_init(), ref.adv, 0.99)
   ref_td_state = ema.ema_update(ema.ema_init(), ref.q_td, 0.99)
+  np.testing.assert_allclose(adv_state.moment1, ref_adv_state.moment1,
+                             rtol=1e-5)
   np.testing.assert_allclose(td_state.moment1, ref_td_state.moment1,
                              rtol=1e-5)
   np.testing.assert_allclose(
@@ -497,7 +499,6 @@ def test_value_outs_retrace_path_q_only_with_target_network():
       rtol=1e-4, atol=1e-5)
   np.testing.assert_array_equal(outs.normalized_td, 0.0)
   assert outs.qv_adv.shape == (T + 1, B, A)
-  del adv_state
 
 
 def test_value_outs_value_and_q_uses_value_head():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -14,19 +13,6 @@ import pytest
 
 from disco import weights
 from disco.weights import WeightsError
-
-SHARED_DIR = Path(__file__).resolve().parents[1].parent / 'shared'
-
-
-def _shared_dir_or_skip(shared: Path = SHARED_DIR) -> Path:
-  """The shared folder holding weights/disco_103.npz; skip (fail on CI)."""
-  if (shared / 'weights' / weights.DISCO103_FILENAME).is_file():
-    return shared
-  msg = f'shared weights folder {shared}/weights/disco_103.npz is absent'
-  if os.environ.get('CI', '').lower() == 'true':
-    pytest.fail(f'{msg}; CI=true, so the shared folder is required')
-  pytest.skip(msg)
-
 
 def _params():
   return {
@@ -319,18 +305,27 @@ def test_wrong_digest_in_cache_is_not_used_silently(hermetic, monkeypatch):
 # ------------------------------------------------ shared-folder helper ----
 
 
-def test_shared_dir_helper_skips_or_fails(tmp_path, monkeypatch):
+def test_shared_path_check_skips_or_fails(tmp_path, monkeypatch,
+                                         require_shared_path):
+  missing = tmp_path / 'shared' / 'weights' / weights.DISCO103_FILENAME
   monkeypatch.delenv('CI', raising=False)
+  with pytest.raises(pytest.skip.Exception, match='Disco103 weights'):
+    require_shared_path(missing, 'Disco103 weights file')
+  monkeypatch.setenv('CI', 'false')
   with pytest.raises(pytest.skip.Exception):
-    _shared_dir_or_skip(tmp_path)
+    require_shared_path(missing, 'Disco103 weights file')
   monkeypatch.setenv('CI', 'true')
   with pytest.raises(pytest.fail.Exception, match='CI=true'):
-    _shared_dir_or_skip(tmp_path)
+    require_shared_path(missing, 'Disco103 weights file')
+  missing.parent.mkdir(parents=True)
+  missing.write_bytes(b'x')
+  assert require_shared_path(missing, 'Disco103 weights file') == missing
 
 
-def test_real_disco103_from_shared_folder(tmp_path, monkeypatch):
-  shared = _shared_dir_or_skip()
-  path = shared / 'weights' / weights.DISCO103_FILENAME
+def test_real_disco103_from_shared_folder(tmp_path, monkeypatch,
+                                          disco103_path):
+  path = disco103_path
+  shared = path.parent.parent
   sums = (shared / 'weights' / 'SHA256SUMS').read_text().split()
   assert sums[0] == weights.DISCO103_SHA256
 
@@ -356,9 +351,9 @@ def test_real_disco103_from_shared_folder(tmp_path, monkeypatch):
   weights.load_meta_params(out, expected=params)
 
 
-def test_real_disco103_download_with_fake_urlopen(hermetic, monkeypatch):
-  shared = _shared_dir_or_skip()
-  data = (shared / 'weights' / weights.DISCO103_FILENAME).read_bytes()
+def test_real_disco103_download_with_fake_urlopen(hermetic, monkeypatch,
+                                                  disco103_path):
+  data = disco103_path.read_bytes()
   _serve(monkeypatch, data)
   params = weights.load_disco103()
   assert len(weights.flatten_params(params)) == 42

@@ -1,0 +1,72 @@
+"""Shared test set-up: a persistent JAX compilation cache and the shared folder.
+
+Compilation dominates the run time of these tests on CPU, so compiled
+programs are cached on disk in ``<repo>/.jax_cache`` (git-ignored) and reused
+across runs. Set ``JAX_COMPILATION_CACHE_DIR`` to use another folder.
+
+The golden fixtures and the Disco103 weights live in a ``shared`` folder beside
+the checkout (``<repo>/../shared``). Tests that need them skip with a clear
+reason when it is absent, except on CI (``CI=true``), where they fail instead,
+so a CI run can never pass by silently skipping its parity checks.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+import jax
+import pytest
+
+REPO_DIR = Path(__file__).resolve().parents[1]
+SHARED_DIR = REPO_DIR.parent / "shared"
+DISCO103_FILENAME = "disco_103.npz"
+
+# ------------------------------------------------ compilation cache ----
+if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+  jax.config.update("jax_compilation_cache_dir", str(REPO_DIR / ".jax_cache"))
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+# --------------------------------------------------- shared folder ----
+def on_ci() -> bool:
+  return os.environ.get("CI", "").strip().lower() == "true"
+
+
+def require_path(path: Path, what: str) -> Path:
+  """Returns ``path`` if it exists; otherwise skips the test (fails on CI)."""
+  path = Path(path)
+  if path.exists():
+    return path
+  msg = (f"{what} is absent: {path} does not exist (the shared folder beside "
+         f"the checkout holds the weights and golden fixtures)")
+  if on_ci():
+    pytest.fail(f"{msg}; CI=true, so the shared folder is required")
+  pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def require_shared_path() -> Callable[[Path, str], Path]:
+  """``require(path, what)``: the skip-or-fail check the fixtures below use."""
+  return require_path
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+  """``<repo>/../shared``."""
+  return require_path(SHARED_DIR, "shared folder")
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir(shared_dir) -> Path:
+  """``shared/fixtures``: golden outputs of the published implementation."""
+  return require_path(shared_dir / "fixtures", "golden fixtures folder")
+
+
+@pytest.fixture(scope="session")
+def disco103_path(shared_dir) -> Path:
+  """``shared/weights/disco_103.npz``: the published Disco103 weights."""
+  return require_path(shared_dir / "weights" / DISCO103_FILENAME,
+                      "Disco103 weights file")

@@ -1,0 +1,240 @@
+"""The Disco rule: backward per-trajectory LSTM with episode resets,
+meta-gradients only when meta-training, target-network averaging, and the
+agent outputs it declares."""
+
+from __future__ import annotations
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from disco import configs
+from disco import types
+from disco.networks import meta_nets
+from disco.update_rules import disco as disco_rule
+
+T, B, A = 3, 2, 4
+P, BINS = 600, 601
+
+
+# ------------------------------------------------- per-trajectory LSTM ----
+def _random_meta_params(rule, seed):
+  """Random values in the structure of ``rule.init_params`` (cheaper than
+  compiling the initialiser, and with non-zero biases)."""
+  rng = np.random.default_rng(seed)
+  shapes = jax.eval_shape(rule.init_params, jax.random.PRNGKey(0))
+
+  def leaf(s):
+    scale = 1.0 / np.sqrt(np.prod(s.shape[:-1])) if len(s.shape) > 1 else 0.1
+    return jnp.asarray(rng.normal(scale=scale, size=s.shape), s.dtype)
+
+  return jax.tree.map(leaf, shapes)
+
+
+@pytest.fixture(scope="module")
+def meta_net():
+  """Random Disco103-shaped meta-parameters, a non-zero meta-RNN state and a
+  jitted ``apply(inputs) -> outputs``."""
+  params = _random_meta_params(disco_rule.DiscoUpdateRule(), seed=0)
+  rng = np.random.default_rng(1)
+  state = {"lstm": {"meta_rnn_state": hk.LSTMState(
+      hidden=jnp.asarray(rng.normal(scale=0.5, size=128), jnp.float32),
+      cell=jnp.asarray(rng.normal(scale=0.5, size=128), jnp.float32))}}
+  apply = jax.jit(meta_nets.make_meta_net(meta_nets.MetaNetConfig()).apply)
+
+  def run(inputs):
+    out, _ = apply(params, state, None, inputs)
+    return {k: np.asarray(out[k]) for k in ("pi", "y", "z")}
+
+  return run
+
+
+def _meta_inputs(is_terminal):
+  rng = np.random.default_rng(2)
+
+  def normal(*shape):
+    return jnp.asarray(rng.normal(size=shape), jnp.float32)
+
+  def agent_out():
+    return dict(logits=normal(T + 1, B, A), y=normal(T + 1, B, P),
+                z=normal(T + 1, B, A, P), aux_pi=normal(T + 1, B, A, A),
+                q=normal(T + 1, B, A, BINS))
+
+  return types.UpdateRuleInputs(
+      observations=None,
+      actions=jnp.asarray(rng.integers(0, A, (T + 1, B)), jnp.int32),
+      rewards=normal(T, B),
+      is_terminal=jnp.asarray(is_terminal),
+      agent_out=agent_out(),
+      behaviour_agent_out=agent_out(),
+      extra_from_rule=dict(
+          v_scalar=normal(T + 1, B), adv=normal(T, B),
+          normalized_adv=normal(T, B), q=normal(T + 1, B, A),
+          qv_adv=normal(T + 1, B, A), normalized_qv_adv=normal(T + 1, B, A),
+          target_out=agent_out()))
+
+
+def _changed_steps(run, inputs, t, b=0, delta=5.0):
+  """Timesteps of trajectory ``b`` whose pi/y/z change when the reward of
+  transition ``t`` changes (other trajectories must never change)."""
+  base = run(inputs)
+  new = run(inputs.replace(rewards=inputs.rewards.at[t, b].add(delta)))
+  changed = set()
+  for key in ("pi", "y", "z"):
+    diff = np.abs(new[key] - base[key]).reshape(T, B, -1).max(axis=-1)
+    others = np.delete(diff, b, axis=1)
+    assert np.all(others <= 1e-6), (key, diff)  # trajectories independent
+    for step in range(T):
+      if diff[step, b] > 1e-4:
+        changed.add(step)
+      else:
+        assert diff[step, b] <= 1e-6, (key, diff)  # exactly unchanged
+  return changed
+
+
+def test_backward_lstm_without_terminal(meta_net):
+  inputs = _meta_inputs(np.zeros((T, B), bool))
+  # Information flows backwards in time only: a reward at t affects the
+  # targets at t and before.
+  assert _changed_steps(meta_net, inputs, t=2) == {0, 1, 2}
+  assert _changed_steps(meta_net, inputs, t=1) == {0, 1}
+  assert _changed_steps(meta_net, inputs, t=0) == {0}
+
+
+def test_backward_lstm_resets_at_episode_end(meta_net):
+  is_terminal = np.zeros((T, B), bool)
+  is_terminal[1, 0] = True  # transition 1 of trajectory 0 ends its episode
+  inputs = _meta_inputs(is_terminal)
+  # The next episode (t=2) does not leak into the targets of this one.
+  assert _changed_steps(meta_net, inputs, t=2) == {2}
+  # The terminal transition itself still belongs to its episode.
+  assert _changed_steps(meta_net, inputs, t=1) == {0, 1}
+  # A terminal in trajectory 0 changes nothing for trajectory 1.
+  assert _changed_steps(meta_net, inputs, t=2, b=1) == {0, 1, 2}
+
+
+# ---------------------------------------------------------- the agent ----
+def _tiny_disco_agent():
+  settings = configs.get_settings_disco()
+  settings.network = dict(name="mlp", dense=(8,), head_w_init_std=1e-2,
+                          model_lstm_size=8, model_head_hiddens=(8,))
+  return configs.make_agent(settings, num_actions=3)
+
+
+@pytest.fixture(scope="module")
+def disco_setup():
+  """One learner step of a tiny Disco agent, with the meta-gradient of a
+  random projection of its updated parameters, without and with
+  meta-training (one jitted program for both)."""
+  agent = _tiny_disco_agent()
+  rng = np.random.default_rng(3)
+  obs = jnp.asarray(rng.random((T + 1, B, 5, 5, 1)) < 0.2, jnp.float32)
+  meta_params = _random_meta_params(agent.rule, seed=1)
+
+  def like(tree, scale=1.0):
+    return jax.tree.map(lambda x: jnp.asarray(
+        rng.normal(scale=scale, size=x.shape), x.dtype), tree)
+
+  # Random agent parameters (compiling the initialiser costs seconds).
+  shapes = jax.eval_shape(agent.init_params, jax.random.PRNGKey(0), obs[0, 0])
+  params = jax.tree.map(
+      lambda x: jnp.asarray(
+          rng.normal(size=x.shape) / np.sqrt(np.prod(x.shape[:-1])), x.dtype),
+      shapes)
+  state = types.LearnerState(
+      params=params, opt_state=agent.optimizer.init(params),
+      rule_state=agent.rule.init_meta_state(jax.random.PRNGKey(0), params))
+  # Distinct target parameters and a non-zero meta-RNN state.
+  state = state.replace(rule_state=dict(
+      state.rule_state, rnn_state=like(state.rule_state["rnn_state"], 0.5),
+      target_params=jax.tree.map(jnp.add, state.params,
+                                 like(state.params, 0.1))))
+  behaviour_out = like(jax.eval_shape(agent.unroll, state.params, obs))
+  discounts = np.ones((T + 1, B), bool)
+  discounts[2, 0] = False
+  rollout = types.ActorRollout(
+      observations=obs,
+      actions=jnp.asarray(rng.integers(0, 3, (T + 1, B)), jnp.int32),
+      rewards=jnp.asarray(rng.normal(size=(T + 1, B)), jnp.float32),
+      discounts=jnp.asarray(discounts),
+      agent_outs=behaviour_out,
+      logits=behaviour_out["logits"])
+  proj = like(state.params)  # a fixed random projection
+
+  def objective(meta_params, is_meta_training):
+    new_state, _ = agent.learner_step(jax.random.PRNGKey(2), rollout, state,
+                                      meta_params, is_meta_training)
+    value = sum(jnp.sum(p * w) for p, w in zip(
+        jax.tree.leaves(new_state.params), jax.tree.leaves(proj)))
+    return value, new_state
+
+  grad_fn = jax.grad(objective, has_aux=True)
+  (grads_off, new_state), (grads_on, _) = jax.jit(
+      lambda mp: (grad_fn(mp, False), grad_fn(mp, True)))(meta_params)
+  return dict(agent=agent, state=state, new_state=new_state,
+              grads_off=grads_off, grads_on=grads_on)
+
+
+def _norm(tree):
+  return float(np.sqrt(sum(np.sum(np.square(x, dtype=np.float64))
+                           for x in jax.tree.leaves(tree))))
+
+
+def _sub(a, b):
+  return jax.tree.map(lambda x, y: np.asarray(x) - np.asarray(y), a, b)
+
+
+def test_meta_gradient_only_when_meta_training(disco_setup):
+  s = disco_setup
+  for leaf in jax.tree.leaves(s["grads_off"]):
+    np.testing.assert_array_equal(leaf, np.zeros_like(leaf))
+  grads_on = s["grads_on"]
+  assert np.isfinite(_norm(grads_on))
+  assert _norm(grads_on) > 1e-3
+  # The target heads (pi, y, z) all receive meta-gradients.
+  nonzero = [k for k, v in grads_on.items()
+             if any(np.abs(x).max() > 0 for x in jax.tree.leaves(v))]
+  assert len(nonzero) >= 5, nonzero
+
+
+def test_target_params_polyak_average(disco_setup):
+  s = disco_setup
+  new_state = s["new_state"]
+  coeff = s["agent"].hyper_params["target_params_coeff"]
+  old = s["state"]
+  def average(target, params):
+    return jax.tree.map(
+        lambda t, p: coeff * np.asarray(t) + (1 - coeff) * np.asarray(p),
+        target, params)
+
+  expected = average(old.rule_state["target_params"], old.params)
+  jax.tree.map(
+      lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7),
+      new_state.rule_state["target_params"], expected)
+  # It averages in the parameters from before the update, not after.
+  assert _norm(_sub(new_state.params, old.params)) > 0
+  with_new = average(old.rule_state["target_params"], new_state.params)
+  assert _norm(_sub(with_new, expected)) > 1e-4
+
+
+def test_disco_agent_output_shapes():
+  agent = _tiny_disco_agent()
+  obs = jax.ShapeDtypeStruct((B, 5, 5, 1), jnp.float32)
+  params = jax.eval_shape(agent.init_params, jax.random.PRNGKey(0),
+                          jax.ShapeDtypeStruct((5, 5, 1), jnp.float32))
+  out = jax.eval_shape(agent.apply, params, obs)
+  shapes = {k: v.shape for k, v in out.items()}
+  assert shapes == dict(logits=(B, 3), y=(B, P), z=(B, 3, P),
+                        aux_pi=(B, 3, 3), q=(B, 3, BINS))
+  assert all(v.dtype == jnp.float32 for v in out.values())
+  timestep = types.EnvTimestep(
+      observation=obs, reward=jax.ShapeDtypeStruct((B,), jnp.float32),
+      step_type=jax.ShapeDtypeStruct((B,), jnp.int32),
+      discount=jax.ShapeDtypeStruct((B,), jnp.float32))
+  step = jax.eval_shape(agent.actor_step, params, jax.random.PRNGKey(0),
+                        timestep)
+  assert step.actions.shape == (B,) and step.actions.dtype == jnp.int32
+  assert step.logits.shape == (B, 3)
+  assert {k: v.shape for k, v in step.agent_outs.items()} == shapes

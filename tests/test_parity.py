@@ -1,0 +1,168 @@
+"""Parity with the published implementation (golden fixtures) and the
+``python -m disco.parity`` command line, plus a check that the Disco103
+meta-network is not tied to the fixtures' shapes."""
+
+from __future__ import annotations
+
+import shutil
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from disco import parity
+from disco import types
+from disco import weights as weights_lib
+from disco.networks import meta_nets
+from disco.update_rules import disco as disco_rule
+
+FIXTURES = (
+    "actor_critic_learner_step_s0.npz",
+    "disco_meta_net_s0.npz",
+    "disco_learner_step_s0.npz",
+)
+# The cheapest fixture to run: used by the command-line tests.
+CLI_FIXTURE = "actor_critic_learner_step_s0.npz"
+
+
+def _describe(report: parity.Report) -> str:
+  bad = [f"{c.key}: {c.error:.3e}" for c in report.comparisons if not c.ok]
+  return (f"{report.path}: kind={report.kind} error={report.error} "
+          f"worst={report.worst} failing={bad}")
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_parity(name, fixtures_dir, request):
+  path = fixtures_dir / name
+  weights_path = None
+  if name.startswith("disco"):
+    weights_path = request.getfixturevalue("disco103_path")
+  report = parity.check_fixture(path, weights_path)
+  print(_describe(report))
+  assert report.error is None, _describe(report)
+  assert report.comparisons, "the fixture has no outputs to compare"
+  assert report.ok, _describe(report)
+  # Every output array of the fixture was compared.
+  with np.load(path) as data:
+    n_outputs = sum(k.startswith("outputs" + parity.SEP) for k in data.files)
+  assert len(report.comparisons) == n_outputs
+
+
+def test_cli_passes_on_good_fixture(fixtures_dir, capsys):
+  assert parity.main([str(fixtures_dir / CLI_FIXTURE)]) == 0
+  out = capsys.readouterr().out
+  assert "PASS" in out and "FAIL" not in out
+
+
+def test_cli_fails_on_unsupported_kind(tmp_path, capsys):
+  bogus = tmp_path / "bogus.npz"
+  np.savez(bogus, kind=np.array("bogus"), **{"outputs::x": np.zeros(2)})
+  assert parity.main([str(bogus)]) != 0
+  out = capsys.readouterr().out
+  assert "FAIL" in out and "unsupported fixture kind 'bogus'" in out
+  for kind in parity.KINDS:  # the message lists the supported kinds
+    assert kind in out
+
+
+def test_cli_fails_on_unreadable_file(tmp_path, capsys):
+  garbage = tmp_path / "garbage.npz"
+  garbage.write_bytes(b"<html>not a fixture</html>")
+  assert parity.main([str(garbage)]) != 0
+  assert "cannot read fixture" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("which", ["log", "one_param_element"])
+def test_cli_fails_on_corrupted_output(which, fixtures_dir, tmp_path, capsys):
+  src = fixtures_dir / CLI_FIXTURE
+  with np.load(src) as data:
+    fx = {k: data[k] for k in data.files}
+  if which == "log":
+    key = "outputs::logs::total_loss"
+    fx[key] = fx[key] + 10.0 * (1.0 + np.abs(fx[key]))
+  else:
+    # A single element off: passes the 99.9% rule for updated parameters but
+    # not the bound that every element must meet.
+    key = next(k for k in sorted(fx)
+               if k.startswith("outputs::params::") and fx[k].size > 1000)
+    value = fx[key].copy()
+    value.flat[0] += 10.0 * (1.0 + np.abs(value).max())
+    fx[key] = value
+  bad = tmp_path / "corrupted.npz"
+  np.savez(bad, **fx)
+  good = tmp_path / "good.npz"
+  shutil.copy(src, good)
+  # One bad fixture among good ones still fails the whole run.
+  assert parity.main([str(good), str(bad)]) != 0
+  out = capsys.readouterr().out
+  good_line, bad_line = out.strip().splitlines()
+  assert good_line.endswith("PASS")
+  assert "FAIL" in bad_line
+  assert key[len("outputs::"):] in bad_line
+
+
+# ------------------------------------------------------ generality ----
+@pytest.fixture(scope="module")
+def disco103_net(disco103_path):
+  """Disco103 meta-parameters (checked against the rule) and a jitted apply."""
+  rule = disco_rule.DiscoUpdateRule()
+  expected = jax.eval_shape(rule.init_params, jax.random.PRNGKey(0))
+  params = weights_lib.load_disco103(disco103_path)
+  weights_lib.check_params_match(params, expected)  # raises on any mismatch
+  net = meta_nets.make_meta_net(meta_nets.MetaNetConfig())
+  return params, jax.jit(net.apply)
+
+
+def _random_meta_inputs(seed, t, b, a, p=600, bins=601):
+  rng = np.random.default_rng(seed)
+
+  def normal(*shape):
+    return jnp.asarray(rng.normal(size=shape), jnp.float32)
+
+  def agent_out():
+    return dict(logits=normal(t + 1, b, a), y=normal(t + 1, b, p),
+                z=normal(t + 1, b, a, p), aux_pi=normal(t + 1, b, a, a),
+                q=normal(t + 1, b, a, bins))
+
+  return types.UpdateRuleInputs(
+      observations=None,
+      actions=jnp.asarray(rng.integers(0, a, (t + 1, b)), jnp.int32),
+      rewards=normal(t, b),
+      is_terminal=jnp.asarray(rng.random((t, b)) < 0.3),
+      agent_out=agent_out(),
+      behaviour_agent_out=agent_out(),
+      extra_from_rule=dict(
+          v_scalar=normal(t + 1, b), adv=normal(t, b),
+          normalized_adv=normal(t, b), q=normal(t + 1, b, a),
+          qv_adv=normal(t + 1, b, a), normalized_qv_adv=normal(t + 1, b, a),
+          target_out=agent_out()))
+
+
+@pytest.mark.parametrize("t,b,a", [(3, 2, 4), (5, 1, 2)])
+def test_disco103_meta_net_other_shapes(disco103_net, t, b, a):
+  params, apply = disco103_net
+  inputs = _random_meta_inputs(t * 100 + b * 10 + a, t, b, a)
+  rng = np.random.default_rng(0)
+  state = {"lstm": {"meta_rnn_state": _lstm_state(rng, 128)}}
+  out, new_state = apply(params, state, None, inputs)
+  assert out["pi"].shape == (t, b, a)
+  assert out["y"].shape == (t, b, 600)
+  assert out["z"].shape == (t, b, 600)
+  assert out["meta_input_emb"].shape == (t, b, 1)
+  new_rnn = new_state["lstm"]["meta_rnn_state"]
+  assert new_rnn.hidden.shape == new_rnn.cell.shape == (128,)
+  for x in (*out.values(), new_rnn.hidden, new_rnn.cell):
+    assert np.all(np.isfinite(x))
+  # The targets depend on the inputs (not constant over time or batch).
+  assert np.std(np.asarray(out["y"]), axis=(0, 1)).max() > 1e-3
+  assert np.std(np.asarray(out["pi"]), axis=(0, 1)).max() > 1e-3
+  # The meta-RNN took a step.
+  assert not np.allclose(new_rnn.hidden,
+                         state["lstm"]["meta_rnn_state"].hidden)
+
+
+def _lstm_state(rng, size):
+  return hk.LSTMState(
+      hidden=jnp.asarray(rng.normal(scale=0.1, size=size), jnp.float32),
+      cell=jnp.asarray(rng.normal(scale=0.1, size=size), jnp.float32))
