@@ -207,8 +207,8 @@ class Agent:
         grads, learner_state.opt_state, learner_state.params)
     params = optax.apply_updates(learner_state.params, updates)
     logs = dict(logs,
-                global_gradient_norm=optax.global_norm(grads),
-                global_update_norm=optax.global_norm(updates))
+                global_gradient_norm=optax.tree.norm(grads),
+                global_update_norm=optax.tree.norm(updates))
     new_state = types.LearnerState(
         params=params, opt_state=opt_state, rule_state=new_rule_state)
     return new_state, logs, meta_out

@@ -119,9 +119,16 @@ class EvalLoop:
         learner_rng, jax.tree.map(lambda x: x[0], actor.timestep.observation))
     replay = None
     if self.config.replay_capacity:
-      example = jax.eval_shape(
-          lambda: self._unroll(learner.params, learner.rule_state, actor,
-                               loop_rng)[1])
+      # The rollout is ``rollout_len`` stacked actor steps; its shape comes
+      # from one actor step, so host environments (which cannot be traced
+      # through ``_unroll``'s scan) get a replay too.
+      step = jax.eval_shape(
+          lambda: self._actor_step_impl(learner.params, learner.rule_state,
+                                        actor.timestep, actor.env_state,
+                                        loop_rng))
+      example = jax.tree.map(
+          lambda s: jax.ShapeDtypeStruct((self.config.rollout_len, *s.shape),
+                                         s.dtype), step)
       replay = replay_lib.init(example, self.config.replay_capacity)
     return TrainState(learner=learner, actor=actor, replay=replay,
                       rng=loop_rng, env_steps=jnp.zeros([], jnp.int32),

@@ -1,0 +1,105 @@
+"""Throughput of the meta-evaluation loop with the published notebook settings.
+
+Disco103 on Catch 8x8, 2 environments x 29 steps per iteration, a replay of
+1024 trajectories (learning from 64), batches of 64, learning rate 1e-2.
+
+  python benchmarks/eval_throughput.py --iterations 20 --seeds 1
+
+Phases (every call runs the same ``--iterations``, so the loop compiles once):
+  1. the first call from fresh states (compiles, then runs);
+  2. the same call again from the same fresh states: identical work, already
+     compiled, so compile time = (1) - (2);
+  3. further calls until the replay holds ``min_replay_size`` trajectories;
+  4. the timed call, in which every iteration does a learner step.
+
+Prints compile time, learner steps/s and env steps/s (over all seeds), and as
+the last line ``learner_steps_per_s=<float>``. Timings are only meaningful on
+an otherwise idle machine. The persistent compilation cache is not enabled
+here (unless ``JAX_COMPILATION_CACHE_DIR`` is set), so compile time is real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import jax
+import numpy as np
+
+from disco import configs
+from disco import weights
+from disco.environments import registry
+from disco.training import loop as loop_lib
+
+NOTEBOOK = dict(rows=8, columns=8, num_envs=2, rollout_len=29,
+                replay_capacity=1024, min_replay_size=64, batch_size=64,
+                learning_rate=1e-2)
+
+
+def _timed_run(loop, states, meta_params, iterations):
+  start = time.perf_counter()
+  states, metrics = loop.run(states, meta_params, iterations)
+  jax.block_until_ready(states)
+  return states, metrics, time.perf_counter() - start
+
+
+def main(argv=None) -> float:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--iterations", type=int, default=20,
+                      help="iterations per call (and in the timed call)")
+  parser.add_argument("--seeds", type=int, default=1,
+                      help="seeds trained together (vmapped)")
+  parser.add_argument("--weights", default=None,
+                      help="Disco103 file (default: found or downloaded)")
+  args = parser.parse_args(argv)
+  if args.iterations < 1 or args.seeds < 1:
+    parser.error("--iterations and --seeds must be >= 1")
+
+  settings = configs.get_settings("disco")
+  settings.learning_rate = NOTEBOOK["learning_rate"]
+  env = registry.make_env("catch", NOTEBOOK["num_envs"],
+                          rows=NOTEBOOK["rows"], columns=NOTEBOOK["columns"])
+  agent = configs.make_agent(settings, env.num_actions)
+  meta_params = weights.load_disco103(
+      args.weights,
+      expected=jax.eval_shape(agent.rule.init_params, jax.random.PRNGKey(0)))
+  config = loop_lib.LoopConfig(
+      num_envs=NOTEBOOK["num_envs"], rollout_len=NOTEBOOK["rollout_len"],
+      batch_size=NOTEBOOK["batch_size"],
+      replay_capacity=NOTEBOOK["replay_capacity"],
+      min_replay_size=NOTEBOOK["min_replay_size"])
+  loop = loop_lib.EvalLoop(agent, env, config)
+  fresh = loop.init_seeds(list(range(args.seeds)))
+  n = args.iterations
+  print(f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}); "
+        f"seeds={args.seeds}, iterations per call={n}, "
+        f"{config.env_steps_per_iteration} env steps per iteration")
+
+  states, _, first = _timed_run(loop, fresh, meta_params, n)
+  _, _, again = _timed_run(loop, fresh, meta_params, n)
+  compile_time = max(0.0, first - again)
+  print(f"first call: {first:.2f} s; same call compiled: {again:.2f} s; "
+        f"compile time: {compile_time:.2f} s")
+
+  warm_iterations = math.ceil(config.min_replay_size / config.num_envs)
+  for _ in range(max(0, math.ceil(warm_iterations / n) - 1)):
+    states, _, _ = _timed_run(loop, states, meta_params, n)
+  before = np.asarray(states.learner_steps).sum()
+  states, metrics, elapsed = _timed_run(loop, states, meta_params, n)
+  learner_steps = int(np.asarray(states.learner_steps).sum() - before)
+  if learner_steps != n * args.seeds:
+    raise RuntimeError(f"expected {n * args.seeds} learner steps in the timed "
+                       f"call, got {learner_steps}: the replay was not warm.")
+  env_steps = n * args.seeds * config.env_steps_per_iteration
+  learner_rate = learner_steps / elapsed
+  print(f"timed call: {elapsed:.2f} s for {n} iterations x {args.seeds} "
+        f"seed(s); mean return {np.nanmean(metrics['mean_return']):.3f}")
+  print(f"compile_time_s={compile_time:.2f}")
+  print(f"env_steps_per_s={env_steps / elapsed:.1f}")
+  print(f"learner_steps_per_s={learner_rate:.3f}")
+  return learner_rate
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,41 @@
+r"""Meta-evaluation: train agents with a fixed update rule and report returns.
+
+Used by ``python -m disco.launch.evaluate`` (or ``disco-eval``); override any
+value on the command line, e.g.::
+
+  disco-eval --config.rule=actor_critic --config.total_env_steps=20000 \
+      --config.num_seeds=3
+
+The defaults are the published evaluation notebook's: Disco103 on Catch 8x8,
+2 environments x 29 steps per iteration, a replay of 1024 trajectories and
+learner batches of 64.
+"""
+
+from ml_collections import config_dict
+
+
+def get_config() -> config_dict.ConfigDict:
+  return config_dict.ConfigDict(dict(
+      # 'disco103' (published weights), a rule name (actor_critic,
+      # policy_gradient, ...) or the path of a .npz of meta-parameters saved
+      # by disco.weights.save_meta_params with {'rule': ...} metadata.
+      rule="disco103",
+      # Path of the Disco103 weights (default: found or downloaded), or of
+      # meta-parameters for a named rule that has them.
+      weights=config_dict.placeholder(str),
+      env="catch",
+      env_settings=dict(rows=8, columns=8),
+      total_env_steps=40_000,  # per seed; rounded up to whole calls
+      num_seeds=1,
+      seed=0,  # seeds seed .. seed + num_seeds - 1 run together (vmapped)
+      num_envs=2,
+      rollout_len=29,
+      batch_size=64,
+      replay_capacity=1024,  # 0: no replay, learn on each rollout
+      min_replay_size=64,
+      learning_rate=config_dict.placeholder(float),  # None: rule's default
+      iterations_per_call=50,  # iterations per compiled call
+      last_episodes=500,  # final score: mean return of the last episodes
+      output_dir="",  # '' -> runs/eval-<rule>-<UTC timestamp>
+      overwrite=False,  # allow writing into a folder holding another run
+  ))

@@ -1,0 +1,358 @@
+"""Learning curves, final scores and their uncertainty, plots and CSV files.
+
+Everything here works on the per-iteration metrics returned by
+``disco.training.loop.EvalLoop.run``: a dict ``{name: [S, N]}`` over ``S``
+seeds and ``N`` iterations, holding at least ``episodes`` (episodes completed
+in the iteration) and ``return_sum`` (the sum of their returns), and usually
+``env_steps`` (cumulative environment steps after the iteration).
+
+Statistics across seeds treat each seed as one independent sample:
+  * ``mean_curve`` gives a Student-t 95% interval of the mean curve;
+  * ``bootstrap_ci`` gives a 95% bootstrap interval of the mean final score
+    (``scipy.stats.bootstrap``).
+Both need at least two seeds and return no interval otherwise.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
+
+from disco.training import loop as loop_lib
+
+Metrics = Mapping[str, np.ndarray]
+
+# Columns of the CSV that identify a row rather than hold a metric.
+SEED, ITERATION, ENV_STEPS = "seed", "iteration", "env_steps"
+INTEGER_METRICS = ("episodes", "env_steps", "learner_steps")
+
+
+def _as_2d(metrics: Metrics, name: str) -> np.ndarray:
+  if name not in metrics:
+    raise KeyError(f"Metrics have no {name!r} entry (they have "
+                   f"{sorted(metrics)}); pass the output of EvalLoop.run.")
+  value = np.asarray(metrics[name])
+  if value.ndim != 2:
+    raise ValueError(f"Metric {name!r} has shape {value.shape}; expected "
+                     "[num_seeds, num_iterations].")
+  return value
+
+
+def num_seeds_and_iterations(metrics: Metrics) -> tuple[int, int]:
+  return _as_2d(metrics, "episodes").shape
+
+
+def concat_metrics(chunks: Sequence[Metrics]) -> dict[str, np.ndarray]:
+  """Joins the metrics of consecutive ``run`` calls along the iteration axis."""
+  if not chunks:
+    return {}
+  return {k: np.concatenate([np.asarray(c[k]) for c in chunks], axis=1)
+          for k in chunks[0]}
+
+
+# ------------------------------------------------------------- curves ----
+
+
+def return_curve(metrics: Metrics, min_episodes: int = 100) -> np.ndarray:
+  """Windowed mean return per seed and iteration, ``[S, N]``.
+
+  Entry ``[s, i]`` is the mean return of the episodes completed in the
+  shortest trailing window of iterations ending at ``i`` that holds at least
+  ``min_episodes`` episodes (all episodes so far while there are fewer; NaN
+  before the first episode ends).
+  """
+  if min_episodes < 1:
+    raise ValueError(f"min_episodes must be >= 1, got {min_episodes}.")
+  episodes = _as_2d(metrics, "episodes").astype(np.float64)
+  return_sum = _as_2d(metrics, "return_sum").astype(np.float64)
+  zero = np.zeros_like(episodes[:, :1])
+  cum_ep = np.concatenate([zero, np.cumsum(episodes, axis=1)], axis=1)
+  cum_ret = np.concatenate([zero, np.cumsum(return_sum, axis=1)], axis=1)
+  curve = np.empty_like(episodes)
+  for s in range(episodes.shape[0]):
+    end = cum_ep[s, 1:]
+    # Latest window start j with cum_ep[j] <= end - min_episodes (0 if none).
+    start = np.searchsorted(cum_ep[s], end - min_episodes, side="right") - 1
+    start = np.clip(start, 0, None)
+    count = end - cum_ep[s, start]
+    total = cum_ret[s, 1:] - cum_ret[s, start]
+    with np.errstate(invalid="ignore", divide="ignore"):
+      curve[s] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+  return curve
+
+
+def mean_curve(curves: np.ndarray, confidence: float = 0.95
+               ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+  """Mean over seeds of ``[S, N]`` curves and a Student-t interval.
+
+  Returns ``(mean, low, high)``, each ``[N]``; ``low``/``high`` are ``None``
+  with a single seed, and NaN at iterations with fewer than two finite
+  values. NaN entries (e.g. before a seed's first episode) are ignored.
+  """
+  curves = np.asarray(curves, dtype=np.float64)
+  if curves.ndim != 2:
+    raise ValueError(f"curves must be [num_seeds, N], got {curves.shape}.")
+  finite = np.isfinite(curves)
+  n = finite.sum(axis=0)
+  filled = np.where(finite, curves, 0.0)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    mean = np.where(n > 0, filled.sum(axis=0) / np.maximum(n, 1), np.nan)
+  if curves.shape[0] < 2:
+    return mean, None, None
+  sq = np.where(finite, (curves - mean) ** 2, 0.0)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    sem = np.sqrt(sq.sum(axis=0) / np.maximum(n - 1, 1)) / np.sqrt(
+        np.maximum(n, 1))
+    half = stats.t.ppf(0.5 + confidence / 2, np.maximum(n - 1, 1)) * sem
+  half = np.where(n >= 2, half, np.nan)
+  return mean, mean - half, mean + half
+
+
+# ------------------------------------------------------- final scores ----
+
+
+def final_scores(metrics: Metrics, last_episodes: int = 500) -> np.ndarray:
+  """Per seed, the mean return over (about) the last ``last_episodes``
+  episodes, counted in whole iterations backwards; ``[S]`` (NaN for a seed
+  without episodes)."""
+  if last_episodes < 1:
+    raise ValueError(f"last_episodes must be >= 1, got {last_episodes}.")
+  _as_2d(metrics, "episodes")
+  _as_2d(metrics, "return_sum")
+  return loop_lib.mean_return_of_last_episodes(dict(metrics), last_episodes)
+
+
+def bootstrap_ci(scores: Sequence[float], confidence: float = 0.95,
+                 n_resamples: int = 9999, seed: int = 0,
+                 method: str = "percentile") -> tuple[float, float] | None:
+  """Bootstrap interval of the mean of per-seed ``scores``.
+
+  Uses ``scipy.stats.bootstrap`` (percentile method by default: BCa is
+  undefined when all scores are equal, which is common on easy tasks).
+  Returns ``None`` with fewer than two finite scores.
+  """
+  scores = np.asarray(scores, dtype=np.float64)
+  scores = scores[np.isfinite(scores)]
+  if scores.size < 2:
+    return None
+  if np.all(scores == scores[0]):
+    return float(scores[0]), float(scores[0])
+  result = stats.bootstrap(
+      (scores,), np.mean, confidence_level=confidence,
+      n_resamples=n_resamples, method=method, vectorized=True,
+      rng=np.random.default_rng(seed))
+  return (float(result.confidence_interval.low),
+          float(result.confidence_interval.high))
+
+
+def summarize(metrics: Metrics, last_episodes: int = 500,
+              confidence: float = 0.95) -> dict[str, Any]:
+  """Final scores and totals of a run, as JSON-friendly values.
+
+  Keys: ``final_return_per_seed`` (list), ``final_return_mean``,
+  ``final_return_ci`` (``[low, high]`` or ``None``), ``confidence``,
+  ``last_episodes``, ``num_seeds``, ``iterations``, ``episodes`` (per seed),
+  ``env_steps`` and ``learner_steps`` (per seed, after the last iteration).
+  """
+  scores = final_scores(metrics, last_episodes)
+  finite = scores[np.isfinite(scores)]
+  ci = bootstrap_ci(scores, confidence)
+  num_seeds, iterations = num_seeds_and_iterations(metrics)
+
+  def last(name):
+    if name not in metrics or iterations == 0:
+      return None
+    return int(np.asarray(metrics[name])[0, -1])
+
+  return dict(
+      final_return_per_seed=[_json_float(x) for x in scores],
+      final_return_mean=_json_float(finite.mean()) if finite.size else None,
+      final_return_ci=None if ci is None else [ci[0], ci[1]],
+      confidence=confidence,
+      last_episodes=int(last_episodes),
+      num_seeds=int(num_seeds),
+      iterations=int(iterations),
+      episodes=[int(x) for x in np.asarray(metrics["episodes"]).sum(axis=1)],
+      env_steps=last("env_steps"),
+      learner_steps=last("learner_steps"),
+  )
+
+
+def _json_float(x) -> float | None:
+  x = float(x)
+  return x if math.isfinite(x) else None
+
+
+# --------------------------------------------------------------- plots ----
+
+
+def _x_axis(metrics: Metrics) -> tuple[np.ndarray, str]:
+  if ENV_STEPS in metrics:
+    return np.asarray(metrics[ENV_STEPS])[0], "environment steps"
+  return np.arange(1, num_seeds_and_iterations(metrics)[1] + 1), "iterations"
+
+
+def plot_learning_curves(
+    results: Mapping[str, Metrics],
+    path: str | os.PathLike[str] | None = None,
+    ax: Any = None,
+    min_episodes: int = 100,
+    confidence: float = 0.95,
+    title: str | None = "Mean episode return",
+):
+  """Plots mean return against environment steps, one line per result.
+
+  Each line is the mean over seeds of ``return_curve(metrics, min_episodes)``
+  with a shaded Student-t ``confidence`` band when there are several seeds.
+
+  Args:
+    results: ``{label: metrics}``.
+    path: if given, the figure is saved there (e.g. ``.png``).
+    ax: a matplotlib ``Axes`` to draw into; by default a new figure is made
+      (with pyplot, so notebooks show it, unless ``path`` is given: then the
+      figure is rendered off-screen with the Agg backend, leaving pyplot's
+      backend and state alone).
+    min_episodes: episodes per window of the curves.
+    confidence: level of the band.
+    title: axes title (``None`` for none).
+
+  Returns:
+    The matplotlib ``Figure``.
+  """
+  if ax is None:
+    if path is not None:
+      from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
+      from matplotlib import figure as figure_lib  # pylint: disable=g-import-not-at-top
+      fig = figure_lib.Figure(figsize=(7, 4.5), dpi=100)
+      backend_agg.FigureCanvasAgg(fig)
+      ax = fig.add_subplot()
+    else:
+      from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+      fig, ax = plt.subplots(figsize=(7, 4.5))
+  fig = ax.figure
+  xlabel = "environment steps"
+  for label, metrics in results.items():
+    x, xlabel = _x_axis(metrics)
+    curves = return_curve(metrics, min_episodes)
+    mean, low, high = mean_curve(curves, confidence)
+    num_seeds = curves.shape[0]
+    suffix = f" ({num_seeds} seeds)" if num_seeds > 1 else ""
+    (line,) = ax.plot(x, mean, label=f"{label}{suffix}")
+    if low is not None:
+      ax.fill_between(x, low, high, color=line.get_color(), alpha=0.25,
+                      linewidth=0)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel(f"mean return (last >= {min_episodes} episodes)")
+  if title:
+    ax.set_title(title)
+  ax.grid(True, alpha=0.3)
+  if results:
+    ax.legend(loc="best")
+  if path is not None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, bbox_inches="tight")
+  return fig
+
+
+# ----------------------------------------------------------------- CSV ----
+
+
+def _scalar_names(metrics: Metrics) -> list[str]:
+  """Names of ``[S, N]`` metrics, ``env_steps`` first, the rest sorted."""
+  names = sorted(k for k, v in metrics.items()
+                 if np.ndim(v) == 2 and k not in (SEED, ITERATION))
+  if ENV_STEPS in names:
+    names.remove(ENV_STEPS)
+    names.insert(0, ENV_STEPS)
+  return names
+
+
+def metrics_to_rows(metrics: Metrics, seeds: Sequence[int] | None = None
+                    ) -> list[dict[str, Any]]:
+  """One dict per (seed, iteration): ``seed``, ``iteration`` (0-based),
+  ``env_steps`` and every other ``[S, N]`` metric, seed-major.
+
+  ``seeds`` labels the seeds (default ``0..S-1``, or the ``seed`` entry of
+  metrics read back by ``read_metrics_csv``).
+  """
+  num_seeds, iterations = num_seeds_and_iterations(metrics)
+  if seeds is None:
+    seeds = (np.asarray(metrics[SEED])[:, 0] if SEED in metrics
+             else np.arange(num_seeds))
+  seeds = [int(s) for s in seeds]
+  if len(seeds) != num_seeds:
+    raise ValueError(f"{len(seeds)} seed labels for {num_seeds} seeds.")
+  names = _scalar_names(metrics)
+  values = {k: np.asarray(metrics[k]) for k in names}
+  rows = []
+  for s, seed in enumerate(seeds):
+    for i in range(iterations):
+      row = {SEED: seed, ITERATION: i}
+      for k in names:
+        v = values[k][s, i]
+        row[k] = int(v) if np.issubdtype(v.dtype, np.integer) else float(v)
+      rows.append(row)
+  return rows
+
+
+def write_metrics_csv(path: str | os.PathLike[str], metrics: Metrics,
+                      seeds: Sequence[int] | None = None) -> Path:
+  """Writes ``metrics_to_rows(metrics, seeds)`` as CSV (floats exactly,
+  NaN as ``nan``)."""
+  path = Path(path)
+  rows = metrics_to_rows(metrics, seeds)
+  columns = [SEED, ITERATION, *_scalar_names(metrics)]
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(path, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=columns)
+    writer.writeheader()
+    for row in rows:
+      writer.writerow({k: repr(v) if isinstance(v, float) else v
+                       for k, v in row.items()})
+  return path
+
+
+def read_metrics_csv(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+  """Reads a file written by ``write_metrics_csv`` back into ``{name: [S, N]}``.
+
+  Seeds keep their order of first appearance; the ``seed`` column comes back
+  as an ``[S, N]`` entry too (so writing the result again keeps the labels),
+  ``iteration`` does not. Columns whose values are all integers are int64.
+  """
+  path = Path(path)
+  with open(path, newline="") as f:
+    reader = csv.DictReader(f)
+    columns = reader.fieldnames or []
+    rows = list(reader)
+  missing = {SEED, ITERATION} - set(columns)
+  if missing:
+    raise ValueError(f"{path} is not a metrics CSV: it lacks the column(s) "
+                     f"{sorted(missing)}.")
+  seeds = list(dict.fromkeys(int(r[SEED]) for r in rows))
+  by_seed: dict[int, list[dict[str, str]]] = {s: [] for s in seeds}
+  for r in rows:
+    by_seed[int(r[SEED])].append(r)
+  lengths = {len(v) for v in by_seed.values()}
+  if len(lengths) > 1:
+    raise ValueError(f"{path}: seeds have different numbers of iterations "
+                     f"({sorted(lengths)}).")
+  for s in seeds:
+    by_seed[s].sort(key=lambda r: int(r[ITERATION]))
+  out = {}
+  for name in columns:
+    if name == ITERATION:
+      continue
+    texts = [[r[name] for r in by_seed[s]] for s in seeds]
+    try:
+      out[name] = np.array([[int(t) for t in row] for row in texts],
+                           dtype=np.int64).reshape(len(seeds), -1)
+    except ValueError:
+      out[name] = np.array([[float(t) for t in row] for row in texts],
+                           dtype=np.float64).reshape(len(seeds), -1)
+  return out

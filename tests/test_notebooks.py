@@ -1,0 +1,113 @@
+"""Executes the notebooks headless with tiny settings.
+
+Needs the ``python3`` Jupyter kernel of this environment; install it with
+``python -m ipykernel install --sys-prefix`` (the test skips, or fails on CI,
+when it is missing).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+import conftest  # pylint: disable=g-import-not-at-top  (tests/conftest.py)
+
+COLABS = conftest.REPO_DIR / "colabs"
+EVAL_NOTEBOOK = COLABS / "eval.ipynb"
+
+# Tiny settings: Catch 5x5, 2 envs x 5 steps, 6 iterations in 2 calls, two
+# seeds (so the plot has a band and the summary a confidence interval).
+TINY_PARAMETERS = """\
+total_env_steps = 60
+num_seeds = 2
+seed = 0
+catch_rows, catch_columns = 5, 5
+num_envs = 2
+rollout_len = 5
+batch_size = 4
+replay_capacity = 16
+min_replay_size = 4
+iterations_per_call = 3
+last_episodes = 10
+disco_learning_rate = 1e-2
+compare_actor_critic = True
+actor_critic_learning_rate = 1e-2
+"""
+
+
+def _kernel_available(name: str) -> bool:
+  from jupyter_client import kernelspec  # pylint: disable=g-import-not-at-top
+  try:
+    kernelspec.KernelSpecManager().get_kernel_spec(name)
+  except kernelspec.NoSuchKernel:
+    return False
+  return True
+
+
+def _parameters_cell(nb):
+  code = [c for c in nb.cells if c.cell_type == "code"]
+  tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+  assert len(tagged) == 1, "exactly one cell must be tagged 'parameters'"
+  assert tagged[0] is code[0], "the parameters cell must be the first code cell"
+  return tagged[0]
+
+
+def test_eval_notebook_is_valid_and_up_to_date():
+  nb = nbformat.read(EVAL_NOTEBOOK, as_version=4)
+  nbformat.validate(nb)
+  assert nb.nbformat == 4
+  _parameters_cell(nb)
+  # The committed notebook is what colabs/make_eval_notebook.py writes.
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location(
+      "make_eval_notebook", COLABS / "make_eval_notebook.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  assert nbformat.writes(module.build()).strip() == (
+      EVAL_NOTEBOOK.read_text().strip()), (
+      "colabs/eval.ipynb is stale: run python colabs/make_eval_notebook.py")
+  # No outputs are committed.
+  for cell in nb.cells:
+    if cell.cell_type == "code":
+      assert not cell.outputs and cell.execution_count is None
+
+
+def test_eval_notebook_runs(disco103_path, monkeypatch):
+  if not _kernel_available("python3"):
+    message = ("no 'python3' Jupyter kernel: run "
+               "`python -m ipykernel install --sys-prefix`")
+    if conftest.on_ci():
+      pytest.fail(message)
+    pytest.skip(message)
+  nb = nbformat.read(EVAL_NOTEBOOK, as_version=4)
+  _parameters_cell(nb).source = TINY_PARAMETERS
+  # The kernel inherits the environment: find the weights without a download
+  # and share the test session's compilation cache.
+  monkeypatch.setenv("DISCO_WEIGHTS", str(disco103_path))
+  if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR",
+                       str(conftest.REPO_DIR / ".jax_cache"))
+  client = nbclient.NotebookClient(
+      nb, timeout=600, kernel_name="python3",
+      resources={"metadata": {"path": str(COLABS)}})
+  client.execute()
+
+  text, images = [], 0
+  for cell in nb.cells:
+    for out in cell.get("outputs", []):
+      if out.output_type == "stream":
+        text.append(out.text)
+      elif out.output_type in ("execute_result", "display_data"):
+        text.append(out.data.get("text/plain", ""))
+        images += "image/png" in out.data
+  text = "".join(text)
+  assert "Loaded" in text and "parameter tensors for Disco103" in text
+  assert "Disco103: mean return over the last 10 episodes" in text
+  assert "Actor-critic: mean return over the last 10 episodes" in text
+  assert "60 env steps, 5 learner steps per seed" in text
+  assert "95% bootstrap CI" in text
+  assert images >= 1  # the learning curves

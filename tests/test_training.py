@@ -1,0 +1,309 @@
+"""Tests for disco.training: replay, the evaluation loop, analysis helpers."""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from disco import configs
+from disco.environments import registry
+from disco.training import analysis
+from disco.training import loop as loop_lib
+from disco.training import replay as replay_lib
+
+
+# ---------------------------------------------------------------- replay ----
+
+
+def _rollout(first_id: int, batch: int, length: int = 3):
+  """A ``[T+1, B]`` rollout whose trajectory b is filled with id first_id+b."""
+  ids = jnp.arange(first_id, first_id + batch, dtype=jnp.int32)
+  return dict(
+      obs=jnp.broadcast_to(ids[None, :, None], (length, batch, 2)).astype(
+          jnp.float32),
+      id=jnp.broadcast_to(ids[None], (length, batch)))
+
+
+def test_replay_fifo_overwrites_oldest_and_size_saturates():
+  capacity, batch = 5, 2
+  state = replay_lib.init(_rollout(0, batch), capacity)
+  assert int(state.size) == 0 and replay_lib.capacity_of(state) == capacity
+  sizes, inserted = [], []
+  for k in range(4):  # 8 trajectories through a buffer of 5
+    state = replay_lib.add(state, _rollout(100 + 2 * k, batch))
+    inserted += [100 + 2 * k, 101 + 2 * k]
+    sizes.append(int(state.size))
+  assert sizes == [2, 4, 5, 5]
+  stored = np.asarray(state.items["id"])  # [capacity, T+1]
+  # Every slot holds one whole trajectory (batch-major storage).
+  assert (stored == stored[:, :1]).all()
+  assert stored.shape == (capacity, 3)
+  # The 5 newest survive; slot = insertion index % capacity.
+  assert sorted(stored[:, 0].tolist()) == inserted[-capacity:]
+  for i, traj_id in enumerate(inserted[-capacity:], start=len(inserted) -
+                              capacity):
+    assert stored[i % capacity, 0] == traj_id
+  assert int(state.next_index) == len(inserted) % capacity
+  np.testing.assert_array_equal(state.items["obs"][:, 0, 0], stored[:, 0])
+
+
+def test_replay_sampling_is_uniform_over_filled_slots():
+  capacity, batch = 8, 3
+  state = replay_lib.init(_rollout(0, batch), capacity)
+  state = replay_lib.add(state, _rollout(10, batch))  # ids 10, 11, 12
+  sample = jax.jit(replay_lib.sample, static_argnums=2)
+  out = sample(state, jax.random.PRNGKey(0), 3000)
+  assert out["id"].shape == (3, 3000)  # time-major [T+1, batch_size]
+  ids = np.asarray(out["id"][0])
+  # Only filled slots (never the zero-filled empty ones), all of them, evenly.
+  values, counts = np.unique(ids, return_counts=True)
+  assert values.tolist() == [10, 11, 12]
+  np.testing.assert_allclose(counts / counts.sum(), 1 / 3, atol=0.04)
+  # After wrapping around, every slot is reachable.
+  for k in range(3):
+    state = replay_lib.add(state, _rollout(20 + 3 * k, batch))
+  ids = np.asarray(sample(state, jax.random.PRNGKey(1), 4000)["id"][0])
+  values, counts = np.unique(ids, return_counts=True)
+  assert len(values) == capacity
+  assert set(values.tolist()) == set(np.asarray(state.items["id"][:, 0]).tolist())
+  np.testing.assert_allclose(counts / counts.sum(), 1 / capacity, atol=0.03)
+
+
+# ------------------------------------------------------------------ loop ----
+
+TINY_ITERATIONS = 6
+
+
+def _tiny_settings(lr=1e-2, dense=(16,)):
+  settings = configs.get_settings("actor_critic")
+  settings.learning_rate = lr
+  settings.network.dense = dense
+  settings.rule_kwargs.categorical_value = False
+  settings.rule_kwargs.nonlinear_value_transform = False
+  return settings
+
+
+@pytest.fixture(scope="module")
+def tiny_loop():
+  """Actor-critic, Catch 5x5, 2 envs x 5 steps, replay 16, batches of 4."""
+  env = registry.make_env("catch", 2, rows=5, columns=5)
+  agent = configs.make_agent(_tiny_settings(), env.num_actions)
+  config = loop_lib.LoopConfig(num_envs=2, rollout_len=5, batch_size=4,
+                               replay_capacity=16, min_replay_size=4)
+  return loop_lib.EvalLoop(agent, env, config)
+
+
+@pytest.fixture(scope="module")
+def single_seed_runs(tiny_loop):
+  """``{seed: (states, metrics)}`` of the jitted loop, one seed at a time."""
+  return {s: tiny_loop.run(tiny_loop.init_seeds([s]), {}, TINY_ITERATIONS)
+          for s in (0, 1)}
+
+
+def _assert_same_stats(a, b, rtol=1e-4, atol=1e-5):
+  assert set(a) == set(b)
+  for k in ("episodes", "return_sum", "env_steps", "learner_steps"):
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  for k in a:
+    np.testing.assert_allclose(a[k], b[k], rtol=rtol, atol=atol, err_msg=k)
+
+
+def test_loop_metrics_shapes_and_counters(tiny_loop, single_seed_runs):
+  states, metrics = single_seed_runs[0]
+  cfg = tiny_loop.config
+  for name in ("episodes", "return_sum", "mean_return", "env_steps",
+               "learner_steps", "learner/total_loss"):
+    assert metrics[name].shape == (1, TINY_ITERATIONS), name
+  steps = cfg.env_steps_per_iteration * np.arange(1, TINY_ITERATIONS + 1)
+  np.testing.assert_array_equal(metrics["env_steps"][0], steps)
+  # 2 trajectories per iteration: learning starts once 4 are stored.
+  np.testing.assert_array_equal(metrics["learner_steps"][0],
+                                [0, 1, 2, 3, 4, 5])
+  assert np.isnan(metrics["learner/total_loss"][0, 0])
+  assert np.isfinite(metrics["learner/total_loss"][0, 1:]).all()
+  # Catch 5x5: every episode lasts 4 steps and returns +-1.
+  assert metrics["episodes"].sum() == pytest.approx(
+      steps[-1] / 4, abs=cfg.num_envs)
+  assert np.all(np.abs(metrics["return_sum"]) <= metrics["episodes"])
+  assert int(states.learner_steps[0]) == 5
+  assert int(states.replay.size[0]) == 12
+
+
+def test_jitted_and_host_loops_agree(tiny_loop, single_seed_runs):
+  states = tiny_loop.init_seeds([0])
+  host_states, host_metrics = tiny_loop._run_host(states, {}, TINY_ITERATIONS)
+  jit_states, jit_metrics = single_seed_runs[0]
+  _assert_same_stats(jit_metrics, host_metrics)
+  for a, b in zip(jax.tree.leaves(jit_states.learner.params),
+                  jax.tree.leaves(host_states.learner.params)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_vmapped_seeds_match_single_seeds(tiny_loop, single_seed_runs):
+  states, metrics = tiny_loop.run(tiny_loop.init_seeds([0, 1]), {},
+                                  TINY_ITERATIONS)
+  for k, seed in enumerate((0, 1)):
+    alone_states, alone = single_seed_runs[seed]
+    _assert_same_stats({n: v[k:k + 1] for n, v in metrics.items()}, alone)
+    for a, b in zip(jax.tree.leaves(states.learner.params),
+                    jax.tree.leaves(alone_states.learner.params)):
+      np.testing.assert_allclose(a[k], b[0], rtol=1e-4, atol=1e-6)
+  # Different seeds really differ.
+  assert not np.array_equal(metrics["return_sum"][0], metrics["return_sum"][1])
+
+
+def test_host_environment_with_replay(tiny_loop):
+  """A dm_env Catch (stepped from Python) trains through the same loop."""
+  env = registry.make_env("catch_dm_env", 2, rows=5, columns=5, seed=0)
+  loop = loop_lib.EvalLoop(tiny_loop.agent, env, tiny_loop.config)
+  states = loop.init_seeds([0])  # builds the replay without tracing env.step
+  assert int(states.replay.size[0]) == 0
+  states, metrics = loop.run(states, {}, 3)
+  np.testing.assert_array_equal(metrics["learner_steps"][0], [0, 1, 2])
+  np.testing.assert_array_equal(metrics["env_steps"][0], [10, 20, 30])
+  assert metrics["episodes"].sum() >= 6
+  with pytest.raises(ValueError, match="one seed at a time"):
+    loop.run(loop.init_seeds([0, 1]), {}, 1)
+
+
+def test_loop_config_rejects_bad_settings():
+  with pytest.raises(ValueError, match="batch_size"):
+    loop_lib.LoopConfig(num_envs=2, batch_size=4, replay_capacity=0)
+  with pytest.raises(ValueError, match="min_replay_size"):
+    loop_lib.LoopConfig(replay_capacity=8, min_replay_size=9)
+  with pytest.raises(ValueError, match="rollout_len"):
+    loop_lib.LoopConfig(rollout_len=1)
+
+
+def _learning_run(seeds, iterations):
+  env = registry.make_env("catch", 16, rows=5, columns=5)
+  agent = configs.make_agent(_tiny_settings(lr=1e-2, dense=(32,)),
+                             env.num_actions)
+  config = loop_lib.LoopConfig(num_envs=16, rollout_len=16, batch_size=16,
+                               replay_capacity=0, min_replay_size=0)
+  loop = loop_lib.EvalLoop(agent, env, config)
+  start = time.perf_counter()
+  _, metrics = loop.run(loop.init_seeds(seeds), {}, iterations)
+  return metrics, time.perf_counter() - start
+
+
+def test_actor_critic_learns_catch():
+  """CI version: one seed, 300 iterations x 256 env steps (about 10 s)."""
+  metrics, elapsed = _learning_run([0], 300)
+  score = analysis.final_scores(metrics, 200)
+  assert score[0] >= 0.8, score
+  assert elapsed < 120
+
+
+@pytest.mark.slow
+def test_actor_critic_learns_catch_every_seed():
+  """Eight seeds at once, each must learn (about 15-30 s here)."""
+  metrics, _ = _learning_run(list(range(8)), 300)
+  scores = analysis.final_scores(metrics, 200)
+  assert (scores >= 0.8).all(), scores
+  lo, hi = analysis.bootstrap_ci(scores)
+  assert 0.8 <= lo <= scores.mean() <= hi
+
+
+# -------------------------------------------------------------- analysis ----
+
+
+def _synthetic_metrics():
+  # 2 seeds x 4 iterations; seed 1 completes no episode in iteration 0.
+  episodes = np.array([[2, 2, 2, 2], [0, 4, 4, 4]])
+  return_sum = np.array([[-2.0, 0.0, 2.0, 2.0], [0.0, 0.0, 4.0, 4.0]])
+  env_steps = np.array([[10, 20, 30, 40]] * 2)
+  return dict(episodes=episodes, return_sum=return_sum, env_steps=env_steps,
+              learner_steps=np.array([[0, 1, 2, 3]] * 2),
+              mean_return=return_sum / np.maximum(episodes, 1))
+
+
+def test_return_curve_windows():
+  m = _synthetic_metrics()
+  curve = analysis.return_curve(m, min_episodes=4)
+  # Seed 0: iteration 0 only has 2 episodes (uses them); then 2 iterations.
+  np.testing.assert_allclose(curve[0], [-1.0, -0.5, 0.5, 1.0])
+  # Seed 1: NaN before the first episode; then each iteration has 4.
+  assert np.isnan(curve[1, 0])
+  np.testing.assert_allclose(curve[1, 1:], [0.0, 1.0, 1.0])
+  # A window of 1 episode is the per-iteration mean.
+  np.testing.assert_allclose(analysis.return_curve(m, 1)[0],
+                             [-1.0, 0.0, 1.0, 1.0])
+  with pytest.raises(ValueError):
+    analysis.return_curve(m, 0)
+
+
+def test_mean_curve_student_t_band():
+  curves = np.array([[0.0, 1.0, np.nan], [2.0, 3.0, 5.0], [4.0, 2.0, 7.0]])
+  mean, lo, hi = analysis.mean_curve(curves)
+  np.testing.assert_allclose(mean, [2.0, 2.0, 6.0])
+  from scipy import stats
+  half = stats.t.ppf(0.975, 2) * np.std([0.0, 2.0, 4.0], ddof=1) / np.sqrt(3)
+  np.testing.assert_allclose([lo[0], hi[0]], [2.0 - half, 2.0 + half])
+  half = stats.t.ppf(0.975, 1) * np.std([5.0, 7.0], ddof=1) / np.sqrt(2)
+  np.testing.assert_allclose([lo[2], hi[2]], [6.0 - half, 6.0 + half])
+  mean, lo, hi = analysis.mean_curve(curves[:1])
+  assert lo is None and hi is None
+  np.testing.assert_allclose(mean[:2], [0.0, 1.0])
+
+
+def test_final_scores_and_bootstrap():
+  m = _synthetic_metrics()
+  np.testing.assert_allclose(analysis.final_scores(m, 4), [1.0, 1.0])
+  # Whole iterations counted backwards until there are enough episodes.
+  np.testing.assert_allclose(analysis.final_scores(m, 6), [2 / 3, 1.0])
+  assert analysis.bootstrap_ci([0.5]) is None
+  assert analysis.bootstrap_ci([0.5, np.nan]) is None
+  assert analysis.bootstrap_ci([0.5, 0.5]) == (0.5, 0.5)
+  scores = np.array([0.1, 0.4, 0.5, 0.9, 0.7])
+  lo, hi = analysis.bootstrap_ci(scores)
+  assert scores.min() <= lo < scores.mean() < hi <= scores.max()
+  assert analysis.bootstrap_ci(scores) == (lo, hi)  # seeded
+  summary = analysis.summarize(m, last_episodes=4)
+  assert summary["final_return_mean"] == pytest.approx(1.0)
+  assert summary["final_return_ci"] == [1.0, 1.0]
+  assert summary["env_steps"] == 40 and summary["learner_steps"] == 3
+  assert summary["episodes"] == [8, 12]
+
+
+def test_metrics_csv_round_trip(tmp_path):
+  m = _synthetic_metrics()
+  m["learner/total_loss"] = np.array([[np.nan, 0.25, 1 / 3, 1e-9]] * 2)
+  rows = analysis.metrics_to_rows(m, seeds=[7, 9])
+  assert len(rows) == 8
+  assert list(rows[0])[:3] == ["seed", "iteration", "env_steps"]
+  assert rows[5]["seed"] == 9 and rows[5]["iteration"] == 1
+  path = analysis.write_metrics_csv(tmp_path / "m.csv", m, seeds=[7, 9])
+  header = path.read_text().splitlines()[0].split(",")
+  assert header[:3] == ["seed", "iteration", "env_steps"]
+  assert set(header) == {"seed", "iteration", *m}
+  back = analysis.read_metrics_csv(path)
+  np.testing.assert_array_equal(back["seed"][:, 0], [7, 9])
+  for k, v in m.items():
+    np.testing.assert_array_equal(back[k], v, err_msg=k)
+  assert back["episodes"].dtype == np.int64
+  assert back["mean_return"].dtype == np.float64
+  again = analysis.write_metrics_csv(tmp_path / "m2.csv", back)
+  assert again.read_text() == path.read_text()
+
+
+def test_plot_learning_curves(tmp_path):
+  m = _synthetic_metrics()
+  path = tmp_path / "sub" / "curve.png"
+  fig = analysis.plot_learning_curves({"a": m, "b": {k: v[:1] for k, v in
+                                                     m.items()}}, path=path)
+  assert path.stat().st_size > 1000
+  assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  ax = fig.axes[0]
+  assert ax.get_xlabel() == "environment steps"
+  assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+      "a (2 seeds)", "b"]
+  # Drawing into given axes returns their figure.
+  from matplotlib import figure as figure_lib
+  other = figure_lib.Figure()
+  ax = other.add_subplot()
+  assert analysis.plot_learning_curves({"a": m}, ax=ax) is other
