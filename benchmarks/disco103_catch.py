@@ -21,23 +21,16 @@ import numpy as np
 from disco import configs
 from disco import weights
 from disco.environments import registry
+from disco.training import analysis
 from disco.training import loop
 
 
 def windowed_returns(metrics, num_episodes: int) -> np.ndarray:
-  """``[S, N]``: mean return over the last ``num_episodes`` episodes at the
-  end of every iteration (NaN until that many episodes have finished)."""
-  episodes = np.asarray(metrics["episodes"], np.float64)
-  returns = np.asarray(metrics["return_sum"], np.float64)
-  out = np.full(episodes.shape, np.nan)
-  for s in range(episodes.shape[0]):
-    cum_ep = np.concatenate([[0], np.cumsum(episodes[s])])
-    cum_ret = np.concatenate([[0], np.cumsum(returns[s])])
-    for i in range(episodes.shape[1]):
-      j = np.searchsorted(cum_ep, cum_ep[i + 1] - num_episodes, side="right") - 1
-      if cum_ep[i + 1] >= num_episodes and j >= 0:
-        out[s, i] = (cum_ret[i + 1] - cum_ret[j]) / (cum_ep[i + 1] - cum_ep[j])
-  return out
+  """``[S, N]`` mean return over the last ``num_episodes`` episodes after each
+  iteration; NaN until that many episodes have finished."""
+  curve = analysis.return_curve(metrics, num_episodes)
+  enough = np.cumsum(np.asarray(metrics["episodes"]), axis=1) >= num_episodes
+  return np.where(enough, curve, np.nan)
 
 
 def main():

@@ -58,6 +58,10 @@ class LoopConfig:
           f"Without replay (replay_capacity=0) the learner trains on each "
           f"rollout, so batch_size ({self.batch_size}) must equal num_envs "
           f"({self.num_envs}).")
+    if self.replay_capacity and self.replay_capacity < self.num_envs:
+      raise ValueError(
+          f"replay_capacity ({self.replay_capacity}) must hold at least one "
+          f"rollout's num_envs ({self.num_envs}) trajectories.")
     if self.replay_capacity and self.min_replay_size > self.replay_capacity:
       raise ValueError(
           f"min_replay_size ({self.min_replay_size}) exceeds replay_capacity "
@@ -166,55 +170,90 @@ class EvalLoop:
     return actor.replace(env_state=env_state, timestep=timestep), rollout
 
   # --------------------------------------------------------------- learning
-  def _learn_impl(self, state: TrainState, actor: acting.ActorCarry, rollout,
-                  meta_params, rngs):
-    """Episode statistics, replay insert, and (maybe) one learner step."""
-    learner_rng, sample_rng = rngs
+  def _collect(self, state: TrainState, actor: acting.ActorCarry, rollout,
+               sample_rng):
+    """Episode statistics, replay insert and the learner's batch."""
     actor, stats = acting.episode_stats(actor, rollout)
-    cfg = self.config
     if state.replay is None:
-      replay, batch, ready = None, rollout, jnp.array(True)
+      replay, batch = None, rollout
     else:
       replay = replay_lib.add(state.replay, rollout)
-      batch = replay_lib.sample(replay, sample_rng, cfg.batch_size)
-      ready = replay.size >= cfg.min_replay_size
+      batch = replay_lib.sample(replay, sample_rng, self.config.batch_size)
+    return state.replace(actor=actor, replay=replay), batch, stats
 
-    def learn(learner):
-      return self.agent.learner_step(learner_rng, batch, learner,
-                                     meta_params, False)
+  def _ready(self, state: TrainState) -> jax.Array:
+    """Whether to learn this iteration (the same for every seed)."""
+    if state.replay is None:
+      return jnp.array(True)
+    return state.replay.size >= self.config.min_replay_size
 
-    def skip(learner):
-      logs = jax.eval_shape(learn, learner)[1]
+  def _learner_step(self, learner, batch, rng, meta_params):
+    return self.agent.learner_step(rng, batch, learner, meta_params, False)
+
+  def _maybe_learn(self, ready, learner, batch, rng, meta_params,
+                   learner_step):
+    """One learner step if ``ready`` (a scalar shared by all seeds), else the
+    unchanged learner with NaN logs; ``learner_step`` may be vmapped."""
+
+    def skip(learner, batch, rng):
+      logs = jax.eval_shape(learner_step, learner, batch, rng, meta_params)[1]
       return learner, jax.tree.map(
           lambda s: jnp.full(s.shape, jnp.nan, s.dtype), logs)
 
-    learner, logs = jax.lax.cond(ready, learn, skip, state.learner)
-    env_steps = state.env_steps + cfg.env_steps_per_iteration
+    return jax.lax.cond(
+        ready, lambda *a: learner_step(*a, meta_params), skip,
+        learner, batch, rng)
+
+  def _finish(self, state: TrainState, learner, logs, stats, ready):
+    env_steps = state.env_steps + self.config.env_steps_per_iteration
     learner_steps = state.learner_steps + ready.astype(jnp.int32)
     metrics = dict(stats, env_steps=env_steps, learner_steps=learner_steps,
                    **{f"learner/{k}": v for k, v in logs.items()})
-    new_state = state.replace(learner=learner, actor=actor, replay=replay,
-                              env_steps=env_steps,
-                              learner_steps=learner_steps)
-    return new_state, metrics
+    return state.replace(learner=learner, env_steps=env_steps,
+                         learner_steps=learner_steps), metrics
+
+  def _learn_impl(self, state: TrainState, actor: acting.ActorCarry, rollout,
+                  meta_params, rngs):
+    """Everything after acting, for one seed."""
+    learner_rng, sample_rng = rngs
+    state, batch, stats = self._collect(state, actor, rollout, sample_rng)
+    ready = self._ready(state)
+    learner, logs = self._maybe_learn(ready, state.learner, batch,
+                                      learner_rng, meta_params,
+                                      self._learner_step)
+    return self._finish(state, learner, logs, stats, ready)
 
   def _split(self, rng):
     rng, actor_rng, learner_rng, sample_rng = jax.random.split(rng, 4)
     return rng, actor_rng, (learner_rng, sample_rng)
 
-  def _iteration(self, state: TrainState, meta_params):
+  def _act(self, state: TrainState):
     rng, actor_rng, learn_rngs = self._split(state.rng)
     actor, rollout = self._unroll(state.learner.params,
                                   state.learner.rule_state, state.actor,
                                   actor_rng)
-    return self._learn_impl(state.replace(rng=rng), actor, rollout,
-                            meta_params, learn_rngs)
+    return state.replace(rng=rng), actor, rollout, learn_rngs
 
   def _run_impl(self, states: TrainState, meta_params, num_iterations: int):
-    def one_seed(state):
-      return jax.lax.scan(lambda s, _: self._iteration(s, meta_params),
-                          state, None, length=num_iterations)
-    return jax.vmap(one_seed)(states)
+    """Iterations scanned, seeds vmapped inside each iteration so that the
+    learner step sits under a real ``cond`` (not a vmapped select)."""
+    batched_step = jax.vmap(self._learner_step, in_axes=(0, 0, 0, None))
+
+    def iteration(states, _):
+      states, actor, rollout, (learner_rngs, sample_rngs) = jax.vmap(
+          self._act)(states)
+      states, batch, stats = jax.vmap(self._collect)(states, actor, rollout,
+                                                     sample_rngs)
+      ready = self._ready(jax.tree.map(lambda x: x[0], states))
+      learner, logs = self._maybe_learn(ready, states.learner, batch,
+                                        learner_rngs, meta_params,
+                                        batched_step)
+      return jax.vmap(self._finish, in_axes=(0, 0, 0, 0, None))(
+          states, learner, logs, stats, ready)
+
+    states, metrics = jax.lax.scan(iteration, states, None,
+                                   length=num_iterations)
+    return states, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), metrics)
 
   # ---------------------------------------------------------------- running
   def run(self, states: TrainState, meta_params, num_iterations: int
