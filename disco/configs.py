@@ -22,7 +22,9 @@ from disco.networks import meta_nets
 from disco.update_rules import actor_critic
 from disco.update_rules import base
 from disco.update_rules import disco
+from disco.update_rules import mpo
 from disco.update_rules import policy_gradient
+from disco.update_rules import spo
 
 NETWORK_NAMES = ("mlp",)
 
@@ -36,6 +38,8 @@ RULES: dict[str, Callable[..., base.UpdateRule]] = {
     "disco": _disco_rule,
     "actor_critic": actor_critic.ActorCritic,
     "policy_gradient": policy_gradient.PolicyGradient,
+    "mpo": mpo.MPO,
+    "spo": spo.SPO,
 }
 RULE_NAMES = tuple(RULES)
 
@@ -100,10 +104,54 @@ def get_settings_policy_gradient() -> config_dict.ConfigDict:
   ))
 
 
+def get_settings_mpo() -> config_dict.ConfigDict:
+  """Discrete MPO with the published loss and dual settings.
+
+  One network predicts the policy and Q (Stoix uses two, with learning rates
+  1e-4 and 128 SGD steps per rollout); this harness takes one learner step
+  per iteration, hence the larger learning rate. Learns Catch 5x5.
+  """
+  return config_dict.ConfigDict(dict(
+      rule="mpo",
+      rule_kwargs=dict(q_target="lambda", init_log_temperature=3.0,
+                       init_log_alpha=3.0, dual_lr=1e-2,
+                       dual_max_grad_norm=40.0),
+      hyper_params=dict(mpo.MPO_HYPER_PARAMS),
+      learning_rate=1e-3,
+      max_abs_update=1.0,
+      network=_network((64, 32, 32), 64, (64,)),
+  ))
+
+
+def get_settings_spo() -> config_dict.ConfigDict:
+  """SPO with the ``ff_spo.yaml`` search, loss and dual settings.
+
+  One network predicts the policy and the value (``ff_spo.yaml``: two, with
+  learning rates 3e-4 and 128 SGD steps per rollout); one learner step per
+  iteration here, hence the larger learning rate. Learns Catch 5x5.
+  """
+  return config_dict.ConfigDict(dict(
+      rule="spo",
+      rule_kwargs=dict(
+          num_particles=16, search_depth=4, resampling_mode="period",
+          resampling_period=4, ess_threshold=0.5, adaptive_temperature=True,
+          fixed_temperature=0.5, search_gamma=1.0, search_gae_lambda=1.0,
+          root_dirichlet_alpha=1.0, root_dirichlet_fraction=0.0,
+          init_log_temperature=3.0, init_log_alpha=3.0, dual_lr=1e-3,
+          dual_max_grad_norm=0.5),
+      hyper_params=dict(spo.SPO_HYPER_PARAMS),
+      learning_rate=1e-3,
+      max_abs_update=1.0,
+      network=_network((64, 32, 32), 64, (64,)),
+  ))
+
+
 SETTINGS: dict[str, Callable[[], config_dict.ConfigDict]] = {
     "disco": get_settings_disco,
     "actor_critic": get_settings_actor_critic,
     "policy_gradient": get_settings_policy_gradient,
+    "mpo": get_settings_mpo,
+    "spo": get_settings_spo,
 }
 
 

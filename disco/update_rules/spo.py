@@ -1,0 +1,464 @@
+"""Sequential Monte Carlo Policy Optimisation (SPO).
+
+SPO is an actor-critic whose *acting* is a Sequential Monte Carlo (SMC)
+search over copies of the (jittable) environment state:
+
+* root: ``N`` particles per stream, each a copy of the stream's environment
+  state with a root action ``a ~ pi(.|s)``;
+* for ``search_depth`` steps every particle is stepped with the real
+  environment (``env.step`` vmapped over the particle axis), its next action
+  is drawn from the network's policy and its log-weight accumulates the
+  one-step advantage ``r + gamma_s * d * V(s') - V(s)`` (frozen once the
+  particle's episode has ended);
+* particles are resampled in proportion to ``softmax(w / eta)`` every
+  ``resampling_period`` steps, or when the effective sample size falls under
+  ``ess_threshold * N``; resampling copies every particle field except the
+  per-root-action advantage estimate and resets the log-weights;
+* the action played is a root action drawn from ``softmax(w / eta)``; the root
+  actions, their weights and advantages go into the rollout
+  (``ActorTimestep.extras``) and reach the learner as
+  ``UpdateRuleInputs.actor_extras``.
+
+``eta`` is the temperature dual in the rule state (or a fixed temperature).
+Learning: the policy minimises the cross-entropy to the stored search weights
+plus ``sg(alpha) * KL(pi_target || pi_online)``; the temperature is trained on
+the sample-based E-step loss over the stored advantages, ``alpha`` on the
+trust-region dual loss (both inside ``unroll_meta_net`` with their own
+optimiser, see ``disco.update_rules.mpo``); the critic ``v`` regresses on
+GAE(lambda) targets from the Polyak-averaged target network.
+
+Environment copies: a jittable environment steps ``[B]`` streams, so the
+particles' states ``[B, N, ...]`` are stepped by vmapping ``env.step`` over
+the particle axis; no environment-specific hook is needed. Copies share the
+stream's random key, as in the reference implementation.
+
+Where this differs from the Stoix reference: the advantage estimate of a root
+action stops accumulating when its particle's episode ends (our environments
+reset automatically, so later steps belong to another episode) and weights
+step ``d`` by ``(gamma_s * lambda_s)^d``; the next actions are resampled along
+with the particles they were drawn for; root Dirichlet noise is mixed into
+the policy's probabilities (it is off by default).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from disco import types
+from disco.update_rules import base
+from disco.update_rules import mpo
+from disco.value_fns import returns
+
+# SPO's published (ff_spo.yaml) loss settings.
+SPO_HYPER_PARAMS = dict(
+    discount_factor=0.99,
+    gae_lambda=0.95,
+    vf_coef=1.0,
+    epsilon=0.5,
+    epsilon_policy=1e-3,
+    target_update_tau=0.005,
+)
+
+RESAMPLING_MODES = ("period", "ess")
+EXTRA_KEYS = ("search_actions", "search_weights", "search_advantages")
+
+
+@chex.dataclass(frozen=True)
+class Particles:
+  """``N`` search particles for each of ``B`` streams (leaves ``[B, N, ...]``).
+
+  Attributes:
+    env_state: environment state of every particle.
+    root_actions: int32 root action the particle descends from.
+    log_weights: accumulated advantages since the last resampling.
+    value: ``V`` of the particle's current state (0 after termination).
+    terminal: whether the particle's episode has ended.
+    depth: steps taken.
+    gae: advantage estimate of the root action in this slot, the
+      ``(gamma_s * lambda_s)^depth``-weighted sum of the one-step advantages
+      while the particle's episode lasts (not resampled).
+    next_actions: int32 actions the particles take next (sampled at the
+      particle's own state, so resampled along with it).
+  """
+
+  env_state: Any
+  root_actions: jax.Array
+  log_weights: jax.Array
+  value: jax.Array
+  terminal: jax.Array
+  depth: jax.Array
+  gae: jax.Array
+  next_actions: jax.Array
+
+
+def broadcast_streams(tree: Any, num: int) -> Any:
+  """Leaves ``[B, ...]`` -> ``[B, num, ...]`` (copies along a new axis 1)."""
+  return jax.tree.map(
+      lambda x: jnp.broadcast_to(jnp.expand_dims(x, 1),
+                                 (x.shape[0], num) + x.shape[1:]), tree)
+
+
+def effective_sample_size(logits: jax.Array) -> jax.Array:
+  """``1 / sum_n w_n^2`` with ``w = softmax(logits)``: ``[B, N]`` -> ``[B]``."""
+  weights = jax.nn.softmax(logits, axis=-1)
+  return 1.0 / jnp.sum(jnp.square(weights), axis=-1)
+
+
+def resample(particles: Particles, rng: jax.Array, logits: jax.Array
+             ) -> Particles:
+  """Draws ``N`` particles per stream i.i.d. from ``softmax(logits)``.
+
+  Every field is gathered except ``gae`` (which stays with its root-action
+  slot for the temperature loss); the log-weights restart at zero.
+
+  Args:
+    particles: leaves ``[B, N, ...]``.
+    rng: random key.
+    logits: ``[B, N]`` resampling logits.
+
+  Returns:
+    Particles with the same shapes.
+  """
+  batch, num = logits.shape
+  idx = jax.vmap(lambda k, l: jax.random.categorical(k, l, shape=(num,)))(
+      jax.random.split(rng, batch), logits)
+  gathered = jax.vmap(lambda p, i: jax.tree.map(lambda x: x[i], p))(
+      particles, idx)
+  return gathered.replace(log_weights=jnp.zeros_like(particles.log_weights),
+                          gae=particles.gae)
+
+
+def _select_streams(cond: jax.Array, new: Particles, old: Particles
+                    ) -> Particles:
+  """Per stream (``cond`` ``[B]``) picks ``new`` or ``old``."""
+  return jax.tree.map(
+      lambda n, o: jnp.where(cond.reshape(cond.shape + (1,) * (o.ndim - 1)),
+                             n, o), new, old)
+
+
+def check_search_env(env: Any) -> None:
+  """Raises ValueError unless ``env`` is a jittable environment."""
+  if env is None:
+    raise ValueError(
+        "SPO searches over copies of the environment state but the acting "
+        "context has no environment: pass env= and env_state= to "
+        "Agent.actor_step (EvalLoop does so for rules with "
+        "needs_env_copies).")
+  if not getattr(env, "is_jittable", False):
+    raise ValueError(
+        f"SPO needs a jittable environment to copy and step during search; "
+        f"got {type(env).__name__} (is_jittable=False). Use a jittable "
+        "environment such as 'catch' instead of 'catch_dm_env'.")
+
+
+class SPO(base.UpdateRule):
+  """SPO: SMC search over environment copies for acting, MPO-style learning.
+
+  Args:
+    num_particles: particles ``N`` per stream.
+    search_depth: environment steps per search.
+    resampling_mode: ``"period"`` (every ``resampling_period`` steps) or
+      ``"ess"`` (per stream, when the effective sample size is below
+      ``ess_threshold * N``).
+    resampling_period: steps between resamplings in period mode.
+    ess_threshold: fraction of ``N`` that triggers resampling in ess mode.
+    adaptive_temperature: use the temperature dual for resampling and
+      read-out; otherwise ``fixed_temperature``.
+    fixed_temperature: temperature when not adaptive.
+    search_gamma: discount inside the search.
+    search_gae_lambda: lambda of the per-root-action advantage estimate.
+    root_dirichlet_alpha: Dirichlet concentration of the root noise.
+    root_dirichlet_fraction: weight of the root noise (0 disables it).
+    init_log_temperature: initial raw temperature (softplus parameterised).
+    init_log_alpha: initial raw trust-region dual.
+    dual_lr: Adam learning rate of the duals.
+    dual_max_grad_norm: global-norm clip of the dual gradient.
+  """
+
+  needs_env_copies = True
+
+  def __init__(
+      self,
+      num_particles: int = 16,
+      search_depth: int = 4,
+      resampling_mode: str = "period",
+      resampling_period: int = 4,
+      ess_threshold: float = 0.5,
+      adaptive_temperature: bool = True,
+      fixed_temperature: float = 0.5,
+      search_gamma: float = 1.0,
+      search_gae_lambda: float = 1.0,
+      root_dirichlet_alpha: float = 1.0,
+      root_dirichlet_fraction: float = 0.0,
+      init_log_temperature: float = 3.0,
+      init_log_alpha: float = 3.0,
+      dual_lr: float = 1e-3,
+      dual_max_grad_norm: float = 0.5,
+  ):
+    if resampling_mode not in RESAMPLING_MODES:
+      raise ValueError(f"Unknown resampling_mode {resampling_mode!r}; use "
+                       f"one of {', '.join(RESAMPLING_MODES)}.")
+    for name, value in (("num_particles", num_particles),
+                        ("search_depth", search_depth),
+                        ("resampling_period", resampling_period)):
+      if int(value) < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}.")
+    self.num_particles = int(num_particles)
+    self.search_depth = int(search_depth)
+    self.resampling_mode = resampling_mode
+    self.resampling_period = int(resampling_period)
+    self.ess_threshold = float(ess_threshold)
+    self.adaptive_temperature = bool(adaptive_temperature)
+    self.fixed_temperature = float(fixed_temperature)
+    self.search_gamma = float(search_gamma)
+    self.search_gae_lambda = float(search_gae_lambda)
+    self.root_dirichlet_alpha = float(root_dirichlet_alpha)
+    self.root_dirichlet_fraction = float(root_dirichlet_fraction)
+    self._init_log_temperature = init_log_temperature
+    self._init_log_alpha = init_log_alpha
+    self._dual_optimizer = mpo.dual_optimizer(dual_lr, dual_max_grad_norm)
+
+  def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
+    return dict(logits=base.logits_spec(num_actions),
+                v=types.ArraySpec((1,), np.float32))
+
+  def init_meta_state(self, rng, params):
+    del rng
+    duals = mpo.init_duals(self._init_log_temperature, self._init_log_alpha)
+    return dict(target_params=params, duals=duals,
+                dual_opt_state=self._dual_optimizer.init(duals))
+
+  # ------------------------------------------------------------- searching
+  def search_temperature(self, rule_state: types.RuleState | None
+                         ) -> jax.Array:
+    if not self.adaptive_temperature:
+      return jnp.asarray(self.fixed_temperature, jnp.float32)
+    if rule_state is None:
+      raise ValueError(
+          "SPO with adaptive_temperature reads the temperature dual from the "
+          "rule state: pass rule_state to Agent.actor_step, or set "
+          "adaptive_temperature=False.")
+    return mpo.dual_value(rule_state["duals"]["log_temperature"])
+
+  def _root_logits(self, rng, logits):
+    if self.root_dirichlet_fraction <= 0.0:
+      return logits
+    noise = jax.random.dirichlet(
+        rng, jnp.full(logits.shape[-1:], self.root_dirichlet_alpha),
+        shape=logits.shape[:-1])
+    probs = ((1.0 - self.root_dirichlet_fraction) * jax.nn.softmax(logits)
+             + self.root_dirichlet_fraction * noise)
+    return jnp.log(probs)
+
+  def _evaluate(self, context: base.ActingContext, observations):
+    """Network on ``[B, N, ...]`` observations: (logits, value)."""
+    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]),
+                        observations)
+    out = context.apply_fn(context.params, flat)
+    batch, num = jax.tree.leaves(observations)[0].shape[:2]
+    logits = out["logits"].reshape((batch, num, -1))
+    value = out["v"].reshape((batch, num))
+    return logits, value
+
+  def _search_step(self, context, temperature, particles, depth, rng):
+    """Steps every particle once, updates weights, maybe resamples."""
+    step_rng, resample_rng = jax.random.split(rng)
+    # The environment acts on [B] streams; vmap it over the particle axis.
+    env_state, timestep = jax.vmap(context.env.step, in_axes=(1, 1),
+                                   out_axes=1)(particles.env_state,
+                                               particles.next_actions)
+    logits, value = self._evaluate(context, timestep.observation)
+    next_actions = jax.random.categorical(step_rng, logits)
+    env_discount = timestep.discount.astype(jnp.float32)
+    # A particle's episode ends at a termination or a truncation (LAST with
+    # discount 1); a truncated one still bootstraps through its value.
+    ended = timestep.step_type == types.LAST
+    value = env_discount * self.search_gamma * value
+    # Steps after the end of the particle's episode (the environment has
+    # reset) add nothing to its weight or advantage.
+    alive = 1.0 - particles.terminal.astype(jnp.float32)
+    delta = timestep.reward + value - particles.value
+    log_weights = particles.log_weights + alive * delta
+    scale = (self.search_gamma * self.search_gae_lambda) ** particles.depth
+    stepped = Particles(
+        env_state=env_state,
+        root_actions=particles.root_actions,
+        log_weights=log_weights,
+        value=value,
+        terminal=jnp.logical_or(particles.terminal, ended),
+        depth=particles.depth + 1,
+        gae=particles.gae + alive * scale * delta,
+        next_actions=next_actions.astype(jnp.int32))
+    resample_logits = log_weights / temperature
+    if self.resampling_mode == "period":
+      should = jnp.full(log_weights.shape[:1],
+                        (depth + 1) % self.resampling_period == 0)
+    else:
+      should = (effective_sample_size(resample_logits)
+                < self.ess_threshold * self.num_particles)
+    resampled = resample(stepped, resample_rng, resample_logits)
+    return _select_streams(should, resampled, stepped), should
+
+  def search(self, rng: jax.Array, agent_out: types.AgentOuts,
+             context: base.ActingContext) -> tuple[Particles, jax.Array]:
+    """Runs the SMC search from ``context.env_state``.
+
+    Returns:
+      ``(particles, temperature)`` after ``search_depth`` steps.
+    """
+    check_search_env(context.env)
+    temperature = self.search_temperature(context.rule_state)
+    root_rng, noise_rng, search_rng = jax.random.split(rng, 3)
+    logits = self._root_logits(noise_rng, agent_out["logits"])
+    batch = logits.shape[0]
+    num = self.num_particles
+    root_actions = jax.random.categorical(
+        root_rng, logits[:, None, :], shape=(batch, num)).astype(jnp.int32)
+    zeros = jnp.zeros((batch, num), jnp.float32)
+    particles = Particles(
+        env_state=broadcast_streams(context.env_state, num),
+        root_actions=root_actions,
+        log_weights=zeros,
+        value=broadcast_streams(agent_out["v"][:, 0], num),
+        terminal=jnp.zeros((batch, num), bool),
+        depth=jnp.zeros((batch, num), jnp.int32),
+        gae=zeros,
+        next_actions=root_actions)
+
+    def body(p, xs):
+      depth, step_rng = xs
+      return self._search_step(context, temperature, p, depth, step_rng)
+
+    particles, _ = jax.lax.scan(
+        body, particles,
+        (jnp.arange(self.search_depth),
+         jax.random.split(search_rng, self.search_depth)))
+    return particles, temperature
+
+  def select_action(self, rng, agent_out, context):
+    search_rng, pick_rng = jax.random.split(rng)
+    particles, temperature = self.search(search_rng, agent_out, context)
+    logits = particles.log_weights / temperature
+    index = jax.random.categorical(pick_rng, logits)
+    actions = jnp.take_along_axis(particles.root_actions, index[:, None],
+                                  axis=1)[:, 0]
+    extras = dict(search_actions=particles.root_actions,
+                  search_weights=jax.nn.softmax(logits, axis=-1),
+                  search_advantages=particles.gae)
+    return actions, extras
+
+  # -------------------------------------------------------------- learning
+  def _check_extras(self, inputs):
+    extras = inputs.actor_extras
+    if not isinstance(extras, dict) or any(k not in extras
+                                           for k in EXTRA_KEYS):
+      raise ValueError(
+          "SPO learns from its search statistics: the rollout must carry "
+          f"actor_extras with {', '.join(EXTRA_KEYS)} (act with "
+          "SPO.select_action).")
+    return extras
+
+  def dual_loss(self, duals, advantages, target_logits, online_logits,
+                hyper_params):
+    """Sample-based temperature loss plus the trust-region dual loss.
+
+    Args:
+      duals: raw duals.
+      advantages: ``[..., N]`` search advantages of the root actions.
+      target_logits: ``[..., A]`` target policy logits.
+      online_logits: ``[..., A]`` online policy logits (constants here).
+      hyper_params: needs ``epsilon`` and ``epsilon_policy``.
+
+    Returns:
+      ``(loss, (weights, kl, loss_temperature, loss_alpha))``.
+    """
+    eta = mpo.dual_value(duals["log_temperature"])
+    alpha = mpo.dual_value(duals["log_alpha"])
+    weights, log_z = mpo.sample_e_step(advantages, eta)
+    kl = mpo.policy_kl(target_logits, online_logits)
+    loss_eta = mpo.temperature_loss(eta, log_z, hyper_params["epsilon"])
+    loss_alpha = mpo.alpha_loss(alpha, kl, hyper_params["epsilon_policy"])
+    return jnp.mean(loss_eta + loss_alpha), (weights, kl, loss_eta,
+                                             loss_alpha)
+
+  def unroll_meta_net(self, meta_params, params, meta_state, inputs,
+                      hyper_params, unroll_fn, rng, axis_name=None):
+    del meta_params, rng
+    extras = self._check_extras(inputs)
+    target_out = jax.lax.stop_gradient(
+        unroll_fn(meta_state["target_params"], inputs.observations))
+    target_logits = target_out["logits"][:-1]
+    online_logits = jax.lax.stop_gradient(inputs.agent_out["logits"][:-1])
+    advantages = extras["search_advantages"][:-1]
+    epsilon = hyper_params["epsilon"]
+    epsilon_policy = hyper_params["epsilon_policy"]
+
+    duals = meta_state["duals"]
+    grads, (weights, kl, loss_eta, loss_alpha) = jax.grad(
+        self.dual_loss, has_aux=True)(duals, advantages, target_logits,
+                                      online_logits, hyper_params)
+    new_duals, dual_opt_state = mpo.apply_dual_gradient(
+        self._dual_optimizer, duals, meta_state["dual_opt_state"], grads,
+        axis_name)
+
+    # GAE(lambda) targets from the target critic (V-trace with rho = 1).
+    values = inputs.agent_out["v"][..., 0]
+    critic = returns.vtrace(
+        rewards=inputs.rewards,
+        env_discounts=1.0 - inputs.is_terminal.astype(jnp.float32),
+        rho=jnp.ones_like(inputs.rewards),
+        values=values,
+        target_values=target_out["v"][..., 0],
+        discount=hyper_params["discount_factor"],
+        lambda_=hyper_params["gae_lambda"])
+    num = advantages.shape[-1]
+    kl_sample = jnp.sum(weights * jnp.log(num * weights + 1e-8), axis=-1)
+    mean = lambda x: mpo.global_mean(x, axis_name)
+    meta_out = dict(
+        target_logits=target_logits,
+        alpha=mpo.dual_value(duals["log_alpha"]),
+        value_target=jax.lax.stop_gradient(critic.value_target),
+        stats=dict(
+            temperature=mpo.dual_value(duals["log_temperature"]),
+            loss_temperature=mean(loss_eta),
+            loss_alpha=mean(loss_alpha),
+            kl_nonparametric=mean(kl_sample),
+            kl_nonparametric_relative=mean(kl_sample) / epsilon,
+            kl_mean_rel=mean(kl) / epsilon_policy,
+            search_advantage=mean(advantages)))
+    new_state = dict(
+        meta_state,
+        duals=new_duals,
+        dual_opt_state=dual_opt_state,
+        target_params=mpo.polyak(meta_state["target_params"], params,
+                                 hyper_params["target_update_tau"]))
+    return meta_out, new_state
+
+  def agent_loss(self, inputs, meta_out, hyper_params, backprop):
+    del hyper_params, backprop  # No meta-parameters.
+    extras = self._check_extras(inputs)
+    logits = inputs.agent_out["logits"][:-1]
+    loss_policy = mpo.sampled_cross_entropy(
+        logits, extras["search_actions"][:-1],
+        jax.lax.stop_gradient(extras["search_weights"][:-1]))
+    alpha = jax.lax.stop_gradient(meta_out["alpha"])
+    loss_kl = alpha * mpo.policy_kl(meta_out["target_logits"], logits)
+    logs = dict(meta_out["stats"],
+                alpha=alpha,
+                loss_policy=loss_policy,
+                loss_kl=loss_kl,
+                entropy_online=mpo.entropy(logits))
+    return loss_policy + loss_kl, logs
+
+  def agent_loss_no_meta(self, inputs, meta_out, hyper_params):
+    values = inputs.agent_out["v"][:-1, ..., 0]
+    td = meta_out["value_target"] - values
+    value_loss = 0.5 * jnp.square(td)
+    logs = dict(value_loss=value_loss, value_mean=values,
+                value_target=meta_out["value_target"])
+    return hyper_params["vf_coef"] * value_loss, logs
