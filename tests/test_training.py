@@ -307,3 +307,17 @@ def test_plot_learning_curves(tmp_path):
   other = figure_lib.Figure()
   ax = other.add_subplot()
   assert analysis.plot_learning_curves({"a": m}, ax=ax) is other
+
+
+def test_text_curve_rows_and_bars():
+  n = 30
+  metrics = dict(episodes=np.full((2, n), 10),
+                 return_sum=np.tile(np.linspace(-10.0, 10.0, n), (2, 1)),
+                 env_steps=np.tile(np.arange(1, n + 1) * 100, (2, 1)))
+  lines = analysis.text_curve(metrics, min_episodes=10, rows=5,
+                              width=20).splitlines()
+  assert len(lines) == 6  # header + 5 rows
+  assert lines[1].split("|")[1] == " " * 20  # return -1: empty bar
+  assert lines[-1].split("|")[1] == "#" * 20  # return +1: full bar
+  assert lines[-1].strip().endswith("+1.000")
+  assert lines[-1].startswith(f"{3000:>9d}")

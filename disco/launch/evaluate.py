@@ -372,6 +372,9 @@ def evaluate(config: config_dict.ConfigDict,
                    "single call: rates include compilation"))
   _write_json(out / "summary.json", summary)
 
+  log(f"Learning curve (mean return over windows of {CURVE_EPISODES} "
+      "episodes, mean over seeds):\n"
+      + analysis.text_curve(metrics, CURVE_EPISODES))
   ci = summary["final_return_ci"]
   ci_text = (f"95% bootstrap CI [{ci[0]:.3f}, {ci[1]:.3f}] over "
              f"{num_seeds} seeds" if ci is not None else

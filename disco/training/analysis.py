@@ -114,6 +114,26 @@ def mean_curve(curves: np.ndarray, confidence: float = 0.95
   return mean, mean - half, mean + half
 
 
+def text_curve(metrics: Metrics, min_episodes: int = 100, rows: int = 10,
+               width: int = 40) -> str:
+  """The seed-mean learning curve as a small text chart for terminals:
+  ``rows`` lines of ``env steps | bar | mean return`` with returns in
+  [-1, 1] mapped onto ``width`` characters."""
+  mean, _, _ = mean_curve(return_curve(metrics, min_episodes))
+  steps = _as_2d(metrics, "env_steps")[0]
+  idx = np.unique(np.linspace(0, len(mean) - 1, min(rows, len(mean))
+                              ).round().astype(int))
+  lines = []
+  for i in idx:
+    value = mean[i]
+    filled = 0 if not np.isfinite(value) else int(round(
+        (np.clip(value, -1.0, 1.0) + 1.0) / 2.0 * width))
+    label = "   n/a" if not np.isfinite(value) else f"{value:+.3f}"
+    lines.append(f"{int(steps[i]):>9d} |{'#' * filled:<{width}}| {label}")
+  header = f"{'env steps':>9s} |{'mean return (-1 .. +1)':^{width}}|"
+  return "\n".join([header] + lines)
+
+
 # ------------------------------------------------------- final scores ----
 
 
