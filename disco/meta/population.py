@@ -121,6 +121,10 @@ class Population:
     self.devices = tuple(devices or jax.devices())
     if not self.groups:
       raise ValueError("A population needs at least one agent group.")
+    names = [g.name for g in self.groups]
+    if len(set(names)) != len(names):
+      # Logs and their weights are keyed by group name.
+      raise ValueError(f"Agent group names must be unique, got {names}.")
     for g in self.groups:
       if g.num_agents < 1 or g.num_agents % len(self.devices):
         raise ValueError(
@@ -154,7 +158,9 @@ class Population:
     for g, group_rng in zip(self.groups,
                             jax.random.split(rng, len(self.groups))):
       rngs = jax.random.split(group_rng, g.num_agents)
-      stacked = jax.vmap(functools.partial(self._init_agent, g))(rngs)
+      # One compiled program per group (eager vmapped initialisation
+      # dispatches hundreds of small programs, which takes many seconds).
+      stacked = jax.jit(jax.vmap(functools.partial(self._init_agent, g)))(rngs)
       if self.config.lifetime_meta_steps:
         ages = (np.arange(g.num_agents) * self.config.lifetime_meta_steps
                 // g.num_agents)

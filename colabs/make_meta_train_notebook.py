@@ -1,0 +1,292 @@
+"""Writes ``colabs/meta_train.ipynb`` (run: ``python colabs/make_meta_train_notebook.py``).
+
+The notebook is generated so that its cells stay reviewable as Python; edit
+this script, not the ``.ipynb``, and re-run it. Its first code cell is tagged
+``parameters`` (papermill style): tests and tools replace it to run the
+notebook with other settings.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat import v4
+
+NOTEBOOK = Path(__file__).resolve().parent / "meta_train.ipynb"
+
+INTRO = """\
+# Meta-training / fine-tuning update rules
+
+This notebook fine-tunes the discovered **Disco103** update rule (or
+discovers one from scratch) on a jittable version of **Catch** with a small
+population of agents, plots the meta-training curves, exports the
+meta-parameters, and evaluates the exported rule by training fresh agents
+with it.
+
+One *meta-step* is one compiled program: every agent takes `inner_steps`
+learner steps with the current rule on its own rollouts, the updated agent is
+scored on a validation rollout (a policy-gradient loss with a separate value
+function's advantages), and the meta-gradient of that score through the inner
+updates, averaged over the agents (vmapped, and sharded over the devices),
+updates the rule's meta-parameters. The defaults below are the published
+meta-training notebook's (2 agents, Catch 5x5, 32 environments per agent,
+rollouts of 16 steps, 2 inner steps, Adam(5e-4)), except for the number of
+meta-steps.
+
+The same run is available from the command line, with checkpoints and resume:
+`python -m disco.launch.meta_train --config.init_meta_params=disco103`
+(see `configs/meta_train.py`)."""
+
+PARAMETERS = """\
+# Settings (this cell is tagged `parameters`: tools may replace it).
+init_meta_params = 'disco103'  # 'disco103' (fine-tune), 'random' or a .npz
+num_meta_steps = 200
+num_agents = 2  # a multiple of the number of devices
+catch_rows, catch_columns = 5, 5
+batch_size = 32  # environments per agent
+rollout_len = 16
+inner_steps = 2
+agent_network = dict(dense=(512, 512), model_lstm_size=256,
+                     model_head_hiddens=(256,))
+agent_learning_rate = 5e-4
+value_fn_dense = (256, 256)
+meta_learning_rate = 5e-4
+seed = 4
+output_dir = 'runs/meta-notebook'
+checkpoint_every = 50
+# Evaluation of the exported rule (disco.training.loop.EvalLoop).
+eval_env_steps = 20_000  # per seed
+eval_num_seeds = 1
+eval_num_envs = 2
+eval_rollout_len = 29
+eval_batch_size = 64
+eval_replay_capacity = 1024
+eval_min_replay_size = 64
+eval_iterations_per_call = 50
+eval_last_episodes = 500
+eval_network = {}  # overrides of the evaluation agent's network ({}: published)
+compare_with_initial_rule = True  # also evaluate the rule we started from"""
+
+INSTALL = """\
+# Install the package when it is not importable yet (this notebook lives in
+# the colabs/ folder of a checkout, so `..` is the repository).
+import importlib.util
+import os
+import sys
+
+if importlib.util.find_spec('disco') is None:
+  get_ipython().run_line_magic('pip', 'install -q -e ..')
+  sys.path.insert(0, os.path.abspath('..'))  # importable without a restart"""
+
+IMPORTS = """\
+import math
+from pathlib import Path
+
+import jax
+import numpy as np
+from matplotlib import pyplot as plt
+from tqdm import tqdm
+
+from disco import configs
+from disco import weights
+from disco.environments import registry
+from disco.launch import common
+from disco.launch import meta_train
+from disco.meta import checkpoints
+from disco.meta import history as history_lib
+from disco.training import analysis
+from disco.training import loop as loop_lib
+
+print('JAX devices:', jax.devices())"""
+
+BUILD_MD = """\
+## The population
+
+`meta_train.build` checks a config (the defaults of `configs/meta_train.py`
+with the settings above) and builds the agent groups (one here: Catch with
+`num_agents` agents), the `Population` (the compiled meta-step) and the
+initial meta-parameters: the published Disco103 weights (checked against the
+rule's structure), a random initialisation, or a file."""
+
+BUILD = """\
+config = meta_train.default_config()
+config.update(dict(
+    population=(dict(env='catch',
+                     env_settings=dict(rows=catch_rows, columns=catch_columns),
+                     num_agents=num_agents),),
+    batch_size=batch_size, rollout_len=rollout_len, inner_steps=inner_steps,
+    meta_learning_rate=meta_learning_rate, init_meta_params=init_meta_params,
+    seed=seed, num_meta_steps=num_meta_steps, output_dir=output_dir,
+    resume=True))  # the folder may hold an earlier run of this notebook
+config.agent.network.update(agent_network)
+config.agent.learning_rate = agent_learning_rate
+config.value_fn.dense = value_fn_dense
+
+plan = meta_train.build(config)
+out = plan.output_dir
+num_meta_params = sum(x.size for x in jax.tree.leaves(jax.eval_shape(
+    plan.rule.init_params, jax.random.PRNGKey(0))))
+print(f'{len(plan.population.devices)} device(s); groups: ' + ', '.join(
+    f'{g.num_agents} x {g.name} ({g.env.batch_size} envs each)'
+    for g in plan.groups))
+print(f'{num_meta_params:,} meta-parameters, initialised from '
+      f'{init_meta_params!r}; writing to {out}')"""
+
+TRAIN_MD = """\
+## Meta-training
+
+`population.step(state)` runs one meta-step (the first call compiles, which
+can take a minute or more) and returns the new state and the logs;
+`history_lib.metrics_row` turns the logs into a row (rewards, fractions of
+positive/negative rewards per actor step, meta loss, ...). The state holds
+everything (meta-parameters, meta-optimiser, every agent's parameters,
+environments and RNG keys), so checkpoints restore a run bit for bit. Running
+this cell again continues from where it stopped (also after an interrupt)."""
+
+TRAIN = """\
+ckpts = checkpoints.CheckpointManager(out / 'checkpoints', keep=2)
+if 'state' not in globals():
+  template = meta_train.abstract_state(plan.population, plan.rule)
+  restored = (checkpoints.restore_latest(ckpts.directory, template)
+              if ckpts.latest_step() is not None else None)
+  if restored is None:
+    state = meta_train.initial_state(plan)
+    history = history_lib.MetricsHistory()
+  else:
+    print(f'Continuing from {restored.path}')
+    state, history = restored.state, history_lib.MetricsHistory(
+        restored.history)
+
+start = int(state.step)
+with tqdm(total=num_meta_steps, initial=start, unit='meta-step') as bar:
+  for k in range(start + 1, num_meta_steps + 1):
+    state, logs = plan.population.step(state)
+    row = history_lib.metrics_row(k, logs, plan.groups, rollout_len)
+    history.append(row)
+    bar.update(1)
+    bar.set_postfix(meta_loss=f"{row['meta_loss']:.3f}",
+                    reward=f"{row['rewards']:.3f}")
+    if k % checkpoint_every == 0 or k == num_meta_steps:
+      ckpts.save(state, history=history.rows)
+history.write_csv(out / 'metrics.csv')
+print(f'{len(history)} meta-steps; checkpoints: {ckpts.all_steps()}')"""
+
+PLOT_MD = """\
+## Meta-training curves
+
+The agents' mean reward per actor step (Catch gives +1 for a caught ball and
+-1 for a missed one at the end of each episode), the fractions of actor steps
+with a positive and a negative reward, and the meta loss."""
+
+PLOT = """\
+history.plot(out / 'rewards.png', out / 'meta_loss.png')
+fig_rewards, fig_loss = history.plot()
+plt.show()
+rewards = history.column('rewards')
+window = max(1, min(20, len(rewards) // 2))
+print(f'Reward per actor step: {rewards[:window].mean():+.3f} over the first '
+      f'{window} meta-steps -> {rewards[-window:].mean():+.3f} over the last '
+      f'{window}.')"""
+
+EXPORT_MD = """\
+## Export
+
+`export_meta_params` saves the meta-parameters as an `.npz` whose metadata
+names the rule, so the evaluation launcher takes the file directly:
+`disco-eval --config.rule=<output_dir>/meta_params.npz`. Loading it back the
+way the launcher does checks it against the rule's structure."""
+
+EXPORT = """\
+path = meta_train.export_meta_params(
+    out / 'meta_params.npz', state.meta_params, plan.settings,
+    meta_step=int(state.step), init_meta_params=init_meta_params)
+eval_settings, discovered_params = common.resolve_rule(str(path))
+print(f'Exported {path}: metadata {weights.load_metadata(path)}')
+print(f'Evaluate it with: disco-eval --config.rule={path}')"""
+
+EVAL_MD = """\
+## Evaluating the exported rule
+
+Fresh agents on Catch trained by the exported rule with
+`disco.training.loop.EvalLoop` (the evaluation notebook's settings: the
+published Disco103 agent network and learning rate, a replay, learner
+batches of 64), and, for comparison, by the rule we started from (same
+program, other meta-parameters)."""
+
+EVAL = """\
+env = registry.make_env('catch', eval_num_envs, rows=catch_rows,
+                        columns=catch_columns)
+eval_settings.network.update(eval_network)
+agent = configs.make_agent(eval_settings, env.num_actions)
+loop = loop_lib.EvalLoop(agent, env, loop_lib.LoopConfig(
+    num_envs=eval_num_envs, rollout_len=eval_rollout_len,
+    batch_size=eval_batch_size, replay_capacity=eval_replay_capacity,
+    min_replay_size=eval_min_replay_size))
+steps = loop.config.env_steps_per_iteration
+needed = math.ceil(eval_env_steps / steps)
+num_calls = math.ceil(needed / eval_iterations_per_call)
+per_call = math.ceil(needed / num_calls)
+
+
+def evaluate(meta_params, label):
+  states = loop.init_seeds(list(range(eval_num_seeds)))
+  chunks = []
+  for _ in tqdm(range(num_calls), desc=label):
+    states, metrics = loop.run(states, meta_params, per_call)
+    chunks.append(metrics)
+  return analysis.concat_metrics(chunks)
+
+
+results = {f'discovered (meta-step {int(state.step)})':
+               evaluate(discovered_params, 'discovered')}
+if compare_with_initial_rule:
+  initial = meta_train.load_initial_meta_params(
+      init_meta_params, plan.rule, config.init_seed)
+  results[f'initial ({init_meta_params})'] = evaluate(initial, 'initial')
+
+analysis.plot_learning_curves(
+    results, min_episodes=min(100, eval_last_episodes),
+    title=f'Catch {catch_rows}x{catch_columns}')
+plt.show()
+for label, metrics in results.items():
+  s = analysis.summarize(metrics, eval_last_episodes)
+  score = s['final_return_mean']
+  score = 'n/a' if score is None else f'{score:.3f}'
+  print(f"{label}: mean return over the last {eval_last_episodes} episodes "
+        f"{score}; {s['env_steps']} env steps, "
+        f"{s['learner_steps']} learner steps per seed")"""
+
+
+def build() -> nbformat.NotebookNode:
+  md, code = v4.new_markdown_cell, v4.new_code_cell
+  cells = [
+      md(INTRO),
+      code(PARAMETERS, metadata={"tags": ["parameters"]}),
+      code(INSTALL),
+      code(IMPORTS),
+      md(BUILD_MD), code(BUILD),
+      md(TRAIN_MD), code(TRAIN),
+      md(PLOT_MD), code(PLOT),
+      md(EXPORT_MD), code(EXPORT),
+      md(EVAL_MD), code(EVAL),
+  ]
+  for i, cell in enumerate(cells):  # stable ids keep diffs small
+    cell["id"] = f"cell-{i:02d}"
+  nb = v4.new_notebook(cells=cells, metadata={
+      "kernelspec": {"display_name": "Python 3", "language": "python",
+                     "name": "python3"},
+      "language_info": {"name": "python"},
+  })
+  nbformat.validate(nb)
+  return nb
+
+
+def main() -> None:
+  nbformat.write(build(), NOTEBOOK)
+  print(f"wrote {NOTEBOOK}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+  main()

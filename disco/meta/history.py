@@ -1,0 +1,229 @@
+"""Host-side metrics of a meta-training run: rows, CSV and plots.
+
+``Population.step`` returns device logs for one meta-step; ``metrics_row``
+turns them into one flat row of Python numbers (adding the fractions of
+positive and negative rewards per actor step, overall and per group, and the
+population means of the policy-gradient and regulariser losses), and
+``MetricsHistory`` keeps the rows, writes them as CSV (one row per logged
+meta-step, floats written exactly) and plots the learning curves.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import jax
+import numpy as np
+
+STEP = "meta_step"
+# Leading CSV columns (population-level); the rest follow sorted.
+MAIN_COLUMNS = (STEP, "meta_loss", "pg_loss", "reg_loss", "meta_grad_norm",
+                "meta_update_norm", "rewards", "pos_reward_frac",
+                "neg_reward_frac", "pos_rewards", "neg_rewards")
+_WEIGHTED = ("pg_loss", "reg_loss", "entropy", "pos_reward_frac",
+             "neg_reward_frac")
+
+
+def metrics_row(step: int, logs: Mapping[str, Any],
+                groups: Sequence[Any], rollout_len: int) -> dict[str, Any]:
+  """One row of metrics from the logs of ``Population.step``.
+
+  Args:
+    step: the meta-step the logs belong to (1 for the first).
+    logs: the logs (device or host arrays).
+    groups: the population's ``AgentGroup``s (their names, environment batch
+      sizes and agent counts).
+    rollout_len: actor steps per training rollout.
+
+  Returns:
+    ``{meta_step, <every log as float>, pos/neg_reward_frac (overall and
+    <group>/...), pg_loss, reg_loss, entropy (agent-weighted over groups)}``.
+  ``pos_rewards``/``neg_rewards`` count the positive/negative rewards of one
+  training rollout (``rollout_len`` steps x the batch); the fractions divide
+  them by the rollout's size, so they are per actor step.
+  """
+  logs = {k: float(v) for k, v in jax.device_get(dict(logs)).items()}
+  total = sum(g.num_agents for g in groups)
+  row: dict[str, Any] = {STEP: int(step)}
+  for g in groups:
+    size = rollout_len * g.env.batch_size
+    for sign in ("pos", "neg"):
+      key = f"{g.name}/{sign}_rewards"
+      if key in logs:
+        logs[f"{g.name}/{sign}_reward_frac"] = logs[key] / size
+  for name in _WEIGHTED:
+    keys = [f"{g.name}/{name}" for g in groups]
+    if name not in logs and all(k in logs for k in keys):
+      logs[name] = sum(logs[k] * g.num_agents / total
+                       for k, g in zip(keys, groups))
+  row.update(logs)
+  return row
+
+
+def _columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+  keys = list(dict.fromkeys(k for r in rows for k in r))
+  main = [c for c in MAIN_COLUMNS if c in keys]
+  return main + sorted(k for k in keys if k not in main)
+
+
+def _cell(v: Any) -> str:
+  if isinstance(v, float):
+    return repr(v)
+  return str(v)
+
+
+def _parse(text: str) -> Any:
+  try:
+    return int(text)
+  except ValueError:
+    return float(text)
+
+
+class MetricsHistory:
+  """The rows of a run, in meta-step order."""
+
+  def __init__(self, rows: Iterable[Mapping[str, Any]] = ()):
+    self.rows: list[dict[str, Any]] = [dict(r) for r in rows]
+
+  def __len__(self) -> int:
+    return len(self.rows)
+
+  def append(self, row: Mapping[str, Any]) -> None:
+    self.rows.append(dict(row))
+
+  @property
+  def columns(self) -> list[str]:
+    return _columns(self.rows)
+
+  def column(self, name: str) -> np.ndarray:
+    """Values of ``name`` (NaN where a row lacks it)."""
+    return np.array([r.get(name, math.nan) for r in self.rows], np.float64)
+
+  @property
+  def steps(self) -> np.ndarray:
+    return np.array([r[STEP] for r in self.rows], np.int64)
+
+  # --------------------------------------------------------------- CSV
+  def write_csv(self, path: str | os.PathLike[str]) -> Path:
+    """Writes every row (atomically: a temporary file renamed over it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+      with os.fdopen(fd, "w", newline="") as f:
+        writer = csv.writer(f)
+        columns = self.columns
+        writer.writerow(columns)
+        for r in self.rows:
+          writer.writerow([_cell(r.get(c, math.nan)) for c in columns])
+      os.replace(tmp, path)
+    except BaseException:
+      Path(tmp).unlink(missing_ok=True)
+      raise
+    return path
+
+  def append_csv(self, path: str | os.PathLike[str],
+                 row: Mapping[str, Any]) -> None:
+    """Appends ``row`` to the history and to the CSV at ``path`` (which is
+    rewritten whole when it is missing or has other columns)."""
+    self.append(row)
+    path = Path(path)
+    header = None
+    if path.is_file():
+      with open(path, newline="") as f:
+        header = next(csv.reader(f), None)
+    columns = self.columns
+    if header != columns:
+      self.write_csv(path)
+      return
+    with open(path, "a", newline="") as f:
+      csv.writer(f).writerow([_cell(self.rows[-1].get(c, math.nan))
+                              for c in columns])
+
+  @classmethod
+  def read_csv(cls, path: str | os.PathLike[str]) -> "MetricsHistory":
+    with open(path, newline="") as f:
+      reader = csv.DictReader(f)
+      return cls([{k: _parse(v) for k, v in r.items()} for r in reader])
+
+  # ------------------------------------------------------------- plots
+  def plot(self, rewards_path: str | os.PathLike[str] | None = None,
+           loss_path: str | os.PathLike[str] | None = None,
+           title: str | None = None):
+    """Learning curves against the meta-step.
+
+    Draws (1) the mean reward per actor step and the fractions of positive
+    and negative rewards, overall and per group when there are several, and
+    (2) the meta-loss with its policy-gradient part. Saves each figure where
+    a path is given (rendered off-screen); returns ``(rewards_fig,
+    loss_fig)``.
+    """
+    figs = []
+    for path, draw in ((rewards_path, self._draw_rewards),
+                       (loss_path, self._draw_loss)):
+      fig = _figure(path, ncols=2 if draw == self._draw_rewards else 1)
+      draw(fig)
+      if title:
+        fig.suptitle(title)
+      if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, bbox_inches="tight")
+      figs.append(fig)
+    return tuple(figs)
+
+  def _groups(self) -> list[str]:
+    return sorted({k.split("/", 1)[0] for k in self.columns
+                   if k.endswith("/rewards") and "/inner/" not in k})
+
+  def _draw_rewards(self, fig) -> None:
+    ax_r, ax_f = fig.axes
+    x = self.steps
+    groups = self._groups()
+    ax_r.plot(x, self.column("rewards"), label="population")
+    if len(groups) > 1:
+      for g in groups:
+        ax_r.plot(x, self.column(f"{g}/rewards"), label=g, alpha=0.7)
+    ax_r.set_ylabel("mean reward per actor step")
+    ax_r.set_title("Reward")
+    for sign, style in (("pos", "-"), ("neg", "--")):
+      ax_f.plot(x, self.column(f"{sign}_reward_frac"), style,
+                label=f"{sign}itive" if sign == "pos" else "negative")
+      if len(groups) > 1:
+        for g in groups:
+          ax_f.plot(x, self.column(f"{g}/{sign}_reward_frac"), style,
+                    alpha=0.6, label=f"{g} {sign}")
+    ax_f.set_ylabel("fraction of actor steps")
+    ax_f.set_title("Positive / negative rewards")
+    for ax in fig.axes:
+      ax.set_xlabel("meta-step")
+      ax.grid(True, alpha=0.3)
+      ax.legend(loc="best", fontsize="small")
+
+  def _draw_loss(self, fig) -> None:
+    (ax,) = fig.axes
+    x = self.steps
+    ax.plot(x, self.column("meta_loss"), label="meta loss")
+    ax.plot(x, self.column("pg_loss"), alpha=0.7, label="policy-gradient part")
+    ax.set_xlabel("meta-step")
+    ax.set_ylabel("loss")
+    ax.set_title("Meta loss")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best", fontsize="small")
+
+
+def _figure(path, ncols: int):
+  if path is not None:
+    from matplotlib import figure as figure_lib  # pylint: disable=g-import-not-at-top
+    from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
+    fig = figure_lib.Figure(figsize=(6 * ncols, 4), dpi=100)
+    backend_agg.FigureCanvasAgg(fig)
+    fig.subplots(1, ncols)
+    return fig
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, _ = plt.subplots(1, ncols, figsize=(6 * ncols, 4))
+  return fig

@@ -1,0 +1,132 @@
+"""Executes ``colabs/meta_train.ipynb`` headless with tiny settings.
+
+Needs the ``python3`` Jupyter kernel of this environment; install it with
+``python -m ipykernel install --sys-prefix`` (the test skips, or fails on CI,
+when it is missing). The tiny meta-training settings equal those of
+``tests/test_meta_train.py``, so the compiled meta-step comes from the
+persistent compilation cache when both run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+import conftest  # pylint: disable=g-import-not-at-top  (tests/conftest.py)
+
+COLABS = conftest.REPO_DIR / "colabs"
+NOTEBOOK = COLABS / "meta_train.ipynb"
+
+
+def tiny_parameters(output_dir) -> str:
+  return f"""\
+init_meta_params = 'random'
+num_meta_steps = 3
+num_agents = 2
+catch_rows, catch_columns = 5, 5
+batch_size = 2
+rollout_len = 3
+inner_steps = 1
+agent_network = dict(dense=(16,), model_lstm_size=8, model_head_hiddens=(8,))
+agent_learning_rate = 5e-4
+value_fn_dense = (8, 8)
+meta_learning_rate = 5e-4
+seed = 4
+output_dir = {str(output_dir)!r}
+checkpoint_every = 2
+eval_env_steps = 60
+eval_num_seeds = 1
+eval_num_envs = 2
+eval_rollout_len = 5
+eval_batch_size = 4
+eval_replay_capacity = 16
+eval_min_replay_size = 4
+eval_iterations_per_call = 3
+eval_last_episodes = 5
+eval_network = dict(dense=(16,), model_lstm_size=8, model_head_hiddens=(8,))
+compare_with_initial_rule = True
+"""
+
+
+def _kernel_available(name: str) -> bool:
+  from jupyter_client import kernelspec  # pylint: disable=g-import-not-at-top
+  try:
+    kernelspec.KernelSpecManager().get_kernel_spec(name)
+  except kernelspec.NoSuchKernel:
+    return False
+  return True
+
+
+def _parameters_cell(nb):
+  code = [c for c in nb.cells if c.cell_type == "code"]
+  tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+  assert len(tagged) == 1, "exactly one cell must be tagged 'parameters'"
+  assert tagged[0] is code[0], "the parameters cell must be the first code cell"
+  return tagged[0]
+
+
+def test_meta_train_notebook_is_valid_and_up_to_date():
+  nb = nbformat.read(NOTEBOOK, as_version=4)
+  nbformat.validate(nb)
+  _parameters_cell(nb)
+  spec = importlib.util.spec_from_file_location(
+      "make_meta_train_notebook", COLABS / "make_meta_train_notebook.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  assert nbformat.writes(module.build()).strip() == (
+      NOTEBOOK.read_text().strip()), (
+      "colabs/meta_train.ipynb is stale: run "
+      "python colabs/make_meta_train_notebook.py")
+  for cell in nb.cells:
+    if cell.cell_type == "code":
+      assert not cell.outputs and cell.execution_count is None
+  # The published settings, apart from the number of meta-steps.
+  namespace = {}
+  exec(_parameters_cell(nb).source, namespace)  # pylint: disable=exec-used
+  assert namespace["batch_size"] == 32 and namespace["rollout_len"] == 16
+  assert namespace["inner_steps"] == 2 and namespace["num_agents"] == 2
+  assert namespace["agent_network"]["dense"] == (512, 512)
+
+
+def test_meta_train_notebook_runs(tmp_path, monkeypatch):
+  if not _kernel_available("python3"):
+    message = ("no 'python3' Jupyter kernel: run "
+               "`python -m ipykernel install --sys-prefix`")
+    if conftest.on_ci():
+      pytest.fail(message)
+    pytest.skip(message)
+  nb = nbformat.read(NOTEBOOK, as_version=4)
+  out = tmp_path / "run"
+  _parameters_cell(nb).source = tiny_parameters(out)
+  if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR",
+                       str(conftest.REPO_DIR / ".jax_cache"))
+  client = nbclient.NotebookClient(
+      nb, timeout=600, kernel_name="python3",
+      resources={"metadata": {"path": str(COLABS)}})
+  client.execute()
+
+  text, images = [], 0
+  for cell in nb.cells:
+    for output in cell.get("outputs", []):
+      if output.output_type == "stream":
+        text.append(output.text)
+      elif output.output_type in ("execute_result", "display_data"):
+        text.append(output.data.get("text/plain", ""))
+        images += "image/png" in output.data
+  text = "".join(text)
+  assert "2 x catch-5x5" in text
+  assert "3 meta-steps; checkpoints: [2, 3]" in text
+  assert "Reward per actor step:" in text
+  assert "Exported" in text and "'rule': 'disco'" in text
+  assert "discovered (meta-step 3): mean return over the last 5" in text
+  assert "initial (random): mean return" in text
+  assert images >= 3  # rewards, meta loss, evaluation curves
+  for name in ("metrics.csv", "rewards.png", "meta_loss.png",
+               "meta_params.npz"):
+    assert (out / name).is_file(), name
