@@ -17,7 +17,6 @@ from typing import Any, Mapping
 
 import chex
 import jax
-import numpy as np
 from dm_env import specs
 
 Array = jax.Array

@@ -1,13 +1,20 @@
-"""Pieces shared by the launchers: usage errors and rule resolution."""
+"""Pieces shared by the launchers: usage errors, rule resolution and
+command-line parsing."""
 
 from __future__ import annotations
 
 import os
+import re
+import runpy
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+from absl import flags
 
 import jax
 from ml_collections import config_dict
+from ml_collections import config_flags
 
 from disco import configs
 from disco import weights as weights_lib
@@ -163,3 +170,87 @@ def resolve_rule(name_or_path: str, weights: str | None = None
   expected, _ = _expected_meta_params(settings)
   return settings, _load_checked(
       path, expected, f"Rule file {path} does not fit rule {rule!r}")
+
+
+# ------------------------------------------------------- command line ----
+
+
+def config_file_from_argv(argv: Sequence[str], default: Path) -> Path:
+  """The ``--config`` file named on the command line, else ``default``."""
+  for i, arg in enumerate(argv):
+    m = re.match(r"^--?config(=(.*))?$", arg)
+    if m:
+      value = m.group(2) if m.group(1) else (
+          argv[i + 1] if i + 1 < len(argv) else "")
+      return Path(value.split(":", 1)[0] if not Path(value).exists()
+                  else value)
+  return default
+
+
+def unknown_override(argv: Sequence[str], default: Path) -> str | None:
+  """Describes the first ``--config.a.b=...`` naming a key that is not there."""
+  try:
+    base = runpy.run_path(str(config_file_from_argv(argv, default)))[
+        "get_config"]()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  for arg in argv:
+    m = re.match(r"^--?(?:no)?config\.([^=]+)", arg)
+    if not m:
+      continue
+    node, path = base, []
+    for key in m.group(1).split("."):
+      if not isinstance(node, config_dict.ConfigDict) or key not in node:
+        where = "config" + "".join(f".{p}" for p in path)
+        valid = (", ".join(sorted(node.keys()))
+                 if isinstance(node, config_dict.ConfigDict) else "none")
+        return (f"Unknown config key '{where}.{key}' (in {arg.split('=')[0]})"
+                f"; valid keys of {where}: {valid}.")
+      node, path = node[key], [*path, key]
+  return None
+
+
+def parse_config_flags(argv: Sequence[str], default_config: Path,
+                       help_text: str,
+                       flag_values: flags.FlagValues | None = None
+                       ) -> list[str]:
+  """Defines ``--config`` (an ml_collections config file, ``default_config``
+  unless given) on ``flag_values`` (default: absl's FLAGS) and parses
+  ``argv``; returns the remaining arguments.
+
+  Raises:
+    UsageError: for unknown flags or config keys, bad values, or a config
+      file that does not load.
+  """
+  fv = flags.FLAGS if flag_values is None else flag_values
+  argv = list(argv)
+  try:
+    if "config" not in fv:
+      config_flags.DEFINE_config_file(
+          "config", str(default_config), help_text, flag_values=fv,
+          sys_argv=argv, lock_config=True)
+    rest = fv(argv)
+    config = fv["config"].value
+    if not isinstance(config, config_dict.ConfigDict):
+      config.keys()  # an unloadable config file raises its reason here
+      raise UsageError(f"The config file did not give a ConfigDict "
+                       f"({type(config).__name__}).")
+    return rest
+  except UsageError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    # ml_collections raises AttributeError/KeyError for unknown keys, absl
+    # its own errors for bad values, OSError for an unloadable config file.
+    message = None
+    config_file = config_file_from_argv(argv, default_config)
+    if not config_file.is_file():
+      message = f"Config file {config_file} does not exist."
+    elif isinstance(e, (AttributeError, KeyError)):
+      message = unknown_override(argv, default_config)
+    raise UsageError(message or one_line(e)) from None
+
+
+def fail(program: str, message: Any) -> None:
+  """Prints a one-line error and exits with status 2."""
+  print(f"{program}: error: {one_line(message)}", file=sys.stderr)
+  sys.exit(2)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import re
 import runpy
 import signal
 import sys
@@ -46,7 +45,6 @@ from absl import logging
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
 from ml_collections import config_dict
-from ml_collections import config_flags
 import numpy as np
 import optax
 import tqdm
@@ -615,79 +613,18 @@ def train(config: config_dict.ConfigDict,
 # ------------------------------------------------------- command line ----
 
 
-def _config_file_from_argv(argv: Sequence[str]) -> Path:
-  for i, arg in enumerate(argv):
-    m = re.match(r"^--?config(=(.*))?$", arg)
-    if m:
-      value = m.group(2) if m.group(1) else (
-          argv[i + 1] if i + 1 < len(argv) else "")
-      return Path(value.split(":", 1)[0] if not Path(value).exists()
-                  else value)
-  return DEFAULT_CONFIG
-
-
-def _unknown_override(argv: Sequence[str]) -> str | None:
-  """Describes the first ``--config.a.b=...`` naming a key that is not there."""
-  try:
-    base = runpy.run_path(str(_config_file_from_argv(argv)))["get_config"]()
-  except Exception:  # pylint: disable=broad-except
-    return None
-  for arg in argv:
-    m = re.match(r"^--?(?:no)?config\.([^=]+)", arg)
-    if not m:
-      continue
-    node, path = base, []
-    for key in m.group(1).split("."):
-      if not isinstance(node, config_dict.ConfigDict) or key not in node:
-        where = "config" + "".join(f".{p}" for p in path)
-        valid = (", ".join(sorted(node.keys()))
-                 if isinstance(node, config_dict.ConfigDict) else "none")
-        return (f"Unknown config key '{where}.{key}' (in {arg.split('=')[0]})"
-                f"; valid keys of {where}: {valid}.")
-      node, path = node[key], [*path, key]
-  return None
-
-
 def parse_flags(argv: Sequence[str],
                 flag_values: flags.FlagValues | None = None) -> list[str]:
-  """Defines ``--config`` on ``flag_values`` (default: absl's FLAGS) and
-  parses ``argv``; returns the remaining arguments.
-
-  Raises:
-    UsageError: for unknown flags or config keys, bad values, or a config
-      file that does not load.
-  """
-  fv = flags.FLAGS if flag_values is None else flag_values
-  argv = list(argv)
-  try:
-    if "config" not in fv:
-      config_flags.DEFINE_config_file(
-          "config", str(DEFAULT_CONFIG),
-          "Meta-training config file (default: configs/meta_train.py); "
-          "override its values with --config.<key>=<value>.",
-          flag_values=fv, sys_argv=argv, lock_config=True)
-    rest = fv(argv)
-    config = fv["config"].value
-    if not isinstance(config, config_dict.ConfigDict):
-      config.keys()  # an unloadable config file raises its reason here
-      raise UsageError(f"The config file did not give a ConfigDict "
-                       f"({type(config).__name__}).")
-    return rest
-  except UsageError:
-    raise
-  except Exception as e:  # pylint: disable=broad-except
-    message = None
-    config_file = _config_file_from_argv(argv)
-    if not config_file.is_file():
-      message = f"Config file {config_file} does not exist."
-    elif isinstance(e, (AttributeError, KeyError)):
-      message = _unknown_override(argv)
-    raise UsageError(message or common.one_line(e)) from None
+  """Parses ``argv`` with ``--config`` (see ``common.parse_config_flags``)."""
+  return common.parse_config_flags(
+      argv, DEFAULT_CONFIG,
+      "Meta-training config file (default: configs/meta_train.py); "
+      "override its values with --config.<key>=<value>.",
+      flag_values)
 
 
 def _fail(message: Any) -> None:
-  print(f"{PROGRAM}: error: {common.one_line(message)}", file=sys.stderr)
-  sys.exit(2)
+  common.fail(PROGRAM, message)
 
 
 def _flags_parser(argv: list[str]) -> list[str]:

@@ -13,8 +13,6 @@ jitted acting and learning functions, with the same random numbers.
 from __future__ import annotations
 
 import dataclasses
-import functools
-from typing import Any
 
 import chex
 import jax

@@ -11,8 +11,6 @@ carries meta-gradients.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
 
 import distrax
 import jax
