@@ -70,3 +70,44 @@ def disco103_path(shared_dir) -> Path:
   """``shared/weights/disco_103.npz``: the published Disco103 weights."""
   return require_path(shared_dir / "weights" / DISCO103_FILENAME,
                       "Disco103 weights file")
+
+
+# ------------------------------------------------------------ notebooks ----
+
+
+def require_python3_kernel() -> None:
+  """Skips (fails on CI) unless a ``python3`` Jupyter kernel is installed."""
+  from jupyter_client import kernelspec  # pylint: disable=g-import-not-at-top
+  try:
+    kernelspec.KernelSpecManager().get_kernel_spec("python3")
+  except kernelspec.NoSuchKernel:
+    message = ("no 'python3' Jupyter kernel: run "
+               "`python -m ipykernel install --sys-prefix`")
+    if on_ci():
+      pytest.fail(message)
+    pytest.skip(message)
+
+
+def parameters_cell(nb):
+  """The notebook's first code cell, which must be the one tagged
+  ``parameters`` (papermill style)."""
+  code = [c for c in nb.cells if c.cell_type == "code"]
+  tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+  assert len(tagged) == 1, "exactly one cell must be tagged 'parameters'"
+  assert tagged[0] is code[0], "the parameters cell must be the first code cell"
+  return tagged[0]
+
+
+def check_notebook_is_generated(nb, notebook: Path, generator: Path) -> None:
+  """``notebook`` is what ``generator``'s ``build()`` writes, without outputs."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import nbformat  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location(generator.stem, generator)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  assert nbformat.writes(module.build()).strip() == (
+      notebook.read_text().strip()), (
+      f"{notebook.name} is stale: run python colabs/{generator.name}")
+  for cell in nb.cells:
+    if cell.cell_type == "code":
+      assert not cell.outputs and cell.execution_count is None

@@ -9,7 +9,6 @@ persistent compilation cache when both run.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
@@ -53,56 +52,25 @@ compare_with_initial_rule = True
 """
 
 
-def _kernel_available(name: str) -> bool:
-  from jupyter_client import kernelspec  # pylint: disable=g-import-not-at-top
-  try:
-    kernelspec.KernelSpecManager().get_kernel_spec(name)
-  except kernelspec.NoSuchKernel:
-    return False
-  return True
-
-
-def _parameters_cell(nb):
-  code = [c for c in nb.cells if c.cell_type == "code"]
-  tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
-  assert len(tagged) == 1, "exactly one cell must be tagged 'parameters'"
-  assert tagged[0] is code[0], "the parameters cell must be the first code cell"
-  return tagged[0]
-
-
 def test_meta_train_notebook_is_valid_and_up_to_date():
   nb = nbformat.read(NOTEBOOK, as_version=4)
   nbformat.validate(nb)
-  _parameters_cell(nb)
-  spec = importlib.util.spec_from_file_location(
-      "make_meta_train_notebook", COLABS / "make_meta_train_notebook.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  assert nbformat.writes(module.build()).strip() == (
-      NOTEBOOK.read_text().strip()), (
-      "colabs/meta_train.ipynb is stale: run "
-      "python colabs/make_meta_train_notebook.py")
-  for cell in nb.cells:
-    if cell.cell_type == "code":
-      assert not cell.outputs and cell.execution_count is None
+  conftest.parameters_cell(nb)
+  conftest.check_notebook_is_generated(
+      nb, NOTEBOOK, COLABS / "make_meta_train_notebook.py")
   # The published settings, apart from the number of meta-steps.
   namespace = {}
-  exec(_parameters_cell(nb).source, namespace)  # pylint: disable=exec-used
+  exec(conftest.parameters_cell(nb).source, namespace)  # pylint: disable=exec-used
   assert namespace["batch_size"] == 32 and namespace["rollout_len"] == 16
   assert namespace["inner_steps"] == 2 and namespace["num_agents"] == 2
   assert namespace["agent_network"]["dense"] == (512, 512)
 
 
 def test_meta_train_notebook_runs(tmp_path, monkeypatch):
-  if not _kernel_available("python3"):
-    message = ("no 'python3' Jupyter kernel: run "
-               "`python -m ipykernel install --sys-prefix`")
-    if conftest.on_ci():
-      pytest.fail(message)
-    pytest.skip(message)
+  conftest.require_python3_kernel()
   nb = nbformat.read(NOTEBOOK, as_version=4)
   out = tmp_path / "run"
-  _parameters_cell(nb).source = tiny_parameters(out)
+  conftest.parameters_cell(nb).source = tiny_parameters(out)
   if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR",
                        str(conftest.REPO_DIR / ".jax_cache"))

@@ -39,52 +39,19 @@ actor_critic_learning_rate = 1e-2
 """
 
 
-def _kernel_available(name: str) -> bool:
-  from jupyter_client import kernelspec  # pylint: disable=g-import-not-at-top
-  try:
-    kernelspec.KernelSpecManager().get_kernel_spec(name)
-  except kernelspec.NoSuchKernel:
-    return False
-  return True
-
-
-def _parameters_cell(nb):
-  code = [c for c in nb.cells if c.cell_type == "code"]
-  tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
-  assert len(tagged) == 1, "exactly one cell must be tagged 'parameters'"
-  assert tagged[0] is code[0], "the parameters cell must be the first code cell"
-  return tagged[0]
-
-
 def test_eval_notebook_is_valid_and_up_to_date():
   nb = nbformat.read(EVAL_NOTEBOOK, as_version=4)
   nbformat.validate(nb)
   assert nb.nbformat == 4
-  _parameters_cell(nb)
-  # The committed notebook is what colabs/make_eval_notebook.py writes.
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.spec_from_file_location(
-      "make_eval_notebook", COLABS / "make_eval_notebook.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  assert nbformat.writes(module.build()).strip() == (
-      EVAL_NOTEBOOK.read_text().strip()), (
-      "colabs/eval.ipynb is stale: run python colabs/make_eval_notebook.py")
-  # No outputs are committed.
-  for cell in nb.cells:
-    if cell.cell_type == "code":
-      assert not cell.outputs and cell.execution_count is None
+  conftest.parameters_cell(nb)
+  conftest.check_notebook_is_generated(
+      nb, EVAL_NOTEBOOK, COLABS / "make_eval_notebook.py")
 
 
 def test_eval_notebook_runs(disco103_path, monkeypatch):
-  if not _kernel_available("python3"):
-    message = ("no 'python3' Jupyter kernel: run "
-               "`python -m ipykernel install --sys-prefix`")
-    if conftest.on_ci():
-      pytest.fail(message)
-    pytest.skip(message)
+  conftest.require_python3_kernel()
   nb = nbformat.read(EVAL_NOTEBOOK, as_version=4)
-  _parameters_cell(nb).source = TINY_PARAMETERS
+  conftest.parameters_cell(nb).source = TINY_PARAMETERS
   # The kernel inherits the environment: find the weights without a download
   # and share the test session's compilation cache.
   monkeypatch.setenv("DISCO_WEIGHTS", str(disco103_path))
