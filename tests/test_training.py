@@ -321,3 +321,27 @@ def test_text_curve_rows_and_bars():
   assert lines[-1].split("|")[1] == "#" * 20  # return +1: full bar
   assert lines[-1].strip().endswith("+1.000")
   assert lines[-1].startswith(f"{3000:>9d}")
+
+
+def test_disco103_learns_catch_short(disco103_path):
+  """Short CI version of the Disco103 learning check (the full one, Catch 8x8
+  with the published notebook's settings, is benchmarks/disco103_catch.py and
+  the slow launcher test): the published weights and Disco settings on Catch
+  5x5 with an on-policy loop (8 envs x 8 steps), two seeds vmapped, 64k env
+  steps."""
+  from disco import weights  # pylint: disable=g-import-not-at-top
+  cfg = loop_lib.LoopConfig(num_envs=8, rollout_len=8, batch_size=8,
+                            replay_capacity=0)
+  env = registry.make_env("catch", cfg.num_envs, rows=5, columns=5)
+  agent = configs.make_agent(configs.get_settings("disco"), env.num_actions)
+  eval_loop = loop_lib.EvalLoop(agent, env, cfg)
+  meta_params = weights.load_disco103(disco103_path)
+  states = eval_loop.init_seeds([0, 1])
+  chunks = []
+  for _ in range(4):
+    states, metrics = eval_loop.run(states, meta_params, 250)
+    chunks.append(metrics)
+  metrics = analysis.concat_metrics(chunks)
+  assert int(metrics["env_steps"][0, -1]) == 64_000
+  scores = analysis.final_scores(metrics, 200)
+  assert np.all(scores >= 0.8), scores
