@@ -343,7 +343,7 @@ def test_real_disco103_from_shared_folder(tmp_path, monkeypatch,
   # Found by the real walk-up search from the package, with an empty cache.
   monkeypatch.delenv(weights.ENV_VAR, raising=False)
   monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'cache'))
-  assert weights.find_disco103() == path.resolve()
+  assert weights.find_disco103().resolve() == path.resolve()
   weights.load_disco103(expected=params)
 
   # Re-saving reproduces the published layout and values.
