@@ -111,3 +111,26 @@ def check_notebook_is_generated(nb, notebook: Path, generator: Path) -> None:
   for cell in nb.cells:
     if cell.cell_type == "code":
       assert not cell.outputs and cell.execution_count is None
+
+
+def run_notebook(nb, monkeypatch) -> tuple[str, int]:
+  """Executes ``nb`` in place on the ``python3`` kernel from ``colabs/``
+  (sharing the test session's compilation cache); returns its text output and
+  the number of PNG images it displayed."""
+  import nbclient  # pylint: disable=g-import-not-at-top
+  if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR",
+                       str(REPO_DIR / ".jax_cache"))
+  client = nbclient.NotebookClient(
+      nb, timeout=600, kernel_name="python3",
+      resources={"metadata": {"path": str(REPO_DIR / "colabs")}})
+  client.execute()
+  text, images = [], 0
+  for cell in nb.cells:
+    for out in cell.get("outputs", []):
+      if out.output_type == "stream":
+        text.append(out.text)
+      elif out.output_type in ("execute_result", "display_data"):
+        text.append(out.data.get("text/plain", ""))
+        images += "image/png" in out.data
+  return "".join(text), images

@@ -9,7 +9,6 @@ persistent compilation cache when both run.
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -71,23 +70,7 @@ def test_meta_train_notebook_runs(tmp_path, monkeypatch):
   nb = nbformat.read(NOTEBOOK, as_version=4)
   out = tmp_path / "run"
   conftest.parameters_cell(nb).source = tiny_parameters(out)
-  if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR",
-                       str(conftest.REPO_DIR / ".jax_cache"))
-  client = nbclient.NotebookClient(
-      nb, timeout=600, kernel_name="python3",
-      resources={"metadata": {"path": str(COLABS)}})
-  client.execute()
-
-  text, images = [], 0
-  for cell in nb.cells:
-    for output in cell.get("outputs", []):
-      if output.output_type == "stream":
-        text.append(output.text)
-      elif output.output_type in ("execute_result", "display_data"):
-        text.append(output.data.get("text/plain", ""))
-        images += "image/png" in output.data
-  text = "".join(text)
+  text, images = conftest.run_notebook(nb, monkeypatch)
   assert "2 x catch-5x5" in text
   assert "3 meta-steps; checkpoints: [2, 3]" in text
   assert "Reward per actor step:" in text

@@ -7,7 +7,6 @@ when it is missing).
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -55,23 +54,7 @@ def test_eval_notebook_runs(disco103_path, monkeypatch):
   # The kernel inherits the environment: find the weights without a download
   # and share the test session's compilation cache.
   monkeypatch.setenv("DISCO_WEIGHTS", str(disco103_path))
-  if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR",
-                       str(conftest.REPO_DIR / ".jax_cache"))
-  client = nbclient.NotebookClient(
-      nb, timeout=600, kernel_name="python3",
-      resources={"metadata": {"path": str(COLABS)}})
-  client.execute()
-
-  text, images = [], 0
-  for cell in nb.cells:
-    for out in cell.get("outputs", []):
-      if out.output_type == "stream":
-        text.append(out.text)
-      elif out.output_type in ("execute_result", "display_data"):
-        text.append(out.data.get("text/plain", ""))
-        images += "image/png" in out.data
-  text = "".join(text)
+  text, images = conftest.run_notebook(nb, monkeypatch)
   assert "Loaded" in text and "parameter tensors for Disco103" in text
   assert "Disco103: mean return over the last 10 episodes" in text
   assert "Actor-critic: mean return over the last 10 episodes" in text
