@@ -46,6 +46,7 @@ def _config(args, inner_steps: int):
   config.rollout_len = args.rollout_len
   config.inner_steps = inner_steps
   config.remat_inner_steps = args.remat
+  config.max_unrolled_inner_steps = args.max_unrolled
   config.init_meta_params = args.init
   config.num_devices = args.num_devices
   if args.tiny:  # smoke-test sizes
@@ -129,6 +130,9 @@ def main(argv=None) -> float:
                       help="inner steps, or a comma-separated sweep")
   parser.add_argument("--remat", action="store_true",
                       help="rematerialise inner steps in the backward pass")
+  parser.add_argument("--max_unrolled", type=int, default=2,
+                      help="config.max_unrolled_inner_steps: up to this many "
+                      "inner steps compile without a loop")
   parser.add_argument("--num_agents", type=int, default=2)
   parser.add_argument("--batch_size", type=int, default=32,
                       help="environments per agent")

@@ -61,6 +61,9 @@ def get_config() -> config_dict.ConfigDict:
       num_meta_steps=800,  # total for the run (a resumed run continues to it)
       lifetime_meta_steps=0,  # reset each agent after this many (0: never)
       remat_inner_steps=False,  # recompute inner steps in the backward pass
+      # Up to this many inner steps compile without a loop: about 1.5x faster
+      # meta-steps, longer compiles (33 s for 2 inner steps, 63 s for 4).
+      max_unrolled_inner_steps=2,
       num_devices=0,  # 0: all devices
       output_dir="",  # '' -> runs/meta-<UTC timestamp>
       checkpoint_every=50,  # meta-steps between checkpoints (0: only at end)

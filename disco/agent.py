@@ -112,7 +112,7 @@ class Agent:
         actions=actions.astype(jnp.int32),
         rewards=timestep.reward,
         discounts=jnp.logical_not(timestep.is_last),
-        agent_outs=agent_out,
+        agent_outs={k: agent_out[k] for k in self.rule.behaviour_outputs},
         logits=agent_out["logits"],
         extras=extras)
 
@@ -194,8 +194,16 @@ class Agent:
   ) -> tuple[types.LearnerState, types.Logs, dict[str, Any]]:
     """``learner_step`` that also returns the rule's ``meta_out``."""
     # One forward pass serves both the rule's targets and the gradient.
+    # Outside meta-training, rules whose losses read per-action outputs only
+    # at the taken actions get a cheaper backward pass through those alone
+    # (in meta-training the targets depend on all actions' outputs).
+    grad_actions = None
+    if self.rule.model_losses_read_taken_actions and not is_meta_training:
+      grad_actions = rollout.actions
     agent_out, unroll_vjp = jax.vjp(
-        lambda p: self.unroll(p, rollout.observations), learner_state.params)
+        lambda p: agent_nets.unroll(self.network.apply, p,
+                                    rollout.observations, grad_actions),
+        learner_state.params)
     meta_out, new_rule_state = self.unroll_meta_net(
         meta_params, learner_state, rollout, rng, agent_out=agent_out)
     out_grads, logs = jax.grad(self.loss_from_outputs, has_aux=True)(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -223,7 +224,10 @@ def _run_learner_step(fx: dict[str, np.ndarray], meta_params, rule: str
   return flatten(ours, "")
 
 
-def _run_meta_gradient(fx: dict[str, np.ndarray], meta_params) -> dict:
+def _run_meta_gradient(
+    fx: dict[str, np.ndarray], meta_params,
+    config: meta_gradient.OuterLossConfig = meta_gradient.OuterLossConfig(),
+) -> dict:
   del meta_params  # The fixture carries its own.
   inputs = unflatten(fx, "inputs")
   settings = configs.get_settings("disco")
@@ -248,7 +252,7 @@ def _run_meta_gradient(fx: dict[str, np.ndarray], meta_params) -> dict:
       adv_ema_state=_ema_state(inputs["value_adv_ema_state"]),
       td_ema_state=_ema_state(inputs["value_td_ema_state"]))
   fn = jax.jit(lambda mp, l, v, tr, va: meta_gradient.meta_gradient(
-      mp, agent, value_fn, l, v, tr, va, jax.random.PRNGKey(0)))
+      mp, agent, value_fn, l, v, tr, va, jax.random.PRNGKey(0), config))
   grads, (new_learner, new_value, _, meta_logs) = fn(
       jax.tree.map(jnp.asarray, inputs["meta_params"]), learner, value_state,
       train, valid)
@@ -270,9 +274,15 @@ KINDS: dict[str, Callable[..., dict]] = {
 }
 
 
-def check_fixture(path: str | Path, weights_path: str | Path | None = None
-                  ) -> Report:
-  """Runs our implementation on a fixture's inputs and compares outputs."""
+def check_fixture(
+    path: str | Path, weights_path: str | Path | None = None,
+    meta_gradient_config: meta_gradient.OuterLossConfig | None = None,
+) -> Report:
+  """Runs our implementation on a fixture's inputs and compares outputs.
+
+  ``meta_gradient_config`` overrides the (default) settings of the
+  meta-gradient fixtures' inner loop, e.g. to check the rolled loop.
+  """
   path = Path(path)
   try:
     with np.load(path, allow_pickle=False) as data:
@@ -287,7 +297,10 @@ def check_fixture(path: str | Path, weights_path: str | Path | None = None
   meta_params = None
   if kind in ("disco_meta_net", "disco_learner_step"):
     meta_params = weights_lib.load_disco103(weights_path)
-  ours = _strip(KINDS[kind](fx, meta_params))
+  run = KINDS[kind]
+  if kind == "disco_meta_gradient" and meta_gradient_config is not None:
+    run = functools.partial(run, config=meta_gradient_config)
+  ours = _strip(run(fx, meta_params))
   return Report(str(path), kind, compare_outputs(ours, fx))
 
 

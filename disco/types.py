@@ -69,7 +69,8 @@ class ActorTimestep:
     actions: ``[B]`` int32 chosen actions.
     rewards: ``[B]`` reward received on arriving at this observation.
     discounts: ``[B]`` bool, False where this step is the LAST of an episode.
-    agent_outs: dict of ``[B, ...]`` outputs of the acting network.
+    agent_outs: dict of ``[B, ...]`` acting-network outputs named by the
+      rule's ``behaviour_outputs``.
     logits: ``[B, A]`` logits of the behaviour policy.
     extras: rule-specific acting outputs (e.g. SPO search statistics).
   """

@@ -158,9 +158,8 @@ def _max_abs_diff(a, b):
              for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
 
 
-@pytest.mark.parametrize("rule,v_bins", [("actor_critic", 601),
-                                         ("policy_gradient", 1)])
-def test_actor_step_shapes(rule, v_bins, learners):
+@pytest.mark.parametrize("rule", ["actor_critic", "policy_gradient"])
+def test_actor_step_shapes(rule, learners):
   agent, state, _ = learners(rule)
   params = state.params
   rng = np.random.default_rng(0)
@@ -173,8 +172,9 @@ def test_actor_step_shapes(rule, v_bins, learners):
   assert step.actions.shape == (B,) and step.actions.dtype == jnp.int32
   assert np.all((step.actions >= 0) & (step.actions < A))
   assert step.logits.shape == (B, A) and step.logits.dtype == jnp.float32
-  assert set(step.agent_outs) == {"logits", "v"}
-  assert step.agent_outs["v"].shape == (B, v_bins)
+  # Rollouts keep only the outputs the rule reads from the behaviour policy.
+  assert set(step.agent_outs) == set(agent.rule.behaviour_outputs)
+  assert set(step.agent_outs) == {"logits"}
   np.testing.assert_array_equal(step.logits, step.agent_outs["logits"])
   np.testing.assert_array_equal(step.discounts, [True, False])
   assert step.discounts.dtype == jnp.bool_

@@ -174,7 +174,8 @@ def disco_setup():
   (grads_off, new_state), (grads_on, _) = jax.jit(
       lambda mp: (grad_fn(mp, False), grad_fn(mp, True)))(meta_params)
   return dict(agent=agent, state=state, new_state=new_state,
-              grads_off=grads_off, grads_on=grads_on)
+              grads_off=grads_off, grads_on=grads_on, rollout=rollout,
+              meta_params=meta_params)
 
 
 def _norm(tree):
@@ -237,4 +238,29 @@ def test_disco_agent_output_shapes():
                         timestep)
   assert step.actions.shape == (B,) and step.actions.dtype == jnp.int32
   assert step.logits.shape == (B, 3)
-  assert {k: v.shape for k, v in step.agent_outs.items()} == shapes
+  assert {k: v.shape for k, v in step.agent_outs.items()} == dict(
+      logits=(B, 3))
+
+
+def test_losses_read_per_action_outputs_only_at_taken_actions(disco_setup):
+  """What ``model_losses_read_taken_actions`` promises (the agent then
+  backpropagates through the action model for the taken actions alone)."""
+  agent, state = disco_setup["agent"], disco_setup["state"]
+  rollout = disco_setup["rollout"]
+  assert agent.rule.model_losses_read_taken_actions
+
+  @jax.jit
+  def output_grads(state, meta_params):
+    agent_out = agent.unroll(state.params, rollout.observations)
+    meta_out, _ = agent.unroll_meta_net(meta_params, state, rollout,
+                                        jax.random.PRNGKey(0), agent_out)
+    return jax.grad(lambda o: agent.loss_from_outputs(
+        o, rollout, meta_out, False)[0])(agent_out)
+
+  grads = output_grads(state, disco_setup["meta_params"])
+  taken = np.asarray(jax.nn.one_hot(rollout.actions, 3))
+  for key in agent.rule.model_output_spec(3):
+    g = np.asarray(grads[key])
+    mask = taken.reshape(taken.shape + (1,) * (g.ndim - 3))
+    np.testing.assert_array_equal(g * (1 - mask), 0.0, err_msg=key)
+    assert np.abs(g * mask).max() > 0, key

@@ -248,3 +248,14 @@ def test_meta_net_consumes_custom_option():
   params_small, _ = jax.eval_shape(
       meta_nets.make_meta_net(smaller).init, jax.random.PRNGKey(0), _inputs())
   assert params_small["lstm/lstm/linear"]["w"].shape == (1 + 8, 32)
+
+
+def test_select_a_gradient_is_the_masked_incoming_gradient():
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(2, 3, 4, 5)), jnp.float32)
+  actions = jnp.asarray(rng.integers(0, 4, (2, 3)), jnp.int32)
+  w = jnp.asarray(rng.normal(size=(2, 3, 5)), jnp.float32)
+  grad = jax.grad(lambda x: jnp.sum(TX["select_a"](x, actions, None, None)
+                                    * w))(x)
+  expected = jax.nn.one_hot(actions, 4)[..., None] * w[:, :, None]
+  np.testing.assert_array_equal(grad, expected)

@@ -15,6 +15,7 @@ import pytest
 from disco import parity
 from disco import types
 from disco import weights as weights_lib
+from disco.meta import meta_gradient
 from disco.networks import meta_nets
 from disco.update_rules import disco as disco_rule
 
@@ -22,6 +23,7 @@ FIXTURES = (
     "actor_critic_learner_step_s0.npz",
     "disco_meta_net_s0.npz",
     "disco_learner_step_s0.npz",
+    "disco_meta_gradient_s0.npz",
 )
 # The cheapest fixture to run: used by the command-line tests.
 CLI_FIXTURE = "actor_critic_learner_step_s0.npz"
@@ -48,6 +50,16 @@ def test_fixture_parity(name, fixtures_dir, request):
   with np.load(path) as data:
     n_outputs = sum(k.startswith("outputs" + parity.SEP) for k in data.files)
   assert len(report.comparisons) == n_outputs
+
+
+def test_meta_gradient_parity_with_a_rolled_inner_loop(fixtures_dir):
+  """The inner steps as a ``lax.scan`` loop (the default unrolls the
+  fixture's 2 steps) give the published meta-gradient too."""
+  report = parity.check_fixture(
+      fixtures_dir / "disco_meta_gradient_s0.npz",
+      meta_gradient_config=meta_gradient.OuterLossConfig(
+          max_unrolled_inner_steps=0))
+  assert report.ok, _describe(report)
 
 
 def test_cli_passes_on_good_fixture(fixtures_dir, capsys):

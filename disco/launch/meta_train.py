@@ -305,6 +305,8 @@ def build(config: config_dict.ConfigDict,
   _int(config.seed, "seed", 0)
   _bool(config.resume, "resume")
   remat = _bool(config.remat_inner_steps, "remat_inner_steps")
+  max_unrolled = _int(config.max_unrolled_inner_steps,
+                      "max_unrolled_inner_steps", 0)
   if isinstance(config.entropy_cost, bool) or not isinstance(
       config.entropy_cost, (int, float)):
     raise UsageError(f"config.entropy_cost must be a number, got "
@@ -360,7 +362,8 @@ def build(config: config_dict.ConfigDict,
       rollout_len=rollout_len, inner_steps=inner_steps,
       lifetime_meta_steps=lifetime,
       outer=meta_gradient_lib.OuterLossConfig(
-          entropy_cost=float(config.entropy_cost), remat_inner_steps=remat))
+          entropy_cost=float(config.entropy_cost), remat_inner_steps=remat,
+          max_unrolled_inner_steps=max_unrolled))
   try:
     population = population_lib.Population(groups, pop_config,
                                             meta_optimizer, devices)

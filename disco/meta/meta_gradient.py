@@ -32,10 +32,22 @@ class OuterLossConfig:
     entropy_cost: weight of the validation policy-entropy bonus.
     remat_inner_steps: rematerialise each inner step in the backward pass
       (``jax.checkpoint``): less memory for long inner unrolls, more compute.
+    max_unrolled_inner_steps: up to this many inner steps, the inner loop
+      compiles to straight-line code; longer ones run as a ``lax.scan`` loop.
+      Straight-line code runs about 1.5x faster on CPU (the loop's backward
+      pass stacks and slices every per-step residual) but compiles longer:
+      about 33 s for 2 inner steps of the published settings, 63 s for 4.
+      0 always loops.
   """
 
   entropy_cost: float = 1e-2
   remat_inner_steps: bool = False
+  max_unrolled_inner_steps: int = 2
+
+  def __post_init__(self):
+    if self.max_unrolled_inner_steps < 0:
+      raise ValueError(f"max_unrolled_inner_steps must be >= 0, got "
+                       f"{self.max_unrolled_inner_steps}.")
 
 
 def inner_updates(
@@ -47,12 +59,15 @@ def inner_updates(
     train_rollouts: types.ActorRollout,
     rngs: jax.Array,
     remat: bool = False,
+    max_unrolled: int = 0,
 ) -> tuple[types.LearnerState, value_function.ValueState, types.Logs,
            dict[str, Any]]:
   """``N`` learner (and value-function) updates on ``[N, T+1, B]`` rollouts.
 
-  Returns the new states, the learner logs and the rule's ``meta_out`` of
-  every step (leading ``[N]``).
+  ``remat`` and ``max_unrolled`` are ``OuterLossConfig``'s
+  ``remat_inner_steps`` and ``max_unrolled_inner_steps``. Returns the new
+  states, the learner logs and the rule's ``meta_out`` of every step
+  (leading ``[N]``).
   """
 
   def step(carry, inputs):
@@ -67,8 +82,10 @@ def inner_updates(
 
   if remat:
     step = jax.checkpoint(step)
+  num_steps = jax.tree.leaves(rngs)[0].shape[0]
   (learner, value_state), (logs, meta_out) = jax.lax.scan(
-      step, (learner, value_state), (train_rollouts, rngs))
+      step, (learner, value_state), (train_rollouts, rngs),
+      unroll=num_steps <= max_unrolled)
   return learner, value_state, logs, meta_out
 
 
@@ -104,7 +121,8 @@ def outer_loss(
   num_steps = jax.tree.leaves(train_rollouts)[0].shape[0]
   learner, value_state, train_logs, meta_out = inner_updates(
       agent, value_fn, meta_params, learner, value_state, train_rollouts,
-      jax.random.split(train_rng, num_steps), config.remat_inner_steps)
+      jax.random.split(train_rng, num_steps), config.remat_inner_steps,
+      config.max_unrolled_inner_steps)
 
   valid_out = agent.unroll(learner.params, valid_rollout.observations)
   value_outs, _, _, _ = value_fn.value_outs(value_state, valid_rollout,

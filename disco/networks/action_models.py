@@ -13,7 +13,7 @@ the heads, in the order of the output spec.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import haiku as hk
 import jax
@@ -22,6 +22,9 @@ import numpy as np
 
 from disco import types
 
+# (state with [N, H] leaves, one-hot actions [N, A]) -> name -> [N, *shape].
+ActionModel = Callable[[hk.LSTMState, jax.Array], dict[str, jax.Array]]
+
 
 def root_state(embedding: jax.Array, lstm_size: int) -> hk.LSTMState:
   """``[B, ...]`` embedding -> LSTM state with ``[B, lstm_size]`` leaves."""
@@ -29,22 +32,35 @@ def root_state(embedding: jax.Array, lstm_size: int) -> hk.LSTMState:
   return hk.LSTMState(hidden=jnp.tanh(cell), cell=cell)
 
 
-def per_action_outputs(
-    root: hk.LSTMState,
-    num_actions: int,
+def make_action_model(
     out_spec: Mapping[str, types.ArraySpec],
     lstm_size: int,
     head_hiddens: Sequence[int],
-) -> dict[str, jax.Array]:
-  """Steps the LSTM once per action from ``root`` and applies the heads.
+) -> ActionModel:
+  """Creates the LSTM and the heads (once, so that every call of the returned
+  function shares their parameters): ``(state, one-hot actions) -> outputs``.
 
   Args:
-    root: state with ``[B, H]`` leaves.
-    num_actions: ``A``.
     out_spec: name -> spec of one action's prediction (heads are created in
       this mapping's order).
     lstm_size: ``H``.
     head_hiddens: hidden sizes of each head MLP.
+  """
+  lstm = hk.LSTM(lstm_size, name="action_cond")
+  heads = {key: (hk.nets.MLP(tuple(head_hiddens) + (int(np.prod(s.shape)),)),
+                 tuple(s.shape)) for key, s in out_spec.items()}
+
+  def model(state: hk.LSTMState, actions: jax.Array) -> dict[str, jax.Array]:
+    hidden, _ = lstm(actions, state)  # [N, H]
+    return {key: head(hidden).reshape((hidden.shape[0],) + shape)
+            for key, (head, shape) in heads.items()}
+
+  return model
+
+
+def per_action_outputs(model: ActionModel, root: hk.LSTMState,
+                       num_actions: int) -> dict[str, jax.Array]:
+  """Steps the model once per action from ``root`` (``[B, H]`` leaves).
 
   Returns:
     name -> ``[B, A, *spec.shape]``.
@@ -52,10 +68,37 @@ def per_action_outputs(
   batch = root.cell.shape[0]
   actions = jnp.tile(jnp.eye(num_actions, dtype=root.cell.dtype), [batch, 1])
   state = jax.tree.map(lambda x: jnp.repeat(x, num_actions, axis=0), root)
-  hidden, _ = hk.LSTM(lstm_size, name="action_cond")(actions, state)  # [BA, H]
-  outputs = {}
-  for key, spec in out_spec.items():
-    size = int(np.prod(spec.shape))
-    out = hk.nets.MLP(tuple(head_hiddens) + (size,))(hidden)
-    outputs[key] = out.reshape((batch, num_actions) + tuple(spec.shape))
-  return outputs
+  return jax.tree.map(
+      lambda x: x.reshape((batch, num_actions) + x.shape[1:]),
+      model(state, actions))
+
+
+def _stop_gradient_getter(next_getter, value, context):
+  del context
+  return next_getter(jax.lax.stop_gradient(value))
+
+
+def per_action_outputs_grad_at(model: ActionModel, root: hk.LSTMState,
+                               num_actions: int, actions: jax.Array
+                               ) -> dict[str, jax.Array]:
+  """``per_action_outputs`` whose gradients flow only through the entries of
+  the given ``[B]`` actions.
+
+  The values are exactly those of ``per_action_outputs``. The gradient is the
+  same as well for any function that reads only the entries ``[b,
+  actions[b]]``; it is computed by one extra model step on ``[B]`` rows
+  instead of a backward pass over all ``[B * A]`` rows.
+  """
+  with hk.custom_getter(_stop_gradient_getter):
+    every = per_action_outputs(model, jax.lax.stop_gradient(root), num_actions)
+  one_hot = jax.nn.one_hot(actions, num_actions, dtype=root.cell.dtype)
+  taken = model(root, one_hot)
+
+  def combine(every, taken):
+    # ``taken - stop_gradient(taken)`` is exactly zero: values come from
+    # ``every``, gradients from ``taken``.
+    delta = taken - jax.lax.stop_gradient(taken)
+    mask = one_hot.reshape(one_hot.shape + (1,) * (taken.ndim - 1))
+    return every + mask * delta[:, None]
+
+  return jax.tree.map(combine, every, taken)

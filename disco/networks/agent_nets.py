@@ -68,14 +68,27 @@ class MLPAgentNet(hk.Module):
           f"Output names {sorted(overlap)} are declared both as flat and as "
           "per-action outputs; give them distinct names.")
 
-  def __call__(self, observations: types.ArrayTree) -> dict[str, jax.Array]:
+  def __call__(self, observations: types.ArrayTree,
+               grad_actions: jax.Array | None = None) -> dict[str, jax.Array]:
+    """Outputs for ``[B, ...]`` observations.
+
+    ``grad_actions`` (``[B]`` int, optional): per-action outputs then carry
+    gradients only at these actions (values are unchanged); see
+    ``action_models.per_action_outputs_grad_at``.
+    """
     embedding = self._embedding_pass(observations)
     outputs = self._head_pass(embedding)
     if self._model_spec:
-      root = action_models.root_state(embedding, self._config.model_lstm_size)
-      outputs.update(action_models.per_action_outputs(
-          root, self._num_actions, self._model_spec,
-          self._config.model_lstm_size, self._config.model_head_hiddens))
+      c = self._config
+      root = action_models.root_state(embedding, c.model_lstm_size)
+      model = action_models.make_action_model(
+          self._model_spec, c.model_lstm_size, c.model_head_hiddens)
+      if grad_actions is None:
+        outputs.update(action_models.per_action_outputs(
+            model, root, self._num_actions))
+      else:
+        outputs.update(action_models.per_action_outputs_grad_at(
+            model, root, self._num_actions, grad_actions))
     return outputs
 
   def _embedding_pass(self, observations: types.ArrayTree) -> jax.Array:
@@ -106,18 +119,23 @@ def make_network(
 ) -> hk.Transformed:
   """A pure ``(init, apply)`` pair over ``[B, ...]`` observations."""
 
-  def forward(observations):
+  def forward(observations, grad_actions=None):
     return MLPAgentNet(config, num_actions, flat_spec, model_spec, name)(
-        observations)
+        observations, grad_actions)
 
   return hk.without_apply_rng(hk.transform(forward))
 
 
-def unroll(apply_fn, params, observations: types.ArrayTree):
-  """Applies a ``[B, ...]`` network to ``[T, B, ...]`` observations."""
+def unroll(apply_fn, params, observations: types.ArrayTree,
+           grad_actions: jax.Array | None = None):
+  """Applies a ``[B, ...]`` network to ``[T, B, ...]`` observations (and
+  optional ``[T, B]`` ``grad_actions``, see ``MLPAgentNet.__call__``)."""
   leaf = jax.tree.leaves(observations)[0]
   t, b = leaf.shape[:2]
-  flat_obs = jax.tree.map(lambda x: x.reshape((t * b,) + x.shape[2:]),
-                          observations)
-  out = apply_fn(params, flat_obs)
+  flatten = lambda x: x.reshape((t * b,) + x.shape[2:])
+  flat_obs = jax.tree.map(flatten, observations)
+  if grad_actions is None:
+    out = apply_fn(params, flat_obs)
+  else:
+    out = apply_fn(params, flat_obs, flatten(grad_actions))
   return jax.tree.map(lambda x: x.reshape((t, b) + x.shape[1:]), out)

@@ -88,9 +88,11 @@ def disco103_input_option() -> MetaNetInputOption:
       _spec("agent_out/y", "softmax", "y_net", "td_pair"),
       _spec("extra_from_rule/target_out/y", "softmax", "y_net", "td_pair"),
   )
+  # ``drop_last`` commutes with the row-wise softmax and embedding; applying
+  # it after them lets XLA share one embedding of all steps between entries.
   for z in ("agent_out/z", "extra_from_rule/target_out/z"):
     base += (
-        _spec(z, "drop_last", "softmax", "z_net", "select_a"),
+        _spec(z, "softmax", "z_net", "drop_last", "select_a"),
         _spec(z, "softmax", "z_net", "pi_weighted_avg", "td_pair"),
         _spec(z, "softmax", "z_net", "max_a", "td_pair"),
     )
@@ -98,8 +100,8 @@ def disco103_input_option() -> MetaNetInputOption:
       _spec("agent_out/logits", *probs),
       _spec("behaviour_agent_out/logits", *probs),
       _spec("extra_from_rule/target_out/logits", *probs),
-      _spec("agent_out/z", "drop_last", "softmax", "z_net"),
-      _spec("extra_from_rule/target_out/z", "drop_last", "softmax", "z_net"),
+      _spec("agent_out/z", "softmax", "z_net", "drop_last"),
+      _spec("extra_from_rule/target_out/z", "softmax", "z_net", "drop_last"),
       _spec("extra_from_rule/q", "sign_log", "drop_last", "stop_grad"),
       _spec("extra_from_rule/qv_adv", "sign_log", "drop_last", "stop_grad"),
       _spec("extra_from_rule/normalized_qv_adv", "drop_last", "stop_grad"),
@@ -153,6 +155,29 @@ def _is_scalar_extra(source: str) -> bool:
   return source.startswith("extra_from_rule/") and "target_out" not in source
 
 
+class PointwiseConv1D(hk.Module):
+  """A width-1 ``hk.Conv1D`` (same parameters: ``w [1, C, C']``, ``b [C']``,
+  same initialisation, same name) computed as a matrix product over the
+  channel axis of ``[..., C]`` inputs.
+
+  XLA:CPU runs the weight gradient of a general convolution far slower than
+  that of a matrix product, and meta-gradients take it many times.
+  """
+
+  def __init__(self, output_channels: int):
+    super().__init__(name="conv1_d")
+    self._output_channels = output_channels
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    channels = x.shape[-1]
+    w = hk.get_parameter(
+        "w", [1, channels, self._output_channels], x.dtype,
+        init=hk.initializers.TruncatedNormal(stddev=1.0 / channels ** 0.5))
+    b = hk.get_parameter("b", [self._output_channels], x.dtype,
+                         init=jnp.zeros)
+    return jnp.dot(x, w[0]) + b
+
+
 def _action_conv_net(channels: Sequence[int]) -> hk.Sequential:
   """1x1 convolutions over the action axis of ``[T, B, A, C]`` inputs; each
   layer also sees the action-average of its input."""
@@ -160,10 +185,7 @@ def _action_conv_net(channels: Sequence[int]) -> hk.Sequential:
   def block(x, n_out):
     mean = jnp.broadcast_to(jnp.mean(x, axis=2, keepdims=True), x.shape)
     x = jnp.concatenate([x, mean], axis=-1)
-    lead = x.shape[:2]
-    x = x.reshape((-1,) + x.shape[2:])
-    x = hk.Conv1D(output_channels=n_out, kernel_shape=1)(x)
-    return jax.nn.relu(x.reshape(lead + x.shape[1:]))
+    return jax.nn.relu(PointwiseConv1D(n_out)(x))
 
   return hk.Sequential([functools.partial(block, n_out=c) for c in channels])
 

@@ -11,7 +11,8 @@ A rule
     ``agent_loss`` may carry meta-gradients (``backprop=True``) and
     ``agent_loss_no_meta`` never does (e.g. value losses);
   * may choose actions itself (``select_action``; the default samples from
-    ``logits``). Rules that search over copies of the environment state set
+    ``logits``) and names the network outputs that rollouts keep for it
+    (``behaviour_outputs``, by default only ``logits``). Rules that search over copies of the environment state set
     ``needs_env_copies = True``.
 
 The Agent never branches on which rule it holds. A typical learner step:
@@ -65,6 +66,14 @@ class UpdateRule(abc.ABC):
 
   # Whether acting needs copies of the (jittable) environment state.
   needs_env_copies: bool = False
+  # Network outputs that actors keep in rollouts (``behaviour_agent_out``).
+  # Keeping only what the rule reads keeps replays small and lets XLA drop
+  # the unused heads from the acting step.
+  behaviour_outputs: tuple[str, ...] = ("logits",)
+  # Whether ``agent_loss`` and ``agent_loss_no_meta`` read per-action
+  # (``model_output_spec``) outputs only at the taken actions; the agent then
+  # backpropagates through the action model for those actions alone.
+  model_losses_read_taken_actions: bool = False
 
   @abc.abstractmethod
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:

@@ -68,6 +68,9 @@ class DiscoUpdateRule(base.UpdateRule):
     meta_regularizer_costs: overrides of ``META_REGULARIZER_COSTS``.
   """
 
+  # z, aux_pi and q enter the losses at the taken action only.
+  model_losses_read_taken_actions = True
+
   def __init__(
       self,
       net: meta_nets.MetaNetConfig | None = None,

@@ -29,8 +29,12 @@ def select_action(x: jax.Array, actions: jax.Array) -> jax.Array:
     raise ValueError(
         f"select_a needs per-transition inputs [T, B, A, ...] matching the "
         f"actions {actions.shape}; got {x.shape} (add 'drop_last' first).")
-  idx = actions.astype(jnp.int32).reshape(actions.shape + (1,) * (x.ndim - 2))
-  return jnp.take_along_axis(x, idx, axis=2).squeeze(2)
+  # A masked sum rather than a gather: its gradient is a masked copy of the
+  # incoming gradient, where a gather's is a scatter into a zero-filled
+  # ``[T, B, A, ...]`` buffer (much slower for wide outputs such as ``z``).
+  taken = jax.nn.one_hot(actions, x.shape[2], dtype=bool)
+  taken = taken.reshape(taken.shape + (1,) * (x.ndim - 3))
+  return jnp.sum(jnp.where(taken, x, jnp.zeros((), x.dtype)), axis=2)
 
 
 def policy_weighted_average(x: jax.Array, policy: jax.Array) -> jax.Array:
