@@ -78,6 +78,28 @@ def _stop_gradient_getter(next_getter, value, context):
   return next_getter(jax.lax.stop_gradient(value))
 
 
+@jax.custom_vjp
+def _values_of_first_gradients_to_second(every: jax.Array, taken: jax.Array,
+                                         one_hot: jax.Array) -> jax.Array:
+  """Returns ``every`` ``[N, A, ...]``; its cotangent goes to ``taken``
+  ``[N, ...]`` (read at the one-hot actions ``[N, A]``)."""
+  del taken, one_hot
+  return every
+
+
+def _values_fwd(every, taken, one_hot):
+  return every, one_hot
+
+
+def _values_bwd(one_hot, cotangent):
+  mask = one_hot.reshape(one_hot.shape + (1,) * (cotangent.ndim - 2))
+  taken_ct = jnp.sum(jnp.where(mask > 0, cotangent, 0.0), axis=1)
+  return jnp.zeros_like(cotangent), taken_ct, jnp.zeros_like(one_hot)
+
+
+_values_of_first_gradients_to_second.defvjp(_values_fwd, _values_bwd)
+
+
 def per_action_outputs_grad_at(model: ActionModel, root: hk.LSTMState,
                                num_actions: int, actions: jax.Array
                                ) -> dict[str, jax.Array]:
@@ -93,12 +115,6 @@ def per_action_outputs_grad_at(model: ActionModel, root: hk.LSTMState,
     every = per_action_outputs(model, jax.lax.stop_gradient(root), num_actions)
   one_hot = jax.nn.one_hot(actions, num_actions, dtype=root.cell.dtype)
   taken = model(root, one_hot)
-
-  def combine(every, taken):
-    # ``taken - stop_gradient(taken)`` is exactly zero: values come from
-    # ``every``, gradients from ``taken``.
-    delta = taken - jax.lax.stop_gradient(taken)
-    mask = one_hot.reshape(one_hot.shape + (1,) * (taken.ndim - 1))
-    return every + mask * delta[:, None]
-
-  return jax.tree.map(combine, every, taken)
+  return jax.tree.map(
+      lambda e, t: _values_of_first_gradients_to_second(e, t, one_hot),
+      every, taken)
