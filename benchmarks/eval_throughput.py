@@ -10,11 +10,13 @@ Phases (every call runs the same ``--iterations``, so the loop compiles once):
   2. the same call again from the same fresh states: identical work, already
      compiled, so compile time = (1) - (2);
   3. further calls until the replay holds ``min_replay_size`` trajectories;
-  4. the timed call, in which every iteration does a learner step.
+  4. ``--timed_calls`` timed calls, in which every iteration does a learner
+     step; the rates are those of the median call.
 
 Prints compile time, learner steps/s and env steps/s (over all seeds), and as
 the last line ``learner_steps_per_s=<float>``. Timings are only meaningful on
-an otherwise idle machine. The persistent compilation cache is not enabled
+an otherwise idle machine; on a shared VM single calls vary by 10-20%, hence
+the median of several. The persistent compilation cache is not enabled
 here (unless ``JAX_COMPILATION_CACHE_DIR`` is set), so compile time is real.
 """
 
@@ -48,13 +50,15 @@ def main(argv=None) -> float:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--iterations", type=int, default=20,
                       help="iterations per call (and in the timed call)")
+  parser.add_argument("--timed_calls", type=int, default=5,
+                      help="timed calls after warm-up (the median is reported)")
   parser.add_argument("--seeds", type=int, default=1,
                       help="seeds trained together (vmapped)")
   parser.add_argument("--weights", default=None,
                       help="Disco103 file (default: found or downloaded)")
   args = parser.parse_args(argv)
-  if args.iterations < 1 or args.seeds < 1:
-    parser.error("--iterations and --seeds must be >= 1")
+  if min(args.iterations, args.seeds, args.timed_calls) < 1:
+    parser.error("--iterations, --seeds and --timed_calls must be >= 1")
 
   settings = configs.get_settings("disco")
   settings.learning_rate = NOTEBOOK["learning_rate"]
@@ -85,18 +89,25 @@ def main(argv=None) -> float:
   warm_iterations = math.ceil(config.min_replay_size / config.num_envs)
   for _ in range(max(0, math.ceil(warm_iterations / n) - 1)):
     states, _, _ = _timed_run(loop, states, meta_params, n)
-  before = np.asarray(states.learner_steps).sum()
-  states, metrics, elapsed = _timed_run(loop, states, meta_params, n)
-  learner_steps = int(np.asarray(states.learner_steps).sum() - before)
-  if learner_steps != n * args.seeds:
-    raise RuntimeError(f"expected {n * args.seeds} learner steps in the timed "
-                       f"call, got {learner_steps}: the replay was not warm.")
+  elapsed = []
+  for _ in range(args.timed_calls):
+    before = np.asarray(states.learner_steps).sum()
+    states, metrics, seconds = _timed_run(loop, states, meta_params, n)
+    learner_steps = int(np.asarray(states.learner_steps).sum() - before)
+    if learner_steps != n * args.seeds:
+      raise RuntimeError(
+          f"expected {n * args.seeds} learner steps in a timed call, got "
+          f"{learner_steps}: the replay was not warm.")
+    elapsed.append(seconds)
+  median = float(np.median(elapsed))
   env_steps = n * args.seeds * config.env_steps_per_iteration
-  learner_rate = learner_steps / elapsed
-  print(f"timed call: {elapsed:.2f} s for {n} iterations x {args.seeds} "
-        f"seed(s); mean return {np.nanmean(metrics['mean_return']):.3f}")
+  learner_rate = n * args.seeds / median
+  last_return = np.nanmean(metrics["mean_return"])
+  print(f"timed calls ({n} iterations x {args.seeds} seed(s) each): "
+        + ", ".join(f"{t:.2f}" for t in elapsed) + f" s; median {median:.2f} "
+        f"s; mean return in the last call {last_return:.3f}")
   print(f"compile_time_s={compile_time:.2f}")
-  print(f"env_steps_per_s={env_steps / elapsed:.1f}")
+  print(f"env_steps_per_s={env_steps / median:.1f}")
   print(f"learner_steps_per_s={learner_rate:.3f}")
   return learner_rate
 
