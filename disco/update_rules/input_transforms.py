@@ -23,18 +23,34 @@ import rlax
 Transform = Callable[[jax.Array, jax.Array, jax.Array, "str | None"], jax.Array]
 
 
+@jax.custom_vjp
+def _take_action(x: jax.Array, taken: jax.Array) -> jax.Array:
+  """``[T, B, A, ...]``, one-hot bool ``[T, B, A, 1...]`` -> ``[T, B, ...]``."""
+  idx = jnp.argmax(taken, axis=2, keepdims=True)
+  return jnp.take_along_axis(x, idx, axis=2).squeeze(2)
+
+
+def _take_action_fwd(x, taken):
+  return _take_action(x, taken), taken
+
+
+def _take_action_bwd(taken, cotangent):
+  # The incoming gradient, masked: a gather's own gradient would scatter into
+  # a zero-filled ``[T, B, A, ...]`` buffer (slow for wide outputs such as z).
+  return jnp.where(taken, cotangent[:, :, None], 0.0), None
+
+
+_take_action.defvjp(_take_action_fwd, _take_action_bwd)
+
+
 def select_action(x: jax.Array, actions: jax.Array) -> jax.Array:
   """``x[t, b, actions[t, b], ...]``: ``[T, B, A, ...]`` -> ``[T, B, ...]``."""
   if x.shape[:2] != actions.shape:
     raise ValueError(
         f"select_a needs per-transition inputs [T, B, A, ...] matching the "
         f"actions {actions.shape}; got {x.shape} (add 'drop_last' first).")
-  # A masked sum rather than a gather: its gradient is a masked copy of the
-  # incoming gradient, where a gather's is a scatter into a zero-filled
-  # ``[T, B, A, ...]`` buffer (much slower for wide outputs such as ``z``).
   taken = jax.nn.one_hot(actions, x.shape[2], dtype=bool)
-  taken = taken.reshape(taken.shape + (1,) * (x.ndim - 3))
-  return jnp.sum(jnp.where(taken, x, jnp.zeros((), x.dtype)), axis=2)
+  return _take_action(x, taken.reshape(taken.shape + (1,) * (x.ndim - 3)))
 
 
 def policy_weighted_average(x: jax.Array, policy: jax.Array) -> jax.Array:
