@@ -79,25 +79,27 @@ def _stop_gradient_getter(next_getter, value, context):
 
 
 @jax.custom_vjp
-def _values_of_first_gradients_to_second(every: jax.Array, taken: jax.Array,
-                                         one_hot: jax.Array) -> jax.Array:
+def _with_gradients_of_taken(every: jax.Array, taken: jax.Array,
+                             one_hot: jax.Array) -> jax.Array:
   """Returns ``every`` ``[N, A, ...]``; its cotangent goes to ``taken``
   ``[N, ...]`` (read at the one-hot actions ``[N, A]``)."""
   del taken, one_hot
   return every
 
 
-def _values_fwd(every, taken, one_hot):
+def _with_gradients_of_taken_fwd(every, taken, one_hot):
+  del taken
   return every, one_hot
 
 
-def _values_bwd(one_hot, cotangent):
+def _with_gradients_of_taken_bwd(one_hot, cotangent):
   mask = one_hot.reshape(one_hot.shape + (1,) * (cotangent.ndim - 2))
   taken_ct = jnp.sum(jnp.where(mask > 0, cotangent, 0.0), axis=1)
   return jnp.zeros_like(cotangent), taken_ct, jnp.zeros_like(one_hot)
 
 
-_values_of_first_gradients_to_second.defvjp(_values_fwd, _values_bwd)
+_with_gradients_of_taken.defvjp(_with_gradients_of_taken_fwd,
+                                _with_gradients_of_taken_bwd)
 
 
 def per_action_outputs_grad_at(model: ActionModel, root: hk.LSTMState,
@@ -116,5 +118,5 @@ def per_action_outputs_grad_at(model: ActionModel, root: hk.LSTMState,
   one_hot = jax.nn.one_hot(actions, num_actions, dtype=root.cell.dtype)
   taken = model(root, one_hot)
   return jax.tree.map(
-      lambda e, t: _values_of_first_gradients_to_second(e, t, one_hot),
+      lambda e, t: _with_gradients_of_taken(e, t, one_hot),
       every, taken)

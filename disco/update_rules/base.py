@@ -11,9 +11,10 @@ A rule
     ``agent_loss`` may carry meta-gradients (``backprop=True``) and
     ``agent_loss_no_meta`` never does (e.g. value losses);
   * may choose actions itself (``select_action``; the default samples from
-    ``logits``) and names the network outputs that rollouts keep for it
-    (``behaviour_outputs``, by default only ``logits``). Rules that search over copies of the environment state set
-    ``needs_env_copies = True``.
+    ``logits``). Rules that search over copies of the environment state set
+    ``needs_env_copies = True``;
+  * names the network outputs that rollouts keep for it
+    (``behaviour_outputs``, by default only ``logits``).
 
 The Agent never branches on which rule it holds. A typical learner step:
 ``meta_out, new_state = unroll_meta_net(...)`` once, then the gradient of
