@@ -72,10 +72,15 @@ class Agent:
     """``[B, ...]`` observations -> outputs ``[B, ...]``."""
     return self.network.apply(params, observations)
 
-  def unroll(self, params: types.Params, observations: types.ArrayTree
-             ) -> types.AgentOuts:
-    """``[T+1, B, ...]`` observations -> outputs ``[T+1, B, ...]``."""
-    return agent_nets.unroll(self.network.apply, params, observations)
+  def unroll(self, params: types.Params, observations: types.ArrayTree,
+             grad_actions: jax.Array | None = None) -> types.AgentOuts:
+    """``[T+1, B, ...]`` observations -> outputs ``[T+1, B, ...]``.
+
+    With ``grad_actions`` (``[T+1, B]`` int), per-action outputs carry
+    gradients only at those actions (see ``agent_nets.MLPAgentNet``).
+    """
+    return agent_nets.unroll(self.network.apply, params, observations,
+                             grad_actions)
 
   # ------------------------------------------------------------------ state
   def initial_learner_state(self, rng: jax.Array,
@@ -201,8 +206,7 @@ class Agent:
     if self.rule.model_losses_read_taken_actions and not is_meta_training:
       grad_actions = rollout.actions
     agent_out, unroll_vjp = jax.vjp(
-        lambda p: agent_nets.unroll(self.network.apply, p,
-                                    rollout.observations, grad_actions),
+        lambda p: self.unroll(p, rollout.observations, grad_actions),
         learner_state.params)
     meta_out, new_rule_state = self.unroll_meta_net(
         meta_params, learner_state, rollout, rng, agent_out=agent_out)

@@ -264,3 +264,17 @@ def test_losses_read_per_action_outputs_only_at_taken_actions(disco_setup):
     mask = taken.reshape(taken.shape + (1,) * (g.ndim - 3))
     np.testing.assert_array_equal(g * (1 - mask), 0.0, err_msg=key)
     assert np.abs(g * mask).max() > 0, key
+
+  # The meta-regulariser's validation outputs, too.
+  meta_out = jax.jit(lambda s, m: agent.unroll_meta_net(
+      m, s, rollout, jax.random.PRNGKey(0))[0])(state,
+                                                disco_setup["meta_params"])
+  train_meta_out = jax.tree.map(lambda x: x[None], meta_out)
+  agent_out = agent.unroll(state.params, rollout.observations)
+  reg_grads = jax.grad(lambda o: agent.rule.meta_regularizer(
+      train_meta_out, o, rollout.actions[:-1])[0])(agent_out)
+  for key in agent.rule.model_output_spec(3):
+    g = np.asarray(reg_grads[key])
+    mask = taken.reshape(taken.shape + (1,) * (g.ndim - 3)).copy()
+    mask[-1] = 0  # the validation rollout's last step has no transition
+    np.testing.assert_array_equal(g * (1 - mask), 0.0, err_msg=key)

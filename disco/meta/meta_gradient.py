@@ -124,7 +124,12 @@ def outer_loss(
       jax.random.split(train_rng, num_steps), config.remat_inner_steps,
       config.max_unrolled_inner_steps)
 
-  valid_out = agent.unroll(learner.params, valid_rollout.observations)
+  # The outer loss reads the validation outputs' per-action entries only
+  # where the rule says so; the backward pass then skips the others.
+  grad_actions = (valid_rollout.actions
+                  if agent.rule.model_losses_read_taken_actions else None)
+  valid_out = agent.unroll(learner.params, valid_rollout.observations,
+                           grad_actions)
   value_outs, _, _, _ = value_fn.value_outs(value_state, valid_rollout,
                                             valid_out["logits"])
   actions = valid_rollout.actions[:-1]

@@ -71,9 +71,10 @@ class UpdateRule(abc.ABC):
   # Keeping only what the rule reads keeps replays small and lets XLA drop
   # the unused heads from the acting step.
   behaviour_outputs: tuple[str, ...] = ("logits",)
-  # Whether ``agent_loss`` and ``agent_loss_no_meta`` read per-action
-  # (``model_output_spec``) outputs only at the taken actions; the agent then
-  # backpropagates through the action model for those actions alone.
+  # Whether ``agent_loss``, ``agent_loss_no_meta`` and ``meta_regularizer``
+  # (its validation outputs) read per-action (``model_output_spec``) outputs
+  # only at the taken actions; the agent then backpropagates through the
+  # action model for those actions alone where it can.
   model_losses_read_taken_actions: bool = False
 
   @abc.abstractmethod
