@@ -1,8 +1,10 @@
 """The Disco rule: backward per-trajectory LSTM with episode resets,
-meta-gradients only when meta-training, target-network averaging, and the
-agent outputs it declares."""
+meta-gradients only when meta-training, target-network averaging, the agent
+outputs it declares, and where it reads per-action outputs."""
 
 from __future__ import annotations
+
+import copy
 
 import haiku as hk
 import jax
@@ -12,8 +14,10 @@ import pytest
 
 from disco import configs
 from disco import types
+from disco.meta import meta_gradient
 from disco.networks import meta_nets
 from disco.update_rules import disco as disco_rule
+from disco.value_fns import value_function
 
 T, B, A = 3, 2, 4
 P, BINS = 600, 601
@@ -278,3 +282,30 @@ def test_losses_read_per_action_outputs_only_at_taken_actions(disco_setup):
     mask = taken.reshape(taken.shape + (1,) * (g.ndim - 3)).copy()
     mask[-1] = 0  # the validation rollout's last step has no transition
     np.testing.assert_array_equal(g * (1 - mask), 0.0, err_msg=key)
+
+
+def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
+    disco_setup):
+  """The meta-gradient's validation unroll backpropagates through the action
+  model at the taken actions only; the meta-gradient is unchanged."""
+  agent, state = disco_setup["agent"], disco_setup["state"]
+  rollout = disco_setup["rollout"]
+  value_fn = value_function.ValueFunction(
+      value_function.ValueFnConfig(dense=(8, 8)))
+  value_state = value_fn.initial_state(jax.random.PRNGKey(1),
+                                       rollout.observations[0, 0])
+  dense_agent = copy.copy(agent)
+  dense_agent.rule = copy.copy(agent.rule)
+  dense_agent.rule.model_losses_read_taken_actions = False
+
+  def meta_grads(a):
+    return jax.jit(lambda mp: meta_gradient.meta_gradient(
+        mp, a, value_fn, state, value_state,
+        jax.tree.map(lambda x: x[None], rollout), rollout,
+        jax.random.PRNGKey(2))[0])(disco_setup["meta_params"])
+
+  got, want = meta_grads(agent), meta_grads(dense_agent)
+  norm = lambda t: float(np.sqrt(sum(np.sum(np.square(x))
+                                     for x in jax.tree.leaves(t))))
+  assert norm(want) > 0
+  assert norm(jax.tree.map(jnp.subtract, got, want)) <= 1e-5 * norm(want)
