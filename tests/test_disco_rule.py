@@ -10,6 +10,7 @@ import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from disco import configs
@@ -255,32 +256,34 @@ def test_losses_read_per_action_outputs_only_at_taken_actions(disco_setup):
 
   @jax.jit
   def output_grads(state, meta_params):
+    """Gradients of the loss and of the meta-regulariser (reading the same
+    outputs as validation outputs) with respect to the agent outputs."""
     agent_out = agent.unroll(state.params, rollout.observations)
     meta_out, _ = agent.unroll_meta_net(meta_params, state, rollout,
                                         jax.random.PRNGKey(0), agent_out)
-    return jax.grad(lambda o: agent.loss_from_outputs(
+    loss_grads = jax.grad(lambda o: agent.loss_from_outputs(
         o, rollout, meta_out, False)[0])(agent_out)
+    train_meta_out = jax.tree.map(lambda x: x[None], meta_out)
+    reg_grads = jax.grad(lambda o: agent.rule.meta_regularizer(
+        train_meta_out, o, rollout.actions[:-1])[0])(agent_out)
+    return loss_grads, reg_grads
 
-  grads = output_grads(state, disco_setup["meta_params"])
+  def per_action(grads, taken):
+    """(key, gradient, taken-action mask) of every per-action output."""
+    for key in agent.rule.model_output_spec(3):
+      g = np.asarray(grads[key])
+      yield key, g, taken.reshape(taken.shape + (1,) * (g.ndim - 3))
+
+  loss_grads, reg_grads = output_grads(state, disco_setup["meta_params"])
   taken = np.asarray(jax.nn.one_hot(rollout.actions, 3))
-  for key in agent.rule.model_output_spec(3):
-    g = np.asarray(grads[key])
-    mask = taken.reshape(taken.shape + (1,) * (g.ndim - 3))
+  for key, g, mask in per_action(loss_grads, taken):
     np.testing.assert_array_equal(g * (1 - mask), 0.0, err_msg=key)
     assert np.abs(g * mask).max() > 0, key
-
-  # The meta-regulariser's validation outputs, too.
-  meta_out = jax.jit(lambda s, m: agent.unroll_meta_net(
-      m, s, rollout, jax.random.PRNGKey(0))[0])(state,
-                                                disco_setup["meta_params"])
-  train_meta_out = jax.tree.map(lambda x: x[None], meta_out)
-  agent_out = agent.unroll(state.params, rollout.observations)
-  reg_grads = jax.grad(lambda o: agent.rule.meta_regularizer(
-      train_meta_out, o, rollout.actions[:-1])[0])(agent_out)
-  for key in agent.rule.model_output_spec(3):
-    g = np.asarray(reg_grads[key])
-    mask = taken.reshape(taken.shape + (1,) * (g.ndim - 3)).copy()
-    mask[-1] = 0  # the validation rollout's last step has no transition
+  # The meta-regulariser's validation outputs, too (the validation rollout's
+  # last step has no transition).
+  valid_taken = taken.copy()
+  valid_taken[-1] = 0
+  for key, g, mask in per_action(reg_grads, valid_taken):
     np.testing.assert_array_equal(g * (1 - mask), 0.0, err_msg=key)
 
 
@@ -305,7 +308,6 @@ def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
         jax.random.PRNGKey(2))[0])(disco_setup["meta_params"])
 
   got, want = meta_grads(agent), meta_grads(dense_agent)
-  norm = lambda t: float(np.sqrt(sum(np.sum(np.square(x))
-                                     for x in jax.tree.leaves(t))))
-  assert norm(want) > 0
-  assert norm(jax.tree.map(jnp.subtract, got, want)) <= 1e-5 * norm(want)
+  assert optax.tree.norm(want) > 0
+  assert (optax.tree.norm(jax.tree.map(jnp.subtract, got, want))
+          <= 1e-5 * optax.tree.norm(want))
