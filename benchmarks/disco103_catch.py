@@ -18,11 +18,12 @@ import time
 import jax
 import numpy as np
 
-from disco import configs
+from disco import agent as agent_lib
 from disco import weights
 from disco.environments import registry
 from disco.training import analysis
 from disco.training import loop
+from disco.update_rules import registry as rule_registry
 
 
 def windowed_returns(metrics, num_episodes: int) -> np.ndarray:
@@ -46,10 +47,11 @@ def main():
   args = parser.parse_args()
 
   cfg = loop.LoopConfig()  # the published notebook's settings
-  settings = configs.get_settings("disco")
-  env = registry.make_env("catch", cfg.num_envs, rows=args.rows,
-                          columns=args.columns)
-  agent = configs.make_agent(settings, env.num_actions)
+  settings = rule_registry.default_settings("disco")
+  env = registry.make_env(
+      "catch", cfg.num_envs, rows=args.rows, columns=args.columns
+  )
+  agent = agent_lib.make_agent(settings, env.num_actions)
   eval_loop = loop.EvalLoop(agent, env, cfg)
   meta_params = weights.load_disco103()
   states = eval_loop.init_seeds(list(range(args.seeds)))
@@ -63,25 +65,33 @@ def main():
     history.append(metrics)
   jax.block_until_ready(states)
   wall = time.time() - start
-  metrics = {k: np.concatenate([h[k] for h in history], axis=1)
-             for k in history[0]}
+  metrics = {
+      k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]
+  }
   curve = windowed_returns(metrics, args.episodes)
   env_steps = metrics["env_steps"][0]
 
-  print(f"Disco103 on Catch {args.rows}x{args.columns}, {args.seeds} seeds, "
-        f"{int(env_steps[-1])} env steps, {wall:.0f} s wall "
-        f"(incl. compilation), devices: {jax.devices()}")
+  print(
+      f"Disco103 on Catch {args.rows}x{args.columns}, {args.seeds} seeds, "
+      f"{int(env_steps[-1])} env steps, {wall:.0f} s wall "
+      f"(incl. compilation), devices: {jax.devices()}"
+  )
   print("env_steps  " + "  ".join(f"seed{s}" for s in range(args.seeds)))
-  for target in range(args.report_every, int(env_steps[-1]) + 1,
-                      args.report_every):
+  for target in range(
+      args.report_every, int(env_steps[-1]) + 1, args.report_every
+  ):
     i = int(np.searchsorted(env_steps, target))
-    print(f"{int(env_steps[i]):9d}  " + "  ".join(
-        f"{curve[s, i]:+.3f}" for s in range(args.seeds)))
+    print(
+        f"{int(env_steps[i]):9d}  "
+        + "  ".join(f"{curve[s, i]:+.3f}" for s in range(args.seeds))
+    )
   for s in range(args.seeds):
     hit = np.nonzero(curve[s] >= args.threshold)[0]
     first = int(env_steps[hit[0]]) if hit.size else None
-    print(f"seed {s}: first reached {args.threshold} (last {args.episodes} "
-          f"episodes) at env step {first}; final {curve[s, -1]:+.3f}")
+    print(
+        f"seed {s}: first reached {args.threshold} (last {args.episodes} "
+        f"episodes) at env step {first}; final {curve[s, -1]:+.3f}"
+    )
   print(f"final_mean_return={np.nanmean(curve[:, -1]):.4f}")
 
 

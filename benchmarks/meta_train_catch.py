@@ -37,15 +37,24 @@ def main(argv=None) -> float:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--num_meta_steps", type=int, default=800)
   parser.add_argument("--output_dir", default="")
-  parser.add_argument("--resume", action="store_true",
-                      help="continue the run in --output_dir")
-  parser.add_argument("--init", default="random",
-                      help="random | disco103 | path of a .npz")
+  parser.add_argument(
+      "--resume", action="store_true", help="continue the run in --output_dir"
+  )
+  parser.add_argument(
+      "--init", default="random", help="random | disco103 | path of a .npz"
+  )
   parser.add_argument("--checkpoint_every", type=int, default=50)
-  parser.add_argument("--window", type=int, default=50,
-                      help="meta-steps averaged for the start/final reward")
-  parser.add_argument("--tiny", action="store_true",
-                      help="tiny networks and batches (a smoke test)")
+  parser.add_argument(
+      "--window",
+      type=int,
+      default=50,
+      help="meta-steps averaged for the start/final reward",
+  )
+  parser.add_argument(
+      "--tiny",
+      action="store_true",
+      help="tiny networks and batches (a smoke test)",
+  )
   parser.add_argument("--no_progress", action="store_true")
   args = parser.parse_args(argv)
 
@@ -54,13 +63,13 @@ def main(argv=None) -> float:
   config.init_meta_params = args.init
   config.checkpoint_every = args.checkpoint_every
   config.resume = args.resume
-  stamp = datetime.datetime.now(datetime.timezone.utc).strftime(
-      "%Y%m%d-%H%M%S")
+  stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
   config.output_dir = args.output_dir or f"runs/meta-catch-{stamp}"
   if args.tiny:
     config.batch_size, config.rollout_len, config.inner_steps = 2, 4, 1
-    config.agent.network.update(dense=(16,), model_lstm_size=8,
-                                model_head_hiddens=(8,))
+    config.agent.network.update(
+        dense=(16,), model_lstm_size=8, model_head_hiddens=(8,)
+    )
     config.value_fn.dense = (8, 8)
   try:
     summary = mt.train(config, progress=not args.no_progress)
@@ -69,17 +78,21 @@ def main(argv=None) -> float:
     sys.exit(2)
 
   history = history_lib.MetricsHistory.read_csv(
-      f"{summary['output_dir']}/{mt.METRICS_FILE}")
+      f"{summary['output_dir']}/{mt.METRICS_FILE}"
+  )
   rewards = history.column("rewards")
   window = max(1, min(args.window, len(rewards) // 2 or 1))
   start, final = float(np.mean(rewards[:window])), float(
-      np.mean(rewards[-window:]))
-  print(f"Reward per actor step: {start:+.3f} over the first {window} "
-        f"meta-steps -> {final:+.3f} over the last {window} "
-        f"(target >= {TARGET:+.2f}: "
-        f"{'reached' if final >= TARGET else 'not reached'}); "
-        f"{summary['meta_steps']} meta-steps, "
-        f"{mt._fmt(summary['seconds_per_meta_step'], 3)} s each.")  # pylint: disable=protected-access
+      np.mean(rewards[-window:])
+  )
+  print(
+      f"Reward per actor step: {start:+.3f} over the first {window} "
+      f"meta-steps -> {final:+.3f} over the last {window} "
+      f"(target >= {TARGET:+.2f}: "
+      f"{'reached' if final >= TARGET else 'not reached'}); "
+      f"{summary['meta_steps']} meta-steps, "
+      f"{common.fmt(summary['seconds_per_meta_step'], 3)} s each."
+  )
   print(f"final_reward_per_step={final:.6f}")
   return final
 

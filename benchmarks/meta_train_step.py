@@ -36,12 +36,16 @@ RESULT = "RESULT "
 
 
 def _config(args, inner_steps: int):
-  from disco.launch import meta_train as mt  # pylint: disable=g-import-not-at-top
+  from disco.launch import meta_train as mt
+
   config = mt.default_config()
-  config.population = (dict(env="catch",
-                            env_settings=dict(rows=args.rows,
-                                              columns=args.rows),
-                            num_agents=args.num_agents),)
+  config.population = (
+      dict(
+          env="catch",
+          env_settings=dict(rows=args.rows, columns=args.rows),
+          num_agents=args.num_agents,
+      ),
+  )
   config.batch_size = args.batch_size
   config.rollout_len = args.rollout_len
   config.inner_steps = inner_steps
@@ -50,8 +54,9 @@ def _config(args, inner_steps: int):
   config.init_meta_params = args.init
   config.num_devices = args.num_devices
   if args.tiny:  # smoke-test sizes
-    config.agent.network.update(dense=(16,), model_lstm_size=8,
-                                model_head_hiddens=(8,))
+    config.agent.network.update(
+        dense=(16,), model_lstm_size=8, model_head_hiddens=(8,)
+    )
     config.value_fn.dense = (8, 8)
   config.output_dir = tempfile.mkdtemp(prefix="meta-bench-")
   return config
@@ -62,7 +67,7 @@ def _peak_device_bytes(devices) -> int | None:
   for d in devices:
     try:
       stats = d.memory_stats() or {}
-    except Exception:  # pylint: disable=broad-except
+    except Exception:  # noqa: BLE001 - some backends have no memory stats
       stats = {}
     if "peak_bytes_in_use" in stats:
       peaks.append(int(stats["peak_bytes_in_use"]))
@@ -71,8 +76,9 @@ def _peak_device_bytes(devices) -> int | None:
 
 def run_one(args, inner_steps: int) -> dict:
   """Builds the population, times its meta-steps; returns the numbers."""
-  import jax  # pylint: disable=g-import-not-at-top
-  from disco.launch import meta_train as mt  # pylint: disable=g-import-not-at-top
+  import jax
+
+  from disco.launch import meta_train as mt
 
   config = _config(args, inner_steps)
   plan = mt.build(config, log=lambda _: None)
@@ -93,16 +99,24 @@ def run_one(args, inner_steps: int) -> dict:
     times.append(time.perf_counter() - start)
   steady = sum(times) / len(times)
   return dict(
-      inner_steps=inner_steps, remat=args.remat,
-      num_agents=args.num_agents, batch_size=args.batch_size,
-      rollout_len=args.rollout_len, devices=len(plan.population.devices),
+      inner_steps=inner_steps,
+      remat=args.remat,
+      num_agents=args.num_agents,
+      batch_size=args.batch_size,
+      rollout_len=args.rollout_len,
+      devices=len(plan.population.devices),
       device_kind=plan.population.devices[0].device_kind,
-      first_step_s=first, compile_s=max(0.0, first - steady),
-      seconds_per_meta_step=steady, timed_steps=len(times),
+      first_step_s=first,
+      compile_s=max(0.0, first - steady),
+      seconds_per_meta_step=steady,
+      timed_steps=len(times),
       peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
       peak_device_mib=(lambda b: None if b is None else b / 2**20)(
-          _peak_device_bytes(plan.population.devices)),
-      meta_loss=float(logs["meta_loss"]), rewards=float(logs["rewards"]))
+          _peak_device_bytes(plan.population.devices)
+      ),
+      meta_loss=float(logs["meta_loss"]),
+      rewards=float(logs["rewards"]),
+  )
 
 
 def _fmt_mib(x) -> str:
@@ -110,40 +124,65 @@ def _fmt_mib(x) -> str:
 
 
 def _report(r: dict) -> None:
-  print(f"inner_steps={r['inner_steps']} remat={r['remat']}: "
-        f"{r['num_agents']} agents x {r['batch_size']} envs x "
-        f"{r['rollout_len']} steps on {r['devices']} {r['device_kind']} "
-        f"device(s)")
-  print(f"  compile time: {r['compile_s']:.1f} s (first meta-step "
-        f"{r['first_step_s']:.1f} s)")
-  print(f"  seconds per meta-step: {r['seconds_per_meta_step']:.4f} "
-        f"(mean of {r['timed_steps']})")
-  print(f"  peak host memory (ru_maxrss): {_fmt_mib(r['peak_rss_mib'])}; "
-        f"peak device memory: {_fmt_mib(r['peak_device_mib'])}")
+  print(
+      f"inner_steps={r['inner_steps']} remat={r['remat']}: "
+      f"{r['num_agents']} agents x {r['batch_size']} envs x "
+      f"{r['rollout_len']} steps on {r['devices']} {r['device_kind']} "
+      f"device(s)"
+  )
+  print(
+      f"  compile time: {r['compile_s']:.1f} s (first meta-step "
+      f"{r['first_step_s']:.1f} s)"
+  )
+  print(
+      f"  seconds per meta-step: {r['seconds_per_meta_step']:.4f} "
+      f"(mean of {r['timed_steps']})"
+  )
+  print(
+      f"  peak host memory (ru_maxrss): {_fmt_mib(r['peak_rss_mib'])}; "
+      f"peak device memory: {_fmt_mib(r['peak_device_mib'])}"
+  )
 
 
 def main(argv=None) -> float:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--steps", type=int, default=5,
-                      help="timed meta-steps after the first")
-  parser.add_argument("--inner_steps", default="2",
-                      help="inner steps, or a comma-separated sweep")
-  parser.add_argument("--remat", action="store_true",
-                      help="rematerialise inner steps in the backward pass")
-  parser.add_argument("--max_unrolled", type=int, default=2,
-                      help="config.max_unrolled_inner_steps: up to this many "
-                      "inner steps compile without a loop")
+  parser.add_argument(
+      "--steps", type=int, default=5, help="timed meta-steps after the first"
+  )
+  parser.add_argument(
+      "--inner_steps",
+      default="2",
+      help="inner steps, or a comma-separated sweep",
+  )
+  parser.add_argument(
+      "--remat",
+      action="store_true",
+      help="rematerialise inner steps in the backward pass",
+  )
+  parser.add_argument(
+      "--max_unrolled",
+      type=int,
+      default=2,
+      help="config.max_unrolled_inner_steps: up to this many "
+      "inner steps compile without a loop",
+  )
   parser.add_argument("--num_agents", type=int, default=2)
-  parser.add_argument("--batch_size", type=int, default=32,
-                      help="environments per agent")
+  parser.add_argument(
+      "--batch_size", type=int, default=32, help="environments per agent"
+  )
   parser.add_argument("--rollout_len", type=int, default=16)
   parser.add_argument("--rows", type=int, default=5, help="Catch rows/columns")
-  parser.add_argument("--init", default="random",
-                      help="random | disco103 | path of a .npz")
-  parser.add_argument("--num_devices", type=int, default=0,
-                      help="0: all devices")
-  parser.add_argument("--tiny", action="store_true",
-                      help="tiny networks (a smoke test of this script)")
+  parser.add_argument(
+      "--init", default="random", help="random | disco103 | path of a .npz"
+  )
+  parser.add_argument(
+      "--num_devices", type=int, default=0, help="0: all devices"
+  )
+  parser.add_argument(
+      "--tiny",
+      action="store_true",
+      help="tiny networks (a smoke test of this script)",
+  )
   parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   try:
@@ -164,32 +203,46 @@ def main(argv=None) -> float:
 
   results = []
   given = list(argv if argv is not None else sys.argv[1:])
-  base = [a for i, a in enumerate(given)
-          if not a.startswith("--inner_steps")
-          and not (i > 0 and given[i - 1] == "--inner_steps")]
+  base = [
+      a
+      for i, a in enumerate(given)
+      if not a.startswith("--inner_steps")
+      and not (i > 0 and given[i - 1] == "--inner_steps")
+  ]
   for k in sweep:
-    cmd = [sys.executable, os.path.abspath(__file__), *base,
-           f"--inner_steps={k}", "--child"]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        *base,
+        f"--inner_steps={k}",
+        "--child",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    lines = [l for l in proc.stdout.splitlines() if l.startswith(RESULT)]
+    lines = [x for x in proc.stdout.splitlines() if x.startswith(RESULT)]
     if proc.returncode != 0 or not lines:
       tail = proc.stderr.strip().splitlines()[-3:]
-      print(f"inner_steps={k}: failed (exit {proc.returncode}): "
-            + " | ".join(tail))
+      print(
+          f"inner_steps={k}: failed (exit {proc.returncode}): "
+          + " | ".join(tail)
+      )
       continue
-    result = json.loads(lines[-1][len(RESULT):])
+    result = json.loads(lines[-1][len(RESULT) :])
     _report(result)
     results.append(result)
   if not results:
     print("seconds_per_meta_step=nan")
     return float("nan")
   print(f"\nremat={args.remat}")
-  print(f"{'inner_steps':>11} {'s/meta-step':>12} {'compile s':>10} "
-        f"{'peak RSS':>10} {'peak device':>12}")
+  print(
+      f"{'inner_steps':>11} {'s/meta-step':>12} {'compile s':>10} "
+      f"{'peak RSS':>10} {'peak device':>12}"
+  )
   for r in results:
-    print(f"{r['inner_steps']:>11} {r['seconds_per_meta_step']:>12.4f} "
-          f"{r['compile_s']:>10.1f} {_fmt_mib(r['peak_rss_mib']):>10} "
-          f"{_fmt_mib(r['peak_device_mib']):>12}")
+    print(
+        f"{r['inner_steps']:>11} {r['seconds_per_meta_step']:>12.4f} "
+        f"{r['compile_s']:>10.1f} {_fmt_mib(r['peak_rss_mib']):>10} "
+        f"{_fmt_mib(r['peak_device_mib']):>12}"
+    )
   chosen = next((r for r in results if r["inner_steps"] == 2), results[0])
   print(f"seconds_per_meta_step={chosen['seconds_per_meta_step']:.6f}")
   return chosen["seconds_per_meta_step"]

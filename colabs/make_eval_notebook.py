@@ -8,8 +8,8 @@ notebook with other settings.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+import sys
 
 import nbformat
 from nbformat import v4
@@ -31,8 +31,7 @@ a replay of 1024 trajectories, learner batches of 64 and a learning rate of
 1e-2 for Disco103.
 
 The same evaluation is available from the command line:
-`python -m disco.launch.evaluate --config.rule=disco103` (see
-`configs/evaluate.py`)."""
+`disco-eval --config.rule=disco103` (see `configs/evaluate.py`)."""
 
 PARAMETERS = """\
 # Settings (this cell is tagged `parameters`: tools may replace it).
@@ -63,76 +62,48 @@ if importlib.util.find_spec('disco') is None:
   sys.path.insert(0, os.path.abspath('..'))  # importable without a restart"""
 
 IMPORTS = """\
-import math
-
 import jax
-import numpy as np
 from matplotlib import pyplot as plt
-from tqdm import tqdm
 
-from disco import configs
-from disco import weights
-from disco.environments import registry
+from disco.launch import evaluate
 from disco.training import analysis
-from disco.training import loop as loop_lib
+from disco.update_rules import registry
 
 print('JAX devices:', jax.devices())"""
-
-WEIGHTS_MD = """\
-## Disco103
-
-`load_disco103()` looks for the published weights (`$DISCO_WEIGHTS`, the user
-cache, a `shared/weights` folder beside the checkout), downloads them into the
-cache if needed, and checks their sha256."""
-
-WEIGHTS = """\
-disco103_params = weights.load_disco103()
-print(f'Loaded {len(jax.tree.leaves(disco103_params))} parameter tensors '
-      'for Disco103.')"""
 
 TRAIN_MD = """\
 ## Training
 
-`train` builds the environment, the agent and the loop, then runs the loop in
-calls of equal length (so it is compiled once) and returns the per-iteration
-metrics `{name: [num_seeds, num_iterations]}`."""
+`train` uses the steps of the `disco-eval` launcher: `evaluate.build` checks
+the settings and builds the rule, environment, agent and loop;
+`evaluate.run` runs the loop in calls of equal length (so it is compiled
+once) and returns the per-iteration metrics `{name: [num_seeds,
+num_iterations]}` (nothing is written to disk).
+
+The rule `disco103` is the Disco rule with the published weights: they are
+looked up (`$DISCO_WEIGHTS`, the user cache, a `shared/weights` folder beside
+the checkout), downloaded into the cache if needed, and their sha256 is
+checked."""
 
 TRAIN = """\
-def train(settings, meta_params, label):
-  env = registry.make_env('catch', num_envs, rows=catch_rows,
-                          columns=catch_columns)
-  agent = configs.make_agent(settings, env.num_actions)
-  # The meta-parameters must have the structure the rule expects.
-  weights.check_params_match(
-      meta_params, jax.eval_shape(agent.rule.init_params,
-                                  jax.random.PRNGKey(0)))
-  loop = loop_lib.EvalLoop(agent, env, loop_lib.LoopConfig(
+def train(rule, learning_rate=None):
+  config = evaluate.default_config()
+  config.update(dict(
+      rule=rule, env_settings=dict(rows=catch_rows, columns=catch_columns),
+      total_env_steps=total_env_steps, num_seeds=num_seeds, seed=seed,
       num_envs=num_envs, rollout_len=rollout_len, batch_size=batch_size,
-      replay_capacity=replay_capacity, min_replay_size=min_replay_size))
-  steps = loop.config.env_steps_per_iteration
-  needed = math.ceil(total_env_steps / steps)
-  num_calls = math.ceil(needed / iterations_per_call)
-  per_call = math.ceil(needed / num_calls)
-  states = loop.init_seeds(list(range(seed, seed + num_seeds)))
-  chunks = []
-  with tqdm(total=num_calls * per_call * steps, desc=label,
-            unit='step') as bar:
-    for _ in range(num_calls):
-      states, metrics = loop.run(states, meta_params, per_call)
-      chunks.append(metrics)
-      recent = analysis.return_curve(analysis.concat_metrics(chunks))[:, -1]
-      bar.update(per_call * steps)
-      bar.set_postfix(mean_return=f'{np.nanmean(recent):.2f}')
-  return analysis.concat_metrics(chunks)
+      replay_capacity=replay_capacity, min_replay_size=min_replay_size,
+      iterations_per_call=iterations_per_call, learning_rate=learning_rate))
+  plan = evaluate.build(config)
+  print(f'{rule}: learning rate {plan.rule.settings.learning_rate}, '
+        f'{plan.iterations} iterations of {num_envs} x {rollout_len} steps')
+  return evaluate.run(plan, log=lambda _: None).metrics
 
 
 results = {}"""
 
 DISCO = """\
-disco_settings = configs.get_settings('disco')
-disco_settings.learning_rate = disco_learning_rate
-print(disco_settings)
-results['Disco103'] = train(disco_settings, disco103_params, 'Disco103')"""
+results['Disco103'] = train('disco103', disco_learning_rate)"""
 
 AC_MD = """\
 ## Actor-critic baseline
@@ -143,10 +114,8 @@ meta-parameters (`{}`)."""
 
 AC = """\
 if compare_actor_critic:
-  ac_settings = configs.get_settings('actor_critic')
-  if actor_critic_learning_rate is not None:
-    ac_settings.learning_rate = actor_critic_learning_rate
-  results['Actor-critic'] = train(ac_settings, {}, 'Actor-critic')"""
+  print(registry.default_settings('actor_critic'))
+  results['Actor-critic'] = train('actor_critic', actor_critic_learning_rate)"""
 
 PLOT_MD = """\
 ## Results
@@ -177,18 +146,28 @@ def build() -> nbformat.NotebookNode:
       code(PARAMETERS, metadata={"tags": ["parameters"]}),
       code(INSTALL),
       code(IMPORTS),
-      md(WEIGHTS_MD), code(WEIGHTS),
-      md(TRAIN_MD), code(TRAIN), code(DISCO),
-      md(AC_MD), code(AC),
-      md(PLOT_MD), code(PLOT), code(SUMMARY),
+      md(TRAIN_MD),
+      code(TRAIN),
+      code(DISCO),
+      md(AC_MD),
+      code(AC),
+      md(PLOT_MD),
+      code(PLOT),
+      code(SUMMARY),
   ]
   for i, cell in enumerate(cells):  # stable ids keep diffs small
     cell["id"] = f"cell-{i:02d}"
-  nb = v4.new_notebook(cells=cells, metadata={
-      "kernelspec": {"display_name": "Python 3", "language": "python",
-                     "name": "python3"},
-      "language_info": {"name": "python"},
-  })
+  nb = v4.new_notebook(
+      cells=cells,
+      metadata={
+          "kernelspec": {
+              "display_name": "Python 3",
+              "language": "python",
+              "name": "python3",
+          },
+          "language_info": {"name": "python"},
+      },
+  )
   nbformat.validate(nb)
   return nb
 

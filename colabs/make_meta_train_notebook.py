@@ -8,8 +8,8 @@ notebook with other settings.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+import sys
 
 import nbformat
 from nbformat import v4
@@ -81,18 +81,15 @@ if importlib.util.find_spec('disco') is None:
   sys.path.insert(0, os.path.abspath('..'))  # importable without a restart"""
 
 IMPORTS = """\
-import math
-from pathlib import Path
-
 import jax
-import numpy as np
 from matplotlib import pyplot as plt
 from tqdm import tqdm
 
-from disco import configs
+from disco import agent as agent_lib
 from disco import weights
 from disco.environments import registry
 from disco.launch import common
+from disco.launch import evaluate
 from disco.launch import meta_train
 from disco.meta import checkpoints
 from disco.meta import history as history_lib
@@ -127,7 +124,7 @@ config.value_fn.dense = value_fn_dense
 plan = meta_train.build(config)
 out = plan.output_dir
 num_meta_params = sum(x.size for x in jax.tree.leaves(jax.eval_shape(
-    plan.rule.init_params, jax.random.PRNGKey(0))))
+    plan.rule.init_meta_params, jax.random.PRNGKey(0))))
 print(f'{len(plan.population.devices)} device(s); groups: ' + ', '.join(
     f'{g.num_agents} x {g.name} ({g.env.batch_size} envs each)'
     for g in plan.groups))
@@ -202,7 +199,8 @@ EXPORT = """\
 path = meta_train.export_meta_params(
     out / 'meta_params.npz', state.meta_params, plan.settings,
     meta_step=int(state.step), init_meta_params=init_meta_params)
-eval_settings, discovered_params = common.resolve_rule(str(path))
+discovered = common.resolve_rule(str(path))
+eval_settings, discovered_params = discovered.settings, discovered.meta_params
 print(f'Exported {path}: metadata {weights.load_metadata(path)}')
 print(f'Evaluate it with: disco-eval --config.rule={path}')"""
 
@@ -219,18 +217,18 @@ EVAL = """\
 env = registry.make_env('catch', eval_num_envs, rows=catch_rows,
                         columns=catch_columns)
 eval_settings.network.update(eval_network)
-agent = configs.make_agent(eval_settings, env.num_actions)
+agent = agent_lib.make_agent(eval_settings, env.num_actions,
+                             rule=discovered.rule)
 loop = loop_lib.EvalLoop(agent, env, loop_lib.LoopConfig(
     num_envs=eval_num_envs, rollout_len=eval_rollout_len,
     batch_size=eval_batch_size, replay_capacity=eval_replay_capacity,
     min_replay_size=eval_min_replay_size))
-steps = loop.config.env_steps_per_iteration
-needed = math.ceil(eval_env_steps / steps)
-num_calls = math.ceil(needed / eval_iterations_per_call)
-per_call = math.ceil(needed / num_calls)
+per_call, num_calls = evaluate.plan_iterations(
+    eval_env_steps, loop.config.env_steps_per_iteration,
+    eval_iterations_per_call)
 
 
-def evaluate(meta_params, label):
+def evaluate_rule(meta_params, label):
   states = loop.init_seeds(list(range(eval_num_seeds)))
   chunks = []
   for _ in tqdm(range(num_calls), desc=label):
@@ -240,11 +238,12 @@ def evaluate(meta_params, label):
 
 
 results = {f'discovered (meta-step {int(state.step)})':
-               evaluate(discovered_params, 'discovered')}
+               evaluate_rule(discovered_params, 'discovered')}
 if compare_with_initial_rule:
   initial = meta_train.load_initial_meta_params(
       init_meta_params, plan.rule, config.init_seed)
-  results[f'initial ({init_meta_params})'] = evaluate(initial, 'initial')
+  results[f'initial ({init_meta_params})'] = evaluate_rule(initial,
+                                                          'initial')
 
 analysis.plot_learning_curves(
     results, min_episodes=min(100, eval_last_episodes),
@@ -266,19 +265,30 @@ def build() -> nbformat.NotebookNode:
       code(PARAMETERS, metadata={"tags": ["parameters"]}),
       code(INSTALL),
       code(IMPORTS),
-      md(BUILD_MD), code(BUILD),
-      md(TRAIN_MD), code(TRAIN),
-      md(PLOT_MD), code(PLOT),
-      md(EXPORT_MD), code(EXPORT),
-      md(EVAL_MD), code(EVAL),
+      md(BUILD_MD),
+      code(BUILD),
+      md(TRAIN_MD),
+      code(TRAIN),
+      md(PLOT_MD),
+      code(PLOT),
+      md(EXPORT_MD),
+      code(EXPORT),
+      md(EVAL_MD),
+      code(EVAL),
   ]
   for i, cell in enumerate(cells):  # stable ids keep diffs small
     cell["id"] = f"cell-{i:02d}"
-  nb = v4.new_notebook(cells=cells, metadata={
-      "kernelspec": {"display_name": "Python 3", "language": "python",
-                     "name": "python3"},
-      "language_info": {"name": "python"},
-  })
+  nb = v4.new_notebook(
+      cells=cells,
+      metadata={
+          "kernelspec": {
+              "display_name": "Python 3",
+              "language": "python",
+              "name": "python3",
+          },
+          "language_info": {"name": "python"},
+      },
+  )
   nbformat.validate(nb)
   return nb
 

@@ -1,6 +1,6 @@
 r"""Meta-evaluation: train agents with a fixed update rule and report returns.
 
-Used by ``python -m disco.launch.evaluate`` (or ``disco-eval``); override any
+Used by ``disco-eval`` (``python -m disco.launch.evaluate``); override any
 value on the command line, e.g.::
 
   disco-eval --config.rule=actor_critic --config.total_env_steps=20000 \
@@ -15,27 +15,33 @@ from ml_collections import config_dict
 
 
 def get_config() -> config_dict.ConfigDict:
-  return config_dict.ConfigDict(dict(
-      # 'disco103' (published weights), a rule name (actor_critic,
-      # policy_gradient, ...) or the path of a .npz of meta-parameters saved
-      # by disco.weights.save_meta_params with {'rule': ...} metadata.
-      rule="disco103",
-      # Path of the Disco103 weights (default: found or downloaded), or of
-      # meta-parameters for a named rule that has them.
-      weights=config_dict.placeholder(str),
-      env="catch",
-      env_settings=dict(rows=8, columns=8),
-      total_env_steps=40_000,  # per seed; rounded up to whole calls
-      num_seeds=1,
-      seed=0,  # seeds seed .. seed + num_seeds - 1 run together (vmapped)
-      num_envs=2,
-      rollout_len=29,
-      batch_size=64,
-      replay_capacity=1024,  # 0: no replay, learn on each rollout
-      min_replay_size=64,
-      learning_rate=config_dict.placeholder(float),  # None: rule's default
-      iterations_per_call=50,  # iterations per compiled call
-      last_episodes=500,  # final score: mean return of the last episodes
-      output_dir="",  # '' -> runs/eval-<rule>-<UTC timestamp>
-      overwrite=False,  # allow writing into a folder holding another run
-  ))
+  return config_dict.ConfigDict(
+      dict(
+          # A registered rule ('disco103': the published weights; actor_critic,
+          # policy_gradient, mpo, spo, disco; 'list' prints them all) or the path
+          # of a .npz of meta-parameters saved by disco.weights.save_meta_params
+          # with {'rule': ...} metadata.
+          rule="disco103",
+          # Path of the Disco103 weights (default: found or downloaded), or of
+          # meta-parameters for a named rule that has them.
+          weights=config_dict.placeholder(str),
+          # Comma-separated Python modules to import first (modules that register
+          # their own rules or environments).
+          imports="",
+          env="catch",  # a registered environment; 'list' prints them all
+          env_settings=dict(rows=8, columns=8),
+          total_env_steps=40_000,  # per seed; rounded up to whole calls
+          num_seeds=1,
+          seed=0,  # seeds seed .. seed + num_seeds - 1 run together (vmapped)
+          num_envs=2,
+          rollout_len=29,
+          batch_size=64,
+          replay_capacity=1024,  # 0: no replay, learn on each rollout
+          min_replay_size=64,
+          learning_rate=config_dict.placeholder(float),  # None: rule's default
+          iterations_per_call=50,  # iterations per compiled call
+          last_episodes=500,  # final score: mean return of the last episodes
+          output_dir="",  # '' -> runs/eval-<rule>-<UTC timestamp>
+          overwrite=False,  # allow writing into a folder holding another run
+      )
+  )

@@ -1,6 +1,6 @@
 """Meta-training: discover (or fine-tune) a Disco rule on a population.
 
-Used by ``python -m disco.launch.meta_train`` (or ``disco-meta-train``);
+Used by ``disco-meta-train`` (``python -m disco.launch.meta_train``);
 override any value on the command line, e.g.::
 
   disco-meta-train --config.num_meta_steps=100 \
@@ -25,49 +25,63 @@ from ml_collections import config_dict
 
 
 def get_config() -> config_dict.ConfigDict:
-  return config_dict.ConfigDict(dict(
-      # Groups of agents: a (jittable) environment, its settings and the
-      # number of agents (over all devices; a multiple of the device count).
-      population=(dict(env="catch", env_settings=dict(rows=5, columns=5),
-                       num_agents=2),),
-      batch_size=32,  # environments per agent
-      rollout_len=16,  # actor steps per training rollout (validation: 2x)
-      inner_steps=2,  # agent updates per meta-step
-      # The agents (trained by the rule being meta-learned).
-      agent=dict(
-          network=dict(name="mlp", dense=(512, 512), head_w_init_std=1e-2,
-                       model_lstm_size=256, model_head_hiddens=(256,)),
-          learning_rate=5e-4,
-          max_abs_update=1.0,
-      ),
-      # The meta-training value function (drives the outer policy gradient).
-      value_fn=dict(
-          dense=(256, 256),
-          head_w_init_std=1e-2,
-          learning_rate=1e-3,
-          max_abs_update=1.0,
-          discount_factor=0.99,
-          td_lambda=0.96,
-          outer_value_cost=1.0,
-      ),
-      entropy_cost=1e-2,  # validation policy-entropy bonus of the meta-loss
-      meta_optimizer="adam",  # adam | sgd | rmsprop
-      meta_learning_rate=5e-4,
-      # 'random' (initialised with init_seed), 'disco103' (the published
-      # weights, fine-tuned) or the path of a .npz of Disco meta-parameters.
-      init_meta_params="random",
-      init_seed=1,
-      seed=4,  # agents, environments and acting
-      num_meta_steps=800,  # total for the run (a resumed run continues to it)
-      lifetime_meta_steps=0,  # reset each agent after this many (0: never)
-      remat_inner_steps=False,  # recompute inner steps in the backward pass
-      # Up to this many inner steps compile without a loop: about 1.5x faster
-      # meta-steps, longer compiles (33 s for 2 inner steps, 63 s for 4).
-      max_unrolled_inner_steps=2,
-      num_devices=0,  # 0: all devices
-      output_dir="",  # '' -> runs/meta-<UTC timestamp>
-      checkpoint_every=50,  # meta-steps between checkpoints (0: only at end)
-      keep_checkpoints=3,
-      resume=False,  # continue from the latest checkpoint in output_dir
-      log_every=1,  # meta-steps between metrics rows / progress updates
-  ))
+  return config_dict.ConfigDict(
+      dict(
+          # Groups of agents: a (jittable) environment, its settings and the
+          # number of agents (over all devices; a multiple of the device count).
+          population=(
+              dict(
+                  env="catch",
+                  env_settings=dict(rows=5, columns=5),
+                  num_agents=2,
+              ),
+          ),
+          # Comma-separated Python modules to import first (modules that register
+          # their own environments).
+          imports="",
+          batch_size=32,  # environments per agent
+          rollout_len=16,  # actor steps per training rollout (validation: 2x)
+          inner_steps=2,  # agent updates per meta-step
+          # The agents (trained by the rule being meta-learned).
+          agent=dict(
+              network=dict(
+                  dense=(512, 512),
+                  head_w_init_std=1e-2,
+                  model_lstm_size=256,
+                  model_head_hiddens=(256,),
+              ),
+              learning_rate=5e-4,
+              max_abs_update=1.0,
+          ),
+          # The meta-training value function (drives the outer policy gradient).
+          value_fn=dict(
+              dense=(256, 256),
+              head_w_init_std=1e-2,
+              learning_rate=1e-3,
+              max_abs_update=1.0,
+              discount_factor=0.99,
+              td_lambda=0.96,
+              outer_value_cost=1.0,
+          ),
+          entropy_cost=1e-2,  # validation policy-entropy bonus of the meta-loss
+          meta_optimizer="adam",  # adam | sgd | rmsprop
+          meta_learning_rate=5e-4,
+          # 'random' (initialised with init_seed), 'disco103' (the published
+          # weights, fine-tuned) or the path of a .npz of Disco meta-parameters.
+          init_meta_params="random",
+          init_seed=1,
+          seed=4,  # agents, environments and acting
+          num_meta_steps=800,  # total for the run (a resumed run continues to it)
+          lifetime_meta_steps=0,  # reset each agent after this many (0: never)
+          remat_inner_steps=False,  # recompute inner steps in the backward pass
+          # Up to this many inner steps compile without a loop: about 1.5x faster
+          # meta-steps, longer compiles (33 s for 2 inner steps, 63 s for 4).
+          max_unrolled_inner_steps=2,
+          num_devices=0,  # 0: all devices
+          output_dir="",  # '' -> runs/meta-<UTC timestamp>
+          checkpoint_every=50,  # meta-steps between checkpoints (0: only at end)
+          keep_checkpoints=3,
+          resume=False,  # continue from the latest checkpoint in output_dir
+          log_every=1,  # meta-steps between metrics rows / progress updates
+      )
+  )

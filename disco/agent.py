@@ -10,17 +10,19 @@ differentiated (meta-gradients flow through ``learner_step`` into
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import haiku as hk
 import jax
 import jax.numpy as jnp
+from ml_collections import config_dict
 import optax
 
 from disco import optimizers
 from disco import types
 from disco.networks import agent_nets
 from disco.update_rules import base
+from disco.update_rules import registry
 
 
 class Agent:
@@ -30,7 +32,6 @@ class Agent:
     rule: the update rule.
     num_actions: number of discrete actions ``A``.
     net_config: agent network settings.
-    hyper_params: the rule's loss coefficients and discounts.
     learning_rate: Adam learning rate.
     max_abs_update: elementwise clip of Adam's update direction.
     axis_name: if set, gradients and statistics are averaged over this named
@@ -41,8 +42,7 @@ class Agent:
       self,
       rule: base.UpdateRule,
       num_actions: int,
-      net_config: agent_nets.MLPNetConfig,
-      hyper_params: Mapping[str, float],
+      net_config: agent_nets.NetConfig,
       learning_rate: float,
       max_abs_update: float = 1.0,
       axis_name: str | None = None,
@@ -52,49 +52,56 @@ class Agent:
     self.rule = rule
     self.num_actions = num_actions
     self.net_config = net_config
-    self.hyper_params = dict(hyper_params)
     self.axis_name = axis_name
     self.network: hk.Transformed = agent_nets.make_network(
-        net_config, num_actions,
+        net_config,
+        num_actions,
         rule.flat_output_spec(num_actions),
-        rule.model_output_spec(num_actions))
+        rule.model_output_spec(num_actions),
+    )
     self.optimizer = optimizers.agent_optimizer(learning_rate, max_abs_update)
 
   # --------------------------------------------------------------- networks
-  def init_params(self, rng: jax.Array, observation: types.ArrayTree
-                  ) -> types.Params:
+  def init_params(
+      self, rng: jax.Array, observation: types.ArrayTree
+  ) -> types.Params:
     """Network parameters; ``observation`` is one unbatched example."""
     batched = jax.tree.map(lambda x: jnp.asarray(x)[None], observation)
     return self.network.init(rng, batched)
 
-  def apply(self, params: types.Params, observations: types.ArrayTree
-            ) -> types.AgentOuts:
+  def apply(
+      self, params: types.Params, observations: types.ArrayTree
+  ) -> types.AgentOuts:
     """``[B, ...]`` observations -> outputs ``[B, ...]``."""
     return self.network.apply(params, observations)
 
-  def unroll(self, params: types.Params, observations: types.ArrayTree,
-             grad_actions: jax.Array | None = None) -> types.AgentOuts:
+  def unroll(
+      self,
+      params: types.Params,
+      observations: types.ArrayTree,
+      grad_actions: jax.Array | None = None,
+  ) -> types.AgentOuts:
     """``[T+1, B, ...]`` observations -> outputs ``[T+1, B, ...]``.
 
     With ``grad_actions`` (``[T+1, B]`` int), per-action outputs carry
-    gradients only at those actions (see ``agent_nets.MLPAgentNet``).
+    gradients only at those actions (see ``agent_nets.AgentNet``).
     """
-    return agent_nets.unroll(self.network.apply, params, observations,
-                             grad_actions)
+    return agent_nets.unroll(
+        self.network.apply, params, observations, grad_actions
+    )
 
   # ------------------------------------------------------------------ state
-  def initial_learner_state(self, rng: jax.Array,
-                            observation: types.ArrayTree) -> types.LearnerState:
+  def initial_learner_state(
+      self, rng: jax.Array, observation: types.ArrayTree
+  ) -> types.LearnerState:
     """Fresh parameters, optimiser state and rule state."""
     net_rng, rule_rng = jax.random.split(rng)
     params = self.init_params(net_rng, observation)
     return types.LearnerState(
         params=params,
         opt_state=self.optimizer.init(params),
-        rule_state=self.rule.init_meta_state(rule_rng, params))
-
-  def init_meta_params(self, rng: jax.Array) -> types.MetaParams:
-    return self.rule.init_params(rng)
+        rule_state=self.rule.init_rule_state(rule_rng, params),
+    )
 
   # ----------------------------------------------------------------- acting
   def actor_step(
@@ -109,8 +116,12 @@ class Agent:
     """Chooses actions for a batch of environment timesteps ``[B, ...]``."""
     agent_out = self.apply(params, timestep.observation)
     context = base.ActingContext(
-        params=params, apply_fn=self.apply, rule_state=rule_state,
-        env=env, env_state=env_state)
+        params=params,
+        apply_fn=self.apply,
+        rule_state=rule_state,
+        env=env,
+        env_state=env_state,
+    )
     actions, extras = self.rule.select_action(rng, agent_out, context)
     return types.ActorTimestep(
         observations=timestep.observation,
@@ -119,11 +130,13 @@ class Agent:
         discounts=jnp.logical_not(timestep.is_last),
         agent_outs={k: agent_out[k] for k in self.rule.behaviour_outputs},
         logits=agent_out["logits"],
-        extras=extras)
+        extras=extras,
+    )
 
   # --------------------------------------------------------------- learning
-  def rule_inputs(self, agent_out: types.AgentOuts,
-                  rollout: types.ActorRollout) -> types.UpdateRuleInputs:
+  def rule_inputs(
+      self, agent_out: types.AgentOuts, rollout: types.ActorRollout
+  ) -> types.UpdateRuleInputs:
     """Builds the rule's view of a ``[T+1, B]`` rollout.
 
     The reward and discount stored with timestep ``t+1`` belong to
@@ -136,7 +149,8 @@ class Agent:
         is_terminal=jnp.logical_not(rollout.discounts[1:]),
         agent_out=agent_out,
         behaviour_agent_out=rollout.agent_outs,
-        actor_extras=rollout.extras)
+        actor_extras=rollout.extras,
+    )
 
   def unroll_meta_net(
       self,
@@ -153,15 +167,17 @@ class Agent:
     """
     if agent_out is None:
       agent_out = self.unroll(learner_state.params, rollout.observations)
-    return self.rule.unroll_meta_net(
+    context = base.LearnerContext(
         meta_params=meta_params,
         params=learner_state.params,
-        meta_state=learner_state.rule_state,
-        inputs=self.rule_inputs(agent_out, rollout),
-        hyper_params=self.hyper_params,
+        rule_state=learner_state.rule_state,
         unroll_fn=self.unroll,
         rng=rng,
-        axis_name=self.axis_name)
+        axis_name=self.axis_name,
+    )
+    return self.rule.unroll_meta_net(
+        self.rule_inputs(agent_out, rollout), context
+    )
 
   def loss_from_outputs(
       self,
@@ -174,20 +190,14 @@ class Agent:
     the mean over transitions that do not start at an episode's LAST step."""
     inputs = self.rule_inputs(agent_out, rollout)
     loss_meta, logs_meta = self.rule.agent_loss(
-        inputs, meta_out, self.hyper_params, backprop=is_meta_training)
-    loss_no_meta, logs_no_meta = self.rule.agent_loss_no_meta(
-        inputs, meta_out, self.hyper_params)
+        inputs, meta_out, backprop=is_meta_training
+    )
+    loss_no_meta, logs_no_meta = self.rule.agent_loss_no_meta(inputs, meta_out)
     mask = rollout.discounts[:-1].astype(loss_meta.dtype)
     per_step = loss_meta + loss_no_meta
     total = (per_step * mask).sum() / (mask.sum() + 1e-8)
     logs = {k: jnp.mean(v) for k, v in {**logs_no_meta, **logs_meta}.items()}
     return total, dict(total_loss=total, **logs)
-
-  def loss(self, params, rollout, meta_out, is_meta_training):
-    """``loss_from_outputs`` of the network with ``params``."""
-    return self.loss_from_outputs(
-        self.unroll(params, rollout.observations), rollout, meta_out,
-        is_meta_training)
 
   def learner_step_with_meta_out(
       self,
@@ -197,42 +207,6 @@ class Agent:
       meta_params: types.MetaParams,
       is_meta_training: bool = False,
   ) -> tuple[types.LearnerState, types.Logs, dict[str, Any]]:
-    """``learner_step`` that also returns the rule's ``meta_out``."""
-    # One forward pass serves both the rule's targets and the gradient.
-    # Outside meta-training, rules whose losses read per-action outputs only
-    # at the taken actions get a cheaper backward pass through those alone
-    # (in meta-training the targets depend on all actions' outputs).
-    grad_actions = None
-    if self.rule.model_losses_read_taken_actions and not is_meta_training:
-      grad_actions = rollout.actions
-    agent_out, unroll_vjp = jax.vjp(
-        lambda p: self.unroll(p, rollout.observations, grad_actions),
-        learner_state.params)
-    meta_out, new_rule_state = self.unroll_meta_net(
-        meta_params, learner_state, rollout, rng, agent_out=agent_out)
-    out_grads, logs = jax.grad(self.loss_from_outputs, has_aux=True)(
-        agent_out, rollout, meta_out, is_meta_training)
-    (grads,) = unroll_vjp(out_grads)
-    if self.axis_name is not None:
-      grads = jax.lax.pmean(grads, axis_name=self.axis_name)
-    updates, opt_state = self.optimizer.update(
-        grads, learner_state.opt_state, learner_state.params)
-    params = optax.apply_updates(learner_state.params, updates)
-    logs = dict(logs,
-                global_gradient_norm=optax.tree.norm(grads),
-                global_update_norm=optax.tree.norm(updates))
-    new_state = types.LearnerState(
-        params=params, opt_state=opt_state, rule_state=new_rule_state)
-    return new_state, logs, meta_out
-
-  def learner_step(
-      self,
-      rng: jax.Array,
-      rollout: types.ActorRollout,
-      learner_state: types.LearnerState,
-      meta_params: types.MetaParams,
-      is_meta_training: bool = False,
-  ) -> tuple[types.LearnerState, types.Logs]:
     """One update of the agent on a ``[T+1, B]`` rollout.
 
     Args:
@@ -244,8 +218,79 @@ class Agent:
         (must be a Python bool: it changes the program).
 
     Returns:
-      ``(new_learner_state, logs)`` with scalar logs.
+      ``(new_learner_state, logs, meta_out)`` with scalar logs and the rule's
+      ``meta_out`` (its loss targets).
     """
-    new_state, logs, _ = self.learner_step_with_meta_out(
-        rng, rollout, learner_state, meta_params, is_meta_training)
+    # One forward pass serves both the rule's targets and the gradient.
+    # Outside meta-training, rules whose losses read per-action outputs only
+    # at the taken actions get a cheaper backward pass through those alone
+    # (in meta-training the targets depend on all actions' outputs).
+    grad_actions = None
+    if self.rule.model_losses_read_taken_actions and not is_meta_training:
+      grad_actions = rollout.actions
+    agent_out, unroll_vjp = jax.vjp(
+        lambda p: self.unroll(p, rollout.observations, grad_actions),
+        learner_state.params,
+    )
+    meta_out, new_rule_state = self.unroll_meta_net(
+        meta_params, learner_state, rollout, rng, agent_out=agent_out
+    )
+    out_grads, logs = jax.grad(self.loss_from_outputs, has_aux=True)(
+        agent_out, rollout, meta_out, is_meta_training
+    )
+    (grads,) = unroll_vjp(out_grads)
+    if self.axis_name is not None:
+      grads = jax.lax.pmean(grads, axis_name=self.axis_name)
+    updates, opt_state = self.optimizer.update(
+        grads, learner_state.opt_state, learner_state.params
+    )
+    params = optax.apply_updates(learner_state.params, updates)
+    logs = dict(
+        logs,
+        global_gradient_norm=optax.tree.norm(grads),
+        global_update_norm=optax.tree.norm(updates),
+    )
+    new_state = types.LearnerState(
+        params=params, opt_state=opt_state, rule_state=new_rule_state
+    )
+    return new_state, logs, meta_out
+
+  def learner_step(
+      self, *args: Any, **kwargs: Any
+  ) -> tuple[types.LearnerState, types.Logs]:
+    """``learner_step_with_meta_out`` without the rule's ``meta_out``."""
+    new_state, logs, _ = self.learner_step_with_meta_out(*args, **kwargs)
     return new_state, logs
+
+
+def make_agent(
+    settings: config_dict.ConfigDict,
+    num_actions: int,
+    rule: base.UpdateRule | None = None,
+    axis_name: str | None = None,
+) -> Agent:
+  """The agent that ``settings`` describe (see ``update_rules.registry``).
+
+  Args:
+    settings: agent settings (``rule``, ``rule_kwargs``, ``hyper_params``,
+      ``learning_rate``, ``max_abs_update``, ``network``).
+    num_actions: ``A``.
+    rule: the rule, if already built from ``settings`` (else built here).
+    axis_name: see ``Agent``.
+
+  Raises:
+    ValueError: for an unknown rule or bad settings.
+  """
+  if rule is None:
+    rule = registry.make_rule(settings)
+  network = settings.network
+  if isinstance(network, config_dict.ConfigDict):
+    network = network.to_dict()
+  return Agent(
+      rule=rule,
+      num_actions=num_actions,
+      net_config=agent_nets.make_net_config(network),
+      learning_rate=settings.learning_rate,
+      max_abs_update=settings.max_abs_update,
+      axis_name=axis_name,
+  )

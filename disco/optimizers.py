@@ -33,7 +33,9 @@ def scale_by_adam_constant_denominator(
     count = optax.safe_increment(state.count)
     mu_hat = optax.tree.bias_correction(mu, b1, count)
     nu_hat = jax.lax.stop_gradient(optax.tree.bias_correction(nu, b2, count))
-    direction = jax.tree.map(lambda m, v: m / (jnp.sqrt(v) + eps), mu_hat, nu_hat)
+    direction = jax.tree.map(
+        lambda m, v: m / (jnp.sqrt(v) + eps), mu_hat, nu_hat
+    )
     return direction, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
 
   return optax.GradientTransformation(init_fn, update_fn)

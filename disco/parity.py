@@ -15,11 +15,12 @@ gradients ``||a-b|| <= 1e-3 ||b|| + 1e-7``.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 import dataclasses
 import functools
-import sys
 from pathlib import Path
-from typing import Any, Callable
+import sys
+from typing import Any
 
 import haiku as hk
 import jax
@@ -27,12 +28,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from disco import configs
+from disco import agent as agent_lib
 from disco import types
 from disco import weights as weights_lib
 from disco.meta import meta_gradient
+from disco.meta import value_function
 from disco.networks import meta_nets
-from disco.value_fns import value_function
+from disco.update_rules import registry
 
 SEP = "::"
 ATOL_REL = 1e-4
@@ -70,7 +72,7 @@ def unflatten(flat: dict[str, np.ndarray], prefix: str) -> dict[str, Any]:
   for key, value in flat.items():
     if not key.startswith(prefix + SEP):
       continue
-    *path, leaf = key[len(prefix) + len(SEP):].split(SEP)
+    *path, leaf = key[len(prefix) + len(SEP) :].split(SEP)
     node = out
     for p in path:
       node = node.setdefault(p, {})
@@ -95,8 +97,9 @@ def flatten(tree: Any, prefix: str) -> dict[str, np.ndarray]:
 
 
 def _lstm_state(tree: dict[str, np.ndarray]) -> hk.LSTMState:
-  return hk.LSTMState(hidden=jnp.asarray(tree["hidden"]),
-                      cell=jnp.asarray(tree["cell"]))
+  return hk.LSTMState(
+      hidden=jnp.asarray(tree["hidden"]), cell=jnp.asarray(tree["cell"])
+  )
 
 
 def _ema_state(tree: dict[str, np.ndarray]) -> types.EmaState:
@@ -104,47 +107,54 @@ def _ema_state(tree: dict[str, np.ndarray]) -> types.EmaState:
 
 
 # ------------------------------------------------------------ comparisons
-def compare_array(key: str, ours: np.ndarray, ref: np.ndarray,
-                  updated_params: bool = False) -> Comparison:
+def compare_array(
+    key: str, ours: np.ndarray, ref: np.ndarray, updated_params: bool = False
+) -> Comparison:
   ours = np.asarray(ours, np.float64)
   ref = np.asarray(ref, np.float64)
   if ours.shape != ref.shape:
-    return Comparison(f"{key} (shape {ours.shape} != {ref.shape})",
-                      float("inf"), False)
+    return Comparison(
+        f"{key} (shape {ours.shape} != {ref.shape})", float("inf"), False
+    )
   scale = 1.0 + (np.abs(ref).max() if ref.size else 0.0)
   diff = np.abs(ours - ref)
   worst = float(diff.max() / scale) if diff.size else 0.0
   if updated_params:
     within = np.mean(diff <= ATOL_REL * scale) if diff.size else 1.0
-    return Comparison(key, worst,
-                      bool(within >= FRACTION and worst <= LOOSE_REL))
+    return Comparison(
+        key, worst, bool(within >= FRACTION and worst <= LOOSE_REL)
+    )
   return Comparison(key, worst, bool(worst <= ATOL_REL))
 
 
-def compare_gradient(key: str, ours: np.ndarray, ref: np.ndarray
-                     ) -> Comparison:
+def compare_gradient(key: str, ours: np.ndarray, ref: np.ndarray) -> Comparison:
   ours = np.asarray(ours, np.float64)
   ref = np.asarray(ref, np.float64)
   err = np.linalg.norm(ours - ref)
   ref_norm = np.linalg.norm(ref)
-  return Comparison(key, float(err / (ref_norm + 1e-12)),
-                    bool(err <= 1e-3 * ref_norm + 1e-7))
+  return Comparison(
+      key, float(err / (ref_norm + 1e-12)), bool(err <= 1e-3 * ref_norm + 1e-7)
+  )
 
 
-def compare_outputs(ours: dict[str, np.ndarray], fixture: dict[str, np.ndarray]
-                    ) -> list[Comparison]:
+def compare_outputs(
+    ours: dict[str, np.ndarray], fixture: dict[str, np.ndarray]
+) -> list[Comparison]:
   """Compares every ``outputs::`` array of the fixture with ours."""
   results = []
   for key in sorted(k for k in fixture if k.startswith("outputs" + SEP)):
-    name = key[len("outputs" + SEP):]
+    name = key[len("outputs" + SEP) :]
     if name not in ours:
       results.append(Comparison(f"{name} (missing)", float("inf"), False))
       continue
     if name.startswith("meta_grads" + SEP):
       results.append(compare_gradient(name, ours[name], fixture[key]))
     else:
-      updated = name.split(SEP)[0] in ("params", "learner_params",
-                                       "value_params")
+      updated = name.split(SEP)[0] in (
+          "params",
+          "learner_params",
+          "value_params",
+      )
       results.append(compare_array(name, ours[name], fixture[key], updated))
   return results
 
@@ -159,35 +169,45 @@ def _run_meta_net(fx: dict[str, np.ndarray], meta_params) -> dict:
       is_terminal=inputs_tree["is_terminal"],
       agent_out=inputs_tree["agent_out"],
       behaviour_agent_out=inputs_tree["behaviour_agent_out"],
-      extra_from_rule=inputs_tree["extra_from_rule"])
+      extra_from_rule=inputs_tree["extra_from_rule"],
+  )
   net = meta_nets.make_meta_net(meta_nets.MetaNetConfig())
-  state = {"lstm": {"meta_rnn_state": _lstm_state(
-      inputs_tree["meta_rnn_state"])}}
+  state = {
+      "lstm": {"meta_rnn_state": _lstm_state(inputs_tree["meta_rnn_state"])}
+  }
   out, new_state = jax.jit(net.apply)(meta_params, state, None, inputs)
   ours = {k: out[k] for k in ("pi", "y", "z", "meta_input_emb")}
   ours["meta_rnn_state"] = new_state["lstm"]["meta_rnn_state"]
   return flatten(ours, "")  # keys start with '::'
 
 
-def _rollout_from(tree: dict[str, Any], agent_outs: str = "agent_outs",
-                  logits: str = "logits") -> types.ActorRollout:
+def _rollout_from(
+    tree: dict[str, Any], agent_outs: str = "agent_outs", logits: str = "logits"
+) -> types.ActorRollout:
   return types.ActorRollout(
       observations=jnp.asarray(tree["observations"]),
       actions=jnp.asarray(tree["actions"]),
       rewards=jnp.asarray(tree["rewards"]),
       discounts=jnp.asarray(tree["discounts"]),
       agent_outs=jax.tree.map(jnp.asarray, tree[agent_outs]),
-      logits=jnp.asarray(tree[logits]))
+      logits=jnp.asarray(tree[logits]),
+  )
 
 
-def _adam_state(agent_opt, params, prefix: str, inputs: dict[str, Any],
-                fx: dict[str, np.ndarray]):
+def _adam_state(
+    agent_opt,
+    params,
+    prefix: str,
+    inputs: dict[str, Any],
+    fx: dict[str, np.ndarray],
+):
   """The agent optimiser's state with Adam's moments from the fixture."""
   state = agent_opt.init(params)
   adam = optax.ScaleByAdamState(
       count=jnp.asarray(fx[f"inputs{SEP}{prefix}_count"]),
       mu=jax.tree.map(jnp.asarray, inputs[f"{prefix}_mu"]),
-      nu=jax.tree.map(jnp.asarray, inputs[f"{prefix}_nu"]))
+      nu=jax.tree.map(jnp.asarray, inputs[f"{prefix}_nu"]),
+  )
   return (adam,) + tuple(state[1:])
 
 
@@ -197,85 +217,116 @@ def _rule_state_from(tree: dict[str, Any]) -> dict[str, Any]:
     if key.endswith("ema_state"):
       state[key] = _ema_state(value)
     elif key == "rnn_state":
-      state[key] = {m: {"meta_rnn_state": _lstm_state(v["meta_rnn_state"])}
-                    for m, v in value.items()}
+      state[key] = {
+          m: {"meta_rnn_state": _lstm_state(v["meta_rnn_state"])}
+          for m, v in value.items()
+      }
     else:
       state[key] = jax.tree.map(jnp.asarray, value)
   return state
 
 
-def _run_learner_step(fx: dict[str, np.ndarray], meta_params, rule: str
-                      ) -> dict:
-  settings = configs.get_settings(rule)
+def _run_learner_step(
+    fx: dict[str, np.ndarray], meta_params, rule: str
+) -> dict:
+  settings = registry.default_settings(rule)
   settings.learning_rate = float(fx["learning_rate"])
   inputs = unflatten(fx, "inputs")
   rollout = _rollout_from(inputs, "behaviour_agent_outs", "behaviour_logits")
-  agent = configs.make_agent(settings, num_actions=rollout.logits.shape[-1])
+  agent = agent_lib.make_agent(settings, num_actions=rollout.logits.shape[-1])
   params = jax.tree.map(jnp.asarray, inputs["params"])
   state = types.LearnerState(
       params=params,
       opt_state=agent.optimizer.init(params),
-      rule_state=_rule_state_from(inputs["meta_state"]))
+      rule_state=_rule_state_from(inputs["meta_state"]),
+  )
   step = jax.jit(agent.learner_step, static_argnums=4)
-  new_state, logs = step(jax.random.PRNGKey(0), rollout, state,
-                         meta_params if rule == "disco" else {}, False)
-  ours = dict(params=new_state.params, meta_state=new_state.rule_state,
-              logs=logs)
+  new_state, logs = step(
+      jax.random.PRNGKey(0),
+      rollout,
+      state,
+      meta_params if rule == "disco" else {},
+      False,
+  )
+  # The fixtures name the rule state ``meta_state``, as the published code.
+  ours = dict(
+      params=new_state.params, meta_state=new_state.rule_state, logs=logs
+  )
   return flatten(ours, "")
 
 
 def _run_meta_gradient(
-    fx: dict[str, np.ndarray], meta_params,
+    fx: dict[str, np.ndarray],
+    meta_params,
     config: meta_gradient.OuterLossConfig = meta_gradient.OuterLossConfig(),
 ) -> dict:
   del meta_params  # The fixture carries its own.
   inputs = unflatten(fx, "inputs")
-  settings = configs.get_settings("disco")
+  settings = registry.default_settings("disco")
   settings.learning_rate = 5e-4
   settings.network.model_lstm_size = 256
   settings.network.model_head_hiddens = (256,)
   train = _rollout_from(inputs["train_rollouts"])
   valid = _rollout_from(inputs["valid_rollout"])
-  agent = configs.make_agent(settings, num_actions=train.logits.shape[-1])
+  agent = agent_lib.make_agent(settings, num_actions=train.logits.shape[-1])
   value_fn = value_function.ValueFunction(value_function.ValueFnConfig())
   params = jax.tree.map(jnp.asarray, inputs["learner_params"])
   learner = types.LearnerState(
       params=params,
-      opt_state=_adam_state(agent.optimizer, params, "learner_opt_state",
-                            inputs, fx),
-      rule_state=_rule_state_from(inputs["meta_state"]))
+      opt_state=_adam_state(
+          agent.optimizer, params, "learner_opt_state", inputs, fx
+      ),
+      rule_state=_rule_state_from(inputs["meta_state"]),
+  )
   v_params = jax.tree.map(jnp.asarray, inputs["value_params"])
   value_state = value_function.ValueState(
       params=v_params,
-      opt_state=_adam_state(value_fn._optimizer, v_params, "value_opt_state",
-                            inputs, fx),
+      opt_state=_adam_state(
+          value_fn._optimizer, v_params, "value_opt_state", inputs, fx
+      ),
       adv_ema_state=_ema_state(inputs["value_adv_ema_state"]),
-      td_ema_state=_ema_state(inputs["value_td_ema_state"]))
-  fn = jax.jit(lambda mp, l, v, tr, va: meta_gradient.meta_gradient(
-      mp, agent, value_fn, l, v, tr, va, jax.random.PRNGKey(0), config))
+      td_ema_state=_ema_state(inputs["value_td_ema_state"]),
+  )
+  fn = jax.jit(
+      lambda mp, lr, v, tr, va: meta_gradient.meta_gradient(
+          mp, agent, value_fn, lr, v, tr, va, jax.random.PRNGKey(0), config
+      )
+  )
   grads, (new_learner, new_value, _, meta_logs) = fn(
-      jax.tree.map(jnp.asarray, inputs["meta_params"]), learner, value_state,
-      train, valid)
-  return flatten(dict(meta_grads=grads, meta_log=meta_logs,
-                      learner_params=new_learner.params,
-                      value_params=new_value.params), "")
+      jax.tree.map(jnp.asarray, inputs["meta_params"]),
+      learner,
+      value_state,
+      train,
+      valid,
+  )
+  return flatten(
+      dict(
+          meta_grads=grads,
+          meta_log=meta_logs,
+          learner_params=new_learner.params,
+          value_params=new_value.params,
+      ),
+      "",
+  )
 
 
 def _strip(flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-  return {k[len(SEP):]: v for k, v in flat.items()}
+  return {k[len(SEP) :]: v for k, v in flat.items()}
 
 
 KINDS: dict[str, Callable[..., dict]] = {
     "disco_meta_net": _run_meta_net,
     "disco_learner_step": lambda fx, mp: _run_learner_step(fx, mp, "disco"),
     "actor_critic_learner_step": (
-        lambda fx, mp: _run_learner_step(fx, mp, "actor_critic")),
+        lambda fx, mp: _run_learner_step(fx, mp, "actor_critic")
+    ),
     "disco_meta_gradient": _run_meta_gradient,
 }
 
 
 def check_fixture(
-    path: str | Path, weights_path: str | Path | None = None,
+    path: str | Path,
+    weights_path: str | Path | None = None,
     meta_gradient_config: meta_gradient.OuterLossConfig | None = None,
 ) -> Report:
   """Runs our implementation on a fixture's inputs and compares outputs.
@@ -291,9 +342,13 @@ def check_fixture(
     return Report(str(path), "?", [], f"cannot read fixture: {e}")
   kind = str(fx.get("kind", "?"))
   if kind not in KINDS:
-    return Report(str(path), kind, [],
-                  f"unsupported fixture kind {kind!r} (supported: "
-                  f"{', '.join(KINDS)})")
+    return Report(
+        str(path),
+        kind,
+        [],
+        f"unsupported fixture kind {kind!r} (supported: "
+        f"{', '.join(KINDS)})",
+    )
   meta_params = None
   if kind in ("disco_meta_net", "disco_learner_step"):
     meta_params = weights_lib.load_disco103(weights_path)
@@ -306,12 +361,17 @@ def check_fixture(
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(
-      prog="python -m disco.parity", description=__doc__.split("\n\n")[0])
+      prog="python -m disco.parity", description=__doc__.split("\n\n")[0]
+  )
   parser.add_argument("fixtures", nargs="+", help="fixture .npz files")
-  parser.add_argument("--weights", default=None,
-                      help="Disco103 weights file (default: search/download)")
-  parser.add_argument("--verbose", "-v", action="store_true",
-                      help="print every compared array")
+  parser.add_argument(
+      "--weights",
+      default=None,
+      help="Disco103 weights file (default: search/download)",
+  )
+  parser.add_argument(
+      "--verbose", "-v", action="store_true", help="print every compared array"
+  )
   args = parser.parse_args(argv)
   failed = False
   for fixture in args.fixtures:
@@ -327,10 +387,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
       worst = report.worst
       bad = [c.key for c in report.comparisons if not c.ok]
-      print(f"{report.path}: kind={report.kind} arrays="
-            f"{len(report.comparisons)} worst_rel_error={worst.error:.3e} "
-            f"({worst.key}) {'PASS' if report.ok else 'FAIL'}"
-            + (f" failing: {', '.join(bad[:5])}" if bad else ""))
+      print(
+          f"{report.path}: kind={report.kind} arrays="
+          f"{len(report.comparisons)} worst_rel_error={worst.error:.3e} "
+          f"({worst.key}) {'PASS' if report.ok else 'FAIL'}"
+          + (f" failing: {', '.join(bad[:5])}" if bad else "")
+      )
     failed |= not report.ok
   return 1 if failed else 0
 

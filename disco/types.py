@@ -13,11 +13,11 @@ a modified copy. They are registered as pytrees, so they pass through
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import chex
 import jax
-from dm_env import specs
 
 Array = jax.Array
 ArrayTree = chex.ArrayTree
@@ -29,7 +29,6 @@ Logs = dict[str, Array]
 HyperParams = Mapping[str, float]
 
 ArraySpec = jax.ShapeDtypeStruct
-ActionSpec = specs.BoundedArray
 
 # dm_env step types, as plain ints so they live in arrays.
 FIRST, MID, LAST = 0, 1, 2
@@ -153,6 +152,23 @@ class UpdateRuleInputs:
   value_out: ValueOuts | None = None
   extra_from_rule: ArrayTree = None
   actor_extras: ArrayTree = None
+
+  def check_shapes(self) -> tuple[int, int]:
+    """Checks the time-major layout (at trace time); returns ``(T, B)``.
+
+    Raises:
+      AssertionError: naming the first array whose shape does not fit.
+    """
+    chex.assert_rank(self.rewards, 2)
+    t, b = self.rewards.shape
+    chex.assert_shape(self.is_terminal, (t, b))
+    chex.assert_shape(self.actions, (t + 1, b))
+    for outs in (self.agent_out, self.behaviour_agent_out or {}):
+      for key, value in outs.items():
+        chex.assert_shape(
+            value, (t + 1, b, ...), custom_message=f"agent output {key!r}"
+        )
+    return t, b
 
   @property
   def should_reset_bwd(self) -> Array:

@@ -17,26 +17,30 @@ checkout, or a download into the cache) and always checks their sha256.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import hashlib
 import http.client
 import json
 import os
-import tempfile
+from pathlib import Path
+from typing import Any
 import urllib.request
 import zipfile
-from pathlib import Path
-from typing import Any, Mapping
 
 import numpy as np
 
+from disco import files
+
 DISCO103_SHA256 = (
-    'dac840a15b81e8805326363458c33979626172618f620d9e6e170315388530aa')
+    "dac840a15b81e8805326363458c33979626172618f620d9e6e170315388530aa"
+)
 DISCO103_URL = (
-    'https://raw.githubusercontent.com/google-deepmind/disco_rl/main/'
-    'disco_rl/update_rules/weights/disco_103.npz')
-DISCO103_FILENAME = 'disco_103.npz'
-ENV_VAR = 'DISCO_WEIGHTS'
-METADATA_KEY = '__disco_metadata__'
+    "https://raw.githubusercontent.com/google-deepmind/disco_rl/main/"
+    "disco_rl/update_rules/weights/disco_103.npz"
+)
+DISCO103_FILENAME = "disco_103.npz"
+ENV_VAR = "DISCO_WEIGHTS"
+METADATA_KEY = "__disco_metadata__"
 DOWNLOAD_TIMEOUT_S = 30.0
 
 
@@ -53,7 +57,7 @@ def _flat_items(params: Mapping[str, Any]) -> dict[str, Any]:
   for module, value in params.items():
     if isinstance(value, Mapping):
       for name, leaf in value.items():
-        flat[f'{module}/{name}'] = leaf
+        flat[f"{module}/{name}"] = leaf
     else:
       flat[module] = value
   return flat
@@ -63,33 +67,37 @@ def flatten_params(params: Mapping[str, Any]) -> dict[str, np.ndarray]:
   """``{module: {name: array}}`` -> ``{'module/name': np.ndarray}``."""
   flat = {k: np.asarray(v) for k, v in _flat_items(params).items()}
   for key, value in flat.items():
-    if '/' not in key or key.startswith('/') or key.endswith('/'):
+    if "/" not in key or key.startswith("/") or key.endswith("/"):
       raise WeightsError(
           f'Parameter key {key!r} is not of the form "module/name": pass a '
-          'haiku parameter tree {module_path: {param_name: array}}.')
-    if value.dtype.kind == 'O':
+          "haiku parameter tree {module_path: {param_name: array}}."
+      )
+    if value.dtype.kind == "O":
       raise WeightsError(
-          f'Parameter {key!r} is an object array, which cannot be saved '
-          'without pickling: convert it to a numeric array.')
+          f"Parameter {key!r} is an object array, which cannot be saved "
+          "without pickling: convert it to a numeric array."
+      )
   return flat
 
 
 def unflatten_params(
-    flat: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    flat: Mapping[str, Any],
+) -> dict[str, dict[str, np.ndarray]]:
   """``{'module/name': array}`` -> ``{module: {name: array}}``."""
   params: dict[str, dict[str, np.ndarray]] = {}
   for key, value in flat.items():
-    module, sep, name = key.rpartition('/')
+    module, sep, name = key.rpartition("/")
     if not sep or not module or not name:
       raise WeightsError(
           f'Parameter key {key!r} is not of the form "module/name" (haiku '
-          'path joined with "/"): this is not a meta-parameter file.')
+          'path joined with "/"): this is not a meta-parameter file.'
+      )
     params.setdefault(module, {})[name] = np.asarray(value)
   return params
 
 
 def _describe(leaf: Any) -> str:
-  return f'shape {tuple(np.shape(leaf))} {np.dtype(leaf.dtype).name}'
+  return f"shape {tuple(np.shape(leaf))} {np.dtype(leaf.dtype).name}"
 
 
 def params_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
@@ -99,38 +107,52 @@ def params_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
   ``jax.ShapeDtypeStruct``); returns one line per problem, empty if equal.
   """
   fa, fb = _flat_items(a), _flat_items(b)
-  lines = [f'missing key: {k} (expected {_describe(fb[k])})'
-           for k in sorted(fb.keys() - fa.keys())]
-  lines += [f'unexpected key: {k} ({_describe(fa[k])})'
-            for k in sorted(fa.keys() - fb.keys())]
+  lines = [
+      f"missing key: {k} (expected {_describe(fb[k])})"
+      for k in sorted(fb.keys() - fa.keys())
+  ]
+  lines += [
+      f"unexpected key: {k} ({_describe(fa[k])})"
+      for k in sorted(fa.keys() - fb.keys())
+  ]
   for k in sorted(fa.keys() & fb.keys()):
     shape_a, shape_b = tuple(np.shape(fa[k])), tuple(np.shape(fb[k]))
     if shape_a != shape_b:
-      lines.append(f'shape mismatch: {k}: got {shape_a}, expected {shape_b}')
+      lines.append(f"shape mismatch: {k}: got {shape_a}, expected {shape_b}")
     dtype_a, dtype_b = np.dtype(fa[k].dtype), np.dtype(fb[k].dtype)
     if dtype_a != dtype_b:
-      lines.append(f'dtype mismatch: {k}: got {dtype_a.name}, '
-                   f'expected {dtype_b.name}')
+      lines.append(
+          f"dtype mismatch: {k}: got {dtype_a.name}, "
+          f"expected {dtype_b.name}"
+      )
   return lines
 
 
-def check_params_match(actual: Mapping[str, Any], expected: Mapping[str, Any],
-                       what: str = 'meta-parameters') -> None:
+def check_params_match(
+    actual: Mapping[str, Any],
+    expected: Mapping[str, Any],
+    what: str = "meta-parameters",
+) -> None:
   """Raises `WeightsError` listing every difference in keys/shapes/dtypes."""
   diff = params_diff(actual, expected)
   if diff:
     raise WeightsError(
-        f'{what} do not match the expected parameter tree '
-        f'({len(diff)} problem(s)):\n  ' + '\n  '.join(diff) +
-        '\nThe weights were probably made for a different rule or '
-        'configuration: use the matching file or configuration.')
+        f"{what} do not match the expected parameter tree "
+        f"({len(diff)} problem(s)):\n  "
+        + "\n  ".join(diff)
+        + "\nThe weights were probably made for a different rule or "
+        "configuration: use the matching file or configuration."
+    )
 
 
 # -------------------------------------------------------------- save/load ----
 
 
-def save_meta_params(path: str | os.PathLike[str], params: Mapping[str, Any],
-                     metadata: Mapping[str, Any] | None = None) -> Path:
+def save_meta_params(
+    path: str | os.PathLike[str],
+    params: Mapping[str, Any],
+    metadata: Mapping[str, Any] | None = None,
+) -> Path:
   """Atomically writes ``params`` (and JSON ``metadata``) as an ``.npz``."""
   path = Path(path).expanduser()
   flat = flatten_params(params)
@@ -139,21 +161,12 @@ def save_meta_params(path: str | os.PathLike[str], params: Mapping[str, Any],
       text = json.dumps(dict(metadata), sort_keys=True)
     except (TypeError, ValueError) as e:
       raise WeightsError(
-          f'Metadata for {path} is not JSON-serialisable ({e}): pass plain '
-          'dicts/lists/strings/numbers.') from e
+          f"Metadata for {path} is not JSON-serialisable ({e}): pass plain "
+          "dicts/lists/strings/numbers."
+      ) from e
     flat[METADATA_KEY] = np.array(text)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp',
-                             dir=path.parent)
-  try:
-    with os.fdopen(fd, 'wb') as f:
-      np.savez(f, **flat)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    Path(tmp).unlink(missing_ok=True)
-    raise
+  with files.atomic_write(path) as f:
+    np.savez(f, **flat)
   return path
 
 
@@ -162,27 +175,31 @@ def _read_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
   path = Path(path).expanduser()
   if not path.is_file():
     raise WeightsError(
-        f'Meta-parameter file {path} does not exist (or is not a file): '
-        'check the path.')
+        f"Meta-parameter file {path} does not exist (or is not a file): "
+        "check the path."
+    )
   try:
     with np.load(path, allow_pickle=False) as data:
       return {k: data[k] for k in data.files}
   except ValueError as e:
-    if zipfile.is_zipfile(path) and 'pickle' in str(e):
+    if zipfile.is_zipfile(path) and "pickle" in str(e):
       raise WeightsError(
-          f'{path} contains a pickled (object) array, which is refused for '
-          'safety (allow_pickle=False). Meta-parameter files must hold '
-          'numeric arrays only: re-save them with save_meta_params.') from e
+          f"{path} contains a pickled (object) array, which is refused for "
+          "safety (allow_pickle=False). Meta-parameter files must hold "
+          "numeric arrays only: re-save them with save_meta_params."
+      ) from e
     raise WeightsError(
-        f'{path} is not a valid .npz archive ({e}). The file is corrupt, '
-        'truncated or of another format: delete it and save or download it '
-        'again.') from e
+        f"{path} is not a valid .npz archive ({e}). The file is corrupt, "
+        "truncated or of another format: delete it and save or download it "
+        "again."
+    ) from e
   except (zipfile.BadZipFile, OSError, EOFError) as e:
     raise WeightsError(
-        f'{path} could not be read as an .npz archive '
-        f'({type(e).__name__}: {e}). It is probably truncated or corrupt '
-        '(e.g. an interrupted download or copy): delete it and save or '
-        'download it again.') from e
+        f"{path} could not be read as an .npz archive "
+        f"({type(e).__name__}: {e}). It is probably truncated or corrupt "
+        "(e.g. an interrupted download or copy): delete it and save or "
+        "download it again."
+    ) from e
 
 
 def load_meta_params(
@@ -194,7 +211,7 @@ def load_meta_params(
   flat.pop(METADATA_KEY, None)
   params = unflatten_params(flat)
   if expected is not None:
-    check_params_match(params, expected, what=f'Meta-parameters in {path}')
+    check_params_match(params, expected, what=f"Meta-parameters in {path}")
   return params
 
 
@@ -207,10 +224,11 @@ def load_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
     metadata = json.loads(str(value))
   except ValueError as e:
     raise WeightsError(
-        f'Metadata in {path} is not valid JSON ({e}): the file is corrupt or '
-        'was not written by save_meta_params.') from e
+        f"Metadata in {path} is not valid JSON ({e}): the file is corrupt or "
+        "was not written by save_meta_params."
+    ) from e
   if not isinstance(metadata, dict):
-    raise WeightsError(f'Metadata in {path} is not a JSON object.')
+    raise WeightsError(f"Metadata in {path} is not a JSON object.")
   return metadata
 
 
@@ -219,12 +237,13 @@ def load_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def cache_dir() -> Path:
   """``$XDG_CACHE_HOME/disco`` if set, else ``~/.cache/disco``."""
-  base = os.environ.get('XDG_CACHE_HOME')
-  return (Path(base) if base else Path.home() / '.cache') / 'disco'
+  base = os.environ.get("XDG_CACHE_HOME")
+  return (Path(base) if base else Path.home() / ".cache") / "disco"
 
 
-def shared_candidates(start: str | os.PathLike[str] | None = None
-                      ) -> list[Path]:
+def shared_candidates(
+    start: str | os.PathLike[str] | None = None,
+) -> list[Path]:
   """``D/shared/weights/...`` and ``D/../shared/weights/...`` for D above start.
 
   ``start`` defaults to this module's directory (so a checkout at
@@ -235,7 +254,7 @@ def shared_candidates(start: str | os.PathLike[str] | None = None
   out: list[Path] = []
   for d in (start, *start.parents):
     for root in (d, d.parent):
-      candidate = root / 'shared' / 'weights' / DISCO103_FILENAME
+      candidate = root / "shared" / "weights" / DISCO103_FILENAME
       if candidate not in out:
         out.append(candidate)
   return out
@@ -248,8 +267,9 @@ def _env_path() -> Path | None:
   path = Path(value).expanduser()
   if not path.is_file():
     raise WeightsError(
-        f'${ENV_VAR} is set to {value!r}, but no such file exists: fix or '
-        f'unset ${ENV_VAR}.')
+        f"${ENV_VAR} is set to {value!r}, but no such file exists: fix or "
+        f"unset ${ENV_VAR}."
+    )
   return path
 
 
@@ -270,8 +290,8 @@ def find_disco103() -> Path | None:
 
 def _sha256(path: Path) -> str:
   h = hashlib.sha256()
-  with open(path, 'rb') as f:
-    for block in iter(lambda: f.read(1 << 20), b''):
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
       h.update(block)
   return h.hexdigest()
 
@@ -282,11 +302,12 @@ def verify_disco103(path: str | os.PathLike[str]) -> Path:
   actual = _sha256(path)
   if actual != DISCO103_SHA256:
     raise WeightsError(
-        f'{path} is not the published Disco103 file: sha256 is\n'
-        f'  {actual}, expected\n  {DISCO103_SHA256}.\n'
-        'The file is corrupt (e.g. a truncated download) or a different '
-        f'file: delete it and re-download it from {DISCO103_URL} (or pass '
-        'the path of a good copy).')
+        f"{path} is not the published Disco103 file: sha256 is\n"
+        f"  {actual}, expected\n  {DISCO103_SHA256}.\n"
+        "The file is corrupt (e.g. a truncated download) or a different "
+        f"file: delete it and re-download it from {DISCO103_URL} (or pass "
+        "the path of a good copy)."
+    )
   return path
 
 
@@ -297,25 +318,19 @@ def _download_disco103(dest: Path) -> Path:
   actual = hashlib.sha256(data).hexdigest()
   if actual != DISCO103_SHA256:
     raise WeightsError(
-        f'The download from {DISCO103_URL} has sha256 {actual}, expected '
-        f'{DISCO103_SHA256} ({len(data)} bytes received): nothing was saved. '
-        'Retry later, or download the file manually, check its sha256 and '
-        f'pass its path or set ${ENV_VAR}.')
-  dest.parent.mkdir(parents=True, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=f'.{dest.name}.', suffix='.tmp',
-                             dir=dest.parent)
-  try:
-    with os.fdopen(fd, 'wb') as f:
-      f.write(data)
-    os.replace(tmp, dest)
-  except BaseException:
-    Path(tmp).unlink(missing_ok=True)
-    raise
+        f"The download from {DISCO103_URL} has sha256 {actual}, expected "
+        f"{DISCO103_SHA256} ({len(data)} bytes received): nothing was saved. "
+        "Retry later, or download the file manually, check its sha256 and "
+        f"pass its path or set ${ENV_VAR}."
+    )
+  with files.atomic_write(dest) as f:
+    f.write(data)
   return dest
 
 
-def disco103_path(path: str | os.PathLike[str] | None = None, *,
-                  download: bool = True) -> Path:
+def disco103_path(
+    path: str | os.PathLike[str] | None = None, *, download: bool = True
+) -> Path:
   """Locates (or downloads) the Disco103 weights and verifies their sha256.
 
   Order: explicit ``path`` (an error if missing, no fallback),
@@ -327,34 +342,42 @@ def disco103_path(path: str | os.PathLike[str] | None = None, *,
     found = Path(path).expanduser()
     if not found.is_file():
       raise WeightsError(
-          f'Disco103 weights not found at the given path {found}: check the '
-          'path, or pass path=None to search the usual places '
-          f'(${ENV_VAR}, {cache_dir()}, shared/weights) and download.')
+          f"Disco103 weights not found at the given path {found}: check the "
+          "path, or pass path=None to search the usual places "
+          f"(${ENV_VAR}, {cache_dir()}, shared/weights) and download."
+      )
     return verify_disco103(found)
   found = find_disco103()
   if found is not None:
     return verify_disco103(found)
   cached = cache_dir() / DISCO103_FILENAME
-  looked = '\n  '.join(
-      [f'${ENV_VAR} (unset)', str(cached), *map(str, shared_candidates())])
-  advice = (f'Download {DISCO103_URL} manually (sha256 {DISCO103_SHA256}) '
-            f'and pass its path (load_disco103(path=...)), set ${ENV_VAR} to '
-            f'it, or put it at {cached}.')
+  looked = "\n  ".join(
+      [f"${ENV_VAR} (unset)", str(cached), *map(str, shared_candidates())]
+  )
+  advice = (
+      f"Download {DISCO103_URL} manually (sha256 {DISCO103_SHA256}) "
+      f"and pass its path (load_disco103(path=...)), set ${ENV_VAR} to "
+      f"it, or put it at {cached}."
+  )
   if not download:
     raise WeightsError(
-        f'Disco103 weights not found (download=False). Looked in:\n  '
-        f'{looked}\n{advice}')
+        f"Disco103 weights not found (download=False). Looked in:\n  "
+        f"{looked}\n{advice}"
+    )
   try:
     return _download_disco103(cached)
   except (OSError, http.client.HTTPException) as e:
     raise WeightsError(
-        f'Disco103 weights not found and the download failed '
-        f'({type(e).__name__}: {e}). Looked in:\n  {looked}\n'
-        f'URL: {DISCO103_URL}\n{advice}') from e
+        f"Disco103 weights not found and the download failed "
+        f"({type(e).__name__}: {e}). Looked in:\n  {looked}\n"
+        f"URL: {DISCO103_URL}\n{advice}"
+    ) from e
 
 
 def load_disco103(
-    path: str | os.PathLike[str] | None = None, *, download: bool = True,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    download: bool = True,
     expected: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
   """The published Disco103 meta-parameters (see `disco103_path`)."""

@@ -1,4 +1,5 @@
-"""Shared test set-up: a persistent JAX compilation cache and the shared folder.
+"""Shared test set-up: two host devices, a persistent JAX compilation cache
+and the shared folder.
 
 Compilation dominates the run time of these tests on CPU, so compiled
 programs are cached on disk in ``<repo>/.jax_cache`` (git-ignored) and reused
@@ -12,9 +13,20 @@ so a CI run can never pass by silently skipping its parity checks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import os
 from pathlib import Path
-from typing import Callable
+
+# Two host devices for the whole session (set before JAX starts), so that
+# sharded code runs on several devices in-process; a caller's own XLA_FLAGS
+# device count wins.
+if "xla_force_host_platform_device_count" not in os.environ.get(
+    "XLA_FLAGS", ""
+):
+  os.environ["XLA_FLAGS"] = (
+      os.environ.get("XLA_FLAGS", "")
+      + " --xla_force_host_platform_device_count=2"
+  ).strip()
 
 import jax
 import pytest
@@ -40,8 +52,10 @@ def require_path(path: Path, what: str) -> Path:
   path = Path(path)
   if path.exists():
     return path
-  msg = (f"{what} is absent: {path} does not exist (the shared folder beside "
-         f"the checkout holds the weights and golden fixtures)")
+  msg = (
+      f"{what} is absent: {path} does not exist (the shared folder beside "
+      f"the checkout holds the weights and golden fixtures)"
+  )
   if on_ci():
     pytest.fail(f"{msg}; CI=true, so the shared folder is required")
   pytest.skip(msg)
@@ -68,8 +82,9 @@ def fixtures_dir(shared_dir) -> Path:
 @pytest.fixture(scope="session")
 def disco103_path(shared_dir) -> Path:
   """``shared/weights/disco_103.npz``: the published Disco103 weights."""
-  return require_path(shared_dir / "weights" / DISCO103_FILENAME,
-                      "Disco103 weights file")
+  return require_path(
+      shared_dir / "weights" / DISCO103_FILENAME, "Disco103 weights file"
+  )
 
 
 # ------------------------------------------------------------ notebooks ----
@@ -77,12 +92,15 @@ def disco103_path(shared_dir) -> Path:
 
 def require_python3_kernel() -> None:
   """Skips (fails on CI) unless a ``python3`` Jupyter kernel is installed."""
-  from jupyter_client import kernelspec  # pylint: disable=g-import-not-at-top
+  from jupyter_client import kernelspec
+
   try:
     kernelspec.KernelSpecManager().get_kernel_spec("python3")
   except kernelspec.NoSuchKernel:
-    message = ("no 'python3' Jupyter kernel: run "
-               "`python -m ipykernel install --sys-prefix`")
+    message = (
+        "no 'python3' Jupyter kernel: run "
+        "`python -m ipykernel install --sys-prefix`"
+    )
     if on_ci():
       pytest.fail(message)
     pytest.skip(message)
@@ -100,14 +118,16 @@ def parameters_cell(nb):
 
 def check_notebook_is_generated(nb, notebook: Path, generator: Path) -> None:
   """``notebook`` is what ``generator``'s ``build()`` writes, without outputs."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  import nbformat  # pylint: disable=g-import-not-at-top
+  import importlib.util
+
+  import nbformat
+
   spec = importlib.util.spec_from_file_location(generator.stem, generator)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   assert nbformat.writes(module.build()).strip() == (
-      notebook.read_text().strip()), (
-      f"{notebook.name} is stale: run python colabs/{generator.name}")
+      notebook.read_text().strip()
+  ), f"{notebook.name} is stale: run python colabs/{generator.name}"
   for cell in nb.cells:
     if cell.cell_type == "code":
       assert not cell.outputs and cell.execution_count is None
@@ -117,13 +137,18 @@ def run_notebook(nb, monkeypatch) -> tuple[str, int]:
   """Executes ``nb`` in place on the ``python3`` kernel from ``colabs/``
   (sharing the test session's compilation cache); returns its text output and
   the number of PNG images it displayed."""
-  import nbclient  # pylint: disable=g-import-not-at-top
+  import nbclient
+
   if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR",
-                       str(REPO_DIR / ".jax_cache"))
+    monkeypatch.setenv(
+        "JAX_COMPILATION_CACHE_DIR", str(REPO_DIR / ".jax_cache")
+    )
   client = nbclient.NotebookClient(
-      nb, timeout=600, kernel_name="python3",
-      resources={"metadata": {"path": str(REPO_DIR / "colabs")}})
+      nb,
+      timeout=600,
+      kernel_name="python3",
+      resources={"metadata": {"path": str(REPO_DIR / "colabs")}},
+  )
   client.execute()
   text, images = [], 0
   for cell in nb.cells:

@@ -10,9 +10,10 @@ import optax
 import pytest
 
 from disco import agent as agent_lib
-from disco import configs
 from disco import optimizers
 from disco import types
+from disco.networks import agent_nets
+from disco.update_rules import registry
 
 T, B, A = 3, 2, 3
 OBS = (5, 5, 1)
@@ -20,8 +21,10 @@ OBS = (5, 5, 1)
 
 # -------------------------------------------------------------- optimiser ----
 def _random_grads(rng):
-  return {"a": jnp.asarray(rng.normal(size=(3, 2)), jnp.float32),
-          "b": jnp.asarray(rng.normal(scale=1e-3, size=(4,)), jnp.float32)}
+  return {
+      "a": jnp.asarray(rng.normal(size=(3, 2)), jnp.float32),
+      "b": jnp.asarray(rng.normal(scale=1e-3, size=(4,)), jnp.float32),
+  }
 
 
 def test_adam_constant_denominator_matches_optax_adam():
@@ -34,11 +37,15 @@ def test_adam_constant_denominator_matches_optax_adam():
     grads = _random_grads(rng)
     u_ours, s_ours = ours.update(grads, s_ours)
     u_ref, s_ref = ref.update(grads, s_ref)
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5),
-                 u_ours, u_ref)
+    jax.tree.map(
+        lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-5), u_ours, u_ref
+    )
   assert int(s_ours.count) == 3
-  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-6),
-               (s_ours.mu, s_ours.nu), (s_ref.mu, s_ref.nu))
+  jax.tree.map(
+      lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-6),
+      (s_ours.mu, s_ours.nu),
+      (s_ref.mu, s_ref.nu),
+  )
 
 
 def test_adam_denominator_gets_no_gradient():
@@ -61,8 +68,9 @@ def test_adam_denominator_gets_no_gradient():
   expected = (1 - b1) / (1 - b1**t) / (np.sqrt(v_hat) + eps)
   np.testing.assert_allclose(grad, expected, rtol=1e-5)
   # Plain Adam differentiates through the denominator too: a different value.
-  grad_adam = jax.grad(lambda g: total_update(optax.scale_by_adam(b1, b2, eps),
-                                              g))(g)
+  grad_adam = jax.grad(
+      lambda g: total_update(optax.scale_by_adam(b1, b2, eps), g)
+  )(g)
   assert np.all(np.abs(np.asarray(grad_adam) - expected) > 1e-3 * expected)
 
 
@@ -74,43 +82,56 @@ def test_agent_optimizer_clips_then_scales():
   grads = jnp.array([2.0, -3.0, 0.0, 1e-9])
   updates, _ = opt.update(grads, opt.init(params), params)
   np.testing.assert_allclose(
-      updates, [-lr * 0.5, lr * 0.5, 0.0, -lr * 1e-9 / (1e-9 + 1e-8)],
-      rtol=1e-5)
+      updates, [-lr * 0.5, lr * 0.5, 0.0, -lr * 1e-9 / (1e-9 + 1e-8)], rtol=1e-5
+  )
 
 
 # ------------------------------------------------------------ registries ----
-def test_unknown_rule_lists_valid_rules():
+def test_unknown_rule_names_close_matches_and_valid_rules():
   with pytest.raises(ValueError) as info:
-    configs.make_rule("nope")
-  for name in ("'nope'", "disco", "actor_critic", "policy_gradient"):
-    assert name in str(info.value)
+    registry.get_entry("actor_critc")
+  message = str(info.value)
+  assert "'actor_critc'" in message and "Did you mean actor_critic" in message
+  for name in ("disco103", "policy_gradient", "mpo", "spo"):
+    assert name in message
   with pytest.raises(ValueError, match="policy_gradient"):
-    configs.get_settings("nope")
+    registry.default_settings("nope")
 
 
 def test_bad_rule_settings_are_a_value_error():
-  with pytest.raises(ValueError, match="actor_critic"):
-    configs.make_rule("actor_critic", no_such_option=1)
+  settings = registry.default_settings("actor_critic")
+  settings.rule_kwargs.no_such_option = 1
+  with pytest.raises(ValueError, match="rule_kwargs for rule 'actor_critic'"):
+    registry.make_rule(settings)
+  settings = registry.default_settings("actor_critic")
+  settings.optimizer = "sgd"
+  with pytest.raises(ValueError, match=r"Unknown agent setting.*optimizer"):
+    registry.make_rule(settings)
 
 
-def test_unknown_network_lists_valid_networks():
+def test_unknown_network_setting_lists_valid_ones():
   with pytest.raises(ValueError) as info:
-    configs.make_net_config(dict(name="cnn", dense=(8,)))
-  assert "'cnn'" in str(info.value) and "mlp" in str(info.value)
-  with pytest.raises(ValueError, match="dense"):
-    configs.make_net_config(dict(name="mlp", dense=(8,), bogus_key=1))
+    agent_nets.make_net_config(dict(dense=(8,), bogus_key=1))
+  assert "bogus_key" in str(info.value)
+  assert "model_lstm_size" in str(info.value)
 
 
 def test_agent_needs_two_actions():
   with pytest.raises(ValueError, match="num_actions"):
-    configs.make_agent(configs.get_settings("policy_gradient"), num_actions=1)
+    agent_lib.make_agent(
+        registry.default_settings("policy_gradient"), num_actions=1
+    )
 
 
 # --------------------------------------------------------- tiny agents ----
 def _settings(rule):
-  settings = configs.get_settings(rule)
-  settings.network = dict(name="mlp", dense=(8,), head_w_init_std=1e-2,
-                          model_lstm_size=8, model_head_hiddens=(8,))
+  settings = registry.default_settings(rule)
+  settings.network = dict(
+      dense=(8,),
+      head_w_init_std=1e-2,
+      model_lstm_size=8,
+      model_head_hiddens=(8,),
+  )
   settings.learning_rate = 0.1
   return settings
 
@@ -125,7 +146,8 @@ def _rollout(agent, params, seed, discounts=None):
   obs = _observations(rng, T + 1, B)
   out = jax.tree.map(
       lambda s: jnp.asarray(rng.normal(size=s.shape), s.dtype),
-      jax.eval_shape(agent.unroll, params, obs))
+      jax.eval_shape(agent.unroll, params, obs),
+  )
   if discounts is None:
     discounts = np.ones((T + 1, B), bool)
   return types.ActorRollout(
@@ -133,7 +155,9 @@ def _rollout(agent, params, seed, discounts=None):
       actions=jnp.asarray(rng.integers(0, A, (T + 1, B)), jnp.int32),
       rewards=jnp.asarray(rng.normal(size=(T + 1, B)), jnp.float32),
       discounts=jnp.asarray(discounts),
-      agent_outs=out, logits=out["logits"])
+      agent_outs=out,
+      logits=out["logits"],
+  )
 
 
 @pytest.fixture(scope="module")
@@ -143,19 +167,25 @@ def learners():
 
   def learner(rule):
     if rule not in cache:
-      agent = configs.make_agent(_settings(rule), num_actions=A)
+      agent = agent_lib.make_agent(_settings(rule), num_actions=A)
       state = jax.jit(agent.initial_learner_state)(
-          jax.random.PRNGKey(0), np.zeros(OBS, np.float32))
-      cache[rule] = (agent, state, jax.jit(agent.learner_step,
-                                           static_argnums=4))
+          jax.random.PRNGKey(0), np.zeros(OBS, np.float32)
+      )
+      cache[rule] = (
+          agent,
+          state,
+          jax.jit(agent.learner_step, static_argnums=4),
+      )
     return cache[rule]
 
   return learner
 
 
 def _max_abs_diff(a, b):
-  return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
-             for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+  return max(
+      float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+      for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+  )
 
 
 @pytest.mark.parametrize("rule", ["actor_critic", "policy_gradient"])
@@ -167,7 +197,8 @@ def test_actor_step_shapes(rule, learners):
       observation=_observations(rng, B),
       reward=jnp.array([0.0, 1.0]),
       step_type=jnp.array([types.MID, types.LAST], jnp.int32),
-      discount=jnp.array([1.0, 0.0]))
+      discount=jnp.array([1.0, 0.0]),
+  )
   step = jax.jit(agent.actor_step)(params, jax.random.PRNGKey(1), timestep)
   assert step.actions.shape == (B,) and step.actions.dtype == jnp.int32
   assert np.all((step.actions >= 0) & (step.actions < A))
@@ -209,13 +240,21 @@ def axis_step(learners):
   """The same agent with ``axis_name='i'``, its step vmapped over copies."""
   agent, state, _ = learners(AXIS_RULE)
   axis_agent = agent_lib.Agent(
-      rule=agent.rule, num_actions=A, net_config=agent.net_config,
-      hyper_params=agent.hyper_params, learning_rate=0.1, max_abs_update=1.0,
-      axis_name="i")
-  return jax.jit(jax.vmap(
-      lambda r: axis_agent.learner_step(jax.random.PRNGKey(0), r, state, {},
-                                        False)[0],
-      axis_name="i"))
+      rule=agent.rule,
+      num_actions=A,
+      net_config=agent.net_config,
+      learning_rate=0.1,
+      max_abs_update=1.0,
+      axis_name="i",
+  )
+  return jax.jit(
+      jax.vmap(
+          lambda r: axis_agent.learner_step(
+              jax.random.PRNGKey(0), r, state, {}, False
+          )[0],
+          axis_name="i",
+      )
+  )
 
 
 def _stack(*trees):
@@ -230,16 +269,6 @@ def _concat_batch(r1, r2):
   return jax.tree.map(lambda x, y: jnp.concatenate([x, y], axis=1), r1, r2)
 
 
-def test_axis_name_identical_copies(learners, axis_step):
-  agent, state, step = learners(AXIS_RULE)
-  rollout = _rollout(agent, state.params, seed=2)
-  single, _ = step(jax.random.PRNGKey(0), rollout, state, {}, False)
-  both = axis_step(_stack(rollout, rollout))
-  for i in range(2):
-    jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-5),
-                 _copy(both.params, i), single.params)
-
-
 def test_axis_name_averages_gradients(learners, axis_step):
   agent, state, step = learners(AXIS_RULE)
   # Same episode ends in both halves, so each copy's loss averages over the
@@ -251,19 +280,23 @@ def test_axis_name_averages_gradients(learners, axis_step):
   r2 = _rollout(agent, state.params, seed=4, discounts=discounts)
   both = axis_step(_stack(r1, r2))
   p0, p1 = _copy(both.params, 0), _copy(both.params, 1)
-  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-6),
-               p0, p1)
+  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-6), p0, p1)
   # The copies moved differently alone; together they follow the average.
   alone, _ = step(jax.random.PRNGKey(0), r1, state, {}, False)
   assert _max_abs_diff(alone.params, p0) > 1e-2
-  joint, _ = step(jax.random.PRNGKey(0), _concat_batch(r1, r2), state, {},
-                  False)
+  joint, _ = step(
+      jax.random.PRNGKey(0), _concat_batch(r1, r2), state, {}, False
+  )
   # Adam's first step is about sign(grad): allow a few near-zero gradient
   # entries to round differently.
-  for x, y in zip(jax.tree.leaves(p0), jax.tree.leaves(joint.params)):
+  for x, y in zip(
+      jax.tree.leaves(p0), jax.tree.leaves(joint.params), strict=True
+  ):
     close = np.isclose(x, y, atol=1e-4)
     assert close.mean() >= 0.99, (close.mean(), x.shape)
   # Rule statistics are averaged too.
-  jax.tree.map(lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4,
-                                                       atol=1e-6),
-               _copy(both.rule_state, 0), joint.rule_state)
+  jax.tree.map(
+      lambda x, y: np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6),
+      _copy(both.rule_state, 0),
+      joint.rule_state,
+  )

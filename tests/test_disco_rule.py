@@ -13,12 +13,13 @@ import numpy as np
 import optax
 import pytest
 
-from disco import configs
+from disco import agent as agent_lib
 from disco import types
 from disco.meta import meta_gradient
+from disco.meta import value_function
 from disco.networks import meta_nets
 from disco.update_rules import disco as disco_rule
-from disco.value_fns import value_function
+from disco.update_rules import registry
 
 T, B, A = 3, 2, 4
 P, BINS = 600, 601
@@ -26,10 +27,10 @@ P, BINS = 600, 601
 
 # ------------------------------------------------- per-trajectory LSTM ----
 def _random_meta_params(rule, seed):
-  """Random values in the structure of ``rule.init_params`` (cheaper than
+  """Random values in the structure of ``rule.init_meta_params`` (cheaper than
   compiling the initialiser, and with non-zero biases)."""
   rng = np.random.default_rng(seed)
-  shapes = jax.eval_shape(rule.init_params, jax.random.PRNGKey(0))
+  shapes = jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
 
   def leaf(s):
     scale = 1.0 / np.sqrt(np.prod(s.shape[:-1])) if len(s.shape) > 1 else 0.1
@@ -42,11 +43,16 @@ def _random_meta_params(rule, seed):
 def meta_net():
   """Random Disco103-shaped meta-parameters, a non-zero meta-RNN state and a
   jitted ``apply(inputs) -> outputs``."""
-  params = _random_meta_params(disco_rule.DiscoUpdateRule(), seed=0)
+  params = _random_meta_params(disco_rule.Disco(), seed=0)
   rng = np.random.default_rng(1)
-  state = {"lstm": {"meta_rnn_state": hk.LSTMState(
-      hidden=jnp.asarray(rng.normal(scale=0.5, size=128), jnp.float32),
-      cell=jnp.asarray(rng.normal(scale=0.5, size=128), jnp.float32))}}
+  state = {
+      "lstm": {
+          "meta_rnn_state": hk.LSTMState(
+              hidden=jnp.asarray(rng.normal(scale=0.5, size=128), jnp.float32),
+              cell=jnp.asarray(rng.normal(scale=0.5, size=128), jnp.float32),
+          )
+      }
+  }
   apply = jax.jit(meta_nets.make_meta_net(meta_nets.MetaNetConfig()).apply)
 
   def run(inputs):
@@ -63,9 +69,13 @@ def _meta_inputs(is_terminal):
     return jnp.asarray(rng.normal(size=shape), jnp.float32)
 
   def agent_out():
-    return dict(logits=normal(T + 1, B, A), y=normal(T + 1, B, P),
-                z=normal(T + 1, B, A, P), aux_pi=normal(T + 1, B, A, A),
-                q=normal(T + 1, B, A, BINS))
+    return dict(
+        logits=normal(T + 1, B, A),
+        y=normal(T + 1, B, P),
+        z=normal(T + 1, B, A, P),
+        aux_pi=normal(T + 1, B, A, A),
+        q=normal(T + 1, B, A, BINS),
+    )
 
   return types.UpdateRuleInputs(
       observations=None,
@@ -75,10 +85,15 @@ def _meta_inputs(is_terminal):
       agent_out=agent_out(),
       behaviour_agent_out=agent_out(),
       extra_from_rule=dict(
-          v_scalar=normal(T + 1, B), adv=normal(T, B),
-          normalized_adv=normal(T, B), q=normal(T + 1, B, A),
-          qv_adv=normal(T + 1, B, A), normalized_qv_adv=normal(T + 1, B, A),
-          target_out=agent_out()))
+          v_scalar=normal(T + 1, B),
+          adv=normal(T, B),
+          normalized_adv=normal(T, B),
+          q=normal(T + 1, B, A),
+          qv_adv=normal(T + 1, B, A),
+          normalized_qv_adv=normal(T + 1, B, A),
+          target_out=agent_out(),
+      ),
+  )
 
 
 def _changed_steps(run, inputs, t, b=0, delta=5.0):
@@ -122,10 +137,14 @@ def test_backward_lstm_resets_at_episode_end(meta_net):
 
 # ---------------------------------------------------------- the agent ----
 def _tiny_disco_agent():
-  settings = configs.get_settings_disco()
-  settings.network = dict(name="mlp", dense=(8,), head_w_init_std=1e-2,
-                          model_lstm_size=8, model_head_hiddens=(8,))
-  return configs.make_agent(settings, num_actions=3)
+  settings = registry.default_settings("disco")
+  settings.network = dict(
+      dense=(8,),
+      head_w_init_std=1e-2,
+      model_lstm_size=8,
+      model_head_hiddens=(8,),
+  )
+  return agent_lib.make_agent(settings, num_actions=3)
 
 
 @pytest.fixture(scope="module")
@@ -139,23 +158,34 @@ def disco_setup():
   meta_params = _random_meta_params(agent.rule, seed=1)
 
   def like(tree, scale=1.0):
-    return jax.tree.map(lambda x: jnp.asarray(
-        rng.normal(scale=scale, size=x.shape), x.dtype), tree)
+    return jax.tree.map(
+        lambda x: jnp.asarray(rng.normal(scale=scale, size=x.shape), x.dtype),
+        tree,
+    )
 
   # Random agent parameters (compiling the initialiser costs seconds).
   shapes = jax.eval_shape(agent.init_params, jax.random.PRNGKey(0), obs[0, 0])
   params = jax.tree.map(
       lambda x: jnp.asarray(
-          rng.normal(size=x.shape) / np.sqrt(np.prod(x.shape[:-1])), x.dtype),
-      shapes)
+          rng.normal(size=x.shape) / np.sqrt(np.prod(x.shape[:-1])), x.dtype
+      ),
+      shapes,
+  )
   state = types.LearnerState(
-      params=params, opt_state=agent.optimizer.init(params),
-      rule_state=agent.rule.init_meta_state(jax.random.PRNGKey(0), params))
+      params=params,
+      opt_state=agent.optimizer.init(params),
+      rule_state=agent.rule.init_rule_state(jax.random.PRNGKey(0), params),
+  )
   # Distinct target parameters and a non-zero meta-RNN state.
-  state = state.replace(rule_state=dict(
-      state.rule_state, rnn_state=like(state.rule_state["rnn_state"], 0.5),
-      target_params=jax.tree.map(jnp.add, state.params,
-                                 like(state.params, 0.1))))
+  state = state.replace(
+      rule_state=dict(
+          state.rule_state,
+          rnn_state=like(state.rule_state["rnn_state"], 0.5),
+          target_params=jax.tree.map(
+              jnp.add, state.params, like(state.params, 0.1)
+          ),
+      )
+  )
   behaviour_out = like(jax.eval_shape(agent.unroll, state.params, obs))
   discounts = np.ones((T + 1, B), bool)
   discounts[2, 0] = False
@@ -165,27 +195,48 @@ def disco_setup():
       rewards=jnp.asarray(rng.normal(size=(T + 1, B)), jnp.float32),
       discounts=jnp.asarray(discounts),
       agent_outs=behaviour_out,
-      logits=behaviour_out["logits"])
+      logits=behaviour_out["logits"],
+  )
   proj = like(state.params)  # a fixed random projection
 
   def objective(meta_params, is_meta_training):
-    new_state, _ = agent.learner_step(jax.random.PRNGKey(2), rollout, state,
-                                      meta_params, is_meta_training)
-    value = sum(jnp.sum(p * w) for p, w in zip(
-        jax.tree.leaves(new_state.params), jax.tree.leaves(proj)))
+    new_state, _ = agent.learner_step(
+        jax.random.PRNGKey(2), rollout, state, meta_params, is_meta_training
+    )
+    value = sum(
+        jnp.sum(p * w)
+        for p, w in zip(
+            jax.tree.leaves(new_state.params),
+            jax.tree.leaves(proj),
+            strict=True,
+        )
+    )
     return value, new_state
 
   grad_fn = jax.grad(objective, has_aux=True)
   (grads_off, new_state), (grads_on, _) = jax.jit(
-      lambda mp: (grad_fn(mp, False), grad_fn(mp, True)))(meta_params)
-  return dict(agent=agent, state=state, new_state=new_state,
-              grads_off=grads_off, grads_on=grads_on, rollout=rollout,
-              meta_params=meta_params)
+      lambda mp: (grad_fn(mp, False), grad_fn(mp, True))
+  )(meta_params)
+  return dict(
+      agent=agent,
+      state=state,
+      new_state=new_state,
+      grads_off=grads_off,
+      grads_on=grads_on,
+      rollout=rollout,
+      meta_params=meta_params,
+  )
 
 
 def _norm(tree):
-  return float(np.sqrt(sum(np.sum(np.square(x, dtype=np.float64))
-                           for x in jax.tree.leaves(tree))))
+  return float(
+      np.sqrt(
+          sum(
+              np.sum(np.square(x, dtype=np.float64))
+              for x in jax.tree.leaves(tree)
+          )
+      )
+  )
 
 
 def _sub(a, b):
@@ -200,25 +251,34 @@ def test_meta_gradient_only_when_meta_training(disco_setup):
   assert np.isfinite(_norm(grads_on))
   assert _norm(grads_on) > 1e-3
   # The target heads (pi, y, z) all receive meta-gradients.
-  nonzero = [k for k, v in grads_on.items()
-             if any(np.abs(x).max() > 0 for x in jax.tree.leaves(v))]
+  nonzero = [
+      k
+      for k, v in grads_on.items()
+      if any(np.abs(x).max() > 0 for x in jax.tree.leaves(v))
+  ]
   assert len(nonzero) >= 5, nonzero
 
 
 def test_target_params_polyak_average(disco_setup):
   s = disco_setup
   new_state = s["new_state"]
-  coeff = s["agent"].hyper_params["target_params_coeff"]
+  tau = s["agent"].rule.hyper_params["target_update_tau"]
+  assert tau == pytest.approx(0.1)  # the published target_params_coeff=0.9
   old = s["state"]
+
   def average(target, params):
     return jax.tree.map(
-        lambda t, p: coeff * np.asarray(t) + (1 - coeff) * np.asarray(p),
-        target, params)
+        lambda t, p: (1 - tau) * np.asarray(t) + tau * np.asarray(p),
+        target,
+        params,
+    )
 
   expected = average(old.rule_state["target_params"], old.params)
   jax.tree.map(
       lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-7),
-      new_state.rule_state["target_params"], expected)
+      new_state.rule_state["target_params"],
+      expected,
+  )
   # It averages in the parameters from before the update, not after.
   assert _norm(_sub(new_state.params, old.params)) > 0
   with_new = average(old.rule_state["target_params"], new_state.params)
@@ -228,23 +288,29 @@ def test_target_params_polyak_average(disco_setup):
 def test_disco_agent_output_shapes():
   agent = _tiny_disco_agent()
   obs = jax.ShapeDtypeStruct((B, 5, 5, 1), jnp.float32)
-  params = jax.eval_shape(agent.init_params, jax.random.PRNGKey(0),
-                          jax.ShapeDtypeStruct((5, 5, 1), jnp.float32))
+  params = jax.eval_shape(
+      agent.init_params,
+      jax.random.PRNGKey(0),
+      jax.ShapeDtypeStruct((5, 5, 1), jnp.float32),
+  )
   out = jax.eval_shape(agent.apply, params, obs)
   shapes = {k: v.shape for k, v in out.items()}
-  assert shapes == dict(logits=(B, 3), y=(B, P), z=(B, 3, P),
-                        aux_pi=(B, 3, 3), q=(B, 3, BINS))
+  assert shapes == dict(
+      logits=(B, 3), y=(B, P), z=(B, 3, P), aux_pi=(B, 3, 3), q=(B, 3, BINS)
+  )
   assert all(v.dtype == jnp.float32 for v in out.values())
   timestep = types.EnvTimestep(
-      observation=obs, reward=jax.ShapeDtypeStruct((B,), jnp.float32),
+      observation=obs,
+      reward=jax.ShapeDtypeStruct((B,), jnp.float32),
       step_type=jax.ShapeDtypeStruct((B,), jnp.int32),
-      discount=jax.ShapeDtypeStruct((B,), jnp.float32))
-  step = jax.eval_shape(agent.actor_step, params, jax.random.PRNGKey(0),
-                        timestep)
+      discount=jax.ShapeDtypeStruct((B,), jnp.float32),
+  )
+  step = jax.eval_shape(
+      agent.actor_step, params, jax.random.PRNGKey(0), timestep
+  )
   assert step.actions.shape == (B,) and step.actions.dtype == jnp.int32
   assert step.logits.shape == (B, 3)
-  assert {k: v.shape for k, v in step.agent_outs.items()} == dict(
-      logits=(B, 3))
+  assert {k: v.shape for k, v in step.agent_outs.items()} == dict(logits=(B, 3))
 
 
 def test_losses_read_per_action_outputs_only_at_taken_actions(disco_setup):
@@ -259,13 +325,18 @@ def test_losses_read_per_action_outputs_only_at_taken_actions(disco_setup):
     """Gradients of the loss and of the meta-regulariser (reading the same
     outputs as validation outputs) with respect to the agent outputs."""
     agent_out = agent.unroll(state.params, rollout.observations)
-    meta_out, _ = agent.unroll_meta_net(meta_params, state, rollout,
-                                        jax.random.PRNGKey(0), agent_out)
-    loss_grads = jax.grad(lambda o: agent.loss_from_outputs(
-        o, rollout, meta_out, False)[0])(agent_out)
+    meta_out, _ = agent.unroll_meta_net(
+        meta_params, state, rollout, jax.random.PRNGKey(0), agent_out
+    )
+    loss_grads = jax.grad(
+        lambda o: agent.loss_from_outputs(o, rollout, meta_out, False)[0]
+    )(agent_out)
     train_meta_out = jax.tree.map(lambda x: x[None], meta_out)
-    reg_grads = jax.grad(lambda o: agent.rule.meta_regularizer(
-        train_meta_out, o, rollout.actions[:-1])[0])(agent_out)
+    reg_grads = jax.grad(
+        lambda o: agent.rule.meta_regularizer(
+            train_meta_out, o, rollout.actions[:-1]
+        )[0]
+    )(agent_out)
     return loss_grads, reg_grads
 
   def per_action(grads, taken):
@@ -288,26 +359,38 @@ def test_losses_read_per_action_outputs_only_at_taken_actions(disco_setup):
 
 
 def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
-    disco_setup):
+    disco_setup,
+):
   """The meta-gradient's validation unroll backpropagates through the action
   model at the taken actions only; the meta-gradient is unchanged."""
   agent, state = disco_setup["agent"], disco_setup["state"]
   rollout = disco_setup["rollout"]
   value_fn = value_function.ValueFunction(
-      value_function.ValueFnConfig(dense=(8, 8)))
-  value_state = value_fn.initial_state(jax.random.PRNGKey(1),
-                                       rollout.observations[0, 0])
+      value_function.ValueFnConfig(dense=(8, 8))
+  )
+  value_state = value_fn.initial_state(
+      jax.random.PRNGKey(1), rollout.observations[0, 0]
+  )
   dense_agent = copy.copy(agent)
   dense_agent.rule = copy.copy(agent.rule)
   dense_agent.rule.model_losses_read_taken_actions = False
 
   def meta_grads(a):
-    return jax.jit(lambda mp: meta_gradient.meta_gradient(
-        mp, a, value_fn, state, value_state,
-        jax.tree.map(lambda x: x[None], rollout), rollout,
-        jax.random.PRNGKey(2))[0])(disco_setup["meta_params"])
+    return jax.jit(
+        lambda mp: meta_gradient.meta_gradient(
+            mp,
+            a,
+            value_fn,
+            state,
+            value_state,
+            jax.tree.map(lambda x: x[None], rollout),
+            rollout,
+            jax.random.PRNGKey(2),
+        )[0]
+    )(disco_setup["meta_params"])
 
   got, want = meta_grads(agent), meta_grads(dense_agent)
   assert optax.tree.norm(want) > 0
-  assert (optax.tree.norm(jax.tree.map(jnp.subtract, got, want))
-          <= 1e-5 * optax.tree.norm(want))
+  assert optax.tree.norm(
+      jax.tree.map(jnp.subtract, got, want)
+  ) <= 1e-5 * optax.tree.norm(want)

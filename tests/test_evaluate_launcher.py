@@ -12,21 +12,34 @@ import jax
 import numpy as np
 import pytest
 
-from disco import configs
+from disco import agent as agent_lib
 from disco import weights
 from disco.launch import common
 from disco.launch import evaluate
 from disco.training import analysis
+from disco.update_rules import registry
 
 
 def _tiny_config(tmp_path, **overrides):
   config = evaluate.default_config()
-  config.update(dict(
-      rule="actor_critic", env_settings=dict(rows=5, columns=5),
-      total_env_steps=200, num_envs=2, rollout_len=5, batch_size=4,
-      replay_capacity=16, min_replay_size=4, iterations_per_call=10,
-      num_seeds=2, seed=3, last_episodes=20, learning_rate=1e-2,
-      output_dir=str(tmp_path / "run")))
+  config.update(
+      dict(
+          rule="actor_critic",
+          env_settings=dict(rows=5, columns=5),
+          total_env_steps=200,
+          num_envs=2,
+          rollout_len=5,
+          batch_size=4,
+          replay_capacity=16,
+          min_replay_size=4,
+          iterations_per_call=10,
+          num_seeds=2,
+          seed=3,
+          last_episodes=20,
+          learning_rate=1e-2,
+          output_dir=str(tmp_path / "run"),
+      )
+  )
   config.update(overrides)
   return config
 
@@ -40,10 +53,15 @@ def test_default_config_matches_the_notebook():
   config = evaluate.default_config()
   assert config.rule == "disco103" and config.weights is None
   assert config.env == "catch" and dict(config.env_settings) == dict(
-      rows=8, columns=8)
-  assert (config.num_envs, config.rollout_len, config.batch_size,
-          config.replay_capacity, config.min_replay_size) == (2, 29, 64, 1024,
-                                                              64)
+      rows=8, columns=8
+  )
+  assert (
+      config.num_envs,
+      config.rollout_len,
+      config.batch_size,
+      config.replay_capacity,
+      config.min_replay_size,
+  ) == (2, 29, 64, 1024, 64)
   assert config.total_env_steps == 40_000 and config.learning_rate is None
   assert config.output_dir == "" and config.overwrite is False
 
@@ -83,35 +101,50 @@ def test_end_to_end_writes_outputs(tmp_path):
     rows = list(csv.DictReader(f))
   assert len(rows) == 2 * 20
   assert list(rows[0])[:3] == ["seed", "iteration", "env_steps"]
-  for column in ("episodes", "return_sum", "mean_return", "learner_steps",
-                 "learner/total_loss"):
+  for column in (
+      "episodes",
+      "return_sum",
+      "mean_return",
+      "learner_steps",
+      "learner/total_loss",
+  ):
     assert column in rows[0]
   metrics = analysis.read_metrics_csv(out / "metrics.csv")
   np.testing.assert_array_equal(metrics["seed"][:, 0], [3, 4])
-  np.testing.assert_array_equal(metrics["env_steps"][0],
-                                10 * np.arange(1, 21))
+  np.testing.assert_array_equal(metrics["env_steps"][0], 10 * np.arange(1, 21))
 
   png = (out / "learning_curve.png").read_bytes()
   assert png[:4] == b"\x89PNG" and len(png) > 1000
 
   written = json.loads((out / "summary.json").read_text())
   assert written == json.loads(json.dumps(summary))
-  for key in ("final_return_mean", "final_return_ci", "final_return_per_seed",
-              "env_steps", "learner_steps", "compile_time_s", "wall_time_s",
-              "env_steps_per_s", "learner_steps_per_s", "seeds"):
+  for key in (
+      "final_return_mean",
+      "final_return_ci",
+      "final_return_per_seed",
+      "env_steps",
+      "learner_steps",
+      "compile_time_s",
+      "wall_time_s",
+      "env_steps_per_s",
+      "learner_steps_per_s",
+      "seeds",
+  ):
     assert key in written, key
   assert written["env_steps"] == 200 and written["learner_steps"] == 19
   assert len(written["final_return_per_seed"]) == 2
-  assert written["final_return_ci"] is None or len(
-      written["final_return_ci"]) == 2
+  # Two seeds give an interval around their mean.
+  low, high = written["final_return_ci"]
+  assert low <= written["final_return_mean"] <= high
   np.testing.assert_allclose(
-      written["final_return_per_seed"],
-      analysis.final_scores(metrics, 20))
+      written["final_return_per_seed"], analysis.final_scores(metrics, 20)
+  )
 
   # Final agent parameters, one file per seed, with metadata.
-  agent = configs.make_agent(configs.get_settings("actor_critic"), 3)
-  expected = jax.eval_shape(agent.init_params, jax.random.PRNGKey(0),
-                            np.zeros((5, 5, 1), np.float32))
+  agent = agent_lib.make_agent(registry.default_settings("actor_critic"), 3)
+  expected = jax.eval_shape(
+      agent.init_params, jax.random.PRNGKey(0), np.zeros((5, 5, 1), np.float32)
+  )
   for seed in (3, 4):
     path = out / f"params_seed{seed}.npz"
     meta = weights.load_metadata(path)
@@ -124,22 +157,28 @@ def test_end_to_end_writes_outputs(tmp_path):
   evaluate.build(_tiny_config(tmp_path, overwrite=True))
 
 
-@pytest.mark.parametrize("overrides, match", [
-    (dict(rule="bogus"), "Unknown rule 'bogus'"),
-    (dict(env="pong"), "Unknown env 'pong'"),
-    (dict(env_settings=dict(rows=1, columns=5)), "rows"),
-    (dict(rule="/nonexistent/rule.npz"), "does not exist"),
-    (dict(rule="disco103", weights="/nonexistent/disco_103.npz"),
-     "not found"),
-    (dict(batch_size=3, replay_capacity=0), "batch_size"),
-    (dict(min_replay_size=64, replay_capacity=16), "min_replay_size"),
-    (dict(replay_capacity=1, min_replay_size=1), "num_envs"),
-    (dict(num_seeds=0), "num_seeds"),
-    (dict(rollout_len=1), "rollout_len"),
-    (dict(learning_rate=-1.0), "learning_rate"),
-    (dict(env="catch_dm_env", num_seeds=2), "one seed at a time"),
-    (dict(rule="actor_critic", weights="/tmp/x.npz"), "no meta-parameters"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (dict(rule="bogus"), "Unknown rule 'bogus'"),
+        (dict(rule="actor_critc"), "Did you mean actor_critic"),
+        (dict(env="pong"), "Unknown environment 'pong'.*--config.env=list"),
+        (dict(env_settings=dict(rows=1, columns=5)), "rows"),
+        (dict(rule="/nonexistent/rule.npz"), "does not exist"),
+        (
+            dict(rule="disco103", weights="/nonexistent/disco_103.npz"),
+            "not found",
+        ),
+        (dict(batch_size=3, replay_capacity=0), "batch_size"),
+        (dict(min_replay_size=64, replay_capacity=16), "min_replay_size"),
+        (dict(replay_capacity=1, min_replay_size=1), "num_envs"),
+        (dict(num_seeds=0), "num_seeds"),
+        (dict(rollout_len=1), "rollout_len"),
+        (dict(learning_rate=-1.0), "learning_rate"),
+        (dict(env="catch_dm_env", num_seeds=2), "one seed at a time"),
+        (dict(rule="actor_critic", weights="/tmp/x.npz"), "no meta-parameters"),
+    ],
+)
 def test_bad_settings_are_usage_errors(tmp_path, overrides, match):
   with pytest.raises(common.UsageError, match=match) as info:
     evaluate.build(_tiny_config(tmp_path, **overrides))
@@ -150,14 +189,17 @@ def test_bad_settings_are_usage_errors(tmp_path, overrides, match):
 def test_weights_files_that_do_not_fit(tmp_path):
   # A file for a rule without meta-parameters that holds some.
   path = weights.save_meta_params(
-      tmp_path / "ac.npz", {"mlp/linear": {"w": np.zeros((2, 2), np.float32)}},
-      metadata={"rule": "actor_critic"})
+      tmp_path / "ac.npz",
+      {"mlp/linear": {"w": np.zeros((2, 2), np.float32)}},
+      metadata={"rule": "actor_critic"},
+  )
   with pytest.raises(common.UsageError, match="does not fit") as info:
     common.resolve_rule(str(path))
   _assert_one_line(str(info.value))
   # No rule in the metadata.
   bare = weights.save_meta_params(
-      tmp_path / "bare.npz", {"mlp/linear": {"w": np.zeros(2, np.float32)}})
+      tmp_path / "bare.npz", {"mlp/linear": {"w": np.zeros(2, np.float32)}}
+  )
   with pytest.raises(common.UsageError, match="which rule"):
     common.resolve_rule(str(bare))
   # A file that is not Disco103.
@@ -171,37 +213,63 @@ def test_weights_files_that_do_not_fit(tmp_path):
   agent_file = weights.save_meta_params(
       tmp_path / "params_seed0.npz",
       {"mlp/linear": {"w": np.zeros(2, np.float32)}},
-      metadata={"kind": "agent_params", "rule": "actor_critic"})
+      metadata={"kind": "agent_params", "rule": "actor_critic"},
+  )
   with pytest.raises(common.UsageError, match="agent parameters"):
     common.resolve_rule(str(agent_file))
 
 
 def test_resolve_rule_by_name_and_file(tmp_path):
-  for name in configs.RULES:
-    if name == "disco":
-      continue
-    settings, meta_params = common.resolve_rule(name)
-    assert settings.rule == name and jax.tree.leaves(meta_params) == []
-  assert set(configs.RULES) <= set(common.rule_names())
+  for name in ("actor_critic", "policy_gradient", "mpo", "spo"):
+    resolved = common.resolve_rule(name)
+    assert resolved.settings.rule == name and resolved.label == name
+    assert (
+        resolved.source == "none"
+        and jax.tree.leaves(resolved.meta_params) == []
+    )
+    assert isinstance(
+        resolved.rule, type(registry.make_rule(resolved.settings))
+    )
+  resolved = common.resolve_rule("disco")
+  assert resolved.source == "random" and jax.tree.leaves(resolved.meta_params)
   # A rule file: metadata settings and rule_kwargs override the defaults.
-  path = weights.save_meta_params(tmp_path / "ac.npz", {}, metadata=dict(
-      rule="actor_critic", settings=dict(learning_rate=0.5),
-      rule_kwargs=dict(num_bins=11)))
-  settings, meta_params = common.resolve_rule(str(path))
+  path = weights.save_meta_params(
+      tmp_path / "ac.npz",
+      {},
+      metadata=dict(
+          rule="actor_critic",
+          settings=dict(learning_rate=0.5),
+          rule_kwargs=dict(num_bins=11),
+      ),
+  )
+  resolved = common.resolve_rule(str(path))
+  settings = resolved.settings
   assert settings.rule == "actor_critic" and settings.learning_rate == 0.5
   assert settings.rule_kwargs.num_bins == 11
   assert settings.rule_kwargs.categorical_value  # default kept
-  assert meta_params == {}
-  bad = weights.save_meta_params(tmp_path / "bad.npz", {}, metadata=dict(
-      rule="actor_critic", rule_kwargs=dict(bogus=1)))
+  assert resolved.meta_params == {} and resolved.label == "ac"
+  assert resolved.rule.flat_output_spec(3)["v"].shape == (11,)
+  bad = weights.save_meta_params(
+      tmp_path / "bad.npz",
+      {},
+      metadata=dict(rule="actor_critic", rule_kwargs=dict(bogus=1)),
+  )
   with pytest.raises(common.UsageError, match="bogus"):
     common.resolve_rule(str(bad))
+  unregistered = weights.save_meta_params(
+      tmp_path / "x.npz", {}, metadata=dict(rule="not_registered")
+  )
+  with pytest.raises(common.UsageError, match="config.imports"):
+    common.resolve_rule(str(unregistered))
 
 
 def test_disco103_resolves(disco103_path):
-  settings, meta_params = common.resolve_rule("disco103", str(disco103_path))
-  assert settings.rule == "disco" and settings.learning_rate == 1e-2
-  assert len(jax.tree.leaves(meta_params)) > 10
+  resolved = common.resolve_rule("disco103", str(disco103_path))
+  assert (
+      resolved.settings.rule == "disco103" and resolved.source == "pretrained"
+  )
+  assert resolved.settings.learning_rate == 1e-2
+  assert len(jax.tree.leaves(resolved.meta_params)) > 10
 
 
 def test_default_output_dir(tmp_path, monkeypatch):
@@ -221,28 +289,47 @@ def test_default_output_dir(tmp_path, monkeypatch):
 
 def _parse(argv):
   fv = flags.FlagValues()
-  evaluate.parse_flags(["disco-eval", *argv], flag_values=fv)
+  common.parse_config_flags(
+      ["disco-eval", *argv],
+      common.config_path(evaluate.CONFIG_NAME),
+      "help",
+      flag_values=fv,
+  )
   return fv.config
 
 
 def test_flags_override_the_config_file():
-  config = _parse(["--config.rule=actor_critic", "--config.total_env_steps=20000",
-                   "--config.env_settings.rows=5", "--config.learning_rate=0.1",
-                   "--config.weights=/some/file.npz"])
+  config = _parse(
+      [
+          "--config.rule=actor_critic",
+          "--config.total_env_steps=20000",
+          "--config.env_settings.rows=5",
+          "--config.learning_rate=0.1",
+          "--config.weights=/some/file.npz",
+      ]
+  )
   assert config.rule == "actor_critic" and config.total_env_steps == 20000
   assert config.env_settings.rows == 5 and config.learning_rate == 0.1
   assert config.weights == "/some/file.npz"
   assert _parse([]).rule == "disco103"
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["--config.bogus=1"], "Unknown config key 'config.bogus'"),
-    (["--config.env_settings.cols=3"], "valid keys of config.env_settings"),
-    (["--config.num_envs=abc"], "num_envs"),
-    (["--config.total_env_steps=2.5"], "total_env_steps"),
-    (["--config=/nonexistent/cfg.py"], "does not exist"),
-    (["--bogus=1"], "bogus"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--config.bogus=1"], "Unknown config key 'config.bogus'"),
+        (
+            ["--config.env_settings.cols=3"],
+            "Did you mean .*'config.env_settings.columns'.*Valid keys of "
+            "config.env_settings: columns, rows",
+        ),
+        (["--config.num_seed=3"], "Did you mean 'config.num_seeds'"),
+        (["--config.num_envs=abc"], "num_envs"),
+        (["--config.total_env_steps=2.5"], "total_env_steps"),
+        (["--config=/nonexistent/cfg.py"], "does not exist"),
+        (["--bogus=1"], "bogus"),
+    ],
+)
 def test_bad_flags_are_usage_errors(argv, match):
   with pytest.raises(common.UsageError, match=match) as info:
     _parse(argv)
@@ -252,7 +339,11 @@ def test_bad_flags_are_usage_errors(argv, match):
 def test_command_line_error_is_one_line_with_status_2(tmp_path):
   result = subprocess.run(
       [sys.executable, "-m", "disco.launch.evaluate", "--config.rule=bogus"],
-      capture_output=True, text=True, cwd=tmp_path, timeout=300)
+      capture_output=True,
+      text=True,
+      cwd=tmp_path,
+      timeout=300,
+  )
   assert result.returncode == 2, result.stderr
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1, result.stderr
@@ -262,8 +353,9 @@ def test_command_line_error_is_one_line_with_status_2(tmp_path):
 
 
 @pytest.mark.slow
-def test_disco103_solves_catch_with_the_notebook_settings(tmp_path,
-                                                          disco103_path):
+def test_disco103_solves_catch_with_the_notebook_settings(
+    tmp_path, disco103_path
+):
   """The published setting end to end: Disco103, Catch 8x8, 1000 iterations.
 
   About 9 minutes on 2 CPU cores (Disco103 starts catching after ~30k steps
@@ -271,17 +363,21 @@ def test_disco103_solves_catch_with_the_notebook_settings(tmp_path,
   run above and the actor-critic learning test in test_training.py.
   """
   config = evaluate.default_config()
-  config.update(dict(weights=str(disco103_path), total_env_steps=58_000,
-                     output_dir=str(tmp_path / "run")))
+  config.update(
+      dict(
+          weights=str(disco103_path),
+          total_env_steps=58_000,
+          output_dir=str(tmp_path / "run"),
+      )
+  )
   summary = evaluate.evaluate(config, log=lambda _: None, progress=False)
   assert summary["learner_steps"] == 1000 - 31
   assert summary["final_return_mean"] >= 0.8, summary
 
 
 def test_search_rule_needs_a_jittable_env(tmp_path):
-  if "spo" not in configs.RULES:
-    pytest.skip("no SPO rule registered")
   with pytest.raises(common.UsageError, match="jittable") as info:
-    evaluate.build(_tiny_config(tmp_path, rule="spo", env="catch_dm_env",
-                                num_seeds=1))
+    evaluate.build(
+        _tiny_config(tmp_path, rule="spo", env="catch_dm_env", num_seeds=1)
+    )
   _assert_one_line(str(info.value))

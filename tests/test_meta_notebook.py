@@ -9,13 +9,9 @@ persistent compilation cache when both run.
 
 from __future__ import annotations
 
+import nbformat
 
-import pytest
-
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-
-import conftest  # pylint: disable=g-import-not-at-top  (tests/conftest.py)
+import conftest
 
 COLABS = conftest.REPO_DIR / "colabs"
 NOTEBOOK = COLABS / "meta_train.ipynb"
@@ -56,10 +52,11 @@ def test_meta_train_notebook_is_valid_and_up_to_date():
   nbformat.validate(nb)
   conftest.parameters_cell(nb)
   conftest.check_notebook_is_generated(
-      nb, NOTEBOOK, COLABS / "make_meta_train_notebook.py")
+      nb, NOTEBOOK, COLABS / "make_meta_train_notebook.py"
+  )
   # The published settings, apart from the number of meta-steps.
   namespace = {}
-  exec(conftest.parameters_cell(nb).source, namespace)  # pylint: disable=exec-used
+  exec(conftest.parameters_cell(nb).source, namespace)
   assert namespace["batch_size"] == 32 and namespace["rollout_len"] == 16
   assert namespace["inner_steps"] == 2 and namespace["num_agents"] == 2
   assert namespace["agent_network"]["dense"] == (512, 512)
@@ -78,6 +75,10 @@ def test_meta_train_notebook_runs(tmp_path, monkeypatch):
   assert "discovered (meta-step 3): mean return over the last 5" in text
   assert "initial (random): mean return" in text
   assert images >= 3  # rewards, meta loss, evaluation curves
-  for name in ("metrics.csv", "rewards.png", "meta_loss.png",
-               "meta_params.npz"):
+  for name in (
+      "metrics.csv",
+      "rewards.png",
+      "meta_loss.png",
+      "meta_params.npz",
+  ):
     assert (out / name).is_file(), name

@@ -13,8 +13,10 @@ from disco.networks import action_models
 from disco.networks import meta_nets
 
 N, A, E = 5, 3, 6  # batch, actions, embedding size
-SPEC = {"z": types.ArraySpec((7,), np.float32),
-        "q": types.ArraySpec((2, 3), np.float32)}
+SPEC = {
+    "z": types.ArraySpec((7,), np.float32),
+    "q": types.ArraySpec((2, 3), np.float32),
+}
 
 
 def _model_fn(grad_at: bool):
@@ -24,6 +26,7 @@ def _model_fn(grad_at: bool):
     if grad_at:
       return action_models.per_action_outputs_grad_at(model, root, A, actions)
     return action_models.per_action_outputs(model, root, A)
+
   return hk.without_apply_rng(hk.transform(forward))
 
 
@@ -35,7 +38,8 @@ def test_grad_at_taken_actions_keeps_values_and_taken_gradients():
   params = full.init(jax.random.PRNGKey(0), embedding, actions)
   # Same modules, same parameter names.
   assert jax.tree.structure(params) == jax.tree.structure(
-      taken.init(jax.random.PRNGKey(0), embedding, actions))
+      taken.init(jax.random.PRNGKey(0), embedding, actions)
+  )
 
   out_full = full.apply(params, embedding, actions)
   out_taken = taken.apply(params, embedding, actions)
@@ -43,8 +47,10 @@ def test_grad_at_taken_actions_keeps_values_and_taken_gradients():
     assert out_full[k].shape == (N, A) + SPEC[k].shape
     np.testing.assert_array_equal(out_taken[k], out_full[k])
 
-  weights = {k: jnp.asarray(rng.normal(size=v.shape), jnp.float32)
-             for k, v in out_full.items()}
+  weights = {
+      k: jnp.asarray(rng.normal(size=v.shape), jnp.float32)
+      for k, v in out_full.items()
+  }
   mask = jax.nn.one_hot(actions, A)
 
   def loss(apply_fn, read_all):
@@ -55,20 +61,20 @@ def test_grad_at_taken_actions_keeps_values_and_taken_gradients():
         m = 1.0 if read_all else mask.reshape((N, A) + (1,) * (v.ndim - 2))
         total += jnp.sum(v * weights[k] * m)
       return total
+
     return jax.jit(jax.grad(f, argnums=(0, 1)))
 
   # A loss that reads only the taken actions: the same gradient.
   ref = loss(full.apply, False)(params, embedding)
   got = loss(taken.apply, False)(params, embedding)
-  for r, g in zip(jax.tree.leaves(ref), jax.tree.leaves(got)):
+  for r, g in zip(jax.tree.leaves(ref), jax.tree.leaves(got), strict=True):
     np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
   # Reading the other actions too: their gradient is (by design) dropped.
   all_ref = loss(full.apply, True)(params, embedding)
   all_got = loss(taken.apply, True)(params, embedding)
-  for r, g in zip(jax.tree.leaves(ref), jax.tree.leaves(all_got)):
+  for r, g in zip(jax.tree.leaves(ref), jax.tree.leaves(all_got), strict=True):
     np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
-  assert not np.allclose(jax.tree.leaves(all_ref)[0],
-                         jax.tree.leaves(ref)[0])
+  assert not np.allclose(jax.tree.leaves(all_ref)[0], jax.tree.leaves(ref)[0])
 
 
 def test_pointwise_conv_is_a_width_one_conv1d():
@@ -88,9 +94,12 @@ def test_pointwise_conv_is_a_width_one_conv1d():
   params = conv_fn.init(jax.random.PRNGKey(0), x)
   # Parameter names and shapes are those of hk.Conv1D ...
   assert jax.tree.map(jnp.shape, ours_fn.init(jax.random.PRNGKey(0), x)) == (
-      jax.tree.map(jnp.shape, params))
+      jax.tree.map(jnp.shape, params)
+  )
   params = jax.tree.map(
-      lambda p: p + jnp.asarray(rng.normal(size=p.shape), p.dtype), params)
+      lambda p: p + jnp.asarray(rng.normal(size=p.shape), p.dtype), params
+  )
   # ... and so are the outputs, for the same parameters.
-  np.testing.assert_allclose(ours_fn.apply(params, x),
-                             conv_fn.apply(params, x), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(
+      ours_fn.apply(params, x), conv_fn.apply(params, x), rtol=1e-5, atol=1e-6
+  )

@@ -31,8 +31,10 @@ CLI_FIXTURE = "actor_critic_learner_step_s0.npz"
 
 def _describe(report: parity.Report) -> str:
   bad = [f"{c.key}: {c.error:.3e}" for c in report.comparisons if not c.ok]
-  return (f"{report.path}: kind={report.kind} error={report.error} "
-          f"worst={report.worst} failing={bad}")
+  return (
+      f"{report.path}: kind={report.kind} error={report.error} "
+      f"worst={report.worst} failing={bad}"
+  )
 
 
 @pytest.mark.parametrize("name", FIXTURES)
@@ -58,7 +60,9 @@ def test_meta_gradient_parity_with_a_rolled_inner_loop(fixtures_dir):
   report = parity.check_fixture(
       fixtures_dir / "disco_meta_gradient_s0.npz",
       meta_gradient_config=meta_gradient.OuterLossConfig(
-          max_unrolled_inner_steps=0))
+          max_unrolled_inner_steps=0
+      ),
+  )
   assert report.ok, _describe(report)
 
 
@@ -96,8 +100,11 @@ def test_cli_fails_on_corrupted_output(which, fixtures_dir, tmp_path, capsys):
   else:
     # A single element off: passes the 99.9% rule for updated parameters but
     # not the bound that every element must meet.
-    key = next(k for k in sorted(fx)
-               if k.startswith("outputs::params::") and fx[k].size > 1000)
+    key = next(
+        k
+        for k in sorted(fx)
+        if k.startswith("outputs::params::") and fx[k].size > 1000
+    )
     value = fx[key].copy()
     value.flat[0] += 10.0 * (1.0 + np.abs(value).max())
     fx[key] = value
@@ -111,15 +118,15 @@ def test_cli_fails_on_corrupted_output(which, fixtures_dir, tmp_path, capsys):
   good_line, bad_line = out.strip().splitlines()
   assert good_line.endswith("PASS")
   assert "FAIL" in bad_line
-  assert key[len("outputs::"):] in bad_line
+  assert key[len("outputs::") :] in bad_line
 
 
 # ------------------------------------------------------ generality ----
 @pytest.fixture(scope="module")
 def disco103_net(disco103_path):
   """Disco103 meta-parameters (checked against the rule) and a jitted apply."""
-  rule = disco_rule.DiscoUpdateRule()
-  expected = jax.eval_shape(rule.init_params, jax.random.PRNGKey(0))
+  rule = disco_rule.Disco()
+  expected = jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
   params = weights_lib.load_disco103(disco103_path)
   weights_lib.check_params_match(params, expected)  # raises on any mismatch
   net = meta_nets.make_meta_net(meta_nets.MetaNetConfig())
@@ -133,9 +140,13 @@ def _random_meta_inputs(seed, t, b, a, p=600, bins=601):
     return jnp.asarray(rng.normal(size=shape), jnp.float32)
 
   def agent_out():
-    return dict(logits=normal(t + 1, b, a), y=normal(t + 1, b, p),
-                z=normal(t + 1, b, a, p), aux_pi=normal(t + 1, b, a, a),
-                q=normal(t + 1, b, a, bins))
+    return dict(
+        logits=normal(t + 1, b, a),
+        y=normal(t + 1, b, p),
+        z=normal(t + 1, b, a, p),
+        aux_pi=normal(t + 1, b, a, a),
+        q=normal(t + 1, b, a, bins),
+    )
 
   return types.UpdateRuleInputs(
       observations=None,
@@ -145,10 +156,15 @@ def _random_meta_inputs(seed, t, b, a, p=600, bins=601):
       agent_out=agent_out(),
       behaviour_agent_out=agent_out(),
       extra_from_rule=dict(
-          v_scalar=normal(t + 1, b), adv=normal(t, b),
-          normalized_adv=normal(t, b), q=normal(t + 1, b, a),
-          qv_adv=normal(t + 1, b, a), normalized_qv_adv=normal(t + 1, b, a),
-          target_out=agent_out()))
+          v_scalar=normal(t + 1, b),
+          adv=normal(t, b),
+          normalized_adv=normal(t, b),
+          q=normal(t + 1, b, a),
+          qv_adv=normal(t + 1, b, a),
+          normalized_qv_adv=normal(t + 1, b, a),
+          target_out=agent_out(),
+      ),
+  )
 
 
 @pytest.mark.parametrize("t,b,a", [(3, 2, 4), (5, 1, 2)])
@@ -170,11 +186,11 @@ def test_disco103_meta_net_other_shapes(disco103_net, t, b, a):
   assert np.std(np.asarray(out["y"]), axis=(0, 1)).max() > 1e-3
   assert np.std(np.asarray(out["pi"]), axis=(0, 1)).max() > 1e-3
   # The meta-RNN took a step.
-  assert not np.allclose(new_rnn.hidden,
-                         state["lstm"]["meta_rnn_state"].hidden)
+  assert not np.allclose(new_rnn.hidden, state["lstm"]["meta_rnn_state"].hidden)
 
 
 def _lstm_state(rng, size):
   return hk.LSTMState(
       hidden=jnp.asarray(rng.normal(scale=0.1, size=size), jnp.float32),
-      cell=jnp.asarray(rng.normal(scale=0.1, size=size), jnp.float32))
+      cell=jnp.asarray(rng.normal(scale=0.1, size=size), jnp.float32),
+  )

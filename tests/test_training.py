@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from disco import configs
+from disco import agent as agent_lib
 from disco.environments import registry
 from disco.training import analysis
 from disco.training import loop as loop_lib
 from disco.training import replay as replay_lib
-
+from disco.update_rules import registry as rule_registry
 
 # ---------------------------------------------------------------- replay ----
 
@@ -24,8 +22,10 @@ def _rollout(first_id: int, batch: int, length: int = 3):
   ids = jnp.arange(first_id, first_id + batch, dtype=jnp.int32)
   return dict(
       obs=jnp.broadcast_to(ids[None, :, None], (length, batch, 2)).astype(
-          jnp.float32),
-      id=jnp.broadcast_to(ids[None], (length, batch)))
+          jnp.float32
+      ),
+      id=jnp.broadcast_to(ids[None], (length, batch)),
+  )
 
 
 def test_replay_fifo_overwrites_oldest_and_size_saturates():
@@ -44,8 +44,9 @@ def test_replay_fifo_overwrites_oldest_and_size_saturates():
   assert stored.shape == (capacity, 3)
   # The 5 newest survive; slot = insertion index % capacity.
   assert sorted(stored[:, 0].tolist()) == inserted[-capacity:]
-  for i, traj_id in enumerate(inserted[-capacity:], start=len(inserted) -
-                              capacity):
+  for i, traj_id in enumerate(
+      inserted[-capacity:], start=len(inserted) - capacity
+  ):
     assert stored[i % capacity, 0] == traj_id
   assert int(state.next_index) == len(inserted) % capacity
   np.testing.assert_array_equal(state.items["obs"][:, 0, 0], stored[:, 0])
@@ -69,7 +70,9 @@ def test_replay_sampling_is_uniform_over_filled_slots():
   ids = np.asarray(sample(state, jax.random.PRNGKey(1), 4000)["id"][0])
   values, counts = np.unique(ids, return_counts=True)
   assert len(values) == capacity
-  assert set(values.tolist()) == set(np.asarray(state.items["id"][:, 0]).tolist())
+  assert set(values.tolist()) == set(
+      np.asarray(state.items["id"][:, 0]).tolist()
+  )
   np.testing.assert_allclose(counts / counts.sum(), 1 / capacity, atol=0.03)
 
 
@@ -79,7 +82,7 @@ TINY_ITERATIONS = 6
 
 
 def _tiny_settings(lr=1e-2, dense=(16,)):
-  settings = configs.get_settings("actor_critic")
+  settings = rule_registry.default_settings("actor_critic")
   settings.learning_rate = lr
   settings.network.dense = dense
   settings.rule_kwargs.categorical_value = False
@@ -91,17 +94,24 @@ def _tiny_settings(lr=1e-2, dense=(16,)):
 def tiny_loop():
   """Actor-critic, Catch 5x5, 2 envs x 5 steps, replay 16, batches of 4."""
   env = registry.make_env("catch", 2, rows=5, columns=5)
-  agent = configs.make_agent(_tiny_settings(), env.num_actions)
-  config = loop_lib.LoopConfig(num_envs=2, rollout_len=5, batch_size=4,
-                               replay_capacity=16, min_replay_size=4)
+  agent = agent_lib.make_agent(_tiny_settings(), env.num_actions)
+  config = loop_lib.LoopConfig(
+      num_envs=2,
+      rollout_len=5,
+      batch_size=4,
+      replay_capacity=16,
+      min_replay_size=4,
+  )
   return loop_lib.EvalLoop(agent, env, config)
 
 
 @pytest.fixture(scope="module")
 def single_seed_runs(tiny_loop):
   """``{seed: (states, metrics)}`` of the jitted loop, one seed at a time."""
-  return {s: tiny_loop.run(tiny_loop.init_seeds([s]), {}, TINY_ITERATIONS)
-          for s in (0, 1)}
+  return {
+      s: tiny_loop.run(tiny_loop.init_seeds([s]), {}, TINY_ITERATIONS)
+      for s in (0, 1)
+  }
 
 
 def _assert_same_stats(a, b, rtol=1e-4, atol=1e-5):
@@ -115,19 +125,25 @@ def _assert_same_stats(a, b, rtol=1e-4, atol=1e-5):
 def test_loop_metrics_shapes_and_counters(tiny_loop, single_seed_runs):
   states, metrics = single_seed_runs[0]
   cfg = tiny_loop.config
-  for name in ("episodes", "return_sum", "mean_return", "env_steps",
-               "learner_steps", "learner/total_loss"):
+  for name in (
+      "episodes",
+      "return_sum",
+      "mean_return",
+      "env_steps",
+      "learner_steps",
+      "learner/total_loss",
+  ):
     assert metrics[name].shape == (1, TINY_ITERATIONS), name
   steps = cfg.env_steps_per_iteration * np.arange(1, TINY_ITERATIONS + 1)
   np.testing.assert_array_equal(metrics["env_steps"][0], steps)
   # 2 trajectories per iteration: learning starts once 4 are stored.
-  np.testing.assert_array_equal(metrics["learner_steps"][0],
-                                [0, 1, 2, 3, 4, 5])
+  np.testing.assert_array_equal(metrics["learner_steps"][0], [0, 1, 2, 3, 4, 5])
   assert np.isnan(metrics["learner/total_loss"][0, 0])
   assert np.isfinite(metrics["learner/total_loss"][0, 1:]).all()
   # Catch 5x5: every episode lasts 4 steps and returns +-1.
   assert metrics["episodes"].sum() == pytest.approx(
-      steps[-1] / 4, abs=cfg.num_envs)
+      steps[-1] / 4, abs=cfg.num_envs
+  )
   assert np.all(np.abs(metrics["return_sum"]) <= metrics["episodes"])
   assert int(states.learner_steps[0]) == 5
   assert int(states.replay.size[0]) == 12
@@ -138,19 +154,26 @@ def test_jitted_and_host_loops_agree(tiny_loop, single_seed_runs):
   host_states, host_metrics = tiny_loop._run_host(states, {}, TINY_ITERATIONS)
   jit_states, jit_metrics = single_seed_runs[0]
   _assert_same_stats(jit_metrics, host_metrics)
-  for a, b in zip(jax.tree.leaves(jit_states.learner.params),
-                  jax.tree.leaves(host_states.learner.params)):
+  for a, b in zip(
+      jax.tree.leaves(jit_states.learner.params),
+      jax.tree.leaves(host_states.learner.params),
+      strict=True,
+  ):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
 def test_vmapped_seeds_match_single_seeds(tiny_loop, single_seed_runs):
-  states, metrics = tiny_loop.run(tiny_loop.init_seeds([0, 1]), {},
-                                  TINY_ITERATIONS)
+  states, metrics = tiny_loop.run(
+      tiny_loop.init_seeds([0, 1]), {}, TINY_ITERATIONS
+  )
   for k, seed in enumerate((0, 1)):
     alone_states, alone = single_seed_runs[seed]
-    _assert_same_stats({n: v[k:k + 1] for n, v in metrics.items()}, alone)
-    for a, b in zip(jax.tree.leaves(states.learner.params),
-                    jax.tree.leaves(alone_states.learner.params)):
+    _assert_same_stats({n: v[k : k + 1] for n, v in metrics.items()}, alone)
+    for a, b in zip(
+        jax.tree.leaves(states.learner.params),
+        jax.tree.leaves(alone_states.learner.params),
+        strict=True,
+    ):
       np.testing.assert_allclose(a[k], b[0], rtol=1e-4, atol=1e-6)
   # Different seeds really differ.
   assert not np.array_equal(metrics["return_sum"][0], metrics["return_sum"][1])
@@ -181,28 +204,31 @@ def test_loop_config_rejects_bad_settings():
 
 def _learning_run(seeds, iterations):
   env = registry.make_env("catch", 16, rows=5, columns=5)
-  agent = configs.make_agent(_tiny_settings(lr=1e-2, dense=(32,)),
-                             env.num_actions)
-  config = loop_lib.LoopConfig(num_envs=16, rollout_len=16, batch_size=16,
-                               replay_capacity=0, min_replay_size=0)
+  agent = agent_lib.make_agent(
+      _tiny_settings(lr=1e-2, dense=(32,)), env.num_actions
+  )
+  config = loop_lib.LoopConfig(
+      num_envs=16,
+      rollout_len=16,
+      batch_size=16,
+      replay_capacity=0,
+      min_replay_size=0,
+  )
   loop = loop_lib.EvalLoop(agent, env, config)
-  start = time.perf_counter()
   _, metrics = loop.run(loop.init_seeds(seeds), {}, iterations)
-  return metrics, time.perf_counter() - start
+  return metrics
 
 
 def test_actor_critic_learns_catch():
-  """CI version: one seed, 300 iterations x 256 env steps (about 10 s)."""
-  metrics, elapsed = _learning_run([0], 300)
-  score = analysis.final_scores(metrics, 200)
+  """CI version: one seed, 300 iterations x 256 env steps."""
+  score = analysis.final_scores(_learning_run([0], 300), 200)
   assert score[0] >= 0.8, score
-  assert elapsed < 120
 
 
 @pytest.mark.slow
 def test_actor_critic_learns_catch_every_seed():
   """Eight seeds at once, each must learn (about 15-30 s here)."""
-  metrics, _ = _learning_run(list(range(8)), 300)
+  metrics = _learning_run(list(range(8)), 300)
   scores = analysis.final_scores(metrics, 200)
   assert (scores >= 0.8).all(), scores
   lo, hi = analysis.bootstrap_ci(scores)
@@ -217,9 +243,13 @@ def _synthetic_metrics():
   episodes = np.array([[2, 2, 2, 2], [0, 4, 4, 4]])
   return_sum = np.array([[-2.0, 0.0, 2.0, 2.0], [0.0, 0.0, 4.0, 4.0]])
   env_steps = np.array([[10, 20, 30, 40]] * 2)
-  return dict(episodes=episodes, return_sum=return_sum, env_steps=env_steps,
-              learner_steps=np.array([[0, 1, 2, 3]] * 2),
-              mean_return=return_sum / np.maximum(episodes, 1))
+  return dict(
+      episodes=episodes,
+      return_sum=return_sum,
+      env_steps=env_steps,
+      learner_steps=np.array([[0, 1, 2, 3]] * 2),
+      mean_return=return_sum / np.maximum(episodes, 1),
+  )
 
 
 def test_return_curve_windows():
@@ -231,8 +261,9 @@ def test_return_curve_windows():
   assert np.isnan(curve[1, 0])
   np.testing.assert_allclose(curve[1, 1:], [0.0, 1.0, 1.0])
   # A window of 1 episode is the per-iteration mean.
-  np.testing.assert_allclose(analysis.return_curve(m, 1)[0],
-                             [-1.0, 0.0, 1.0, 1.0])
+  np.testing.assert_allclose(
+      analysis.return_curve(m, 1)[0], [-1.0, 0.0, 1.0, 1.0]
+  )
   with pytest.raises(ValueError):
     analysis.return_curve(m, 0)
 
@@ -242,6 +273,7 @@ def test_mean_curve_student_t_band():
   mean, lo, hi = analysis.mean_curve(curves)
   np.testing.assert_allclose(mean, [2.0, 2.0, 6.0])
   from scipy import stats
+
   half = stats.t.ppf(0.975, 2) * np.std([0.0, 2.0, 4.0], ddof=1) / np.sqrt(3)
   np.testing.assert_allclose([lo[0], hi[0]], [2.0 - half, 2.0 + half])
   half = stats.t.ppf(0.975, 1) * np.std([5.0, 7.0], ddof=1) / np.sqrt(2)
@@ -294,16 +326,20 @@ def test_metrics_csv_round_trip(tmp_path):
 def test_plot_learning_curves(tmp_path):
   m = _synthetic_metrics()
   path = tmp_path / "sub" / "curve.png"
-  fig = analysis.plot_learning_curves({"a": m, "b": {k: v[:1] for k, v in
-                                                     m.items()}}, path=path)
+  fig = analysis.plot_learning_curves(
+      {"a": m, "b": {k: v[:1] for k, v in m.items()}}, path=path
+  )
   assert path.stat().st_size > 1000
   assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   ax = fig.axes[0]
   assert ax.get_xlabel() == "environment steps"
   assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-      "a (2 seeds)", "b"]
+      "a (2 seeds)",
+      "b",
+  ]
   # Drawing into given axes returns their figure.
   from matplotlib import figure as figure_lib
+
   other = figure_lib.Figure()
   ax = other.add_subplot()
   assert analysis.plot_learning_curves({"a": m}, ax=ax) is other
@@ -311,11 +347,14 @@ def test_plot_learning_curves(tmp_path):
 
 def test_text_curve_rows_and_bars():
   n = 30
-  metrics = dict(episodes=np.full((2, n), 10),
-                 return_sum=np.tile(np.linspace(-10.0, 10.0, n), (2, 1)),
-                 env_steps=np.tile(np.arange(1, n + 1) * 100, (2, 1)))
-  lines = analysis.text_curve(metrics, min_episodes=10, rows=5,
-                              width=20).splitlines()
+  metrics = dict(
+      episodes=np.full((2, n), 10),
+      return_sum=np.tile(np.linspace(-10.0, 10.0, n), (2, 1)),
+      env_steps=np.tile(np.arange(1, n + 1) * 100, (2, 1)),
+  )
+  lines = analysis.text_curve(
+      metrics, min_episodes=10, rows=5, width=20
+  ).splitlines()
   assert len(lines) == 6  # header + 5 rows
   assert lines[1].split("|")[1] == " " * 20  # return -1: empty bar
   assert lines[-1].split("|")[1] == "#" * 20  # return +1: full bar
@@ -334,11 +373,15 @@ def test_disco103_learns_catch_short(disco103_path):
   mean at 64k steps was 0.95, 0.96, 0.20 and 0.20, and every seed passed 0.8
   later (by 112k). Random play scores about -0.6. So the check asks for a
   clear rise on every seed and a mean over seeds of at least 0.6."""
-  from disco import weights  # pylint: disable=g-import-not-at-top
-  cfg = loop_lib.LoopConfig(num_envs=8, rollout_len=8, batch_size=8,
-                            replay_capacity=0)
+  from disco import weights
+
+  cfg = loop_lib.LoopConfig(
+      num_envs=8, rollout_len=8, batch_size=8, replay_capacity=0
+  )
   env = registry.make_env("catch", cfg.num_envs, rows=5, columns=5)
-  agent = configs.make_agent(configs.get_settings("disco"), env.num_actions)
+  agent = agent_lib.make_agent(
+      rule_registry.default_settings("disco"), env.num_actions
+  )
   eval_loop = loop_lib.EvalLoop(agent, env, cfg)
   meta_params = weights.load_disco103(disco103_path)
   states = eval_loop.init_seeds([0, 1])

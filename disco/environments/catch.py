@@ -19,10 +19,10 @@ import functools
 import numbers
 
 import chex
+from dm_env import specs
 import jax
 import jax.numpy as jnp
 import numpy as np
-from dm_env import specs
 
 from disco import types
 from disco.environments import base
@@ -33,18 +33,22 @@ BALL_Y, BALL_X, PADDLE_Y, PADDLE_X = 0, 1, 2, 3  # indices into a game vector
 
 def check_settings(rows, columns, batch_size=None) -> None:
   """Raises ``ValueError`` naming the first invalid Catch setting."""
-  checks = [('rows', rows, 2, 'the ball needs a row to fall from'),
-            ('columns', columns, 1, 'the board needs at least one column')]
+  checks = [
+      ("rows", rows, 2, "the ball needs a row to fall from"),
+      ("columns", columns, 1, "the board needs at least one column"),
+  ]
   if batch_size is not None:
-    checks.append(('batch_size', batch_size, 1, 'at least one stream'))
+    checks.append(("batch_size", batch_size, 1, "at least one stream"))
   for name, value, minimum, why in checks:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
       raise ValueError(
-          f'Catch setting {name}={value!r} must be an integer >= {minimum}.')
+          f"Catch setting {name}={value!r} must be an integer >= {minimum}."
+      )
     if value < minimum:
       raise ValueError(
-          f'Catch setting {name}={value} is too small: use {name} >= '
-          f'{minimum} ({why}).')
+          f"Catch setting {name}={value} is too small: use {name} >= "
+          f"{minimum} ({why})."
+      )
 
 
 def initial_game(rng: types.Array, rows: int, columns: int) -> types.Array:
@@ -53,12 +57,14 @@ def initial_game(rng: types.Array, rows: int, columns: int) -> types.Array:
   return jnp.array((0, ball_x, rows - 1, columns // 2), dtype=jnp.int32)
 
 
-def game_step(game: types.Array, action: types.Array,
-              columns: int) -> types.Array:
+def game_step(
+    game: types.Array, action: types.Array, columns: int
+) -> types.Array:
   """Moves the paddle by ``action - 1`` (clipped), then drops the ball."""
   paddle_x = jnp.clip(game[PADDLE_X] + action - 1, 0, columns - 1)
-  return jnp.stack([game[BALL_Y] + 1, game[BALL_X], game[PADDLE_Y],
-                    paddle_x]).astype(jnp.int32)
+  return jnp.stack(
+      [game[BALL_Y] + 1, game[BALL_X], game[PADDLE_Y], paddle_x]
+  ).astype(jnp.int32)
 
 
 def is_terminal(game: types.Array, rows: int) -> types.Array:
@@ -101,7 +107,8 @@ def _reset_stream(rng, rows, columns):
       observation=render(game, rows, columns),
       reward=jnp.zeros((), jnp.float32),
       step_type=jnp.asarray(types.FIRST, jnp.int32),
-      discount=jnp.ones((), jnp.float32))
+      discount=jnp.ones((), jnp.float32),
+  )
   return CatchState(game=game, rng=next_rng), timestep
 
 
@@ -116,7 +123,8 @@ def _step_stream(state, action, rows, columns):
       observation=render(game_after, rows, columns),
       reward=reward(game, rows),
       step_type=jnp.where(done, types.LAST, types.MID).astype(jnp.int32),
-      discount=jnp.where(done, 0.0, 1.0).astype(jnp.float32))
+      discount=jnp.where(done, 0.0, 1.0).astype(jnp.float32),
+  )
   return CatchState(game=game_after, rng=next_rng), timestep
 
 
@@ -137,24 +145,23 @@ class Catch(base.Environment):
     self.rows = int(rows)
     self.columns = int(columns)
     size = dict(rows=self.rows, columns=self.columns)
-    self._reset = jax.jit(
-        jax.vmap(functools.partial(_reset_stream, **size)))
-    self._step = jax.jit(
-        jax.vmap(functools.partial(_step_stream, **size)))
+    self._reset = jax.jit(jax.vmap(functools.partial(_reset_stream, **size)))
+    self._step = jax.jit(jax.vmap(functools.partial(_step_stream, **size)))
 
   def reset(self, rng: types.Array) -> tuple[CatchState, types.EnvTimestep]:
     """Starts ``B`` episodes from one key (split into ``B`` stream keys)."""
     return self._reset(jax.random.split(rng, self.batch_size))
 
-  def step(self, state: CatchState,
-           actions: types.Array) -> tuple[CatchState, types.EnvTimestep]:
+  def step(
+      self, state: CatchState, actions: types.Array
+  ) -> tuple[CatchState, types.EnvTimestep]:
     """Applies ``actions`` ``[B]`` (ints in {0, 1, 2}) to every stream."""
     actions = jnp.asarray(actions, jnp.int32)
     chex.assert_shape(actions, (self.batch_size,))
     return self._step(state, actions)
 
   def observation_spec(self) -> specs.Array:
-    return specs.Array((self.rows, self.columns, 1), np.float32, name='board')
+    return specs.Array((self.rows, self.columns, 1), np.float32, name="board")
 
   def action_spec(self) -> specs.BoundedArray:
-    return specs.BoundedArray((), np.int32, 0, NUM_ACTIONS - 1, name='action')
+    return specs.BoundedArray((), np.int32, 0, NUM_ACTIONS - 1, name="action")

@@ -9,12 +9,12 @@ jittable environments do.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import dm_env
+from dm_env import specs
 import jax
 import numpy as np
-from dm_env import specs
 
 from disco import types
 from disco.environments import base
@@ -33,8 +33,13 @@ class CatchDmEnv(dm_env.Environment):
       Useful to replay the episodes of another Catch implementation.
   """
 
-  def __init__(self, rows: int = 8, columns: int = 8, seed: int | None = 1,
-               ball_columns: Iterable[int] | None = None):
+  def __init__(
+      self,
+      rows: int = 8,
+      columns: int = 8,
+      seed: int | None = 1,
+      ball_columns: Iterable[int] | None = None,
+  ):
     catch.check_settings(rows, columns)
     self._rows = int(rows)
     self._columns = int(columns)
@@ -55,8 +60,10 @@ class CatchDmEnv(dm_env.Environment):
   @property
   def game(self) -> np.ndarray:
     """``[4]`` int32 ``(ball_y, ball_x, paddle_y, paddle_x)``, as ``catch``."""
-    return np.array([self._ball_y, self._ball_x, self._paddle_y,
-                     self._paddle_x], dtype=np.int32)
+    return np.array(
+        [self._ball_y, self._ball_x, self._paddle_y, self._paddle_x],
+        dtype=np.int32,
+    )
 
   def reset(self) -> dm_env.TimeStep:
     self._reset_next_step = False
@@ -70,7 +77,7 @@ class CatchDmEnv(dm_env.Environment):
       return self.reset()
     action = int(action)
     if not 0 <= action < catch.NUM_ACTIONS:
-      raise ValueError(f'Catch action must be 0, 1 or 2, got {action}.')
+      raise ValueError(f"Catch action must be 0, 1 or 2, got {action}.")
     self._paddle_x = min(max(self._paddle_x + action - 1, 0), self._columns - 1)
     self._ball_y += 1
     obs = self._observation()
@@ -81,11 +88,12 @@ class CatchDmEnv(dm_env.Environment):
     return dm_env.transition(reward=0.0, observation=obs)
 
   def observation_spec(self) -> specs.Array:
-    return specs.Array((self._rows, self._columns, 1), np.float32, name='board')
+    return specs.Array((self._rows, self._columns, 1), np.float32, name="board")
 
   def action_spec(self) -> specs.BoundedArray:
-    return specs.BoundedArray((), np.int32, 0, catch.NUM_ACTIONS - 1,
-                              name='action')
+    return specs.BoundedArray(
+        (), np.int32, 0, catch.NUM_ACTIONS - 1, name="action"
+    )
 
   def _observation(self) -> np.ndarray:
     board = np.zeros((self._rows, self._columns, 1), np.float32)
@@ -97,8 +105,9 @@ class CatchDmEnv(dm_env.Environment):
 def stream_seeds(seed: int, batch_size: int) -> list[int]:
   """Per-stream seeds derived from ``seed`` (as the published batched env)."""
   max_seed = np.iinfo(np.int32).max
-  seeds = jax.random.randint(jax.random.PRNGKey(seed), (batch_size,), 0,
-                             max_seed)
+  seeds = jax.random.randint(
+      jax.random.PRNGKey(seed), (batch_size,), 0, max_seed
+  )
   return [int(s) for s in np.asarray(seeds)]
 
 
@@ -117,12 +126,13 @@ class BatchedDmEnv(base.Environment):
 
   def __init__(self, envs: Sequence[dm_env.Environment]):
     if not envs:
-      raise ValueError('BatchedDmEnv needs at least one environment.')
+      raise ValueError("BatchedDmEnv needs at least one environment.")
     self._envs = tuple(envs)
     self.batch_size = len(self._envs)
 
   def reset(
-      self, rng: types.Array | None = None) -> tuple[None, types.EnvTimestep]:
+      self, rng: types.Array | None = None
+  ) -> tuple[None, types.EnvTimestep]:
     """Starts a new episode in every stream; ``rng`` is ignored."""
     del rng
     return None, self._stack([env.reset() for env in self._envs])
@@ -133,10 +143,15 @@ class BatchedDmEnv(base.Environment):
     actions = np.asarray(actions)
     if actions.shape != (self.batch_size,):
       raise ValueError(
-          f'Expected actions of shape ({self.batch_size},), got '
-          f'{actions.shape}.')
-    return None, self._stack([
-        self._step_stream(env, a) for env, a in zip(self._envs, actions)])
+          f"Expected actions of shape ({self.batch_size},), got "
+          f"{actions.shape}."
+      )
+    return None, self._stack(
+        [
+            self._step_stream(env, a)
+            for env, a in zip(self._envs, actions, strict=True)
+        ]
+    )
 
   @staticmethod
   def _step_stream(env: dm_env.Environment, action) -> dm_env.TimeStep:
@@ -155,7 +170,9 @@ class BatchedDmEnv(base.Environment):
         step_type=np.asarray([t.step_type for t in timesteps], np.int32),
         discount=np.asarray(
             [1.0 if t.discount is None else t.discount for t in timesteps],
-            np.float32))
+            np.float32,
+        ),
+    )
 
   def observation_spec(self) -> specs.Array:
     return self._envs[0].observation_spec()
@@ -164,10 +181,14 @@ class BatchedDmEnv(base.Environment):
     return self._envs[0].action_spec()
 
 
-def batched_catch(batch_size: int, rows: int = 8, columns: int = 8,
-                  seed: int = 1) -> BatchedDmEnv:
+def batched_catch(
+    batch_size: int, rows: int = 8, columns: int = 8, seed: int = 1
+) -> BatchedDmEnv:
   """``batch_size`` host Catch streams, each seeded from ``seed``."""
   catch.check_settings(rows, columns, batch_size)
-  return BatchedDmEnv([
-      CatchDmEnv(rows, columns, seed=s)
-      for s in stream_seeds(seed, batch_size)])
+  return BatchedDmEnv(
+      [
+          CatchDmEnv(rows, columns, seed=s)
+          for s in stream_seeds(seed, batch_size)
+      ]
+  )

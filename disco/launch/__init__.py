@@ -1,0 +1,1 @@
+"""Launchers: disco-eval and disco-meta-train, and the core they share."""

@@ -1,25 +1,50 @@
-"""Pieces shared by the launchers: usage errors, rule resolution and
-command-line parsing."""
+"""The launcher core shared by ``disco-eval`` and ``disco-meta-train``.
+
+A launcher is a config (``disco.configs.<name>``, i.e. the top-level
+``configs/<name>.py``) and three steps that other launchers may reuse:
+``build`` checks the config and builds what a run needs, ``run`` trains, and
+``write`` saves the outputs. This module holds what they share:
+
+* usage errors: bad input is a ``UsageError``, printed as one line with exit
+  status 2 (``fail``);
+* config checks (``check_config_keys``, ``check_int``, ...), user modules that
+  register rules or environments (``import_modules``);
+* rule resolution by registry name or file (``resolve_rule``);
+* outputs (``output_dir``, ``write_json``, ``fmt``, ``steady_state``);
+* the command line (``run_launcher``: absl flags with an ``ml_collections``
+  ``--config`` file whose values are overridden as ``--config.key=value``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+import dataclasses
+import datetime
+import difflib
+import importlib
+import json
+import math
 import os
+from pathlib import Path
 import re
 import runpy
+import signal
 import sys
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, NoReturn
 
+from absl import app
 from absl import flags
-
+from absl import logging
 import jax
 from ml_collections import config_dict
 from ml_collections import config_flags
+import numpy as np
 
-from disco import configs
+from disco import configs as configs_pkg
 from disco import weights as weights_lib
+from disco.update_rules import base as rule_base
+from disco.update_rules import registry
 
-DISCO103 = "disco103"
 AGENT_PARAMS_KIND = "agent_params"
 
 
@@ -33,36 +58,141 @@ def one_line(message: Any) -> str:
   return " ".join(parts)
 
 
-def rule_names() -> tuple[str, ...]:
-  """Everything ``resolve_rule`` accepts by name (looked up at call time, so
-  rules registered later are included)."""
-  return (DISCO103, *configs.RULES)
+def fail(program: str, message: Any) -> NoReturn:
+  """Prints a one-line error and exits with status 2."""
+  print(f"{program}: error: {one_line(message)}", file=sys.stderr)
+  sys.exit(2)
+
+
+# -------------------------------------------------------------- configs ----
+
+
+def config_path(name: str) -> Path:
+  """The file of launcher config ``name`` (``configs/<name>.py``)."""
+  return Path(configs_pkg.__file__).resolve().parent / f"{name}.py"
+
+
+def load_config(name: str) -> config_dict.ConfigDict:
+  """The default config of launcher ``name``."""
+  return runpy.run_path(str(config_path(name)))["get_config"]()
+
+
+def check_config_keys(
+    config: config_dict.ConfigDict, expected: config_dict.ConfigDict, name: str
+) -> None:
+  """Raises a ``UsageError`` for keys ``config`` adds or lacks at the top."""
+  keys, valid = set(config.keys()), set(expected.keys())
+  if keys - valid:
+    raise UsageError(
+        f"Unknown config key(s) {sorted(keys - valid)}; valid keys: "
+        f"{', '.join(sorted(valid))}."
+    )
+  if valid - keys:
+    raise UsageError(
+        f"The config lacks key(s) {sorted(valid - keys)}: start from "
+        f"{config_path(name)}."
+    )
+
+
+def check_int(value: Any, name: str, minimum: int) -> int:
+  """``value`` as an int ``>= minimum`` (``name`` is its config key)."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise UsageError(f"config.{name} must be an integer, got {value!r}.")
+  if value < minimum:
+    raise UsageError(f"config.{name} must be >= {minimum}, got {value}.")
+  return int(value)
+
+
+def check_bool(value: Any, name: str) -> bool:
+  if not isinstance(value, bool):
+    raise UsageError(f"config.{name} must be True or False, got {value!r}.")
+  return value
+
+
+def check_number(value: Any, name: str, positive: bool = False) -> float:
+  """``value`` as a finite float (``> 0`` if ``positive``)."""
+  if (
+      isinstance(value, bool)
+      or not isinstance(value, (int, float))
+      or not math.isfinite(value)
+      or (positive and not value > 0)
+  ):
+    need = "a number > 0" if positive else "a finite number"
+    raise UsageError(f"config.{name} must be {need}, got {value!r}.")
+  return float(value)
+
+
+def as_dict(value: Any, name: str) -> dict[str, Any]:
+  if isinstance(value, config_dict.ConfigDict):
+    return value.to_dict()
+  if isinstance(value, dict):
+    return dict(value)
+  raise UsageError(f"config.{name} must be a dict, got {value!r}.")
+
+
+def import_modules(names: str) -> None:
+  """Imports the comma-separated modules of ``config.imports`` (modules that
+  register rules or environments when imported)."""
+  for name in (n.strip() for n in str(names or "").split(",")):
+    if not name:
+      continue
+    try:
+      importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001 - any import failure is a usage error
+      raise UsageError(
+          f"Cannot import module {name!r} (config.imports): "
+          f"{type(e).__name__}: {one_line(e)}. Check the name and that it is "
+          "on PYTHONPATH."
+      ) from None
+
+
+# ---------------------------------------------------------------- rules ----
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedRule:
+  """A rule ready to train with.
+
+  Attributes:
+    label: a short name for outputs (the registry name or the file's stem).
+    settings: agent settings (``settings.rule`` is a registry name).
+    rule: the rule built from ``settings``.
+    meta_params: its meta-parameters, checked against the structure of
+      ``rule.init_meta_params`` (``{}`` for hand-designed rules).
+    source: where they come from: ``"none"`` (hand-designed), ``"random"``
+      (a random initialisation), ``"pretrained"`` or ``"file"``.
+  """
+
+  label: str
+  settings: config_dict.ConfigDict
+  rule: rule_base.UpdateRule
+  meta_params: Any
+  source: str
+
+
+def _valid_rules_text() -> str:
+  return (
+      f"one of {', '.join(registry.rule_names())}, or the path of a .npz "
+      "file saved by disco.weights.save_meta_params"
+  )
 
 
 def _is_path(name_or_path: str) -> bool:
-  return (name_or_path.endswith(".npz") or os.sep in name_or_path
-          or (os.altsep is not None and os.altsep in name_or_path)
-          or Path(name_or_path).expanduser().is_file())
+  return (
+      name_or_path.endswith(".npz")
+      or os.sep in name_or_path
+      or (os.altsep is not None and os.altsep in name_or_path)
+      or Path(name_or_path).expanduser().is_file()
+  )
 
 
-def _expected_meta_params(settings: config_dict.ConfigDict):
-  """Shapes/dtypes of the meta-parameters of the rule ``settings`` describe."""
+def _build_rule(settings: config_dict.ConfigDict):
+  """``(rule, expected meta-parameter shapes)``."""
   try:
-    rule = configs.make_rule(settings.rule, **settings.rule_kwargs.to_dict())
+    rule = registry.make_rule(settings)
   except ValueError as e:
     raise UsageError(one_line(e)) from None
-  return jax.eval_shape(rule.init_params, jax.random.PRNGKey(0)), rule
-
-
-def _default_settings(rule: str) -> config_dict.ConfigDict:
-  if rule not in configs.RULES:
-    raise UsageError(
-        f"Unknown rule {rule!r}: use one of {', '.join(rule_names())}, or the "
-        "path of a .npz file saved by disco.weights.save_meta_params.")
-  try:
-    return configs.get_settings(rule)
-  except ValueError as e:
-    raise UsageError(one_line(e)) from None
+  return rule, jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
 
 
 def _load_checked(path, expected, what: str):
@@ -72,84 +202,62 @@ def _load_checked(path, expected, what: str):
     raise UsageError(f"{what}: {one_line(e)}") from None
 
 
-def resolve_rule(name_or_path: str, weights: str | None = None
-                 ) -> tuple[config_dict.ConfigDict, Any]:
-  """Settings and meta-parameters of a rule given by name or file.
-
-  Args:
-    name_or_path: ``'disco103'`` (the published Disco103 weights with
-      ``configs.get_settings('disco')``); the path of an ``.npz`` written by
-      ``disco.weights.save_meta_params`` whose metadata names the ``rule``
-      (and optionally ``rule_kwargs`` and ``settings`` overriding that rule's
-      default settings); or the name of a registered rule (``configs.RULES``),
-      which gets its default settings and its initial meta-parameters
-      (``{}`` for hand-designed rules; a random initialisation otherwise).
-    weights: for ``'disco103'``, the path of the Disco103 file (default: found
-      or downloaded by ``disco.weights.load_disco103``); for a named rule with
-      meta-parameters, a file of them to load. Not allowed with a path.
-
-  Returns:
-    ``(settings, meta_params)``; the meta-parameters have been checked against
-    the structure of the rule's ``init_params``.
-
-  Raises:
-    UsageError: unknown rule, missing or mismatching file.
-  """
-  name_or_path = str(name_or_path).strip()
-  if weights is not None:
-    weights = str(weights).strip() or None
-  if not name_or_path:
-    raise UsageError(f"No rule given: use one of {', '.join(rule_names())} "
-                     "or the path of a .npz file.")
-
-  if name_or_path == DISCO103:
-    settings = _default_settings("disco")
-    expected, _ = _expected_meta_params(settings)
+def _resolve_named(name: str, weights: str | None) -> ResolvedRule:
+  entry = registry.get_entry(name)
+  settings = registry.default_settings(name)
+  rule, expected = _build_rule(settings)
+  has_meta_params = bool(jax.tree.leaves(expected))
+  if entry.pretrained is not None:
     try:
-      meta_params = weights_lib.load_disco103(weights, expected=expected)
+      meta_params = entry.pretrained(weights, expected)
     except weights_lib.WeightsError as e:
-      raise UsageError(f"Cannot load Disco103: {one_line(e)}") from None
-    return settings, meta_params
-
-  if name_or_path in configs.RULES:
-    settings = _default_settings(name_or_path)
-    expected, rule = _expected_meta_params(settings)
-    if weights is None:
-      return settings, rule.init_params(jax.random.PRNGKey(0))
-    if not jax.tree.leaves(expected):
+      raise UsageError(f"Cannot load {name}: {one_line(e)}") from None
+    source = "pretrained"
+  elif weights is not None:
+    if not has_meta_params:
       raise UsageError(
-          f"Rule {name_or_path!r} has no meta-parameters, so a weights file "
-          f"({weights}) makes no sense for it: drop the weights setting.")
-    return settings, _load_checked(
-        weights, expected, f"Weights {weights} do not fit rule {name_or_path!r}")
+          f"Rule {name!r} has no meta-parameters, so a weights file "
+          f"({weights}) makes no sense for it: drop the weights setting."
+      )
+    meta_params = _load_checked(
+        weights, expected, f"Weights {weights} do not fit rule {name!r}"
+    )
+    source = "file"
+  else:
+    meta_params = rule.init_meta_params(jax.random.PRNGKey(0))
+    source = "random" if has_meta_params else "none"
+  return ResolvedRule(
+      label=name,
+      settings=settings,
+      rule=rule,
+      meta_params=meta_params,
+      source=source,
+  )
 
-  if not _is_path(name_or_path):
-    raise UsageError(
-        f"Unknown rule {name_or_path!r}: use one of {', '.join(rule_names())}, "
-        "or the path of a .npz file saved by disco.weights.save_meta_params.")
-  if weights is not None:
-    raise UsageError(
-        f"The rule is already a file ({name_or_path}); the weights setting "
-        f"({weights}) only applies to rule={DISCO103} or a rule name.")
-  path = Path(name_or_path).expanduser()
-  if not path.is_file():
-    raise UsageError(f"Rule file {path} does not exist: check the path "
-                     f"(or use one of {', '.join(rule_names())}).")
-  try:
-    metadata = weights_lib.load_metadata(path)
-  except weights_lib.WeightsError as e:
-    raise UsageError(f"Cannot read rule file {path}: {one_line(e)}") from None
+
+def _settings_from_metadata(
+    path: Path, metadata: dict[str, Any]
+) -> config_dict.ConfigDict:
+  """The agent settings a rule file's metadata describes."""
   if metadata.get("kind") == AGENT_PARAMS_KIND:
     raise UsageError(
-        f"{path} holds trained agent parameters, not an update rule's "
-        "meta-parameters.")
-  rule = metadata.get("rule")
-  if not isinstance(rule, str):
+        f"{path} holds trained agent parameters, not an update "
+        "rule's meta-parameters."
+    )
+  name = metadata.get("rule")
+  if not isinstance(name, str):
     raise UsageError(
         f"{path} does not say which rule it belongs to (no 'rule' in its "
         "metadata): save it with disco.weights.save_meta_params(path, params, "
-        "metadata={'rule': ...}).")
-  settings = _default_settings(rule)
+        "metadata={'rule': ...})."
+    )
+  if name not in registry.rule_names():
+    raise UsageError(
+        f"{path} holds meta-parameters of rule {name!r}, which is "
+        f"not registered: use {_valid_rules_text()} (or import "
+        "the module that registers it with config.imports)."
+    )
+  settings = registry.default_settings(name)
   overrides = metadata.get("settings") or {}
   rule_kwargs = metadata.get("rule_kwargs")
   try:
@@ -162,17 +270,162 @@ def resolve_rule(name_or_path: str, weights: str | None = None
       settings.rule_kwargs = {**settings.rule_kwargs.to_dict(), **rule_kwargs}
   except (TypeError, AttributeError, KeyError, ValueError) as e:
     raise UsageError(
-        f"The settings in the metadata of {path} do not fit rule {rule!r}: "
-        f"{one_line(e)}") from None
-  if settings.rule != rule:
-    raise UsageError(f"The metadata of {path} names rule {rule!r} but its "
-                     f"settings say {settings.rule!r}.")
-  expected, _ = _expected_meta_params(settings)
-  return settings, _load_checked(
-      path, expected, f"Rule file {path} does not fit rule {rule!r}")
+        f"The settings in the metadata of {path} do not fit rule {name!r}: "
+        f"{one_line(e)}"
+    ) from None
+  if settings.rule != name:
+    raise UsageError(
+        f"The metadata of {path} names rule {name!r} but its "
+        f"settings say {settings.rule!r}."
+    )
+  return settings
 
 
-# ------------------------------------------------------- command line ----
+def _resolve_file(path: Path) -> ResolvedRule:
+  if not path.is_file():
+    raise UsageError(
+        f"Rule file {path} does not exist: check the path (or "
+        f"use {_valid_rules_text()})."
+    )
+  try:
+    metadata = weights_lib.load_metadata(path)
+  except weights_lib.WeightsError as e:
+    raise UsageError(f"Cannot read rule file {path}: {one_line(e)}") from None
+  settings = _settings_from_metadata(path, metadata)
+  rule, expected = _build_rule(settings)
+  meta_params = _load_checked(
+      path, expected, f"Rule file {path} does not fit rule {settings.rule!r}"
+  )
+  return ResolvedRule(
+      label=path.stem or "rule",
+      settings=settings,
+      rule=rule,
+      meta_params=meta_params,
+      source="file",
+  )
+
+
+def resolve_rule(name_or_path: str, weights: str | None = None) -> ResolvedRule:
+  """A rule given by registry name or by file, built once.
+
+  Args:
+    name_or_path: a registered rule (``update_rules.registry``): it gets its
+      default settings and its pretrained meta-parameters (``disco103``), the
+      ones in ``weights``, or a random initialisation (``{}`` for
+      hand-designed rules); or the path of an ``.npz`` written by
+      ``disco.weights.save_meta_params`` whose metadata names the ``rule``
+      (and optionally ``rule_kwargs`` and ``settings`` overriding that rule's
+      default settings).
+    weights: for a pretrained entry, the path of its file (default: found or
+      downloaded); for a rule with meta-parameters, a file of them to load.
+      Not allowed with a path.
+
+  Raises:
+    UsageError: unknown rule, missing or mismatching file.
+  """
+  name_or_path = str(name_or_path).strip()
+  if weights is not None:
+    weights = str(weights).strip() or None
+  if not name_or_path:
+    raise UsageError(f"No rule given: use {_valid_rules_text()}.")
+  if name_or_path in registry.rule_names():
+    return _resolve_named(name_or_path, weights)
+  if not _is_path(name_or_path):
+    close = difflib.get_close_matches(name_or_path, registry.rule_names(), 3)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise UsageError(
+        f"Unknown rule {name_or_path!r}.{hint} Use " f"{_valid_rules_text()}."
+    )
+  if weights is not None:
+    raise UsageError(
+        f"The rule is already a file ({name_or_path}); the weights setting "
+        f"({weights}) only applies to a rule name."
+    )
+  return _resolve_file(Path(name_or_path).expanduser())
+
+
+# -------------------------------------------------------------- outputs ----
+
+
+def output_dir(requested: str, prefix: str) -> Path:
+  """``requested`` (``~`` expanded), or ``runs/<prefix>-<UTC time>[-k]``."""
+  if requested:
+    out = Path(requested).expanduser()
+  else:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", prefix)
+    out = Path("runs") / f"{safe}-{stamp}"
+    suffix = 1
+    while out.exists():
+      suffix += 1
+      out = Path("runs") / f"{safe}-{stamp}-{suffix}"
+  if out.exists() and not out.is_dir():
+    raise UsageError(f"output_dir {out} exists and is not a folder.")
+  return out
+
+
+def make_dir(path: Path) -> Path:
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise UsageError(f"Cannot create output_dir {path}: {e}.") from None
+  return path
+
+
+def to_jsonable(x: Any) -> Any:
+  """Plain JSON values from configs, NumPy scalars, paths and containers."""
+  if isinstance(x, config_dict.ConfigDict):
+    x = x.to_dict()
+  if isinstance(x, dict):
+    return {str(k): to_jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [to_jsonable(v) for v in x]
+  if isinstance(x, np.integer):
+    return int(x)
+  if isinstance(x, np.floating):
+    return float(x)
+  if isinstance(x, Path):
+    return str(x)
+  return x
+
+
+def write_json(path: Path, data: Any) -> None:
+  path.write_text(
+      json.dumps(to_jsonable(data), indent=2, sort_keys=True) + "\n"
+  )
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+  """``x`` with ``digits`` decimals; ``n/a`` for None, NaN or infinity."""
+  if x is None or not math.isfinite(x):
+    return "n/a"
+  return f"{x:.{digits}f}"
+
+
+def steady_state(times: Sequence[float]) -> tuple[float | None, float | None]:
+  """``(steady time per call, compile time)`` of calls of one compiled
+  program: the first call compiles, the median of the others is the steady
+  state. With one call there is no compile estimate."""
+  if not times:
+    return None, None
+  if len(times) == 1:
+    return float(times[0]), None
+  steady = float(np.median(times[1:]))
+  return steady, max(0.0, times[0] - steady)
+
+
+def run_record() -> dict[str, Any]:
+  """Versions and devices, saved with every run."""
+  import disco
+
+  return dict(
+      disco_version=disco.__version__,
+      jax_version=jax.__version__,
+      devices=[str(d) for d in jax.devices()],
+  )
+
+
+# --------------------------------------------------------- command line ----
 
 
 def config_file_from_argv(argv: Sequence[str], default: Path) -> Path:
@@ -180,10 +433,12 @@ def config_file_from_argv(argv: Sequence[str], default: Path) -> Path:
   for i, arg in enumerate(argv):
     m = re.match(r"^--?config(=(.*))?$", arg)
     if m:
-      value = m.group(2) if m.group(1) else (
-          argv[i + 1] if i + 1 < len(argv) else "")
-      return Path(value.split(":", 1)[0] if not Path(value).exists()
-                  else value)
+      value = (
+          m.group(2)
+          if m.group(1)
+          else (argv[i + 1] if i + 1 < len(argv) else "")
+      )
+      return Path(value.split(":", 1)[0] if not Path(value).exists() else value)
   return default
 
 
@@ -191,8 +446,9 @@ def unknown_override(argv: Sequence[str], default: Path) -> str | None:
   """Describes the first ``--config.a.b=...`` naming a key that is not there."""
   try:
     base = runpy.run_path(str(config_file_from_argv(argv, default)))[
-        "get_config"]()
-  except Exception:  # pylint: disable=broad-except
+        "get_config"
+    ]()
+  except Exception:  # noqa: BLE001 - the caller reports the original error
     return None
   for arg in argv:
     m = re.match(r"^--?(?:no)?config\.([^=]+)", arg)
@@ -202,18 +458,39 @@ def unknown_override(argv: Sequence[str], default: Path) -> str | None:
     for key in m.group(1).split("."):
       if not isinstance(node, config_dict.ConfigDict) or key not in node:
         where = "config" + "".join(f".{p}" for p in path)
-        valid = (", ".join(sorted(node.keys()))
-                 if isinstance(node, config_dict.ConfigDict) else "none")
-        return (f"Unknown config key '{where}.{key}' (in {arg.split('=')[0]})"
-                f"; valid keys of {where}: {valid}.")
+        valid = (
+            ", ".join(sorted(node.keys()))
+            if isinstance(node, config_dict.ConfigDict)
+            else "none"
+        )
+        close = (
+            difflib.get_close_matches(key, list(node.keys()), 2)
+            if isinstance(node, config_dict.ConfigDict)
+            else []
+        )
+        hint = (
+            (
+                " Did you mean "
+                + " or ".join(f"'{where}.{c}'" for c in close)
+                + "?"
+            )
+            if close
+            else ""
+        )
+        return (
+            f"Unknown config key '{where}.{key}' (in {arg.split('=')[0]})"
+            f".{hint} Valid keys of {where}: {valid}."
+        )
       node, path = node[key], [*path, key]
   return None
 
 
-def parse_config_flags(argv: Sequence[str], default_config: Path,
-                       help_text: str,
-                       flag_values: flags.FlagValues | None = None
-                       ) -> list[str]:
+def parse_config_flags(
+    argv: Sequence[str],
+    default_config: Path,
+    help_text: str,
+    flag_values: flags.FlagValues | None = None,
+) -> list[str]:
   """Defines ``--config`` (an ml_collections config file, ``default_config``
   unless given) on ``flag_values`` (default: absl's FLAGS) and parses
   ``argv``; returns the remaining arguments.
@@ -227,18 +504,25 @@ def parse_config_flags(argv: Sequence[str], default_config: Path,
   try:
     if "config" not in fv:
       config_flags.DEFINE_config_file(
-          "config", str(default_config), help_text, flag_values=fv,
-          sys_argv=argv, lock_config=True)
+          "config",
+          str(default_config),
+          help_text,
+          flag_values=fv,
+          sys_argv=argv,
+          lock_config=True,
+      )
     rest = fv(argv)
     config = fv["config"].value
     if not isinstance(config, config_dict.ConfigDict):
       config.keys()  # an unloadable config file raises its reason here
-      raise UsageError(f"The config file did not give a ConfigDict "
-                       f"({type(config).__name__}).")
+      raise UsageError(
+          f"The config file did not give a ConfigDict "
+          f"({type(config).__name__})."
+      )
     return rest
   except UsageError:
     raise
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:  # noqa: BLE001 - every parse failure is a usage error
     # ml_collections raises AttributeError/KeyError for unknown keys, absl
     # its own errors for bad values, OSError for an unloadable config file.
     message = None
@@ -250,7 +534,59 @@ def parse_config_flags(argv: Sequence[str], default_config: Path,
     raise UsageError(message or one_line(e)) from None
 
 
-def fail(program: str, message: Any) -> None:
-  """Prints a one-line error and exits with status 2."""
-  print(f"{program}: error: {one_line(message)}", file=sys.stderr)
-  sys.exit(2)
+def _raise_interrupt(signum, frame):
+  del signum, frame
+  raise KeyboardInterrupt("SIGTERM")
+
+
+def run_launcher(
+    program: str,
+    doc: str,
+    config_name: str,
+    body: Callable[[config_dict.ConfigDict], Any],
+) -> None:
+  """Runs a launcher from the command line.
+
+  Parses ``--config`` (default: ``configs/<config_name>.py``) and its
+  overrides, then calls ``body(config)``. A ``UsageError`` (while parsing or
+  from ``body``) prints one line and exits with status 2; Ctrl-C and SIGTERM
+  raise ``KeyboardInterrupt`` in ``body`` (which may save its state) and exit
+  with status 130.
+  """
+  default_config = config_path(config_name)
+  main_module = sys.modules.get("__main__")
+  if main_module is not None and not getattr(main_module, "__doc__", None):
+    main_module.__doc__ = doc  # what absl's --help shows
+
+  def flags_parser(argv: list[str]) -> list[str]:
+    try:
+      return parse_config_flags(
+          argv,
+          default_config,
+          f"Config file (default: {default_config}); override its values "
+          "with --config.<key>=<value>.",
+      )
+    except UsageError as e:
+      fail(program, e)
+
+  def main(argv: Sequence[str]) -> None:
+    if not flags.FLAGS["verbosity"].present:
+      # Keep the output to this program's own lines (JAX, orbax and
+      # matplotlib log INFO messages through absl otherwise); --verbosity=0
+      # shows them.
+      logging.set_verbosity(logging.WARNING)
+    # SIGTERM (e.g. a scheduler's pre-emption) is handled like Ctrl-C.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+      if len(argv) > 1:
+        raise UsageError(
+            f"Unexpected argument(s) {list(argv[1:])}: settings "
+            "are given as --config.<key>=<value>."
+        )
+      body(flags.FLAGS.config)
+    except UsageError as e:
+      fail(program, e)
+    except KeyboardInterrupt:
+      sys.exit(130)
+
+  app.run(main, flags_parser=flags_parser)

@@ -23,10 +23,11 @@ overwritten silently.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -53,25 +54,39 @@ def tree_manifest(tree: Any) -> list[dict[str, Any]]:
   """``[{path, shape, dtype}]`` of every leaf of ``tree`` (arrays or
   ``jax.ShapeDtypeStruct``), in ``jax.tree`` order."""
   leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-  return [dict(path=jax.tree_util.keystr(path),
-               shape=[int(d) for d in np.shape(leaf)],
-               dtype=np.dtype(leaf.dtype).name) for path, leaf in leaves]
+  return [
+      dict(
+          path=jax.tree_util.keystr(path),
+          shape=[int(d) for d in np.shape(leaf)],
+          dtype=np.dtype(leaf.dtype).name,
+      )
+      for path, leaf in leaves
+  ]
 
 
-def manifest_diff(saved: Sequence[Mapping[str, Any]],
-                  expected: Sequence[Mapping[str, Any]],
-                  limit: int = 5) -> list[str]:
+def manifest_diff(
+    saved: Sequence[Mapping[str, Any]],
+    expected: Sequence[Mapping[str, Any]],
+    limit: int = 5,
+) -> list[str]:
   """Human-readable differences of a saved manifest from the expected one."""
   saved_by = {m["path"]: m for m in saved}
   expected_by = {m["path"]: m for m in expected}
-  lines = [f"missing {p} ({_fmt(expected_by[p])})"
-           for p in expected_by if p not in saved_by]
-  lines += [f"unexpected {p} ({_fmt(saved_by[p])})"
-            for p in saved_by if p not in expected_by]
+  lines = [
+      f"missing {p} ({_fmt(expected_by[p])})"
+      for p in expected_by
+      if p not in saved_by
+  ]
+  lines += [
+      f"unexpected {p} ({_fmt(saved_by[p])})"
+      for p in saved_by
+      if p not in expected_by
+  ]
   for p, e in expected_by.items():
     s = saved_by.get(p)
-    if s is not None and (list(s["shape"]) != list(e["shape"])
-                          or s["dtype"] != e["dtype"]):
+    if s is not None and (
+        list(s["shape"]) != list(e["shape"]) or s["dtype"] != e["dtype"]
+    ):
       lines.append(f"{p}: saved {_fmt(s)}, expected {_fmt(e)}")
   if not lines and [m["path"] for m in saved] != [m["path"] for m in expected]:
     lines.append("the leaves are stored in another order")
@@ -122,8 +137,11 @@ def _decode(x: Any) -> Any:
 # ------------------------------------------------------------- config ----
 
 
-def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any],
-                       ignore: Iterable[str] = ()) -> list[str]:
+def config_differences(
+    saved: Mapping[str, Any],
+    current: Mapping[str, Any],
+    ignore: Iterable[str] = (),
+) -> list[str]:
   """``key: saved X, now Y`` for each top-level key that differs (JSON
   comparison, so tuples equal lists), except ``ignore``."""
   ignore = set(ignore)
@@ -177,7 +195,8 @@ class CheckpointManager:
     if self.directory.exists() and not self.directory.is_dir():
       raise CheckpointError(
           f"Checkpoint folder {self.directory} exists and is not a folder: "
-          "choose another output folder.")
+          "choose another output folder."
+      )
     self.keep = keep
     self._manager: ocp.CheckpointManager | None = None
 
@@ -185,10 +204,11 @@ class CheckpointManager:
   def _orbax(self) -> ocp.CheckpointManager:
     if self._manager is None:
       options = ocp.CheckpointManagerOptions(
-          max_to_keep=self.keep, create=True,
-          enable_async_checkpointing=False)
-      self._manager = ocp.CheckpointManager(self.directory, options=options,
-                                            item_names=_ITEMS)
+          max_to_keep=self.keep, create=True, enable_async_checkpointing=False
+      )
+      self._manager = ocp.CheckpointManager(
+          self.directory, options=options, item_names=_ITEMS
+      )
     return self._manager
 
   def close(self) -> None:
@@ -196,7 +216,7 @@ class CheckpointManager:
       self._manager.close()
       self._manager = None
 
-  def __enter__(self) -> "CheckpointManager":
+  def __enter__(self) -> CheckpointManager:
     return self
 
   def __exit__(self, *exc) -> None:
@@ -218,10 +238,15 @@ class CheckpointManager:
     return self.directory / str(step)
 
   # -------------------------------------------------------------- save
-  def save(self, state: Any, *, step: int | None = None,
-           history: Sequence[Mapping[str, Any]] = (),
-           config: Mapping[str, Any] | None = None,
-           extra: Mapping[str, Any] | None = None) -> Path:
+  def save(
+      self,
+      state: Any,
+      *,
+      step: int | None = None,
+      history: Sequence[Mapping[str, Any]] = (),
+      config: Mapping[str, Any] | None = None,
+      extra: Mapping[str, Any] | None = None,
+  ) -> Path:
     """Saves ``state`` (and the host-side record) as checkpoint ``step``.
 
     ``step`` defaults to ``int(state.step)``. Saving a step that is already
@@ -233,16 +258,24 @@ class CheckpointManager:
     if step in self.all_steps():
       return self.path(step)
     leaves = jax.tree.leaves(state)
-    record = dict(format_version=FORMAT_VERSION, step=step,
-                  manifest=tree_manifest(state),
-                  history=[dict(r) for r in history],
-                  config=None if config is None else dict(config),
-                  extra=dict(extra or {}))
+    record = dict(
+        format_version=FORMAT_VERSION,
+        step=step,
+        manifest=tree_manifest(state),
+        history=[dict(r) for r in history],
+        config=None if config is None else dict(config),
+        extra=dict(extra or {}),
+    )
     arrays = {_leaf_name(i): leaf for i, leaf in enumerate(leaves)}
-    self._orbax().save(step, args=ocp.args.Composite(**{
-        STATE_ITEM: ocp.args.StandardSave(arrays),
-        RECORD_ITEM: ocp.args.JsonSave(_encode(record)),
-    }))
+    self._orbax().save(
+        step,
+        args=ocp.args.Composite(
+            **{
+                STATE_ITEM: ocp.args.StandardSave(arrays),
+                RECORD_ITEM: ocp.args.JsonSave(_encode(record)),
+            }
+        ),
+    )
     self._orbax().wait_until_finished()
     return self.path(step)
 
@@ -250,10 +283,11 @@ class CheckpointManager:
   def read_record(self, step: int) -> dict[str, Any]:
     """The JSON record of checkpoint ``step`` (no arrays are read)."""
     try:
-      restored = self._orbax().restore(step, args=ocp.args.Composite(**{
-          RECORD_ITEM: ocp.args.JsonRestore()}))
+      restored = self._orbax().restore(
+          step, args=ocp.args.Composite(**{RECORD_ITEM: ocp.args.JsonRestore()})
+      )
       record = _decode(restored[RECORD_ITEM])
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       raise self._corrupt(step, e) from e
     if not isinstance(record, dict) or "manifest" not in record:
       raise self._corrupt(step, "its record has no manifest")
@@ -262,7 +296,8 @@ class CheckpointManager:
       raise CheckpointError(
           f"Checkpoint {self.path(step)} has format version {version!r}; this "
           f"version of disco reads version {FORMAT_VERSION}: start a new "
-          "output folder (or use the disco version that wrote it).")
+          "output folder (or use the disco version that wrote it)."
+      )
     return record
 
   def _corrupt(self, step: int, reason: Any) -> CheckpointError:
@@ -272,7 +307,8 @@ class CheckpointManager:
     return CheckpointError(
         f"Checkpoint {self.path(step)} is corrupt or unreadable ({reason}): "
         "delete that folder to resume from an earlier checkpoint, or start a "
-        "new output folder.")
+        "new output folder."
+    )
 
   def restore(self, template: Any, step: int | None = None) -> Restored:
     """Restores checkpoint ``step`` (default: the latest) onto ``template``.
@@ -292,8 +328,10 @@ class CheckpointManager:
       if step is None:
         raise CheckpointError(f"No checkpoint in {self.directory}.")
     elif step not in self.all_steps():
-      raise CheckpointError(f"No checkpoint of step {step} in "
-                            f"{self.directory} (have {self.all_steps()}).")
+      raise CheckpointError(
+          f"No checkpoint of step {step} in "
+          f"{self.directory} (have {self.all_steps()})."
+      )
     record = self.read_record(step)
     expected = tree_manifest(template)
     diff = manifest_diff(record["manifest"], expected)
@@ -302,33 +340,48 @@ class CheckpointManager:
           f"Checkpoint {self.path(step)} does not fit this run's state "
           f"({'; '.join(diff)}): it was written by a run with another "
           "population, network or environment. Use the same config as that "
-          "run, or start a new output folder.")
+          "run, or start a new output folder."
+      )
     leaves, treedef = jax.tree.flatten(template)
     default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     abstract = {
         _leaf_name(i): jax.ShapeDtypeStruct(
-            np.shape(leaf), leaf.dtype,
-            sharding=getattr(leaf, "sharding", None) or default)
-        for i, leaf in enumerate(leaves)}
+            np.shape(leaf),
+            leaf.dtype,
+            sharding=getattr(leaf, "sharding", None) or default,
+        )
+        for i, leaf in enumerate(leaves)
+    }
     try:
-      restored = self._orbax().restore(step, args=ocp.args.Composite(**{
-          STATE_ITEM: ocp.args.StandardRestore(abstract)}))[STATE_ITEM]
+      restored = self._orbax().restore(
+          step,
+          args=ocp.args.Composite(
+              **{STATE_ITEM: ocp.args.StandardRestore(abstract)}
+          ),
+      )[STATE_ITEM]
       arrays = [restored[_leaf_name(i)] for i in range(len(leaves))]
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       raise self._corrupt(step, e) from e
-    for i, (a, leaf) in enumerate(zip(arrays, leaves)):
+    for i, (a, leaf) in enumerate(zip(arrays, leaves, strict=True)):
       if tuple(a.shape) != tuple(np.shape(leaf)) or a.dtype != leaf.dtype:
-        raise self._corrupt(step, f"leaf {expected[i]['path']} came back as "
-                            f"{a.dtype}{list(a.shape)}")
+        raise self._corrupt(
+            step,
+            f"leaf {expected[i]['path']} came back as "
+            f"{a.dtype}{list(a.shape)}",
+        )
     return Restored(
-        state=jax.tree.unflatten(treedef, arrays), step=step,
+        state=jax.tree.unflatten(treedef, arrays),
+        step=step,
         history=list(record.get("history") or []),
-        config=record.get("config"), extra=dict(record.get("extra") or {}),
-        path=self.path(step))
+        config=record.get("config"),
+        extra=dict(record.get("extra") or {}),
+        path=self.path(step),
+    )
 
 
-def restore_latest(directory: str | Path, template_state: Any
-                   ) -> Restored | None:
+def restore_latest(
+    directory: str | Path, template_state: Any
+) -> Restored | None:
   """The latest checkpoint in ``directory`` restored onto ``template_state``
   (see ``CheckpointManager.restore``), or ``None`` if there is none."""
   manager = CheckpointManager(directory)
@@ -340,8 +393,9 @@ def restore_latest(directory: str | Path, template_state: Any
     manager.close()
 
 
-def save_checkpoint(directory: str | Path, state: Any, keep: int = 3,
-                    **kwargs) -> Path:
+def save_checkpoint(
+    directory: str | Path, state: Any, keep: int = 3, **kwargs
+) -> Path:
   """One-off ``CheckpointManager(directory, keep).save(state, **kwargs)``."""
   with CheckpointManager(directory, keep) as manager:
     return manager.save(state, **kwargs)

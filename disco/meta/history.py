@@ -10,27 +10,45 @@ meta-step, floats written exactly) and plots the learning curves.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 import csv
 import math
 import os
-import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
 
+from disco import files
+
 STEP = "meta_step"
 # Leading CSV columns (population-level); the rest follow sorted.
-MAIN_COLUMNS = (STEP, "meta_loss", "pg_loss", "reg_loss", "meta_grad_norm",
-                "meta_update_norm", "rewards", "pos_reward_frac",
-                "neg_reward_frac", "pos_rewards", "neg_rewards")
-_WEIGHTED = ("pg_loss", "reg_loss", "entropy", "pos_reward_frac",
-             "neg_reward_frac")
+MAIN_COLUMNS = (
+    STEP,
+    "meta_loss",
+    "pg_loss",
+    "reg_loss",
+    "meta_grad_norm",
+    "meta_update_norm",
+    "rewards",
+    "pos_reward_frac",
+    "neg_reward_frac",
+    "pos_rewards",
+    "neg_rewards",
+)
+_WEIGHTED = (
+    "pg_loss",
+    "reg_loss",
+    "entropy",
+    "pos_reward_frac",
+    "neg_reward_frac",
+)
 
 
-def metrics_row(step: int, logs: Mapping[str, Any],
-                groups: Sequence[Any], rollout_len: int) -> dict[str, Any]:
+def metrics_row(
+    step: int, logs: Mapping[str, Any], groups: Sequence[Any], rollout_len: int
+) -> dict[str, Any]:
   """One row of metrics from the logs of ``Population.step``.
 
   Args:
@@ -59,8 +77,10 @@ def metrics_row(step: int, logs: Mapping[str, Any],
   for name in _WEIGHTED:
     keys = [f"{g.name}/{name}" for g in groups]
     if name not in logs and all(k in logs for k in keys):
-      logs[name] = sum(logs[k] * g.num_agents / total
-                       for k, g in zip(keys, groups))
+      logs[name] = sum(
+          logs[k] * g.num_agents / total
+          for k, g in zip(keys, groups, strict=True)
+      )
   row.update(logs)
   return row
 
@@ -112,23 +132,17 @@ class MetricsHistory:
   def write_csv(self, path: str | os.PathLike[str]) -> Path:
     """Writes every row (atomically: a temporary file renamed over it)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-      with os.fdopen(fd, "w", newline="") as f:
-        writer = csv.writer(f)
-        columns = self.columns
-        writer.writerow(columns)
-        for r in self.rows:
-          writer.writerow([_cell(r.get(c, math.nan)) for c in columns])
-      os.replace(tmp, path)
-    except BaseException:
-      Path(tmp).unlink(missing_ok=True)
-      raise
+    with files.atomic_write(path, "w", newline="") as f:
+      writer = csv.writer(f)
+      columns = self.columns
+      writer.writerow(columns)
+      for r in self.rows:
+        writer.writerow([_cell(r.get(c, math.nan)) for c in columns])
     return path
 
-  def append_csv(self, path: str | os.PathLike[str],
-                 row: Mapping[str, Any]) -> None:
+  def append_csv(
+      self, path: str | os.PathLike[str], row: Mapping[str, Any]
+  ) -> None:
     """Appends ``row`` to the history and to the CSV at ``path`` (which is
     rewritten whole when it is missing or has other columns)."""
     self.append(row)
@@ -142,19 +156,23 @@ class MetricsHistory:
       self.write_csv(path)
       return
     with open(path, "a", newline="") as f:
-      csv.writer(f).writerow([_cell(self.rows[-1].get(c, math.nan))
-                              for c in columns])
+      csv.writer(f).writerow(
+          [_cell(self.rows[-1].get(c, math.nan)) for c in columns]
+      )
 
   @classmethod
-  def read_csv(cls, path: str | os.PathLike[str]) -> "MetricsHistory":
+  def read_csv(cls, path: str | os.PathLike[str]) -> MetricsHistory:
     with open(path, newline="") as f:
       reader = csv.DictReader(f)
       return cls([{k: _parse(v) for k, v in r.items()} for r in reader])
 
   # ------------------------------------------------------------- plots
-  def plot(self, rewards_path: str | os.PathLike[str] | None = None,
-           loss_path: str | os.PathLike[str] | None = None,
-           title: str | None = None):
+  def plot(
+      self,
+      rewards_path: str | os.PathLike[str] | None = None,
+      loss_path: str | os.PathLike[str] | None = None,
+      title: str | None = None,
+  ):
     """Learning curves against the meta-step.
 
     Draws (1) the mean reward per actor step and the fractions of positive
@@ -164,8 +182,10 @@ class MetricsHistory:
     loss_fig)``.
     """
     figs = []
-    for path, draw in ((rewards_path, self._draw_rewards),
-                       (loss_path, self._draw_loss)):
+    for path, draw in (
+        (rewards_path, self._draw_rewards),
+        (loss_path, self._draw_loss),
+    ):
       fig = _figure(path, ncols=2 if draw == self._draw_rewards else 1)
       draw(fig)
       if title:
@@ -177,8 +197,13 @@ class MetricsHistory:
     return tuple(figs)
 
   def _groups(self) -> list[str]:
-    return sorted({k.split("/", 1)[0] for k in self.columns
-                   if k.endswith("/rewards") and "/inner/" not in k})
+    return sorted(
+        {
+            k.split("/", 1)[0]
+            for k in self.columns
+            if k.endswith("/rewards") and "/inner/" not in k
+        }
+    )
 
   def _draw_rewards(self, fig) -> None:
     ax_r, ax_f = fig.axes
@@ -191,12 +216,21 @@ class MetricsHistory:
     ax_r.set_ylabel("mean reward per actor step")
     ax_r.set_title("Reward")
     for sign, style in (("pos", "-"), ("neg", "--")):
-      ax_f.plot(x, self.column(f"{sign}_reward_frac"), style,
-                label=f"{sign}itive" if sign == "pos" else "negative")
+      ax_f.plot(
+          x,
+          self.column(f"{sign}_reward_frac"),
+          style,
+          label=f"{sign}itive" if sign == "pos" else "negative",
+      )
       if len(groups) > 1:
         for g in groups:
-          ax_f.plot(x, self.column(f"{g}/{sign}_reward_frac"), style,
-                    alpha=0.6, label=f"{g} {sign}")
+          ax_f.plot(
+              x,
+              self.column(f"{g}/{sign}_reward_frac"),
+              style,
+              alpha=0.6,
+              label=f"{g} {sign}",
+          )
     ax_f.set_ylabel("fraction of actor steps")
     ax_f.set_title("Positive / negative rewards")
     for ax in fig.axes:
@@ -218,12 +252,14 @@ class MetricsHistory:
 
 def _figure(path, ncols: int):
   if path is not None:
-    from matplotlib import figure as figure_lib  # pylint: disable=g-import-not-at-top
-    from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
+    from matplotlib import figure as figure_lib
+    from matplotlib.backends import backend_agg
+
     fig = figure_lib.Figure(figsize=(6 * ncols, 4), dpi=100)
     backend_agg.FigureCanvasAgg(fig)
     fig.subplots(1, ncols)
     return fig
-  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  from matplotlib import pyplot as plt
+
   fig, _ = plt.subplots(1, ncols, figsize=(6 * ncols, 4))
   return fig

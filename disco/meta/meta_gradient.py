@@ -13,7 +13,6 @@ through all ``N`` inner updates.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any
 
 import distrax
@@ -22,22 +21,22 @@ import jax.numpy as jnp
 
 from disco import agent as agent_lib
 from disco import types
+from disco.meta import value_function
 from disco.value_fns import losses
-from disco.value_fns import value_function
 
 
 @dataclasses.dataclass(frozen=True)
 class OuterLossConfig:
   """Attributes:
-    entropy_cost: weight of the validation policy-entropy bonus.
-    remat_inner_steps: rematerialise each inner step in the backward pass
-      (``jax.checkpoint``): less memory for long inner unrolls, more compute.
-    max_unrolled_inner_steps: up to this many inner steps, the inner loop
-      compiles to straight-line code; longer ones run as a ``lax.scan`` loop.
-      Straight-line code runs about 1.5x faster on CPU (the loop's backward
-      pass stacks and slices every per-step residual) but compiles longer:
-      about 33 s for 2 inner steps of the published settings, 63 s for 4.
-      0 always loops.
+  entropy_cost: weight of the validation policy-entropy bonus.
+  remat_inner_steps: rematerialise each inner step in the backward pass
+    (``jax.checkpoint``): less memory for long inner unrolls, more compute.
+  max_unrolled_inner_steps: up to this many inner steps, the inner loop
+    compiles to straight-line code; longer ones run as a ``lax.scan`` loop.
+    Straight-line code runs about 1.5x faster on CPU (the loop's backward
+    pass stacks and slices every per-step residual) but compiles longer:
+    about 33 s for 2 inner steps of the published settings, 63 s for 4.
+    0 always loops.
   """
 
   entropy_cost: float = 1e-2
@@ -46,8 +45,10 @@ class OuterLossConfig:
 
   def __post_init__(self):
     if self.max_unrolled_inner_steps < 0:
-      raise ValueError(f"max_unrolled_inner_steps must be >= 0, got "
-                       f"{self.max_unrolled_inner_steps}.")
+      raise ValueError(
+          f"max_unrolled_inner_steps must be >= 0, got "
+          f"{self.max_unrolled_inner_steps}."
+      )
 
 
 def inner_updates(
@@ -60,8 +61,9 @@ def inner_updates(
     rngs: jax.Array,
     remat: bool = False,
     max_unrolled: int = 0,
-) -> tuple[types.LearnerState, value_function.ValueState, types.Logs,
-           dict[str, Any]]:
+) -> tuple[
+    types.LearnerState, value_function.ValueState, types.Logs, dict[str, Any]
+]:
   """``N`` learner (and value-function) updates on ``[N, T+1, B]`` rollouts.
 
   ``remat`` and ``max_unrolled`` are ``OuterLossConfig``'s
@@ -74,7 +76,8 @@ def inner_updates(
     learner, value_state = carry
     rollout, rng = inputs
     new_learner, logs, meta_out = agent.learner_step_with_meta_out(
-        rng, rollout, learner, meta_params, is_meta_training=True)
+        rng, rollout, learner, meta_params, is_meta_training=True
+    )
     # The value function learns about the policy that produced the update.
     logits = agent.unroll(learner.params, rollout.observations)["logits"]
     new_value_state, value_logs = value_fn.update(value_state, rollout, logits)
@@ -84,8 +87,11 @@ def inner_updates(
     step = jax.checkpoint(step)
   num_steps = jax.tree.leaves(rngs)[0].shape[0]
   (learner, value_state), (logs, meta_out) = jax.lax.scan(
-      step, (learner, value_state), (train_rollouts, rngs),
-      unroll=num_steps <= max_unrolled)
+      step,
+      (learner, value_state),
+      (train_rollouts, rngs),
+      unroll=num_steps <= max_unrolled,
+  )
   return learner, value_state, logs, meta_out
 
 
@@ -99,8 +105,12 @@ def outer_loss(
     valid_rollout: types.ActorRollout,
     rng: jax.Array,
     config: OuterLossConfig = OuterLossConfig(),
-) -> tuple[jax.Array, tuple[types.LearnerState, value_function.ValueState,
-                            types.Logs, types.Logs]]:
+) -> tuple[
+    jax.Array,
+    tuple[
+        types.LearnerState, value_function.ValueState, types.Logs, types.Logs
+    ],
+]:
   """The meta-loss after the inner updates, and what they produced.
 
   Args:
@@ -120,25 +130,39 @@ def outer_loss(
   train_rng, _ = jax.random.split(rng)
   num_steps = jax.tree.leaves(train_rollouts)[0].shape[0]
   learner, value_state, train_logs, meta_out = inner_updates(
-      agent, value_fn, meta_params, learner, value_state, train_rollouts,
-      jax.random.split(train_rng, num_steps), config.remat_inner_steps,
-      config.max_unrolled_inner_steps)
+      agent,
+      value_fn,
+      meta_params,
+      learner,
+      value_state,
+      train_rollouts,
+      jax.random.split(train_rng, num_steps),
+      config.remat_inner_steps,
+      config.max_unrolled_inner_steps,
+  )
 
   # The outer loss reads the validation outputs' per-action entries only
   # where the rule says so; the backward pass then skips the others.
-  grad_actions = (valid_rollout.actions
-                  if agent.rule.model_losses_read_taken_actions else None)
-  valid_out = agent.unroll(learner.params, valid_rollout.observations,
-                           grad_actions)
-  value_outs, _, _, _ = value_fn.value_outs(value_state, valid_rollout,
-                                            valid_out["logits"])
+  grad_actions = (
+      valid_rollout.actions
+      if agent.rule.model_losses_read_taken_actions
+      else None
+  )
+  valid_out = agent.unroll(
+      learner.params, valid_rollout.observations, grad_actions
+  )
+  value_outs, _, _, _ = value_fn.value_outs(
+      value_state, valid_rollout, valid_out["logits"]
+  )
   actions = valid_rollout.actions[:-1]
   logits = valid_out["logits"][:-1]
   pg_loss = losses.policy_gradient_loss(
-      logits, actions, jax.lax.stop_gradient(value_outs.normalized_adv))
+      logits, actions, jax.lax.stop_gradient(value_outs.normalized_adv)
+  )
   entropy = distrax.Softmax(logits).entropy().mean()
-  rule_reg, rule_logs = agent.rule.meta_regularizer(meta_out, valid_out,
-                                                    actions)
+  rule_reg, rule_logs = agent.rule.meta_regularizer(
+      meta_out, valid_out, actions
+  )
   reg_loss = -config.entropy_cost * entropy + rule_reg
   meta_loss = pg_loss.mean() + reg_loss
   meta_logs = dict(
@@ -150,27 +174,16 @@ def outer_loss(
       normalized_adv=value_outs.normalized_adv.mean(),
       value=value_outs.value.mean(),
       val_importance_weight=jnp.mean(jnp.minimum(value_outs.rho, 1.0)),
-      **rule_logs)
+      **rule_logs,
+  )
   train_logs = jax.tree.map(jnp.mean, train_logs)
   return meta_loss, (learner, value_state, train_logs, meta_logs)
 
 
 def meta_gradient(
-    meta_params: types.MetaParams,
-    agent: agent_lib.Agent,
-    value_fn: value_function.ValueFunction,
-    learner: types.LearnerState,
-    value_state: value_function.ValueState,
-    train_rollouts: types.ActorRollout,
-    valid_rollout: types.ActorRollout,
-    rng: jax.Array,
-    config: OuterLossConfig = OuterLossConfig(),
-) -> tuple[types.MetaParams, tuple[types.LearnerState,
-                                   value_function.ValueState, types.Logs,
-                                   types.Logs]]:
-  """``d outer_loss / d meta_params`` and the updated agent states."""
-  loss_fn = functools.partial(outer_loss, agent=agent, value_fn=value_fn,
-                              config=config)
-  return jax.grad(loss_fn, has_aux=True)(
-      meta_params, learner=learner, value_state=value_state,
-      train_rollouts=train_rollouts, valid_rollout=valid_rollout, rng=rng)
+    meta_params: types.MetaParams, *args: Any, **kwargs: Any
+) -> tuple[types.MetaParams, tuple[Any, ...]]:
+  """``d outer_loss / d meta_params`` (the other arguments are
+  ``outer_loss``'s), and ``outer_loss``'s auxiliary output: the updated
+  learner and value-function states and the logs."""
+  return jax.grad(outer_loss, has_aux=True)(meta_params, *args, **kwargs)

@@ -20,23 +20,25 @@ it always holds agents of different ages.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 import dataclasses
 import functools
-from typing import Sequence
 
 import chex
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 import numpy as np
 import optax
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from disco import agent as agent_lib
 from disco import types
 from disco.environments import base as env_base
 from disco.meta import meta_gradient as meta_gradient_lib
+from disco.meta import value_function
 from disco.training import acting
-from disco.value_fns import value_function
 
 AXIS = "devices"
 
@@ -63,19 +65,18 @@ class AgentGroup:
 @dataclasses.dataclass(frozen=True)
 class PopulationConfig:
   """Attributes:
-    rollout_len: actor steps per training rollout (the validation rollout is
-      twice as long).
-    inner_steps: learner steps per agent and meta-step.
-    lifetime_meta_steps: meta-steps after which an agent starts a new
-      lifetime (0: never).
-    outer: outer-loss settings.
+  rollout_len: actor steps per training rollout (the validation rollout is
+    twice as long).
+  inner_steps: learner steps per agent and meta-step.
+  lifetime_meta_steps: meta-steps after which an agent starts a new
+    lifetime (0: never).
+  outer: outer-loss settings.
   """
 
   rollout_len: int = 16
   inner_steps: int = 2
   lifetime_meta_steps: int = 0
-  outer: meta_gradient_lib.OuterLossConfig = (
-      meta_gradient_lib.OuterLossConfig())
+  outer: meta_gradient_lib.OuterLossConfig = meta_gradient_lib.OuterLossConfig()
 
 
 @chex.dataclass(frozen=True)
@@ -112,9 +113,13 @@ class Population:
     devices: devices to shard agents across (default: ``jax.devices()``).
   """
 
-  def __init__(self, groups: Sequence[AgentGroup], config: PopulationConfig,
-               meta_optimizer: optax.GradientTransformation,
-               devices: Sequence[jax.Device] | None = None):
+  def __init__(
+      self,
+      groups: Sequence[AgentGroup],
+      config: PopulationConfig,
+      meta_optimizer: optax.GradientTransformation,
+      devices: Sequence[jax.Device] | None = None,
+  ):
     self.groups = tuple(groups)
     self.config = config
     self.meta_optimizer = meta_optimizer
@@ -130,11 +135,13 @@ class Population:
         raise ValueError(
             f"Group {g.name!r} has {g.num_agents} agents, which does not split "
             f"evenly over {len(self.devices)} devices; use a multiple of "
-            f"{len(self.devices)}.")
+            f"{len(self.devices)}."
+        )
       if not g.env.is_jittable:
         raise ValueError(
             f"Group {g.name!r}: meta-training generates rollouts on device and "
-            "needs a jittable environment.")
+            "needs a jittable environment."
+        )
       if g.agent.axis_name is not None or g.value_fn.axis_name is not None:
         raise ValueError("Population agents must be built with axis_name=None.")
     self.num_agents = sum(g.num_agents for g in self.groups)
@@ -149,27 +156,37 @@ class Population:
     return AgentState(
         learner=group.agent.initial_learner_state(learner_rng, obs),
         value=group.value_fn.initial_state(value_rng, obs),
-        actor=actor, age=jnp.zeros([], jnp.int32), rng=rng)
+        actor=actor,
+        age=jnp.zeros([], jnp.int32),
+        rng=rng,
+    )
 
-  def init(self, rng: jax.Array, meta_params: types.MetaParams
-           ) -> MetaTrainState:
+  def init(
+      self, rng: jax.Array, meta_params: types.MetaParams
+  ) -> MetaTrainState:
     """Initial state; agent ages are staggered over the lifetime."""
     agents = []
-    for g, group_rng in zip(self.groups,
-                            jax.random.split(rng, len(self.groups))):
+    for g, group_rng in zip(
+        self.groups, jax.random.split(rng, len(self.groups)), strict=True
+    ):
       rngs = jax.random.split(group_rng, g.num_agents)
       # One compiled program per group (eager vmapped initialisation
       # dispatches hundreds of small programs, which takes many seconds).
       stacked = jax.jit(jax.vmap(functools.partial(self._init_agent, g)))(rngs)
       if self.config.lifetime_meta_steps:
-        ages = (np.arange(g.num_agents) * self.config.lifetime_meta_steps
-                // g.num_agents)
+        ages = (
+            np.arange(g.num_agents)
+            * self.config.lifetime_meta_steps
+            // g.num_agents
+        )
         stacked = stacked.replace(age=jnp.asarray(ages, jnp.int32))
       agents.append(stacked)
     state = MetaTrainState(
         meta_params=meta_params,
         meta_opt_state=self.meta_optimizer.init(meta_params),
-        agents=tuple(agents), step=jnp.zeros([], jnp.int32))
+        agents=tuple(agents),
+        step=jnp.zeros([], jnp.int32),
+    )
     return self.place(state)
 
   def place(self, state: MetaTrainState) -> MetaTrainState:
@@ -180,18 +197,25 @@ class Population:
         meta_params=jax.device_put(state.meta_params, replicated),
         meta_opt_state=jax.device_put(state.meta_opt_state, replicated),
         step=jax.device_put(state.step, replicated),
-        agents=jax.device_put(state.agents, sharded))
+        agents=jax.device_put(state.agents, sharded),
+    )
 
   # ------------------------------------------------------------ one agent
-  def _agent_meta_step(self, group: AgentGroup, meta_params,
-                       state: AgentState):
+  def _agent_meta_step(self, group: AgentGroup, meta_params, state: AgentState):
     cfg = self.config
     rng, act_rng, grad_rng, reset_rng = jax.random.split(state.rng, 4)
     learner = state.learner
 
     def rollout(actor, key, length):
-      return acting.unroll_actor(group.agent, group.env, learner.params,
-                                 learner.rule_state, actor, key, length)
+      return acting.unroll_actor(
+          group.agent,
+          group.env,
+          learner.params,
+          learner.rule_state,
+          actor,
+          key,
+          length,
+      )
 
     def train_rollout(actor, key):
       actor, r = rollout(actor, key, cfg.rollout_len)
@@ -199,14 +223,24 @@ class Population:
       return actor, (r, stats)
 
     actor, (train, stats) = jax.lax.scan(
-        train_rollout, state.actor, jax.random.split(act_rng, cfg.inner_steps))
+        train_rollout, state.actor, jax.random.split(act_rng, cfg.inner_steps)
+    )
     actor, valid = rollout(actor, act_rng, 2 * cfg.rollout_len)
     actor, _ = acting.episode_stats(actor, valid)
 
     grads, (learner, value, train_logs, meta_logs) = (
         meta_gradient_lib.meta_gradient(
-            meta_params, group.agent, group.value_fn, learner, state.value,
-            train, valid, grad_rng, cfg.outer))
+            meta_params,
+            group.agent,
+            group.value_fn,
+            learner,
+            state.value,
+            train,
+            valid,
+            grad_rng,
+            cfg.outer,
+        )
+    )
 
     rewards = train.rewards
     logs = dict(
@@ -216,51 +250,64 @@ class Population:
         pos_rewards=(rewards > 0).sum(axis=(1, 2)).mean(),
         neg_rewards=(rewards < 0).sum(axis=(1, 2)).mean(),
         episodes=stats["episodes"].sum(),
-        return_sum=stats["return_sum"].sum())
-    new_state = state.replace(learner=learner, value=value, actor=actor,
-                              age=state.age + 1, rng=rng)
+        return_sum=stats["return_sum"].sum(),
+    )
+    new_state = state.replace(
+        learner=learner, value=value, actor=actor, age=state.age + 1, rng=rng
+    )
     if cfg.lifetime_meta_steps:
       fresh = self._init_agent(group, reset_rng)
       expired = new_state.age >= cfg.lifetime_meta_steps
       new_state = jax.tree.map(
           lambda f, s: jnp.where(expired, f, s),
-          fresh.replace(actor=new_state.actor), new_state)
+          fresh.replace(actor=new_state.actor),
+          new_state,
+      )
     return grads, new_state, logs
 
   # ------------------------------------------------------------- the step
   def _build_step(self):
     def per_device(meta_params, meta_opt_state, step, agents):
       grad_sums, new_agents, group_logs = None, [], {}
-      for group, group_state in zip(self.groups, agents):
+      for group, group_state in zip(self.groups, agents, strict=True):
         grads, new_state, logs = jax.vmap(
-            functools.partial(self._agent_meta_step, group, meta_params))(
-                group_state)
+            functools.partial(self._agent_meta_step, group, meta_params)
+        )(group_state)
         grad_sum = jax.tree.map(lambda g: g.sum(0), grads)
-        grad_sums = grad_sum if grad_sums is None else jax.tree.map(
-            jnp.add, grad_sums, grad_sum)
+        grad_sums = (
+            grad_sum
+            if grad_sums is None
+            else jax.tree.map(jnp.add, grad_sums, grad_sum)
+        )
         new_agents.append(new_state)
         group_logs[group.name] = jax.tree.map(
-            lambda x: jax.lax.pmean(x.mean(0), AXIS), logs)
+            lambda x: jax.lax.pmean(x.mean(0), AXIS), logs
+        )
       per_device_agents = self.num_agents // len(self.devices)
       meta_grads = jax.lax.pmean(
-          jax.tree.map(lambda g: g / per_device_agents, grad_sums), AXIS)
+          jax.tree.map(lambda g: g / per_device_agents, grad_sums), AXIS
+      )
       updates, meta_opt_state = self.meta_optimizer.update(
-          meta_grads, meta_opt_state, meta_params)
+          meta_grads, meta_opt_state, meta_params
+      )
       meta_params = optax.apply_updates(meta_params, updates)
-      logs = dict(meta_grad_norm=optax.global_norm(meta_grads),
-                  meta_update_norm=optax.global_norm(updates))
+      logs = dict(
+          meta_grad_norm=optax.tree.norm(meta_grads),
+          meta_update_norm=optax.tree.norm(updates),
+      )
       for name, glogs in group_logs.items():
         logs.update({f"{name}/{k}": v for k, v in glogs.items()})
         for k in ("meta_loss", "rewards", "pos_rewards", "neg_rewards"):
-          logs[k] = logs.get(k, 0.0) + glogs[k] * (
-              self._group_weight(name))
+          logs[k] = logs.get(k, 0.0) + glogs[k] * (self._group_weight(name))
       return meta_params, meta_opt_state, step + 1, tuple(new_agents), logs
 
     sharded = jax.shard_map(
-        per_device, mesh=self.mesh,
+        per_device,
+        mesh=self.mesh,
         in_specs=(P(), P(), P(), P(AXIS)),
         out_specs=(P(), P(), P(), P(AXIS), P()),
-        check_vma=False)
+        check_vma=False,
+    )
     return jax.jit(sharded)
 
   def _group_weight(self, name: str) -> float:
@@ -270,6 +317,14 @@ class Population:
   def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
     """One meta-step for the whole population (one compiled program)."""
     meta_params, opt_state, step, agents, logs = self._step(
-        state.meta_params, state.meta_opt_state, state.step, state.agents)
-    return MetaTrainState(meta_params=meta_params, meta_opt_state=opt_state,
-                          agents=agents, step=step), logs
+        state.meta_params, state.meta_opt_state, state.step, state.agents
+    )
+    return (
+        MetaTrainState(
+            meta_params=meta_params,
+            meta_opt_state=opt_state,
+            agents=agents,
+            step=step,
+        ),
+        logs,
+    )

@@ -13,7 +13,7 @@ the heads, in the order of the output spec.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import haiku as hk
 import jax
@@ -47,19 +47,27 @@ def make_action_model(
     head_hiddens: hidden sizes of each head MLP.
   """
   lstm = hk.LSTM(lstm_size, name="action_cond")
-  heads = {key: (hk.nets.MLP(tuple(head_hiddens) + (int(np.prod(s.shape)),)),
-                 tuple(s.shape)) for key, s in out_spec.items()}
+  heads = {
+      key: (
+          hk.nets.MLP(tuple(head_hiddens) + (int(np.prod(s.shape)),)),
+          tuple(s.shape),
+      )
+      for key, s in out_spec.items()
+  }
 
   def model(state: hk.LSTMState, actions: jax.Array) -> dict[str, jax.Array]:
     hidden, _ = lstm(actions, state)  # [N, H]
-    return {key: head(hidden).reshape((hidden.shape[0],) + shape)
-            for key, (head, shape) in heads.items()}
+    return {
+        key: head(hidden).reshape((hidden.shape[0],) + shape)
+        for key, (head, shape) in heads.items()
+    }
 
   return model
 
 
-def per_action_outputs(model: ActionModel, root: hk.LSTMState,
-                       num_actions: int) -> dict[str, jax.Array]:
+def per_action_outputs(
+    model: ActionModel, root: hk.LSTMState, num_actions: int
+) -> dict[str, jax.Array]:
   """Steps the model once per action from ``root`` (``[B, H]`` leaves).
 
   Returns:
@@ -70,7 +78,8 @@ def per_action_outputs(model: ActionModel, root: hk.LSTMState,
   state = jax.tree.map(lambda x: jnp.repeat(x, num_actions, axis=0), root)
   return jax.tree.map(
       lambda x: x.reshape((batch, num_actions) + x.shape[1:]),
-      model(state, actions))
+      model(state, actions),
+  )
 
 
 def _stop_gradient_getter(next_getter, value, context):
@@ -79,8 +88,9 @@ def _stop_gradient_getter(next_getter, value, context):
 
 
 @jax.custom_vjp
-def _with_gradients_of_taken(every: jax.Array, taken: jax.Array,
-                             one_hot: jax.Array) -> jax.Array:
+def _with_gradients_of_taken(
+    every: jax.Array, taken: jax.Array, one_hot: jax.Array
+) -> jax.Array:
   """Returns ``every`` ``[N, A, ...]``; its cotangent goes to ``taken``
   ``[N, ...]`` (read at the one-hot actions ``[N, A]``)."""
   del taken, one_hot
@@ -98,13 +108,14 @@ def _with_gradients_of_taken_bwd(one_hot, cotangent):
   return jnp.zeros_like(cotangent), taken_ct, jnp.zeros_like(one_hot)
 
 
-_with_gradients_of_taken.defvjp(_with_gradients_of_taken_fwd,
-                                _with_gradients_of_taken_bwd)
+_with_gradients_of_taken.defvjp(
+    _with_gradients_of_taken_fwd, _with_gradients_of_taken_bwd
+)
 
 
-def per_action_outputs_grad_at(model: ActionModel, root: hk.LSTMState,
-                               num_actions: int, actions: jax.Array
-                               ) -> dict[str, jax.Array]:
+def per_action_outputs_grad_at(
+    model: ActionModel, root: hk.LSTMState, num_actions: int, actions: jax.Array
+) -> dict[str, jax.Array]:
   """``per_action_outputs`` whose gradients flow only through the entries of
   the given ``[B]`` actions.
 
@@ -118,5 +129,5 @@ def per_action_outputs_grad_at(model: ActionModel, root: hk.LSTMState,
   one_hot = jax.nn.one_hot(actions, num_actions, dtype=root.cell.dtype)
   taken = model(root, one_hot)
   return jax.tree.map(
-      lambda e, t: _with_gradients_of_taken(e, t, one_hot),
-      every, taken)
+      lambda e, t: _with_gradients_of_taken(e, t, one_hot), every, taken
+  )

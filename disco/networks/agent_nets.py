@@ -12,8 +12,9 @@ parameters load as they are:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 import dataclasses
-from typing import Mapping, Sequence
+from typing import Any
 
 import haiku as hk
 import jax
@@ -25,8 +26,8 @@ from disco.networks import action_models
 
 
 @dataclasses.dataclass(frozen=True)
-class MLPNetConfig:
-  """Settings of the MLP agent network.
+class NetConfig:
+  """Settings of the agent network (the ``network`` entry of agent settings).
 
   Attributes:
     dense: torso layer sizes (ReLU between layers, none after the last).
@@ -42,7 +43,7 @@ class MLPNetConfig:
   model_head_hiddens: Sequence[int] = (128,)
 
 
-class MLPAgentNet(hk.Module):
+class AgentNet(hk.Module):
   """Observation ``[B, ...]`` -> dict of outputs described by the specs.
 
   Flat outputs are ``[B, *spec.shape]``; per-action outputs are
@@ -51,7 +52,7 @@ class MLPAgentNet(hk.Module):
 
   def __init__(
       self,
-      config: MLPNetConfig,
+      config: NetConfig,
       num_actions: int,
       flat_spec: Mapping[str, types.ArraySpec],
       model_spec: Mapping[str, types.ArraySpec] | None = None,
@@ -66,10 +67,12 @@ class MLPAgentNet(hk.Module):
     if overlap:
       raise ValueError(
           f"Output names {sorted(overlap)} are declared both as flat and as "
-          "per-action outputs; give them distinct names.")
+          "per-action outputs; give them distinct names."
+      )
 
-  def __call__(self, observations: types.ArrayTree,
-               grad_actions: jax.Array | None = None) -> dict[str, jax.Array]:
+  def __call__(
+      self, observations: types.ArrayTree, grad_actions: jax.Array | None = None
+  ) -> dict[str, jax.Array]:
     """Outputs for ``[B, ...]`` observations.
 
     ``grad_actions`` (``[B]`` int, optional): per-action outputs then carry
@@ -82,19 +85,25 @@ class MLPAgentNet(hk.Module):
       c = self._config
       root = action_models.root_state(embedding, c.model_lstm_size)
       model = action_models.make_action_model(
-          self._model_spec, c.model_lstm_size, c.model_head_hiddens)
+          self._model_spec, c.model_lstm_size, c.model_head_hiddens
+      )
       if grad_actions is None:
-        outputs.update(action_models.per_action_outputs(
-            model, root, self._num_actions))
+        outputs.update(
+            action_models.per_action_outputs(model, root, self._num_actions)
+        )
       else:
-        outputs.update(action_models.per_action_outputs_grad_at(
-            model, root, self._num_actions, grad_actions))
+        outputs.update(
+            action_models.per_action_outputs_grad_at(
+                model, root, self._num_actions, grad_actions
+            )
+        )
     return outputs
 
   def _embedding_pass(self, observations: types.ArrayTree) -> jax.Array:
     leaves = [hk.Flatten()(x) for x in jax.tree.leaves(observations)]
     return hk.nets.MLP(tuple(self._config.dense), name="torso")(
-        jnp.concatenate(leaves, axis=-1))
+        jnp.concatenate(leaves, axis=-1)
+    )
 
   def _head_pass(self, embedding: jax.Array) -> dict[str, jax.Array]:
     embedding = hk.Flatten()(embedding)
@@ -104,14 +113,50 @@ class MLPAgentNet(hk.Module):
     outputs = {}
     for key in sorted(self._flat_spec):
       shape = tuple(self._flat_spec[key].shape)
-      out = hk.nets.MLP((int(np.prod(shape)),), w_init=w_init,
-                        name="torso_head")(embedding)
+      out = hk.nets.MLP(
+          (int(np.prod(shape)),), w_init=w_init, name="torso_head"
+      )(embedding)
       outputs[key] = out.reshape((embedding.shape[0],) + shape)
     return outputs
 
 
+def network_settings(
+    dense: Sequence[int],
+    model_lstm_size: int = 128,
+    model_head_hiddens: Sequence[int] = (128,),
+    head_w_init_std: float | None = 1e-2,
+) -> dict[str, Any]:
+  """The ``network`` entry of agent settings (a plain dict of ``NetConfig``
+  fields)."""
+  return dict(
+      dense=tuple(dense),
+      head_w_init_std=head_w_init_std,
+      model_lstm_size=model_lstm_size,
+      model_head_hiddens=tuple(model_head_hiddens),
+  )
+
+
+def make_net_config(settings: Mapping[str, Any]) -> NetConfig:
+  """``NetConfig`` from the ``network`` entry of agent settings.
+
+  Raises:
+    ValueError: for unknown or missing keys, naming the valid ones.
+  """
+  settings = dict(settings)
+  valid = [f.name for f in dataclasses.fields(NetConfig)]
+  unknown = sorted(set(settings) - set(valid))
+  if unknown:
+    raise ValueError(
+        f"Unknown network setting(s) {unknown}; valid: " f"{', '.join(valid)}."
+    )
+  for key in ("dense", "model_head_hiddens"):
+    if key in settings:
+      settings[key] = tuple(settings[key])
+  return NetConfig(**settings)
+
+
 def make_network(
-    config: MLPNetConfig,
+    config: NetConfig,
     num_actions: int,
     flat_spec: Mapping[str, types.ArraySpec],
     model_spec: Mapping[str, types.ArraySpec] | None = None,
@@ -120,16 +165,21 @@ def make_network(
   """A pure ``(init, apply)`` pair over ``[B, ...]`` observations."""
 
   def forward(observations, grad_actions=None):
-    return MLPAgentNet(config, num_actions, flat_spec, model_spec, name)(
-        observations, grad_actions)
+    return AgentNet(config, num_actions, flat_spec, model_spec, name)(
+        observations, grad_actions
+    )
 
   return hk.without_apply_rng(hk.transform(forward))
 
 
-def unroll(apply_fn, params, observations: types.ArrayTree,
-           grad_actions: jax.Array | None = None):
+def unroll(
+    apply_fn,
+    params,
+    observations: types.ArrayTree,
+    grad_actions: jax.Array | None = None,
+):
   """Applies a ``[B, ...]`` network to ``[T, B, ...]`` observations (and
-  optional ``[T, B]`` ``grad_actions``, see ``MLPAgentNet.__call__``)."""
+  optional ``[T, B]`` ``grad_actions``, see ``AgentNet.__call__``)."""
   leaf = jax.tree.leaves(observations)[0]
   t, b = leaf.shape[:2]
   flatten = lambda x: x.reshape((t * b,) + x.shape[2:])

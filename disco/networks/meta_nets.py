@@ -25,16 +25,18 @@ Haiku names reproduce the published network, so the Disco103 weights apply.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 import dataclasses
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import haiku as hk
 import jax
 import jax.numpy as jnp
 
+from disco import ops
 from disco import types
-from disco.update_rules import input_transforms
+from disco.networks import input_transforms
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +59,8 @@ class InputSpec:
     if unknown:
       raise ValueError(
           f"Unknown transform(s) {unknown} for input {self.source!r}; valid "
-          f"transforms: {sorted(known)}.")
+          f"transforms: {sorted(known)}."
+      )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +130,8 @@ class MetaNetConfig:
   meta_embedding_size: Sequence[int] = (16,)
   meta_pred_embedding_size: Sequence[int] = (16, 1)
   input_option: MetaNetInputOption = dataclasses.field(
-      default_factory=disco103_input_option)
+      default_factory=disco103_input_option
+  )
 
 
 def _truncated_normal(stddev: float | None):
@@ -140,7 +144,8 @@ def _lookup(inputs: Any, path: str) -> Any:
     if x is None:
       raise ValueError(
           f"Meta-network input {path!r}: "
-          f"{'/'.join(path.split('/')[:i]) or 'inputs'} is None.")
+          f"{'/'.join(path.split('/')[:i]) or 'inputs'} is None."
+      )
     if hasattr(x, key) and not isinstance(x, dict):
       x = getattr(x, key)
     elif isinstance(x, dict) and key in x:
@@ -171,10 +176,12 @@ class PointwiseConv1D(hk.Module):
   def __call__(self, x: jax.Array) -> jax.Array:
     channels = x.shape[-1]
     w = hk.get_parameter(
-        "w", [1, channels, self._output_channels], x.dtype,
-        init=hk.initializers.TruncatedNormal(stddev=1.0 / channels ** 0.5))
-    b = hk.get_parameter("b", [self._output_channels], x.dtype,
-                         init=jnp.zeros)
+        "w",
+        [1, channels, self._output_channels],
+        x.dtype,
+        init=hk.initializers.TruncatedNormal(stddev=1.0 / channels**0.5),
+    )
+    b = hk.get_parameter("b", [self._output_channels], x.dtype, init=jnp.zeros)
     return jnp.dot(x, w[0]) + b
 
 
@@ -221,10 +228,11 @@ def build_features(
           x = embeddings[name](x)
         else:
           x = input_transforms.TRANSFORMS[name](x, actions, policy, axis_name)
-      if x.shape[:len(lead_shape)] != lead_shape:
+      if x.shape[: len(lead_shape)] != lead_shape:
         raise ValueError(
             f"Meta-network input {spec.source!r} with {spec.transforms} has "
-            f"shape {x.shape}; expected leading dims {lead_shape}.")
+            f"shape {x.shape}; expected leading dims {lead_shape}."
+        )
       out.append(x.reshape(lead_shape + (-1,)))
     return out
 
@@ -233,11 +241,12 @@ def build_features(
   if option.action_conditional:
     act_features = featurise(option.action_conditional, (t, b, num_actions))
     act_features.append(
-        jax.nn.one_hot(actions, num_actions, dtype=jnp.float32)[..., None])
+        jax.nn.one_hot(actions, num_actions, dtype=jnp.float32)[..., None]
+    )
     per_action = action_net(jnp.concatenate(act_features, axis=-1))
     features += [
         jnp.mean(per_action, axis=2),
-        input_transforms.select_action(per_action, actions),
+        ops.at_actions(per_action, actions),
     ]
   return jnp.concatenate(features, axis=-1), per_action
 
@@ -257,19 +266,32 @@ class MetaLSTM(hk.Module):
     size = self._config.meta_hidden_size
     return hk.LSTMState(hidden=jnp.zeros([size]), cell=jnp.zeros([size]))
 
-  def unroll(self, inputs: types.UpdateRuleInputs, meta_out: dict[str, Any],
-             state: hk.LSTMState, axis_name: str | None) -> hk.LSTMState:
+  def unroll(
+      self,
+      inputs: types.UpdateRuleInputs,
+      meta_out: dict[str, Any],
+      state: hk.LSTMState,
+      axis_name: str | None,
+  ) -> hk.LSTMState:
     c = self._config
     y_net = _mlp(c.meta_pred_embedding_size)
     z_net = _mlp(c.meta_pred_embedding_size)
     features, _ = build_features(
-        inputs, c.input_option, y_net, z_net,
-        _action_conv_net(c.meta_policy_channels), axis_name)
-    x = jnp.concatenate([
-        features,
-        meta_out["meta_input_emb"],
-        y_net(jax.nn.softmax(meta_out["y"])),
-    ], axis=-1)
+        inputs,
+        c.input_option,
+        y_net,
+        z_net,
+        _action_conv_net(c.meta_policy_channels),
+        axis_name,
+    )
+    x = jnp.concatenate(
+        [
+            features,
+            meta_out["meta_input_emb"],
+            y_net(jax.nn.softmax(meta_out["y"])),
+        ],
+        axis=-1,
+    )
     x = _mlp(c.meta_embedding_size)(x)  # [T, B, E]
     x = jnp.mean(x, axis=(0, 1))
     if axis_name is not None:
@@ -286,29 +308,40 @@ class DiscoMetaNet(hk.Module):
     self._config = config
     self._meta_lstm = MetaLSTM(config)
 
-  def __call__(self, inputs: types.UpdateRuleInputs,
-               axis_name: str | None = None) -> dict[str, jax.Array]:
+  def __call__(
+      self, inputs: types.UpdateRuleInputs, axis_name: str | None = None
+  ) -> dict[str, jax.Array]:
     c = self._config
     init_state = self._meta_lstm.initial_state()
-    meta_state = hk.get_state(
+    meta_rnn_state = hk.get_state(
         "meta_rnn_state",
         shape=jax.tree.map(lambda x: x.shape, init_state),
         dtype=jax.tree.map(lambda x: x.dtype, init_state),
-        init=lambda *_: init_state)
+        init=lambda *_: init_state,
+    )
     batch = inputs.is_terminal.shape[1]
     num_actions = inputs.agent_out["logits"].shape[-1]
 
     features, per_action = build_features(
-        inputs, c.input_option, _mlp(c.embedding_size),
-        _mlp(c.embedding_size), _action_conv_net(c.policy_channels), axis_name)
+        inputs,
+        c.input_option,
+        _mlp(c.embedding_size),
+        _mlp(c.embedding_size),
+        _action_conv_net(c.policy_channels),
+        axis_name,
+    )
 
     core = hk.ResetCore(hk.LSTM(c.hidden_size))
     x, _ = hk.dynamic_unroll(
-        core, (features, inputs.should_reset_bwd[:-1]),
-        core.initial_state(batch_size=batch), reverse=True)  # [T, B, H]
+        core,
+        (features, inputs.should_reset_bwd[:-1]),
+        core.initial_state(batch_size=batch),
+        reverse=True,
+    )  # [T, B, H]
 
-    modulation = hk.Linear(x.shape[-1], w_init=_truncated_normal(
-        c.state_stddev))(meta_state.hidden)
+    modulation = hk.Linear(
+        x.shape[-1], w_init=_truncated_normal(c.state_stddev)
+    )(meta_rnn_state.hidden)
     x = x * modulation
 
     meta_input_emb = hk.Linear(1, w_init=_truncated_normal(c.output_stddev))(x)
@@ -316,18 +349,21 @@ class DiscoMetaNet(hk.Module):
     y_hat = hk.Linear(c.prediction_size, w_init=aux_init)(x)
     z_hat = hk.Linear(c.prediction_size, w_init=aux_init)(x)
 
-    w = jnp.broadcast_to(x[:, :, None], x.shape[:2] + (num_actions,)
-                         + x.shape[2:])
+    w = jnp.broadcast_to(
+        x[:, :, None], x.shape[:2] + (num_actions,) + x.shape[2:]
+    )
     if per_action is not None:
       w = jnp.concatenate([w, per_action], axis=-1)
     w = _action_conv_net(c.policy_target_channels)(w)
-    pi_hat = hk.Linear(1, w_init=_truncated_normal(c.policy_target_stddev))(
-        w)[..., 0]
+    pi_hat = hk.Linear(1, w_init=_truncated_normal(c.policy_target_stddev))(w)[
+        ..., 0
+    ]
 
     meta_out = dict(pi=pi_hat, y=y_hat, z=z_hat, meta_input_emb=meta_input_emb)
-    hk.set_state("meta_rnn_state",
-                 self._meta_lstm.unroll(inputs, meta_out, meta_state,
-                                        axis_name))
+    hk.set_state(
+        "meta_rnn_state",
+        self._meta_lstm.unroll(inputs, meta_out, meta_rnn_state, axis_name),
+    )
     return meta_out
 
 

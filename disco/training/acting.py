@@ -26,10 +26,12 @@ class ActorCarry:
 def init_actor(env: env_base.Environment, rng: jax.Array) -> ActorCarry:
   env_state, timestep = env.reset(rng)
   batch = env.batch_size
-  return ActorCarry(env_state=env_state,
-                    timestep=jax.tree.map(jnp.asarray, timestep),
-                    episode_return=jnp.zeros([batch]),
-                    episode_length=jnp.zeros([batch], jnp.int32))
+  return ActorCarry(
+      env_state=env_state,
+      timestep=jax.tree.map(jnp.asarray, timestep),
+      episode_return=jnp.zeros([batch]),
+      episode_length=jnp.zeros([batch], jnp.int32),
+  )
 
 
 def unroll_actor(
@@ -51,18 +53,26 @@ def unroll_actor(
 
   def step(carry, step_rng):
     env_state, timestep = carry
-    actor_ts = agent.actor_step(params, step_rng, timestep, rule_state,
-                                env=search_env, env_state=env_state)
+    actor_ts = agent.actor_step(
+        params,
+        step_rng,
+        timestep,
+        rule_state,
+        env=search_env,
+        env_state=env_state,
+    )
     env_state, timestep = env.step(env_state, actor_ts.actions)
     return (env_state, timestep), actor_ts
 
   (env_state, timestep), rollout = jax.lax.scan(
-      step, (actor.env_state, actor.timestep), jax.random.split(rng, length))
+      step, (actor.env_state, actor.timestep), jax.random.split(rng, length)
+  )
   return actor.replace(env_state=env_state, timestep=timestep), rollout
 
 
-def episode_stats(actor: ActorCarry, rollout: types.ActorRollout
-                  ) -> tuple[ActorCarry, dict[str, jax.Array]]:
+def episode_stats(
+    actor: ActorCarry, rollout: types.ActorRollout
+) -> tuple[ActorCarry, dict[str, jax.Array]]:
   """Episode returns/lengths completed within a ``[T, B]`` rollout.
 
   ``rollout.rewards[t]`` is the reward of arriving at step ``t`` and
@@ -75,18 +85,25 @@ def episode_stats(actor: ActorCarry, rollout: types.ActorRollout
     ret, length = ret + reward, length + 1
     done = jnp.logical_not(not_last)
     return (jnp.where(done, 0.0, ret), jnp.where(done, 0, length)), (
-        jnp.where(done, ret, 0.0), jnp.where(done, length, 0), done)
+        jnp.where(done, ret, 0.0),
+        jnp.where(done, length, 0),
+        done,
+    )
 
   (ret, length), (returns, lengths, done) = jax.lax.scan(
-      step, (actor.episode_return, actor.episode_length),
-      (rollout.rewards, rollout.discounts))
+      step,
+      (actor.episode_return, actor.episode_length),
+      (rollout.rewards, rollout.discounts),
+  )
   episodes = done.sum()
   denom = jnp.maximum(episodes, 1)
   stats = dict(
       episodes=episodes,
       return_sum=returns.sum(),
       mean_return=jnp.where(episodes > 0, returns.sum() / denom, jnp.nan),
-      mean_episode_length=jnp.where(episodes > 0, lengths.sum() / denom,
-                                    jnp.nan),
-      reward_mean=rollout.rewards.mean())
+      mean_episode_length=jnp.where(
+          episodes > 0, lengths.sum() / denom, jnp.nan
+      ),
+      reward_mean=rollout.rewards.mean(),
+  )
   return actor.replace(episode_return=ret, episode_length=length), stats

@@ -15,32 +15,34 @@ Both need at least two seeds and return no interval otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 import csv
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats
-
-from disco.training import loop as loop_lib
 
 Metrics = Mapping[str, np.ndarray]
 
 # Columns of the CSV that identify a row rather than hold a metric.
 SEED, ITERATION, ENV_STEPS = "seed", "iteration", "env_steps"
-INTEGER_METRICS = ("episodes", "env_steps", "learner_steps")
 
 
 def _as_2d(metrics: Metrics, name: str) -> np.ndarray:
   if name not in metrics:
-    raise KeyError(f"Metrics have no {name!r} entry (they have "
-                   f"{sorted(metrics)}); pass the output of EvalLoop.run.")
+    raise KeyError(
+        f"Metrics have no {name!r} entry (they have "
+        f"{sorted(metrics)}); pass the output of EvalLoop.run."
+    )
   value = np.asarray(metrics[name])
   if value.ndim != 2:
-    raise ValueError(f"Metric {name!r} has shape {value.shape}; expected "
-                     "[num_seeds, num_iterations].")
+    raise ValueError(
+        f"Metric {name!r} has shape {value.shape}; expected "
+        "[num_seeds, num_iterations]."
+    )
   return value
 
 
@@ -52,8 +54,10 @@ def concat_metrics(chunks: Sequence[Metrics]) -> dict[str, np.ndarray]:
   """Joins the metrics of consecutive ``run`` calls along the iteration axis."""
   if not chunks:
     return {}
-  return {k: np.concatenate([np.asarray(c[k]) for c in chunks], axis=1)
-          for k in chunks[0]}
+  return {
+      k: np.concatenate([np.asarray(c[k]) for c in chunks], axis=1)
+      for k in chunks[0]
+  }
 
 
 # ------------------------------------------------------------- curves ----
@@ -87,8 +91,9 @@ def return_curve(metrics: Metrics, min_episodes: int = 100) -> np.ndarray:
   return curve
 
 
-def mean_curve(curves: np.ndarray, confidence: float = 0.95
-               ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+def mean_curve(
+    curves: np.ndarray, confidence: float = 0.95
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
   """Mean over seeds of ``[S, N]`` curves and a Student-t interval.
 
   Returns ``(mean, low, high)``, each ``[N]``; ``low``/``high`` are ``None``
@@ -108,26 +113,32 @@ def mean_curve(curves: np.ndarray, confidence: float = 0.95
   sq = np.where(finite, (curves - mean) ** 2, 0.0)
   with np.errstate(invalid="ignore", divide="ignore"):
     sem = np.sqrt(sq.sum(axis=0) / np.maximum(n - 1, 1)) / np.sqrt(
-        np.maximum(n, 1))
+        np.maximum(n, 1)
+    )
     half = stats.t.ppf(0.5 + confidence / 2, np.maximum(n - 1, 1)) * sem
   half = np.where(n >= 2, half, np.nan)
   return mean, mean - half, mean + half
 
 
-def text_curve(metrics: Metrics, min_episodes: int = 100, rows: int = 10,
-               width: int = 40) -> str:
+def text_curve(
+    metrics: Metrics, min_episodes: int = 100, rows: int = 10, width: int = 40
+) -> str:
   """The seed-mean learning curve as a small text chart for terminals:
   ``rows`` lines of ``env steps | bar | mean return`` with returns in
   [-1, 1] mapped onto ``width`` characters."""
   mean, _, _ = mean_curve(return_curve(metrics, min_episodes))
   steps = _as_2d(metrics, "env_steps")[0]
-  idx = np.unique(np.linspace(0, len(mean) - 1, min(rows, len(mean))
-                              ).round().astype(int))
+  idx = np.unique(
+      np.linspace(0, len(mean) - 1, min(rows, len(mean))).round().astype(int)
+  )
   lines = []
   for i in idx:
     value = mean[i]
-    filled = 0 if not np.isfinite(value) else int(round(
-        (np.clip(value, -1.0, 1.0) + 1.0) / 2.0 * width))
+    filled = (
+        0
+        if not np.isfinite(value)
+        else int(round((np.clip(value, -1.0, 1.0) + 1.0) / 2.0 * width))
+    )
     label = "   n/a" if not np.isfinite(value) else f"{value:+.3f}"
     lines.append(f"{int(steps[i]):>9d} |{'#' * filled:<{width}}| {label}")
   header = f"{'env steps':>9s} |{'mean return (-1 .. +1)':^{width}}|"
@@ -143,14 +154,24 @@ def final_scores(metrics: Metrics, last_episodes: int = 500) -> np.ndarray:
   without episodes)."""
   if last_episodes < 1:
     raise ValueError(f"last_episodes must be >= 1, got {last_episodes}.")
-  _as_2d(metrics, "episodes")
-  _as_2d(metrics, "return_sum")
-  return loop_lib.mean_return_of_last_episodes(dict(metrics), last_episodes)
+  episodes = _as_2d(metrics, "episodes")
+  return_sum = _as_2d(metrics, "return_sum")
+  scores = []
+  for ep, rs in zip(episodes, return_sum, strict=True):
+    # Whole iterations from the end until they hold last_episodes episodes.
+    k = int(np.searchsorted(np.cumsum(ep[::-1]), last_episodes)) + 1
+    n = ep[::-1][:k].sum()
+    scores.append(rs[::-1][:k].sum() / n if n else np.nan)
+  return np.asarray(scores, np.float64)
 
 
-def bootstrap_ci(scores: Sequence[float], confidence: float = 0.95,
-                 n_resamples: int = 9999, seed: int = 0,
-                 method: str = "percentile") -> tuple[float, float] | None:
+def bootstrap_ci(
+    scores: Sequence[float],
+    confidence: float = 0.95,
+    n_resamples: int = 9999,
+    seed: int = 0,
+    method: str = "percentile",
+) -> tuple[float, float] | None:
   """Bootstrap interval of the mean of per-seed ``scores``.
 
   Uses ``scipy.stats.bootstrap`` (percentile method by default: BCa is
@@ -164,15 +185,23 @@ def bootstrap_ci(scores: Sequence[float], confidence: float = 0.95,
   if np.all(scores == scores[0]):
     return float(scores[0]), float(scores[0])
   result = stats.bootstrap(
-      (scores,), np.mean, confidence_level=confidence,
-      n_resamples=n_resamples, method=method, vectorized=True,
-      rng=np.random.default_rng(seed))
-  return (float(result.confidence_interval.low),
-          float(result.confidence_interval.high))
+      (scores,),
+      np.mean,
+      confidence_level=confidence,
+      n_resamples=n_resamples,
+      method=method,
+      vectorized=True,
+      rng=np.random.default_rng(seed),
+  )
+  return (
+      float(result.confidence_interval.low),
+      float(result.confidence_interval.high),
+  )
 
 
-def summarize(metrics: Metrics, last_episodes: int = 500,
-              confidence: float = 0.95) -> dict[str, Any]:
+def summarize(
+    metrics: Metrics, last_episodes: int = 500, confidence: float = 0.95
+) -> dict[str, Any]:
   """Final scores and totals of a run, as JSON-friendly values.
 
   Keys: ``final_return_per_seed`` (list), ``final_return_mean``,
@@ -247,13 +276,15 @@ def plot_learning_curves(
   """
   if ax is None:
     if path is not None:
-      from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
-      from matplotlib import figure as figure_lib  # pylint: disable=g-import-not-at-top
+      from matplotlib import figure as figure_lib
+      from matplotlib.backends import backend_agg
+
       fig = figure_lib.Figure(figsize=(7, 4.5), dpi=100)
       backend_agg.FigureCanvasAgg(fig)
       ax = fig.add_subplot()
     else:
-      from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+      from matplotlib import pyplot as plt
+
       fig, ax = plt.subplots(figsize=(7, 4.5))
   fig = ax.figure
   xlabel = "environment steps"
@@ -265,8 +296,9 @@ def plot_learning_curves(
     suffix = f" ({num_seeds} seeds)" if num_seeds > 1 else ""
     (line,) = ax.plot(x, mean, label=f"{label}{suffix}")
     if low is not None:
-      ax.fill_between(x, low, high, color=line.get_color(), alpha=0.25,
-                      linewidth=0)
+      ax.fill_between(
+          x, low, high, color=line.get_color(), alpha=0.25, linewidth=0
+      )
   ax.set_xlabel(xlabel)
   ax.set_ylabel(f"mean return (last >= {min_episodes} episodes)")
   if title:
@@ -285,16 +317,20 @@ def plot_learning_curves(
 
 def _scalar_names(metrics: Metrics) -> list[str]:
   """Names of ``[S, N]`` metrics, ``env_steps`` first, the rest sorted."""
-  names = sorted(k for k, v in metrics.items()
-                 if np.ndim(v) == 2 and k not in (SEED, ITERATION))
+  names = sorted(
+      k
+      for k, v in metrics.items()
+      if np.ndim(v) == 2 and k not in (SEED, ITERATION)
+  )
   if ENV_STEPS in names:
     names.remove(ENV_STEPS)
     names.insert(0, ENV_STEPS)
   return names
 
 
-def metrics_to_rows(metrics: Metrics, seeds: Sequence[int] | None = None
-                    ) -> list[dict[str, Any]]:
+def metrics_to_rows(
+    metrics: Metrics, seeds: Sequence[int] | None = None
+) -> list[dict[str, Any]]:
   """One dict per (seed, iteration): ``seed``, ``iteration`` (0-based),
   ``env_steps`` and every other ``[S, N]`` metric, seed-major.
 
@@ -303,8 +339,11 @@ def metrics_to_rows(metrics: Metrics, seeds: Sequence[int] | None = None
   """
   num_seeds, iterations = num_seeds_and_iterations(metrics)
   if seeds is None:
-    seeds = (np.asarray(metrics[SEED])[:, 0] if SEED in metrics
-             else np.arange(num_seeds))
+    seeds = (
+        np.asarray(metrics[SEED])[:, 0]
+        if SEED in metrics
+        else np.arange(num_seeds)
+    )
   seeds = [int(s) for s in seeds]
   if len(seeds) != num_seeds:
     raise ValueError(f"{len(seeds)} seed labels for {num_seeds} seeds.")
@@ -321,8 +360,11 @@ def metrics_to_rows(metrics: Metrics, seeds: Sequence[int] | None = None
   return rows
 
 
-def write_metrics_csv(path: str | os.PathLike[str], metrics: Metrics,
-                      seeds: Sequence[int] | None = None) -> Path:
+def write_metrics_csv(
+    path: str | os.PathLike[str],
+    metrics: Metrics,
+    seeds: Sequence[int] | None = None,
+) -> Path:
   """Writes ``metrics_to_rows(metrics, seeds)`` as CSV (floats exactly,
   NaN as ``nan``)."""
   path = Path(path)
@@ -333,8 +375,9 @@ def write_metrics_csv(path: str | os.PathLike[str], metrics: Metrics,
     writer = csv.DictWriter(f, fieldnames=columns)
     writer.writeheader()
     for row in rows:
-      writer.writerow({k: repr(v) if isinstance(v, float) else v
-                       for k, v in row.items()})
+      writer.writerow(
+          {k: repr(v) if isinstance(v, float) else v for k, v in row.items()}
+      )
   return path
 
 
@@ -352,16 +395,20 @@ def read_metrics_csv(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     rows = list(reader)
   missing = {SEED, ITERATION} - set(columns)
   if missing:
-    raise ValueError(f"{path} is not a metrics CSV: it lacks the column(s) "
-                     f"{sorted(missing)}.")
+    raise ValueError(
+        f"{path} is not a metrics CSV: it lacks the column(s) "
+        f"{sorted(missing)}."
+    )
   seeds = list(dict.fromkeys(int(r[SEED]) for r in rows))
   by_seed: dict[int, list[dict[str, str]]] = {s: [] for s in seeds}
   for r in rows:
     by_seed[int(r[SEED])].append(r)
   lengths = {len(v) for v in by_seed.values()}
   if len(lengths) > 1:
-    raise ValueError(f"{path}: seeds have different numbers of iterations "
-                     f"({sorted(lengths)}).")
+    raise ValueError(
+        f"{path}: seeds have different numbers of iterations "
+        f"({sorted(lengths)})."
+    )
   for s in seeds:
     by_seed[s].sort(key=lambda r: int(r[ITERATION]))
   out = {}
@@ -370,9 +417,11 @@ def read_metrics_csv(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
       continue
     texts = [[r[name] for r in by_seed[s]] for s in seeds]
     try:
-      out[name] = np.array([[int(t) for t in row] for row in texts],
-                           dtype=np.int64).reshape(len(seeds), -1)
+      out[name] = np.array(
+          [[int(t) for t in row] for row in texts], dtype=np.int64
+      ).reshape(len(seeds), -1)
     except ValueError:
-      out[name] = np.array([[float(t) for t in row] for row in texts],
-                           dtype=np.float64).reshape(len(seeds), -1)
+      out[name] = np.array(
+          [[float(t) for t in row] for row in texts], dtype=np.float64
+      ).reshape(len(seeds), -1)
   return out

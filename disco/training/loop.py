@@ -29,14 +29,14 @@ from disco.training import replay as replay_lib
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
   """Attributes:
-    num_envs: environments stepped in parallel per seed.
-    rollout_len: actor steps per iteration (a rollout holds ``rollout_len``
-      timesteps, i.e. ``rollout_len - 1`` transitions for the learner).
-    batch_size: trajectories per learner step (sampled from the replay).
-    replay_capacity: trajectories the replay keeps (FIFO); 0 disables replay
-      and the learner uses each fresh rollout (``batch_size`` must then equal
-      ``num_envs``).
-    min_replay_size: trajectories needed before learning starts.
+  num_envs: environments stepped in parallel per seed.
+  rollout_len: actor steps per iteration (a rollout holds ``rollout_len``
+    timesteps, i.e. ``rollout_len - 1`` transitions for the learner).
+  batch_size: trajectories per learner step (sampled from the replay).
+  replay_capacity: trajectories the replay keeps (FIFO); 0 disables replay
+    and the learner uses each fresh rollout (``batch_size`` must then equal
+    ``num_envs``).
+  min_replay_size: trajectories needed before learning starts.
   """
 
   num_envs: int = 2
@@ -55,15 +55,18 @@ class LoopConfig:
       raise ValueError(
           f"Without replay (replay_capacity=0) the learner trains on each "
           f"rollout, so batch_size ({self.batch_size}) must equal num_envs "
-          f"({self.num_envs}).")
+          f"({self.num_envs})."
+      )
     if self.replay_capacity and self.replay_capacity < self.num_envs:
       raise ValueError(
           f"replay_capacity ({self.replay_capacity}) must hold at least one "
-          f"rollout's num_envs ({self.num_envs}) trajectories.")
+          f"rollout's num_envs ({self.num_envs}) trajectories."
+      )
     if self.replay_capacity and self.min_replay_size > self.replay_capacity:
       raise ValueError(
           f"min_replay_size ({self.min_replay_size}) exceeds replay_capacity "
-          f"({self.replay_capacity}).")
+          f"({self.replay_capacity})."
+      )
 
   @property
   def env_steps_per_iteration(self) -> int:
@@ -89,21 +92,28 @@ class EvalLoop:
     config: loop settings.
   """
 
-  def __init__(self, agent: agent_lib.Agent, env: env_base.Environment,
-               config: LoopConfig):
+  def __init__(
+      self,
+      agent: agent_lib.Agent,
+      env: env_base.Environment,
+      config: LoopConfig,
+  ):
     if env.batch_size != config.num_envs:
       raise ValueError(
           f"The environment has batch_size {env.batch_size} but the loop "
-          f"needs num_envs={config.num_envs}.")
+          f"needs num_envs={config.num_envs}."
+      )
     if env.num_actions != agent.num_actions:
       raise ValueError(
           f"The environment has {env.num_actions} actions, the agent "
-          f"{agent.num_actions}.")
+          f"{agent.num_actions}."
+      )
     if agent.rule.needs_env_copies and not env.is_jittable:
       raise ValueError(
           f"Rule {type(agent.rule).__name__} searches over copies of the "
           "environment state and needs a jittable environment; use e.g. "
-          "'catch' instead of a host (dm_env) environment.")
+          "'catch' instead of a host (dm_env) environment."
+      )
     self.agent = agent
     self.env = env
     self.config = config
@@ -118,23 +128,37 @@ class EvalLoop:
     env_rng, learner_rng, loop_rng = jax.random.split(rng, 3)
     actor = acting.init_actor(self.env, env_rng)
     learner = self.agent.initial_learner_state(
-        learner_rng, jax.tree.map(lambda x: x[0], actor.timestep.observation))
+        learner_rng, jax.tree.map(lambda x: x[0], actor.timestep.observation)
+    )
     replay = None
     if self.config.replay_capacity:
       # The rollout is ``rollout_len`` stacked actor steps; its shape comes
       # from one actor step, so host environments (which cannot be traced
       # through ``_unroll``'s scan) get a replay too.
       step = jax.eval_shape(
-          lambda: self._actor_step_impl(learner.params, learner.rule_state,
-                                        actor.timestep, actor.env_state,
-                                        loop_rng))
+          lambda: self._actor_step_impl(
+              learner.params,
+              learner.rule_state,
+              actor.timestep,
+              actor.env_state,
+              loop_rng,
+          )
+      )
       example = jax.tree.map(
-          lambda s: jax.ShapeDtypeStruct((self.config.rollout_len, *s.shape),
-                                         s.dtype), step)
+          lambda s: jax.ShapeDtypeStruct(
+              (self.config.rollout_len, *s.shape), s.dtype
+          ),
+          step,
+      )
       replay = replay_lib.init(example, self.config.replay_capacity)
-    return TrainState(learner=learner, actor=actor, replay=replay,
-                      rng=loop_rng, env_steps=jnp.zeros([], jnp.int32),
-                      learner_steps=jnp.zeros([], jnp.int32))
+    return TrainState(
+        learner=learner,
+        actor=actor,
+        replay=replay,
+        rng=loop_rng,
+        env_steps=jnp.zeros([], jnp.int32),
+        learner_steps=jnp.zeros([], jnp.int32),
+    )
 
   def init_seeds(self, seeds: list[int] | np.ndarray) -> TrainState:
     """Initial states stacked over seeds (leading axis ``[S]``)."""
@@ -143,13 +167,26 @@ class EvalLoop:
 
   # ----------------------------------------------------------------- acting
   def _actor_step_impl(self, params, rule_state, timestep, env_state, rng):
-    return self.agent.actor_step(params, rng, timestep, rule_state,
-                                 env=self._search_env, env_state=env_state)
+    return self.agent.actor_step(
+        params,
+        rng,
+        timestep,
+        rule_state,
+        env=self._search_env,
+        env_state=env_state,
+    )
 
   def _unroll(self, params, rule_state, actor: acting.ActorCarry, rng):
     """Scanned actor rollout in a jittable environment: ``[T+1, B, ...]``."""
-    return acting.unroll_actor(self.agent, self.env, params, rule_state,
-                               actor, rng, self.config.rollout_len)
+    return acting.unroll_actor(
+        self.agent,
+        self.env,
+        params,
+        rule_state,
+        actor,
+        rng,
+        self.config.rollout_len,
+    )
 
   def _host_unroll(self, state: TrainState, rng):
     """The same rollout with a host environment stepped from Python."""
@@ -157,19 +194,25 @@ class EvalLoop:
     env_state, timestep = actor.env_state, actor.timestep
     steps = []
     for step_rng in jax.random.split(rng, self.config.rollout_len):
-      actor_ts = self._actor_step(state.learner.params,
-                                  state.learner.rule_state, timestep,
-                                  env_state, step_rng)
-      env_state, timestep = self.env.step(env_state,
-                                          np.asarray(actor_ts.actions))
+      actor_ts = self._actor_step(
+          state.learner.params,
+          state.learner.rule_state,
+          timestep,
+          env_state,
+          step_rng,
+      )
+      env_state, timestep = self.env.step(
+          env_state, np.asarray(actor_ts.actions)
+      )
       timestep = jax.tree.map(jnp.asarray, timestep)
       steps.append(actor_ts)
     rollout = jax.tree.map(lambda *x: jnp.stack(x), *steps)
     return actor.replace(env_state=env_state, timestep=timestep), rollout
 
   # --------------------------------------------------------------- learning
-  def _collect(self, state: TrainState, actor: acting.ActorCarry, rollout,
-               sample_rng):
+  def _collect(
+      self, state: TrainState, actor: acting.ActorCarry, rollout, sample_rng
+  ):
     """Episode statistics, replay insert and the learner's batch."""
     actor, stats = acting.episode_stats(actor, rollout)
     if state.replay is None:
@@ -188,37 +231,61 @@ class EvalLoop:
   def _learner_step(self, learner, batch, rng, meta_params):
     return self.agent.learner_step(rng, batch, learner, meta_params, False)
 
-  def _maybe_learn(self, ready, learner, batch, rng, meta_params,
-                   learner_step):
+  def _maybe_learn(self, ready, learner, batch, rng, meta_params, learner_step):
     """One learner step if ``ready`` (a scalar shared by all seeds), else the
     unchanged learner with NaN logs; ``learner_step`` may be vmapped."""
 
     def skip(learner, batch, rng):
       logs = jax.eval_shape(learner_step, learner, batch, rng, meta_params)[1]
       return learner, jax.tree.map(
-          lambda s: jnp.full(s.shape, jnp.nan, s.dtype), logs)
+          lambda s: jnp.full(s.shape, jnp.nan, s.dtype), logs
+      )
 
     return jax.lax.cond(
-        ready, lambda *a: learner_step(*a, meta_params), skip,
-        learner, batch, rng)
+        ready,
+        lambda *a: learner_step(*a, meta_params),
+        skip,
+        learner,
+        batch,
+        rng,
+    )
 
   def _finish(self, state: TrainState, learner, logs, stats, ready):
     env_steps = state.env_steps + self.config.env_steps_per_iteration
     learner_steps = state.learner_steps + ready.astype(jnp.int32)
-    metrics = dict(stats, env_steps=env_steps, learner_steps=learner_steps,
-                   **{f"learner/{k}": v for k, v in logs.items()})
-    return state.replace(learner=learner, env_steps=env_steps,
-                         learner_steps=learner_steps), metrics
+    metrics = dict(
+        stats,
+        env_steps=env_steps,
+        learner_steps=learner_steps,
+        **{f"learner/{k}": v for k, v in logs.items()},
+    )
+    return (
+        state.replace(
+            learner=learner, env_steps=env_steps, learner_steps=learner_steps
+        ),
+        metrics,
+    )
 
-  def _learn_impl(self, state: TrainState, actor: acting.ActorCarry, rollout,
-                  meta_params, rngs):
+  def _learn_impl(
+      self,
+      state: TrainState,
+      actor: acting.ActorCarry,
+      rollout,
+      meta_params,
+      rngs,
+  ):
     """Everything after acting, for one seed."""
     learner_rng, sample_rng = rngs
     state, batch, stats = self._collect(state, actor, rollout, sample_rng)
     ready = self._ready(state)
-    learner, logs = self._maybe_learn(ready, state.learner, batch,
-                                      learner_rng, meta_params,
-                                      self._learner_step)
+    learner, logs = self._maybe_learn(
+        ready,
+        state.learner,
+        batch,
+        learner_rng,
+        meta_params,
+        self._learner_step,
+    )
     return self._finish(state, learner, logs, stats, ready)
 
   def _split(self, rng):
@@ -227,9 +294,9 @@ class EvalLoop:
 
   def _act(self, state: TrainState):
     rng, actor_rng, learn_rngs = self._split(state.rng)
-    actor, rollout = self._unroll(state.learner.params,
-                                  state.learner.rule_state, state.actor,
-                                  actor_rng)
+    actor, rollout = self._unroll(
+        state.learner.params, state.learner.rule_state, state.actor, actor_rng
+    )
     return state.replace(rng=rng), actor, rollout, learn_rngs
 
   def _run_impl(self, states: TrainState, meta_params, num_iterations: int):
@@ -238,24 +305,29 @@ class EvalLoop:
     batched_step = jax.vmap(self._learner_step, in_axes=(0, 0, 0, None))
 
     def iteration(states, _):
-      states, actor, rollout, (learner_rngs, sample_rngs) = jax.vmap(
-          self._act)(states)
-      states, batch, stats = jax.vmap(self._collect)(states, actor, rollout,
-                                                     sample_rngs)
+      states, actor, rollout, (learner_rngs, sample_rngs) = jax.vmap(self._act)(
+          states
+      )
+      states, batch, stats = jax.vmap(self._collect)(
+          states, actor, rollout, sample_rngs
+      )
       ready = self._ready(jax.tree.map(lambda x: x[0], states))
-      learner, logs = self._maybe_learn(ready, states.learner, batch,
-                                        learner_rngs, meta_params,
-                                        batched_step)
+      learner, logs = self._maybe_learn(
+          ready, states.learner, batch, learner_rngs, meta_params, batched_step
+      )
       return jax.vmap(self._finish, in_axes=(0, 0, 0, 0, None))(
-          states, learner, logs, stats, ready)
+          states, learner, logs, stats, ready
+      )
 
-    states, metrics = jax.lax.scan(iteration, states, None,
-                                   length=num_iterations)
+    states, metrics = jax.lax.scan(
+        iteration, states, None, length=num_iterations
+    )
     return states, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), metrics)
 
   # ---------------------------------------------------------------- running
-  def run(self, states: TrainState, meta_params, num_iterations: int
-          ) -> tuple[TrainState, dict[str, np.ndarray]]:
+  def run(
+      self, states: TrainState, meta_params, num_iterations: int
+  ) -> tuple[TrainState, dict[str, np.ndarray]]:
     """Runs ``num_iterations`` iterations for every seed in ``states``.
 
     Args:
@@ -277,30 +349,17 @@ class EvalLoop:
     if num_seeds != 1:
       raise ValueError(
           "A host (non-jittable) environment keeps its own state, so it can "
-          "train one seed at a time; pass states for a single seed.")
+          "train one seed at a time; pass states for a single seed."
+      )
     state = jax.tree.map(lambda x: x[0], states)
     history = []
     for _ in range(num_iterations):
       rng, actor_rng, learn_rngs = self._split(state.rng)
       state = state.replace(rng=rng)
       actor, rollout = self._host_unroll(state, actor_rng)
-      state, metrics = self._learn(state, actor, rollout, meta_params,
-                                   learn_rngs)
+      state, metrics = self._learn(
+          state, actor, rollout, meta_params, learn_rngs
+      )
       history.append(jax.device_get(metrics))
     metrics = {k: np.stack([h[k] for h in history])[None] for k in history[0]}
     return jax.tree.map(lambda x: jnp.asarray(x)[None], state), metrics
-
-
-def mean_return_of_last_episodes(metrics: dict[str, np.ndarray],
-                                 num_episodes: int) -> np.ndarray:
-  """Per seed: mean return over (about) the last ``num_episodes`` episodes,
-  from whole iterations counted backwards. Returns ``[S]``."""
-  episodes = np.asarray(metrics["episodes"])
-  return_sum = np.asarray(metrics["return_sum"])
-  out = []
-  for ep, rs in zip(episodes, return_sum):
-    cum = np.cumsum(ep[::-1])
-    k = int(np.searchsorted(cum, num_episodes)) + 1
-    n = ep[::-1][:k].sum()
-    out.append(rs[::-1][:k].sum() / n if n else np.nan)
-  return np.asarray(out)

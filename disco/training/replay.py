@@ -21,9 +21,9 @@ from disco import types
 @chex.dataclass(frozen=True)
 class ReplayState:
   """Attributes:
-    items: pytree of ``[capacity, T+1, ...]`` arrays (batch-major storage).
-    next_index: int32 slot the next trajectory goes to.
-    size: int32 number of stored trajectories (<= capacity).
+  items: pytree of ``[capacity, T+1, ...]`` arrays (batch-major storage).
+  next_index: int32 slot the next trajectory goes to.
+  size: int32 number of stored trajectories (<= capacity).
   """
 
   items: types.ArrayTree
@@ -37,9 +37,13 @@ def init(example_rollout: types.ArrayTree, capacity: int) -> ReplayState:
     raise ValueError(f"Replay capacity must be >= 1, got {capacity}.")
   items = jax.tree.map(
       lambda x: jnp.zeros((capacity, x.shape[0]) + x.shape[2:], x.dtype),
-      example_rollout)
-  return ReplayState(items=items, next_index=jnp.zeros([], jnp.int32),
-                     size=jnp.zeros([], jnp.int32))
+      example_rollout,
+  )
+  return ReplayState(
+      items=items,
+      next_index=jnp.zeros([], jnp.int32),
+      size=jnp.zeros([], jnp.int32),
+  )
 
 
 def capacity_of(state: ReplayState) -> int:
@@ -53,16 +57,21 @@ def add(state: ReplayState, rollout: types.ArrayTree) -> ReplayState:
   slots = (state.next_index + jnp.arange(batch)) % capacity
   items = jax.tree.map(
       lambda store, x: store.at[slots].set(jnp.swapaxes(x, 0, 1)),
-      state.items, rollout)
-  return ReplayState(items=items,
-                     next_index=(state.next_index + batch) % capacity,
-                     size=jnp.minimum(state.size + batch, capacity))
+      state.items,
+      rollout,
+  )
+  return ReplayState(
+      items=items,
+      next_index=(state.next_index + batch) % capacity,
+      size=jnp.minimum(state.size + batch, capacity),
+  )
 
 
-def sample(state: ReplayState, rng: jax.Array, batch_size: int
-           ) -> types.ArrayTree:
+def sample(
+    state: ReplayState, rng: jax.Array, batch_size: int
+) -> types.ArrayTree:
   """``batch_size`` stored trajectories, uniformly with replacement, as a
-  time-major ``[T+1, batch_size, ...]`` rollout. The buffer must not be empty."""
+  time-major ``[T+1, batch_size, ...]`` rollout. The buffer must not be empty.
+  """
   idx = jax.random.randint(rng, (batch_size,), 0, jnp.maximum(state.size, 1))
-  return jax.tree.map(lambda store: jnp.swapaxes(store[idx], 0, 1),
-                      state.items)
+  return jax.tree.map(lambda store: jnp.swapaxes(store[idx], 0, 1), state.items)

@@ -1,0 +1,1 @@
+"""Update rules: the interface, the built-in rules and the registry."""

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import distrax
+from collections.abc import Mapping
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from disco import ops
 from disco import types
 from disco.update_rules import base
+from disco.value_fns import categorical
 from disco.value_fns import ema as ema_lib
 from disco.value_fns import losses
 from disco.value_fns import returns
@@ -16,7 +19,7 @@ from disco.value_fns import returns
 # Hyper-parameters of the published actor-critic setting.
 ACTOR_CRITIC_HYPER_PARAMS = dict(
     discount_factor=0.997,
-    vtrace_lambda=0.95,
+    td_lambda=0.95,
     entropy_cost=0.2,
     pg_cost=1.0,
     value_cost=0.5,
@@ -26,7 +29,11 @@ ACTOR_CRITIC_HYPER_PARAMS = dict(
 class ActorCritic(base.UpdateRule):
   """Policy gradient with a learned (scalar or categorical) state value.
 
+  The defaults are the published actor-critic baseline's: a categorical value
+  over 601 bins in signed-hyperbolic space, raw advantages and TD errors.
+
   Args:
+    hyper_params: overrides of ``ACTOR_CRITIC_HYPER_PARAMS``.
     categorical_value: value head outputs logits over ``num_bins`` bins.
     num_bins: bins of the categorical value.
     max_abs_value: half-width of the categorical support.
@@ -38,91 +45,108 @@ class ActorCritic(base.UpdateRule):
     moving_average_eps: EMA normalisation epsilon.
   """
 
+  default_hyper_params = ACTOR_CRITIC_HYPER_PARAMS
+
   def __init__(
       self,
-      categorical_value: bool = False,
+      hyper_params: Mapping[str, float] | None = None,
+      categorical_value: bool = True,
       num_bins: int = 601,
       max_abs_value: float = 300.0,
-      nonlinear_value_transform: bool = False,
+      nonlinear_value_transform: bool = True,
       normalize_adv: bool = False,
       normalize_td: bool = False,
       moving_average_decay: float = 0.99,
       moving_average_eps: float = 1e-6,
   ):
+    super().__init__(hyper_params)
     if normalize_td and categorical_value:
       raise ValueError(
           "normalize_td needs a scalar value head: set categorical_value=False "
-          "or normalize_td=False.")
-    self._categorical = categorical_value
-    self._num_bins = num_bins
-    self._max_abs_value = max_abs_value
-    self._nonlinear = nonlinear_value_transform
+          "or normalize_td=False."
+      )
+    self._num_bins = num_bins if categorical_value else 1
+    self._head = categorical.ValueHead(
+        categorical=categorical_value,
+        max_abs_value=max_abs_value,
+        nonlinear_transform=nonlinear_value_transform,
+    )
     self._normalize_adv = normalize_adv
     self._normalize_td = normalize_td
     self._ema_decay = moving_average_decay
     self._ema_eps = moving_average_eps
 
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
-    bins = self._num_bins if self._categorical else 1
-    return dict(logits=base.logits_spec(num_actions),
-                v=types.ArraySpec((bins,), np.float32))
+    return dict(
+        logits=base.logits_spec(num_actions),
+        v=types.ArraySpec((self._num_bins,), np.float32),
+    )
 
-  def init_meta_state(self, rng, params):
+  def init_rule_state(
+      self, rng: jax.Array, params: types.Params
+  ) -> types.RuleState:
     del rng, params
-    return dict(adv_ema_state=ema_lib.ema_init(),
-                td_ema_state=ema_lib.ema_init())
+    return dict(
+        adv_ema_state=ema_lib.ema_init(), td_ema_state=ema_lib.ema_init()
+    )
 
-  def _value_kwargs(self):
-    return dict(nonlinear_transform=self._nonlinear,
-                categorical=self._categorical,
-                max_abs_value=self._max_abs_value)
-
-  def unroll_meta_net(self, meta_params, params, meta_state, inputs,
-                      hyper_params, unroll_fn, rng, axis_name=None):
-    del meta_params, params, unroll_fn, rng
-    value_outs, adv_ema, td_ema = returns.value_outs(
-        rewards=inputs.rewards,
-        env_discounts=1.0 - inputs.is_terminal,
-        actions=inputs.actions,
-        pi_logits=inputs.agent_out["logits"],
-        mu_logits=inputs.behaviour_agent_out["logits"],
-        value_net_out=inputs.agent_out["v"],
+  def unroll_meta_net(
+      self, inputs: base.Inputs, context: base.LearnerContext
+  ) -> tuple[base.MetaOut, types.RuleState]:
+    inputs.check_shapes()
+    rule_state, hyper_params = context.rule_state, self.hyper_params
+    outs = returns.estimate_on(
+        inputs,
+        self._head,
+        value_key="v",
         discount=hyper_params["discount_factor"],
-        lambda_=hyper_params["vtrace_lambda"],
-        drop_last=False,
-        adv_ema_state=meta_state["adv_ema_state"],
-        td_ema_state=meta_state["td_ema_state"],
+        lambda_=hyper_params["td_lambda"],
+    )
+    outs, adv_ema, td_ema = returns.normalize(
+        outs,
+        rule_state["adv_ema_state"],
+        rule_state["td_ema_state"],
         ema_decay=self._ema_decay,
         ema_eps=self._ema_eps,
-        axis_name=axis_name,
-        **self._value_kwargs())
+        axis_name=context.axis_name,
+    )
     meta_out = dict(
-        raw_advs=value_outs.adv,
-        normalized_advs=value_outs.normalized_adv,
-        values=value_outs.value,
-        tds=value_outs.td,
-        normalized_tds=value_outs.normalized_td)
-    new_state = dict(meta_state, adv_ema_state=adv_ema, td_ema_state=td_ema)
-    return meta_out, new_state
+        raw_advs=outs.adv,
+        normalized_advs=outs.normalized_adv,
+        values=outs.value,
+        tds=outs.td,
+        normalized_tds=outs.normalized_td,
+    )
+    return meta_out, dict(
+        rule_state, adv_ema_state=adv_ema, td_ema_state=td_ema
+    )
 
-  def agent_loss(self, inputs, meta_out, hyper_params, backprop):
+  def agent_loss(
+      self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
+  ) -> base.LossAndLogs:
     del backprop  # Nothing here depends on meta-parameters.
+    inputs.check_shapes()
+    hyper_params = self.hyper_params
     logits = inputs.agent_out["logits"][:-1]
     advs = meta_out["normalized_advs" if self._normalize_adv else "raw_advs"]
     tds = meta_out["normalized_tds" if self._normalize_td else "tds"]
     value_loss = losses.value_loss_from_td(
-        inputs.agent_out["v"][:-1], jax.lax.stop_gradient(tds),
-        **self._value_kwargs())
-    entropy = distrax.Softmax(logits).entropy()
+        inputs.agent_out["v"][:-1], jax.lax.stop_gradient(tds), self._head
+    )
+    entropy = ops.softmax_entropy(logits)
     pg_loss = losses.policy_gradient_loss(
-        logits, inputs.actions[:-1], advs, backprop=False)
-    loss = (hyper_params["pg_cost"] * pg_loss
-            + hyper_params["value_cost"] * value_loss
-            - hyper_params["entropy_cost"] * entropy)
+        logits, inputs.actions[:-1], advs, backprop=False
+    )
+    loss = (
+        hyper_params["pg_cost"] * pg_loss
+        + hyper_params["value_cost"] * value_loss
+        - hyper_params["entropy_cost"] * entropy
+    )
     logs = dict(
         logits=jnp.mean(logits),
         entropy=jnp.mean(entropy),
         pg_advs=jnp.mean(advs),
         raw_advs=jnp.mean(meta_out["raw_advs"]),
-        avg_value=jnp.mean(meta_out["values"]))
+        avg_value=jnp.mean(meta_out["values"]),
+    )
     return loss, logs

@@ -1,39 +1,56 @@
 """The update-rule interface consumed by ``disco.agent.Agent``.
 
 A rule
+  * is configured when it is built: its settings and its hyper-parameters
+    (loss coefficients, discounts, ...: ``self.hyper_params``, its class's
+    ``default_hyper_params`` updated by the ``hyper_params`` it is given, see
+    ``UpdateRule.__init__``);
   * declares what the agent network must output: flat per-state outputs
     (``flat_output_spec``, ``[B, *shape]``) and per-action outputs from the
     action-conditional model (``model_output_spec``, ``[B, A, *shape]``);
-  * owns its meta-parameters (``init_params``; hand-designed rules have none)
-    and its state (``init_meta_state``: EMA statistics, target parameters,
-    dual variables, a meta-RNN state, ...);
-  * turns a rollout into per-transition losses ``[T, B]`` in two parts:
-    ``agent_loss`` may carry meta-gradients (``backprop=True``) and
-    ``agent_loss_no_meta`` never does (e.g. value losses);
+  * owns its meta-parameters (``init_meta_params``; hand-designed rules have
+    none) and its state (``init_rule_state``: EMA statistics, target
+    parameters, dual variables, a meta-RNN state, ...);
+  * turns a rollout into loss targets (``unroll_meta_net``) and the targets
+    into per-transition losses ``[T, B]`` in two parts: ``agent_loss`` may
+    carry meta-gradients (``backprop=True``) and ``agent_loss_no_meta`` never
+    does (e.g. value losses);
   * may choose actions itself (``select_action``; the default samples from
     ``logits``). Rules that search over copies of the environment state set
     ``needs_env_copies = True``;
   * names the network outputs that rollouts keep for it
     (``behaviour_outputs``, by default only ``logits``).
 
-The Agent never branches on which rule it holds. A typical learner step:
-``meta_out, new_state = unroll_meta_net(...)`` once, then the gradient of
-``agent_loss + agent_loss_no_meta`` with respect to the agent parameters.
+The Agent never branches on which rule it holds. A learner step:
+``meta_out, new_rule_state = unroll_meta_net(inputs, context)`` once, then the gradient of ``agent_loss + agent_loss_no_meta`` with respect
+to the agent parameters.
+
+Rules are registered by name in ``disco.update_rules.registry``.
 """
 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Mapping
 import dataclasses
-from typing import Any, Callable
+from typing import Any
 
 import distrax
+import immutabledict
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from disco import ops
 from disco import types
 
+Array = jax.Array
+Inputs = types.UpdateRuleInputs
+# What ``unroll_meta_net`` computes for the losses (targets, statistics).
+MetaOut = dict[str, Any]
+# A per-transition loss ``[T, B]`` and scalar (or averaged) logs.
+LossAndLogs = tuple[jax.Array, types.Logs]
+Specs = dict[str, types.ArraySpec]
 # (params, observations [T+1, B, ...]) -> agent outputs [T+1, B, ...].
 UnrollFn = Callable[[types.Params, types.ArrayTree], types.AgentOuts]
 
@@ -62,6 +79,33 @@ class ActingContext:
   env_state: Any = None
 
 
+@dataclasses.dataclass(frozen=True)
+class LearnerContext:
+  """What a rule may use to compute its targets beyond the rollout.
+
+  Attributes:
+    meta_params: the rule's meta-parameters (``{}`` for hand-designed rules).
+    params: the agent parameters before this update.
+    rule_state: the rule's state.
+    unroll_fn: the agent network over ``[T+1, B, ...]`` observations (e.g. to
+      run a target network).
+    rng: random key.
+    axis_name: named axis to average statistics over, if any.
+  """
+
+  meta_params: types.MetaParams
+  params: types.Params
+  rule_state: types.RuleState
+  unroll_fn: UnrollFn
+  rng: jax.Array
+  axis_name: str | None = None
+
+  def moved_target_params(self, tau: float) -> types.Params:
+    """``rule_state["target_params"]`` moved towards ``params`` by ``tau``
+    (Polyak averaging), for rules that keep a target network."""
+    return ops.polyak(self.rule_state["target_params"], self.params, tau)
+
+
 class UpdateRule(abc.ABC):
   """Base class of update rules; see the module docstring."""
 
@@ -76,17 +120,37 @@ class UpdateRule(abc.ABC):
   # only at the taken actions; the agent then backpropagates through the
   # action model for those actions alone where it can.
   model_losses_read_taken_actions: bool = False
+  # The rule's hyper-parameters and their defaults.
+  default_hyper_params: Mapping[str, float] = immutabledict.immutabledict()
+  hyper_params: Mapping[str, float] = immutabledict.immutabledict()
+
+  def __init__(self, hyper_params: Mapping[str, float] | None = None):
+    """Sets ``self.hyper_params``: ``default_hyper_params`` updated by
+    ``hyper_params``.
+
+    Raises:
+      ValueError: for a name ``default_hyper_params`` does not have.
+    """
+    given = dict(hyper_params or {})
+    unknown = sorted(set(given) - set(self.default_hyper_params))
+    if unknown:
+      raise ValueError(
+          f"Unknown hyper-parameter(s) {unknown} for rule "
+          f"{type(self).__name__}; valid: "
+          f"{', '.join(sorted(self.default_hyper_params)) or 'none'}."
+      )
+    self.hyper_params = {**self.default_hyper_params, **given}
 
   @abc.abstractmethod
-  def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
+  def flat_output_spec(self, num_actions: int) -> Specs:
     """Per-state outputs: name -> spec of ``[*shape]`` for one state."""
 
-  def model_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
+  def model_output_spec(self, num_actions: int) -> Specs:
     """Per-action outputs: name -> spec of one action's prediction."""
     del num_actions
     return {}
 
-  def agent_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
+  def agent_output_spec(self, num_actions: int) -> Specs:
     """All agent outputs for one state (per-action ones lead with ``A``)."""
     spec = dict(self.flat_output_spec(num_actions))
     for key, s in self.model_output_spec(num_actions).items():
@@ -95,90 +159,73 @@ class UpdateRule(abc.ABC):
       spec[key] = types.ArraySpec((num_actions,) + tuple(s.shape), s.dtype)
     return spec
 
-  def init_params(self, rng: jax.Array) -> types.MetaParams:
+  def init_meta_params(self, rng: Array) -> types.MetaParams:
     """Meta-parameters (empty for hand-designed rules)."""
     del rng
     return {}
 
   @abc.abstractmethod
-  def init_meta_state(
-      self, rng: jax.Array, params: types.Params) -> types.RuleState:
-    """The rule's state at the start of an agent's lifetime."""
+  def init_rule_state(
+      self, rng: Array, params: types.Params
+  ) -> types.RuleState:
+    """The rule's state at the start of an agent's lifetime.
+
+    Args:
+      rng: random key.
+      params: the agent's initial network parameters (e.g. to start a target
+        network from).
+    """
 
   @abc.abstractmethod
   def unroll_meta_net(
-      self,
-      meta_params: types.MetaParams,
-      params: types.Params,
-      meta_state: types.RuleState,
-      inputs: types.UpdateRuleInputs,
-      hyper_params: types.HyperParams,
-      unroll_fn: UnrollFn,
-      rng: jax.Array,
-      axis_name: str | None = None,
-  ) -> tuple[dict[str, Any], types.RuleState]:
+      self, inputs: Inputs, context: LearnerContext
+  ) -> tuple[MetaOut, types.RuleState]:
     """Computes the loss targets for a rollout and the next rule state.
 
     Args:
-      meta_params: the rule's meta-parameters.
-      params: the agent parameters before this update.
-      meta_state: the rule's state.
       inputs: the rollout (``[T+1, B]`` states, ``[T, B]`` transitions).
-      hyper_params: loss coefficients and discounts.
-      unroll_fn: the agent network over ``[T+1, B, ...]`` observations (for
-        target networks).
-      rng: random key.
-      axis_name: named axis to average statistics over, if any.
+      context: the rule's state and meta-parameters, the agent's parameters
+        and network, a random key.
 
     Returns:
-      ``(meta_out, new_meta_state)``; ``meta_out`` is passed to the losses.
+      ``(meta_out, new_rule_state)``; ``meta_out`` is passed to the losses.
     """
 
   @abc.abstractmethod
   def agent_loss(
-      self,
-      inputs: types.UpdateRuleInputs,
-      meta_out: dict[str, Any],
-      hyper_params: types.HyperParams,
-      backprop: bool,
-  ) -> tuple[jax.Array, types.Logs]:
-    """Per-transition loss ``[T, B]`` that may carry meta-gradients."""
+      self, inputs: Inputs, meta_out: MetaOut, backprop: bool
+  ) -> LossAndLogs:
+    """Per-transition loss ``[T, B]`` that may carry meta-gradients (only
+    with ``backprop``)."""
 
   def agent_loss_no_meta(
-      self,
-      inputs: types.UpdateRuleInputs,
-      meta_out: dict[str, Any],
-      hyper_params: types.HyperParams,
-  ) -> tuple[jax.Array, types.Logs]:
+      self, inputs: Inputs, meta_out: MetaOut
+  ) -> LossAndLogs:
     """Per-transition loss ``[T, B]`` that never carries meta-gradients."""
-    del meta_out, hyper_params
+    del meta_out
     return jnp.zeros_like(inputs.rewards), {}
 
   def meta_regularizer(
-      self,
-      train_meta_out: dict[str, Any],
-      valid_agent_out: types.AgentOuts,
-      valid_actions: jax.Array,
-  ) -> tuple[jax.Array, types.Logs]:
+      self, train_meta_out: MetaOut, valid_out: types.AgentOuts, actions: Array
+  ) -> tuple[Array, types.Logs]:
     """Rule-specific regularisers of the outer (meta) loss.
 
     Args:
       train_meta_out: ``meta_out`` of every inner step, ``[N, T, B, ...]``.
-      valid_agent_out: the updated agent's outputs on the validation rollout
+      valid_out: the updated agent's outputs on the validation rollout
         ``[T'+1, B, ...]``.
-      valid_actions: ``[T', B]`` actions of the validation transitions.
+      actions: ``[T', B]`` actions of the validation transitions.
 
     Returns:
       A scalar added to the outer loss, and logs.
     """
-    del train_meta_out, valid_agent_out, valid_actions
+    del train_meta_out, valid_out, actions
     return jnp.zeros([]), {}
 
   def select_action(
-      self, rng: jax.Array, agent_out: types.AgentOuts, context: ActingContext
-  ) -> tuple[jax.Array, types.ArrayTree]:
+      self, rng: Array, agent_out: types.AgentOuts, context: ActingContext
+  ) -> tuple[Array, types.ArrayTree]:
     """Chooses ``[B]`` actions; returns ``(actions, extras)`` where extras
     are stored in the rollout (``ActorTimestep.extras``)."""
     del context
     return distrax.Softmax(logits=agent_out["logits"]).sample(seed=rng), None
-

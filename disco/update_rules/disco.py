@@ -11,30 +11,35 @@ carries meta-gradients.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
 
-import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
-import rlax
 
+from disco import ops
 from disco import types
 from disco.networks import meta_nets
 from disco.update_rules import base
-from disco.update_rules import input_transforms
+from disco.value_fns import categorical
 from disco.value_fns import ema as ema_lib
 from disco.value_fns import losses
 from disco.value_fns import returns
 
-# Hyper-parameters of the published Disco103 setting.
+# Hyper-parameters of the published Disco103 setting. (The published names of
+# two of them differ: ``value_fn_td_lambda`` is ``td_lambda`` here, and
+# ``target_params_coeff=0.9``, the weight of the old target parameters, is
+# ``target_update_tau = 1 - 0.9``, the weight of the new ones, as in every
+# rule of this package.) ``discount_factor`` discounts the Retrace targets.
 DISCO103_HYPER_PARAMS = dict(
     pi_cost=1.0,
     y_cost=1.0,
     z_cost=1.0,
     value_cost=0.2,
     aux_policy_cost=1.0,
-    target_params_coeff=0.9,
-    value_fn_td_lambda=0.95,
+    target_update_tau=0.1,
+    td_lambda=0.95,
     discount_factor=0.997,
 )
 
@@ -46,21 +51,16 @@ META_REGULARIZER_COSTS = dict(
     target_policy_kl=1e-2,  # KL from the target network's policy to pi
 )
 
-
-def _kl(target_logits: jax.Array, logits: jax.Array) -> jax.Array:
-  return rlax.categorical_kl_divergence(target_logits, logits)
-
-
-def _entropy(logits: jax.Array) -> jax.Array:
-  return distrax.Softmax(logits).entropy()
+_kl = ops.categorical_kl
+_entropy = ops.softmax_entropy
 
 
-class DiscoUpdateRule(base.UpdateRule):
+class Disco(base.UpdateRule):
   """Discovered update rule driven by a meta-network (e.g. Disco103).
 
   Args:
+    hyper_params: overrides of ``DISCO103_HYPER_PARAMS``.
     net: meta-network settings.
-    value_discount: discount of the Retrace Q targets.
     max_abs_value: half-width of the categorical ``q`` support.
     num_bins: number of ``q`` bins.
     moving_average_decay: EMA decay for advantage / TD normalisation.
@@ -70,22 +70,28 @@ class DiscoUpdateRule(base.UpdateRule):
 
   # z, aux_pi and q enter the losses at the taken action only.
   model_losses_read_taken_actions = True
+  default_hyper_params = DISCO103_HYPER_PARAMS
 
   def __init__(
       self,
-      net: meta_nets.MetaNetConfig | None = None,
-      value_discount: float = 0.997,
+      hyper_params: Mapping[str, float] | None = None,
+      net: meta_nets.MetaNetConfig | dict[str, Any] | None = None,
       max_abs_value: float = 300.0,
       num_bins: int = 601,
       moving_average_decay: float = 0.99,
       moving_average_eps: float = 1e-6,
       meta_regularizer_costs: dict[str, float] | None = None,
   ):
+    super().__init__(hyper_params)
     self.meta_regularizer_costs = dict(
-        META_REGULARIZER_COSTS, **(meta_regularizer_costs or {}))
+        META_REGULARIZER_COSTS, **(meta_regularizer_costs or {})
+    )
+    if isinstance(net, dict):
+      net = meta_nets.MetaNetConfig(**net)
     self.net_config = net or meta_nets.MetaNetConfig()
-    self._value_discount = value_discount
-    self._max_abs_value = max_abs_value
+    self._q_head = categorical.ValueHead(
+        categorical=True, max_abs_value=max_abs_value, nonlinear_transform=True
+    )
     self._num_bins = num_bins
     self._ema_decay = moving_average_decay
     self._ema_eps = moving_average_eps
@@ -94,14 +100,18 @@ class DiscoUpdateRule(base.UpdateRule):
   # ------------------------------------------------------------------ specs
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
     size = self.net_config.prediction_size
-    return dict(logits=base.logits_spec(num_actions),
-                y=types.ArraySpec((size,), np.float32))
+    return dict(
+        logits=base.logits_spec(num_actions),
+        y=types.ArraySpec((size,), np.float32),
+    )
 
   def model_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
     size = self.net_config.prediction_size
-    return dict(z=types.ArraySpec((size,), np.float32),
-                aux_pi=base.logits_spec(num_actions),
-                q=types.ArraySpec((self._num_bins,), np.float32))
+    return dict(
+        z=types.ArraySpec((size,), np.float32),
+        aux_pi=base.logits_spec(num_actions),
+        q=types.ArraySpec((self._num_bins,), np.float32),
+    )
 
   # ------------------------------------------------------------------ state
   def _example_inputs(self) -> types.UpdateRuleInputs:
@@ -109,7 +119,8 @@ class DiscoUpdateRule(base.UpdateRule):
     t, b, num_actions = 2, 1, 3
     agent_out = {
         k: jnp.zeros((t + 1, b) + tuple(s.shape))
-        for k, s in self.agent_output_spec(num_actions).items()}
+        for k, s in self.agent_output_spec(num_actions).items()
+    }
     scalar = jnp.zeros((t + 1, b))
     per_action = jnp.zeros((t + 1, b, num_actions))
     return types.UpdateRuleInputs(
@@ -120,82 +131,113 @@ class DiscoUpdateRule(base.UpdateRule):
         agent_out=agent_out,
         behaviour_agent_out=agent_out,
         extra_from_rule=dict(
-            v_scalar=scalar, adv=scalar[:-1], normalized_adv=scalar[:-1],
-            q=per_action, qv_adv=per_action, normalized_qv_adv=per_action,
-            target_out=agent_out))
+            v_scalar=scalar,
+            adv=scalar[:-1],
+            normalized_adv=scalar[:-1],
+            q=per_action,
+            qv_adv=per_action,
+            normalized_qv_adv=per_action,
+            target_out=agent_out,
+        ),
+    )
 
-  def init_params(self, rng: jax.Array) -> types.MetaParams:
+  def init_meta_params(self, rng: jax.Array) -> types.MetaParams:
     params, _ = self._meta_net.init(rng, self._example_inputs())
     return params
 
-  def init_meta_state(self, rng: jax.Array, params: types.Params
-                      ) -> types.RuleState:
-    _, rnn_state = jax.eval_shape(self._meta_net.init, rng,
-                                  self._example_inputs())
+  def init_rule_state(
+      self, rng: jax.Array, params: types.Params
+  ) -> types.RuleState:
+    _, rnn_state = jax.eval_shape(
+        self._meta_net.init, rng, self._example_inputs()
+    )
     rnn_state = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), rnn_state)
     return dict(
         rnn_state=rnn_state,
         adv_ema_state=ema_lib.ema_init(),
         td_ema_state=ema_lib.ema_init(),
-        target_params=params)
+        target_params=params,
+    )
 
   # ---------------------------------------------------------------- targets
-  def unroll_meta_net(self, meta_params, params, meta_state, inputs,
-                      hyper_params, unroll_fn, rng, axis_name=None):
-    del rng
-    target_out = unroll_fn(meta_state["target_params"], inputs.observations)
-    value_outs, adv_ema, td_ema = returns.value_outs(
-        rewards=inputs.rewards,
-        env_discounts=1.0 - inputs.is_terminal,
-        actions=inputs.actions,
-        pi_logits=inputs.agent_out["logits"],
-        mu_logits=inputs.behaviour_agent_out["logits"],
-        q_net_out=inputs.agent_out["q"],
-        target_q_net_out=target_out["q"],
-        discount=self._value_discount,
-        lambda_=hyper_params["value_fn_td_lambda"],
-        nonlinear_transform=True,
-        categorical=True,
-        max_abs_value=self._max_abs_value,
-        drop_last=False,
-        adv_ema_state=meta_state["adv_ema_state"],
-        td_ema_state=meta_state["td_ema_state"],
+  def _value_outs(
+      self, inputs: base.Inputs, target_out, context: base.LearnerContext
+  ) -> tuple[types.ValueOuts, types.EmaState, types.EmaState]:
+    """Retrace on the categorical ``q`` head, bootstrapping from the target
+    network's ``q`` (its state values weighted by the online policy)."""
+    outs = returns.estimate_on(
+        inputs,
+        self._q_head,
+        q_key="q",
+        target_out=target_out,
+        discount=self.hyper_params["discount_factor"],
+        lambda_=self.hyper_params["td_lambda"],
+    )
+    return returns.normalize(
+        outs,
+        context.rule_state["adv_ema_state"],
+        context.rule_state["td_ema_state"],
+        normalize_q_td=True,
         ema_decay=self._ema_decay,
         ema_eps=self._ema_eps,
-        axis_name=axis_name)
-    meta_inputs = inputs.replace(extra_from_rule=dict(
-        v_scalar=value_outs.value,
-        adv=value_outs.adv,
-        normalized_adv=value_outs.normalized_adv,
-        q=value_outs.target_q_value,
-        qv_adv=value_outs.qv_adv,
-        normalized_qv_adv=value_outs.normalized_qv_adv,
-        target_out=target_out))
+        axis_name=context.axis_name,
+    )
+
+  def unroll_meta_net(
+      self, inputs: base.Inputs, context: base.LearnerContext
+  ) -> tuple[base.MetaOut, types.RuleState]:
+    inputs.check_shapes()
+    rule_state = context.rule_state
+    target_out = context.unroll_fn(
+        rule_state["target_params"], inputs.observations
+    )
+    value_outs, adv_ema, td_ema = self._value_outs(inputs, target_out, context)
+    meta_inputs = inputs.replace(
+        extra_from_rule=dict(
+            v_scalar=value_outs.value,
+            adv=value_outs.adv,
+            normalized_adv=value_outs.normalized_adv,
+            q=value_outs.target_q_value,
+            qv_adv=value_outs.qv_adv,
+            normalized_qv_adv=value_outs.normalized_qv_adv,
+            target_out=target_out,
+        )
+    )
     meta_out, rnn_state = self._meta_net.apply(
-        meta_params, meta_state["rnn_state"], None, meta_inputs, axis_name)
+        context.meta_params,
+        rule_state["rnn_state"],
+        None,
+        meta_inputs,
+        context.axis_name,
+    )
     meta_out = dict(
         meta_out,
         q_target=value_outs.q_target,
         q_value=value_outs.q_value,
         q_td=value_outs.q_td,
         normalized_q_td=value_outs.normalized_q_td,
-        target_out=target_out)
-    coeff = hyper_params["target_params_coeff"]
+        target_out=target_out,
+    )
     new_state = dict(
-        meta_state,
+        rule_state,
         rnn_state=rnn_state,
         adv_ema_state=adv_ema,
         td_ema_state=td_ema,
-        target_params=jax.tree.map(
-            lambda old, new: old * coeff + (1.0 - coeff) * new,
-            meta_state["target_params"], params))
+        target_params=context.moved_target_params(
+            self.hyper_params["target_update_tau"]
+        ),
+    )
     return meta_out, new_state
 
   # ----------------------------------------------------------------- losses
-  def agent_loss(self, inputs, meta_out, hyper_params, backprop):
+  def agent_loss(
+      self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
+  ) -> base.LossAndLogs:
+    inputs.check_shapes()
+    hyper_params = self.hyper_params
     actions = inputs.actions[:-1]
     out = jax.tree.map(lambda x: x[:-1], inputs.agent_out)
-    z_a = input_transforms.select_action(out["z"], actions)
+    z_a = ops.at_actions(out["z"], actions)
     pi_hat, y_hat, z_hat = meta_out["pi"], meta_out["y"], meta_out["z"]
     if not backprop:
       pi_hat, y_hat, z_hat = jax.lax.stop_gradient((pi_hat, y_hat, z_hat))
@@ -203,58 +245,76 @@ class DiscoUpdateRule(base.UpdateRule):
     y_loss = _kl(y_hat, out["y"])
     z_loss = _kl(z_hat, z_a)
     # One-step policy prediction: aux_pi(s_t, a_t) predicts pi(s_{t+1}).
-    aux_pi_a = input_transforms.select_action(out["aux_pi"], actions)
+    aux_pi_a = ops.at_actions(out["aux_pi"], actions)
     next_logits = jax.lax.stop_gradient(inputs.agent_out["logits"][1:])
     aux_loss = _kl(next_logits, aux_pi_a) * (1.0 - inputs.is_terminal)
-    loss = (hyper_params["pi_cost"] * pi_loss
-            + hyper_params["y_cost"] * y_loss
-            + hyper_params["z_cost"] * z_loss
-            + hyper_params["aux_policy_cost"] * aux_loss)
+    loss = (
+        hyper_params["pi_cost"] * pi_loss
+        + hyper_params["y_cost"] * y_loss
+        + hyper_params["z_cost"] * z_loss
+        + hyper_params["aux_policy_cost"] * aux_loss
+    )
     logs = dict(
-        logits=out["logits"], y=out["y"], z=out["z"],
+        logits=out["logits"],
+        y=out["y"],
+        z=out["z"],
         entropy=_entropy(out["logits"]),
         y_entropy=_entropy(out["y"]),
         z_entropy=_entropy(z_a),
         pi_loss=pi_loss,
         aux_kl_loss=aux_loss,
-        pi_hat=pi_hat, y_hat=y_hat, z_hat=z_hat,
+        pi_hat=pi_hat,
+        y_hat=y_hat,
+        z_hat=z_hat,
         pi_hat_entropy=_entropy(pi_hat),
         aux_policy_entropy=_entropy(aux_pi_a),
-        aux_target_entropy=_entropy(next_logits))
+        aux_target_entropy=_entropy(next_logits),
+    )
     return loss, {k: jnp.mean(v) for k, v in logs.items()}
 
-  def agent_loss_no_meta(self, inputs, meta_out, hyper_params):
-    q_a = input_transforms.select_action(
-        inputs.agent_out["q"][:-1], inputs.actions[:-1])
+  def agent_loss_no_meta(
+      self, inputs: base.Inputs, meta_out: base.MetaOut
+  ) -> base.LossAndLogs:
+    inputs.check_shapes()
+    q_a = ops.at_actions(inputs.agent_out["q"][:-1], inputs.actions[:-1])
     q_loss = losses.value_loss_from_td(
-        q_a, jax.lax.stop_gradient(meta_out["q_td"]),
-        nonlinear_transform=True, categorical=True,
-        max_abs_value=self._max_abs_value)
+        q_a, jax.lax.stop_gradient(meta_out["q_td"]), self._q_head
+    )
     logs = dict(
         q_target=jnp.mean(meta_out["q_target"]),
         agent_q_mean=jnp.mean(meta_out["q_value"]),
         q_loss=jnp.mean(q_loss),
         td=jnp.mean(meta_out["q_td"]),
-        normalized_td=jnp.mean(meta_out["normalized_q_td"]))
-    return hyper_params["value_cost"] * q_loss, logs
+        normalized_td=jnp.mean(meta_out["normalized_q_td"]),
+    )
+    return self.hyper_params["value_cost"] * q_loss, logs
 
   # ------------------------------------------------------------ meta-train
-  def meta_regularizer(self, train_meta_out, valid_agent_out, valid_actions):
+  def meta_regularizer(
+      self,
+      train_meta_out: base.MetaOut,
+      valid_out: types.AgentOuts,
+      actions: jax.Array,
+  ) -> tuple[jax.Array, types.Logs]:
     costs = self.meta_regularizer_costs
-    z_a = input_transforms.select_action(valid_agent_out["z"][:-1],
-                                         valid_actions)
-    neg_entropy = (-jnp.mean(_entropy(valid_agent_out["y"]))
-                   - jnp.mean(_entropy(z_a)))
+    z_a = ops.at_actions(valid_out["z"][:-1], actions)
+    neg_entropy = -jnp.mean(_entropy(valid_out["y"])) - jnp.mean(_entropy(z_a))
     # Squared (per inner step) means of each target, averaged over steps.
     mean_square = sum(
         jnp.mean(jnp.square(jnp.mean(train_meta_out[k], axis=(1, 2, 3))))
-        for k in ("y", "z", "pi"))
+        for k in ("y", "z", "pi")
+    )
     target_logits = train_meta_out["target_out"]["logits"][:, :-1]
-    target_kl = jnp.mean(_kl(jax.lax.stop_gradient(target_logits),
-                             train_meta_out["pi"]))
-    reg = (costs["prediction_entropy"] * neg_entropy
-           + costs["target_mean_square"] * mean_square
-           + costs["target_policy_kl"] * target_kl)
-    return reg, dict(prediction_neg_entropy=neg_entropy,
-                     target_mean_square=mean_square,
-                     target_policy_kl=target_kl)
+    target_kl = jnp.mean(
+        _kl(jax.lax.stop_gradient(target_logits), train_meta_out["pi"])
+    )
+    reg = (
+        costs["prediction_entropy"] * neg_entropy
+        + costs["target_mean_square"] * mean_square
+        + costs["target_policy_kl"] * target_kl
+    )
+    return reg, dict(
+        prediction_neg_entropy=neg_entropy,
+        target_mean_square=mean_square,
+        target_policy_kl=target_kl,
+    )

@@ -8,20 +8,23 @@ EMA-normalised by default.
 
 from __future__ import annotations
 
-import distrax
+from collections.abc import Mapping
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from disco import ops
 from disco import types
 from disco.update_rules import base
+from disco.value_fns import categorical
 from disco.value_fns import ema as ema_lib
 from disco.value_fns import losses
 from disco.value_fns import returns
 
 POLICY_GRADIENT_HYPER_PARAMS = dict(
     discount_factor=0.997,
-    vtrace_lambda=1.0,
+    td_lambda=1.0,
     value_cost=0.5,
 )
 
@@ -30,6 +33,7 @@ class PolicyGradient(base.UpdateRule):
   """``-log pi(a|s) * A`` plus an entropy bonus.
 
   Args:
+    hyper_params: overrides of ``POLICY_GRADIENT_HYPER_PARAMS``.
     entropy_cost: weight of the entropy bonus.
     normalize_adv: use EMA-normalised advantages.
     pg_cost: weight of the policy-gradient loss.
@@ -37,14 +41,18 @@ class PolicyGradient(base.UpdateRule):
     moving_average_eps: EMA normalisation epsilon.
   """
 
+  default_hyper_params = POLICY_GRADIENT_HYPER_PARAMS
+
   def __init__(
       self,
+      hyper_params: Mapping[str, float] | None = None,
       entropy_cost: float = 0.01,
       normalize_adv: bool = True,
       pg_cost: float = 1.0,
       moving_average_decay: float = 0.99,
       moving_average_eps: float = 1e-6,
   ):
+    super().__init__(hyper_params)
     self._entropy_cost = entropy_cost
     self._normalize_adv = normalize_adv
     self._pg_cost = pg_cost
@@ -52,50 +60,65 @@ class PolicyGradient(base.UpdateRule):
     self._ema_eps = moving_average_eps
 
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
-    return dict(logits=base.logits_spec(num_actions),
-                v=types.ArraySpec((1,), np.float32))
+    return dict(
+        logits=base.logits_spec(num_actions),
+        v=types.ArraySpec((1,), np.float32),
+    )
 
-  def init_meta_state(self, rng, params):
+  def init_rule_state(
+      self, rng: jax.Array, params: types.Params
+  ) -> types.RuleState:
     del rng, params
     return dict(adv_ema_state=ema_lib.ema_init())
 
-  def unroll_meta_net(self, meta_params, params, meta_state, inputs,
-                      hyper_params, unroll_fn, rng, axis_name=None):
-    del meta_params, params, unroll_fn, rng
+  def unroll_meta_net(
+      self, inputs: base.Inputs, context: base.LearnerContext
+  ) -> tuple[base.MetaOut, types.RuleState]:
+    inputs.check_shapes()
+    rule_state, hyper_params = context.rule_state, self.hyper_params
     if inputs.value_out is not None:
-      value_outs, adv_ema = inputs.value_out, meta_state["adv_ema_state"]
+      outs, adv_ema = inputs.value_out, rule_state["adv_ema_state"]
     else:
-      value_outs, adv_ema, _ = returns.value_outs(
-          rewards=inputs.rewards,
-          env_discounts=1.0 - inputs.is_terminal,
-          actions=inputs.actions,
-          pi_logits=inputs.agent_out["logits"],
-          mu_logits=inputs.behaviour_agent_out["logits"],
-          value_net_out=inputs.agent_out["v"],
+      outs = returns.estimate_on(
+          inputs,
+          categorical.ValueHead(),
+          value_key="v",
           discount=hyper_params["discount_factor"],
-          lambda_=hyper_params["vtrace_lambda"],
-          drop_last=False,
-          adv_ema_state=meta_state["adv_ema_state"],
+          lambda_=hyper_params["td_lambda"],
+      )
+      outs, adv_ema, _ = returns.normalize(
+          outs,
+          rule_state["adv_ema_state"],
           ema_decay=self._ema_decay,
           ema_eps=self._ema_eps,
-          axis_name=axis_name)
-    advs = value_outs.normalized_adv if self._normalize_adv else value_outs.adv
-    meta_out = dict(pi=advs, tds=value_outs.td, raw_advs=value_outs.adv)
-    return meta_out, dict(meta_state, adv_ema_state=adv_ema)
+          axis_name=context.axis_name,
+      )
+    advs = outs.normalized_adv if self._normalize_adv else outs.adv
+    meta_out = dict(pi=advs, tds=outs.td, raw_advs=outs.adv)
+    return meta_out, dict(rule_state, adv_ema_state=adv_ema)
 
-  def agent_loss(self, inputs, meta_out, hyper_params, backprop):
-    del hyper_params
+  def agent_loss(
+      self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
+  ) -> base.LossAndLogs:
+    inputs.check_shapes()
     logits = inputs.agent_out["logits"][:-1]
     pg_loss = losses.policy_gradient_loss(
-        logits, inputs.actions[:-1], meta_out["pi"], backprop=backprop)
-    entropy = distrax.Softmax(logits).entropy()
+        logits, inputs.actions[:-1], meta_out["pi"], backprop=backprop
+    )
+    entropy = ops.softmax_entropy(logits)
     loss = self._pg_cost * pg_loss - self._entropy_cost * entropy
-    return loss, dict(entropy=jnp.mean(entropy),
-                      pg_advs=jnp.mean(meta_out["pi"]),
-                      raw_advs=jnp.mean(meta_out["raw_advs"]))
+    return loss, dict(
+        entropy=jnp.mean(entropy),
+        pg_advs=jnp.mean(meta_out["pi"]),
+        raw_advs=jnp.mean(meta_out["raw_advs"]),
+    )
 
-  def agent_loss_no_meta(self, inputs, meta_out, hyper_params):
+  def agent_loss_no_meta(
+      self, inputs: base.Inputs, meta_out: base.MetaOut
+  ) -> base.LossAndLogs:
     value_loss = losses.value_loss_from_td(
-        inputs.agent_out["v"][:-1], jax.lax.stop_gradient(meta_out["tds"]))
-    return hyper_params["value_cost"] * value_loss, dict(
-        value_loss=jnp.mean(value_loss))
+        inputs.agent_out["v"][:-1], jax.lax.stop_gradient(meta_out["tds"])
+    )
+    return self.hyper_params["value_cost"] * value_loss, dict(
+        value_loss=jnp.mean(value_loss)
+    )

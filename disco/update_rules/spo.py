@@ -42,6 +42,7 @@ the policy's probabilities (it is off by default).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import chex
@@ -49,15 +50,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from disco import ops
 from disco import types
 from disco.update_rules import base
-from disco.update_rules import mpo
+from disco.update_rules import mpo_common as ml
 from disco.value_fns import returns
 
 # SPO's published (ff_spo.yaml) loss settings.
 SPO_HYPER_PARAMS = dict(
     discount_factor=0.99,
-    gae_lambda=0.95,
+    td_lambda=0.95,
     vf_coef=1.0,
     epsilon=0.5,
     epsilon_policy=1e-3,
@@ -99,8 +101,11 @@ class Particles:
 def broadcast_streams(tree: Any, num: int) -> Any:
   """Leaves ``[B, ...]`` -> ``[B, num, ...]`` (copies along a new axis 1)."""
   return jax.tree.map(
-      lambda x: jnp.broadcast_to(jnp.expand_dims(x, 1),
-                                 (x.shape[0], num) + x.shape[1:]), tree)
+      lambda x: jnp.broadcast_to(
+          jnp.expand_dims(x, 1), (x.shape[0], num) + x.shape[1:]
+      ),
+      tree,
+  )
 
 
 def effective_sample_size(logits: jax.Array) -> jax.Array:
@@ -109,8 +114,9 @@ def effective_sample_size(logits: jax.Array) -> jax.Array:
   return 1.0 / jnp.sum(jnp.square(weights), axis=-1)
 
 
-def resample(particles: Particles, rng: jax.Array, logits: jax.Array
-             ) -> Particles:
+def resample(
+    particles: Particles, rng: jax.Array, logits: jax.Array
+) -> Particles:
   """Draws ``N`` particles per stream i.i.d. from ``softmax(logits)``.
 
   Every field is gathered except ``gae`` (which stays with its root-action
@@ -125,20 +131,28 @@ def resample(particles: Particles, rng: jax.Array, logits: jax.Array
     Particles with the same shapes.
   """
   batch, num = logits.shape
-  idx = jax.vmap(lambda k, l: jax.random.categorical(k, l, shape=(num,)))(
-      jax.random.split(rng, batch), logits)
+  idx = jax.vmap(lambda k, x: jax.random.categorical(k, x, shape=(num,)))(
+      jax.random.split(rng, batch), logits
+  )
   gathered = jax.vmap(lambda p, i: jax.tree.map(lambda x: x[i], p))(
-      particles, idx)
-  return gathered.replace(log_weights=jnp.zeros_like(particles.log_weights),
-                          gae=particles.gae)
+      particles, idx
+  )
+  return gathered.replace(
+      log_weights=jnp.zeros_like(particles.log_weights), gae=particles.gae
+  )
 
 
-def _select_streams(cond: jax.Array, new: Particles, old: Particles
-                    ) -> Particles:
+def _select_streams(
+    cond: jax.Array, new: Particles, old: Particles
+) -> Particles:
   """Per stream (``cond`` ``[B]``) picks ``new`` or ``old``."""
   return jax.tree.map(
-      lambda n, o: jnp.where(cond.reshape(cond.shape + (1,) * (o.ndim - 1)),
-                             n, o), new, old)
+      lambda n, o: jnp.where(
+          cond.reshape(cond.shape + (1,) * (o.ndim - 1)), n, o
+      ),
+      new,
+      old,
+  )
 
 
 def check_search_env(env: Any) -> None:
@@ -148,18 +162,21 @@ def check_search_env(env: Any) -> None:
         "SPO searches over copies of the environment state but the acting "
         "context has no environment: pass env= and env_state= to "
         "Agent.actor_step (EvalLoop does so for rules with "
-        "needs_env_copies).")
+        "needs_env_copies)."
+    )
   if not getattr(env, "is_jittable", False):
     raise ValueError(
         f"SPO needs a jittable environment to copy and step during search; "
         f"got {type(env).__name__} (is_jittable=False). Use a jittable "
-        "environment such as 'catch' instead of 'catch_dm_env'.")
+        "environment such as 'catch' instead of 'catch_dm_env'."
+    )
 
 
-class SPO(base.UpdateRule):
+class SPO(ml.DualRule):
   """SPO: SMC search over environment copies for acting, MPO-style learning.
 
   Args:
+    hyper_params: overrides of ``SPO_HYPER_PARAMS``.
     num_particles: particles ``N`` per stream.
     search_depth: environment steps per search.
     resampling_mode: ``"period"`` (every ``resampling_period`` steps) or
@@ -174,16 +191,16 @@ class SPO(base.UpdateRule):
     search_gae_lambda: lambda of the per-root-action advantage estimate.
     root_dirichlet_alpha: Dirichlet concentration of the root noise.
     root_dirichlet_fraction: weight of the root noise (0 disables it).
-    init_log_temperature: initial raw temperature (softplus parameterised).
-    init_log_alpha: initial raw trust-region dual.
-    dual_lr: Adam learning rate of the duals.
-    dual_max_grad_norm: global-norm clip of the dual gradient.
+    init_log_temperature, init_log_alpha, dual_lr, dual_max_grad_norm: the
+      duals (see ``mpo_common.DualRule``).
   """
 
   needs_env_copies = True
+  default_hyper_params = SPO_HYPER_PARAMS
 
   def __init__(
       self,
+      hyper_params: Mapping[str, float] | None = None,
       num_particles: int = 16,
       search_depth: int = 4,
       resampling_mode: str = "period",
@@ -200,12 +217,23 @@ class SPO(base.UpdateRule):
       dual_lr: float = 1e-3,
       dual_max_grad_norm: float = 0.5,
   ):
+    super().__init__(
+        hyper_params,
+        init_log_temperature,
+        init_log_alpha,
+        dual_lr,
+        dual_max_grad_norm,
+    )
     if resampling_mode not in RESAMPLING_MODES:
-      raise ValueError(f"Unknown resampling_mode {resampling_mode!r}; use "
-                       f"one of {', '.join(RESAMPLING_MODES)}.")
-    for name, value in (("num_particles", num_particles),
-                        ("search_depth", search_depth),
-                        ("resampling_period", resampling_period)):
+      raise ValueError(
+          f"Unknown resampling_mode {resampling_mode!r}; use "
+          f"one of {', '.join(RESAMPLING_MODES)}."
+      )
+    for name, value in (
+        ("num_particles", num_particles),
+        ("search_depth", search_depth),
+        ("resampling_period", resampling_period),
+    ):
       if int(value) < 1:
         raise ValueError(f"{name} must be >= 1, got {value}.")
     self.num_particles = int(num_particles)
@@ -219,46 +247,41 @@ class SPO(base.UpdateRule):
     self.search_gae_lambda = float(search_gae_lambda)
     self.root_dirichlet_alpha = float(root_dirichlet_alpha)
     self.root_dirichlet_fraction = float(root_dirichlet_fraction)
-    self._init_log_temperature = init_log_temperature
-    self._init_log_alpha = init_log_alpha
-    self._dual_optimizer = mpo.dual_optimizer(dual_lr, dual_max_grad_norm)
 
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
-    return dict(logits=base.logits_spec(num_actions),
-                v=types.ArraySpec((1,), np.float32))
-
-  def init_meta_state(self, rng, params):
-    del rng
-    duals = mpo.init_duals(self._init_log_temperature, self._init_log_alpha)
-    return dict(target_params=params, duals=duals,
-                dual_opt_state=self._dual_optimizer.init(duals))
+    return dict(
+        logits=base.logits_spec(num_actions),
+        v=types.ArraySpec((1,), np.float32),
+    )
 
   # ------------------------------------------------------------- searching
-  def search_temperature(self, rule_state: types.RuleState | None
-                         ) -> jax.Array:
+  def search_temperature(self, rule_state: types.RuleState | None) -> jax.Array:
     if not self.adaptive_temperature:
       return jnp.asarray(self.fixed_temperature, jnp.float32)
     if rule_state is None:
       raise ValueError(
           "SPO with adaptive_temperature reads the temperature dual from the "
           "rule state: pass rule_state to Agent.actor_step, or set "
-          "adaptive_temperature=False.")
-    return mpo.dual_value(rule_state["duals"]["log_temperature"])
+          "adaptive_temperature=False."
+      )
+    return ml.dual_value(rule_state["duals"]["log_temperature"])
 
   def _root_logits(self, rng, logits):
     if self.root_dirichlet_fraction <= 0.0:
       return logits
     noise = jax.random.dirichlet(
-        rng, jnp.full(logits.shape[-1:], self.root_dirichlet_alpha),
-        shape=logits.shape[:-1])
-    probs = ((1.0 - self.root_dirichlet_fraction) * jax.nn.softmax(logits)
-             + self.root_dirichlet_fraction * noise)
+        rng,
+        jnp.full(logits.shape[-1:], self.root_dirichlet_alpha),
+        shape=logits.shape[:-1],
+    )
+    probs = (1.0 - self.root_dirichlet_fraction) * jax.nn.softmax(
+        logits
+    ) + self.root_dirichlet_fraction * noise
     return jnp.log(probs)
 
   def _evaluate(self, context: base.ActingContext, observations):
     """Network on ``[B, N, ...]`` observations: (logits, value)."""
-    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]),
-                        observations)
+    flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), observations)
     out = context.apply_fn(context.params, flat)
     batch, num = jax.tree.leaves(observations)[0].shape[:2]
     logits = out["logits"].reshape((batch, num, -1))
@@ -269,9 +292,9 @@ class SPO(base.UpdateRule):
     """Steps every particle once, updates weights, maybe resamples."""
     step_rng, resample_rng = jax.random.split(rng)
     # The environment acts on [B] streams; vmap it over the particle axis.
-    env_state, timestep = jax.vmap(context.env.step, in_axes=(1, 1),
-                                   out_axes=1)(particles.env_state,
-                                               particles.next_actions)
+    env_state, timestep = jax.vmap(
+        context.env.step, in_axes=(1, 1), out_axes=1
+    )(particles.env_state, particles.next_actions)
     logits, value = self._evaluate(context, timestep.observation)
     next_actions = jax.random.categorical(step_rng, logits)
     env_discount = timestep.discount.astype(jnp.float32)
@@ -293,19 +316,27 @@ class SPO(base.UpdateRule):
         terminal=jnp.logical_or(particles.terminal, ended),
         depth=particles.depth + 1,
         gae=particles.gae + alive * scale * delta,
-        next_actions=next_actions.astype(jnp.int32))
+        next_actions=next_actions.astype(jnp.int32),
+    )
     resample_logits = log_weights / temperature
     if self.resampling_mode == "period":
-      should = jnp.full(log_weights.shape[:1],
-                        (depth + 1) % self.resampling_period == 0)
+      should = jnp.full(
+          log_weights.shape[:1], (depth + 1) % self.resampling_period == 0
+      )
     else:
-      should = (effective_sample_size(resample_logits)
-                < self.ess_threshold * self.num_particles)
+      should = (
+          effective_sample_size(resample_logits)
+          < self.ess_threshold * self.num_particles
+      )
     resampled = resample(stepped, resample_rng, resample_logits)
     return _select_streams(should, resampled, stepped), should
 
-  def search(self, rng: jax.Array, agent_out: types.AgentOuts,
-             context: base.ActingContext) -> tuple[Particles, jax.Array]:
+  def search(
+      self,
+      rng: jax.Array,
+      agent_out: types.AgentOuts,
+      context: base.ActingContext,
+  ) -> tuple[Particles, jax.Array]:
     """Runs the SMC search from ``context.env_state``.
 
     Returns:
@@ -318,7 +349,8 @@ class SPO(base.UpdateRule):
     batch = logits.shape[0]
     num = self.num_particles
     root_actions = jax.random.categorical(
-        root_rng, logits[:, None, :], shape=(batch, num)).astype(jnp.int32)
+        root_rng, logits[:, None, :], shape=(batch, num)
+    ).astype(jnp.int32)
     zeros = jnp.zeros((batch, num), jnp.float32)
     particles = Particles(
         env_state=broadcast_streams(context.env_state, num),
@@ -328,43 +360,55 @@ class SPO(base.UpdateRule):
         terminal=jnp.zeros((batch, num), bool),
         depth=jnp.zeros((batch, num), jnp.int32),
         gae=zeros,
-        next_actions=root_actions)
+        next_actions=root_actions,
+    )
 
     def body(p, xs):
       depth, step_rng = xs
       return self._search_step(context, temperature, p, depth, step_rng)
 
     particles, _ = jax.lax.scan(
-        body, particles,
-        (jnp.arange(self.search_depth),
-         jax.random.split(search_rng, self.search_depth)))
+        body,
+        particles,
+        (
+            jnp.arange(self.search_depth),
+            jax.random.split(search_rng, self.search_depth),
+        ),
+    )
     return particles, temperature
 
-  def select_action(self, rng, agent_out, context):
+  def select_action(
+      self,
+      rng: jax.Array,
+      agent_out: types.AgentOuts,
+      context: base.ActingContext,
+  ) -> tuple[jax.Array, types.ArrayTree]:
     search_rng, pick_rng = jax.random.split(rng)
     particles, temperature = self.search(search_rng, agent_out, context)
     logits = particles.log_weights / temperature
     index = jax.random.categorical(pick_rng, logits)
-    actions = jnp.take_along_axis(particles.root_actions, index[:, None],
-                                  axis=1)[:, 0]
-    extras = dict(search_actions=particles.root_actions,
-                  search_weights=jax.nn.softmax(logits, axis=-1),
-                  search_advantages=particles.gae)
+    actions = jnp.take_along_axis(
+        particles.root_actions, index[:, None], axis=1
+    )[:, 0]
+    extras = dict(
+        search_actions=particles.root_actions,
+        search_weights=jax.nn.softmax(logits, axis=-1),
+        search_advantages=particles.gae,
+    )
     return actions, extras
 
   # -------------------------------------------------------------- learning
   def _check_extras(self, inputs):
     extras = inputs.actor_extras
-    if not isinstance(extras, dict) or any(k not in extras
-                                           for k in EXTRA_KEYS):
+    if not isinstance(extras, dict) or any(k not in extras for k in EXTRA_KEYS):
       raise ValueError(
           "SPO learns from its search statistics: the rollout must carry "
           f"actor_extras with {', '.join(EXTRA_KEYS)} (act with "
-          "SPO.select_action).")
+          "SPO.select_action)."
+      )
     return extras
 
-  def dual_loss(self, duals, advantages, target_logits, online_logits,
-                hyper_params):
+  def dual_loss(self, duals, advantages, target_logits, online_logits):
     """Sample-based temperature loss plus the trust-region dual loss.
 
     Args:
@@ -372,93 +416,76 @@ class SPO(base.UpdateRule):
       advantages: ``[..., N]`` search advantages of the root actions.
       target_logits: ``[..., A]`` target policy logits.
       online_logits: ``[..., A]`` online policy logits (constants here).
-      hyper_params: needs ``epsilon`` and ``epsilon_policy``.
 
     Returns:
       ``(loss, (weights, kl, loss_temperature, loss_alpha))``.
     """
-    eta = mpo.dual_value(duals["log_temperature"])
-    alpha = mpo.dual_value(duals["log_alpha"])
-    weights, log_z = mpo.sample_e_step(advantages, eta)
-    kl = mpo.policy_kl(target_logits, online_logits)
-    loss_eta = mpo.temperature_loss(eta, log_z, hyper_params["epsilon"])
-    loss_alpha = mpo.alpha_loss(alpha, kl, hyper_params["epsilon_policy"])
-    return jnp.mean(loss_eta + loss_alpha), (weights, kl, loss_eta,
-                                             loss_alpha)
+    eta = ml.dual_value(duals["log_temperature"])
+    alpha = ml.dual_value(duals["log_alpha"])
+    weights, log_z = ml.sample_e_step(advantages, eta)
+    kl = ops.categorical_kl(target_logits, online_logits)
+    loss_eta = ml.temperature_loss(eta, log_z, self.hyper_params["epsilon"])
+    loss_alpha = ml.alpha_loss(alpha, kl, self.hyper_params["epsilon_policy"])
+    return jnp.mean(loss_eta + loss_alpha), (weights, kl, loss_eta, loss_alpha)
 
-  def unroll_meta_net(self, meta_params, params, meta_state, inputs,
-                      hyper_params, unroll_fn, rng, axis_name=None):
-    del meta_params, rng
+  def unroll_meta_net(
+      self, inputs: base.Inputs, context: base.LearnerContext
+  ) -> tuple[base.MetaOut, types.RuleState]:
+    inputs.check_shapes()
     extras = self._check_extras(inputs)
-    target_out = jax.lax.stop_gradient(
-        unroll_fn(meta_state["target_params"], inputs.observations))
+    target_out = self.target_out(inputs, context)
     target_logits = target_out["logits"][:-1]
     online_logits = jax.lax.stop_gradient(inputs.agent_out["logits"][:-1])
     advantages = extras["search_advantages"][:-1]
-    epsilon = hyper_params["epsilon"]
-    epsilon_policy = hyper_params["epsilon_policy"]
-
-    duals = meta_state["duals"]
-    grads, (weights, kl, loss_eta, loss_alpha) = jax.grad(
-        self.dual_loss, has_aux=True)(duals, advantages, target_logits,
-                                      online_logits, hyper_params)
-    new_duals, dual_opt_state = mpo.apply_dual_gradient(
-        self._dual_optimizer, duals, meta_state["dual_opt_state"], grads,
-        axis_name)
-
+    (weights, kl, loss_eta, loss_alpha), new_duals, dual_opt_state = (
+        self.update_duals(
+            self.dual_loss, context, advantages, target_logits, online_logits
+        )
+    )
     # GAE(lambda) targets from the target critic (V-trace with rho = 1).
-    values = inputs.agent_out["v"][..., 0]
     critic = returns.vtrace(
         rewards=inputs.rewards,
         env_discounts=1.0 - inputs.is_terminal.astype(jnp.float32),
         rho=jnp.ones_like(inputs.rewards),
-        values=values,
+        values=inputs.agent_out["v"][..., 0],
         target_values=target_out["v"][..., 0],
-        discount=hyper_params["discount_factor"],
-        lambda_=hyper_params["gae_lambda"])
+        discount=self.hyper_params["discount_factor"],
+        lambda_=self.hyper_params["td_lambda"],
+    )
     num = advantages.shape[-1]
     kl_sample = jnp.sum(weights * jnp.log(num * weights + 1e-8), axis=-1)
-    mean = lambda x: mpo.global_mean(x, axis_name)
     meta_out = dict(
         target_logits=target_logits,
-        alpha=mpo.dual_value(duals["log_alpha"]),
+        alpha=ml.dual_value(context.rule_state["duals"]["log_alpha"]),
         value_target=jax.lax.stop_gradient(critic.value_target),
         stats=dict(
-            temperature=mpo.dual_value(duals["log_temperature"]),
-            loss_temperature=mean(loss_eta),
-            loss_alpha=mean(loss_alpha),
-            kl_nonparametric=mean(kl_sample),
-            kl_nonparametric_relative=mean(kl_sample) / epsilon,
-            kl_mean_rel=mean(kl) / epsilon_policy,
-            search_advantage=mean(advantages)))
-    new_state = dict(
-        meta_state,
-        duals=new_duals,
-        dual_opt_state=dual_opt_state,
-        target_params=mpo.polyak(meta_state["target_params"], params,
-                                 hyper_params["target_update_tau"]))
-    return meta_out, new_state
+            self.dual_stats(context, loss_eta, loss_alpha, kl_sample, kl),
+            search_advantage=ops.global_mean(advantages, context.axis_name),
+        ),
+    )
+    return meta_out, self.next_rule_state(context, new_duals, dual_opt_state)
 
-  def agent_loss(self, inputs, meta_out, hyper_params, backprop):
-    del hyper_params, backprop  # No meta-parameters.
+  def policy_loss(
+      self, inputs: base.Inputs, meta_out: base.MetaOut, logits: jax.Array
+  ) -> jax.Array:
+    del meta_out
     extras = self._check_extras(inputs)
-    logits = inputs.agent_out["logits"][:-1]
-    loss_policy = mpo.sampled_cross_entropy(
-        logits, extras["search_actions"][:-1],
-        jax.lax.stop_gradient(extras["search_weights"][:-1]))
-    alpha = jax.lax.stop_gradient(meta_out["alpha"])
-    loss_kl = alpha * mpo.policy_kl(meta_out["target_logits"], logits)
-    logs = dict(meta_out["stats"],
-                alpha=alpha,
-                loss_policy=loss_policy,
-                loss_kl=loss_kl,
-                entropy_online=mpo.entropy(logits))
-    return loss_policy + loss_kl, logs
+    return ml.sampled_cross_entropy(
+        logits,
+        extras["search_actions"][:-1],
+        jax.lax.stop_gradient(extras["search_weights"][:-1]),
+    )
 
-  def agent_loss_no_meta(self, inputs, meta_out, hyper_params):
+  def agent_loss_no_meta(
+      self, inputs: base.Inputs, meta_out: base.MetaOut
+  ) -> base.LossAndLogs:
+    inputs.check_shapes()
     values = inputs.agent_out["v"][:-1, ..., 0]
     td = meta_out["value_target"] - values
     value_loss = 0.5 * jnp.square(td)
-    logs = dict(value_loss=value_loss, value_mean=values,
-                value_target=meta_out["value_target"])
-    return hyper_params["vf_coef"] * value_loss, logs
+    logs = dict(
+        value_loss=value_loss,
+        value_mean=values,
+        value_target=meta_out["value_target"],
+    )
+    return self.hyper_params["vf_coef"] * value_loss, logs

@@ -15,6 +15,8 @@ applies its inverse (``rlax.SIGNED_HYPERBOLIC_PAIR[1]``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import rlax
@@ -24,19 +26,12 @@ from disco import types
 Array = types.Array
 
 
-def check_categorical_args(categorical: bool, max_abs_value: float | None):
-  """Raises ValueError if a categorical head is requested without a range."""
-  if categorical and max_abs_value is None:
-    raise ValueError(
-        'A categorical value representation needs `max_abs_value` (the '
-        'largest absolute value its support can represent), got None.'
-    )
-
-
-def _check_max_abs_value(max_abs_value: float) -> None:
+def _check_max_abs_value(max_abs_value: float | None) -> None:
   if max_abs_value is None or max_abs_value <= 0.0:
     raise ValueError(
-        f'`max_abs_value` must be a positive number, got {max_abs_value}.'
+        "A categorical value representation needs `max_abs_value`, the "
+        "largest absolute value its support can represent (> 0); got "
+        f"{max_abs_value}."
     )
 
 
@@ -81,73 +76,53 @@ def scalar_to_probs(value: Array, num_bins: int, max_abs_value: float) -> Array:
   )
 
 
-def scalar_values(
-    net_out: Array,
-    categorical: bool = False,
-    max_abs_value: float | None = None,
-    nonlinear_transform: bool = False,
-) -> Array:
-  """Decodes value-head outputs into scalar values.
+@dataclasses.dataclass(frozen=True)
+class ValueHead:
+  """How a value head"s outputs encode scalar values.
 
-  Args:
-    net_out: ``[T, B, 1]`` scalar outputs, or ``[T, B, num_bins]`` logits when
-      ``categorical``.
-    categorical: whether ``net_out`` holds logits over the value support.
-    max_abs_value: half-width of the categorical support; required when
-      ``categorical``.
-    nonlinear_transform: whether the head predicts signed-hyperbolically
-      squashed values (the inverse transform is then applied).
-
-  Returns:
-    ``[T, B]`` scalar values.
+  Attributes:
+    categorical: the head outputs logits over ``num_bins`` support points
+      (its last axis) instead of one scalar.
+    max_abs_value: half-width of the categorical support (required, > 0,
+      when ``categorical``).
+    nonlinear_transform: the head predicts signed-hyperbolically squashed
+      values.
   """
-  if net_out.ndim != 3:
-    raise ValueError(
-        f'Expected value outputs of shape [T, B, 1 or num_bins], got shape '
-        f'{net_out.shape}.'
-    )
-  check_categorical_args(categorical, max_abs_value)
-  if categorical:
-    values = logits_to_scalar(net_out, max_abs_value)
-  else:
-    values = jnp.squeeze(net_out, axis=2)
-  if nonlinear_transform:
-    values = rlax.SIGNED_HYPERBOLIC_PAIR[1](values)
-  return values
 
+  categorical: bool = False
+  max_abs_value: float | None = None
+  nonlinear_transform: bool = False
 
-def scalar_action_values(
-    net_out: Array,
-    categorical: bool = False,
-    max_abs_value: float | None = None,
-    nonlinear_transform: bool = False,
-) -> Array:
-  """Per-action variant of `scalar_values`.
+  def __post_init__(self):
+    if self.categorical:
+      _check_max_abs_value(self.max_abs_value)
 
-  Args:
-    net_out: ``[T, B, A, 1]`` scalar outputs, or ``[T, B, A, num_bins]``
-      logits when ``categorical``.
-    categorical: whether ``net_out`` holds logits over the value support.
-    max_abs_value: half-width of the categorical support; required when
-      ``categorical``.
-    nonlinear_transform: whether the head predicts squashed values.
+  def decode(self, net_out: Array) -> Array:
+    """``[T, B, 1 or num_bins]`` head outputs -> ``[T, B]`` scalar values."""
+    if net_out.ndim != 3:
+      raise ValueError(
+          "Expected value outputs of shape [T, B, 1 or num_bins], got shape "
+          f"{net_out.shape}."
+      )
+    if self.categorical:
+      values = logits_to_scalar(net_out, self.max_abs_value)
+    else:
+      values = jnp.squeeze(net_out, axis=2)
+    if self.nonlinear_transform:
+      values = rlax.SIGNED_HYPERBOLIC_PAIR[1](values)
+    return values
 
-  Returns:
-    ``[T, B, A]`` scalar action values.
-  """
-  if net_out.ndim != 4:
-    raise ValueError(
-        f'Expected action-value outputs of shape [T, B, A, 1 or num_bins], '
-        f'got shape {net_out.shape}.'
-    )
-  check_categorical_args(categorical, max_abs_value)
+  def decode_actions(self, net_out: Array) -> Array:
+    """``[T, B, A, 1 or num_bins]`` per-action outputs -> ``[T, B, A]``."""
+    if net_out.ndim != 4:
+      raise ValueError(
+          "Expected action-value outputs of shape [T, B, A, 1 or num_bins], "
+          f"got shape {net_out.shape}."
+      )
+    return jax.vmap(self.decode, in_axes=2, out_axes=2)(net_out)
 
-  def decode(x):
-    return scalar_values(
-        x,
-        categorical=categorical,
-        max_abs_value=max_abs_value,
-        nonlinear_transform=nonlinear_transform,
-    )
-
-  return jax.vmap(decode, in_axes=2, out_axes=2)(net_out)
+  def encode_target(self, target: Array) -> Array:
+    """``[T, B]`` scalar targets in the space the head predicts in."""
+    if self.nonlinear_transform:
+      return rlax.SIGNED_HYPERBOLIC_PAIR[0](target)
+    return target

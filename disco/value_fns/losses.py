@@ -21,39 +21,31 @@ Array = types.Array
 def value_loss_from_target(
     net_out: Array,
     target: Array,
-    nonlinear_transform: bool = False,
-    categorical: bool = False,
-    max_abs_value: float | None = None,
+    head: categorical_lib.ValueHead = categorical_lib.ValueHead(),
 ) -> Array:
   """Per-step loss regressing a value head onto scalar targets.
 
   The target is not stop-gradiented here; do so before calling if needed.
 
   Args:
-    net_out: ``[T, B, 1]`` scalar outputs, or ``[T, B, num_bins]`` logits when
-      ``categorical``.
-    target: ``[T, B]`` scalar targets (in untransformed value space).
-    nonlinear_transform: whether the head predicts values squashed by the
-      signed hyperbolic transform; the target is then squashed as well.
-    categorical: whether ``net_out`` holds logits over the value support; the
-      loss is then the cross-entropy against the 2-hot target distribution.
-    max_abs_value: half-width of the categorical support.
+    net_out: ``[T, B, 1]`` scalar outputs, or ``[T, B, num_bins]`` logits for
+      a categorical head.
+    target: ``[T, B]`` scalar targets (in untransformed value space; squashed
+      here when the head predicts squashed values).
+    head: how ``net_out`` encodes values.
 
   Returns:
-    ``[T, B]`` losses: ``0.5 * (v - target)**2`` for scalar heads, softmax
-    cross-entropy for categorical heads.
+    ``[T, B]`` losses: ``0.5 * (v - target)**2`` for scalar heads, the
+    softmax cross-entropy against the 2-hot target distribution for
+    categorical heads.
   """
-  categorical_lib.check_categorical_args(categorical, max_abs_value)
-  if nonlinear_transform:
-    target = rlax.SIGNED_HYPERBOLIC_PAIR[0](target)
-
-  if categorical:
+  target = head.encode_target(target)
+  if head.categorical:
     target_probs = categorical_lib.scalar_to_probs(
-        target, num_bins=net_out.shape[-1], max_abs_value=max_abs_value
+        target, num_bins=net_out.shape[-1], max_abs_value=head.max_abs_value
     )
     chex.assert_equal_shape([net_out, target_probs])
     return optax.losses.softmax_cross_entropy(net_out, target_probs)
-
   values = jnp.squeeze(net_out, axis=-1)
   return 0.5 * jnp.square(values - target)
 
@@ -61,9 +53,7 @@ def value_loss_from_target(
 def value_loss_from_td(
     net_out: Array,
     td: Array,
-    nonlinear_transform: bool = False,
-    categorical: bool = False,
-    max_abs_value: float | None = None,
+    head: categorical_lib.ValueHead = categorical_lib.ValueHead(),
 ) -> Array:
   """Per-step value loss towards ``stop_gradient(value + td)``.
 
@@ -73,32 +63,18 @@ def value_loss_from_td(
   ``-td`` w.r.t. the value).
 
   Args:
-    net_out: ``[T, B, 1]`` scalar outputs, or ``[T, B, num_bins]`` logits when
-      ``categorical``.
+    net_out: ``[T, B, 1]`` scalar outputs, or ``[T, B, num_bins]`` logits for
+      a categorical head.
     td: ``[T, B]`` (possibly normalised) TD errors.
-    nonlinear_transform: whether the head predicts squashed values.
-    categorical: whether ``net_out`` holds logits over the value support.
-    max_abs_value: half-width of the categorical support.
+    head: how ``net_out`` encodes values.
 
   Returns:
     ``[T, B]`` losses.
   """
-  categorical_lib.check_categorical_args(categorical, max_abs_value)
-  values = categorical_lib.scalar_values(
-      net_out,
-      categorical=categorical,
-      max_abs_value=max_abs_value,
-      nonlinear_transform=nonlinear_transform,
-  )
+  values = head.decode(net_out)
   chex.assert_equal_shape([values, td])
   target = jax.lax.stop_gradient(values + td)
-  return value_loss_from_target(
-      net_out,
-      target,
-      nonlinear_transform=nonlinear_transform,
-      categorical=categorical,
-      max_abs_value=max_abs_value,
-  )
+  return value_loss_from_target(net_out, target, head)
 
 
 def policy_gradient_loss(

@@ -6,10 +6,10 @@ Shapes are time-major. A rollout of ``T`` transitions has ``T+1`` states:
   * per-transition arrays (rewards, env discounts, importance weights,
     targets, advantages): ``[T, B]``.
 
-`vtrace` and `retrace` work on scalar values; `value_outs` is the top-level
-entry point that decodes raw network outputs, picks the estimator, and
-normalises advantages and TD errors with moving averages (see
-`disco.value_fns.ema`).
+A rule computes its value targets in three steps: ``decode_values`` turns raw
+head outputs into scalars, ``estimate`` runs Retrace (with action values) or
+V-trace (without), and ``normalize`` fills in advantages and TD errors
+normalised by moving averages (see ``disco.value_fns.ema``).
 """
 
 from __future__ import annotations
@@ -172,8 +172,9 @@ def retrace(
     target_values = values
   if target_q_values is None:
     target_q_values = q_values
-  chex.assert_rank([values, target_values, q_values, target_q_values],
-                   [2, 2, 3, 3])
+  chex.assert_rank(
+      [values, target_values, q_values, target_q_values], [2, 2, 3, 3]
+  )
   chex.assert_equal_shape([values[:-1], rho, rewards, env_discounts, actions])
   chex.assert_equal_shape_prefix([values, q_values], 2)
 
@@ -217,205 +218,202 @@ def retrace(
   )
 
 
-def scalar_values_from_net_outs(
-    value_net_out: Array | None,
-    q_net_out: Array | None,
+def decode_values(
+    head: categorical_lib.ValueHead,
     pi_logits: Array,
-    categorical: bool = False,
-    max_abs_value: float | None = None,
-    nonlinear_transform: bool = False,
+    value_net_out: Array | None = None,
+    q_net_out: Array | None = None,
 ) -> tuple[Array, Array | None]:
-  """Decodes value and/or action-value head outputs into scalars.
+  """Scalar state values (and action values) from raw head outputs.
 
   Args:
-    value_net_out: ``[T+1, B, 1 or num_bins]`` value-head outputs, or None.
-    q_net_out: ``[T+1, B, A, 1 or num_bins]`` action-value-head outputs, or
-      None.
-    pi_logits: ``[T+1, B, A]`` policy logits; used to derive state values as
+    head: how the heads encode values.
+    pi_logits: ``[T+1, B, A]`` policy logits; state values are
       ``sum_a pi(a|s) Q(s, a)`` when ``value_net_out`` is None.
-    categorical: whether the heads output logits over the value support.
-    max_abs_value: half-width of the categorical support.
-    nonlinear_transform: whether the heads predict squashed values.
+    value_net_out: ``[T+1, B, 1 or num_bins]`` value-head outputs, or None.
+    q_net_out: ``[T+1, B, A, 1 or num_bins]`` action-value outputs, or None.
 
   Returns:
     ``(values [T+1, B], q_values [T+1, B, A] or None)``.
   """
   if value_net_out is None and q_net_out is None:
-    raise ValueError('Need at least one of `value_net_out` and `q_net_out`.')
-  kwargs = dict(
-      categorical=categorical,
-      max_abs_value=max_abs_value,
-      nonlinear_transform=nonlinear_transform,
-  )
+    raise ValueError("Need at least one of `value_net_out` and `q_net_out`.")
   q_values = None
   if q_net_out is not None:
-    q_values = categorical_lib.scalar_action_values(q_net_out, **kwargs)
+    q_values = head.decode_actions(q_net_out)
   if value_net_out is not None:
-    values = categorical_lib.scalar_values(value_net_out, **kwargs)
+    values = head.decode(value_net_out)
   else:
     values = jnp.sum(jax.nn.softmax(pi_logits) * q_values, axis=2)
   return values, q_values
 
 
-def value_outs(
+def estimate(
     *,
     rewards: Array,
     env_discounts: Array,
     actions: Array,
     pi_logits: Array,
     mu_logits: Array,
-    value_net_out: Array | None = None,
-    q_net_out: Array | None = None,
-    target_value_net_out: Array | None = None,
-    target_q_net_out: Array | None = None,
+    values: Array,
+    q_values: Array | None = None,
+    target_values: Array | None = None,
+    target_q_values: Array | None = None,
     discount: jax.typing.ArrayLike = DEFAULT_DISCOUNT,
     lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
-    nonlinear_transform: bool = False,
-    categorical: bool = False,
-    max_abs_value: float | None = None,
-    drop_last: bool = True,
+) -> types.ValueOuts:
+  """Targets and advantages of a rollout: Retrace with action values, else
+  V-trace, with importance weights ``pi/mu`` of the taken actions.
+
+  Args:
+    rewards: ``[T, B]`` reward of each transition.
+    env_discounts: ``[T, B]`` environment discounts (0 at terminations).
+    actions: ``[T+1, B]`` int actions (the last one is not used).
+    pi_logits: ``[T+1, B, A]`` logits of the online policy.
+    mu_logits: ``[T+1, B, A]`` logits of the behaviour policy.
+    values: ``[T+1, B]`` state values being trained.
+    q_values: ``[T+1, B, A]`` action values being trained, or None.
+    target_values: ``[T+1, B]`` state values to bootstrap from (e.g. a target
+      network's); defaults to ``values``.
+    target_q_values: ``[T+1, B, A]`` action values to bootstrap from;
+      defaults to ``q_values``.
+    discount: scalar discount factor.
+    lambda_: scalar trace parameter.
+
+  Returns:
+    ``ValueOuts`` without the normalised fields (see ``normalize``).
+  """
+  num_states, batch_size = values.shape
+  chex.assert_shape(actions, (num_states, batch_size))
+  chex.assert_shape([pi_logits, mu_logits], (num_states, batch_size, None))
+  chex.assert_shape([rewards, env_discounts], (num_states - 1, batch_size))
+  actions = actions[:-1]
+  rho = importance_weights(pi_logits[:-1], mu_logits[:-1], actions)
+  if q_values is None:
+    return vtrace(
+        rewards, env_discounts, rho, values, target_values, discount, lambda_
+    )
+  return retrace(
+      rewards,
+      env_discounts,
+      actions,
+      rho,
+      values,
+      q_values,
+      target_values,
+      target_q_values,
+      discount,
+      lambda_,
+  )
+
+
+def estimate_on(
+    inputs: types.UpdateRuleInputs,
+    head: categorical_lib.ValueHead,
+    *,
+    discount: jax.typing.ArrayLike,
+    lambda_: jax.typing.ArrayLike,
+    value_key: str | None = None,
+    q_key: str | None = None,
+    target_out: types.AgentOuts | None = None,
+) -> types.ValueOuts:
+  """``estimate`` on an update rule's inputs.
+
+  Decodes the trained network's value head ``agent_out[value_key]`` and/or
+  action-value head ``agent_out[q_key]`` (see ``decode_values``), and takes
+  the rewards, terminations and actions of the inputs, the trained network's
+  logits as the target policy and the acting network's as the behaviour
+  policy.
+
+  Args:
+    inputs: the rule's inputs (``[T+1, B]`` states, ``[T, B]`` transitions).
+    head: how the value heads encode values.
+    discount: scalar discount factor.
+    lambda_: scalar trace parameter.
+    value_key: the state-value output, if any.
+    q_key: the action-value output, if any.
+    target_out: outputs of a target network with the same heads to bootstrap
+      from (decoded with the trained network's policy), if any.
+  """
+  pi_logits = inputs.agent_out["logits"]
+
+  def decode(out):
+    return decode_values(head, pi_logits, out.get(value_key), out.get(q_key))
+
+  values, q_values = decode(inputs.agent_out)
+  target_values, target_q_values = (
+      (None, None) if target_out is None else decode(target_out)
+  )
+  return estimate(
+      rewards=inputs.rewards,
+      env_discounts=1.0 - inputs.is_terminal,
+      actions=inputs.actions,
+      pi_logits=pi_logits,
+      mu_logits=inputs.behaviour_agent_out["logits"],
+      values=values,
+      q_values=q_values,
+      target_values=target_values,
+      target_q_values=target_q_values,
+      discount=discount,
+      lambda_=lambda_,
+  )
+
+
+def normalize(
+    outs: types.ValueOuts,
     adv_ema_state: types.EmaState | None = None,
     td_ema_state: types.EmaState | None = None,
+    *,
+    normalize_q_td: bool = False,
     ema_decay: float = ema_lib.DEFAULT_DECAY,
     ema_eps: float = ema_lib.DEFAULT_EPS,
     axis_name: str | None = None,
 ) -> tuple[types.ValueOuts, types.EmaState | None, types.EmaState | None]:
-  """Value estimates, targets and normalised advantages for a rollout.
+  """Fills the normalised fields of ``outs`` from moving averages.
 
-  Uses V-trace when only state values are given and Retrace when action
-  values are given (state values then come from ``value_net_out`` if given,
-  else from ``sum_a pi(a|s) Q(s, a)``). Targets bootstrap from the target
-  network outputs when any is given, else from the online outputs.
-
-  Normalisation: when ``adv_ema_state`` is given it is updated with ``adv``
-  and used to normalise ``adv`` and ``qv_adv``. When ``td_ema_state`` is given
-  it is updated with ``q_td`` (if ``q_net_out`` is given) or ``td`` (else) and
-  used to scale, without centring, that same quantity; the other normalised
-  TD field is zeros. With a None state the corresponding normalised fields
-  are zeros and the returned state is None.
+  With ``adv_ema_state`` it is updated with ``adv`` and used to normalise
+  ``adv`` and ``qv_adv``. With ``td_ema_state`` it is updated with ``q_td``
+  (``normalize_q_td``) or ``td`` and used to scale, without centring, that
+  same quantity; the other normalised TD field is zeros. Without a state the
+  corresponding normalised fields are zeros and the returned state is None.
 
   Args:
-    rewards: ``[T+1, B]`` (``drop_last``) or ``[T, B]`` rewards; with
-      ``drop_last`` the final entry is discarded.
-    env_discounts: same shape as ``rewards``; environment discounts, i.e.
-      ``1 - is_terminal``.
-    actions: ``[T+1, B]`` int actions (the last one is never used).
-    pi_logits: ``[T+1, B, A]`` logits of the online policy.
-    mu_logits: ``[T+1, B, A]`` logits of the behaviour policy.
-    value_net_out: ``[T+1, B, 1 or num_bins]`` value-head outputs.
-    q_net_out: ``[T+1, B, A, 1 or num_bins]`` action-value-head outputs.
-    target_value_net_out: target-network counterpart of ``value_net_out``.
-    target_q_net_out: target-network counterpart of ``q_net_out``.
-    discount: scalar discount factor.
-    lambda_: scalar trace parameter.
-    nonlinear_transform: whether the heads predict signed-hyperbolically
-      squashed values.
-    categorical: whether the heads output logits over the value support.
-    max_abs_value: half-width of the categorical support (required when
-      ``categorical``).
-    drop_last: whether ``rewards``/``env_discounts`` carry a final extra step
-      to drop.
-    adv_ema_state: EMA state for advantage normalisation, or None.
-    td_ema_state: EMA state for TD normalisation, or None.
-    ema_decay: decay used to update both EMA states.
-    ema_eps: epsilon added to the EMA standard deviation when normalising.
-    axis_name: optional mapped axis across which EMA statistics are averaged.
+    outs: the output of ``estimate``.
+    adv_ema_state: EMA state of the advantages, or None.
+    td_ema_state: EMA state of the TD errors, or None.
+    normalize_q_td: track ``q_td`` rather than ``td``.
+    ema_decay: decay of both EMA updates.
+    ema_eps: epsilon added to the EMA standard deviation.
+    axis_name: optional mapped axis the EMA statistics are averaged over.
 
   Returns:
-    ``(value_outs, new_adv_ema_state, new_td_ema_state)``.
+    ``(outs, new_adv_ema_state, new_td_ema_state)``.
   """
-  if value_net_out is None and q_net_out is None:
-    raise ValueError('Need at least one of `value_net_out` and `q_net_out`.')
-  categorical_lib.check_categorical_args(categorical, max_abs_value)
-
-  reference = value_net_out if value_net_out is not None else q_net_out
-  num_states, batch_size = reference.shape[:2]
-  chex.assert_shape(actions, (num_states, batch_size))
-  chex.assert_shape([pi_logits, mu_logits], (num_states, batch_size, None))
-  num_reward_steps = num_states if drop_last else num_states - 1
-  chex.assert_shape([rewards, env_discounts], (num_reward_steps, batch_size))
-
-  decode = functools.partial(
-      scalar_values_from_net_outs,
-      pi_logits=pi_logits,
-      categorical=categorical,
-      max_abs_value=max_abs_value,
-      nonlinear_transform=nonlinear_transform,
-  )
-  values, q_values = decode(value_net_out, q_net_out)
-  if target_value_net_out is None and target_q_net_out is None:
-    target_values, target_q_values = values, q_values
-  else:
-    if q_net_out is not None and target_q_net_out is None:
-      raise ValueError(
-          '`target_q_net_out` is required when `q_net_out` is given together '
-          'with target network outputs.'
-      )
-    target_values, target_q_values = decode(
-        target_value_net_out, target_q_net_out
-    )
-
-  if drop_last:
-    rewards = rewards[:-1]
-    env_discounts = env_discounts[:-1]
-  actions = actions[:-1]
-  rho = importance_weights(pi_logits[:-1], mu_logits[:-1], actions)
-
-  if q_values is not None:
-    outs = retrace(
-        rewards=rewards,
-        env_discounts=env_discounts,
-        actions=actions,
-        rho=rho,
-        values=values,
-        q_values=q_values,
-        target_values=target_values,
-        target_q_values=target_q_values,
-        discount=discount,
-        lambda_=lambda_,
-    )
-  else:
-    outs = vtrace(
-        rewards=rewards,
-        env_discounts=env_discounts,
-        rho=rho,
-        values=values,
-        target_values=target_values,
-        discount=discount,
-        lambda_=lambda_,
-    )
-
+  normalized_adv = jnp.zeros_like(outs.td)
+  normalized_qv_adv = jnp.zeros_like(outs.qv_adv)
   if adv_ema_state is not None:
-    new_adv_ema_state = ema_lib.ema_update(
+    adv_ema_state = ema_lib.ema_update(
         adv_ema_state, outs.adv, decay=ema_decay, axis_name=axis_name
     )
-    normalized_adv = ema_lib.ema_normalize(
-        outs.adv, new_adv_ema_state, eps=ema_eps
-    )
+    normalized_adv = ema_lib.ema_normalize(outs.adv, adv_ema_state, eps=ema_eps)
     normalized_qv_adv = ema_lib.ema_normalize(
-        outs.qv_adv, new_adv_ema_state, eps=ema_eps
+        outs.qv_adv, adv_ema_state, eps=ema_eps
     )
-  else:
-    new_adv_ema_state = None
-    normalized_adv = jnp.zeros_like(outs.td)
-    normalized_qv_adv = jnp.zeros_like(outs.qv_adv)
 
   normalized_td = jnp.zeros_like(outs.td)
   normalized_q_td = jnp.zeros_like(outs.q_td)
   if td_ema_state is not None:
-    tracked = outs.td if q_net_out is None else outs.q_td
-    new_td_ema_state = ema_lib.ema_update(
+    tracked = outs.q_td if normalize_q_td else outs.td
+    td_ema_state = ema_lib.ema_update(
         td_ema_state, tracked, decay=ema_decay, axis_name=axis_name
     )
     normalized = ema_lib.ema_normalize(
-        tracked, new_td_ema_state, eps=ema_eps, subtract_mean=False
+        tracked, td_ema_state, eps=ema_eps, subtract_mean=False
     )
-    if q_net_out is None:
-      normalized_td = normalized
-    else:
+    if normalize_q_td:
       normalized_q_td = normalized
-  else:
-    new_td_ema_state = None
+    else:
+      normalized_td = normalized
 
   outs = outs.replace(
       normalized_adv=normalized_adv,
@@ -423,4 +421,4 @@ def value_outs(
       normalized_td=normalized_td,
       normalized_q_td=normalized_q_td,
   )
-  return outs, new_adv_ema_state, new_td_ema_state
+  return outs, adv_ema_state, td_ema_state

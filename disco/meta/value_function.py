@@ -26,9 +26,13 @@ import optax
 from disco import optimizers
 from disco import types
 from disco.networks import agent_nets
+from disco.value_fns import categorical
 from disco.value_fns import ema as ema_lib
 from disco.value_fns import losses
 from disco.value_fns import returns
+
+# Scalar values predicted in signed-hyperbolic space.
+_HEAD = categorical.ValueHead(nonlinear_transform=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,81 +61,114 @@ class ValueState:
 class ValueFunction:
   """Value network, optimiser and EMA statistics (pure methods)."""
 
-  def __init__(self, config: ValueFnConfig = ValueFnConfig(),
-               axis_name: str | None = None):
+  def __init__(
+      self,
+      config: ValueFnConfig = ValueFnConfig(),
+      axis_name: str | None = None,
+  ):
     self.config = config
     self.axis_name = axis_name
     self._net = agent_nets.make_network(
-        agent_nets.MLPNetConfig(dense=tuple(config.dense),
-                                head_w_init_std=config.head_w_init_std),
+        agent_nets.NetConfig(
+            dense=tuple(config.dense), head_w_init_std=config.head_w_init_std
+        ),
         num_actions=1,
         flat_spec={"value": types.ArraySpec((1,), np.float32)},
-        name="value_fn")
+        name="value_fn",
+    )
     self._optimizer = optimizers.agent_optimizer(
-        config.learning_rate, config.max_abs_update)
+        config.learning_rate, config.max_abs_update
+    )
 
-  def initial_state(self, rng: jax.Array, observation: types.ArrayTree
-                    ) -> ValueState:
+  def initial_state(
+      self, rng: jax.Array, observation: types.ArrayTree
+  ) -> ValueState:
     """``observation`` is one unbatched example."""
     params = self._net.init(
-        rng, jax.tree.map(lambda x: jnp.asarray(x)[None], observation))
-    return ValueState(params=params, opt_state=self._optimizer.init(params),
-                      adv_ema_state=ema_lib.ema_init(),
-                      td_ema_state=ema_lib.ema_init())
+        rng, jax.tree.map(lambda x: jnp.asarray(x)[None], observation)
+    )
+    return ValueState(
+        params=params,
+        opt_state=self._optimizer.init(params),
+        adv_ema_state=ema_lib.ema_init(),
+        td_ema_state=ema_lib.ema_init(),
+    )
 
-  def values(self, params: types.Params, observations: types.ArrayTree
-             ) -> jax.Array:
+  def values(
+      self, params: types.Params, observations: types.ArrayTree
+  ) -> jax.Array:
     """``[T+1, B, ...]`` observations -> raw outputs ``[T+1, B, 1]``."""
     return agent_nets.unroll(self._net.apply, params, observations)["value"]
 
-  def value_outs(self, state: ValueState, rollout: types.ActorRollout,
-                 pi_logits: jax.Array, params: types.Params | None = None
-                 ) -> tuple[types.ValueOuts, jax.Array, types.EmaState,
-                            types.EmaState]:
+  def value_outs(
+      self,
+      state: ValueState,
+      rollout: types.ActorRollout,
+      pi_logits: jax.Array,
+      params: types.Params | None = None,
+  ) -> tuple[types.ValueOuts, jax.Array, types.EmaState, types.EmaState]:
     """V-trace estimates on an actor rollout for the policy ``pi_logits``
     ``[T+1, B, A]``; returns ``(value_outs, raw outputs, adv EMA, td EMA)``."""
     c = self.config
-    net_out = self.values(state.params if params is None else params,
-                          rollout.observations)
-    outs, adv_ema, td_ema = returns.value_outs(
-        rewards=rollout.rewards,
-        env_discounts=rollout.discounts.astype(jnp.float32),
+    net_out = self.values(
+        state.params if params is None else params, rollout.observations
+    )
+    values, _ = returns.decode_values(_HEAD, pi_logits, value_net_out=net_out)
+    # Transition t with the reward and discount stored at step t (see the
+    # module docstring): the last ones are dropped, not the first.
+    outs = returns.estimate(
+        rewards=rollout.rewards[:-1],
+        env_discounts=rollout.discounts[:-1].astype(jnp.float32),
         actions=rollout.actions,
         pi_logits=pi_logits,
         mu_logits=rollout.logits,
-        value_net_out=net_out,
+        values=values,
         discount=c.discount_factor,
         lambda_=c.td_lambda,
-        nonlinear_transform=True,
-        categorical=False,
-        drop_last=True,
-        adv_ema_state=state.adv_ema_state,
-        td_ema_state=state.td_ema_state,
+    )
+    outs, adv_ema, td_ema = returns.normalize(
+        outs,
+        state.adv_ema_state,
+        state.td_ema_state,
         ema_decay=c.ema_decay,
         ema_eps=c.ema_eps,
-        axis_name=self.axis_name)
+        axis_name=self.axis_name,
+    )
     return outs, net_out, adv_ema, td_ema
 
-  def update(self, state: ValueState, rollout: types.ActorRollout,
-             pi_logits: jax.Array) -> tuple[ValueState, types.Logs]:
+  def update(
+      self, state: ValueState, rollout: types.ActorRollout, pi_logits: jax.Array
+  ) -> tuple[ValueState, types.Logs]:
     """One optimiser step on the (normalised) TD loss of a rollout."""
 
     def loss_fn(params):
       outs, net_out, adv_ema, td_ema = self.value_outs(
-          state, rollout, pi_logits, params)
+          state, rollout, pi_logits, params
+      )
+      # As published, the loss moves the raw (squashed) output by the
+      # normalised TD error.
       per_step = losses.value_loss_from_td(
-          net_out[:-1], jax.lax.stop_gradient(outs.normalized_td))
+          net_out[:-1], jax.lax.stop_gradient(outs.normalized_td)
+      )
       loss = (self.config.outer_value_cost * per_step).mean()
       return loss, (outs, adv_ema, td_ema)
 
     (loss, (outs, adv_ema, td_ema)), grads = jax.value_and_grad(
-        loss_fn, has_aux=True)(state.params)
+        loss_fn, has_aux=True
+    )(state.params)
     if self.axis_name is not None:
       grads = jax.lax.pmean(grads, self.axis_name)
-    updates, opt_state = self._optimizer.update(grads, state.opt_state,
-                                                state.params)
-    new_state = ValueState(params=optax.apply_updates(state.params, updates),
-                           opt_state=opt_state, adv_ema_state=adv_ema,
-                           td_ema_state=td_ema)
-    return new_state, dict(value_loss=loss, value_td=outs.td.mean(),
-                           value_normalized_td=outs.normalized_td.mean())
+    updates, opt_state = self._optimizer.update(
+        grads, state.opt_state, state.params
+    )
+    new_state = ValueState(
+        params=optax.apply_updates(state.params, updates),
+        opt_state=opt_state,
+        adv_ema_state=adv_ema,
+        td_ema_state=td_ema,
+    )
+    return new_state, dict(
+        value_loss=loss,
+        value_td=outs.td.mean(),
+        value_normalized_td=outs.normalized_td.mean(),
+    )

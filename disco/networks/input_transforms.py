@@ -12,7 +12,7 @@ add an entry to make a new transform available to declarative input sets.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import haiku as hk
 import immutabledict
@@ -20,37 +20,9 @@ import jax
 import jax.numpy as jnp
 import rlax
 
+from disco import ops
+
 Transform = Callable[[jax.Array, jax.Array, jax.Array, "str | None"], jax.Array]
-
-
-@jax.custom_vjp
-def _take_action(x: jax.Array, taken: jax.Array) -> jax.Array:
-  """``[T, B, A, ...]``, one-hot bool ``[T, B, A, 1...]`` -> ``[T, B, ...]``."""
-  idx = jnp.argmax(taken, axis=2, keepdims=True)
-  return jnp.take_along_axis(x, idx, axis=2).squeeze(2)
-
-
-def _take_action_fwd(x, taken):
-  return _take_action(x, taken), taken
-
-
-def _take_action_bwd(taken, cotangent):
-  # The incoming gradient, masked: a gather's own gradient would scatter into
-  # a zero-filled ``[T, B, A, ...]`` buffer (slow for wide outputs such as z).
-  return jnp.where(taken, cotangent[:, :, None], 0.0), None
-
-
-_take_action.defvjp(_take_action_fwd, _take_action_bwd)
-
-
-def select_action(x: jax.Array, actions: jax.Array) -> jax.Array:
-  """``x[t, b, actions[t, b], ...]``: ``[T, B, A, ...]`` -> ``[T, B, ...]``."""
-  if x.shape[:2] != actions.shape:
-    raise ValueError(
-        f"select_a needs per-transition inputs [T, B, A, ...] matching the "
-        f"actions {actions.shape}; got {x.shape} (add 'drop_last' first).")
-  taken = jax.nn.one_hot(actions, x.shape[2], dtype=bool)
-  return _take_action(x, taken.reshape(taken.shape + (1,) * (x.ndim - 3)))
 
 
 def policy_weighted_average(x: jax.Array, policy: jax.Array) -> jax.Array:
@@ -58,7 +30,8 @@ def policy_weighted_average(x: jax.Array, policy: jax.Array) -> jax.Array:
   if x.ndim != 4 or x.shape[:3] != policy.shape:
     raise ValueError(
         f"pi_weighted_avg needs [T+1, B, A, K] inputs matching the policy "
-        f"{policy.shape}; got {x.shape}.")
+        f"{policy.shape}; got {x.shape}."
+    )
   return jnp.sum(x * policy[..., None], axis=2)
 
 
@@ -88,24 +61,36 @@ def _elementwise(fn: Callable[[jax.Array], jax.Array]) -> Transform:
   return lambda x, actions, policy, axis_name: fn(x)
 
 
-TRANSFORMS: immutabledict.immutabledict[str, Transform] = immutabledict.immutabledict({
-    "identity": _elementwise(lambda x: x),
-    "softmax": _elementwise(jax.nn.softmax),
-    "max_a": _elementwise(lambda x: jnp.max(x, axis=2)),
-    "stop_grad": _elementwise(jax.lax.stop_gradient),
-    "clip": _elementwise(lambda x: jnp.clip(x, -2.0, 2.0)),
-    "sign": _elementwise(jnp.sign),
-    "drop_last": _elementwise(lambda x: x[:-1]),
-    "td_pair": _elementwise(td_pair),
-    "sign_log": _elementwise(rlax.signed_logp1),
-    "sign_hyp": _elementwise(rlax.signed_hyperbolic),
-    "masks_to_discounts": _elementwise(lambda x: 1.0 - x),
-    "select_a": lambda x, actions, policy, axis_name: select_action(x, actions),
-    "pi_weighted_avg": (
-        lambda x, actions, policy, axis_name: policy_weighted_average(x, policy)),
-    "normalize": (
-        lambda x, actions, policy, axis_name: EmaNormalize()(x, axis_name)),
-})
+TRANSFORMS: immutabledict.immutabledict[str, Transform] = (
+    immutabledict.immutabledict(
+        {
+            "identity": _elementwise(lambda x: x),
+            "softmax": _elementwise(jax.nn.softmax),
+            "max_a": _elementwise(lambda x: jnp.max(x, axis=2)),
+            "stop_grad": _elementwise(jax.lax.stop_gradient),
+            "clip": _elementwise(lambda x: jnp.clip(x, -2.0, 2.0)),
+            "sign": _elementwise(jnp.sign),
+            "drop_last": _elementwise(lambda x: x[:-1]),
+            "td_pair": _elementwise(td_pair),
+            "sign_log": _elementwise(rlax.signed_logp1),
+            "sign_hyp": _elementwise(rlax.signed_hyperbolic),
+            "masks_to_discounts": _elementwise(lambda x: 1.0 - x),
+            "select_a": lambda x, actions, policy, axis_name: ops.at_actions(
+                x, actions
+            ),
+            "pi_weighted_avg": (
+                lambda x, actions, policy, axis_name: policy_weighted_average(
+                    x, policy
+                )
+            ),
+            "normalize": (
+                lambda x, actions, policy, axis_name: EmaNormalize()(
+                    x, axis_name
+                )
+            ),
+        }
+    )
+)
 
 # Transforms implemented by the meta-network's own embedding modules.
 EMBEDDINGS = ("y_net", "z_net")

@@ -1,0 +1,83 @@
+"""Small array operations shared by networks, value functions and rules.
+
+Everything here is a pure function of arrays (or pytrees of arrays) and may
+be used under ``jit``/``vmap``/``grad``. Policies are given by logits over the
+last axis ``[..., A]``.
+"""
+
+from __future__ import annotations
+
+import distrax
+import jax
+import jax.numpy as jnp
+import rlax
+
+from disco import types
+
+
+def softmax_entropy(logits: jax.Array) -> jax.Array:
+  """Entropy of ``softmax(logits)``: ``[..., A]`` -> ``[...]``."""
+  return distrax.Softmax(logits).entropy()
+
+
+def categorical_kl(target_logits: jax.Array, logits: jax.Array) -> jax.Array:
+  """``KL(softmax(target_logits) || softmax(logits))``: ``[..., A]`` -> ``[...]``.
+
+  Gradients flow into both arguments; stop them on the target where it is a
+  fixed target.
+  """
+  return rlax.categorical_kl_divergence(target_logits, logits)
+
+
+def polyak(
+    target: types.ArrayTree, online: types.ArrayTree, tau: float
+) -> types.ArrayTree:
+  """Moves ``target`` towards ``online``: ``(1 - tau) * target + tau * online``.
+
+  (Written out rather than ``optax.incremental_update``, whose other order of
+  the two products rounds differently from the published Disco update.)
+  """
+  return jax.tree.map(lambda t, o: t * (1.0 - tau) + tau * o, target, online)
+
+
+def global_mean(x: jax.Array, axis_name: str | None = None) -> jax.Array:
+  """Mean of all entries of ``x``, averaged over ``axis_name`` if given."""
+  x = jnp.mean(x)
+  return x if axis_name is None else jax.lax.pmean(x, axis_name)
+
+
+@jax.custom_vjp
+def _take_action(x: jax.Array, taken: jax.Array) -> jax.Array:
+  """``[T, B, A, ...]``, one-hot bool ``[T, B, A, 1...]`` -> ``[T, B, ...]``."""
+  idx = jnp.argmax(taken, axis=2, keepdims=True)
+  return jnp.take_along_axis(x, idx, axis=2).squeeze(2)
+
+
+def _take_action_fwd(x, taken):
+  return _take_action(x, taken), taken
+
+
+def _take_action_bwd(taken, cotangent):
+  # The incoming gradient, masked: a gather's own gradient would scatter into
+  # a zero-filled ``[T, B, A, ...]`` buffer (slow for wide outputs such as z).
+  return jnp.where(taken, cotangent[:, :, None], 0.0), None
+
+
+_take_action.defvjp(_take_action_fwd, _take_action_bwd)
+
+
+def at_actions(x: jax.Array, actions: jax.Array) -> jax.Array:
+  """``x[t, b, actions[t, b], ...]``: ``[T, B, A, ...]`` -> ``[T, B, ...]``.
+
+  Raises:
+    ValueError: if the leading axes of ``x`` are not ``actions.shape``.
+  """
+  if x.shape[:2] != actions.shape:
+    raise ValueError(
+        f"at_actions needs per-action inputs [T, B, A, ...] matching the "
+        f"actions {actions.shape}; got {x.shape} (per-state inputs need their "
+        "last state dropped first: the 'drop_last' transform of a "
+        "meta-network input)."
+    )
+  taken = jax.nn.one_hot(actions, x.shape[2], dtype=bool)
+  return _take_action(x, taken.reshape(taken.shape + (1,) * (x.ndim - 3)))

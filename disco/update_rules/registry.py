@@ -1,0 +1,272 @@
+"""Update rules by name: one entry per rule, with its factory and its agent
+settings.
+
+Agent settings are an ``ml_collections.ConfigDict`` with
+
+  ``rule``            the registry name of the rule;
+  ``rule_kwargs``     keyword arguments of the rule's factory;
+  ``hyper_params``    the rule's loss coefficients and discounts;
+  ``learning_rate``, ``max_abs_update``  the agent optimiser;
+  ``network``         the agent network (``disco.networks.agent_nets.NetConfig``
+                      fields).
+
+A rule's factory is called as ``make(hyper_params=..., **rule_kwargs)``. Its
+defaults are the rule's defaults: ``default_settings`` fills ``rule_kwargs``
+with the factory's keyword defaults and ``hyper_params`` with the rule
+class's ``default_hyper_params``, so an entry only states what differs, and
+the agent's learning rate and network::
+
+  registry.register_rule(
+      "my_rule", MyRule,
+      dict(learning_rate=1e-3, network=agent_nets.network_settings((64, 64))))
+
+Registering a rule makes it available to ``disco.agent.make_agent``, the
+launchers (``disco-eval --config.rule=<name>``) and the notebooks. An entry
+may also stand for trained meta-parameters (``disco103`` is the Disco rule
+with the published weights).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+import copy
+import dataclasses
+import difflib
+import inspect
+from typing import Any
+
+from ml_collections import config_dict
+
+from disco import types
+from disco import weights
+from disco.networks import agent_nets
+from disco.update_rules import actor_critic
+from disco.update_rules import base
+from disco.update_rules import disco
+from disco.update_rules import mpo
+from disco.update_rules import policy_gradient
+from disco.update_rules import spo
+
+SETTINGS_KEYS = (
+    "rule",
+    "rule_kwargs",
+    "hyper_params",
+    "learning_rate",
+    "max_abs_update",
+    "network",
+)
+DEFAULT_MAX_ABS_UPDATE = 1.0
+
+# (path or None, expected meta-parameter shapes) -> checked meta-parameters.
+PretrainedLoader = Callable[[Any, types.MetaParams], types.MetaParams]
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleEntry:
+  """A registered rule.
+
+  Attributes:
+    name: the registry name.
+    make: ``(hyper_params=..., **rule_kwargs) -> UpdateRule``.
+    settings: the entry's agent settings: ``learning_rate`` and ``network``,
+      optionally ``max_abs_update`` and overrides of the factory's
+      ``rule_kwargs`` and ``hyper_params``.
+    pretrained: for an entry that stands for trained meta-parameters, a loader
+      ``(path or None, expected) -> meta_params`` (``None``: the default file).
+    description: one line for listings.
+  """
+
+  name: str
+  make: Callable[..., base.UpdateRule]
+  settings: Mapping[str, Any]
+  pretrained: PretrainedLoader | None = None
+  description: str = ""
+
+
+_REGISTRY: dict[str, RuleEntry] = {}
+
+
+def factory_defaults(make: Callable[..., Any]) -> dict[str, Any]:
+  """The keyword defaults of ``make`` other than ``hyper_params`` and None."""
+  return {
+      name: p.default
+      for name, p in inspect.signature(make).parameters.items()
+      if name != "hyper_params"
+      and p.default is not inspect.Parameter.empty
+      and p.default is not None
+  }
+
+
+def register_rule(
+    name: str,
+    make: Callable[..., base.UpdateRule],
+    settings: Mapping[str, Any],
+    *,
+    pretrained: PretrainedLoader | None = None,
+    description: str = "",
+) -> RuleEntry:
+  """Registers a rule under ``name``.
+
+  Args:
+    name: a new name (letters, digits, ``_``, ``-``, ``.``).
+    make: the rule's factory (usually its class).
+    settings: ``learning_rate`` and ``network`` of the agent, optionally
+      ``max_abs_update`` and the ``rule_kwargs`` and ``hyper_params`` that
+      differ from the factory's defaults.
+    pretrained: loader of trained meta-parameters, if the entry stands for
+      them.
+    description: one line for listings.
+
+  Returns:
+    The entry.
+
+  Raises:
+    ValueError: if the name is taken or malformed, or the settings lack a
+      key or have an unknown one.
+  """
+  if not name or not all(c.isalnum() or c in "_-." for c in name):
+    raise ValueError(
+        f"Bad rule name {name!r}: use letters, digits, '_', '-' and '.'."
+    )
+  if name in _REGISTRY:
+    raise ValueError(f"A rule named {name!r} is already registered.")
+  settings = dict(settings)
+  missing = {"learning_rate", "network"} - set(settings)
+  unknown = set(settings) - set(SETTINGS_KEYS) - {"rule"}
+  if missing or unknown:
+    raise ValueError(
+        f"The settings of rule {name!r} need learning_rate and network and "
+        f"may have max_abs_update, rule_kwargs and hyper_params; got "
+        f"{sorted(settings)}."
+    )
+  entry = RuleEntry(
+      name=name,
+      make=make,
+      settings=copy.deepcopy(settings),
+      pretrained=pretrained,
+      description=description,
+  )
+  _REGISTRY[name] = entry
+  return entry
+
+
+def unregister_rule(name: str) -> None:
+  """Removes a registered rule (e.g. one a test registered)."""
+  _REGISTRY.pop(name, None)
+
+
+def rule_names() -> tuple[str, ...]:
+  """Every registered name, in registration order."""
+  return tuple(_REGISTRY)
+
+
+def get_entry(name: str) -> RuleEntry:
+  """The entry of ``name``.
+
+  Raises:
+    ValueError: naming the close matches and the valid names.
+  """
+  if name not in _REGISTRY:
+    close = difflib.get_close_matches(str(name), _REGISTRY, n=3)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise ValueError(
+        f"Unknown update rule {name!r}.{hint} Valid rules: "
+        f"{', '.join(_REGISTRY)}."
+    )
+  return _REGISTRY[name]
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+  if isinstance(value, config_dict.ConfigDict):
+    return value.to_dict()
+  return dict(value or {})
+
+
+def _build(entry: RuleEntry, rule_kwargs, hyper_params) -> base.UpdateRule:
+  try:
+    return entry.make(hyper_params=hyper_params, **rule_kwargs)
+  except TypeError as e:
+    raise ValueError(f"Bad rule_kwargs for rule {entry.name!r}: {e}.") from None
+
+
+def default_settings(name: str) -> config_dict.ConfigDict:
+  """The complete default agent settings of rule ``name``
+  (``settings.rule == name``)."""
+  entry = get_entry(name)
+  given = copy.deepcopy(dict(entry.settings))
+  rule_kwargs = {
+      **factory_defaults(entry.make),
+      **_as_dict(given.get("rule_kwargs")),
+  }
+  hyper_params = _as_dict(given.get("hyper_params"))
+  if hasattr(entry.make, "default_hyper_params"):  # a rule class
+    hyper_params = {**entry.make.default_hyper_params, **hyper_params}
+  else:  # another factory: ask the rule it builds
+    hyper_params = dict(_build(entry, rule_kwargs, hyper_params).hyper_params)
+  return config_dict.ConfigDict(
+      dict(
+          rule=name,
+          rule_kwargs=rule_kwargs,
+          hyper_params=hyper_params,
+          learning_rate=given["learning_rate"],
+          max_abs_update=given.get("max_abs_update", DEFAULT_MAX_ABS_UPDATE),
+          network=_as_dict(given["network"]),
+      )
+  )
+
+
+def make_rule(settings: config_dict.ConfigDict) -> base.UpdateRule:
+  """The rule that agent ``settings`` describe.
+
+  Raises:
+    ValueError: unknown rule or settings its factory rejects.
+  """
+  unknown = sorted(set(settings.keys()) - set(SETTINGS_KEYS))
+  if unknown:
+    raise ValueError(
+        f"Unknown agent setting(s) {unknown}; valid: "
+        f"{', '.join(SETTINGS_KEYS)}."
+    )
+  return _build(
+      get_entry(settings.rule),
+      _as_dict(settings.rule_kwargs),
+      _as_dict(settings.hyper_params),
+  )
+
+
+# The published actor-critic network; MPO, SPO and policy gradient use it too.
+SMALL_NETWORK = agent_nets.network_settings((64, 32, 32), 64, (64,))
+# The evaluation notebook's Disco agent and learning rate.
+DISCO_SETTINGS = dict(
+    learning_rate=1e-2,
+    network=agent_nets.network_settings((512, 512), 128, (128,)),
+)
+
+# MPO and SPO: one network predicts the policy and Q (or V); Stoix uses two
+# (learning rates 1e-4 / 3e-4) with 128 SGD steps per rollout, this harness
+# one learner step per iteration, hence the larger learning rate. Both learn
+# Catch 5x5 with these settings.
+for _name, _make, _lr, _description in (
+    ("disco", disco.Disco, None, "the Disco meta-network rule"),
+    ("actor_critic", actor_critic.ActorCritic, 5e-4, "V-trace actor-critic"),
+    ("policy_gradient", policy_gradient.PolicyGradient, 5e-4, "REINFORCE"),
+    ("mpo", mpo.MPO, 1e-3, "discrete MPO with an exact E-step"),
+    ("spo", spo.SPO, 1e-3, "SMC policy optimisation over env copies"),
+):
+  register_rule(
+      _name,
+      _make,
+      DISCO_SETTINGS
+      if _lr is None
+      else dict(learning_rate=_lr, network=SMALL_NETWORK),
+      description=_description,
+  )
+register_rule(
+    "disco103",
+    disco.Disco,
+    DISCO_SETTINGS,
+    pretrained=lambda path, expected: weights.load_disco103(
+        path, expected=expected
+    ),
+    description="the Disco rule with the published Disco103 meta-parameters",
+)

@@ -1,0 +1,131 @@
+"""A plain (non-editable) install runs both launchers from any directory."""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import conftest
+
+REPO_DIR = conftest.REPO_DIR
+
+
+def _declared_packages() -> set[str]:
+  parser = configparser.ConfigParser()
+  parser.read(REPO_DIR / "setup.cfg")
+  return set(parser["options"]["packages"].split())
+
+
+def test_setup_cfg_lists_every_package():
+  found = {
+      ".".join(p.parent.relative_to(REPO_DIR).parts)
+      for p in (REPO_DIR / "disco").rglob("__init__.py")
+  }
+  assert _declared_packages() == found | {"disco.configs"}
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+  """The package installed with pip (not editable) into a folder of its own;
+  returns ``(folder, environment for subprocesses)``."""
+  target = tmp_path_factory.mktemp("site")
+  result = subprocess.run(
+      [
+          sys.executable,
+          "-m",
+          "pip",
+          "install",
+          "--quiet",
+          "--no-deps",
+          "--no-compile",
+          "--target",
+          str(target),
+          str(REPO_DIR),
+      ],
+      capture_output=True,
+      text=True,
+      timeout=600,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  env = dict(os.environ, PYTHONPATH=str(target))
+  env.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO_DIR / ".jax_cache"))
+  return target, env
+
+
+def _run(args, env, cwd):
+  return subprocess.run(
+      args, capture_output=True, text=True, env=env, cwd=cwd, timeout=600
+  )
+
+
+def test_installed_package_is_used_and_ships_the_configs(installed, tmp_path):
+  target, env = installed
+  result = _run(
+      [
+          sys.executable,
+          "-c",
+          "import disco, disco.configs.evaluate as c; "
+          "print(disco.__file__); print(c.get_config().rule)",
+      ],
+      env,
+      tmp_path,
+  )
+  assert result.returncode == 0, result.stderr
+  path, rule = result.stdout.split()
+  assert path.startswith(str(target)) and rule == "disco103"
+
+
+def test_installed_disco_eval_runs_from_another_directory(installed, tmp_path):
+  target, env = installed
+  result = _run(
+      [
+          str(target / "bin" / "disco-eval"),
+          "--config.rule=actor_critic",
+          "--config.env_settings.rows=5",
+          "--config.env_settings.columns=5",
+          "--config.total_env_steps=50",
+          "--config.rollout_len=5",
+          "--config.batch_size=2",
+          "--config.replay_capacity=0",
+          "--config.min_replay_size=0",
+          "--config.last_episodes=5",
+          "--config.output_dir=out",
+      ],
+      env,
+      tmp_path,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert (
+      json.loads((tmp_path / "out" / "summary.json").read_text())["rule"]
+      == "actor_critic"
+  )
+
+
+def test_installed_disco_meta_train_runs_from_another_directory(
+    installed, tmp_path
+):
+  target, env = installed
+  result = _run(
+      [
+          str(target / "bin" / "disco-meta-train"),
+          "--config.num_meta_steps=1",
+          "--config.batch_size=2",
+          "--config.rollout_len=3",
+          "--config.inner_steps=1",
+          "--config.agent.network.dense=(8,)",
+          "--config.agent.network.model_lstm_size=4",
+          "--config.agent.network.model_head_hiddens=(4,)",
+          "--config.value_fn.dense=(4,)",
+          "--config.num_devices=1",
+          "--config.output_dir=out",
+      ],
+      env,
+      tmp_path,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert (tmp_path / "out" / "meta_params.npz").is_file()

@@ -1,0 +1,169 @@
+"""The population meta-step: sharding over devices, mixed groups, lifetimes.
+
+The test session has two host devices (``conftest.py`` forces them), so the
+same population runs on one device and sharded over two in this process.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from disco.launch import common
+from disco.launch import meta_train as mt
+from disco.meta import population as population_lib
+
+from meta_settings import tiny_config
+
+MIXED = (
+    dict(env="catch", env_settings=dict(rows=5, columns=5), num_agents=2),
+    dict(env="catch", env_settings=dict(rows=6, columns=6), num_agents=2),
+)
+
+
+def _capture(lr):
+  """SGD whose state is the last meta-gradient it applied."""
+  return optax.GradientTransformation(
+      lambda p: jax.tree.map(jnp.zeros_like, p),
+      lambda g, s, p=None: (jax.tree.map(lambda x: -lr * x, g), g),
+  )
+
+
+def _max_rel(a, b) -> float:
+  """max |a - b| relative to max |b| over a tree."""
+  a, b = jax.tree.leaves(a), jax.tree.leaves(b)
+  scale = max(float(np.abs(np.asarray(y)).max()) for y in b)
+  return (
+      max(
+          float(np.abs(np.asarray(x) - np.asarray(y)).max())
+          for x, y in zip(a, b, strict=True)
+      )
+      / scale
+  )
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory):
+  """A mixed population of 4 agents (2 x Catch 5x5, 2 x Catch 6x6) whose
+  agents start new lifetimes every 2 meta-steps, on one device and sharded
+  over two, for two meta-steps from the same state."""
+  assert len(jax.devices()) >= 2, "conftest.py forces two host devices"
+  plan = mt.build(
+      tiny_config(
+          output_dir=str(tmp_path_factory.mktemp("pop") / "b"),
+          lifetime_meta_steps=2,
+          population=MIXED,
+      )
+  )
+  pops = {
+      n: population_lib.Population(
+          plan.groups, plan.population.config, _capture(1e-2), jax.devices()[:n]
+      )
+      for n in (1, 2)
+  }
+  states = {2: pops[2].init(jax.random.PRNGKey(4), plan.meta_params)}
+  states[1] = pops[1].place(states[2])
+  first = states[1]
+
+  @jax.jit
+  def per_agent(meta_params, agents):
+    """Every agent's own meta-gradient."""
+    return [
+        jax.vmap(functools.partial(pops[1]._agent_meta_step, g, meta_params))(
+            s
+        )[0]
+        for g, s in zip(pops[1].groups, agents, strict=True)
+    ]
+
+  grads = per_agent(plan.meta_params, first.agents)
+  out = dict(
+      mean_grad=jax.tree.map(lambda *g: jnp.concatenate(g).mean(0), *grads),
+      per_agent_grads=grads,
+      states=[dict(states)],
+      logs=[],
+  )
+  for _ in range(2):
+    logs = {}
+    for n, p in pops.items():
+      states[n], logs[n] = p.step(states[n])
+    out["states"].append(dict(states))
+    out["logs"].append(logs)
+  return out
+
+
+def test_two_devices_match_one_device(mixed):
+  # The first meta-gradient differs only by the order of the float sums; the
+  # second also through the agents' (equally tiny) differences after step 1.
+  errors = [
+      _max_rel(s[2].meta_opt_state, s[1].meta_opt_state)
+      for s in mixed["states"][1:]
+  ]
+  assert errors[0] < 1e-5 and errors[1] < 1e-4, errors
+  last = mixed["states"][-1]
+  assert _max_rel(last[2].meta_params, last[1].meta_params) < 1e-6
+  logs = mixed["logs"][-1]
+  keys = sorted(logs[2])
+  np.testing.assert_allclose(
+      [float(logs[2][k]) for k in keys],
+      [float(logs[1][k]) for k in keys],
+      rtol=1e-4,
+      atol=1e-5,
+  )
+  # Agents really are split: one of each group per device.
+  for agents in last[2].agents:
+    assert len(agents.age.sharding.device_set) == 2
+
+
+def test_mixed_population_meta_gradient_is_mean_over_agents(mixed):
+  first_grad = mixed["states"][1][1].meta_opt_state
+  assert optax.tree.norm(first_grad) > 0
+  assert _max_rel(first_grad, mixed["mean_grad"]) < 1e-5
+  # ... and not, say, the mean of one group's agents.
+  one_group = jax.tree.map(lambda g: g.mean(0), mixed["per_agent_grads"][0])
+  assert _max_rel(first_grad, one_group) > 1e-3
+  keys = mixed["logs"][0][2]
+  for group in ("catch-5x5", "catch-6x6"):
+    assert f"{group}/meta_loss" in keys and f"{group}/rewards" in keys
+
+
+def test_lifetime_reset_at_configured_age(mixed):
+  # lifetime_meta_steps=2 with 2 agents per group: ages start staggered at
+  # [0, 1]; an agent whose age reaches 2 starts a new lifetime (age 0, fresh
+  # learner and value-function optimiser states).
+  ages = [
+      [[int(x) for x in np.asarray(a.age)] for a in s[2].agents]
+      for s in mixed["states"]
+  ]
+  assert ages == [[[0, 1], [0, 1]], [[1, 0], [1, 0]], [[0, 1], [0, 1]]]
+  for field in ("learner", "value"):
+    counts = [
+        [
+            [int(x) for x in np.asarray(getattr(a, field).opt_state[0].count)]
+            for a in s[2].agents
+        ]
+        for s in mixed["states"][1:]
+    ]
+    assert counts == [[[1, 0], [1, 0]], [[0, 1], [0, 1]]], field
+
+
+def test_agents_must_split_over_devices(tmp_path):
+  with pytest.raises(common.UsageError) as info:
+    mt.build(
+        tiny_config(
+            output_dir=str(tmp_path / "a"),
+            population=(
+                dict(
+                    env="catch",
+                    env_settings=dict(rows=5, columns=5),
+                    num_agents=3,
+                ),
+            ),
+        )
+    )
+  assert "split evenly over the 2 device(s)" in str(info.value)
+  assert "catch-5x5: 3" in str(info.value)
