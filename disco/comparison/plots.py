@@ -1,0 +1,175 @@
+"""Figures of ``disco.comparison.aggregates`` results, saved as PNG files.
+
+Every function draws on an off-screen Agg canvas (pyplot's backend and state
+are left alone, so this works headless and in notebooks alike), saves the
+figure to ``path`` (creating its folder) and returns ``path`` as a ``Path``.
+Performance profiles, probability of improvement and sample-efficiency
+curves are drawn by ``rliable.plot_utils``; aggregate intervals are drawn
+here because ``rliable``'s version makes its own pyplot figure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from matplotlib import colormaps
+from matplotlib import figure as figure_lib
+from matplotlib.backends import backend_agg
+import numpy as np
+from rliable import plot_utils
+
+from disco.comparison import aggregates
+
+PathLike = str | os.PathLike[str]
+
+_METRIC_TITLES = {"median": "Median", "iqm": "IQM", "mean": "Mean",
+                  "optimality_gap": "Optimality Gap"}
+
+
+def _new_figure(figsize: tuple[float, float], ncols: int = 1
+                ) -> tuple[figure_lib.Figure, Any]:
+  fig = figure_lib.Figure(figsize=figsize, dpi=100, layout="constrained")
+  backend_agg.FigureCanvasAgg(fig)
+  axes = fig.subplots(1, ncols, squeeze=False)[0]
+  return fig, axes
+
+
+def _save(fig: figure_lib.Figure, path: PathLike) -> Path:
+  path = Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig.savefig(path, bbox_inches="tight", format="png")
+  return path
+
+
+def _colors(names: Sequence[str]) -> dict[str, Any]:
+  palette = colormaps["tab10"]
+  return {name: palette(i % 10) for i, name in enumerate(names)}
+
+
+def plot_aggregate_intervals(
+    results: Mapping[str, aggregates.AggregateResult], path: PathLike,
+    metrics: Sequence[str] = aggregates.METRICS,
+    xlabel: str = "Normalized score") -> Path:
+  """One panel per metric: each rule's interval as a bar, its estimate as a
+  tick.
+
+  Args:
+    results: ``{rule: AggregateResult}`` from ``aggregate_metrics``.
+    path: PNG file to write.
+    metrics: metrics to show, a subset of ``aggregates.METRICS``.
+    xlabel: label under the panels.
+
+  Returns:
+    ``path``.
+  """
+  if not results:
+    raise ValueError("No results to plot.")
+  rules = list(results)
+  colors = _colors(rules)
+  fig, axes = _new_figure((3.4 * len(metrics), 0.6 + 0.45 * len(rules)),
+                          ncols=len(metrics))
+  for ax, name in zip(axes, metrics):
+    for i, rule in enumerate(rules):
+      interval = results[rule].metric(name)
+      ax.barh(y=i, width=interval.high - interval.low, left=interval.low,
+              height=0.6, color=colors[rule], alpha=0.75)
+      ax.vlines(interval.estimate, i - 0.3, i + 0.3, color="k", alpha=0.6)
+    ax.set_title(_METRIC_TITLES.get(name, name))
+    ax.set_yticks(range(len(rules)))
+    ax.set_yticklabels(rules if ax is axes[0] else [])
+    ax.set_ylim(-0.6, len(rules) - 0.4)
+    ax.grid(True, axis="x", alpha=0.25)
+    for side in ("top", "right", "left"):
+      ax.spines[side].set_visible(False)
+  fig.supxlabel(xlabel)
+  return _save(fig, path)
+
+
+def plot_performance_profiles(
+    profiles: Mapping[str, aggregates.PerformanceProfile], path: PathLike,
+    xlabel: str = r"Normalized score ($\tau$)") -> Path:
+  """Score distributions with their bands (``rliable.plot_utils``).
+
+  Args:
+    profiles: ``{rule: PerformanceProfile}`` from ``performance_profiles``
+      (all on the same ``taus``).
+    path: PNG file to write.
+    xlabel: x-axis label.
+
+  Returns:
+    ``path``.
+  """
+  if not profiles:
+    raise ValueError("No profiles to plot.")
+  taus = next(iter(profiles.values())).taus
+  fig, (ax,) = _new_figure((7, 4.5))
+  plot_utils.plot_performance_profiles(
+      {r: p.fraction for r, p in profiles.items()}, taus,
+      performance_profile_cis={r: (p.low, p.high)
+                               for r, p in profiles.items()},
+      colors=_colors(list(profiles)), xlabel=xlabel, ax=ax, legend=True,
+      labelsize="large", ticklabelsize="medium", legendsize="medium")
+  return _save(fig, path)
+
+
+def plot_probability_of_improvement(
+    probabilities: Mapping[tuple[str, str],
+                           aggregates.ImprovementProbability],
+    path: PathLike) -> Path:
+  """P(X > Y) of each pair as an interval (``rliable.plot_utils``).
+
+  Args:
+    probabilities: ``{(x, y): ImprovementProbability}`` from
+      ``probability_of_improvement``.
+    path: PNG file to write.
+
+  Returns:
+    ``path``.
+  """
+  if not probabilities:
+    raise ValueError("No probabilities to plot.")
+  # rliable splits "x<sep>y" keys; use a separator no rule name contains.
+  sep = "\x1f"
+  estimates, intervals = {}, {}
+  for (x, y), result in probabilities.items():
+    key = f"{x}{sep}{y}"
+    estimates[key] = result.probability.estimate
+    intervals[key] = np.array([result.probability.low,
+                               result.probability.high])
+  fig, (ax,) = _new_figure((5, 0.8 + 0.45 * len(estimates)))
+  plot_utils.plot_probability_of_improvement(
+      estimates, intervals, pair_separator=sep, ax=ax, xlabel="P(X > Y)",
+      ticklabelsize="medium", labelsize="large")
+  ax.axvline(0.5, color="k", linestyle="--", alpha=0.4)
+  return _save(fig, path)
+
+
+def plot_sample_efficiency(
+    curves: Mapping[str, aggregates.SampleEfficiencyCurve], path: PathLike,
+    xlabel: str = "Environment steps", ylabel: str = "IQM normalized score"
+) -> Path:
+  """IQM against evaluation points with bands (``rliable.plot_utils``).
+
+  Args:
+    curves: ``{rule: SampleEfficiencyCurve}`` from
+      ``sample_efficiency_curves``.
+    path: PNG file to write.
+    xlabel: x-axis label.
+    ylabel: y-axis label.
+
+  Returns:
+    ``path``.
+  """
+  if not curves:
+    raise ValueError("No curves to plot.")
+  points = next(iter(curves.values())).points
+  fig, (ax,) = _new_figure((7, 4.5))
+  plot_utils.plot_sample_efficiency_curve(
+      points, {r: c.iqm for r, c in curves.items()},
+      {r: np.stack([c.low, c.high]) for r, c in curves.items()},
+      colors=_colors(list(curves)), xlabel=xlabel, ylabel=ylabel, ax=ax,
+      labelsize="large", ticklabelsize="medium", legend=True,
+      legendsize="medium")
+  return _save(fig, path)

@@ -1,0 +1,121 @@
+"""Tests of disco.comparison.normalization."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import pytest
+
+from disco.comparison import normalization
+from disco.environments import catch
+
+TABLE = normalization.REFERENCE_TABLE
+EXPECTED_ENVS = (
+    "catch/8x8", "catch/5x5", "gymnax/CartPole-v1", "gymnax/Acrobot-v1",
+    "gymnax/MountainCar-v0", "gymnax/Breakout-MinAtar",
+    "gymnax/Asterix-MinAtar", "gymnax/Freeway-MinAtar",
+    "gymnax/SpaceInvaders-MinAtar", "xminigrid/MiniGrid-Empty-8x8",
+    "xminigrid/MiniGrid-DoorKey-5x5")
+
+
+def test_table_has_every_environment_with_sources():
+  assert set(EXPECTED_ENVS) <= set(TABLE)
+  for key, entry in TABLE.items():
+    assert entry.env == key
+    assert entry.source and entry.random_source and entry.reference_algorithm
+    if entry.reference_return is not None:
+      assert entry.reference_return > entry.random_return
+
+
+@pytest.mark.parametrize("env", EXPECTED_ENVS)
+def test_random_maps_to_zero_and_reference_to_one(env):
+  entry = TABLE[env]
+  normalized = normalization.normalize(
+      [entry.random_return, entry.reference_return], env)
+  np.testing.assert_allclose(normalized, [0.0, 1.0], atol=1e-12)
+
+
+def test_normalize_is_affine_and_keeps_shape():
+  entry = TABLE["gymnax/Breakout-MinAtar"]
+  middle = (entry.random_return + entry.reference_return) / 2
+  scores = np.full((3, 2), middle)
+  np.testing.assert_allclose(
+      normalization.normalize(scores, "gymnax/Breakout-MinAtar"),
+      np.full((3, 2), 0.5))
+
+
+def test_catch_entries_are_exact():
+  assert TABLE["catch/8x8"].random_return == -0.75
+  assert TABLE["catch/5x5"].random_return == pytest.approx(-0.6)
+  assert TABLE["catch/8x8"].reference_return == 1.0
+  assert TABLE["catch/5x5"].reference_return == 1.0
+  assert normalization.get_entry("catch") == TABLE["catch/8x8"]
+  # Any size is derived; on 2 rows the paddle moves once, so from column 3
+  # of 8 it reaches columns 2..4 only.
+  wide = normalization.get_entry("catch/2x8")
+  assert wide.reference_return == pytest.approx(2 * 3 / 8 - 1)
+  assert wide.random_return == pytest.approx(2 / 8 - 1)
+
+
+def test_catch_random_return_matches_the_environment():
+  """The random policy's return on disco's own Catch 5x5 is 2/5 - 1."""
+  num_episodes, rows, columns = 4000, 5, 5
+  env = catch.Catch(num_episodes, rows=rows, columns=columns)
+  state, _ = env.reset(jax.random.key(0))
+  actions = np.random.default_rng(0).integers(0, 3, (rows - 1, num_episodes))
+  total = np.zeros(num_episodes)
+  for t in range(rows - 1):  # one whole episode per stream
+    state, timestep = env.step(state, actions[t])
+    total += np.asarray(timestep.reward)
+  assert set(np.unique(total)) <= {-1.0, 1.0}
+  sem = total.std() / np.sqrt(num_episodes)
+  expected = TABLE["catch/5x5"].random_return
+  assert abs(total.mean() - expected) < 4 * sem
+
+
+def test_missing_reference_raises_with_instructions():
+  entry = dataclasses.replace(TABLE["gymnax/Breakout-MinAtar"],
+                              reference_return=None,
+                              notes="no published number for this budget")
+  overrides = {"gymnax/Breakout-MinAtar": entry}
+  with pytest.raises(normalization.MissingReferenceError,
+                     match="no trustworthy reference.*overrides="):
+    normalization.normalize([1.0], "gymnax/Breakout-MinAtar", overrides)
+  with pytest.raises(ValueError, match="No normalisation entry for .*Pong"):
+    normalization.normalize([1.0], "gymnax/Pong-MinAtar")
+
+
+def test_user_entries_override_the_table():
+  mine = normalization.ReferenceEntry(
+      env="gymnax/Breakout-MinAtar", random_return=0.0,
+      random_source="mine", reference_return=10.0,
+      reference_algorithm="my PPO", budget_env_steps=1_000_000,
+      source="my run")
+  np.testing.assert_allclose(
+      normalization.normalize([5.0], "gymnax/Breakout-MinAtar",
+                              {"gymnax/Breakout-MinAtar": mine}), [0.5])
+  new = dataclasses.replace(mine, env="my/env")
+  assert normalization.get_entry("my/env", {"my/env": new}) is new
+  rows = normalization.table_rows({"my/env": new})
+  assert rows[-1]["env"] == "my/env" and len(rows) == len(TABLE) + 1
+
+
+def test_degenerate_entry_raises():
+  flat = dataclasses.replace(TABLE["catch/8x8"], reference_return=-0.75)
+  with pytest.raises(ValueError, match="must be finite and differ"):
+    normalization.normalize([0.0], "catch/8x8", {"catch/8x8": flat})
+
+
+def test_normalize_score_dict_per_column():
+  envs = ["catch/8x8", "catch/5x5"]
+  raw = {"r": np.array([[1.0, -0.6], [-0.75, 1.0], [1.0, 1.0]])}
+  normalized = normalization.normalize_score_dict(raw, envs)
+  np.testing.assert_allclose(normalized["r"],
+                             [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+  curves = {"r": np.ones((2, 2, 5))}
+  assert normalization.normalize_score_dict(curves, envs)["r"].shape == (
+      2, 2, 5)
+  with pytest.raises(ValueError, match="expected"):
+    normalization.normalize_score_dict({"r": np.ones((2, 3))}, envs)

@@ -1,0 +1,329 @@
+"""Tests of disco.comparison.significance and disco.comparison.aggregates."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from disco.comparison import aggregates
+from disco.comparison import significance
+
+REPS = 200  # bootstrap replications: small, these tests only check behaviour
+
+
+def _shifted_samples(n=10, shift=3.0, seed=0):
+  rng = np.random.default_rng(seed)
+  return rng.normal(0.0, 1.0, n), rng.normal(shift, 1.0, n)
+
+
+# ------------------------------------------------------- significance ----
+
+
+@pytest.mark.parametrize("test", significance.TESTS)
+def test_identical_samples_give_p_near_one(test):
+  a, _ = _shifted_samples()
+  result = significance.run_test(a, a.copy(), test, reps=REPS)
+  assert result.p_value > 0.9
+  assert result.effect_size == 0.0
+  assert result.seeds_needed is None
+  assert "effect size is 0" in result.warning
+
+
+@pytest.mark.parametrize("test", significance.TESTS)
+def test_equal_constant_samples_give_p_one(test):
+  result = significance.run_test(np.ones(5), np.ones(5), test, reps=REPS)
+  assert result.p_value == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("test", significance.TESTS)
+def test_clear_shift_is_significant(test):
+  a, b = _shifted_samples()
+  result = significance.run_test(a, b, test, alpha=0.05, reps=REPS)
+  assert result.p_value < 0.05
+  assert result.effect_size < 0  # a is the lower rule
+  assert result.n_a == result.n_b == 10
+
+
+def test_welch_matches_scipy():
+  rng = np.random.default_rng(1)
+  a, b = rng.normal(0.0, 1.0, 7), rng.normal(0.8, 2.5, 12)
+  expected = stats.ttest_ind(a, b, equal_var=False)
+  result = significance.run_test(a, b, "welch")
+  assert result.statistic == pytest.approx(expected.statistic, rel=1e-12)
+  assert result.p_value == pytest.approx(expected.pvalue, rel=1e-12)
+
+
+def test_mann_whitney_matches_scipy_and_rank_biserial():
+  a, b = np.array([1.0, 2.0, 3.0, 4.0]), np.array([5.0, 6.0, 7.0, 8.0, 9.0])
+  result = significance.run_test(a, b, "mann_whitney")
+  expected = stats.mannwhitneyu(a, b, alternative="two-sided")
+  assert result.p_value == pytest.approx(expected.pvalue)
+  assert result.statistic == 0.0
+  # Every seed of a is below every seed of b: P(a > b) - P(a < b) = -1.
+  assert result.effect_size == -1.0
+  assert result.effect_size_name == "rank_biserial"
+
+
+@pytest.mark.parametrize("test", ["bootstrap", "permutation"])
+def test_resampling_tests_are_seeded(test):
+  rng = np.random.default_rng(2)
+  a, b = rng.normal(0.0, 1.0, 8), rng.normal(0.7, 1.0, 8)
+  first = significance.run_test(a, b, test, reps=REPS, seed=3)
+  again = significance.run_test(a, b, test, reps=REPS, seed=3)
+  assert first.p_value == again.p_value
+  p_values = {significance.run_test(a, b, test, reps=REPS, seed=s).p_value
+              for s in range(5)}
+  assert len(p_values) > 1
+
+
+def test_permutation_is_exact_for_small_samples():
+  # 4 vs 4 fully separated seeds: 70 relabellings, 2 as extreme as observed.
+  a, b = np.arange(4.0), np.arange(4.0) + 10
+  result = significance.run_test(a, b, "permutation", reps=10000)
+  assert result.p_value == pytest.approx(2 / 70)
+
+
+def test_holm_bonferroni_hand_example():
+  # Sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, max(0.04*1, 0.06)=0.06.
+  adjusted = significance.holm_bonferroni([0.01, 0.04, 0.03, 0.005])
+  np.testing.assert_allclose(adjusted, [0.03, 0.06, 0.06, 0.02])
+  # 0.02*2 = 0.04; 0.03*1 = 0.03 is raised to 0.04 (monotone step-down).
+  np.testing.assert_allclose(significance.holm_bonferroni([0.03, 0.02]),
+                             [0.04, 0.04])
+  np.testing.assert_allclose(significance.holm_bonferroni([0.6, 0.9]),
+                             [1.0, 1.0])
+
+
+def test_hedges_g_hand_example():
+  a, b = [1.0, 2.0, 3.0, 4.0, 5.0], [3.0, 4.0, 5.0, 6.0, 7.0]
+  # Means 3 and 5, both variances 2.5: d = -2 / sqrt(2.5).
+  d = -2.0 / math.sqrt(2.5)
+  assert significance.cohens_d(a, b) == pytest.approx(d)
+  # J(8) = G(4) / (sqrt(4) G(3.5)) with G(4) = 6, G(3.5) = 15 sqrt(pi) / 8.
+  j = 6.0 / (2.0 * 15.0 * math.sqrt(math.pi) / 8.0)
+  assert j == pytest.approx(0.902703, abs=1e-6)
+  assert significance.hedges_g(a, b) == pytest.approx(d * j)
+  assert significance.hedges_g(a, b) == pytest.approx(-1.141839, abs=1e-6)
+
+
+def test_seeds_needed_matches_power_tables():
+  # Two-sided two-sample t-test, alpha 0.05, power 0.8 (Cohen 1988).
+  assert significance.seeds_needed(1.0) == 17
+  assert significance.seeds_needed(0.5) == 64
+  assert significance.seeds_needed(-0.8) == 26
+  assert significance.t_test_power(1.0, 17) >= 0.8
+  assert significance.t_test_power(1.0, 16) < 0.8
+  assert significance.t_test_power(1.0, 16) == pytest.approx(0.7813, abs=1e-3)
+  assert significance.seeds_needed(0.0) is None
+  assert significance.seeds_needed(math.inf) == 2
+
+
+def test_underpowered_comparison_warns_with_seeds_needed():
+  rng = np.random.default_rng(5)
+  a, b = rng.normal(0.0, 1.0, 5), rng.normal(0.5, 1.0, 5)
+  result = significance.run_test(a, b)
+  needed = significance.seeds_needed(result.hedges_g)
+  assert needed > 5
+  assert result.seeds_needed == needed
+  assert f"needs {needed} seeds per rule" in result.warning
+  a, b = _shifted_samples(n=10, shift=3.0)
+  assert significance.run_test(a, b).warning is None
+
+
+@pytest.mark.parametrize("test,n,alpha,needed", [
+    ("welch", 1, 0.05, 2),
+    ("bootstrap", 1, 0.05, 2),
+    ("mann_whitney", 3, 0.05, 4),
+    ("permutation", 3, 0.05, 4),
+    ("mann_whitney", 4, 0.01, 5),
+])
+def test_too_few_seeds_name_the_minimum(test, n, alpha, needed):
+  assert significance.min_seeds(test, alpha) == needed
+  a, b = _shifted_samples(n=n)
+  with pytest.raises(ValueError, match=f"at least {needed} seeds per rule"):
+    significance.run_test(a, b, test, alpha=alpha)
+  a, b = _shifted_samples(n=needed)
+  significance.run_test(a, b, test, alpha=alpha, reps=REPS)
+
+
+def test_bad_arguments_raise():
+  a, b = _shifted_samples()
+  with pytest.raises(ValueError, match="Unknown test"):
+    significance.run_test(a, b, "t_test")
+  with pytest.raises(ValueError, match="alpha"):
+    significance.run_test(a, b, alpha=1.5)
+  with pytest.raises(ValueError, match="NaN"):
+    significance.run_test(np.append(a, np.nan), b)
+
+
+def test_pairwise_table_applies_holm_over_all_pairs():
+  rng = np.random.default_rng(6)
+  scores = {"low": rng.normal(0.0, 1.0, 10),
+            "high": rng.normal(3.0, 1.0, 10),
+            "low_too": rng.normal(0.0, 1.0, 10)}
+  rows = significance.pairwise_table(scores, alpha=0.05)
+  assert [(r.rule_a, r.rule_b) for r in rows] == [
+      ("low", "high"), ("low", "low_too"), ("high", "low_too")]
+  np.testing.assert_allclose(
+      [r.p_holm for r in rows],
+      significance.holm_bonferroni([r.p_value for r in rows]))
+  assert [r.reject for r in rows] == [True, False, True]
+  assert all(r.p_holm >= r.p_value for r in rows)
+  text = significance.format_table(rows)
+  assert "low_too" in text and "p_holm" in text
+
+
+def test_pairwise_table_rejects_on_the_holm_p_value():
+  base = np.arange(6.0)
+  scores = {"x": base, "y": base + 2.7, "z": base + 0.5}
+  rows = significance.pairwise_table(scores, alpha=0.05)
+  # x vs y alone would be significant, but not after the correction for
+  # three comparisons.
+  assert rows[0].p_value < 0.05 < rows[0].p_holm
+  assert not rows[0].reject
+  assert [r.reject for r in rows] == [r.p_holm <= 0.05 for r in rows]
+
+
+def test_pairwise_table_on_one_env_and_on_aggregates():
+  rng = np.random.default_rng(7)
+  scores = {"a": rng.normal(0.0, 0.1, (6, 3)),
+            "b": rng.normal(1.0, 0.1, (6, 3))}
+  per_env = significance.pairwise_table(significance.env_scores(scores, 1),
+                                        test="mann_whitney")
+  assert per_env[0].p_value < 0.05
+  aggregated = {r: significance.per_seed_aggregate(x, "iqm")
+                for r, x in scores.items()}
+  assert aggregated["a"].shape == (6,)
+  rows = significance.pairwise_table(aggregated, test="welch")
+  assert rows[0].reject
+
+
+def test_pairwise_table_names_the_pair_with_too_few_seeds():
+  scores = {"a": [0.1, 0.2, 0.3], "b": [0.4, 0.5, 0.6]}
+  with pytest.raises(ValueError, match="a vs b.*at least 4 seeds"):
+    significance.pairwise_table(scores, test="mann_whitney")
+
+
+# --------------------------------------------------------- aggregates ----
+
+
+def test_iqm_of_known_array():
+  # The middle half of 0..6 and an outlier is 2, 3, 4, 5.
+  scores = np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 100.0]])
+  assert aggregates.iqm(scores) == pytest.approx(3.5)
+
+
+def _normal_scores(num_seeds, num_envs=4, mean=0.5, seed=0):
+  rng = np.random.default_rng(seed)
+  return rng.normal(mean, 0.2, (num_seeds, num_envs))
+
+
+def test_aggregate_intervals_contain_estimates():
+  scores = {"a": _normal_scores(5), "b": _normal_scores(5, mean=0.8, seed=1)}
+  results = aggregates.aggregate_metrics(scores, reps=REPS)
+  assert list(results) == ["a", "b"]
+  for result in results.values():
+    for name in aggregates.METRICS:
+      interval = result.metric(name)
+      assert interval.contains(interval.estimate)
+      assert interval.width > 0
+  a = results["a"]
+  assert a.iqm.estimate == pytest.approx(aggregates.iqm(scores["a"]))
+  assert a.mean.estimate == pytest.approx(scores["a"].mean())
+  assert a.median.estimate == pytest.approx(
+      np.median(scores["a"].mean(axis=0)))
+  assert a.optimality_gap.estimate == pytest.approx(
+      1.0 - np.minimum(scores["a"], 1.0).mean())
+  assert (a.num_seeds, a.num_envs, a.reps) == (5, 4, REPS)
+
+
+def test_confidence_sets_the_interval_width():
+  scores = {"a": _normal_scores(8)}
+  wide = aggregates.aggregate_metrics(scores, reps=REPS, confidence=0.95)
+  narrow = aggregates.aggregate_metrics(scores, reps=REPS, confidence=0.5)
+  assert narrow["a"].iqm.width < 0.75 * wide["a"].iqm.width
+  assert narrow["a"].confidence == 0.5
+
+
+def test_aggregate_intervals_shrink_with_more_seeds():
+  few = aggregates.aggregate_metrics({"r": _normal_scores(4)}, reps=REPS)
+  many = aggregates.aggregate_metrics({"r": _normal_scores(64)}, reps=REPS)
+  for name in aggregates.METRICS:
+    assert many["r"].metric(name).width < 0.5 * few["r"].metric(name).width
+
+
+def test_bootstrap_is_reproducible_and_leaves_global_rng_alone():
+  scores = {"a": _normal_scores(5), "b": _normal_scores(5, seed=1)}
+  np.random.seed(123)
+  expected_next = np.random.random()
+  np.random.seed(123)
+  first = aggregates.aggregate_metrics(scores, reps=REPS, seed=7)
+  assert np.random.random() == expected_next
+  again = aggregates.aggregate_metrics(scores, reps=REPS, seed=7)
+  other = aggregates.aggregate_metrics(scores, reps=REPS, seed=8)
+  assert first == again
+  assert first["a"].iqm != other["a"].iqm
+  # A rule's intervals do not depend on the other rules in the dict.
+  alone = aggregates.aggregate_metrics({"b": scores["b"]}, reps=REPS, seed=7)
+  assert alone["b"] == first["b"]
+
+
+def test_probability_of_improvement_identical_and_shifted():
+  a, b = _shifted_samples(n=10, shift=3.0)
+  scores = {"a": a[:, None], "same": a[:, None].copy(), "b": b[:, None]}
+  results = aggregates.probability_of_improvement(scores, reps=REPS)
+  assert len(results) == 6  # every ordered pair
+  assert results[("a", "same")].probability.estimate == 0.5
+  assert results[("b", "a")].probability.estimate > 0.95
+  assert results[("a", "b")].probability.estimate < 0.05
+  assert (results[("a", "b")].probability.estimate
+          + results[("b", "a")].probability.estimate) == pytest.approx(1.0)
+  interval = results[("b", "a")].probability
+  assert interval.contains(interval.estimate)
+
+
+def test_performance_profiles():
+  scores = {"a": _normal_scores(5), "b": _normal_scores(5, mean=0.9, seed=1)}
+  taus = np.linspace(-1.0, 2.0, 31)
+  profiles = aggregates.performance_profiles(scores, taus, reps=REPS)
+  for profile in profiles.values():
+    assert profile.fraction.shape == profile.low.shape == (31,)
+    assert profile.fraction[0] == 1.0 and profile.fraction[-1] == 0.0
+    assert np.all(np.diff(profile.fraction) <= 0)
+    assert np.all(profile.low <= profile.fraction + 1e-12)
+    assert np.all(profile.fraction <= profile.high + 1e-12)
+  # b's scores are higher: its profile lies on or above a's.
+  assert np.all(profiles["b"].fraction >= profiles["a"].fraction)
+  default = aggregates.performance_profiles(scores, reps=REPS)
+  assert default["a"].taus[0] <= 0.0 and default["a"].taus[-1] >= 1.0
+
+
+def test_sample_efficiency_curves():
+  rng = np.random.default_rng(8)
+  learning = np.linspace(0.0, 1.0, 5)
+  scores = {"r": learning + rng.normal(0.0, 0.05, (6, 3, 5))}
+  curves = aggregates.sample_efficiency_curves(
+      scores, points=[0, 1e4, 2e4, 3e4, 4e4], reps=REPS)
+  curve = curves["r"]
+  assert curve.iqm.shape == curve.low.shape == curve.high.shape == (5,)
+  assert np.all(np.diff(curve.iqm) > 0)
+  assert np.all((curve.low <= curve.iqm) & (curve.iqm <= curve.high))
+  for i in range(5):
+    assert curve.iqm[i] == pytest.approx(aggregates.iqm(scores["r"][..., i]))
+  with pytest.raises(ValueError, match="points"):
+    aggregates.sample_efficiency_curves(scores, points=[0, 1], reps=REPS)
+
+
+def test_aggregate_input_errors():
+  with pytest.raises(ValueError, match="at least 2 seeds"):
+    aggregates.aggregate_metrics({"a": np.ones((1, 3))}, reps=REPS)
+  with pytest.raises(ValueError, match="num_seeds, num_envs"):
+    aggregates.aggregate_metrics({"a": np.ones(3)}, reps=REPS)
+  with pytest.raises(ValueError, match="same environments"):
+    aggregates.aggregate_metrics({"a": np.ones((3, 2)), "b": np.ones((3, 4))},
+                                 reps=REPS)
+  with pytest.raises(ValueError, match="NaN"):
+    aggregates.aggregate_metrics({"a": np.full((3, 2), np.nan)}, reps=REPS)
