@@ -42,6 +42,12 @@ Observations (float32):
     (the start state), whether the agent is on the rewarding chain (0 before
     the first action), then 20 distractor bits drawn afresh, each a fair
     coin, at every step.
+
+Caveat: only the first action of an episode matters, and with auto-reset that
+action is taken at an observation delivered by a LAST timestep. A learner
+that drops transitions starting at a LAST step (as ``disco.agent.Agent``'s
+loss mask did when this module was written) never trains it, so no rule can
+learn this environment there.
 """
 
 from __future__ import annotations
