@@ -1,0 +1,277 @@
+"""Jittable, batched delayed chain MDP of LPG (Oh et al., 2020).
+
+One of the environments on which the Learned Policy Gradient was first
+meta-trained: Oh, Hessel, Czarnecki, Xu, van Hasselt, Singh and Silver,
+"Discovering Reinforcement Learning Algorithms", NeurIPS 2020,
+arXiv:2007.08794, Appendix A.3 ("delayed chain MDP"), whose table of variants
+gives the chain-length ranges, the noisy-reward variants and the
+state-distraction variant used in ``VARIANTS``.
+
+Provenance: the variants were read from public transcriptions of the appendix
+(independent re-implementations that agree on them), not from the paper's own
+text, which was not retrievable here. Check them against the paper when
+convenient.
+
+Dynamics (one stream), two actions:
+  * An episode starts in one of two start states, drawn uniformly; the start
+    state tells which first action is rewarded (start state ``k`` rewards
+    action ``k``).
+  * The first action decides, once and for all, whether the agent walks the
+    rewarding chain or the other one; every later action is ignored.
+  * The episode lasts ``N`` steps (the chain length). The last step gives +1
+    on the rewarding chain and -1 on the other, and terminates (LAST,
+    discount 0); the episode restarts at once. Other steps give 0 or, in the
+    noisy variants, +1 or -1 with equal probability, drawn afresh at every
+    step (A.3: noisy rewards on the way; a fresh fair coin each step is our
+    reading).
+  * ``N`` is drawn uniformly from the variant's range once per *lifetime*
+    (A.3) and then stays fixed; here a lifetime is everything after one
+    ``reset`` call, shared by its ``B`` streams. ``chain_length`` fixes it.
+
+The paper does not spell out how the rewarded first action varies. We draw it
+per episode and show it in the start state, so that each lifetime is an MDP
+whose optimal return is +1 and whose worst is -1; it matches the two relevant
+bits of the state-distraction variant, one of which tells the rewarded action.
+
+Observations (float32):
+  * tabular variants: a one-hot over ``2 + 2 * (max_length - 1)`` states: the
+    two start states, then the rewarding chain's states at depths
+    ``1..max_length-1``, then the other chain's. ``max_length`` is the top of
+    the variant's range, so the size does not depend on the drawn ``N``.
+  * ``state_distraction`` (A.3): ``2 + 20`` bits: the rewarded first action
+    (the start state), whether the agent is on the rewarding chain (0 before
+    the first action), then 20 distractor bits drawn afresh, each a fair
+    coin, at every step.
+
+Caveat: only the first action of an episode matters, and with auto-reset that
+action is taken at an observation delivered by a LAST timestep. A learner
+that drops transitions starting at a LAST step (as ``disco.agent.Agent``'s
+loss mask did when this module was written) never trains it, so no rule can
+learn this environment there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import numbers
+from typing import Any, Callable
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+from dm_env import specs
+
+from disco import types
+from disco.environments import base
+
+NUM_ACTIONS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainVariant:
+  """A delayed chain MDP of the A.3 table.
+
+  Attributes:
+    name: the variant's name in the A.3 table.
+    min_length, max_length: range of the chain length ``N`` (both included).
+    noisy_rewards: whether non-final steps give a random +1 or -1.
+    distractor_bits: number of random observation bits (0: tabular
+      observation).
+  """
+
+  name: str
+  min_length: int
+  max_length: int
+  noisy_rewards: bool = False
+  distractor_bits: int = 0
+
+
+VARIANTS: dict[str, ChainVariant] = {
+    # A.3: chain length in [5, 30].
+    "short": ChainVariant("Short", 5, 30),
+    # A.3: chain length in [5, 30], noisy rewards.
+    "short_noisy": ChainVariant("Short and Noisy", 5, 30, noisy_rewards=True),
+    # A.3: chain length in [5, 50].
+    "long": ChainVariant("Long", 5, 50),
+    # A.3: chain length in [5, 50], noisy rewards.
+    "long_noisy": ChainVariant("Long and Noisy", 5, 50, noisy_rewards=True),
+    # A.3: chain length in [5, 30], 2 relevant + 20 distractor bits.
+    "state_distraction": ChainVariant("State Distraction", 5, 30,
+                                      distractor_bits=20),
+}
+
+
+def check_settings(batch_size: Any, variant: Any, chain_length: Any) -> None:
+  """Raises ``ValueError`` naming the first invalid delayed-chain setting."""
+  if (not isinstance(batch_size, numbers.Integral)
+      or isinstance(batch_size, bool) or batch_size < 1):
+    raise ValueError(f"Delayed chain setting batch_size={batch_size!r} must "
+                     "be an integer >= 1.")
+  if variant not in VARIANTS:
+    raise ValueError(f"Delayed chain setting variant={variant!r} is invalid; "
+                     f"valid values: {', '.join(VARIANTS)}.")
+  top = VARIANTS[variant].max_length
+  if chain_length is not None and (
+      not isinstance(chain_length, numbers.Integral)
+      or isinstance(chain_length, bool) or not 1 <= chain_length <= top):
+    raise ValueError(
+        f"Delayed chain setting chain_length={chain_length!r} must be None "
+        f"(drawn per lifetime) or an integer in [1, {top}] for variant "
+        f"{variant!r}.")
+
+
+@chex.dataclass(frozen=True)
+class ChainState:
+  """State of ``B`` delayed-chain streams.
+
+  Attributes:
+    start: ``[B]`` int32 start state of the episode (= its rewarded first
+      action).
+    depth: ``[B]`` int32 steps taken in the episode.
+    rewarding: ``[B]`` bool, whether the first action was the rewarded one
+      (False before it).
+    length: ``[B]`` int32 chain length ``N`` of the lifetime.
+    rng: ``[B, ...]`` one PRNG key per stream (used for the next step).
+  """
+
+  start: types.Array
+  depth: types.Array
+  rewarding: types.Array
+  length: types.Array
+  rng: types.Array
+
+
+def _observe(start, depth, rewarding, rng, variant):
+  if variant.distractor_bits:
+    noise = jax.random.bernoulli(rng, 0.5, (variant.distractor_bits,))
+    relevant = jnp.stack([start == 1, rewarding & (depth > 0)])
+    return jnp.concatenate([relevant, noise]).astype(jnp.float32)
+  chain_states = variant.max_length - 1
+  index = jnp.where(
+      depth == 0, start,
+      2 + jnp.where(rewarding, 0, chain_states) + depth - 1)
+  return jax.nn.one_hot(index, 2 + 2 * chain_states, dtype=jnp.float32)
+
+
+def _reset_stream(rng, length, variant):
+  next_rng, start_rng, obs_rng = jax.random.split(rng, 3)
+  start = jax.random.randint(start_rng, (), 0, NUM_ACTIONS, jnp.int32)
+  depth = jnp.zeros((), jnp.int32)
+  rewarding = jnp.zeros((), bool)
+  state = ChainState(start=start, depth=depth, rewarding=rewarding,
+                     length=length, rng=next_rng)
+  timestep = types.EnvTimestep(
+      observation=_observe(start, depth, rewarding, obs_rng, variant),
+      reward=jnp.zeros((), jnp.float32),
+      step_type=jnp.asarray(types.FIRST, jnp.int32),
+      discount=jnp.ones((), jnp.float32))
+  return state, timestep
+
+
+def _step_stream(state, action, variant):
+  next_rng, noise_rng, start_rng, obs_rng = jax.random.split(state.rng, 4)
+  rewarding = jnp.where(state.depth == 0, action == state.start,
+                        state.rewarding)
+  depth = state.depth + 1
+  done = depth >= state.length
+  final = jnp.where(rewarding, 1.0, -1.0)
+  noise = 0.0
+  if variant.noisy_rewards:
+    noise = jnp.where(jax.random.bernoulli(noise_rng), 1.0, -1.0)
+  reward = jnp.where(done, final, noise).astype(jnp.float32)
+  # A finished episode restarts at once; the timestep keeps its reward and
+  # LAST but shows the next episode's start state.
+  start = jnp.where(
+      done, jax.random.randint(start_rng, (), 0, NUM_ACTIONS, jnp.int32),
+      state.start)
+  depth = jnp.where(done, 0, depth)
+  rewarding = rewarding & ~done
+  new_state = ChainState(start=start, depth=depth, rewarding=rewarding,
+                         length=state.length, rng=next_rng)
+  timestep = types.EnvTimestep(
+      observation=_observe(start, depth, rewarding, obs_rng, variant),
+      reward=reward,
+      step_type=jnp.where(done, types.LAST, types.MID).astype(jnp.int32),
+      discount=jnp.where(done, 0.0, 1.0).astype(jnp.float32))
+  return new_state, timestep
+
+
+class DelayedChain(base.Environment):
+  """``batch_size`` streams of the LPG delayed chain MDP (Appendix A.3).
+
+  ``reset(rng)`` draws the lifetime's chain length (unless ``chain_length``
+  fixes it), shared by the ``B`` streams, and returns ``(ChainState,
+  EnvTimestep)`` with step_type FIRST; ``step(state, actions [B])`` advances
+  every stream and restarts finished episodes (see the module docstring).
+  Both are pure and jitted; the state can be copied.
+
+  Observations are ``[B, 2 + 2 * (max_length - 1)]`` one-hots, or ``[B, 22]``
+  bits for ``state_distraction``, float32. Actions are int32 in {0, 1}.
+  """
+
+  is_jittable = True
+
+  def __init__(self, batch_size: int, variant: str = "short",
+               chain_length: int | None = None):
+    """Builds the environment.
+
+    Args:
+      batch_size: number of streams ``B``.
+      variant: a key of ``VARIANTS`` (the A.3 table's variants).
+      chain_length: None draws ``N`` from the variant's range at each
+        ``reset`` (a new lifetime per reset); an integer in ``[1,
+        max_length]`` fixes it.
+
+    Raises:
+      ValueError: naming the first invalid setting and its valid values.
+    """
+    check_settings(batch_size, variant, chain_length)
+    self.batch_size = int(batch_size)
+    self.variant_name = variant
+    self.variant = VARIANTS[variant]
+    self.chain_length = None if chain_length is None else int(chain_length)
+    self._reset = jax.jit(self._reset_fn)
+    self._step = jax.jit(jax.vmap(
+        functools.partial(_step_stream, variant=self.variant)))
+
+  def _reset_fn(self, rng):
+    length_rng, stream_rng = jax.random.split(rng)
+    if self.chain_length is None:
+      length = jax.random.randint(length_rng, (), self.variant.min_length,
+                                  self.variant.max_length + 1, jnp.int32)
+    else:
+      length = jnp.asarray(self.chain_length, jnp.int32)
+    return jax.vmap(functools.partial(_reset_stream, variant=self.variant),
+                    in_axes=(0, None))(
+                        jax.random.split(stream_rng, self.batch_size), length)
+
+  def reset(self, rng: types.Array) -> tuple[ChainState, types.EnvTimestep]:
+    """Starts a lifetime: ``B`` first episodes from one key."""
+    return self._reset(rng)
+
+  def step(self, state: ChainState,
+           actions: types.Array) -> tuple[ChainState, types.EnvTimestep]:
+    """Applies ``actions`` ``[B]`` (ints in {0, 1})."""
+    actions = jnp.asarray(actions, jnp.int32)
+    chex.assert_shape(actions, (self.batch_size,))
+    return self._step(state, actions)
+
+  def observation_spec(self) -> specs.Array:
+    if self.variant.distractor_bits:
+      return specs.Array((2 + self.variant.distractor_bits,), np.float32,
+                         name="bits")
+    return specs.Array((2 * self.variant.max_length,), np.float32,
+                       name="state_one_hot")
+
+  def action_spec(self) -> specs.BoundedArray:
+    return specs.BoundedArray((), np.int32, 0, NUM_ACTIONS - 1, name="action")
+
+
+CHAIN_SETTINGS: dict[str, Any] = dict(variant="short", chain_length=None)
+
+# Registry entry: "delayed_chain" -> (factory, settings with defaults).
+ENV_SPECS: dict[str, tuple[Callable[..., base.Environment], dict[str, Any]]] = {
+    "delayed_chain": (DelayedChain, dict(CHAIN_SETTINGS)),
+}
