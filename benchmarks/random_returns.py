@@ -30,14 +30,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-GYMNAX_ENVS = ("CartPole-v1", "Acrobot-v1", "MountainCar-v0",
-               "Breakout-MinAtar", "Asterix-MinAtar", "Freeway-MinAtar",
-               "SpaceInvaders-MinAtar")
+GYMNAX_ENVS = (
+    "CartPole-v1",
+    "Acrobot-v1",
+    "MountainCar-v0",
+    "Breakout-MinAtar",
+    "Asterix-MinAtar",
+    "Freeway-MinAtar",
+    "SpaceInvaders-MinAtar",
+)
 XMINIGRID_ENVS = ("MiniGrid-Empty-8x8", "MiniGrid-DoorKey-5x5")
 
 
-def _episode_returns(reset, step, sample_action, num_steps, num_episodes,
-                     seed):
+def _episode_returns(reset, step, sample_action, num_steps, num_episodes, seed):
   """Returns ``[num_episodes]`` of the random policy, from one jitted scan.
 
   Args:
@@ -73,21 +78,29 @@ def _episode_returns(reset, step, sample_action, num_steps, num_episodes,
 
 def gymnax_returns(name, num_episodes, seed):
   import gymnax  # pylint: disable=g-import-not-at-top
+
   env, params = gymnax.make(name)
   space = env.action_space(params)
 
   def step(key, state, action):
     _, state, reward, terminated, truncated, _ = env.step(
-        key, state, action, params)
+        key, state, action, params
+    )
     return state, reward.astype(jnp.float32), terminated | truncated
 
   return _episode_returns(
-      lambda key: env.reset(key, params)[1], step, space.sample,
-      int(params.max_steps_in_episode) + 1, num_episodes, seed)
+      lambda key: env.reset(key, params)[1],
+      step,
+      space.sample,
+      int(params.max_steps_in_episode) + 1,
+      num_episodes,
+      seed,
+  )
 
 
 def xminigrid_returns(name, num_episodes, seed):
   import xminigrid  # pylint: disable=g-import-not-at-top
+
   env, params = xminigrid.make(name)
   num_actions = env.num_actions(params)
 
@@ -97,22 +110,29 @@ def xminigrid_returns(name, num_episodes, seed):
     return timestep, timestep.reward.astype(jnp.float32), timestep.last()
 
   return _episode_returns(
-      lambda key: env.reset(params, key), step,
+      lambda key: env.reset(params, key),
+      step,
       lambda key: jax.random.randint(key, (), 0, num_actions),
-      int(params.max_steps) + 1, num_episodes, seed)
+      int(params.max_steps) + 1,
+      num_episodes,
+      seed,
+  )
 
 
 def _layout_key(timestep):
   state = timestep.state
-  return (np.asarray(state.grid).tobytes()
-          + np.asarray(state.agent.position).tobytes()
-          + np.asarray(state.agent.direction).tobytes()
-          + np.asarray(state.agent.pocket).tobytes())
+  return (
+      np.asarray(state.grid).tobytes()
+      + np.asarray(state.agent.position).tobytes()
+      + np.asarray(state.agent.direction).tobytes()
+      + np.asarray(state.agent.pocket).tobytes()
+  )
 
 
 def xminigrid_optimal(name, layout_samples, seed, max_depth=64):
   """``(mean optimal return, optimal returns per distinct layout, counts)``."""
   import xminigrid  # pylint: disable=g-import-not-at-top
+
   env, params = xminigrid.make(name)
   num_actions = env.num_actions(params)
   keys = jax.random.split(jax.random.key(seed), layout_samples)
@@ -125,9 +145,12 @@ def xminigrid_optimal(name, layout_samples, seed, max_depth=64):
     counts[k] = counts.get(k, 0) + 1
 
   actions = jnp.arange(num_actions)
-  expand = jax.jit(jax.vmap(jax.vmap(
-      lambda ts, a: env.step(params, ts, a), in_axes=(None, 0)),
-                            in_axes=(0, None)))
+  expand = jax.jit(
+      jax.vmap(
+          jax.vmap(lambda ts, a: env.step(params, ts, a), in_axes=(None, 0)),
+          in_axes=(0, None),
+      )
+  )
   optimal, weights = [], []
   for k, start in layouts.items():
     frontier = jax.tree.map(lambda x: x[None], start)
@@ -156,8 +179,9 @@ def xminigrid_optimal(name, layout_samples, seed, max_depth=64):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--envs", nargs="*",
-                      default=list(GYMNAX_ENVS + XMINIGRID_ENVS))
+  parser.add_argument(
+      "--envs", nargs="*", default=list(GYMNAX_ENVS + XMINIGRID_ENVS)
+  )
   parser.add_argument("--episodes", type=int, default=4096)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--layout_samples", type=int, default=2048)
@@ -171,19 +195,26 @@ def main():
     else:
       raise SystemExit(f"Unknown environment {name!r}.")
     sem = returns.std(ddof=1) / np.sqrt(returns.size)
-    print(f"{name}: random return {returns.mean():.4f} +- {sem:.4f} (s.e.m.)"
-          f" over {returns.size} episodes, seed {args.seed} "
-          f"[{time.time() - start:.0f} s]", flush=True)
+    print(
+        f"{name}: random return {returns.mean():.4f} +- {sem:.4f} (s.e.m.)"
+        f" over {returns.size} episodes, seed {args.seed} "
+        f"[{time.time() - start:.0f} s]",
+        flush=True,
+    )
     if name in XMINIGRID_ENVS:
       mean, per_layout, weights = xminigrid_optimal(
-          name, args.layout_samples, args.seed)
-      print(f"{name}: optimal return {mean:.6f} (mean over "
-            f"{per_layout.size} distinct start layouts among "
-            f"{args.layout_samples} resets; per layout min "
-            f"{per_layout.min():.6f} max {per_layout.max():.6f}; layout "
-            f"counts min {weights.min()} max {weights.max()}; "
-            f"reset-weighted mean "
-            f"{np.average(per_layout, weights=weights):.6f})", flush=True)
+          name, args.layout_samples, args.seed
+      )
+      print(
+          f"{name}: optimal return {mean:.6f} (mean over "
+          f"{per_layout.size} distinct start layouts among "
+          f"{args.layout_samples} resets; per layout min "
+          f"{per_layout.min():.6f} max {per_layout.max():.6f}; layout "
+          f"counts min {weights.min()} max {weights.max()}; "
+          f"reset-weighted mean "
+          f"{np.average(per_layout, weights=weights):.6f})",
+          flush=True,
+      )
 
 
 if __name__ == "__main__":

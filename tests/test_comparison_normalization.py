@@ -13,11 +13,18 @@ from disco.environments import catch
 
 TABLE = normalization.REFERENCE_TABLE
 EXPECTED_ENVS = (
-    "catch/8x8", "catch/5x5", "gymnax/CartPole-v1", "gymnax/Acrobot-v1",
-    "gymnax/MountainCar-v0", "gymnax/Breakout-MinAtar",
-    "gymnax/Asterix-MinAtar", "gymnax/Freeway-MinAtar",
-    "gymnax/SpaceInvaders-MinAtar", "xminigrid/MiniGrid-Empty-8x8",
-    "xminigrid/MiniGrid-DoorKey-5x5")
+    "catch/8x8",
+    "catch/5x5",
+    "gymnax/CartPole-v1",
+    "gymnax/Acrobot-v1",
+    "gymnax/MountainCar-v0",
+    "gymnax/Breakout-MinAtar",
+    "gymnax/Asterix-MinAtar",
+    "gymnax/Freeway-MinAtar",
+    "gymnax/SpaceInvaders-MinAtar",
+    "xminigrid/MiniGrid-Empty-8x8",
+    "xminigrid/MiniGrid-DoorKey-5x5",
+)
 
 
 def test_table_has_every_environment_with_sources():
@@ -33,7 +40,8 @@ def test_table_has_every_environment_with_sources():
 def test_random_maps_to_zero_and_reference_to_one(env):
   entry = TABLE[env]
   normalized = normalization.normalize(
-      [entry.random_return, entry.reference_return], env)
+      [entry.random_return, entry.reference_return], env
+  )
   np.testing.assert_allclose(normalized, [0.0, 1.0], atol=1e-12)
 
 
@@ -43,7 +51,8 @@ def test_normalize_is_affine_and_keeps_shape():
   scores = np.full((3, 2), middle)
   np.testing.assert_allclose(
       normalization.normalize(scores, "gymnax/Breakout-MinAtar"),
-      np.full((3, 2), 0.5))
+      np.full((3, 2), 0.5),
+  )
 
 
 def test_catch_entries_are_exact():
@@ -76,12 +85,16 @@ def test_catch_random_return_matches_the_environment():
 
 
 def test_missing_reference_raises_with_instructions():
-  entry = dataclasses.replace(TABLE["gymnax/Breakout-MinAtar"],
-                              reference_return=None,
-                              notes="no published number for this budget")
+  entry = dataclasses.replace(
+      TABLE["gymnax/Breakout-MinAtar"],
+      reference_return=None,
+      notes="no published number for this budget",
+  )
   overrides = {"gymnax/Breakout-MinAtar": entry}
-  with pytest.raises(normalization.MissingReferenceError,
-                     match="no trustworthy reference.*overrides="):
+  with pytest.raises(
+      normalization.MissingReferenceError,
+      match="no trustworthy reference.*overrides=",
+  ):
     normalization.normalize([1.0], "gymnax/Breakout-MinAtar", overrides)
   with pytest.raises(ValueError, match="No normalisation entry for .*Pong"):
     normalization.normalize([1.0], "gymnax/Pong-MinAtar")
@@ -89,13 +102,20 @@ def test_missing_reference_raises_with_instructions():
 
 def test_user_entries_override_the_table():
   mine = normalization.ReferenceEntry(
-      env="gymnax/Breakout-MinAtar", random_return=0.0,
-      random_source="mine", reference_return=10.0,
-      reference_algorithm="my PPO", budget_env_steps=1_000_000,
-      source="my run")
+      env="gymnax/Breakout-MinAtar",
+      random_return=0.0,
+      random_source="mine",
+      reference_return=10.0,
+      reference_algorithm="my PPO",
+      budget_env_steps=1_000_000,
+      source="my run",
+  )
   np.testing.assert_allclose(
-      normalization.normalize([5.0], "gymnax/Breakout-MinAtar",
-                              {"gymnax/Breakout-MinAtar": mine}), [0.5])
+      normalization.normalize(
+          [5.0], "gymnax/Breakout-MinAtar", {"gymnax/Breakout-MinAtar": mine}
+      ),
+      [0.5],
+  )
   new = dataclasses.replace(mine, env="my/env")
   assert normalization.get_entry("my/env", {"my/env": new}) is new
   rows = normalization.table_rows({"my/env": new})
@@ -112,10 +132,14 @@ def test_normalize_score_dict_per_column():
   envs = ["catch/8x8", "catch/5x5"]
   raw = {"r": np.array([[1.0, -0.6], [-0.75, 1.0], [1.0, 1.0]])}
   normalized = normalization.normalize_score_dict(raw, envs)
-  np.testing.assert_allclose(normalized["r"],
-                             [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+  np.testing.assert_allclose(
+      normalized["r"], [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
+  )
   curves = {"r": np.ones((2, 2, 5))}
   assert normalization.normalize_score_dict(curves, envs)["r"].shape == (
-      2, 2, 5)
+      2,
+      2,
+      5,
+  )
   with pytest.raises(ValueError, match="expected"):
     normalization.normalize_score_dict({"r": np.ones((2, 3))}, envs)

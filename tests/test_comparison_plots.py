@@ -15,8 +15,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def scores():
   rng = np.random.default_rng(0)
-  return {"disco103": rng.normal(0.6, 0.2, (4, 3)),
-          "actor_critic": rng.normal(0.4, 0.2, (4, 3))}
+  return {
+      "disco103": rng.normal(0.6, 0.2, (4, 3)),
+      "actor_critic": rng.normal(0.4, 0.2, (4, 3)),
+  }
 
 
 def _assert_png(path, expected):
@@ -40,15 +42,18 @@ def test_plot_performance_profiles(scores, tmp_path):
 def test_plot_probability_of_improvement(scores, tmp_path):
   probabilities = aggregates.probability_of_improvement(scores, reps=REPS)
   target = tmp_path / "poi.png"
-  _assert_png(plots.plot_probability_of_improvement(probabilities, target),
-              target)
+  _assert_png(
+      plots.plot_probability_of_improvement(probabilities, target), target
+  )
 
 
 def test_plot_sample_efficiency(tmp_path):
   rng = np.random.default_rng(1)
   curves = aggregates.sample_efficiency_curves(
       {"a": rng.normal(size=(4, 2, 5)), "b, v2": rng.normal(size=(4, 2, 5))},
-      points=np.arange(5) * 1000, reps=REPS)
+      points=np.arange(5) * 1000,
+      reps=REPS,
+  )
   target = tmp_path / "curves.png"
   _assert_png(plots.plot_sample_efficiency(curves, str(target)), target)
 

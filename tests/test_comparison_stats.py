@@ -74,8 +74,10 @@ def test_resampling_tests_are_seeded(test):
   first = significance.run_test(a, b, test, reps=REPS, seed=3)
   again = significance.run_test(a, b, test, reps=REPS, seed=3)
   assert first.p_value == again.p_value
-  p_values = {significance.run_test(a, b, test, reps=REPS, seed=s).p_value
-              for s in range(5)}
+  p_values = {
+      significance.run_test(a, b, test, reps=REPS, seed=s).p_value
+      for s in range(5)
+  }
   assert len(p_values) > 1
 
 
@@ -91,10 +93,12 @@ def test_holm_bonferroni_hand_example():
   adjusted = significance.holm_bonferroni([0.01, 0.04, 0.03, 0.005])
   np.testing.assert_allclose(adjusted, [0.03, 0.06, 0.06, 0.02])
   # 0.02*2 = 0.04; 0.03*1 = 0.03 is raised to 0.04 (monotone step-down).
-  np.testing.assert_allclose(significance.holm_bonferroni([0.03, 0.02]),
-                             [0.04, 0.04])
-  np.testing.assert_allclose(significance.holm_bonferroni([0.6, 0.9]),
-                             [1.0, 1.0])
+  np.testing.assert_allclose(
+      significance.holm_bonferroni([0.03, 0.02]), [0.04, 0.04]
+  )
+  np.testing.assert_allclose(
+      significance.holm_bonferroni([0.6, 0.9]), [1.0, 1.0]
+  )
 
 
 def test_hedges_g_hand_example():
@@ -133,13 +137,16 @@ def test_underpowered_comparison_warns_with_seeds_needed():
   assert significance.run_test(a, b).warning is None
 
 
-@pytest.mark.parametrize("test,n,alpha,needed", [
-    ("welch", 1, 0.05, 2),
-    ("bootstrap", 1, 0.05, 2),
-    ("mann_whitney", 3, 0.05, 4),
-    ("permutation", 3, 0.05, 4),
-    ("mann_whitney", 4, 0.01, 5),
-])
+@pytest.mark.parametrize(
+    "test,n,alpha,needed",
+    [
+        ("welch", 1, 0.05, 2),
+        ("bootstrap", 1, 0.05, 2),
+        ("mann_whitney", 3, 0.05, 4),
+        ("permutation", 3, 0.05, 4),
+        ("mann_whitney", 4, 0.01, 5),
+    ],
+)
 def test_too_few_seeds_name_the_minimum(test, n, alpha, needed):
   assert significance.min_seeds(test, alpha) == needed
   a, b = _shifted_samples(n=n)
@@ -161,15 +168,21 @@ def test_bad_arguments_raise():
 
 def test_pairwise_table_applies_holm_over_all_pairs():
   rng = np.random.default_rng(6)
-  scores = {"low": rng.normal(0.0, 1.0, 10),
-            "high": rng.normal(3.0, 1.0, 10),
-            "low_too": rng.normal(0.0, 1.0, 10)}
+  scores = {
+      "low": rng.normal(0.0, 1.0, 10),
+      "high": rng.normal(3.0, 1.0, 10),
+      "low_too": rng.normal(0.0, 1.0, 10),
+  }
   rows = significance.pairwise_table(scores, alpha=0.05)
   assert [(r.rule_a, r.rule_b) for r in rows] == [
-      ("low", "high"), ("low", "low_too"), ("high", "low_too")]
+      ("low", "high"),
+      ("low", "low_too"),
+      ("high", "low_too"),
+  ]
   np.testing.assert_allclose(
       [r.p_holm for r in rows],
-      significance.holm_bonferroni([r.p_value for r in rows]))
+      significance.holm_bonferroni([r.p_value for r in rows]),
+  )
   assert [r.reject for r in rows] == [True, False, True]
   assert all(r.p_holm >= r.p_value for r in rows)
   text = significance.format_table(rows)
@@ -189,13 +202,17 @@ def test_pairwise_table_rejects_on_the_holm_p_value():
 
 def test_pairwise_table_on_one_env_and_on_aggregates():
   rng = np.random.default_rng(7)
-  scores = {"a": rng.normal(0.0, 0.1, (6, 3)),
-            "b": rng.normal(1.0, 0.1, (6, 3))}
-  per_env = significance.pairwise_table(significance.env_scores(scores, 1),
-                                        test="mann_whitney")
+  scores = {
+      "a": rng.normal(0.0, 0.1, (6, 3)),
+      "b": rng.normal(1.0, 0.1, (6, 3)),
+  }
+  per_env = significance.pairwise_table(
+      significance.env_scores(scores, 1), test="mann_whitney"
+  )
   assert per_env[0].p_value < 0.05
-  aggregated = {r: significance.per_seed_aggregate(x, "iqm")
-                for r, x in scores.items()}
+  aggregated = {
+      r: significance.per_seed_aggregate(x, "iqm") for r, x in scores.items()
+  }
   assert aggregated["a"].shape == (6,)
   rows = significance.pairwise_table(aggregated, test="welch")
   assert rows[0].reject
@@ -233,10 +250,10 @@ def test_aggregate_intervals_contain_estimates():
   a = results["a"]
   assert a.iqm.estimate == pytest.approx(aggregates.iqm(scores["a"]))
   assert a.mean.estimate == pytest.approx(scores["a"].mean())
-  assert a.median.estimate == pytest.approx(
-      np.median(scores["a"].mean(axis=0)))
+  assert a.median.estimate == pytest.approx(np.median(scores["a"].mean(axis=0)))
   assert a.optimality_gap.estimate == pytest.approx(
-      1.0 - np.minimum(scores["a"], 1.0).mean())
+      1.0 - np.minimum(scores["a"], 1.0).mean()
+  )
   assert (a.num_seeds, a.num_envs, a.reps) == (5, 4, REPS)
 
 
@@ -279,8 +296,10 @@ def test_probability_of_improvement_identical_and_shifted():
   assert results[("a", "same")].probability.estimate == 0.5
   assert results[("b", "a")].probability.estimate > 0.95
   assert results[("a", "b")].probability.estimate < 0.05
-  assert (results[("a", "b")].probability.estimate
-          + results[("b", "a")].probability.estimate) == pytest.approx(1.0)
+  assert (
+      results[("a", "b")].probability.estimate
+      + results[("b", "a")].probability.estimate
+  ) == pytest.approx(1.0)
   interval = results[("b", "a")].probability
   assert interval.contains(interval.estimate)
 
@@ -306,7 +325,8 @@ def test_sample_efficiency_curves():
   learning = np.linspace(0.0, 1.0, 5)
   scores = {"r": learning + rng.normal(0.0, 0.05, (6, 3, 5))}
   curves = aggregates.sample_efficiency_curves(
-      scores, points=[0, 1e4, 2e4, 3e4, 4e4], reps=REPS)
+      scores, points=[0, 1e4, 2e4, 3e4, 4e4], reps=REPS
+  )
   curve = curves["r"]
   assert curve.iqm.shape == curve.low.shape == curve.high.shape == (5,)
   assert np.all(np.diff(curve.iqm) > 0)
@@ -323,7 +343,8 @@ def test_aggregate_input_errors():
   with pytest.raises(ValueError, match="num_seeds, num_envs"):
     aggregates.aggregate_metrics({"a": np.ones(3)}, reps=REPS)
   with pytest.raises(ValueError, match="same environments"):
-    aggregates.aggregate_metrics({"a": np.ones((3, 2)), "b": np.ones((3, 4))},
-                                 reps=REPS)
+    aggregates.aggregate_metrics(
+        {"a": np.ones((3, 2)), "b": np.ones((3, 4))}, reps=REPS
+    )
   with pytest.raises(ValueError, match="NaN"):
     aggregates.aggregate_metrics({"a": np.full((3, 2), np.nan)}, reps=REPS)

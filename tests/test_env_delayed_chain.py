@@ -27,9 +27,16 @@ def _run(env, state, actions_fn, num_steps):
   return state, jax.tree.map(lambda *x: np.stack(x), *out)
 
 
-@pytest.mark.parametrize("variant, obs_size, low, high", [
-    ("short", 60, 5, 30), ("short_noisy", 60, 5, 30), ("long", 100, 5, 50),
-    ("long_noisy", 100, 5, 50), ("state_distraction", 22, 5, 30)])
+@pytest.mark.parametrize(
+    "variant, obs_size, low, high",
+    [
+        ("short", 60, 5, 30),
+        ("short_noisy", 60, 5, 30),
+        ("long", 100, 5, 50),
+        ("long_noisy", 100, 5, 50),
+        ("state_distraction", 22, 5, 30),
+    ],
+)
 def test_variants_match_the_appendix(variant, obs_size, low, high):
   spec = delayed_chain.VARIANTS[variant]
   assert (spec.min_length, spec.max_length) == (low, high)
@@ -49,8 +56,11 @@ def test_reset_and_specs(short):
   spec = short.action_spec()
   assert spec.shape == () and spec.dtype == np.int32
   assert (spec.minimum, spec.maximum) == (0, 1) and short.num_actions == 2
-  for x, dtype in ((ts.reward, np.float32), (ts.discount, np.float32),
-                   (ts.step_type, np.int32)):
+  for x, dtype in (
+      (ts.reward, np.float32),
+      (ts.discount, np.float32),
+      (ts.step_type, np.int32),
+  ):
     assert x.shape == (B,) and x.dtype == dtype
   np.testing.assert_array_equal(ts.step_type, types.FIRST)
   np.testing.assert_array_equal(ts.reward, 0.0)
@@ -73,7 +83,8 @@ def test_chain_length_is_drawn_per_lifetime():
   fixed = delayed_chain.DelayedChain(3, "long", chain_length=9)
   for k in range(3):
     np.testing.assert_array_equal(
-        fixed.reset(jax.random.PRNGKey(k))[0].length, 9)
+        fixed.reset(jax.random.PRNGKey(k))[0].length, 9
+    )
 
 
 @pytest.mark.parametrize("variant", ["short", "short_noisy"])
@@ -103,8 +114,7 @@ def test_first_action_decides_the_return(variant):
     assert np.isin(ts.reward[:-1], [-1.0, 1.0]).all()
   # Auto-reset: the LAST step already shows the next episode's start state.
   np.testing.assert_array_equal(state.depth, 0)
-  np.testing.assert_array_equal(np.argmax(ts.observation[-1], -1),
-                                state.start)
+  np.testing.assert_array_equal(np.argmax(ts.observation[-1], -1), state.start)
 
 
 def test_tabular_observation_tracks_chain_and_depth():
@@ -114,8 +124,9 @@ def test_tabular_observation_tracks_chain_and_depth():
   state, ts = _run(env, state, lambda t, s: first if t == 0 else first, 4)
   # Depth d on the rewarding chain is state 2 + d - 1; on the other chain
   # it is 2 + 29 + d - 1 (max_length 30).
-  np.testing.assert_array_equal(np.argmax(ts.observation, -1),
-                                [[2 + d, 31 + d] for d in range(4)])
+  np.testing.assert_array_equal(
+      np.argmax(ts.observation, -1), [[2 + d, 31 + d] for d in range(4)]
+  )
 
 
 def test_noisy_rewards_are_fair_coins():
@@ -156,8 +167,9 @@ def _rollout(env, rng, num_steps, action_rng=None):
     state, ts = env.step(state, actions)
     return state, (ts, state.depth)
 
-  state, (ts, depth) = jax.lax.scan(body, state,
-                                    jax.random.split(action_rng, num_steps))
+  state, (ts, depth) = jax.lax.scan(
+      body, state, jax.random.split(action_rng, num_steps)
+  )
   return first, ts, depth, state.length
 
 
@@ -176,8 +188,9 @@ def test_determinism(short):
 def test_jit_vmap_scan(variant):
   env = delayed_chain.DelayedChain(2, variant)
   keys = jax.random.split(jax.random.PRNGKey(0), 3)
-  first, ts, depth, length = jax.jit(jax.vmap(
-      lambda k: _rollout(env, k, 100)))(keys)
+  first, ts, depth, length = jax.jit(jax.vmap(lambda k: _rollout(env, k, 100)))(
+      keys
+  )
   size = env.observation_spec().shape[0]
   assert ts.observation.shape == (3, 100, 2, size)
   np.testing.assert_array_equal(first.step_type, types.FIRST)
@@ -191,17 +204,24 @@ def test_jit_vmap_scan(variant):
   for s in range(3):
     ends = np.flatnonzero(last[s, :, 0]) + 1
     assert len(ends) >= 1
-    np.testing.assert_array_equal(np.diff(np.concatenate([[0], ends])),
-                                  int(length[s, 0]))
+    np.testing.assert_array_equal(
+        np.diff(np.concatenate([[0], ends])), int(length[s, 0])
+    )
 
 
-@pytest.mark.parametrize("settings, bad", [
-    (dict(variant="medium"), "variant='medium'.*short_noisy"),
-    (dict(chain_length=0), r"chain_length=0.*\[1,.30\]"),
-    (dict(chain_length=31), "chain_length=31"),
-    (dict(variant="long", chain_length=2.5), r"chain_length=2.5.*\[1,.50\]"),
-    (dict(batch_size=0), "batch_size=0"),
-])
+@pytest.mark.parametrize(
+    "settings, bad",
+    [
+        (dict(variant="medium"), "variant='medium'.*short_noisy"),
+        (dict(chain_length=0), r"chain_length=0.*\[1,.30\]"),
+        (dict(chain_length=31), "chain_length=31"),
+        (
+            dict(variant="long", chain_length=2.5),
+            r"chain_length=2.5.*\[1,.50\]",
+        ),
+        (dict(batch_size=0), "batch_size=0"),
+    ],
+)
 def test_bad_settings(settings, bad):
   kwargs = dict(batch_size=2) | settings
   with pytest.raises(ValueError, match=bad):

@@ -28,36 +28,53 @@ def _state(env, position, object_cells, present=None, time=0, seed=0):
   """A hand-built GridState: the same objects in every stream."""
   position = jnp.asarray(position, jnp.int32)
   batch = position.shape[0]
-  cells = jnp.broadcast_to(jnp.asarray(object_cells, jnp.int32),
-                           (batch, env.num_objects, 2))
+  cells = jnp.broadcast_to(
+      jnp.asarray(object_cells, jnp.int32), (batch, env.num_objects, 2)
+  )
   if present is None:
     present = jnp.ones((batch, env.num_objects), bool)
-  present = jnp.broadcast_to(jnp.asarray(present, bool),
-                             (batch, env.num_objects))
+  present = jnp.broadcast_to(
+      jnp.asarray(present, bool), (batch, env.num_objects)
+  )
   return lpg_grid.GridState(
-      position=position, object_cells=cells, present=present,
+      position=position,
+      object_cells=cells,
+      present=present,
       time=jnp.full((batch,), time, jnp.int32),
-      rng=jax.random.split(jax.random.PRNGKey(seed), batch))
+      rng=jax.random.split(jax.random.PRNGKey(seed), batch),
+  )
 
 
 def _one_hot_index(env, position, present):
   row, col = position
   cell = int(env.tables.cell_index[row, col])
   mask = sum(1 << k for k, p in enumerate(present) if p)
-  return cell * 2 ** env.num_objects + mask
+  return cell * 2**env.num_objects + mask
 
 
 # The A.1 table, written out independently of the module: size, objects
 # (reward, term_prob, respawn_prob) per object, episode length, wall cells.
 TABLE = {
-    "dense": ((11, 11), [(1, 0, .05)] * 2 + [(-1, .5, .1), (-1, 0, .5)],
-              500, 0),
+    "dense": (
+        (11, 11),
+        [(1, 0, 0.05)] * 2 + [(-1, 0.5, 0.1), (-1, 0, 0.5)],
+        500,
+        0,
+    ),
     "sparse": ((13, 13), [(1, 1, 0), (-1, 1, 0)], 50, 0),
-    "long_horizon": ((11, 11), [(1, 0, .01)] * 2 + [(-1, .5, 1)] * 2, 1000,
-                     0),
-    "longer_horizon": ((7, 9), [(1, .1, .01)] * 2 + [(-1, .8, 1)] * 5, 2000,
-                       7),
-    "long_dense": ((11, 11), [(1, 0, .005)] * 4, 2000, 8 + 9),
+    "long_horizon": (
+        (11, 11),
+        [(1, 0, 0.01)] * 2 + [(-1, 0.5, 1)] * 2,
+        1000,
+        0,
+    ),
+    "longer_horizon": (
+        (7, 9),
+        [(1, 0.1, 0.01)] * 2 + [(-1, 0.8, 1)] * 5,
+        2000,
+        7,
+    ),
+    "long_dense": ((11, 11), [(1, 0, 0.005)] * 4, 2000, 8 + 9),
 }
 
 
@@ -69,7 +86,8 @@ def test_layouts_match_the_appendix_table(name):
   assert layout.shape == shape and layout.max_steps == max_steps
   np.testing.assert_allclose(
       np.stack([tables.rewards, tables.term_probs, tables.respawn_probs], 1),
-      np.asarray(objects, np.float32))
+      np.asarray(objects, np.float32),
+  )
   assert int((~tables.free).sum()) == walls
   assert len(tables.free_cells) == shape[0] * shape[1] - walls
 
@@ -86,15 +104,14 @@ def test_layout_maps_connected():
       seen.add((r, c))
       for dr, dc in lpg_grid.MOVES:
         rr, cc = r + dr, c + dc
-        if 0 <= rr < free.shape[0] and 0 <= cc < free.shape[1] and free[rr,
-                                                                       cc]:
+        if 0 <= rr < free.shape[0] and 0 <= cc < free.shape[1] and free[rr, cc]:
           todo.append((rr, cc))
     assert len(seen) == free.sum(), layout.name
 
 
 def test_reset_shapes_specs_and_first_step(dense):
   state, ts = dense.reset(jax.random.PRNGKey(0))
-  num_states = 121 * 2 ** 4
+  num_states = 121 * 2**4
   assert dense.is_jittable and dense.batch_size == B
   assert dense.num_actions == 9 and dense.num_states == num_states
   assert dense.observation_spec().shape == (num_states,)
@@ -104,8 +121,11 @@ def test_reset_shapes_specs_and_first_step(dense):
   assert (spec.minimum, spec.maximum) == (0, 8)
   assert ts.observation.shape == (B, num_states)
   assert ts.observation.dtype == np.float32
-  for x, dtype in ((ts.reward, np.float32), (ts.discount, np.float32),
-                   (ts.step_type, np.int32)):
+  for x, dtype in (
+      (ts.reward, np.float32),
+      (ts.discount, np.float32),
+      (ts.step_type, np.int32),
+  ):
     assert x.shape == (B,) and x.dtype == dtype
   np.testing.assert_array_equal(ts.step_type, types.FIRST)
   np.testing.assert_array_equal(ts.reward, 0.0)
@@ -120,18 +140,21 @@ def test_reset_shapes_specs_and_first_step(dense):
     pos = tuple(np.asarray(state.position[b]))
     assert pos not in {tuple(c) for c in cells[b]}
     hot = np.flatnonzero(np.asarray(ts.observation[b]))
-    np.testing.assert_array_equal(hot,
-                                  [_one_hot_index(dense, pos, [True] * 4)])
+    np.testing.assert_array_equal(hot, [_one_hot_index(dense, pos, [True] * 4)])
 
 
 def test_layout_is_drawn_per_reset_unless_seeded():
   env = lpg_grid.LpgGridWorld(2, "long_dense")
-  cells = [np.asarray(env.reset(jax.random.PRNGKey(k))[0].object_cells[0])
-           for k in range(4)]
+  cells = [
+      np.asarray(env.reset(jax.random.PRNGKey(k))[0].object_cells[0])
+      for k in range(4)
+  ]
   assert any(not np.array_equal(cells[0], c) for c in cells[1:])
   seeded = lpg_grid.LpgGridWorld(2, "long_dense", layout_seed=7)
-  cells = [np.asarray(seeded.reset(jax.random.PRNGKey(k))[0].object_cells)
-           for k in range(3)]
+  cells = [
+      np.asarray(seeded.reset(jax.random.PRNGKey(k))[0].object_cells)
+      for k in range(3)
+  ]
   for c in cells[1:]:
     np.testing.assert_array_equal(cells[0], c)
   for row, col in cells[0][0]:
@@ -145,14 +168,16 @@ def test_walking_into_walls_and_edges():
   # is the wall at (0, 4); (1, 3): east is open; (2, 3): south is the bar.
   state = _state(env, [(0, 0), (0, 0), (0, 0), (0, 3), (2, 3)], far)
   state, ts = env.step(state, jnp.array([NORTH, WEST, NORTHWEST, EAST, SOUTH]))
-  np.testing.assert_array_equal(state.position,
-                                [(0, 0), (0, 0), (0, 0), (0, 3), (2, 3)])
+  np.testing.assert_array_equal(
+      state.position, [(0, 0), (0, 0), (0, 0), (0, 3), (2, 3)]
+  )
   np.testing.assert_array_equal(ts.step_type, types.MID)
   np.testing.assert_array_equal(ts.reward, 0.0)
   state = _state(env, [(1, 3), (0, 0), (1, 4), (4, 0), (0, 0)], far)
   state, _ = env.step(state, jnp.array([EAST, 4, EAST, 2, SOUTH]))
-  np.testing.assert_array_equal(state.position,
-                                [(1, 4), (1, 1), (1, 5), (3, 1), (1, 0)])
+  np.testing.assert_array_equal(
+      state.position, [(1, 4), (1, 1), (1, 5), (3, 1), (1, 0)]
+  )
 
 
 def test_picking_up_objects(dense):
@@ -172,7 +197,8 @@ def test_picking_up_objects(dense):
     pos = tuple(np.asarray(state.position[b]))
     np.testing.assert_array_equal(
         np.flatnonzero(np.asarray(ts.observation[b])),
-        [_one_hot_index(dense, pos, present[b])])
+        [_one_hot_index(dense, pos, present[b])],
+    )
   # Standing on a collected object's cell gives nothing until it respawns.
   state, ts = dense.step(state, jnp.array([STAY, STAY, STAY]))
   assert ts.reward[0] == 0.0
@@ -183,8 +209,9 @@ def test_termination_prob_one_ends_the_episode(sparse):
   state = _state(sparse, [(6, 5), (1, 12), (3, 3)], cells, time=10)
   state, ts = sparse.step(state, jnp.array([EAST, NORTH, EAST]))
   np.testing.assert_array_equal(ts.reward, [1.0, -1.0, 0.0])
-  np.testing.assert_array_equal(ts.step_type,
-                                [types.LAST, types.LAST, types.MID])
+  np.testing.assert_array_equal(
+      ts.step_type, [types.LAST, types.LAST, types.MID]
+  )
   np.testing.assert_array_equal(ts.discount, [0.0, 0.0, 1.0])
   # Auto-reset: a new episode, objects back, the agent on a fresh cell, and
   # the timestep already shows that episode's first observation.
@@ -254,16 +281,22 @@ def test_move_and_collect_actions():
   state, ts = env.step(state, jnp.array([EAST, 9 + EAST, 9 + STAY]))
   np.testing.assert_array_equal(ts.reward, [0.0, 1.0, 0.0])
   np.testing.assert_array_equal(state.position, [(2, 2), (2, 1), (7, 7)])
-  np.testing.assert_array_equal(np.asarray(state.present)[:, 0],
-                                [True, False, True])
+  np.testing.assert_array_equal(
+      np.asarray(state.present)[:, 0], [True, False, True]
+  )
   # Collecting on one's own cell (9 + stay) works too.
   state, ts = env.step(state, jnp.array([9 + STAY, STAY, STAY]))
   np.testing.assert_array_equal(ts.reward, [1.0, 0.0, 0.0])
 
 
 def test_random_features():
-  env = lpg_grid.LpgGridWorld(B, "sparse", observation="random_features",
-                              feature_size=16, feature_seed=3)
+  env = lpg_grid.LpgGridWorld(
+      B,
+      "sparse",
+      observation="random_features",
+      feature_size=16,
+      feature_seed=3,
+  )
   assert env.observation_spec().shape == (16,)
   features = env.tables.features
   assert features.shape == (169 * 4, 16) and features.dtype == np.float32
@@ -274,10 +307,20 @@ def test_random_features():
     pos = tuple(np.asarray(state.position[b]))
     index = _one_hot_index(env, pos, np.asarray(state.present[b]))
     np.testing.assert_array_equal(ts.observation[b], features[index])
-  same = lpg_grid.LpgGridWorld(1, "sparse", observation="random_features",
-                               feature_size=16, feature_seed=3)
-  other = lpg_grid.LpgGridWorld(1, "sparse", observation="random_features",
-                                feature_size=16, feature_seed=4)
+  same = lpg_grid.LpgGridWorld(
+      1,
+      "sparse",
+      observation="random_features",
+      feature_size=16,
+      feature_seed=3,
+  )
+  other = lpg_grid.LpgGridWorld(
+      1,
+      "sparse",
+      observation="random_features",
+      feature_size=16,
+      feature_seed=4,
+  )
   np.testing.assert_array_equal(same.tables.features, features)
   assert not np.allclose(other.tables.features, features)
 
@@ -294,7 +337,8 @@ def _rollout(env, rng, num_steps, action_rng=None):
     return state, (ts, state.time)
 
   state, (ts, times) = jax.lax.scan(
-      body, state, jax.random.split(action_rng, num_steps))
+      body, state, jax.random.split(action_rng, num_steps)
+  )
   return first, ts, times
 
 
@@ -326,19 +370,25 @@ def test_every_layout_runs_under_jit_vmap_scan(name):
   np.testing.assert_array_equal(np.asarray(times) == 0, step_type == types.LAST)
   if name == "dense":  # the vmapped run of a key equals its unbatched run
     single = jax.jit(lambda k: _rollout(env, k, 100))(keys[1])
-    jax.tree.map(lambda x, y: np.testing.assert_array_equal(x[1], y),
-                 (first, ts, times), single)
+    jax.tree.map(
+        lambda x, y: np.testing.assert_array_equal(x[1], y),
+        (first, ts, times),
+        single,
+    )
 
 
-@pytest.mark.parametrize("settings, bad", [
-    (dict(layout="huge"), "layout='huge'.*dense,.sparse"),
-    (dict(observation="pixels"), "observation='pixels'.*random_features"),
-    (dict(feature_size=0), "feature_size=0"),
-    (dict(feature_seed=-1), "feature_seed=-1"),
-    (dict(layout_seed="a"), "layout_seed='a'"),
-    (dict(action_set="all"), "action_set='all'.*move_and_collect"),
-    (dict(batch_size=0), "batch_size=0"),
-])
+@pytest.mark.parametrize(
+    "settings, bad",
+    [
+        (dict(layout="huge"), "layout='huge'.*dense,.sparse"),
+        (dict(observation="pixels"), "observation='pixels'.*random_features"),
+        (dict(feature_size=0), "feature_size=0"),
+        (dict(feature_seed=-1), "feature_seed=-1"),
+        (dict(layout_seed="a"), "layout_seed='a'"),
+        (dict(action_set="all"), "action_set='all'.*move_and_collect"),
+        (dict(batch_size=0), "batch_size=0"),
+    ],
+)
 def test_bad_settings(settings, bad):
   kwargs = dict(batch_size=2, layout="dense") | settings
   with pytest.raises(ValueError, match=bad):
@@ -348,12 +398,17 @@ def test_bad_settings(settings, bad):
 def test_env_specs():
   assert set(lpg_grid.ENV_SPECS) == {f"lpg/{n}" for n in TABLE}
   for name, (make, defaults) in lpg_grid.ENV_SPECS.items():
-    assert defaults == dict(observation="tabular", feature_size=32,
-                            feature_seed=0, layout_seed=None,
-                            action_set="move")
+    assert defaults == dict(
+        observation="tabular",
+        feature_size=32,
+        feature_seed=0,
+        layout_seed=None,
+        action_set="move",
+    )
     env = make(2, **defaults)
     assert isinstance(env, lpg_grid.LpgGridWorld)
     assert env.layout is lpg_grid.LAYOUTS[name.split("/")[1]]
   env = lpg_grid.ENV_SPECS["lpg/sparse"][0](
-      2, observation="random_features", feature_size=8)
+      2, observation="random_features", feature_size=8
+  )
   assert env.observation_spec().shape == (8,)

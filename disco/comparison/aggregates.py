@@ -20,10 +20,10 @@ unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
 import contextlib
 import dataclasses
 import itertools
-from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 from rliable import metrics as rly_metrics
@@ -34,7 +34,8 @@ except TypeError as e:  # arch 7 (what rliable allows) under pandas 3
   raise ImportError(
       "rliable.library failed to import: rliable needs arch<8, and arch 7 "
       "does not work with pandas 3. Install pandas<3: "
-      "pip install 'pandas>=2.2,<3' (setup.cfg pins it).") from e
+      "pip install 'pandas>=2.2,<3' (setup.cfg pins it)."
+  ) from e
 
 ScoreDict = Mapping[str, np.ndarray]
 
@@ -167,8 +168,9 @@ def seeded_global_rng(seed: int) -> Iterator[None]:
     np.random.set_state(saved)
 
 
-def check_scores(scores: ScoreDict, ndim: int = 2,
-                 min_seeds: int = MIN_SEEDS) -> dict[str, np.ndarray]:
+def check_scores(
+    scores: ScoreDict, ndim: int = 2, min_seeds: int = MIN_SEEDS
+) -> dict[str, np.ndarray]:
   """Validates a score dict and returns it as float64 arrays.
 
   Args:
@@ -194,18 +196,21 @@ def check_scores(scores: ScoreDict, ndim: int = 2,
     if array.ndim != ndim:
       raise ValueError(
           f"Scores of rule {rule!r} have shape {array.shape}; expected "
-          f"[{', '.join(shape_names)}].")
+          f"[{', '.join(shape_names)}]."
+      )
     if array.shape[0] < min_seeds:
       raise ValueError(
           f"Rule {rule!r} has {array.shape[0]} seed(s); bootstrap intervals "
-          f"need at least {min_seeds} seeds.")
+          f"need at least {min_seeds} seeds."
+      )
     if not np.all(np.isfinite(array)):
       raise ValueError(f"Scores of rule {rule!r} contain NaN or inf.")
     if trailing is not None and array.shape[1:] != trailing:
       raise ValueError(
           f"Rule {rule!r} has scores of shape {array.shape} but an earlier "
           f"rule has [num_seeds, {', '.join(map(str, trailing))}]; every rule "
-          "needs the same environments (and points).")
+          "needs the same environments (and points)."
+      )
     trailing = array.shape[1:]
     out[str(rule)] = array
   return out
@@ -218,18 +223,26 @@ def _check_bootstrap_args(reps: int, confidence: float) -> None:
     raise ValueError(f"confidence must be in (0, 1), got {confidence}.")
 
 
-def _interval_estimate(scores: np.ndarray | Sequence[np.ndarray],
-                       func: Callable[..., np.ndarray], reps: int,
-                       confidence: float, seed: int,
-                       task_bootstrap: bool = False
-                       ) -> tuple[np.ndarray, np.ndarray]:
+def _interval_estimate(
+    scores: np.ndarray | Sequence[np.ndarray],
+    func: Callable[..., np.ndarray],
+    reps: int,
+    confidence: float,
+    seed: int,
+    task_bootstrap: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
   """``rliable``'s stratified bootstrap of one entry: ``(point, [2, k])``."""
   with seeded_global_rng(seed):
     points, intervals = rly.get_interval_estimates(
-        {"x": scores}, func, reps=int(reps),
-        confidence_interval_size=confidence, task_bootstrap=task_bootstrap)
+        {"x": scores},
+        func,
+        reps=int(reps),
+        confidence_interval_size=confidence,
+        task_bootstrap=task_bootstrap,
+    )
   return np.asarray(points["x"], np.float64), np.asarray(
-      intervals["x"], np.float64)
+      intervals["x"], np.float64
+  )
 
 
 # ------------------------------------------------------------ metrics ----
@@ -246,19 +259,27 @@ def iqm(scores: np.ndarray) -> float:
 
 def _all_metrics(gamma: float) -> Callable[[np.ndarray], np.ndarray]:
   def func(x: np.ndarray) -> np.ndarray:
-    return np.array([
-        rly_metrics.aggregate_median(x),
-        rly_metrics.aggregate_iqm(x),
-        rly_metrics.aggregate_mean(x),
-        rly_metrics.aggregate_optimality_gap(x, gamma),
-    ])
+    return np.array(
+        [
+            rly_metrics.aggregate_median(x),
+            rly_metrics.aggregate_iqm(x),
+            rly_metrics.aggregate_mean(x),
+            rly_metrics.aggregate_optimality_gap(x, gamma),
+        ]
+    )
+
   return func
 
 
-def aggregate_metrics(scores: ScoreDict, *, reps: int = 2000,
-                      confidence: float = 0.95, seed: int = 0,
-                      gamma: float = 1.0, task_bootstrap: bool = False
-                      ) -> dict[str, AggregateResult]:
+def aggregate_metrics(
+    scores: ScoreDict,
+    *,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    gamma: float = 1.0,
+    task_bootstrap: bool = False,
+) -> dict[str, AggregateResult]:
   """Median, IQM, mean and optimality gap of each rule with intervals.
 
   Args:
@@ -279,20 +300,32 @@ def aggregate_metrics(scores: ScoreDict, *, reps: int = 2000,
   results = {}
   for rule, x in scores.items():
     point, interval = _interval_estimate(
-        x, _all_metrics(gamma), reps, confidence, seed, task_bootstrap)
+        x, _all_metrics(gamma), reps, confidence, seed, task_bootstrap
+    )
     fields = {
-        name: Interval(float(point[i]), float(interval[0, i]),
-                       float(interval[1, i]))
-        for i, name in enumerate(METRICS)}
+        name: Interval(
+            float(point[i]), float(interval[0, i]), float(interval[1, i])
+        )
+        for i, name in enumerate(METRICS)
+    }
     results[rule] = AggregateResult(
-        rule=rule, num_seeds=x.shape[0], num_envs=x.shape[1],
-        confidence=confidence, reps=int(reps), **fields)
+        rule=rule,
+        num_seeds=x.shape[0],
+        num_envs=x.shape[1],
+        confidence=confidence,
+        reps=int(reps),
+        **fields,
+    )
   return results
 
 
 def probability_of_improvement(
-    scores: ScoreDict, *, pairs: Sequence[tuple[str, str]] | None = None,
-    reps: int = 2000, confidence: float = 0.95, seed: int = 0
+    scores: ScoreDict,
+    *,
+    pairs: Sequence[tuple[str, str]] | None = None,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
 ) -> dict[tuple[str, str], ImprovementProbability]:
   """P(X > Y) for every ordered pair of rules, with intervals.
 
@@ -317,34 +350,48 @@ def probability_of_improvement(
   for x, y in pairs:
     for rule in (x, y):
       if rule not in scores:
-        raise ValueError(f"Unknown rule {rule!r}; the scores hold "
-                         f"{list(scores)}.")
+        raise ValueError(
+            f"Unknown rule {rule!r}; the scores hold " f"{list(scores)}."
+        )
     point, interval = _interval_estimate(
         [scores[x], scores[y]],
         lambda a, b: np.array([rly_metrics.probability_of_improvement(a, b)]),
-        reps, confidence, seed)
+        reps,
+        confidence,
+        seed,
+    )
     results[(x, y)] = ImprovementProbability(
-        rule_x=x, rule_y=y,
-        probability=Interval(float(point[0]), float(interval[0, 0]),
-                             float(interval[1, 0])),
-        confidence=confidence, reps=int(reps))
+        rule_x=x,
+        rule_y=y,
+        probability=Interval(
+            float(point[0]), float(interval[0, 0]), float(interval[1, 0])
+        ),
+        confidence=confidence,
+        reps=int(reps),
+    )
   return results
 
 
 def default_taus(scores: ScoreDict, num_taus: int = 101) -> np.ndarray:
   """``[num_taus]`` thresholds from the lowest to the highest score (at
   least ``[0, 1]``)."""
-  values = np.concatenate([np.ravel(np.asarray(v, np.float64))
-                           for v in scores.values()])
+  values = np.concatenate(
+      [np.ravel(np.asarray(v, np.float64)) for v in scores.values()]
+  )
   low = min(0.0, float(np.min(values)))
   high = max(1.0, float(np.max(values)))
   return np.linspace(low, high, num_taus)
 
 
-def performance_profiles(scores: ScoreDict, taus: np.ndarray | None = None,
-                         *, use_score_distribution: bool = True,
-                         reps: int = 2000, confidence: float = 0.95,
-                         seed: int = 0) -> dict[str, PerformanceProfile]:
+def performance_profiles(
+    scores: ScoreDict,
+    taus: np.ndarray | None = None,
+    *,
+    use_score_distribution: bool = True,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, PerformanceProfile]:
   """Score distributions (performance profiles) with pointwise intervals.
 
   Args:
@@ -362,28 +409,39 @@ def performance_profiles(scores: ScoreDict, taus: np.ndarray | None = None,
   """
   _check_bootstrap_args(reps, confidence)
   scores = check_scores(scores)
-  taus = default_taus(scores) if taus is None else np.asarray(
-      taus, np.float64)
+  taus = default_taus(scores) if taus is None else np.asarray(taus, np.float64)
   if taus.ndim != 1 or taus.size < 1:
     raise ValueError(f"taus must be a non-empty 1-D array, got {taus.shape}.")
   results = {}
   for rule, x in scores.items():
     with seeded_global_rng(seed):
       profile, cis = rly.create_performance_profile(
-          {rule: x}, taus, use_score_distribution=use_score_distribution,
-          reps=int(reps), confidence_interval_size=confidence)
+          {rule: x},
+          taus,
+          use_score_distribution=use_score_distribution,
+          reps=int(reps),
+          confidence_interval_size=confidence,
+      )
     low, high = np.asarray(cis[rule], np.float64)
     results[rule] = PerformanceProfile(
-        rule=rule, taus=taus, fraction=np.asarray(profile[rule], np.float64),
-        low=low, high=high, confidence=confidence)
+        rule=rule,
+        taus=taus,
+        fraction=np.asarray(profile[rule], np.float64),
+        low=low,
+        high=high,
+        confidence=confidence,
+    )
   return results
 
 
-def sample_efficiency_curves(scores: ScoreDict,
-                             points: Sequence[float] | None = None, *,
-                             reps: int = 2000, confidence: float = 0.95,
-                             seed: int = 0
-                             ) -> dict[str, SampleEfficiencyCurve]:
+def sample_efficiency_curves(
+    scores: ScoreDict,
+    points: Sequence[float] | None = None,
+    *,
+    reps: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, SampleEfficiencyCurve]:
   """IQM with intervals at every evaluation point of a learning curve.
 
   Args:
@@ -401,21 +459,33 @@ def sample_efficiency_curves(scores: ScoreDict,
   _check_bootstrap_args(reps, confidence)
   scores = check_scores(scores, ndim=3)
   num_points = next(iter(scores.values())).shape[2]
-  points = (np.arange(num_points, dtype=np.float64) if points is None
-            else np.asarray(points, np.float64))
+  points = (
+      np.arange(num_points, dtype=np.float64)
+      if points is None
+      else np.asarray(points, np.float64)
+  )
   if points.shape != (num_points,):
-    raise ValueError(f"points has shape {points.shape}; the scores have "
-                     f"{num_points} evaluation points.")
+    raise ValueError(
+        f"points has shape {points.shape}; the scores have "
+        f"{num_points} evaluation points."
+    )
 
   def iqm_per_point(x: np.ndarray) -> np.ndarray:
-    return np.array([rly_metrics.aggregate_iqm(x[..., i])
-                     for i in range(x.shape[-1])])
+    return np.array(
+        [rly_metrics.aggregate_iqm(x[..., i]) for i in range(x.shape[-1])]
+    )
 
   results = {}
   for rule, x in scores.items():
-    point, interval = _interval_estimate(x, iqm_per_point, reps, confidence,
-                                         seed)
+    point, interval = _interval_estimate(
+        x, iqm_per_point, reps, confidence, seed
+    )
     results[rule] = SampleEfficiencyCurve(
-        rule=rule, points=points, iqm=point, low=interval[0],
-        high=interval[1], confidence=confidence)
+        rule=rule,
+        points=points,
+        iqm=point,
+        low=interval[0],
+        high=interval[1],
+        confidence=confidence,
+    )
   return results

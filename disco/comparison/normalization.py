@@ -22,24 +22,29 @@ entries.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 import dataclasses
 import re
 import types
-from typing import Mapping, Sequence
 
 import numpy as np
 
 _GYMNAX_README = (
     "gymnax README (github.com/RobertTLange/gymnax, commit 086ad956), table "
-    "'Implemented Accelerated Environments', column 'Ckpt (Return)'")
-_BLINES = ("gymnax-blines (github.com/RobertTLange/gymnax-blines, commit "
-           "3f029d6b)")
-_RANDOM_CMD = ("measured: python benchmarks/random_returns.py --episodes 4096 "
-               "--seed 0 (uniform random actions, default parameters")
+    "'Implemented Accelerated Environments', column 'Ckpt (Return)'"
+)
+_BLINES = (
+    "gymnax-blines (github.com/RobertTLange/gymnax-blines, commit " "3f029d6b)"
+)
+_RANDOM_CMD = (
+    "measured: python benchmarks/random_returns.py --episodes 4096 "
+    "--seed 0 (uniform random actions, default parameters"
+)
 _XMINIGRID_SRC = (
     "xminigrid 0.9.3 (github.com/corl-team/xland-minigrid): reward "
     "1 - 0.9 * steps / max_steps on reaching the goal "
-    "(src/xminigrid/environment.py)")
+    "(src/xminigrid/environment.py)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +99,9 @@ def catch_entry(rows: int = 8, columns: int = 8) -> ReferenceEntry:
   ``columns // 2 <= rows - 1``, as for 8x8 and 5x5).
   """
   if rows < 2 or columns < 1:
-    raise ValueError(f"Catch needs rows >= 2 and columns >= 1, got {rows}x"
-                     f"{columns}.")
+    raise ValueError(
+        f"Catch needs rows >= 2 and columns >= 1, got {rows}x" f"{columns}."
+    )
   start = columns // 2
   reachable = sum(abs(x - start) <= rows - 1 for x in range(columns))
   return ReferenceEntry(
@@ -104,7 +110,8 @@ def catch_entry(rows: int = 8, columns: int = 8) -> ReferenceEntry:
       random_source=(
           f"exact: P(catch) = 1/{columns} because the ball's column is "
           "uniform and independent of a policy that ignores it; return = "
-          f"2/{columns} - 1"),
+          f"2/{columns} - 1"
+      ),
       reference_return=2.0 * reachable / columns - 1.0,
       reference_algorithm="optimal policy (exact)",
       budget_env_steps=None,
@@ -112,38 +119,52 @@ def catch_entry(rows: int = 8, columns: int = 8) -> ReferenceEntry:
           f"exact: the paddle starts in column {start} and moves at most one "
           f"column in each of the {rows - 1} steps, so it can be under "
           f"{reachable} of the {columns} start columns; disco/environments/"
-          "catch.py (+1 catch, -1 miss)"))
+          "catch.py (+1 catch, -1 miss)"
+      ),
+  )
 
 
 # ---------------------------------------------------------------- table ----
 
 
-def _gymnax_minatar(name: str, random_return: float, sem: float,
-                    reference: float) -> ReferenceEntry:
+def _gymnax_minatar(
+    name: str, random_return: float, sem: float, reference: float
+) -> ReferenceEntry:
   return ReferenceEntry(
       env=f"gymnax/{name}",
       random_return=random_return,
       random_source=f"{_RANDOM_CMD}, minimal action set): {random_return} "
-                    f"+- {sem} s.e.m. over 4096 episodes",
+      f"+- {sem} s.e.m. over 4096 episodes",
       reference_return=reference,
       reference_algorithm="PPO (gymnax-blines checkpoint)",
       budget_env_steps=10_000_000,
-      source=(f"{_GYMNAX_README}, row {name}: 'PPO (R: {reference:g})'; "
-              f"budget: num_train_steps in {_BLINES} "
-              f"agents/{name}/ppo.yaml"),
-      notes=("Rounded to an integer in the source; evaluated on gymnax's "
-             "MinAtar port, which differs from the original MinAtar (no "
-             "sticky actions, time limit of max_steps_in_episode)."))
+      source=(
+          f"{_GYMNAX_README}, row {name}: 'PPO (R: {reference:g})'; "
+          f"budget: num_train_steps in {_BLINES} "
+          f"agents/{name}/ppo.yaml"
+      ),
+      notes=(
+          "Rounded to an integer in the source; evaluated on gymnax's "
+          "MinAtar port, which differs from the original MinAtar (no "
+          "sticky actions, time limit of max_steps_in_episode)."
+      ),
+  )
 
 
-def _gymnax_control(name: str, random_return: float, sem: float,
-                    reference: float, ppo_steps: int, es_config: str,
-                    extra_note: str = "") -> ReferenceEntry:
+def _gymnax_control(
+    name: str,
+    random_return: float,
+    sem: float,
+    reference: float,
+    ppo_steps: int,
+    es_config: str,
+    extra_note: str = "",
+) -> ReferenceEntry:
   return ReferenceEntry(
       env=f"gymnax/{name}",
       random_return=random_return,
       random_source=f"{_RANDOM_CMD}): {random_return} +- {sem} s.e.m. over "
-                    "4096 episodes",
+      "4096 episodes",
       reference_return=reference,
       reference_algorithm="PPO or ES (gymnax-blines checkpoints)",
       budget_env_steps=None,
@@ -153,7 +174,9 @@ def _gymnax_control(name: str, random_return: float, sem: float,
           "checkpoints without saying which reached it, so the budget is "
           f"unknown: {_BLINES} trains PPO for {ppo_steps:,} env steps "
           f"(agents/{name}/ppo.yaml) and ES for {es_config} "
-          f"(agents/{name}/es.yaml).{extra_note}"))
+          f"(agents/{name}/es.yaml).{extra_note}"
+      ),
+  )
 
 
 def _build_table() -> dict[str, ReferenceEntry]:
@@ -164,20 +187,34 @@ def _build_table() -> dict[str, ReferenceEntry]:
           env="gymnax/CartPole-v1",
           random_return=22.2026,
           random_source=f"{_RANDOM_CMD}): 22.2026 +- 0.1843 s.e.m. over "
-                        "4096 episodes",
+          "4096 episodes",
           reference_return=500.0,
           reference_algorithm="optimal policy (maximum return)",
           budget_env_steps=None,
-          source=("exact maximum: +1 per step and max_steps_in_episode=500 "
-                  "in gymnax's CartPole-v1 parameters; the same as the "
-                  f"{_GYMNAX_README}, row CartPole-v1: 'PPO, ES (R: 500)'")),
-      _gymnax_control("Acrobot-v1", -498.8977, 0.1796, -80.0, 500_000,
-                      "100 generations of OpenES"),
+          source=(
+              "exact maximum: +1 per step and max_steps_in_episode=500 "
+              "in gymnax's CartPole-v1 parameters; the same as the "
+              f"{_GYMNAX_README}, row CartPole-v1: 'PPO, ES (R: 500)'"
+          ),
+      ),
       _gymnax_control(
-          "MountainCar-v0", -200.0, 0.0, -118.0, 250_000,
+          "Acrobot-v1",
+          -498.8977,
+          0.1796,
+          -80.0,
+          500_000,
+          "100 generations of OpenES",
+      ),
+      _gymnax_control(
+          "MountainCar-v0",
+          -200.0,
+          0.0,
+          -118.0,
+          250_000,
           "1000 generations of SimpleGA",
           " The random return is the time limit: no random episode of "
-          "4096 reached the goal within 200 steps."),
+          "4096 reached the goal within 200 steps.",
+      ),
       _gymnax_minatar("Breakout-MinAtar", 0.4182, 0.0102, 28.0),
       _gymnax_minatar("Asterix-MinAtar", 0.4944, 0.0135, 15.0),
       _gymnax_minatar("Freeway-MinAtar", 0.3982, 0.0098, 58.0),
@@ -186,7 +223,7 @@ def _build_table() -> dict[str, ReferenceEntry]:
           env="xminigrid/MiniGrid-Empty-8x8",
           random_return=0.1117,
           random_source=f"{_RANDOM_CMD}, 6 actions): 0.1117 +- 0.0034 s.e.m. "
-                        "over 4096 episodes",
+          "over 4096 episodes",
           reference_return=1.0 - 0.9 * 11 / 256,
           reference_algorithm="optimal policy (exact)",
           budget_env_steps=None,
@@ -195,12 +232,14 @@ def _build_table() -> dict[str, ReferenceEntry]:
               "goal is at (6, 6), so the shortest solution is 5 forward, 1 "
               "turn, 5 forward = 11 steps; max_steps = 4 * 8 * 8 = 256; "
               f"{_XMINIGRID_SRC}: 1 - 0.9 * 11 / 256 = 0.961328125 (confirmed "
-              "by the breadth-first search of benchmarks/random_returns.py)")),
+              "by the breadth-first search of benchmarks/random_returns.py)"
+          ),
+      ),
       ReferenceEntry(
           env="xminigrid/MiniGrid-DoorKey-5x5",
           random_return=0.0464,
           random_source=f"{_RANDOM_CMD}, 6 actions): 0.0464 +- 0.0023 s.e.m. "
-                        "over 4096 episodes",
+          "over 4096 episodes",
           reference_return=0.9646,
           reference_algorithm="optimal policy (exact, mean over layouts)",
           budget_env_steps=None,
@@ -211,13 +250,16 @@ def _build_table() -> dict[str, ReferenceEntry]:
               "(benchmarks/random_returns.py, 2048 resets) finds their "
               "shortest solutions, 7 to 14 steps (9.83 on average); "
               f"max_steps = 10 * 5 * 5 = 250; {_XMINIGRID_SRC}: mean optimal "
-              "return 0.9646")),
+              "return 0.9646"
+          ),
+      ),
   ]
   return {e.env: e for e in entries}
 
 
 REFERENCE_TABLE: Mapping[str, ReferenceEntry] = types.MappingProxyType(
-    _build_table())
+    _build_table()
+)
 ALIASES: Mapping[str, str] = types.MappingProxyType({"catch": "catch/8x8"})
 _CATCH_KEY = re.compile(r"^catch/(\d+)x(\d+)$")
 
@@ -230,12 +272,13 @@ def _how_to_supply(env: str) -> str:
       "Supply one as an override, e.g. normalize(scores, "
       f"{env!r}, overrides={{{env!r}: ReferenceEntry(env={env!r}, "
       "random_return=..., random_source='...', reference_return=..., "
-      "reference_algorithm='...', budget_env_steps=..., source='...')}}).")
+      "reference_algorithm='...', budget_env_steps=..., source='...')}})."
+  )
 
 
-def get_entry(env: str,
-              overrides: Mapping[str, ReferenceEntry] | None = None
-              ) -> ReferenceEntry:
+def get_entry(
+    env: str, overrides: Mapping[str, ReferenceEntry] | None = None
+) -> ReferenceEntry:
   """The entry of ``env``: from ``overrides``, the table, or (for
   ``catch/<rows>x<columns>``) ``catch_entry``.
 
@@ -255,12 +298,15 @@ def get_entry(env: str,
   raise MissingReferenceError(
       f"No normalisation entry for environment {env!r}; the table has "
       f"{sorted(REFERENCE_TABLE)} (and catch/<rows>x<columns>). "
-      + _how_to_supply(env))
+      + _how_to_supply(env)
+  )
 
 
-def normalize(scores: np.ndarray | float, env: str,
-              overrides: Mapping[str, ReferenceEntry] | None = None
-              ) -> np.ndarray:
+def normalize(
+    scores: np.ndarray | float,
+    env: str,
+    overrides: Mapping[str, ReferenceEntry] | None = None,
+) -> np.ndarray:
   """``(scores - random) / (reference - random)`` for one environment.
 
   Args:
@@ -280,20 +326,24 @@ def normalize(scores: np.ndarray | float, env: str,
   if entry.reference_return is None:
     raise MissingReferenceError(
         f"Environment {env!r} has no trustworthy reference return"
-        + (f" ({entry.notes})" if entry.notes else "") + ". "
-        + _how_to_supply(env))
+        + (f" ({entry.notes})" if entry.notes else "")
+        + ". "
+        + _how_to_supply(env)
+    )
   span = float(entry.reference_return) - float(entry.random_return)
   if span == 0.0 or not np.isfinite(span):
     raise ValueError(
         f"Cannot normalise {env!r}: its reference return "
         f"{entry.reference_return} and random return {entry.random_return} "
-        "must be finite and differ.")
+        "must be finite and differ."
+    )
   return (np.asarray(scores, np.float64) - float(entry.random_return)) / span
 
 
 def normalize_score_dict(
-    scores: Mapping[str, np.ndarray], envs: Sequence[str],
-    overrides: Mapping[str, ReferenceEntry] | None = None
+    scores: Mapping[str, np.ndarray],
+    envs: Sequence[str],
+    overrides: Mapping[str, ReferenceEntry] | None = None,
 ) -> dict[str, np.ndarray]:
   """Normalises ``{rule: [num_seeds, num_envs]}`` raw returns column-wise.
 
@@ -313,15 +363,18 @@ def normalize_score_dict(
     if x.ndim < 2 or x.shape[1] != len(envs):
       raise ValueError(
           f"Scores of rule {rule!r} have shape {x.shape}; expected "
-          f"[num_seeds, {len(envs)}, ...] for environments {envs}.")
+          f"[num_seeds, {len(envs)}, ...] for environments {envs}."
+      )
     out[rule] = np.stack(
         [normalize(x[:, i], env, overrides) for i, env in enumerate(envs)],
-        axis=1)
+        axis=1,
+    )
   return out
 
 
-def table_rows(overrides: Mapping[str, ReferenceEntry] | None = None
-               ) -> list[dict[str, object]]:
+def table_rows(
+    overrides: Mapping[str, ReferenceEntry] | None = None,
+) -> list[dict[str, object]]:
   """The table (with ``overrides`` applied and added) as a list of dicts,
   e.g. for a CSV or a report."""
   merged = dict(REFERENCE_TABLE)

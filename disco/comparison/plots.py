@@ -10,9 +10,10 @@ here because ``rliable``'s version makes its own pyplot figure.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from matplotlib import colormaps
 from matplotlib import figure as figure_lib
@@ -24,12 +25,17 @@ from disco.comparison import aggregates
 
 PathLike = str | os.PathLike[str]
 
-_METRIC_TITLES = {"median": "Median", "iqm": "IQM", "mean": "Mean",
-                  "optimality_gap": "Optimality Gap"}
+_METRIC_TITLES = {
+    "median": "Median",
+    "iqm": "IQM",
+    "mean": "Mean",
+    "optimality_gap": "Optimality Gap",
+}
 
 
-def _new_figure(figsize: tuple[float, float], ncols: int = 1
-                ) -> tuple[figure_lib.Figure, Any]:
+def _new_figure(
+    figsize: tuple[float, float], ncols: int = 1
+) -> tuple[figure_lib.Figure, Any]:
   fig = figure_lib.Figure(figsize=figsize, dpi=100, layout="constrained")
   backend_agg.FigureCanvasAgg(fig)
   axes = fig.subplots(1, ncols, squeeze=False)[0]
@@ -49,9 +55,11 @@ def _colors(names: Sequence[str]) -> dict[str, Any]:
 
 
 def plot_aggregate_intervals(
-    results: Mapping[str, aggregates.AggregateResult], path: PathLike,
+    results: Mapping[str, aggregates.AggregateResult],
+    path: PathLike,
     metrics: Sequence[str] = aggregates.METRICS,
-    xlabel: str = "Normalized score") -> Path:
+    xlabel: str = "Normalized score",
+) -> Path:
   """One panel per metric: each rule's interval as a bar, its estimate as a
   tick.
 
@@ -68,13 +76,20 @@ def plot_aggregate_intervals(
     raise ValueError("No results to plot.")
   rules = list(results)
   colors = _colors(rules)
-  fig, axes = _new_figure((3.4 * len(metrics), 0.6 + 0.45 * len(rules)),
-                          ncols=len(metrics))
-  for ax, name in zip(axes, metrics):
+  fig, axes = _new_figure(
+      (3.4 * len(metrics), 0.6 + 0.45 * len(rules)), ncols=len(metrics)
+  )
+  for ax, name in zip(axes, metrics, strict=True):
     for i, rule in enumerate(rules):
       interval = results[rule].metric(name)
-      ax.barh(y=i, width=interval.high - interval.low, left=interval.low,
-              height=0.6, color=colors[rule], alpha=0.75)
+      ax.barh(
+          y=i,
+          width=interval.high - interval.low,
+          left=interval.low,
+          height=0.6,
+          color=colors[rule],
+          alpha=0.75,
+      )
       ax.vlines(interval.estimate, i - 0.3, i + 0.3, color="k", alpha=0.6)
     ax.set_title(_METRIC_TITLES.get(name, name))
     ax.set_yticks(range(len(rules)))
@@ -88,8 +103,10 @@ def plot_aggregate_intervals(
 
 
 def plot_performance_profiles(
-    profiles: Mapping[str, aggregates.PerformanceProfile], path: PathLike,
-    xlabel: str = r"Normalized score ($\tau$)") -> Path:
+    profiles: Mapping[str, aggregates.PerformanceProfile],
+    path: PathLike,
+    xlabel: str = r"Normalized score ($\tau$)",
+) -> Path:
   """Score distributions with their bands (``rliable.plot_utils``).
 
   Args:
@@ -106,18 +123,24 @@ def plot_performance_profiles(
   taus = next(iter(profiles.values())).taus
   fig, (ax,) = _new_figure((7, 4.5))
   plot_utils.plot_performance_profiles(
-      {r: p.fraction for r, p in profiles.items()}, taus,
-      performance_profile_cis={r: (p.low, p.high)
-                               for r, p in profiles.items()},
-      colors=_colors(list(profiles)), xlabel=xlabel, ax=ax, legend=True,
-      labelsize="large", ticklabelsize="medium", legendsize="medium")
+      {r: p.fraction for r, p in profiles.items()},
+      taus,
+      performance_profile_cis={r: (p.low, p.high) for r, p in profiles.items()},
+      colors=_colors(list(profiles)),
+      xlabel=xlabel,
+      ax=ax,
+      legend=True,
+      labelsize="large",
+      ticklabelsize="medium",
+      legendsize="medium",
+  )
   return _save(fig, path)
 
 
 def plot_probability_of_improvement(
-    probabilities: Mapping[tuple[str, str],
-                           aggregates.ImprovementProbability],
-    path: PathLike) -> Path:
+    probabilities: Mapping[tuple[str, str], aggregates.ImprovementProbability],
+    path: PathLike,
+) -> Path:
   """P(X > Y) of each pair as an interval (``rliable.plot_utils``).
 
   Args:
@@ -136,19 +159,26 @@ def plot_probability_of_improvement(
   for (x, y), result in probabilities.items():
     key = f"{x}{sep}{y}"
     estimates[key] = result.probability.estimate
-    intervals[key] = np.array([result.probability.low,
-                               result.probability.high])
+    intervals[key] = np.array([result.probability.low, result.probability.high])
   fig, (ax,) = _new_figure((5, 0.8 + 0.45 * len(estimates)))
   plot_utils.plot_probability_of_improvement(
-      estimates, intervals, pair_separator=sep, ax=ax, xlabel="P(X > Y)",
-      ticklabelsize="medium", labelsize="large")
+      estimates,
+      intervals,
+      pair_separator=sep,
+      ax=ax,
+      xlabel="P(X > Y)",
+      ticklabelsize="medium",
+      labelsize="large",
+  )
   ax.axvline(0.5, color="k", linestyle="--", alpha=0.4)
   return _save(fig, path)
 
 
 def plot_sample_efficiency(
-    curves: Mapping[str, aggregates.SampleEfficiencyCurve], path: PathLike,
-    xlabel: str = "Environment steps", ylabel: str = "IQM normalized score"
+    curves: Mapping[str, aggregates.SampleEfficiencyCurve],
+    path: PathLike,
+    xlabel: str = "Environment steps",
+    ylabel: str = "IQM normalized score",
 ) -> Path:
   """IQM against evaluation points with bands (``rliable.plot_utils``).
 
@@ -167,9 +197,16 @@ def plot_sample_efficiency(
   points = next(iter(curves.values())).points
   fig, (ax,) = _new_figure((7, 4.5))
   plot_utils.plot_sample_efficiency_curve(
-      points, {r: c.iqm for r, c in curves.items()},
+      points,
+      {r: c.iqm for r, c in curves.items()},
       {r: np.stack([c.low, c.high]) for r, c in curves.items()},
-      colors=_colors(list(curves)), xlabel=xlabel, ylabel=ylabel, ax=ax,
-      labelsize="large", ticklabelsize="medium", legend=True,
-      legendsize="medium")
+      colors=_colors(list(curves)),
+      xlabel=xlabel,
+      ylabel=ylabel,
+      ax=ax,
+      labelsize="large",
+      ticklabelsize="medium",
+      legend=True,
+      legendsize="medium",
+  )
   return _save(fig, path)

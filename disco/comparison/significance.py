@@ -26,10 +26,10 @@ warning naming that number.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 import dataclasses
 import itertools
 import math
-from typing import Mapping, Sequence
 
 import numpy as np
 from scipy import special
@@ -122,8 +122,10 @@ def _check_probability(name: str, value: float) -> None:
 def _as_sample(name: str, x: Sequence[float]) -> np.ndarray:
   x = np.asarray(x, dtype=np.float64)
   if x.ndim != 1:
-    raise ValueError(f"Sample {name} has shape {x.shape}; expected "
-                     "[num_seeds] (one score per seed).")
+    raise ValueError(
+        f"Sample {name} has shape {x.shape}; expected "
+        "[num_seeds] (one score per seed)."
+    )
   if not np.all(np.isfinite(x)):
     raise ValueError(f"Sample {name} contains NaN or inf.")
   return x
@@ -155,22 +157,27 @@ def min_seeds(test: str, alpha: float = 0.05) -> int:
   return n
 
 
-def check_enough_seeds(test: str, n_a: int, n_b: int,
-                       alpha: float = 0.05) -> None:
+def check_enough_seeds(
+    test: str, n_a: int, n_b: int, alpha: float = 0.05
+) -> None:
   """Raises ``ValueError`` saying how many seeds ``test`` needs if ``n_a``
   or ``n_b`` seeds are too few (see ``min_seeds``)."""
   needed = min_seeds(test, alpha)
   rank_based = test in ("mann_whitney", "permutation")
   if min(n_a, n_b) >= 2 and not (
-      rank_based and _smallest_rank_p(n_a, n_b) > alpha):
+      rank_based and _smallest_rank_p(n_a, n_b) > alpha
+  ):
     return
   why = ""
   if rank_based and min(n_a, n_b) >= 1:
-    why = (f" (with {n_a} and {n_b} seeds its smallest possible p-value is "
-           f"{_smallest_rank_p(n_a, n_b):.3g} > alpha)")
+    why = (
+        f" (with {n_a} and {n_b} seeds its smallest possible p-value is "
+        f"{_smallest_rank_p(n_a, n_b):.3g} > alpha)"
+    )
   raise ValueError(
       f"Too few seeds for the {test} test at alpha={alpha}: got {n_a} and "
-      f"{n_b}{why}; it needs at least {needed} seeds per rule.")
+      f"{n_b}{why}; it needs at least {needed} seeds per rule."
+  )
 
 
 # -------------------------------------------------------- effect sizes ----
@@ -178,8 +185,9 @@ def check_enough_seeds(test: str, n_a: int, n_b: int,
 
 def _pooled_sd(a: np.ndarray, b: np.ndarray) -> float:
   n_a, n_b = a.size, b.size
-  pooled_var = ((n_a - 1) * np.var(a, ddof=1) + (n_b - 1) * np.var(b, ddof=1)
-                ) / (n_a + n_b - 2)
+  pooled_var = (
+      (n_a - 1) * np.var(a, ddof=1) + (n_b - 1) * np.var(b, ddof=1)
+  ) / (n_a + n_b - 2)
   return float(np.sqrt(pooled_var))
 
 
@@ -204,8 +212,10 @@ def hedges_correction(df: int) -> float:
   G((df-1)/2))`` for ``df = n_a + n_b - 2`` degrees of freedom."""
   if df < 2:
     raise ValueError(f"Hedges' correction needs df >= 2, got {df}.")
-  return float(np.exp(special.gammaln(df / 2) - special.gammaln((df - 1) / 2))
-               / np.sqrt(df / 2))
+  return float(
+      np.exp(special.gammaln(df / 2) - special.gammaln((df - 1) / 2))
+      / np.sqrt(df / 2)
+  )
 
 
 def hedges_g(a: Sequence[float], b: Sequence[float]) -> float:
@@ -241,8 +251,9 @@ def t_test_power(effect_size: float, n: int, alpha: float = 0.05) -> float:
   return float(stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc))
 
 
-def seeds_needed(effect_size: float, alpha: float = 0.05,
-                 power: float = 0.8) -> int | None:
+def seeds_needed(
+    effect_size: float, alpha: float = 0.05, power: float = 0.8
+) -> int | None:
   """Fewest seeds per rule for a two-sided two-sample t-test to detect
   ``effect_size`` (Cohen's d or Hedges' g) with ``power`` at ``alpha``.
 
@@ -267,15 +278,20 @@ def seeds_needed(effect_size: float, alpha: float = 0.05,
   return n
 
 
-def _power_warning(g: float, n_a: int, n_b: int, alpha: float, power: float,
-                   needed: int | None) -> str | None:
+def _power_warning(
+    g: float, n_a: int, n_b: int, alpha: float, power: float, needed: int | None
+) -> str | None:
   if needed is None:
-    return (f"The observed effect size is 0: no number of seeds gives "
-            f"{power:.0%} power at alpha={alpha}.")
+    return (
+        f"The observed effect size is 0: no number of seeds gives "
+        f"{power:.0%} power at alpha={alpha}."
+    )
   if min(n_a, n_b) < needed:
-    return (f"Underpowered: with |g|={abs(g):.3g} a two-sided t-test at "
-            f"alpha={alpha} needs {needed} seeds per rule for {power:.0%} "
-            f"power; this comparison has {n_a} and {n_b}.")
+    return (
+        f"Underpowered: with |g|={abs(g):.3g} a two-sided t-test at "
+        f"alpha={alpha} needs {needed} seeds per rule for {power:.0%} "
+        f"power; this comparison has {n_a} and {n_b}."
+    )
   return None
 
 
@@ -300,8 +316,9 @@ def _mean_difference(x, y, axis=-1):
   return np.mean(x, axis=axis) - np.mean(y, axis=axis)
 
 
-def _bootstrap(a: np.ndarray, b: np.ndarray, reps: int,
-               rng: np.random.Generator) -> tuple[float, float]:
+def _bootstrap(
+    a: np.ndarray, b: np.ndarray, reps: int, rng: np.random.Generator
+) -> tuple[float, float]:
   observed = float(a.mean() - b.mean())
   pooled = np.concatenate([a, b]).mean()
   null_a, null_b = a - a.mean() + pooled, b - b.mean() + pooled
@@ -314,17 +331,31 @@ def _bootstrap(a: np.ndarray, b: np.ndarray, reps: int,
   return observed, float((1 + extreme) / (1 + reps))
 
 
-def _permutation(a: np.ndarray, b: np.ndarray, reps: int,
-                 rng: np.random.Generator) -> tuple[float, float]:
+def _permutation(
+    a: np.ndarray, b: np.ndarray, reps: int, rng: np.random.Generator
+) -> tuple[float, float]:
   result = stats.permutation_test(
-      (a, b), _mean_difference, permutation_type="independent",
-      vectorized=True, n_resamples=reps, alternative="two-sided", rng=rng)
+      (a, b),
+      _mean_difference,
+      permutation_type="independent",
+      vectorized=True,
+      n_resamples=reps,
+      alternative="two-sided",
+      rng=rng,
+  )
   return float(result.statistic), float(min(1.0, result.pvalue))
 
 
-def run_test(a: Sequence[float], b: Sequence[float], test: str = DEFAULT_TEST,
-             *, alpha: float = 0.05, power: float = 0.8, reps: int = 10000,
-             seed: int = 0) -> TestResult:
+def run_test(
+    a: Sequence[float],
+    b: Sequence[float],
+    test: str = DEFAULT_TEST,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    reps: int = 10000,
+    seed: int = 0,
+) -> TestResult:
   """Runs one two-sided test of ``a`` ``[n_a]`` against ``b`` ``[n_b]``.
 
   Args:
@@ -368,10 +399,19 @@ def run_test(a: Sequence[float], b: Sequence[float], test: str = DEFAULT_TEST,
     effect, effect_name = g, HEDGES_G
   needed = seeds_needed(g, alpha, power)
   return TestResult(
-      test=test, statistic=statistic, p_value=p, n_a=a.size, n_b=b.size,
-      mean_a=float(a.mean()), mean_b=float(b.mean()), effect_size=effect,
-      effect_size_name=effect_name, hedges_g=g, seeds_needed=needed,
-      warning=_power_warning(g, a.size, b.size, alpha, power, needed))
+      test=test,
+      statistic=statistic,
+      p_value=p,
+      n_a=a.size,
+      n_b=b.size,
+      mean_a=float(a.mean()),
+      mean_b=float(b.mean()),
+      effect_size=effect,
+      effect_size_name=effect_name,
+      hedges_g=g,
+      seeds_needed=needed,
+      warning=_power_warning(g, a.size, b.size, alpha, power, needed),
+  )
 
 
 # ------------------------------------------------ multiple comparisons ----
@@ -413,30 +453,36 @@ def per_seed_aggregate(scores: np.ndarray, how: str = "mean") -> np.ndarray:
   """
   scores = np.asarray(scores, np.float64)
   if scores.ndim != 2:
-    raise ValueError(f"scores must be [num_seeds, num_envs], got "
-                     f"{scores.shape}.")
+    raise ValueError(
+        f"scores must be [num_seeds, num_envs], got " f"{scores.shape}."
+    )
   if how == "mean":
     return scores.mean(axis=1)
   if how == "median":
     return np.median(scores, axis=1)
   if how == "iqm":
     return stats.trim_mean(scores, 0.25, axis=1)
-  raise ValueError(f"Unknown aggregate {how!r}; use 'mean', 'median' or "
-                   "'iqm'.")
+  raise ValueError(
+      f"Unknown aggregate {how!r}; use 'mean', 'median' or " "'iqm'."
+  )
 
 
 def env_scores(scores: aggregates.ScoreDict, env: int) -> dict[str, np.ndarray]:
   """``{rule: [num_seeds]}``: column ``env`` of ``{rule: [num_seeds,
   num_envs]}`` scores, the input of ``pairwise_table`` for one environment."""
-  return {rule: np.asarray(x, np.float64)[:, env] for rule, x in
-          scores.items()}
+  return {rule: np.asarray(x, np.float64)[:, env] for rule, x in scores.items()}
 
 
-def pairwise_table(scores: Mapping[str, Sequence[float]],
-                   test: str = DEFAULT_TEST, *, alpha: float = 0.05,
-                   power: float = 0.8, reps: int = 10000, seed: int = 0,
-                   pairs: Sequence[tuple[str, str]] | None = None
-                   ) -> list[ComparisonRow]:
+def pairwise_table(
+    scores: Mapping[str, Sequence[float]],
+    test: str = DEFAULT_TEST,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    reps: int = 10000,
+    seed: int = 0,
+    pairs: Sequence[tuple[str, str]] | None = None,
+) -> list[ComparisonRow]:
   """Tests every pair of rules and corrects for multiple comparisons.
 
   Args:
@@ -456,39 +502,66 @@ def pairwise_table(scores: Mapping[str, Sequence[float]],
     One ``ComparisonRow`` per pair.
   """
   if len(scores) < 2:
-    raise ValueError(f"Need at least two rules to compare, got "
-                     f"{list(scores)}.")
+    raise ValueError(
+        f"Need at least two rules to compare, got " f"{list(scores)}."
+    )
   if pairs is None:
     pairs = list(itertools.combinations(scores, 2))
   results = []
   for a, b in pairs:
     for rule in (a, b):
       if rule not in scores:
-        raise ValueError(f"Unknown rule {rule!r}; the scores hold "
-                         f"{list(scores)}.")
+        raise ValueError(
+            f"Unknown rule {rule!r}; the scores hold " f"{list(scores)}."
+        )
     try:
-      results.append(run_test(scores[a], scores[b], test, alpha=alpha,
-                              power=power, reps=reps, seed=seed))
+      results.append(
+          run_test(
+              scores[a],
+              scores[b],
+              test,
+              alpha=alpha,
+              power=power,
+              reps=reps,
+              seed=seed,
+          )
+      )
     except ValueError as e:
       raise ValueError(f"{a} vs {b}: {e}") from e
   p_holm = holm_bonferroni([r.p_value for r in results])
   rows = []
-  for (a, b), r, ph in zip(pairs, results, p_holm):
-    rows.append(ComparisonRow(
-        rule_a=a, rule_b=b, test=r.test, statistic=r.statistic,
-        p_value=r.p_value, p_holm=float(ph), reject=bool(ph <= alpha),
-        alpha=alpha, effect_size=r.effect_size,
-        effect_size_name=r.effect_size_name, hedges_g=r.hedges_g,
-        mean_a=r.mean_a, mean_b=r.mean_b, n_a=r.n_a, n_b=r.n_b,
-        seeds_needed=r.seeds_needed, warning=r.warning))
+  for (a, b), r, ph in zip(pairs, results, p_holm, strict=True):
+    rows.append(
+        ComparisonRow(
+            rule_a=a,
+            rule_b=b,
+            test=r.test,
+            statistic=r.statistic,
+            p_value=r.p_value,
+            p_holm=float(ph),
+            reject=bool(ph <= alpha),
+            alpha=alpha,
+            effect_size=r.effect_size,
+            effect_size_name=r.effect_size_name,
+            hedges_g=r.hedges_g,
+            mean_a=r.mean_a,
+            mean_b=r.mean_b,
+            n_a=r.n_a,
+            n_b=r.n_b,
+            seeds_needed=r.seeds_needed,
+            warning=r.warning,
+        )
+    )
   return rows
 
 
 def format_table(rows: Sequence[ComparisonRow]) -> str:
   """The rows as a fixed-width text table, warnings listed underneath."""
-  header = (f"{'rule a':<16} {'rule b':<16} {'test':<12} {'stat':>9} "
-            f"{'p':>8} {'p_holm':>8} {'reject':>6} {'effect':>8} "
-            f"{'seeds':>6}")
+  header = (
+      f"{'rule a':<16} {'rule b':<16} {'test':<12} {'stat':>9} "
+      f"{'p':>8} {'p_holm':>8} {'reject':>6} {'effect':>8} "
+      f"{'seeds':>6}"
+  )
   lines = [header, "-" * len(header)]
   notes = []
   for row in rows:
@@ -497,7 +570,8 @@ def format_table(rows: Sequence[ComparisonRow]) -> str:
         f"{row.rule_a:<16.16} {row.rule_b:<16.16} {row.test:<12} "
         f"{row.statistic:>9.3g} {row.p_value:>8.3g} {row.p_holm:>8.3g} "
         f"{'yes' if row.reject else 'no':>6} {row.effect_size:>8.3g} "
-        f"{needed:>6}")
+        f"{needed:>6}"
+    )
     if row.warning:
       notes.append(f"{row.rule_a} vs {row.rule_b}: {row.warning}")
   return "\n".join(lines + notes)

@@ -52,16 +52,17 @@ learn this environment there.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import functools
 import numbers
-from typing import Any, Callable
+from typing import Any
 
 import chex
+from dm_env import specs
 import jax
 import jax.numpy as jnp
 import numpy as np
-from dm_env import specs
 
 from disco import types
 from disco.environments import base
@@ -98,28 +99,39 @@ VARIANTS: dict[str, ChainVariant] = {
     # A.3: chain length in [5, 50], noisy rewards.
     "long_noisy": ChainVariant("Long and Noisy", 5, 50, noisy_rewards=True),
     # A.3: chain length in [5, 30], 2 relevant + 20 distractor bits.
-    "state_distraction": ChainVariant("State Distraction", 5, 30,
-                                      distractor_bits=20),
+    "state_distraction": ChainVariant(
+        "State Distraction", 5, 30, distractor_bits=20
+    ),
 }
 
 
 def check_settings(batch_size: Any, variant: Any, chain_length: Any) -> None:
   """Raises ``ValueError`` naming the first invalid delayed-chain setting."""
-  if (not isinstance(batch_size, numbers.Integral)
-      or isinstance(batch_size, bool) or batch_size < 1):
-    raise ValueError(f"Delayed chain setting batch_size={batch_size!r} must "
-                     "be an integer >= 1.")
+  if (
+      not isinstance(batch_size, numbers.Integral)
+      or isinstance(batch_size, bool)
+      or batch_size < 1
+  ):
+    raise ValueError(
+        f"Delayed chain setting batch_size={batch_size!r} must "
+        "be an integer >= 1."
+    )
   if variant not in VARIANTS:
-    raise ValueError(f"Delayed chain setting variant={variant!r} is invalid; "
-                     f"valid values: {', '.join(VARIANTS)}.")
+    raise ValueError(
+        f"Delayed chain setting variant={variant!r} is invalid; "
+        f"valid values: {', '.join(VARIANTS)}."
+    )
   top = VARIANTS[variant].max_length
   if chain_length is not None and (
       not isinstance(chain_length, numbers.Integral)
-      or isinstance(chain_length, bool) or not 1 <= chain_length <= top):
+      or isinstance(chain_length, bool)
+      or not 1 <= chain_length <= top
+  ):
     raise ValueError(
         f"Delayed chain setting chain_length={chain_length!r} must be None "
         f"(drawn per lifetime) or an integer in [1, {top}] for variant "
-        f"{variant!r}.")
+        f"{variant!r}."
+    )
 
 
 @chex.dataclass(frozen=True)
@@ -150,8 +162,8 @@ def _observe(start, depth, rewarding, rng, variant):
     return jnp.concatenate([relevant, noise]).astype(jnp.float32)
   chain_states = variant.max_length - 1
   index = jnp.where(
-      depth == 0, start,
-      2 + jnp.where(rewarding, 0, chain_states) + depth - 1)
+      depth == 0, start, 2 + jnp.where(rewarding, 0, chain_states) + depth - 1
+  )
   return jax.nn.one_hot(index, 2 + 2 * chain_states, dtype=jnp.float32)
 
 
@@ -160,20 +172,23 @@ def _reset_stream(rng, length, variant):
   start = jax.random.randint(start_rng, (), 0, NUM_ACTIONS, jnp.int32)
   depth = jnp.zeros((), jnp.int32)
   rewarding = jnp.zeros((), bool)
-  state = ChainState(start=start, depth=depth, rewarding=rewarding,
-                     length=length, rng=next_rng)
+  state = ChainState(
+      start=start, depth=depth, rewarding=rewarding, length=length, rng=next_rng
+  )
   timestep = types.EnvTimestep(
       observation=_observe(start, depth, rewarding, obs_rng, variant),
       reward=jnp.zeros((), jnp.float32),
       step_type=jnp.asarray(types.FIRST, jnp.int32),
-      discount=jnp.ones((), jnp.float32))
+      discount=jnp.ones((), jnp.float32),
+  )
   return state, timestep
 
 
 def _step_stream(state, action, variant):
   next_rng, noise_rng, start_rng, obs_rng = jax.random.split(state.rng, 4)
-  rewarding = jnp.where(state.depth == 0, action == state.start,
-                        state.rewarding)
+  rewarding = jnp.where(
+      state.depth == 0, action == state.start, state.rewarding
+  )
   depth = state.depth + 1
   done = depth >= state.length
   final = jnp.where(rewarding, 1.0, -1.0)
@@ -184,17 +199,25 @@ def _step_stream(state, action, variant):
   # A finished episode restarts at once; the timestep keeps its reward and
   # LAST but shows the next episode's start state.
   start = jnp.where(
-      done, jax.random.randint(start_rng, (), 0, NUM_ACTIONS, jnp.int32),
-      state.start)
+      done,
+      jax.random.randint(start_rng, (), 0, NUM_ACTIONS, jnp.int32),
+      state.start,
+  )
   depth = jnp.where(done, 0, depth)
   rewarding = rewarding & ~done
-  new_state = ChainState(start=start, depth=depth, rewarding=rewarding,
-                         length=state.length, rng=next_rng)
+  new_state = ChainState(
+      start=start,
+      depth=depth,
+      rewarding=rewarding,
+      length=state.length,
+      rng=next_rng,
+  )
   timestep = types.EnvTimestep(
       observation=_observe(start, depth, rewarding, obs_rng, variant),
       reward=reward,
       step_type=jnp.where(done, types.LAST, types.MID).astype(jnp.int32),
-      discount=jnp.where(done, 0.0, 1.0).astype(jnp.float32))
+      discount=jnp.where(done, 0.0, 1.0).astype(jnp.float32),
+  )
   return new_state, timestep
 
 
@@ -213,8 +236,12 @@ class DelayedChain(base.Environment):
 
   is_jittable = True
 
-  def __init__(self, batch_size: int, variant: str = "short",
-               chain_length: int | None = None):
+  def __init__(
+      self,
+      batch_size: int,
+      variant: str = "short",
+      chain_length: int | None = None,
+  ):
     """Builds the environment.
 
     Args:
@@ -233,26 +260,34 @@ class DelayedChain(base.Environment):
     self.variant = VARIANTS[variant]
     self.chain_length = None if chain_length is None else int(chain_length)
     self._reset = jax.jit(self._reset_fn)
-    self._step = jax.jit(jax.vmap(
-        functools.partial(_step_stream, variant=self.variant)))
+    self._step = jax.jit(
+        jax.vmap(functools.partial(_step_stream, variant=self.variant))
+    )
 
   def _reset_fn(self, rng):
     length_rng, stream_rng = jax.random.split(rng)
     if self.chain_length is None:
-      length = jax.random.randint(length_rng, (), self.variant.min_length,
-                                  self.variant.max_length + 1, jnp.int32)
+      length = jax.random.randint(
+          length_rng,
+          (),
+          self.variant.min_length,
+          self.variant.max_length + 1,
+          jnp.int32,
+      )
     else:
       length = jnp.asarray(self.chain_length, jnp.int32)
-    return jax.vmap(functools.partial(_reset_stream, variant=self.variant),
-                    in_axes=(0, None))(
-                        jax.random.split(stream_rng, self.batch_size), length)
+    return jax.vmap(
+        functools.partial(_reset_stream, variant=self.variant),
+        in_axes=(0, None),
+    )(jax.random.split(stream_rng, self.batch_size), length)
 
   def reset(self, rng: types.Array) -> tuple[ChainState, types.EnvTimestep]:
     """Starts a lifetime: ``B`` first episodes from one key."""
     return self._reset(rng)
 
-  def step(self, state: ChainState,
-           actions: types.Array) -> tuple[ChainState, types.EnvTimestep]:
+  def step(
+      self, state: ChainState, actions: types.Array
+  ) -> tuple[ChainState, types.EnvTimestep]:
     """Applies ``actions`` ``[B]`` (ints in {0, 1})."""
     actions = jnp.asarray(actions, jnp.int32)
     chex.assert_shape(actions, (self.batch_size,))
@@ -260,10 +295,12 @@ class DelayedChain(base.Environment):
 
   def observation_spec(self) -> specs.Array:
     if self.variant.distractor_bits:
-      return specs.Array((2 + self.variant.distractor_bits,), np.float32,
-                         name="bits")
-    return specs.Array((2 * self.variant.max_length,), np.float32,
-                       name="state_one_hot")
+      return specs.Array(
+          (2 + self.variant.distractor_bits,), np.float32, name="bits"
+      )
+    return specs.Array(
+        (2 * self.variant.max_length,), np.float32, name="state_one_hot"
+    )
 
   def action_spec(self) -> specs.BoundedArray:
     return specs.BoundedArray((), np.int32, 0, NUM_ACTIONS - 1, name="action")

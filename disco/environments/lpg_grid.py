@@ -57,24 +57,37 @@ Observations (float32), choice ``observation``:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import functools
 import numbers
-from typing import Any, Callable
+from typing import Any
 
 import chex
+from dm_env import specs
 import jax
 import jax.numpy as jnp
 import numpy as np
-from dm_env import specs
 
 from disco import types
 from disco.environments import base
 
 # (row, column) offsets of the 9 moves; action a < 9 moves by MOVES[a], and
 # in the 18-action set action 9 + a collects on the cell at MOVES[a].
-MOVES = np.array([(0, 0), (-1, 0), (-1, 1), (0, 1), (1, 1), (1, 0), (1, -1),
-                  (0, -1), (-1, -1)], np.int32)
+MOVES = np.array(
+    [
+        (0, 0),
+        (-1, 0),
+        (-1, 1),
+        (0, 1),
+        (1, 1),
+        (1, 0),
+        (1, -1),
+        (0, -1),
+        (-1, -1),
+    ],
+    np.int32,
+)
 NUM_MOVES = len(MOVES)
 ACTION_SETS = {"move": NUM_MOVES, "move_and_collect": 2 * NUM_MOVES}
 OBSERVATIONS = ("tabular", "random_features")
@@ -134,45 +147,65 @@ def _open(rows: int, columns: int) -> tuple[str, ...]:
 LAYOUTS: dict[str, Layout] = {
     # 11x11; 2 x [1, 0, 0.05], 1 x [-1, 0.5, 0.1], 1 x [-1, 0, 0.5]; 500.
     "dense": Layout(
-        "Dense", _open(11, 11),
-        (ObjectKind(2, 1.0, 0.0, 0.05), ObjectKind(1, -1.0, 0.5, 0.1),
-         ObjectKind(1, -1.0, 0.0, 0.5)), 500),
+        "Dense",
+        _open(11, 11),
+        (
+            ObjectKind(2, 1.0, 0.0, 0.05),
+            ObjectKind(1, -1.0, 0.5, 0.1),
+            ObjectKind(1, -1.0, 0.0, 0.5),
+        ),
+        500,
+    ),
     # 13x13; 1 x [1, 1, 0], 1 x [-1, 1, 0]; 50.
     "sparse": Layout(
-        "Sparse", _open(13, 13),
-        (ObjectKind(1, 1.0, 1.0, 0.0), ObjectKind(1, -1.0, 1.0, 0.0)), 50),
+        "Sparse",
+        _open(13, 13),
+        (ObjectKind(1, 1.0, 1.0, 0.0), ObjectKind(1, -1.0, 1.0, 0.0)),
+        50,
+    ),
     # 11x11; 2 x [1, 0, 0.01], 2 x [-1, 0.5, 1]; 1000.
     "long_horizon": Layout(
-        "Long Horizon", _open(11, 11),
-        (ObjectKind(2, 1.0, 0.0, 0.01), ObjectKind(2, -1.0, 0.5, 1.0)), 1000),
+        "Long Horizon",
+        _open(11, 11),
+        (ObjectKind(2, 1.0, 0.0, 0.01), ObjectKind(2, -1.0, 0.5, 1.0)),
+        1000,
+    ),
     # 7x9, two rooms joined by two gaps, a short bar between them (A.1
     # figure); 2 x [1, 0.1, 0.01], 5 x [-1, 0.8, 1]; 2000.
     "longer_horizon": Layout(
         "Longer Horizon",
-        ("....#....",
-         ".........",
-         "....#....",
-         "...###...",
-         "....#....",
-         ".........",
-         "....#...."),
-        (ObjectKind(2, 1.0, 0.1, 0.01), ObjectKind(5, -1.0, 0.8, 1.0)), 2000),
+        (
+            "....#....",
+            ".........",
+            "....#....",
+            "...###...",
+            "....#....",
+            ".........",
+            "....#....",
+        ),
+        (ObjectKind(2, 1.0, 0.1, 0.01), ObjectKind(5, -1.0, 0.8, 1.0)),
+        2000,
+    ),
     # 11x11, four rooms joined by four doors (A.1 figure); 4 x [1, 0, 0.005];
     # 2000.
     "long_dense": Layout(
         "Long Dense",
-        ("...........",
-         ".....#.....",
-         ".....#.....",
-         ".....#.....",
-         "##.#####.##",
-         ".....#.....",
-         ".....#.....",
-         "...........",
-         ".....#.....",
-         ".....#.....",
-         ".....#....."),
-        (ObjectKind(4, 1.0, 0.0, 0.005),), 2000),
+        (
+            "...........",
+            ".....#.....",
+            ".....#.....",
+            ".....#.....",
+            "##.#####.##",
+            ".....#.....",
+            ".....#.....",
+            "...........",
+            ".....#.....",
+            ".....#.....",
+            ".....#.....",
+        ),
+        (ObjectKind(4, 1.0, 0.0, 0.005),),
+        2000,
+    ),
 }
 
 
@@ -180,31 +213,51 @@ def _is_int(value: Any) -> bool:
   return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def check_settings(batch_size: Any, layout: Any, observation: Any,
-                   feature_size: Any, feature_seed: Any, layout_seed: Any,
-                   action_set: Any) -> None:
+def check_settings(
+    batch_size: Any,
+    layout: Any,
+    observation: Any,
+    feature_size: Any,
+    feature_seed: Any,
+    layout_seed: Any,
+    action_set: Any,
+) -> None:
   """Raises ``ValueError`` naming the first invalid grid-world setting."""
   if not _is_int(batch_size) or batch_size < 1:
-    raise ValueError(f"LPG grid setting batch_size={batch_size!r} must be an "
-                     "integer >= 1.")
+    raise ValueError(
+        f"LPG grid setting batch_size={batch_size!r} must be an "
+        "integer >= 1."
+    )
   if layout not in LAYOUTS:
-    raise ValueError(f"LPG grid setting layout={layout!r} is not a layout; "
-                     f"valid values: {', '.join(LAYOUTS)}.")
+    raise ValueError(
+        f"LPG grid setting layout={layout!r} is not a layout; "
+        f"valid values: {', '.join(LAYOUTS)}."
+    )
   if observation not in OBSERVATIONS:
-    raise ValueError(f"LPG grid setting observation={observation!r} is "
-                     f"invalid; valid values: {', '.join(OBSERVATIONS)}.")
+    raise ValueError(
+        f"LPG grid setting observation={observation!r} is "
+        f"invalid; valid values: {', '.join(OBSERVATIONS)}."
+    )
   if not _is_int(feature_size) or feature_size < 1:
-    raise ValueError(f"LPG grid setting feature_size={feature_size!r} must "
-                     "be an integer >= 1.")
+    raise ValueError(
+        f"LPG grid setting feature_size={feature_size!r} must "
+        "be an integer >= 1."
+    )
   if not _is_int(feature_seed) or feature_seed < 0:
-    raise ValueError(f"LPG grid setting feature_seed={feature_seed!r} must "
-                     "be an integer >= 0.")
+    raise ValueError(
+        f"LPG grid setting feature_seed={feature_seed!r} must "
+        "be an integer >= 0."
+    )
   if layout_seed is not None and (not _is_int(layout_seed) or layout_seed < 0):
-    raise ValueError(f"LPG grid setting layout_seed={layout_seed!r} must be "
-                     "None (a new layout per reset) or an integer >= 0.")
+    raise ValueError(
+        f"LPG grid setting layout_seed={layout_seed!r} must be "
+        "None (a new layout per reset) or an integer >= 0."
+    )
   if action_set not in ACTION_SETS:
-    raise ValueError(f"LPG grid setting action_set={action_set!r} is invalid; "
-                     f"valid values: {', '.join(ACTION_SETS)}.")
+    raise ValueError(
+        f"LPG grid setting action_set={action_set!r} is invalid; "
+        f"valid values: {', '.join(ACTION_SETS)}."
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,8 +291,13 @@ class _Tables:
     return len(self.free_cells) * 2 ** len(self.rewards)
 
 
-def _make_tables(layout: Layout, action_set: str, observation: str,
-                 feature_size: int, feature_seed: int) -> _Tables:
+def _make_tables(
+    layout: Layout,
+    action_set: str,
+    observation: str,
+    feature_size: int,
+    feature_seed: int,
+) -> _Tables:
   free = np.array([[c == FLOOR for c in row] for row in layout.grid], bool)
   free_cells = np.argwhere(free).astype(np.int32)
   cell_index = np.full(free.shape, -1, np.int32)
@@ -247,18 +305,29 @@ def _make_tables(layout: Layout, action_set: str, observation: str,
   per_object = [kind for kind in layout.objects for _ in range(kind.count)]
   rewards, term_probs, respawn_probs = (
       np.array([getattr(k, f) for k in per_object], np.float32)
-      for f in ("reward", "term_prob", "respawn_prob"))
+      for f in ("reward", "term_prob", "respawn_prob")
+  )
   features = None
   num_states = len(free_cells) * 2 ** len(per_object)
   if observation == "random_features":
-    features = np.asarray(jax.random.normal(
-        jax.random.PRNGKey(feature_seed), (num_states, feature_size),
-        jnp.float32))
-  return _Tables(free=free, free_cells=free_cells, cell_index=cell_index,
-                 rewards=rewards, term_probs=term_probs,
-                 respawn_probs=respawn_probs, max_steps=layout.max_steps,
-                 collect_actions=action_set == "move_and_collect",
-                 features=features)
+    features = np.asarray(
+        jax.random.normal(
+            jax.random.PRNGKey(feature_seed),
+            (num_states, feature_size),
+            jnp.float32,
+        )
+    )
+  return _Tables(
+      free=free,
+      free_cells=free_cells,
+      cell_index=cell_index,
+      rewards=rewards,
+      term_probs=term_probs,
+      respawn_probs=respawn_probs,
+      max_steps=layout.max_steps,
+      collect_actions=action_set == "move_and_collect",
+      features=features,
+  )
 
 
 @chex.dataclass(frozen=True)
@@ -282,19 +351,22 @@ class GridState:
   rng: types.Array
 
 
-def sample_object_cells(rng: types.Array, tables: _Tables,
-                        num_objects: int) -> types.Array:
+def sample_object_cells(
+    rng: types.Array, tables: _Tables, num_objects: int
+) -> types.Array:
   """``[K, 2]`` int32: ``K`` distinct free cells drawn uniformly."""
-  index = jax.random.choice(rng, len(tables.free_cells), (num_objects,),
-                            replace=False)
+  index = jax.random.choice(
+      rng, len(tables.free_cells), (num_objects,), replace=False
+  )
   return jnp.asarray(tables.free_cells)[index]
 
 
 def _start_position(rng, object_cells, tables):
   """A free cell holding no object, drawn uniformly: ``[2]`` int32."""
   cells = jnp.asarray(tables.free_cells)  # [F, 2]
-  taken = jnp.any(jnp.all(cells[:, None, :] == object_cells[None], axis=-1),
-                  axis=-1)  # [F]
+  taken = jnp.any(
+      jnp.all(cells[:, None, :] == object_cells[None], axis=-1), axis=-1
+  )  # [F]
   index = jax.random.categorical(rng, jnp.where(taken, -jnp.inf, 0.0))
   return cells[index]
 
@@ -318,14 +390,19 @@ def _reset_stream(rng, object_cells, tables):
   next_rng, start_rng = jax.random.split(rng)
   position = _start_position(start_rng, object_cells, tables)
   present = jnp.ones(object_cells.shape[:1], bool)
-  state = GridState(position=position, object_cells=object_cells,
-                    present=present, time=jnp.zeros((), jnp.int32),
-                    rng=next_rng)
+  state = GridState(
+      position=position,
+      object_cells=object_cells,
+      present=present,
+      time=jnp.zeros((), jnp.int32),
+      rng=next_rng,
+  )
   timestep = types.EnvTimestep(
       observation=_observe(position, present, tables),
       reward=jnp.zeros((), jnp.float32),
       step_type=jnp.asarray(types.FIRST, jnp.int32),
-      discount=jnp.ones((), jnp.float32))
+      discount=jnp.ones((), jnp.float32),
+  )
   return state, timestep
 
 
@@ -333,8 +410,12 @@ def _step_stream(state, action, tables):
   next_rng, term_rng, respawn_rng, reset_rng = jax.random.split(state.rng, 4)
   height, width = tables.free.shape
   target = state.position + jnp.asarray(MOVES)[action % NUM_MOVES]
-  inside = ((target[0] >= 0) & (target[0] < height) & (target[1] >= 0)
-            & (target[1] < width))
+  inside = (
+      (target[0] >= 0)
+      & (target[0] < height)
+      & (target[1] >= 0)
+      & (target[1] < width)
+  )
   clipped = jnp.clip(target, 0, jnp.array([height - 1, width - 1]))
   open_cell = inside & jnp.asarray(tables.free)[clipped[0], clipped[1]]
   if tables.collect_actions:
@@ -352,23 +433,31 @@ def _step_stream(state, action, tables):
   terminated = jax.random.uniform(term_rng) < term_prob
   respawned = ~state.present & (
       jax.random.uniform(respawn_rng, state.present.shape)
-      < tables.respawn_probs)
+      < tables.respawn_probs
+  )
   present = (state.present & ~collected) | respawned
   time = state.time + 1
   done = terminated | (time >= tables.max_steps)
   # A finished episode restarts at once; the timestep keeps its reward, LAST
   # and discount but shows the next episode's first observation.
   position = jnp.where(
-      done, _start_position(reset_rng, state.object_cells, tables), position)
+      done, _start_position(reset_rng, state.object_cells, tables), position
+  )
   present = present | done
   time = jnp.where(done, 0, time)
-  new_state = GridState(position=position, object_cells=state.object_cells,
-                        present=present, time=time, rng=next_rng)
+  new_state = GridState(
+      position=position,
+      object_cells=state.object_cells,
+      present=present,
+      time=time,
+      rng=next_rng,
+  )
   timestep = types.EnvTimestep(
       observation=_observe(position, present, tables),
       reward=reward.astype(jnp.float32),
       step_type=jnp.where(done, types.LAST, types.MID).astype(jnp.int32),
-      discount=jnp.where(terminated, 0.0, 1.0).astype(jnp.float32))
+      discount=jnp.where(terminated, 0.0, 1.0).astype(jnp.float32),
+  )
   return new_state, timestep
 
 
@@ -387,10 +476,16 @@ class LpgGridWorld(base.Environment):
 
   is_jittable = True
 
-  def __init__(self, batch_size: int, layout: str = "dense",
-               observation: str = "tabular", feature_size: int = 32,
-               feature_seed: int = 0, layout_seed: int | None = None,
-               action_set: str = "move"):
+  def __init__(
+      self,
+      batch_size: int,
+      layout: str = "dense",
+      observation: str = "tabular",
+      feature_size: int = 32,
+      feature_seed: int = 0,
+      layout_seed: int | None = None,
+      action_set: str = "move",
+  ):
     """Builds the environment.
 
     Args:
@@ -408,37 +503,56 @@ class LpgGridWorld(base.Environment):
     Raises:
       ValueError: naming the first invalid setting and its valid values.
     """
-    check_settings(batch_size, layout, observation, feature_size,
-                   feature_seed, layout_seed, action_set)
+    check_settings(
+        batch_size,
+        layout,
+        observation,
+        feature_size,
+        feature_seed,
+        layout_seed,
+        action_set,
+    )
     self.batch_size = int(batch_size)
     self.layout = LAYOUTS[layout]
     self.layout_name = layout
     self.observation = observation
     self.action_set = action_set
-    self.tables = _make_tables(self.layout, action_set, observation,
-                               int(feature_size), int(feature_seed))
+    self.tables = _make_tables(
+        self.layout,
+        action_set,
+        observation,
+        int(feature_size),
+        int(feature_seed),
+    )
     self._fixed_cells = None
     if layout_seed is not None:
-      self._fixed_cells = np.asarray(sample_object_cells(
-          jax.random.PRNGKey(layout_seed), self.tables,
-          self.layout.num_objects))
+      self._fixed_cells = np.asarray(
+          sample_object_cells(
+              jax.random.PRNGKey(layout_seed),
+              self.tables,
+              self.layout.num_objects,
+          )
+      )
     tables = self.tables
     self._reset = jax.jit(self._reset_fn)
     self._step = jax.jit(
-        jax.vmap(functools.partial(_step_stream, tables=tables)))
-    self._observe = jax.jit(jax.vmap(
-        functools.partial(_observe, tables=tables)))
+        jax.vmap(functools.partial(_step_stream, tables=tables))
+    )
+    self._observe = jax.jit(
+        jax.vmap(functools.partial(_observe, tables=tables))
+    )
 
   def _reset_fn(self, rng):
     layout_rng, stream_rng = jax.random.split(rng)
     if self._fixed_cells is None:
-      cells = sample_object_cells(layout_rng, self.tables,
-                                  self.layout.num_objects)
+      cells = sample_object_cells(
+          layout_rng, self.tables, self.layout.num_objects
+      )
     else:
       cells = jnp.asarray(self._fixed_cells)
-    return jax.vmap(functools.partial(_reset_stream, tables=self.tables),
-                    in_axes=(0, None))(
-                        jax.random.split(stream_rng, self.batch_size), cells)
+    return jax.vmap(
+        functools.partial(_reset_stream, tables=self.tables), in_axes=(0, None)
+    )(jax.random.split(stream_rng, self.batch_size), cells)
 
   @property
   def num_objects(self) -> int:
@@ -453,8 +567,9 @@ class LpgGridWorld(base.Environment):
     """Starts a lifetime: ``B`` first episodes from one key."""
     return self._reset(rng)
 
-  def step(self, state: GridState,
-           actions: types.Array) -> tuple[GridState, types.EnvTimestep]:
+  def step(
+      self, state: GridState, actions: types.Array
+  ) -> tuple[GridState, types.EnvTimestep]:
     """Applies ``actions`` ``[B]`` (ints in ``[0, num_actions)``)."""
     actions = jnp.asarray(actions, jnp.int32)
     chex.assert_shape(actions, (self.batch_size,))
@@ -467,25 +582,33 @@ class LpgGridWorld(base.Environment):
   def observation_spec(self) -> specs.Array:
     if self.tables.features is None:
       return specs.Array((self.num_states,), np.float32, name="state_one_hot")
-    return specs.Array(self.tables.features.shape[1:], np.float32,
-                       name="state_features")
+    return specs.Array(
+        self.tables.features.shape[1:], np.float32, name="state_features"
+    )
 
   def action_spec(self) -> specs.BoundedArray:
-    return specs.BoundedArray((), np.int32, 0,
-                              ACTION_SETS[self.action_set] - 1, name="action")
+    return specs.BoundedArray(
+        (), np.int32, 0, ACTION_SETS[self.action_set] - 1, name="action"
+    )
 
 
 GRID_SETTINGS: dict[str, Any] = dict(
-    observation="tabular", feature_size=32, feature_seed=0, layout_seed=None,
-    action_set="move")
+    observation="tabular",
+    feature_size=32,
+    feature_seed=0,
+    layout_seed=None,
+    action_set="move",
+)
 
 
 def _factory(layout: str) -> Callable[..., LpgGridWorld]:
   def make(batch_size: int, **settings: Any) -> LpgGridWorld:
     return LpgGridWorld(batch_size, layout=layout, **settings)
+
   make.__name__ = make.__qualname__ = f"make_lpg_{layout}"
-  make.__doc__ = (f"``LpgGridWorld(batch_size, layout={layout!r}, "
-                  "**settings)``.")
+  make.__doc__ = (
+      f"``LpgGridWorld(batch_size, layout={layout!r}, " "**settings)``."
+  )
   return make
 
 
