@@ -1,0 +1,310 @@
+"""Shared machinery of the adapters for third-party jittable suites.
+
+``SuiteEnvironment`` turns a package's single-stream, pure ``reset`` and
+``step`` functions into a batched ``disco`` environment (``B`` streams,
+``EnvTimestep`` outputs, automatic resets as in ``catch.py``). A subclass only
+says how to reset one stream and how to step one stream, returning the
+package's own ``terminated`` and ``truncated`` flags; this module turns them
+into step types and discounts:
+
+  * ``terminated``: LAST with discount 0 (no value beyond this step);
+  * ``truncated`` (a time limit) and not terminated: LAST with discount 1;
+  * neither: MID with discount 1.
+
+The observation of a LAST step is already the first observation of the next
+episode: a subclass's ``_step_stream`` must return the state and observation
+after the package's (or its own) automatic reset.
+
+The batched state is a ``SuiteState``: the package's state, the package's
+parameters, one PRNG key and one step count per stream, every leaf leading
+with ``[B]``, so
+that it can be copied, broadcast or gathered along the stream axis (as the
+search of SPO does) and so that streams may even carry different parameters.
+
+The module also holds the error helpers the adapters share: unknown names with
+close matches, unknown settings and ill-typed setting values.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Mapping, Sequence
+import difflib
+import numbers
+from typing import Any
+
+import chex
+from dm_env import specs
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from disco import types
+from disco.environments import base
+
+
+@chex.dataclass(frozen=True)
+class SuiteState:
+  """State of ``B`` streams of a third-party environment.
+
+  Attributes:
+    env_state: the package's own state (for xminigrid its ``TimeStep``, which
+      holds the state); every leaf ``[B, ...]``.
+    params: the package's environment parameters; every array leaf
+      ``[B, ...]`` (one copy per stream; static fields live in the tree
+      structure). ``step`` uses these, not the adapter's, so streams may be
+      given different parameters by replacing them.
+    rng: ``[B, ...]`` one PRNG key per stream, fixed from ``reset`` on.
+    num_steps: ``[B]`` uint32 steps the stream has taken (over all its
+      episodes); step ``t`` draws its randomness (including that of a reset)
+      from ``fold_in(rng, t)``, one hash per stream and step, as cheap as the
+      packages' own ``split(key, B)`` (a split per stream would cost twice as
+      much, which shows on cheap environments such as MinAtar).
+  """
+
+  env_state: Any
+  params: Any
+  rng: types.Array
+  num_steps: types.Array
+
+
+def canonical_params(params: Any) -> Any:
+  """Parameters with every leaf a JAX array of a canonical, strong dtype.
+
+  Python scalars become arrays (``float`` -> float32, ``int`` -> int32,
+  ``bool`` -> bool) so that the state's dtypes never change between ``reset``
+  and ``step`` (a ``lax.scan`` carry must keep its types).
+  """
+
+  def convert(leaf):
+    dtype = leaf.dtype if hasattr(leaf, "dtype") else np.result_type(leaf)
+    dtype = jax.dtypes.canonicalize_dtype(dtype)
+    return jnp.asarray(leaf, dtype=dtype)
+
+  return jax.tree.map(convert, params)
+
+
+def broadcast_leaves(tree: Any, batch_size: int) -> Any:
+  """Every leaf ``[...]`` -> ``[batch_size, ...]`` (copies)."""
+  return jax.tree.map(
+      lambda x: jnp.broadcast_to(x, (batch_size,) + jnp.shape(x)), tree
+  )
+
+
+def transition_timestep(
+    observation: types.Array,
+    reward: types.Array,
+    terminated: types.Array,
+    truncated: types.Array,
+) -> types.EnvTimestep:
+  """One stream's ``EnvTimestep`` for a transition (scalars, obs float32).
+
+  Args:
+    observation: the observation shown after the step (after an automatic
+      reset: the next episode's first one).
+    reward: the transition's reward.
+    terminated: whether the episode reached a terminal state.
+    truncated: whether the episode hit a time limit.
+
+  Returns:
+    LAST where terminated or truncated, otherwise MID; discount 0 where
+    terminated (even if also truncated), otherwise 1.
+  """
+  terminated = jnp.asarray(terminated).astype(bool)
+  truncated = jnp.asarray(truncated).astype(bool)
+  done = jnp.logical_or(terminated, truncated)
+  return types.EnvTimestep(
+      observation=jnp.asarray(observation, jnp.float32),
+      reward=jnp.asarray(reward, jnp.float32),
+      step_type=jnp.where(done, types.LAST, types.MID).astype(jnp.int32),
+      discount=jnp.where(terminated, 0.0, 1.0).astype(jnp.float32),
+  )
+
+
+def first_timestep(observation: types.Array) -> types.EnvTimestep:
+  """One stream's FIRST ``EnvTimestep``: reward 0, discount 1."""
+  return types.EnvTimestep(
+      observation=jnp.asarray(observation, jnp.float32),
+      reward=jnp.zeros((), jnp.float32),
+      step_type=jnp.asarray(types.FIRST, jnp.int32),
+      discount=jnp.ones((), jnp.float32),
+  )
+
+
+class SuiteEnvironment(base.Environment, abc.ABC):
+  """``B`` streams of a package's pure, single-stream environment.
+
+  Subclasses implement ``_reset_stream`` and ``_step_stream`` for one stream
+  (they are vmapped over the ``B`` streams and jitted here). ``reset(rng)``
+  returns ``(SuiteState, EnvTimestep)`` with step_type FIRST and observations
+  ``[B, *observation_spec().shape]`` float32; ``step(state, actions [B])``
+  advances every stream. Both are pure and jitted, so they compose with
+  ``jit``/``vmap``/``scan`` and the state can be copied.
+
+  Attributes:
+    name: the environment's disco name, e.g. ``"gymnax/CartPole-v1"``.
+    params: the package's parameters ``reset`` gives every stream
+      (unbatched, canonical arrays).
+    package_params: the same parameters as the package built them (Python
+      scalars left as they are), for driving the package directly.
+  """
+
+  is_jittable = True
+
+  def __init__(self, batch_size: int, params: Any, num_actions: int, name: str):
+    if (
+        isinstance(batch_size, bool)
+        or not isinstance(batch_size, numbers.Integral)
+        or batch_size < 1
+    ):
+      raise ValueError(
+          f"{name}: batch_size={batch_size!r} must be an integer >= 1."
+      )
+    self.batch_size = int(batch_size)
+    self.name = name
+    self.package_params = params
+    self.params = canonical_params(params)
+    self._num_actions = int(num_actions)
+    self._reset = jax.jit(jax.vmap(self._reset_one))
+    self._step = jax.jit(jax.vmap(self._step_one))
+    obs = jax.eval_shape(
+        self._reset_stream, self.params, jax.random.PRNGKey(0)
+    )[1]
+    self._observation_shape = tuple(jnp.shape(obs))
+
+  @abc.abstractmethod
+  def _reset_stream(
+      self, params: Any, key: types.Array
+  ) -> tuple[Any, types.Array]:
+    """One stream: ``(package state, first observation)`` from ``key``."""
+
+  @abc.abstractmethod
+  def _step_stream(
+      self, params: Any, env_state: Any, action: types.Array, key: types.Array
+  ) -> tuple[Any, types.Array, types.Array, types.Array, types.Array]:
+    """One stream's step with automatic reset.
+
+    Args:
+      params: the stream's package parameters.
+      env_state: the stream's package state.
+      action: int32 scalar.
+      key: a fresh PRNG key for this step (and the reset it may need).
+
+    Returns:
+      ``(state, observation, reward, terminated, truncated)``; where the
+      episode ended, ``state`` and ``observation`` are the next episode's
+      first ones.
+    """
+
+  def _reset_one(self, params, rng):
+    next_rng, key = jax.random.split(rng)
+    env_state, obs = self._reset_stream(params, key)
+    state = SuiteState(
+        env_state=env_state,
+        params=params,
+        rng=next_rng,
+        num_steps=jnp.zeros((), jnp.uint32),
+    )
+    return state, first_timestep(obs)
+
+  def _step_one(self, state, action):
+    key = jax.random.fold_in(state.rng, state.num_steps)
+    env_state, obs, reward, terminated, truncated = self._step_stream(
+        state.params, state.env_state, action, key
+    )
+    timestep = transition_timestep(obs, reward, terminated, truncated)
+    return (
+        state.replace(env_state=env_state, num_steps=state.num_steps + 1),
+        timestep,
+    )
+
+  def reset(self, rng: types.Array) -> tuple[SuiteState, types.EnvTimestep]:
+    """Starts ``B`` episodes from one key (split into ``B`` stream keys)."""
+    params = broadcast_leaves(self.params, self.batch_size)
+    return self._reset(params, jax.random.split(rng, self.batch_size))
+
+  def step(
+      self, state: SuiteState, actions: types.Array
+  ) -> tuple[SuiteState, types.EnvTimestep]:
+    """Applies ``actions`` ``[B]`` (ints in ``[0, num_actions)``)."""
+    actions = jnp.asarray(actions, jnp.int32)
+    chex.assert_shape(actions, (self.batch_size,))
+    return self._step(state, actions)
+
+  def observation_spec(self) -> specs.Array:
+    return specs.Array(self._observation_shape, np.float32, name="observation")
+
+  def action_spec(self) -> specs.BoundedArray:
+    return specs.BoundedArray(
+        (), np.int32, 0, self._num_actions - 1, name="action"
+    )
+
+  def __repr__(self) -> str:
+    return f"{type(self).__name__}({self.name!r}, batch_size={self.batch_size})"
+
+
+# ------------------------------------------------------------- errors ----
+
+
+def unknown_name_error(
+    kind: str, name: str, valid: Sequence[str]
+) -> ValueError:
+  """A ``ValueError`` for an unknown ``name``, naming close matches."""
+  close = difflib.get_close_matches(name, valid, n=3, cutoff=0.5)
+  hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+  return ValueError(
+      f"Unknown {kind} {name!r}.{hint} Valid ids: {', '.join(valid)}."
+  )
+
+
+def check_setting_names(
+    env_name: str, settings: Mapping[str, Any], accepted: Iterable[str]
+) -> None:
+  """Raises ``ValueError`` naming unknown settings and the accepted ones."""
+  accepted = sorted(accepted)
+  unknown = sorted(set(settings) - set(accepted))
+  if unknown:
+    raise ValueError(
+        f"Unknown setting(s) {unknown} for environment {env_name!r}; valid "
+        f"settings are {accepted}."
+    )
+
+
+def check_setting_value(
+    env_name: str, key: str, value: Any, default: Any
+) -> None:
+  """Raises ``ValueError`` if ``value`` does not fit the type of ``default``.
+
+  Booleans must be ``bool``; integers integral (not ``bool``); floats real
+  numbers; strings ``str``; arrays must keep the default's shape. A default
+  of ``None`` accepts anything.
+  """
+  if default is None:
+    return
+  if isinstance(default, (bool, np.bool_)):
+    ok, what = isinstance(value, (bool, np.bool_)), "a bool"
+  elif isinstance(default, numbers.Integral):
+    ok = isinstance(value, numbers.Integral) and not isinstance(
+        value, (bool, np.bool_)
+    )
+    what = "an integer"
+  elif isinstance(default, numbers.Real):
+    ok = isinstance(value, numbers.Real) and not isinstance(
+        value, (bool, np.bool_)
+    )
+    what = "a real number"
+  elif isinstance(default, str):
+    ok, what = isinstance(value, str), "a string"
+  elif hasattr(default, "shape") and np.ndim(default) > 0:
+    try:
+      ok = np.shape(np.asarray(value)) == tuple(default.shape)
+    except (TypeError, ValueError):
+      ok = False
+    what = f"an array of shape {tuple(default.shape)}"
+  else:
+    return
+  if not ok:
+    raise ValueError(
+        f"Setting {key}={value!r} of environment {env_name!r} must be "
+        f"{what} (default {default!r})."
+    )

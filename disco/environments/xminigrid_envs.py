@@ -1,0 +1,324 @@
+"""XLand-MiniGrid environments as batched, jittable ``disco`` environments.
+
+Every environment of xminigrid's registry is available as ``xminigrid/<id>``
+(``ENV_NAMES``):
+
+  * the MiniGrid ports, e.g. ``xminigrid/MiniGrid-Empty-8x8``,
+    ``xminigrid/MiniGrid-DoorKey-5x5``, ``xminigrid/MiniGrid-FourRooms``;
+  * the XLand environments, e.g. ``xminigrid/XLand-MiniGrid-R1-9x9``, whose
+    goal, rules and initial objects (a *ruleset*) come from a benchmark file
+    on disk:
+
+      env = xminigrid_envs.make("XLand-MiniGrid-R1-9x9", batch_size=16,
+                                benchmark_path="/data/trivial_21k",
+                                ruleset_id=3)
+
+    The file is in xminigrid's own format (a bz2-compressed pickle of a dict
+    with ``goals`` ``[N, 5]``, ``rules`` ``[N, R, 7]``, ``init_tiles``
+    ``[N, T, 2]`` and ``num_rules``, as ``xminigrid.benchmarks`` saves it).
+    disco never downloads benchmarks; loading a pickle runs code from it, so
+    only load files you trust.
+
+Settings: ``height``, ``width``, ``view_size`` and ``max_steps`` (the step
+limit; ``None`` means xminigrid's default for the grid size, e.g.
+``4 * height * width`` for Empty), ``num_objects`` for MiniGrid-Playground,
+and ``benchmark_path`` (required) and ``ruleset_id`` (default 0) for XLand.
+
+xminigrid's ``Environment.step(params, timestep, action)`` does not reset; it
+returns a ``TimeStep`` with step_type LAST when the goal is reached
+(*terminated*, discount 0) or when ``step_num == max_steps`` (*truncated*,
+discount 1). The adapter reads termination as ``LAST and discount == 0`` and
+truncation as ``LAST and discount == 1``, and resets finished streams itself
+with a fresh key from the stream's PRNG key (as xminigrid's
+``GymAutoResetWrapper`` does, gym style), so a LAST step already shows the
+next episode's first observation.
+
+Observations keep xminigrid's ``[view_size, view_size, 2]`` (tile id, colour
+id) shape, cast to float32; there are 6 actions (forward, turn right, turn
+left, pick up, put down, toggle). xminigrid is imported only when an
+environment is built, so ``import disco`` stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import dataclasses
+import functools
+import numbers
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from disco.environments import base
+from disco.environments import suite_utils
+
+PREFIX = "xminigrid/"
+XLAND_PREFIX = "XLand-MiniGrid"
+
+# The ids of xminigrid 0.9.3's registry (tests check this list against the
+# installed xminigrid).
+_XLAND_SIZES = {
+    "R1": (9, 11, 13, 15, 17),
+    "R2": (9, 11, 13, 15, 17),
+    "R4": (9, 11, 13, 15, 17),
+    "R6": (13, 17, 19),
+    "R9": (16, 19, 25),
+}
+XLAND_IDS: tuple[str, ...] = tuple(
+    f"{XLAND_PREFIX}-{rooms}-{size}x{size}"
+    for rooms, sizes in _XLAND_SIZES.items()
+    for size in sizes
+)
+MINIGRID_IDS: tuple[str, ...] = (
+    "MiniGrid-BlockedUnlockPickUp",
+    "MiniGrid-DoorKey-5x5",
+    "MiniGrid-DoorKey-6x6",
+    "MiniGrid-DoorKey-8x8",
+    "MiniGrid-DoorKey-16x16",
+    "MiniGrid-Empty-5x5",
+    "MiniGrid-Empty-6x6",
+    "MiniGrid-Empty-8x8",
+    "MiniGrid-Empty-16x16",
+    "MiniGrid-EmptyRandom-5x5",
+    "MiniGrid-EmptyRandom-6x6",
+    "MiniGrid-EmptyRandom-8x8",
+    "MiniGrid-EmptyRandom-16x16",
+    "MiniGrid-FourRooms",
+    "MiniGrid-LockedRoom",
+    "MiniGrid-MemoryS8",
+    "MiniGrid-MemoryS16",
+    "MiniGrid-MemoryS32",
+    "MiniGrid-MemoryS64",
+    "MiniGrid-MemoryS128",
+    "MiniGrid-Playground",
+    "MiniGrid-Unlock",
+    "MiniGrid-UnlockPickUp",
+)
+ENV_IDS: tuple[str, ...] = XLAND_IDS + MINIGRID_IDS
+ENV_NAMES: tuple[str, ...] = tuple(PREFIX + i for i in ENV_IDS)
+
+# Parameter fields that are not settings: the ruleset comes from the
+# benchmark file, the layout from the id, and nothing is rendered.
+_NOT_SETTINGS = ("ruleset", "grid_type", "render_mode")
+_BENCHMARK_KEYS = ("goals", "rules", "init_tiles", "num_rules")
+
+
+def _strip(env_id: str) -> str:
+  return env_id.removeprefix(PREFIX)
+
+
+def _is_xland(env_id: str) -> bool:
+  return env_id.startswith(XLAND_PREFIX)
+
+
+@functools.cache
+def _defaults(env_id: str) -> dict[str, Any]:
+  """Accepted settings of ``env_id`` with their defaults."""
+  import xminigrid  # pylint: disable=g-import-not-at-top
+
+  _, params = xminigrid.make(env_id)
+  defaults = {
+      f.name: getattr(params, f.name)
+      for f in dataclasses.fields(params)
+      if f.name not in _NOT_SETTINGS
+  }
+  defaults["max_steps"] = None
+  if _is_xland(env_id):
+    defaults.update(benchmark_path=None, ruleset_id=0)
+  return defaults
+
+
+def _check_id(env_id: str) -> str:
+  import xminigrid  # pylint: disable=g-import-not-at-top
+
+  env_id = _strip(env_id)
+  valid = list(xminigrid.registered_environments())
+  if env_id not in valid:
+    raise suite_utils.unknown_name_error("xminigrid environment", env_id, valid)
+  return env_id
+
+
+def _check_int(name: str, key: str, value: Any, minimum: int) -> None:
+  if (
+      isinstance(value, bool)
+      or not isinstance(value, numbers.Integral)
+      or value < minimum
+  ):
+    raise ValueError(
+        f"Setting {key}={value!r} of environment {name!r} must be an integer "
+        f">= {minimum}."
+    )
+
+
+def load_ruleset(
+    benchmark_path: str | os.PathLike[str],
+    ruleset_id: int,
+    name: str = "xminigrid",
+) -> Any:
+  """Ruleset ``ruleset_id`` of a local benchmark file (xminigrid's format).
+
+  Args:
+    benchmark_path: a bz2-compressed pickle of a dict with ``goals``,
+      ``rules``, ``init_tiles`` and ``num_rules`` (never downloaded).
+    ruleset_id: index of the ruleset in the file.
+    name: environment name for error messages.
+
+  Returns:
+    An ``xminigrid.types.RuleSet`` (``goal`` ``[5]``, ``rules`` ``[R, 7]``,
+    ``init_tiles`` ``[T, 2]``, uint8).
+
+  Raises:
+    ValueError: if the file is missing or unreadable, or the id out of range.
+  """
+  from xminigrid import benchmarks  # pylint: disable=g-import-not-at-top
+
+  if benchmark_path is None:
+    raise ValueError(
+        f"{name} needs the setting benchmark_path=<local ruleset benchmark "
+        "file, xminigrid's bz2-pickle format> (disco never downloads "
+        "benchmarks)."
+    )
+  if not isinstance(benchmark_path, (str, os.PathLike)):
+    raise ValueError(
+        f"Setting benchmark_path={benchmark_path!r} of {name!r} "
+        "must be a path."
+    )
+  if not os.path.isfile(benchmark_path):
+    raise ValueError(
+        f"Setting benchmark_path={str(benchmark_path)!r} of "
+        f"{name!r}: no such file."
+    )
+  try:
+    raw = benchmarks.load_bz2_pickle(os.fspath(benchmark_path))
+    missing = [k for k in _BENCHMARK_KEYS if k not in raw]
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(
+        f"Setting benchmark_path={str(benchmark_path)!r} of {name!r}: not a "
+        f"ruleset benchmark file in xminigrid's format ({e!r})."
+    ) from e
+  if missing:
+    raise ValueError(
+        f"Setting benchmark_path={str(benchmark_path)!r} of {name!r}: the "
+        f"file lacks {missing}."
+    )
+  benchmark = benchmarks.Benchmark(
+      **{k: jnp.asarray(raw[k]) for k in _BENCHMARK_KEYS}
+  )
+  count = benchmark.num_rulesets()
+  _check_int(name, "ruleset_id", ruleset_id, 0)
+  if ruleset_id >= count:
+    raise ValueError(
+        f"Setting ruleset_id={ruleset_id} of {name!r} is out of range: "
+        f"{benchmark_path} holds {count} rulesets (0 to {count - 1})."
+    )
+  return benchmark.get_ruleset(ruleset_id)
+
+
+class XMiniGridEnvironment(suite_utils.SuiteEnvironment):
+  """``batch_size`` streams of an xminigrid environment.
+
+  ``reset(rng)`` -> ``(SuiteState, EnvTimestep)`` with observations
+  ``[B, view_size, view_size, 2]`` float32 and step_type FIRST; ``step(state,
+  actions [B] int32)`` steps every stream and resets finished ones. The
+  package state kept per stream is xminigrid's ``TimeStep`` (which holds its
+  ``State``); ``state.params`` holds the (XLand: per-stream) ruleset.
+
+  Attributes:
+    package_env: the xminigrid environment object.
+  """
+
+  def __init__(self, batch_size: int, package_env: Any, params: Any, name: str):
+    self.package_env = package_env
+    super().__init__(
+        batch_size,
+        params,
+        num_actions=package_env.num_actions(params),
+        name=name,
+    )
+
+  def _reset_stream(self, params, key):
+    timestep = self.package_env.reset(params, key)
+    return timestep, timestep.observation
+
+  def _step_stream(self, params, env_state, action, key):
+    stepped = self.package_env.step(params, env_state, action)
+    done = stepped.last()
+    terminated = jnp.logical_and(done, stepped.discount == 0.0)
+    truncated = jnp.logical_and(done, jnp.logical_not(terminated))
+    fresh = self.package_env.reset(params, key)
+    following = jax.tree.map(
+        lambda new, old: jnp.where(done, new, old), fresh, stepped
+    )
+    return (
+        following,
+        following.observation,
+        stepped.reward,
+        terminated,
+        truncated,
+    )
+
+
+def make(env_id: str, batch_size: int, **settings: Any) -> XMiniGridEnvironment:
+  """Builds ``batch_size`` streams of xminigrid environment ``env_id``.
+
+  Args:
+    env_id: an xminigrid id such as ``"MiniGrid-Empty-8x8"`` (with or without
+      the ``"xminigrid/"`` prefix).
+    batch_size: number of streams ``B`` (>= 1).
+    **settings: see the module docstring and ``env_specs()``.
+
+  Returns:
+    A jittable ``XMiniGridEnvironment``.
+
+  Raises:
+    ValueError: for an unknown id (naming close matches), an unknown setting
+      (naming the valid ones), a bad value, or (XLand) a missing or bad
+      benchmark file or ruleset id.
+  """
+  import xminigrid  # pylint: disable=g-import-not-at-top
+
+  env_id = _check_id(env_id)
+  name = PREFIX + env_id
+  defaults = _defaults(env_id)
+  suite_utils.check_setting_names(name, settings, defaults)
+  settings = {**defaults, **settings}
+  ruleset = None
+  if _is_xland(env_id):
+    ruleset = load_ruleset(
+        settings.pop("benchmark_path"), settings.pop("ruleset_id"), name
+    )
+  for key, value in settings.items():
+    if key == "max_steps" and value is None:
+      continue
+    _check_int(name, key, value, 1)
+  package_env, registered = xminigrid.make(env_id)
+  # Rebuild the parameters from the registered ones and the settings (the
+  # step limit is left to xminigrid unless given, so that it follows an
+  # overridden grid size).
+  kwargs = {
+      f.name: getattr(registered, f.name)
+      for f in dataclasses.fields(registered)
+      if f.name not in ("max_steps", "ruleset", "render_mode")
+  }
+  kwargs.update(settings)
+  params = package_env.default_params(**kwargs)
+  if ruleset is not None:
+    params = params.replace(ruleset=ruleset)
+  return XMiniGridEnvironment(batch_size, package_env, params, name)
+
+
+def _factory(env_id: str) -> Callable[..., base.Environment]:
+  return functools.partial(make, env_id)
+
+
+@functools.cache
+def env_specs() -> (
+    dict[str, tuple[Callable[..., base.Environment], dict[str, Any]]]
+):
+  """``"xminigrid/<id>"`` -> ``(factory(batch_size, **settings), defaults)``.
+
+  Imports xminigrid (but builds no environment and reads no file).
+  """
+  return {PREFIX + i: (_factory(i), dict(_defaults(i))) for i in ENV_IDS}
