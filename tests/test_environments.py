@@ -232,7 +232,13 @@ def test_registry_builds_both():
 @pytest.mark.parametrize(
     "name, batch_size, settings, match",
     [
-        ("pong", 1, {}, r"Unknown environment 'pong'.*Valid names: catch, "),
+        (
+            "pong",
+            1,
+            {},
+            r"Unknown environment 'pong'. Did you mean gymnax/Pong",
+        ),
+        ("nope", 1, {}, r"Registered: catch, .*gymnax/\.\.\..*env_names"),
         ("cath", 1, {}, r"Did you mean catch"),
         ("catch", 1, {"row": 5}, r"did you mean 'rows' for 'row'"),
         ("catch", 1, {"seed": 0}, r"Unknown setting\(s\) \['seed'\]"),
@@ -247,5 +253,5 @@ def test_registry_errors(name, batch_size, settings, match):
   with pytest.raises(ValueError, match=match):
     registry.make_env(name, batch_size, **settings)
   if name == "pong":
-    with pytest.raises(ValueError, match="Valid names"):
+    with pytest.raises(ValueError, match="env_names"):
       registry.is_jittable(name)

@@ -3,19 +3,30 @@
 One entry per environment: its factory ``(batch_size, **settings)``, the
 settings it accepts with their defaults, and whether it is jittable.
 Register your own with ``register_env``; the launchers then accept its name
-(``disco-eval --config.env=<name>``).
+(``disco-eval --config.env=<name>``; ``--config.env=list`` lists them).
+
+Registered here: Catch (jittable and ``dm_env``), the LPG grid worlds
+(``lpg/<layout>``) and delayed chain of Oh et al. (2020), every
+discrete-action gymnax environment (``gymnax/<id>``) and the XLand-MiniGrid
+environments (``xminigrid/<id>``). The suites' packages are imported only
+when one of their environments is built or its settings are read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 import dataclasses
 import difflib
+import functools
 from typing import Any
 
 from disco.environments import base
 from disco.environments import catch
 from disco.environments import catch_dm_env
+from disco.environments import delayed_chain
+from disco.environments import gymnax_envs
+from disco.environments import lpg_grid
+from disco.environments import xminigrid_envs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,7 +36,8 @@ class EnvEntry:
   Attributes:
     name: the registry name.
     make: ``(batch_size, **settings) -> Environment``.
-    settings: accepted settings and their defaults.
+    defaults: accepted settings and their defaults, or a function returning
+      them (read on first use, for suites whose package is slow to import).
     jittable: whether ``reset``/``step`` are pure and jittable (meta-training
       and search-based rules need this).
     description: one line for listings.
@@ -33,9 +45,15 @@ class EnvEntry:
 
   name: str
   make: Callable[..., base.Environment]
-  settings: Mapping[str, Any]
+  defaults: Mapping[str, Any] | Callable[[], Mapping[str, Any]]
   jittable: bool = True
   description: str = ""
+
+  @property
+  def settings(self) -> dict[str, Any]:
+    """Accepted settings and their defaults."""
+    defaults = self.defaults() if callable(self.defaults) else self.defaults
+    return dict(defaults)
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
@@ -59,7 +77,7 @@ def register_env(
   entry = EnvEntry(
       name=name,
       make=make,
-      settings=dict(settings),
+      defaults=settings if callable(settings) else dict(settings),
       jittable=jittable,
       description=description,
   )
@@ -77,6 +95,23 @@ def env_names() -> tuple[str, ...]:
   return tuple(_REGISTRY)
 
 
+def close_names(name: str, names: Iterable[str], n: int = 3) -> list[str]:
+  """Up to ``n`` of ``names`` that look like ``name``: those containing it
+  (ignoring case), then close spellings of the whole name or of the part
+  after the family prefix (``gymnax/``)."""
+  names = list(names)
+  found = [x for x in names if name.lower() in x.lower()]
+  by_suffix = {x.split("/")[-1]: x for x in names}
+  found += difflib.get_close_matches(name, names, n=n, cutoff=0.5)
+  found += [
+      by_suffix[x]
+      for x in difflib.get_close_matches(
+          name.split("/")[-1], by_suffix, n=n, cutoff=0.5
+      )
+  ]
+  return list(dict.fromkeys(found))[:n]
+
+
 def get_entry(name: str) -> EnvEntry:
   """The entry of ``name``.
 
@@ -85,11 +120,15 @@ def get_entry(name: str) -> EnvEntry:
       every name).
   """
   if name not in _REGISTRY:
-    close = difflib.get_close_matches(str(name), _REGISTRY, n=3, cutoff=0.5)
+    close = close_names(str(name), _REGISTRY)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
+    families = sorted(
+        {n.split("/")[0] + "/..." if "/" in n else n for n in _REGISTRY}
+    )
     raise ValueError(
-        f"Unknown environment {name!r}.{hint} Valid names: "
-        f"{', '.join(_REGISTRY)}."
+        f"Unknown environment {name!r}.{hint} Registered: "
+        f"{', '.join(families)} ({len(_REGISTRY)} names; env_names() lists "
+        "them)."
     )
   return _REGISTRY[name]
 
@@ -115,17 +154,16 @@ def make_env(name: str, batch_size: int, **settings: Any) -> base.Environment:
     ValueError: for an unknown name or setting, or an invalid value.
   """
   entry = get_entry(name)
-  unknown = sorted(set(settings) - set(entry.settings))
+  valid = entry.settings
+  unknown = sorted(set(settings) - set(valid))
   if unknown:
-    close = {
-        k: difflib.get_close_matches(k, entry.settings, n=1) for k in unknown
-    }
+    close = {k: difflib.get_close_matches(k, valid, n=1) for k in unknown}
     hints = "".join(
         f" (did you mean {c[0]!r} for {k!r}?)" for k, c in close.items() if c
     )
     raise ValueError(
         f"Unknown setting(s) {unknown} for environment {name!r}{hints}; "
-        f"valid settings: {', '.join(entry.settings) or 'none'}."
+        f"valid settings: {', '.join(valid) or 'none'}."
     )
   return entry.make(batch_size, **settings)
 
@@ -143,3 +181,29 @@ register_env(
     jittable=False,
     description="dm_env Catch stepped from a host loop",
 )
+for _name, (_make, _settings) in lpg_grid.ENV_SPECS.items():
+  register_env(
+      _name,
+      _make,
+      _settings,
+      description="LPG grid world (Oh et al. 2020, Appendix A.1)",
+  )
+for _name, (_make, _settings) in delayed_chain.ENV_SPECS.items():
+  register_env(
+      _name,
+      _make,
+      _settings,
+      description="delayed chain MDP (Oh et al. 2020, Appendix A.3)",
+  )
+for _suite, _description in (
+    (gymnax_envs, "gymnax"),
+    (xminigrid_envs, "XLand-MiniGrid"),
+):
+  _specs = functools.cache(_suite.env_specs)
+  for _name in _suite.ENV_NAMES:
+    register_env(
+        _name,
+        functools.partial(_suite.make, _name),
+        functools.partial(lambda specs, name: specs()[name][1], _specs, _name),
+        description=_description,
+    )
