@@ -13,7 +13,6 @@ reached ``--threshold``, and the final value. Last line:
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import numpy as np
@@ -44,10 +43,17 @@ def main():
   parser.add_argument("--threshold", type=float, default=0.9)
   parser.add_argument("--report_every", type=int, default=5_000)
   parser.add_argument("--iterations_per_call", type=int, default=100)
+  parser.add_argument(
+      "--loss_mask",
+      default="published",
+      choices=agent_lib.LOSS_MASKS,
+      help="transitions the agent's losses average over",
+  )
   args = parser.parse_args()
 
   cfg = loop.LoopConfig()  # the published notebook's settings
-  settings = rule_registry.default_settings("disco")
+  settings = rule_registry.default_settings("disco103")
+  settings.loss_mask = args.loss_mask
   env = registry.make_env(
       "catch", cfg.num_envs, rows=args.rows, columns=args.columns
   )
@@ -59,22 +65,17 @@ def main():
   per_call = args.iterations_per_call
   calls = -(-args.env_steps // (cfg.env_steps_per_iteration * per_call))
   history = []
-  start = time.time()
   for _ in range(calls):
     states, metrics = eval_loop.run(states, meta_params, per_call)
     history.append(metrics)
-  jax.block_until_ready(states)
-  wall = time.time() - start
-  metrics = {
-      k: np.concatenate([h[k] for h in history], axis=1) for k in history[0]
-  }
+  metrics = analysis.concat_metrics(history)
   curve = windowed_returns(metrics, args.episodes)
   env_steps = metrics["env_steps"][0]
 
   print(
-      f"Disco103 on Catch {args.rows}x{args.columns}, {args.seeds} seeds, "
-      f"{int(env_steps[-1])} env steps, {wall:.0f} s wall "
-      f"(incl. compilation), devices: {jax.devices()}"
+      f"Disco103 on Catch {args.rows}x{args.columns}, loss mask "
+      f"{args.loss_mask}, {args.seeds} seeds, {int(env_steps[-1])} env "
+      f"steps, devices: {jax.devices()}"
   )
   print("env_steps  " + "  ".join(f"seed{s}" for s in range(args.seeds)))
   for target in range(

@@ -39,6 +39,19 @@ def get_config() -> config_dict.ConfigDict:
           replay_capacity=1024,  # 0: no replay, learn on each rollout
           min_replay_size=64,
           learning_rate=config_dict.placeholder(float),  # None: rule's default
+          # Transitions the losses average over: "valid" (every transition with a
+          # valid target) or "published" (as the published DiscoRL agent: not
+          # those that start at an episode's last step). None: the rule's.
+          loss_mask=config_dict.placeholder(str),
+          # Overrides of the rule's agent network (None: the rule's setting);
+          # e.g. conv_channels=(16,) puts a convolutional torso in front of the
+          # dense one for image-like observations such as MinAtar's.
+          network=dict(
+              dense=config_dict.placeholder(tuple),
+              conv_channels=config_dict.placeholder(tuple),
+              model_lstm_size=config_dict.placeholder(int),
+              model_head_hiddens=config_dict.placeholder(tuple),
+          ),
           iterations_per_call=50,  # iterations per compiled call
           last_episodes=500,  # final score: mean return of the last episodes
           output_dir="",  # '' -> runs/eval-<rule>-<UTC timestamp>

@@ -13,12 +13,17 @@ meta-step, an MLP agent (512, 512) with an LSTM action model (256) and head
 learning rate 1e-3, discount 0.99 and lambda 0.96, Adam(5e-4) on the
 meta-parameters, 800 meta-steps from random meta-parameters (key 1).
 
-The population is a tuple of groups, each an environment setting with its own
-number of agents, e.g. for Catch 5x5 and 6x6::
+The population is a tuple of groups, each a (jittable) environment with its
+settings, its number of agents and optionally its ``weight`` in the
+meta-gradient (default: its number of agents). Groups may differ in
+observation shapes and action counts; each gets its own agent network and
+value function. E.g. Catch 5x5, an LPG grid world, the delayed chain and
+CartPole::
 
   --config.population="({'env': 'catch', 'env_settings': {'rows': 5, \
-'columns': 5}, 'num_agents': 2}, {'env': 'catch', 'env_settings': \
-{'rows': 6, 'columns': 6}, 'num_agents': 2})"
+'columns': 5}, 'num_agents': 2}, {'env': 'lpg/dense', 'num_agents': 2}, \
+{'env': 'delayed_chain', 'num_agents': 2}, \
+{'env': 'gymnax/CartPole-v1', 'num_agents': 2, 'weight': 1.0})"
 """
 
 from ml_collections import config_dict
@@ -52,6 +57,10 @@ def get_config() -> config_dict.ConfigDict:
               ),
               learning_rate=5e-4,
               max_abs_update=1.0,
+              # The published meta-trainer's agents leave out the transitions
+              # that start at an episode's last step ("published"); "valid"
+              # learns from every transition with a valid target.
+              loss_mask="published",
           ),
           # The meta-training value function (drives the outer policy gradient).
           value_fn=dict(

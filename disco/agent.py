@@ -24,6 +24,8 @@ from disco.networks import agent_nets
 from disco.update_rules import base
 from disco.update_rules import registry
 
+LOSS_MASKS = ("valid", "published")
+
 
 class Agent:
   """An agent trained by an update rule.
@@ -34,6 +36,11 @@ class Agent:
     net_config: agent network settings.
     learning_rate: Adam learning rate.
     max_abs_update: elementwise clip of Adam's update direction.
+    loss_mask: which transitions the losses average over (``LOSS_MASKS``):
+      ``"valid"``, every transition with a valid target (all but those cut
+      by a time limit; the transition out of an episode's last state is the
+      next episode's first move), or ``"published"``, as the published
+      DiscoRL agent: also not the transitions that start at a LAST state.
     axis_name: if set, gradients and statistics are averaged over this named
       axis (e.g. devices in ``shard_map`` or a batch split under ``vmap``).
   """
@@ -45,10 +52,17 @@ class Agent:
       net_config: agent_nets.NetConfig,
       learning_rate: float,
       max_abs_update: float = 1.0,
+      loss_mask: str = "valid",
       axis_name: str | None = None,
   ):
     if num_actions < 2:
       raise ValueError(f"num_actions must be >= 2, got {num_actions}.")
+    if loss_mask not in LOSS_MASKS:
+      raise ValueError(
+          f"Unknown loss_mask {loss_mask!r}; use one of "
+          f"{', '.join(LOSS_MASKS)}."
+      )
+    self.loss_mask = loss_mask
     self.rule = rule
     self.num_actions = num_actions
     self.net_config = net_config
@@ -127,7 +141,8 @@ class Agent:
         observations=timestep.observation,
         actions=actions.astype(jnp.int32),
         rewards=timestep.reward,
-        discounts=jnp.logical_not(timestep.is_last),
+        step_types=timestep.step_type,
+        discounts=timestep.discount,
         agent_outs={k: agent_out[k] for k in self.rule.behaviour_outputs},
         logits=agent_out["logits"],
         extras=extras,
@@ -139,17 +154,26 @@ class Agent:
   ) -> types.UpdateRuleInputs:
     """Builds the rule's view of a ``[T+1, B]`` rollout.
 
-    The reward and discount stored with timestep ``t+1`` belong to
-    transition ``t``, so the first ones are dropped.
+    The reward, step type and discount stored with timestep ``t+1`` belong to
+    transition ``t``, so the first ones are dropped. The ``mask`` follows
+    ``loss_mask``.
     """
+    arrives_last = rollout.is_last[1:]
+    is_terminal = jnp.logical_and(arrives_last, rollout.discounts[1:] == 0)
+    is_truncated = jnp.logical_and(arrives_last, jnp.logical_not(is_terminal))
+    mask = jnp.logical_not(is_truncated)
+    if self.loss_mask == "published":
+      mask = jnp.logical_and(mask, jnp.logical_not(rollout.is_last[:-1]))
     return types.UpdateRuleInputs(
         observations=rollout.observations,
         actions=rollout.actions,
         rewards=rollout.rewards[1:],
-        is_terminal=jnp.logical_not(rollout.discounts[1:]),
+        is_terminal=is_terminal,
         agent_out=agent_out,
         behaviour_agent_out=rollout.agent_outs,
         actor_extras=rollout.extras,
+        is_truncated=is_truncated,
+        mask=mask.astype(jnp.float32),
     )
 
   def unroll_meta_net(
@@ -187,13 +211,13 @@ class Agent:
       is_meta_training: bool,
   ) -> tuple[jax.Array, types.Logs]:
     """Scalar loss of the network outputs ``[T+1, B, ...]`` on a rollout:
-    the mean over transitions that do not start at an episode's LAST step."""
+    the mean over the transitions of ``loss_mask``."""
     inputs = self.rule_inputs(agent_out, rollout)
     loss_meta, logs_meta = self.rule.agent_loss(
         inputs, meta_out, backprop=is_meta_training
     )
     loss_no_meta, logs_no_meta = self.rule.agent_loss_no_meta(inputs, meta_out)
-    mask = rollout.discounts[:-1].astype(loss_meta.dtype)
+    mask = inputs.mask.astype(loss_meta.dtype)
     per_step = loss_meta + loss_no_meta
     total = (per_step * mask).sum() / (mask.sum() + 1e-8)
     logs = {k: jnp.mean(v) for k, v in {**logs_no_meta, **logs_meta}.items()}
@@ -273,7 +297,7 @@ def make_agent(
 
   Args:
     settings: agent settings (``rule``, ``rule_kwargs``, ``hyper_params``,
-      ``learning_rate``, ``max_abs_update``, ``network``).
+      ``learning_rate``, ``max_abs_update``, ``loss_mask``, ``network``).
     num_actions: ``A``.
     rule: the rule, if already built from ``settings`` (else built here).
     axis_name: see ``Agent``.
@@ -292,5 +316,6 @@ def make_agent(
       net_config=agent_nets.make_net_config(network),
       learning_rate=settings.learning_rate,
       max_abs_update=settings.max_abs_update,
+      loss_mask=settings.get("loss_mask", "valid"),
       axis_name=axis_name,
   )

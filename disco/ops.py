@@ -40,6 +40,22 @@ def polyak(
   return jax.tree.map(lambda t, o: t * (1.0 - tau) + tau * o, target, online)
 
 
+def masked_mean(
+    x: jax.Array, mask: jax.Array | None = None, axis_name: str | None = None
+) -> jax.Array:
+  """Mean of ``x`` ``[T, B, ...]`` over the entries where ``mask`` ``[T, B]``
+  is 1 (all of them for None), and over ``axis_name`` if given."""
+  if mask is None:
+    return global_mean(x, axis_name)
+  mask = jnp.broadcast_to(
+      mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim)), x.shape
+  ).astype(x.dtype)
+  total, count = jnp.sum(x * mask), jnp.sum(mask)
+  if axis_name is not None:
+    total, count = jax.lax.psum((total, count), axis_name)
+  return total / jnp.maximum(count, 1e-8)
+
+
 def global_mean(x: jax.Array, axis_name: str | None = None) -> jax.Array:
   """Mean of all entries of ``x``, averaged over ``axis_name`` if given."""
   x = jnp.mean(x)

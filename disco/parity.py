@@ -188,7 +188,10 @@ def _rollout_from(
       observations=jnp.asarray(tree["observations"]),
       actions=jnp.asarray(tree["actions"]),
       rewards=jnp.asarray(tree["rewards"]),
-      discounts=jnp.asarray(tree["discounts"]),
+      # The published rollouts mark LAST steps with discount False; every
+      # episode end in the fixtures is a termination.
+      step_types=jnp.where(tree["discounts"], types.MID, types.LAST),
+      discounts=jnp.asarray(tree["discounts"], jnp.float32),
       agent_outs=jax.tree.map(jnp.asarray, tree[agent_outs]),
       logits=jnp.asarray(tree[logits]),
   )
@@ -231,6 +234,7 @@ def _run_learner_step(
 ) -> dict:
   settings = registry.default_settings(rule)
   settings.learning_rate = float(fx["learning_rate"])
+  settings.loss_mask = "published"
   inputs = unflatten(fx, "inputs")
   rollout = _rollout_from(inputs, "behaviour_agent_outs", "behaviour_logits")
   agent = agent_lib.make_agent(settings, num_actions=rollout.logits.shape[-1])
@@ -263,6 +267,7 @@ def _run_meta_gradient(
   del meta_params  # The fixture carries its own.
   inputs = unflatten(fx, "inputs")
   settings = registry.default_settings("disco")
+  settings.loss_mask = "published"
   settings.learning_rate = 5e-4
   settings.network.model_lstm_size = 256
   settings.network.model_head_hiddens = (256,)

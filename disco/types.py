@@ -18,6 +18,7 @@ from typing import Any
 
 import chex
 import jax
+import jax.numpy as jnp
 
 Array = jax.Array
 ArrayTree = chex.ArrayTree
@@ -67,7 +68,11 @@ class ActorTimestep:
     observations: ``[B, ...]`` observation the action was chosen at.
     actions: ``[B]`` int32 chosen actions.
     rewards: ``[B]`` reward received on arriving at this observation.
-    discounts: ``[B]`` bool, False where this step is the LAST of an episode.
+    step_types: ``[B]`` int32 step type of arriving here (FIRST, MID, LAST;
+      at LAST the observation is already the next episode's first).
+    discounts: ``[B]`` float32 environment discount of arriving here: 0 where
+      the episode terminated, 1 otherwise (a truncated episode is LAST with
+      discount 1).
     agent_outs: dict of ``[B, ...]`` acting-network outputs named by the
       rule's ``behaviour_outputs``.
     logits: ``[B, A]`` logits of the behaviour policy.
@@ -77,10 +82,16 @@ class ActorTimestep:
   observations: ArrayTree
   actions: Array
   rewards: Array
+  step_types: Array
   discounts: Array
   agent_outs: AgentOuts
   logits: Array
   extras: ArrayTree = None
+
+  @property
+  def is_last(self) -> Array:
+    """Where this step is the last of an episode (terminated or truncated)."""
+    return self.step_types == LAST
 
 
 # A stacked sequence of ActorTimesteps: every leaf gets a leading ``[T+1]``.
@@ -131,16 +142,27 @@ class ValueOuts:
 class UpdateRuleInputs:
   """What an update rule sees of a rollout.
 
+  Transition ``t`` goes from state ``t`` to state ``t+1``. Episodes reset
+  inside the transition that ends them, so state ``t+1`` is then the first
+  state of the next episode: a terminated transition bootstraps with
+  discount 0, and a truncated one (a time limit) has no valid bootstrap at
+  all, so it is left out of the losses (``mask``) and no return crosses it.
+
   Attributes:
     observations: ``[T+1, B, ...]``.
     actions: ``[T+1, B]`` (the last one is not part of any transition).
     rewards: ``[T, B]`` reward of transition t.
-    is_terminal: ``[T, B]`` bool, whether transition t ended its episode.
+    is_terminal: ``[T, B]`` bool, whether transition t terminated its
+      episode (environment discount 0).
     agent_out: dict of ``[T+1, B, ...]`` outputs of the network being trained.
     behaviour_agent_out: dict of ``[T+1, B, ...]`` outputs of the acting network.
     value_out: optional value estimates supplied from outside the rule.
     extra_from_rule: rule-computed extras (e.g. Disco's meta-network inputs).
     actor_extras: rule-specific acting outputs carried by the rollout.
+    is_truncated: ``[T, B]`` bool, whether transition t was cut by a time
+      limit (None: no truncations).
+    mask: ``[T, B]`` float, 1 for the transitions that count in the losses
+      (None: all of them); losses are averaged over these.
   """
 
   observations: ArrayTree
@@ -152,6 +174,21 @@ class UpdateRuleInputs:
   value_out: ValueOuts | None = None
   extra_from_rule: ArrayTree = None
   actor_extras: ArrayTree = None
+  is_truncated: Array | None = None
+  mask: Array | None = None
+
+  @property
+  def truncated(self) -> Array:
+    """``is_truncated``, or all False where it is not given: ``[T, B]``."""
+    if self.is_truncated is None:
+      return jnp.zeros(self.is_terminal.shape, bool)
+    return self.is_truncated
+
+  @property
+  def episode_ends(self) -> Array:
+    """``[T, B]`` bool: transition t ended its episode (terminated or
+    truncated), so state t+1 belongs to the next one."""
+    return jnp.logical_or(self.is_terminal, self.truncated)
 
   def check_shapes(self) -> tuple[int, int]:
     """Checks the time-major layout (at trace time); returns ``(T, B)``.
@@ -162,6 +199,9 @@ class UpdateRuleInputs:
     chex.assert_rank(self.rewards, 2)
     t, b = self.rewards.shape
     chex.assert_shape(self.is_terminal, (t, b))
+    for name in ("is_truncated", "mask"):
+      if getattr(self, name) is not None:
+        chex.assert_shape(getattr(self, name), (t, b), custom_message=name)
     chex.assert_shape(self.actions, (t + 1, b))
     for outs in (self.agent_out, self.behaviour_agent_out or {}):
       for key, value in outs.items():
@@ -178,14 +218,14 @@ class UpdateRuleInputs:
     does not carry information from the next episode into this one; the
     extra last entry (the bootstrap state) is False.
     """
-    pad = jax.numpy.zeros_like(self.is_terminal[:1])
-    return jax.numpy.concatenate([self.is_terminal, pad], axis=0)
+    ends = self.episode_ends
+    return jnp.concatenate([ends, jnp.zeros_like(ends[:1])], axis=0)
 
   @property
   def should_reset_fwd(self) -> Array:
     """``[T+1, B]`` reset flags for RNNs unrolled forwards in time."""
-    pad = jax.numpy.zeros_like(self.is_terminal[:1])
-    return jax.numpy.concatenate([pad, self.is_terminal], axis=0)
+    ends = self.episode_ends
+    return jnp.concatenate([jnp.zeros_like(ends[:1]), ends], axis=0)
 
 
 @chex.dataclass(frozen=True)

@@ -29,6 +29,8 @@ if "xla_force_host_platform_device_count" not in os.environ.get(
   ).strip()
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 REPO_DIR = Path(__file__).resolve().parents[1]
@@ -40,6 +42,27 @@ if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
   jax.config.update("jax_compilation_cache_dir", str(REPO_DIR / ".jax_cache"))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+# --------------------------------------------------------- rollouts ----
+def step_fields(not_last, truncated=None) -> dict:
+  """``step_types`` and ``discounts`` of an ``ActorRollout`` from a bool
+  array that is False at episode ends (terminations, unless ``truncated``
+  marks them as time limits)."""
+  from disco import types
+
+  not_last = np.asarray(not_last, bool)
+  truncated = (
+      np.zeros_like(not_last)
+      if truncated is None
+      else np.asarray(truncated, bool)
+  )
+  return dict(
+      step_types=jnp.asarray(
+          np.where(not_last, types.MID, types.LAST), jnp.int32
+      ),
+      discounts=jnp.asarray(not_last | truncated, jnp.float32),
+  )
 
 
 # --------------------------------------------------- shared folder ----

@@ -15,6 +15,8 @@ from disco import types
 from disco.networks import agent_nets
 from disco.update_rules import registry
 
+import conftest
+
 T, B, A = 3, 2, 3
 OBS = (5, 5, 1)
 
@@ -154,7 +156,7 @@ def _rollout(agent, params, seed, discounts=None):
       observations=obs,
       actions=jnp.asarray(rng.integers(0, A, (T + 1, B)), jnp.int32),
       rewards=jnp.asarray(rng.normal(size=(T + 1, B)), jnp.float32),
-      discounts=jnp.asarray(discounts),
+      **conftest.step_fields(discounts),
       agent_outs=out,
       logits=out["logits"],
   )
@@ -207,8 +209,9 @@ def test_actor_step_shapes(rule, learners):
   assert set(step.agent_outs) == set(agent.rule.behaviour_outputs)
   assert set(step.agent_outs) == {"logits"}
   np.testing.assert_array_equal(step.logits, step.agent_outs["logits"])
-  np.testing.assert_array_equal(step.discounts, [True, False])
-  assert step.discounts.dtype == jnp.bool_
+  np.testing.assert_array_equal(step.discounts, [1.0, 0.0])
+  np.testing.assert_array_equal(step.step_types, [types.MID, types.LAST])
+  np.testing.assert_array_equal(step.is_last, [False, True])
   np.testing.assert_array_equal(step.rewards, [0.0, 1.0])
   np.testing.assert_array_equal(step.observations, timestep.observation)
 

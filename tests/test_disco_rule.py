@@ -21,6 +21,8 @@ from disco.networks import meta_nets
 from disco.update_rules import disco as disco_rule
 from disco.update_rules import registry
 
+import conftest
+
 T, B, A = 3, 2, 4
 P, BINS = 600, 601
 
@@ -193,7 +195,7 @@ def disco_setup():
       observations=obs,
       actions=jnp.asarray(rng.integers(0, 3, (T + 1, B)), jnp.int32),
       rewards=jnp.asarray(rng.normal(size=(T + 1, B)), jnp.float32),
-      discounts=jnp.asarray(discounts),
+      **conftest.step_fields(discounts),
       agent_outs=behaviour_out,
       logits=behaviour_out["logits"],
   )

@@ -294,6 +294,7 @@ def _parse(argv):
       common.config_path(evaluate.CONFIG_NAME),
       "help",
       flag_values=fv,
+      prepare=evaluate.prepare_config,
   )
   return fv.config
 
@@ -380,4 +381,73 @@ def test_search_rule_needs_a_jittable_env(tmp_path):
     evaluate.build(
         _tiny_config(tmp_path, rule="spo", env="catch_dm_env", num_seeds=1)
     )
+  _assert_one_line(str(info.value))
+
+
+def test_env_on_the_command_line_brings_its_settings():
+  config = _parse(
+      [
+          "--config.env=gymnax/CartPole-v1",
+          "--config.env_settings.max_steps_in_episode=50",
+      ]
+  )
+  assert config.env == "gymnax/CartPole-v1"
+  assert config.env_settings.max_steps_in_episode == 50
+  assert config.env_settings.gravity == 9.8  # the environment's default
+  assert "rows" not in config.env_settings
+  # The same environment as the config file keeps the file's settings.
+  assert _parse(["--config.env=catch"]).env_settings.rows == 8
+  with pytest.raises(
+      common.UsageError, match="Valid keys of config.env_settings: force"
+  ):
+    _parse(["--config.env=gymnax/CartPole-v1", "--config.env_settings.rows=5"])
+
+
+def test_listings(capsys):
+  for what, expected in (("rule", "disco103"), ("env", "gymnax/Breakout")):
+    config = evaluate.default_config()
+    config[what] = "list"
+    assert evaluate.evaluate(config) is None
+    assert expected in capsys.readouterr().out
+
+
+def test_network_overrides_and_observations_they_cannot_take(tmp_path):
+  plan = evaluate.build(
+      _tiny_config(
+          tmp_path,
+          network=dict(
+              dense=(8,),
+              conv_channels=None,
+              model_lstm_size=None,
+              model_head_hiddens=None,
+          ),
+      )
+  )
+  assert plan.agent.net_config.dense == (8,)
+  # Catch observations are [rows, columns, 1]: a conv torso takes them.
+  plan = evaluate.build(
+      _tiny_config(
+          tmp_path,
+          network=dict(
+              dense=None,
+              conv_channels=(4,),
+              model_lstm_size=None,
+              model_head_hiddens=None,
+          ),
+      )
+  )
+  assert plan.agent.net_config.conv_channels == (4,)
+  config = _tiny_config(
+      tmp_path,
+      env="gymnax/CartPole-v1",
+      network=dict(
+          dense=None,
+          conv_channels=(4,),
+          model_lstm_size=None,
+          model_head_hiddens=None,
+      ),
+  )
+  config.env_settings = {}
+  with pytest.raises(common.UsageError, match=r"image-like.*\[4\]") as info:
+    evaluate.build(config)
   _assert_one_line(str(info.value))

@@ -3,8 +3,6 @@ search over copies of Catch, and learning Catch with the evaluation loop."""
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -94,7 +92,7 @@ def test_temperature_gradient_is_epsilon_minus_realised_kl():
   raw = 0.3
   duals = dict(log_temperature=jnp.array([raw]), log_alpha=jnp.array([1.0]))
   grads, (log_q, *_) = jax.grad(rule.dual_loss, has_aux=True)(
-      duals, q_values, uniform, uniform
+      duals, q_values, uniform, uniform, None
   )
   # With a uniform prior (and online policy) the policy term has no
   # temperature gradient, so dL/d eta = epsilon - mean KL(q || pi_target).
@@ -441,6 +439,7 @@ def test_spo_depth_one_without_resampling_is_sample_based_mpo():
       extras["search_advantages"],
       agent_out["logits"],
       agent_out["logits"],
+      None,
   )
   eps = spo.SPO_HYPER_PARAMS["epsilon"]
   log_z = np.log(np.mean(np.exp(adv / eta), -1))
@@ -573,65 +572,197 @@ def test_registered_settings():
 
 
 # ------------------------------------------------------------- learning ----
-def _learn_catch(rule, num_iterations, loop_config, seeds=(0,), overrides=None):
-  settings = registry.default_settings(rule)
-  for key, value in (overrides or {}).items():
-    group, _, name = key.partition(".")
-    if name:
-      settings[group][name] = value
-    else:
-      settings[group] = value
+def _learn_catch(rule, num_iterations, loop_config, seeds=(0,)):
+  """Final returns ``[S]`` of the rule's default settings on Catch."""
   env = catch.Catch(loop_config.num_envs, rows=ROWS, columns=COLUMNS)
-  agent = agent_lib.make_agent(settings, env.num_actions)
+  agent = agent_lib.make_agent(registry.default_settings(rule), env.num_actions)
   eval_loop = loop.EvalLoop(agent, env, loop_config)
-  start = time.time()
   _, metrics = eval_loop.run(
       eval_loop.init_seeds(list(seeds)), {}, num_iterations
   )
-  returns = analysis.final_scores(metrics, 200)
-  print(
-      f"{rule}: last-200 mean return {returns} after "
-      f"{int(metrics['env_steps'][0, -1])} steps, "
-      f"{time.time() - start:.1f}s"
-  )
-  return returns
+  return analysis.final_scores(metrics, 200)
 
 
-# Short CI versions: settings that learn Catch in few learner steps.
-FAST = {
-    "mpo": (
-        800,
-        loop.LoopConfig(
-            num_envs=4, rollout_len=8, batch_size=4, replay_capacity=0
-        ),
-        {"learning_rate": 3e-3, "hyper_params.target_update_tau": 0.05},
-    ),
-    "spo": (
-        500,
-        loop.LoopConfig(
-            num_envs=4, rollout_len=8, batch_size=4, replay_capacity=0
-        ),
-        {
-            "learning_rate": 3e-3,
-            "hyper_params.target_update_tau": 0.05,
-            "rule_kwargs.dual_lr": 1e-2,
-        },
-    ),
-}
+ON_POLICY = loop.LoopConfig(
+    num_envs=4, rollout_len=8, batch_size=4, replay_capacity=0
+)
+# Learner steps of the short CI check (each of 4 envs x 8 steps).
+FAST = {"mpo": 800, "spo": 500}
 
 
 @pytest.mark.parametrize("rule", ["mpo", "spo"])
 def test_learns_catch_short(rule):
-  iterations, config, overrides = FAST[rule]
-  returns = _learn_catch(rule, iterations, config, overrides=overrides)
+  returns = _learn_catch(rule, FAST[rule], ON_POLICY)
   assert np.all(returns >= 0.8), returns
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rule,iterations", [("mpo", 8000), ("spo", 4000)])
-def test_learns_catch_default_settings(rule, iterations):
-  config = loop.LoopConfig(
-      num_envs=8, rollout_len=8, batch_size=8, replay_capacity=0
-  )
-  returns = _learn_catch(rule, iterations, config, seeds=(0, 1))
+@pytest.mark.parametrize("rule", ["mpo", "spo"])
+def test_learns_catch_every_seed(rule):
+  """The long version: three seeds, each must learn."""
+  returns = _learn_catch(rule, 2 * FAST[rule], ON_POLICY, seeds=(0, 1, 2))
   assert np.all(returns >= 0.8), returns
+
+
+# -------------------------------------------- one state set, SPO targets ----
+@pytest.mark.parametrize("name", ["mpo", "spo"])
+def test_dual_losses_average_over_the_loss_transitions(name):
+  """The duals see exactly the transitions the policy and value losses see
+  (the agent's loss mask): data at a masked transition changes nothing."""
+  rule = registry.make_rule(registry.default_settings(name))
+  rng = np.random.default_rng(0)
+  t, b = 3, 2
+  width = A if name == "mpo" else 4  # Q over actions, or N search samples
+  first = jnp.asarray(rng.normal(size=(t, b, width)) * 3, jnp.float32)
+  logits = jnp.asarray(rng.normal(size=(t, b, A)), jnp.float32)
+  duals = mpo_common.init_duals(0.5, 0.5)
+  mask = jnp.ones((t, b)).at[1, 0].set(0.0)
+
+  def dual_grads(values, mask):
+    return jax.grad(rule.dual_loss, has_aux=True)(
+        duals, values, logits, 2 * logits, mask
+    )[0]
+
+  masked_change = first.at[1, 0].multiply(-5.0)
+  kept_change = first.at[2, 1].multiply(-5.0)
+  same = dual_grads(masked_change, mask)
+  jax.tree.map(np.testing.assert_allclose, same, dual_grads(first, mask))
+  moved = dual_grads(kept_change, mask)
+  assert not np.allclose(
+      moved["log_temperature"], dual_grads(first, mask)["log_temperature"]
+  )
+  # Without a mask, every transition counts.
+  assert not np.allclose(
+      dual_grads(masked_change, None)["log_temperature"],
+      dual_grads(first, None)["log_temperature"],
+  )
+
+
+def test_spo_unroll_meta_net_targets_duals_and_target_network():
+  settings = registry.default_settings("spo")
+  rule = registry.make_rule(settings)
+  hp = rule.hyper_params
+  gamma, lambda_, tau = (
+      hp["discount_factor"],
+      hp["td_lambda"],
+      hp["target_update_tau"],
+  )
+  t, b, n = 2, 1, 4
+  rng = np.random.default_rng(1)
+  online_v = jnp.asarray([[[0.5]], [[1.5]], [[-1.0]]])  # [T+1, B, 1]
+  target_v = jnp.asarray([[[1.0]], [[2.0]], [[3.0]]])
+  logits = jnp.asarray(rng.normal(size=(t + 1, b, A)), jnp.float32)
+  weights = rng.random((t + 1, b, n))
+  extras = dict(
+      search_actions=jnp.zeros((t + 1, b, n), jnp.int32),
+      search_weights=jnp.asarray(weights / weights.sum(-1, keepdims=True)),
+      search_advantages=jnp.asarray(rng.normal(size=(t + 1, b, n)) * 4),
+  )
+  inputs = types.UpdateRuleInputs(
+      observations=jnp.zeros((t + 1, b, 1)),
+      actions=jnp.zeros((t + 1, b), jnp.int32),
+      rewards=jnp.asarray([[1.0], [2.0]]),
+      is_terminal=jnp.asarray([[False], [False]]),
+      agent_out=dict(logits=logits, v=online_v),
+      behaviour_agent_out=dict(logits=logits, v=online_v),
+      actor_extras=extras,
+  )
+  params = dict(w=jnp.ones(3))
+  state = rule.init_rule_state(jax.random.PRNGKey(0), dict(w=jnp.zeros(3)))
+  context = base.LearnerContext(
+      meta_params={},
+      params=params,
+      rule_state=state,
+      unroll_fn=lambda p, obs: dict(logits=logits, v=target_v),
+      rng=jax.random.PRNGKey(2),
+  )
+  meta_out, new_state = rule.unroll_meta_net(inputs, context)
+  # Critic: GAE(lambda) targets on the target critic.
+  g1 = 2.0 + gamma * 3.0
+  g0 = 1.0 + gamma * ((1 - lambda_) * 2.0 + lambda_ * g1)
+  np.testing.assert_allclose(
+      meta_out["value_target"][:, 0], [g0, g1], rtol=1e-5
+  )
+  # Duals: one clipped Adam step against the gradient of the dual loss at
+  # the pre-update duals (Adam's first step moves each by about dual_lr).
+  grads = jax.grad(rule.dual_loss, has_aux=True)(
+      state["duals"],
+      extras["search_advantages"][:-1],
+      logits[:-1],
+      logits[:-1],
+      None,
+  )[0]
+  for key in ("log_temperature", "log_alpha"):
+    step = np.asarray(new_state["duals"][key] - state["duals"][key])
+    assert np.sign(step) == -np.sign(np.asarray(grads[key])), key
+    np.testing.assert_allclose(
+        np.abs(step), settings.rule_kwargs.dual_lr, rtol=0.05
+    )
+
+  # Logged temperature: the pre-update dual.
+  np.testing.assert_allclose(
+      meta_out["stats"]["temperature"],
+      mpo_common.dual_value(state["duals"]["log_temperature"]),
+  )
+  # Target network: Polyak towards the parameters this step starts from.
+  np.testing.assert_allclose(new_state["target_params"]["w"], tau)
+
+
+def test_spo_search_two_steps_deep_matches_hand_computed_advantages():
+  """Depth 2, no resampling: each root action's advantage is
+  delta_0 + (gamma_s * lambda_s) * delta_1 over two real environment steps,
+  with next actions from the policy (here always 'stay') and one-step
+  advantages r + gamma_s * d * V(s') - (gamma_s * d_prev) * V(s) as in the
+  reference (the stored value is already discounted)."""
+  gamma_s, lambda_s, n = 0.8, 0.5, 3
+  settings = registry.default_settings("spo")
+  settings.rule_kwargs.update(
+      num_particles=n,
+      search_depth=2,
+      resampling_period=3,
+      search_gamma=gamma_s,
+      search_gae_lambda=lambda_s,
+  )
+  rule = registry.make_rule(settings)
+  games = [[2, 1, 4, 2], [1, 3, 4, 0]]  # rows to fall: 2 and 3
+  env = catch.Catch(len(games), rows=ROWS, columns=COLUMNS)
+  weights = jnp.asarray([0.3, -0.2, 0.5, 0.1, 0.0])
+
+  def value(obs):  # a fixed, position-dependent value
+    return jnp.tensordot(obs[..., 0], jnp.arange(25.0).reshape(5, 5) / 25, 2)
+
+  def apply_fn(params, obs):
+    del params
+    stay = jnp.asarray([-30.0, 30.0, -30.0])
+    return dict(
+        logits=jnp.broadcast_to(stay, obs.shape[:1] + (A,)),
+        v=(value(obs) + weights.sum())[:, None],
+    )
+
+  env_state = _catch_state(games)
+  obs0 = jax.vmap(lambda g: catch.render(g, ROWS, COLUMNS))(env_state.game)
+  root_out = dict(
+      logits=jnp.zeros((len(games), A)), v=apply_fn(None, obs0)["v"]
+  )
+  context = base.ActingContext(
+      params={},
+      apply_fn=apply_fn,
+      rule_state=rule.init_rule_state(jax.random.PRNGKey(0), {}),
+      env=env,
+      env_state=env_state,
+  )
+  particles, _ = rule.search(jax.random.PRNGKey(4), root_out, context)
+  v = lambda o: np.asarray(apply_fn(None, o)["v"][:, 0])
+  for i in range(n):
+    actions = particles.root_actions[:, i]
+    s1, ts1 = env.step(env_state, actions)
+    _, ts2 = env.step(s1, jnp.ones_like(actions))  # 'stay'
+    d1, d2 = np.asarray(ts1.discount), np.asarray(ts2.discount)
+    value1 = gamma_s * d1 * v(ts1.observation)
+    delta0 = np.asarray(ts1.reward) + value1 - v(obs0)
+    delta1 = np.asarray(ts2.reward) + gamma_s * d2 * v(ts2.observation) - value1
+    alive = 1.0 - np.asarray(ts1.step_type == types.LAST, np.float32)
+    expected = delta0 + alive * gamma_s * lambda_s * delta1
+    np.testing.assert_allclose(
+        particles.gae[:, i], expected, rtol=1e-5, atol=1e-5
+    )

@@ -20,9 +20,20 @@ from disco.meta import population as population_lib
 
 from meta_settings import tiny_config
 
+# Two groups of two agents; the first counts three times as much.
 MIXED = (
-    dict(env="catch", env_settings=dict(rows=5, columns=5), num_agents=2),
-    dict(env="catch", env_settings=dict(rows=6, columns=6), num_agents=2),
+    dict(
+        env="catch",
+        env_settings=dict(rows=5, columns=5),
+        num_agents=2,
+        weight=3.0,
+    ),
+    dict(
+        env="catch",
+        env_settings=dict(rows=6, columns=6),
+        num_agents=2,
+        weight=1.0,
+    ),
 )
 
 
@@ -82,7 +93,9 @@ def mixed(tmp_path_factory):
 
   grads = per_agent(plan.meta_params, first.agents)
   out = dict(
-      mean_grad=jax.tree.map(lambda *g: jnp.concatenate(g).mean(0), *grads),
+      mean_grad=jax.tree.map(
+          lambda a, b: 0.75 * a.mean(0) + 0.25 * b.mean(0), *grads
+      ),
       per_agent_grads=grads,
       states=[dict(states)],
       logs=[],
@@ -119,11 +132,15 @@ def test_two_devices_match_one_device(mixed):
     assert len(agents.age.sharding.device_set) == 2
 
 
-def test_mixed_population_meta_gradient_is_mean_over_agents(mixed):
+def test_mixed_population_meta_gradient_is_weighted_mean_of_groups(mixed):
   first_grad = mixed["states"][1][1].meta_opt_state
   assert optax.tree.norm(first_grad) > 0
   assert _max_rel(first_grad, mixed["mean_grad"]) < 1e-5
-  # ... and not, say, the mean of one group's agents.
+  # ... and not the mean over all agents, or one group's mean.
+  all_agents = jax.tree.map(
+      lambda *g: jnp.concatenate(g).mean(0), *mixed["per_agent_grads"]
+  )
+  assert _max_rel(first_grad, all_agents) > 1e-3
   one_group = jax.tree.map(lambda g: g.mean(0), mixed["per_agent_grads"][0])
   assert _max_rel(first_grad, one_group) > 1e-3
   keys = mixed["logs"][0][2]
@@ -167,3 +184,40 @@ def test_agents_must_split_over_devices(tmp_path):
     )
   assert "split evenly over the 2 device(s)" in str(info.value)
   assert "catch-5x5: 3" in str(info.value)
+
+
+def test_population_of_different_environments(tmp_path):
+  """Catch, an LPG grid world, the delayed chain and CartPole (other
+  observation shapes and action counts) meta-train together."""
+  plan = mt.build(
+      tiny_config(
+          output_dir=str(tmp_path / "h"),
+          num_devices=1,
+          population=(
+              dict(env="catch", env_settings=dict(rows=5, columns=5)),
+              dict(
+                  env="lpg/sparse",
+                  env_settings=dict(
+                      observation="random_features", feature_size=8
+                  ),
+              ),
+              dict(env="delayed_chain"),
+              dict(env="gymnax/CartPole-v1"),
+          ),
+      )
+  )
+  shapes = {
+      g.name: (g.env.observation_spec().shape, g.env.num_actions)
+      for g in plan.groups
+  }
+  assert len({s for s in shapes.values()}) == 4, shapes
+  state = mt.initial_state(plan)
+  state, logs = plan.population.step(state)
+  assert int(state.step) == 1
+  assert all(
+      np.isfinite(np.asarray(x)).all()
+      for x in jax.tree.leaves(state.meta_params)
+  )
+  assert float(logs["meta_grad_norm"]) > 0
+  for name in shapes:
+    assert np.isfinite(float(logs[f"{name}/meta_loss"])), name

@@ -18,6 +18,8 @@ from disco.launch import common
 from disco.launch import evaluate
 from disco.update_rules import registry
 
+import conftest
+
 # A whole rule: REINFORCE on the immediate reward, scaled by a hyper-param.
 RULE_SOURCE = """
 from disco.networks import agent_nets
@@ -120,7 +122,7 @@ def test_registered_rule_learns_from_its_loss(registered):
       observations=obs,
       actions=actions,
       rewards=rewards,
-      discounts=np.ones((4, 8), bool),
+      **conftest.step_fields(np.ones((4, 8), bool)),
       agent_outs=dict(logits=logits),
       logits=logits,
   )

@@ -428,58 +428,79 @@ def run_record() -> dict[str, Any]:
 # --------------------------------------------------------- command line ----
 
 
-def config_file_from_argv(argv: Sequence[str], default: Path) -> Path:
-  """The ``--config`` file named on the command line, else ``default``."""
-  for i, arg in enumerate(argv):
-    m = re.match(r"^--?config(=(.*))?$", arg)
-    if m:
-      value = (
-          m.group(2)
-          if m.group(1)
-          else (argv[i + 1] if i + 1 < len(argv) else "")
-      )
-      return Path(value.split(":", 1)[0] if not Path(value).exists() else value)
-  return default
+_CONFIG_FILE_ARG = re.compile(r"^--?config(=(.*))?$")
 
 
-def unknown_override(argv: Sequence[str], default: Path) -> str | None:
-  """Describes the first ``--config.a.b=...`` naming a key that is not there."""
+def config_file_from_argv(
+    argv: Sequence[str], default: Path
+) -> tuple[Path, str | None, list[str]]:
+  """The ``--config=FILE[:ARG]`` of the command line (else ``default``), its
+  argument, and ``argv`` without it."""
+  rest, found = [], None
+  i = 0
+  while i < len(argv):
+    m = _CONFIG_FILE_ARG.match(argv[i])
+    if m and found is None:
+      if m.group(1):
+        found = m.group(2)
+      else:
+        found = argv[i + 1] if i + 1 < len(argv) else ""
+        i += 1
+    else:
+      rest.append(argv[i])
+    i += 1
+  if found is None:
+    return default, None, rest
+  if Path(found).exists() or ":" not in found:
+    return Path(found), None, rest
+  path, arg = found.split(":", 1)
+  return Path(path), arg, rest
+
+
+def load_config_file(path: Path, arg: str | None) -> config_dict.ConfigDict:
+  """``get_config()`` (or ``get_config(arg)``) of an ml_collections file."""
+  if not path.is_file():
+    raise UsageError(f"Config file {path} does not exist.")
   try:
-    base = runpy.run_path(str(config_file_from_argv(argv, default)))[
-        "get_config"
-    ]()
-  except Exception:  # noqa: BLE001 - the caller reports the original error
-    return None
+    get_config = runpy.run_path(str(path))["get_config"]
+    config = get_config() if arg is None else get_config(arg)
+  except Exception as e:  # noqa: BLE001 - a broken config file is bad input
+    raise UsageError(
+        f"Config file {path} does not load: {type(e).__name__}: "
+        f"{one_line(e)}"
+    ) from None
+  if not isinstance(config, config_dict.ConfigDict):
+    raise UsageError(
+        f"Config file {path} did not give a ConfigDict "
+        f"({type(config).__name__})."
+    )
+  return config
+
+
+def unknown_override(
+    argv: Sequence[str], config: config_dict.ConfigDict
+) -> str | None:
+  """Describes the first ``--config.a.b=...`` naming a key that is not in
+  ``config``, with its close matches."""
   for arg in argv:
     m = re.match(r"^--?(?:no)?config\.([^=]+)", arg)
     if not m:
       continue
-    node, path = base, []
+    node, path = config, []
     for key in m.group(1).split("."):
       if not isinstance(node, config_dict.ConfigDict) or key not in node:
         where = "config" + "".join(f".{p}" for p in path)
-        valid = (
-            ", ".join(sorted(node.keys()))
-            if isinstance(node, config_dict.ConfigDict)
-            else "none"
-        )
-        close = (
-            difflib.get_close_matches(key, list(node.keys()), 2)
+        keys = (
+            list(node.keys())
             if isinstance(node, config_dict.ConfigDict)
             else []
         )
-        hint = (
-            (
-                " Did you mean "
-                + " or ".join(f"'{where}.{c}'" for c in close)
-                + "?"
-            )
-            if close
-            else ""
-        )
+        close = difflib.get_close_matches(key, keys, 2)
+        hint = " or ".join(f"'{where}.{c}'" for c in close)
         return (
-            f"Unknown config key '{where}.{key}' (in {arg.split('=')[0]})"
-            f".{hint} Valid keys of {where}: {valid}."
+            f"Unknown config key '{where}.{key}' (in {arg.split('=')[0]})."
+            + (f" Did you mean {hint}?" if hint else "")
+            + f" Valid keys of {where}: {', '.join(sorted(keys)) or 'none'}."
         )
       node, path = node[key], [*path, key]
   return None
@@ -490,48 +511,53 @@ def parse_config_flags(
     default_config: Path,
     help_text: str,
     flag_values: flags.FlagValues | None = None,
+    prepare: Callable[[config_dict.ConfigDict, list[str]], None] | None = None,
 ) -> list[str]:
-  """Defines ``--config`` (an ml_collections config file, ``default_config``
-  unless given) on ``flag_values`` (default: absl's FLAGS) and parses
-  ``argv``; returns the remaining arguments.
+  """Defines ``--config`` on ``flag_values`` (default: absl's FLAGS) and
+  parses ``argv``; returns the remaining arguments.
+
+  ``--config=FILE[:ARG]`` names an ml_collections config file (default:
+  ``default_config``); ``--config.key=value`` overrides its values.
+  ``prepare(config, argv)``, if given, may adjust the loaded config before
+  the overrides apply (e.g. give ``env_settings`` the keys of the
+  environment the command line names).
 
   Raises:
     UsageError: for unknown flags or config keys, bad values, or a config
       file that does not load.
   """
   fv = flags.FLAGS if flag_values is None else flag_values
-  argv = list(argv)
+  path, arg, argv = config_file_from_argv(list(argv), default_config)
+  config = load_config_file(path, arg)
+  if prepare is not None:
+    prepare(config, argv)
   try:
     if "config" not in fv:
-      config_flags.DEFINE_config_file(
+      config_flags.DEFINE_config_dict(
           "config",
-          str(default_config),
+          config,
           help_text,
           flag_values=fv,
-          sys_argv=argv,
           lock_config=True,
+          sys_argv=argv,
       )
-    rest = fv(argv)
-    config = fv["config"].value
-    if not isinstance(config, config_dict.ConfigDict):
-      config.keys()  # an unloadable config file raises its reason here
-      raise UsageError(
-          f"The config file did not give a ConfigDict "
-          f"({type(config).__name__})."
-      )
-    return rest
-  except UsageError:
-    raise
+    return fv(argv)
   except Exception as e:  # noqa: BLE001 - every parse failure is a usage error
     # ml_collections raises AttributeError/KeyError for unknown keys, absl
-    # its own errors for bad values, OSError for an unloadable config file.
+    # its own errors for bad values.
     message = None
-    config_file = config_file_from_argv(argv, default_config)
-    if not config_file.is_file():
-      message = f"Config file {config_file} does not exist."
-    elif isinstance(e, (AttributeError, KeyError)):
-      message = unknown_override(argv, default_config)
+    if isinstance(e, (AttributeError, KeyError)):
+      message = unknown_override(argv, config)
     raise UsageError(message or one_line(e)) from None
+
+
+def override_value(argv: Sequence[str], key: str) -> str | None:
+  """The last value given as ``--config.<key>=VALUE`` in ``argv``, if any."""
+  value = None
+  for arg in argv:
+    if arg.startswith(f"--config.{key}="):
+      value = arg.split("=", 1)[1]
+  return value
 
 
 def _raise_interrupt(signum, frame):
@@ -544,11 +570,13 @@ def run_launcher(
     doc: str,
     config_name: str,
     body: Callable[[config_dict.ConfigDict], Any],
+    prepare: Callable[[config_dict.ConfigDict, list[str]], None] | None = None,
 ) -> None:
   """Runs a launcher from the command line.
 
   Parses ``--config`` (default: ``configs/<config_name>.py``) and its
-  overrides, then calls ``body(config)``. A ``UsageError`` (while parsing or
+  overrides (``prepare``: see ``parse_config_flags``), then calls
+  ``body(config)``. A ``UsageError`` (while parsing or
   from ``body``) prints one line and exits with status 2; Ctrl-C and SIGTERM
   raise ``KeyboardInterrupt`` in ``body`` (which may save its state) and exit
   with status 130.
@@ -565,6 +593,7 @@ def run_launcher(
           default_config,
           f"Config file (default: {default_config}); override its values "
           "with --config.<key>=<value>.",
+          prepare=prepare,
       )
     except UsageError as e:
       fail(program, e)

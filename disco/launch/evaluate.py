@@ -208,8 +208,17 @@ def build(
   settings = rule.settings
   if config.learning_rate is not None:
     settings.learning_rate = float(config.learning_rate)
+  if config.loss_mask is not None:
+    settings.loss_mask = config.loss_mask
+  overrides = {
+      k: v
+      for k, v in common.as_dict(config.network, "network").items()
+      if v is not None
+  }
+  settings.network = {**settings.network.to_dict(), **overrides}
   try:
     agent = agent_lib.make_agent(settings, env.num_actions, rule=rule.rule)
+    agent.net_config.check_observation(env.observation_spec().shape)
     loop = loop_lib.EvalLoop(agent, env, loop_config)
   except ValueError as e:
     raise UsageError(common.one_line(e)) from None
@@ -498,9 +507,27 @@ def evaluate(
   return write(plan, run(plan, log, progress), log)
 
 
+def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
+  """Gives ``config.env_settings`` every setting of the environment the
+  command line names (``--config.env=NAME``) with its defaults, so that
+  ``--config.env_settings.KEY=VALUE`` may set any of them."""
+  env = common.override_value(argv, "env") or config.env
+  try:
+    defaults = env_registry.get_entry(env).settings
+  except ValueError:  # an unknown name (or 'list'): build() reports it
+    return
+  given = {}
+  if env == config.env:
+    given = common.as_dict(config.env_settings or {}, "env_settings")
+  with config.unlocked():
+    config.env_settings = {**defaults, **given}
+
+
 def main() -> None:
   """Console entry point (``disco-eval``)."""
-  common.run_launcher(PROGRAM, __doc__, CONFIG_NAME, evaluate)
+  common.run_launcher(
+      PROGRAM, __doc__, CONFIG_NAME, evaluate, prepare=prepare_config
+  )
 
 
 if __name__ == "__main__":

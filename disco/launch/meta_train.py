@@ -74,8 +74,8 @@ CONFIG_FILE, METRICS_FILE, SUMMARY_FILE = (
 )
 REWARDS_PLOT, LOSS_PLOT = "rewards.png", "meta_loss.png"
 META_PARAMS_FILE = "meta_params.npz"
-AGENT_KEYS = ("network", "learning_rate", "max_abs_update")
-GROUP_KEYS = ("env", "env_settings", "num_agents")
+AGENT_KEYS = ("network", "learning_rate", "max_abs_update", "loss_mask")
+GROUP_KEYS = ("env", "env_settings", "num_agents", "weight")
 # Settings a resumed run may change: they do not alter the computation.
 RESUMABLE_KEYS = (
     "num_meta_steps",
@@ -137,8 +137,9 @@ def _make_group(
   unknown = set(spec) - set(GROUP_KEYS)
   if unknown or "env" not in spec:
     raise UsageError(
-        f"config.{where} must have keys env, env_settings (optional) and "
-        f"num_agents (optional, default 1); got {sorted(spec)}."
+        f"config.{where} must have keys env, env_settings (optional), "
+        "num_agents (optional, default 1) and weight (optional: the group's "
+        f"share of the meta-gradient); got {sorted(spec)}."
     )
   env_name = spec["env"]
   try:
@@ -158,12 +159,16 @@ def _make_group(
   env_settings = common.as_dict(
       spec.get("env_settings") or {}, f"{where}.env_settings"
   )
+  weight = spec.get("weight")
+  if weight is not None:
+    weight = common.check_number(weight, f"{where}.weight", positive=True)
   try:
     env = env_registry.make_env(env_name, batch_size, **env_settings)
     agent = agent_lib.make_agent(settings, env.num_actions)
+    agent.net_config.check_observation(env.observation_spec().shape)
   except (ValueError, TypeError) as e:
     raise UsageError(
-        f"Bad settings in config.{where}: " f"{common.one_line(e)}"
+        f"Bad settings in config.{where}: {common.one_line(e)}"
     ) from None
   return population_lib.AgentGroup(
       name=_group_name(env_name, env),
@@ -171,6 +176,7 @@ def _make_group(
       agent=agent,
       value_fn=value_fn,
       num_agents=num_agents,
+      weight=weight,
   )
 
 
@@ -302,6 +308,8 @@ def _agent_settings(config) -> config_dict.ConfigDict:
     for key in ("learning_rate", "max_abs_update"):
       if key in agent_cfg:
         settings[key] = float(agent_cfg[key])
+    if "loss_mask" in agent_cfg:
+      settings.loss_mask = str(agent_cfg["loss_mask"])
     agent_nets.make_net_config(settings.network.to_dict())
   except (TypeError, ValueError, KeyError) as e:
     raise UsageError(f"Bad agent settings: {common.one_line(e)}") from None

@@ -8,10 +8,12 @@ meta-gradients are averaged over the agents (``vmap`` within a device) and
 over devices (``jax.shard_map`` over a 1-D device mesh, ``lax.pmean``), and the
 meta-optimiser updates the meta-parameters, which stay replicated.
 
-A population may mix environment settings: agents are grouped by setting, each
-group with its own environment, agent network and value function, and the
-meta-gradient is the mean over all agents. Every device holds the same number
-of agents of every group.
+A population may mix environments (kinds, observation shapes and action
+counts): agents are grouped by environment, each group with its own
+environment, agent network and value function, and the meta-gradient is the
+mean over all agents, or a weighted mean of the groups' means
+(``AgentGroup.weight``). Every device holds the same number of agents of
+every group.
 
 Agents are reset to new lifetimes (fresh parameters and statistics) after
 ``lifetime_meta_steps`` meta-steps, staggered across the population so that
@@ -53,6 +55,9 @@ class AgentGroup:
     agent: the agent (rule, network, optimiser) of this group.
     value_fn: the group's meta-training value function.
     num_agents: agents in this group (over all devices).
+    weight: the group's share of the meta-gradient (the weights of all
+      groups are normalised to sum to 1); None: ``num_agents``, i.e. every
+      agent counts the same.
   """
 
   name: str
@@ -60,6 +65,7 @@ class AgentGroup:
   agent: agent_lib.Agent
   value_fn: value_function.ValueFunction
   num_agents: int
+  weight: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,7 +279,13 @@ class Population:
         grads, new_state, logs = jax.vmap(
             functools.partial(self._agent_meta_step, group, meta_params)
         )(group_state)
-        grad_sum = jax.tree.map(lambda g: g.sum(0), grads)
+        # The group's mean over its agents (over all devices after the
+        # pmean below), times its weight.
+        local_agents = group.num_agents // len(self.devices)
+        weight = self._group_weight(group.name)
+        grad_sum = jax.tree.map(
+            lambda g, n=local_agents, w=weight: g.sum(0) / n * w, grads
+        )
         grad_sums = (
             grad_sum
             if grad_sums is None
@@ -283,10 +295,7 @@ class Population:
         group_logs[group.name] = jax.tree.map(
             lambda x: jax.lax.pmean(x.mean(0), AXIS), logs
         )
-      per_device_agents = self.num_agents // len(self.devices)
-      meta_grads = jax.lax.pmean(
-          jax.tree.map(lambda g: g / per_device_agents, grad_sums), AXIS
-      )
+      meta_grads = jax.lax.pmean(grad_sums, AXIS)
       updates, meta_opt_state = self.meta_optimizer.update(
           meta_grads, meta_opt_state, meta_params
       )
@@ -311,8 +320,12 @@ class Population:
     return jax.jit(sharded)
 
   def _group_weight(self, name: str) -> float:
-    group = next(g for g in self.groups if g.name == name)
-    return group.num_agents / self.num_agents
+    """The group's normalised share of the meta-gradient and the logs."""
+    weights = {
+        g.name: float(g.num_agents if g.weight is None else g.weight)
+        for g in self.groups
+    }
+    return weights[name] / sum(weights.values())
 
   def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
     """One meta-step for the whole population (one compiled program)."""

@@ -118,13 +118,16 @@ class ValueFunction:
     # module docstring): the last ones are dropped, not the first.
     outs = returns.estimate(
         rewards=rollout.rewards[:-1],
-        env_discounts=rollout.discounts[:-1].astype(jnp.float32),
+        env_discounts=rollout.discounts[:-1],
         actions=rollout.actions,
         pi_logits=pi_logits,
         mu_logits=rollout.logits,
         values=values,
         discount=c.discount_factor,
         lambda_=c.td_lambda,
+        truncated=jnp.logical_and(
+            rollout.is_last[:-1], rollout.discounts[:-1] > 0
+        ),
     )
     outs, adv_ema, td_ema = returns.normalize(
         outs,

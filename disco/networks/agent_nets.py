@@ -35,12 +35,29 @@ class NetConfig:
       (``None``: haiku's default).
     model_lstm_size: LSTM size of the action-conditional model.
     model_head_hiddens: hidden sizes of the per-action head MLPs.
+    conv_channels: channels of a convolutional torso (3x3 kernels, stride
+      1, ``SAME`` padding, ReLU after each) in front of the dense torso, for
+      image-like observations ``[H, W, C]`` such as MinAtar's and
+      MiniGrid's; empty (the default): observations are flattened into the
+      dense torso, whatever their shape.
   """
 
   dense: Sequence[int] = (512, 512)
   head_w_init_std: float | None = 1e-2
   model_lstm_size: int = 128
   model_head_hiddens: Sequence[int] = (128,)
+  conv_channels: Sequence[int] = ()
+
+  def check_observation(self, shape: Sequence[int]) -> None:
+    """Raises ``ValueError`` if this network cannot take observations of
+    ``shape`` (one unbatched observation)."""
+    if self.conv_channels and len(shape) != 3:
+      raise ValueError(
+          f"The convolutional torso (network.conv_channels="
+          f"{tuple(self.conv_channels)}) takes image-like observations "
+          f"[H, W, C]; this environment's are {list(shape)}: set "
+          "network.conv_channels=() to flatten them into the dense torso."
+      )
 
 
 class AgentNet(hk.Module):
@@ -100,9 +117,18 @@ class AgentNet(hk.Module):
     return outputs
 
   def _embedding_pass(self, observations: types.ArrayTree) -> jax.Array:
-    leaves = [hk.Flatten()(x) for x in jax.tree.leaves(observations)]
+    leaves = jax.tree.leaves(observations)
+    if self._config.conv_channels:
+      (images,) = leaves  # [B, H, W, C]; see NetConfig.check_observation
+      x = images
+      for i, channels in enumerate(self._config.conv_channels):
+        x = jax.nn.relu(
+            hk.Conv2D(channels, kernel_shape=3, name=f"conv_{i}")(x)
+        )
+      leaves = [x]
+    flat = [hk.Flatten()(x) for x in leaves]
     return hk.nets.MLP(tuple(self._config.dense), name="torso")(
-        jnp.concatenate(leaves, axis=-1)
+        jnp.concatenate(flat, axis=-1)
     )
 
   def _head_pass(self, embedding: jax.Array) -> dict[str, jax.Array]:
@@ -125,6 +151,7 @@ def network_settings(
     model_lstm_size: int = 128,
     model_head_hiddens: Sequence[int] = (128,),
     head_w_init_std: float | None = 1e-2,
+    conv_channels: Sequence[int] = (),
 ) -> dict[str, Any]:
   """The ``network`` entry of agent settings (a plain dict of ``NetConfig``
   fields)."""
@@ -133,6 +160,7 @@ def network_settings(
       head_w_init_std=head_w_init_std,
       model_lstm_size=model_lstm_size,
       model_head_hiddens=tuple(model_head_hiddens),
+      conv_channels=tuple(conv_channels),
   )
 
 
@@ -149,7 +177,7 @@ def make_net_config(settings: Mapping[str, Any]) -> NetConfig:
     raise ValueError(
         f"Unknown network setting(s) {unknown}; valid: " f"{', '.join(valid)}."
     )
-  for key in ("dense", "model_head_hiddens"):
+  for key in ("dense", "model_head_hiddens", "conv_channels"):
     if key in settings:
       settings[key] = tuple(settings[key])
   return NetConfig(**settings)

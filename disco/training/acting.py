@@ -75,15 +75,14 @@ def episode_stats(
 ) -> tuple[ActorCarry, dict[str, jax.Array]]:
   """Episode returns/lengths completed within a ``[T, B]`` rollout.
 
-  ``rollout.rewards[t]`` is the reward of arriving at step ``t`` and
-  ``rollout.discounts[t]`` is False where step ``t`` is an episode's last.
+  ``rollout.rewards[t]`` is the reward of arriving at step ``t``, and
+  ``rollout.is_last[t]`` marks the last step of an episode.
   """
 
   def step(acc, x):
     ret, length = acc
-    reward, not_last = x
+    reward, done = x
     ret, length = ret + reward, length + 1
-    done = jnp.logical_not(not_last)
     return (jnp.where(done, 0.0, ret), jnp.where(done, 0, length)), (
         jnp.where(done, ret, 0.0),
         jnp.where(done, length, 0),
@@ -93,7 +92,7 @@ def episode_stats(
   (ret, length), (returns, lengths, done) = jax.lax.scan(
       step,
       (actor.episode_return, actor.episode_length),
-      (rollout.rewards, rollout.discounts),
+      (rollout.rewards, rollout.is_last),
   )
   episodes = done.sum()
   denom = jnp.maximum(episodes, 1)

@@ -111,12 +111,17 @@ class MPO(ml.DualRule):
     env_discounts = 1.0 - inputs.is_terminal.astype(jnp.float32)
     gamma = self.hyper_params["discount_factor"]
     lambda_ = self.hyper_params["td_lambda"]
+    truncated = inputs.truncated
     if self._q_target == "lambda":
-      per_sequence = jax.vmap(
-          rlax.lambda_returns, in_axes=(1, 1, 1, None), out_axes=1
+      # No return crosses a truncated transition: the one before it
+      # bootstraps fully (lambda 0) from the last state of its episode.
+      next_truncated = jnp.concatenate(
+          [truncated[1:], jnp.zeros_like(truncated[:1])]
       )
+      lambdas = jnp.where(next_truncated, 0.0, lambda_)
+      per_sequence = jax.vmap(rlax.lambda_returns, in_axes=1, out_axes=1)
       return per_sequence(
-          inputs.rewards, gamma * env_discounts, target_v[1:], lambda_
+          inputs.rewards, gamma * env_discounts, target_v[1:], lambdas
       )
     actions = inputs.actions[:-1]
     rho = returns.importance_weights(
@@ -124,6 +129,7 @@ class MPO(ml.DualRule):
         inputs.behaviour_agent_out["logits"][:-1],
         actions,
     )
+    rho = jnp.where(truncated, 0.0, rho)
     return returns.retrace(
         inputs.rewards,
         env_discounts,
@@ -135,14 +141,16 @@ class MPO(ml.DualRule):
         lambda_=lambda_,
     ).q_target
 
-  def dual_loss(self, duals, target_q, target_logits, online_logits):
-    """The part of the MPO loss that depends on the duals (mean over states).
+  def dual_loss(self, duals, target_q, target_logits, online_logits, mask):
+    """The part of the MPO loss that depends on the duals (mean over the
+    transitions of ``mask``: the agent's loss states).
 
     Args:
       duals: raw duals (``init_duals``).
-      target_q: ``[..., A]`` action values of the E-step.
-      target_logits: ``[..., A]`` prior (target) policy logits.
-      online_logits: ``[..., A]`` online policy logits (constants here).
+      target_q: ``[T, B, A]`` action values of the E-step.
+      target_logits: ``[T, B, A]`` prior (target) policy logits.
+      online_logits: ``[T, B, A]`` online policy logits (constants here).
+      mask: ``[T, B]`` the transitions to average over (None: all).
 
     Returns:
       ``(loss, (log_q, kl, loss_temperature, loss_alpha))``; per-state
@@ -156,7 +164,7 @@ class MPO(ml.DualRule):
     kl = ops.categorical_kl(target_logits, online_logits)
     loss_eta = ml.temperature_loss(eta, log_z, self.hyper_params["epsilon"])
     loss_alpha = ml.alpha_loss(alpha, kl, self.hyper_params["epsilon_policy"])
-    total = jnp.mean(loss_policy + loss_eta + loss_alpha)
+    total = ops.masked_mean(loss_policy + loss_eta + loss_alpha, mask)
     return total, (log_q, kl, loss_eta, loss_alpha)
 
   def unroll_meta_net(
@@ -169,20 +177,25 @@ class MPO(ml.DualRule):
     online_logits = jax.lax.stop_gradient(inputs.agent_out["logits"][:-1])
     (log_q, kl, loss_eta, loss_alpha), new_duals, dual_opt_state = (
         self.update_duals(
-            self.dual_loss, context, target_q, target_logits, online_logits
+            self.dual_loss,
+            context,
+            target_q,
+            target_logits,
+            online_logits,
+            inputs.mask,
         )
     )
     kl_q = jnp.sum(
         jnp.exp(log_q) * (log_q - jax.nn.log_softmax(target_logits)), axis=-1
     )
-    mean = lambda x: ops.global_mean(x, context.axis_name)
+    mean = lambda x: ops.masked_mean(x, inputs.mask, context.axis_name)
     meta_out = dict(
         e_step_log_probs=log_q,
         target_logits=target_logits,
         alpha=ml.dual_value(context.rule_state["duals"]["log_alpha"]),
         q_target=jax.lax.stop_gradient(self._q_targets(inputs, target_out)),
         stats=dict(
-            self.dual_stats(context, loss_eta, loss_alpha, kl_q, kl),
+            self.dual_stats(context, inputs, loss_eta, loss_alpha, kl_q, kl),
             entropy_target=mean(ops.softmax_entropy(target_logits)),
             q_min=mean(jnp.min(target_q, -1)),
             q_max=mean(jnp.max(target_q, -1)),

@@ -242,16 +242,17 @@ class DualRule(base.UpdateRule):
   def dual_stats(
       self,
       context: base.LearnerContext,
+      inputs: base.Inputs,
       loss_eta: jax.Array,
       loss_alpha: jax.Array,
       kl_nonparametric: jax.Array,
       kl: jax.Array,
   ) -> dict[str, jax.Array]:
     """Logs of the duals (before their update) and of both KLs, relative to
-    their bounds; per-state inputs ``[...]`` are averaged (over
-    ``context.axis_name`` too)."""
+    their bounds; per-transition arrays ``[T, B]`` are averaged over the
+    loss's transitions (and ``context.axis_name``)."""
     duals = context.rule_state["duals"]
-    mean = lambda x: ops.global_mean(x, context.axis_name)
+    mean = lambda x: ops.masked_mean(x, inputs.mask, context.axis_name)
     return dict(
         temperature=dual_value(duals["log_temperature"]),
         loss_temperature=mean(loss_eta),

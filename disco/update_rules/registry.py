@@ -7,6 +7,8 @@ Agent settings are an ``ml_collections.ConfigDict`` with
   ``rule_kwargs``     keyword arguments of the rule's factory;
   ``hyper_params``    the rule's loss coefficients and discounts;
   ``learning_rate``, ``max_abs_update``  the agent optimiser;
+  ``loss_mask``       which transitions the losses average over
+                      (``disco.agent.Agent``: ``"valid"`` or ``"published"``);
   ``network``         the agent network (``disco.networks.agent_nets.NetConfig``
                       fields).
 
@@ -53,9 +55,11 @@ SETTINGS_KEYS = (
     "hyper_params",
     "learning_rate",
     "max_abs_update",
+    "loss_mask",
     "network",
 )
 DEFAULT_MAX_ABS_UPDATE = 1.0
+DEFAULT_LOSS_MASK = "valid"
 
 # (path or None, expected meta-parameter shapes) -> checked meta-parameters.
 PretrainedLoader = Callable[[Any, types.MetaParams], types.MetaParams]
@@ -69,8 +73,8 @@ class RuleEntry:
     name: the registry name.
     make: ``(hyper_params=..., **rule_kwargs) -> UpdateRule``.
     settings: the entry's agent settings: ``learning_rate`` and ``network``,
-      optionally ``max_abs_update`` and overrides of the factory's
-      ``rule_kwargs`` and ``hyper_params``.
+      optionally ``max_abs_update``, ``loss_mask`` and overrides of the
+      factory's ``rule_kwargs`` and ``hyper_params``.
     pretrained: for an entry that stands for trained meta-parameters, a loader
       ``(path or None, expected) -> meta_params`` (``None``: the default file).
     description: one line for listings.
@@ -111,8 +115,8 @@ def register_rule(
     name: a new name (letters, digits, ``_``, ``-``, ``.``).
     make: the rule's factory (usually its class).
     settings: ``learning_rate`` and ``network`` of the agent, optionally
-      ``max_abs_update`` and the ``rule_kwargs`` and ``hyper_params`` that
-      differ from the factory's defaults.
+      ``max_abs_update``, ``loss_mask`` and the ``rule_kwargs`` and
+      ``hyper_params`` that differ from the factory's defaults.
     pretrained: loader of trained meta-parameters, if the entry stands for
       them.
     description: one line for listings.
@@ -136,7 +140,8 @@ def register_rule(
   if missing or unknown:
     raise ValueError(
         f"The settings of rule {name!r} need learning_rate and network and "
-        f"may have max_abs_update, rule_kwargs and hyper_params; got "
+        f"may have max_abs_update, loss_mask, rule_kwargs and hyper_params; "
+        f"got "
         f"{sorted(settings)}."
     )
   entry = RuleEntry(
@@ -210,6 +215,7 @@ def default_settings(name: str) -> config_dict.ConfigDict:
           hyper_params=hyper_params,
           learning_rate=given["learning_rate"],
           max_abs_update=given.get("max_abs_update", DEFAULT_MAX_ABS_UPDATE),
+          loss_mask=given.get("loss_mask", DEFAULT_LOSS_MASK),
           network=_as_dict(given["network"]),
       )
   )
@@ -243,24 +249,40 @@ DISCO_SETTINGS = dict(
 )
 
 # MPO and SPO: one network predicts the policy and Q (or V); Stoix uses two
-# (learning rates 1e-4 / 3e-4) with 128 SGD steps per rollout, this harness
-# one learner step per iteration, hence the larger learning rate. Both learn
-# Catch 5x5 with these settings.
-for _name, _make, _lr, _description in (
-    ("disco", disco.Disco, None, "the Disco meta-network rule"),
-    ("actor_critic", actor_critic.ActorCritic, 5e-4, "V-trace actor-critic"),
-    ("policy_gradient", policy_gradient.PolicyGradient, 5e-4, "REINFORCE"),
-    ("mpo", mpo.MPO, 1e-3, "discrete MPO with an exact E-step"),
-    ("spo", spo.SPO, 1e-3, "SMC policy optimisation over env copies"),
+# (learning rates 1e-4 / 3e-4) with 128 SGD steps and Polyak steps
+# (tau 0.005) per rollout. This harness takes one learner step per
+# iteration, hence the larger learning rate and tau (and SPO's dual learning
+# rate): with these, both learn Catch 5x5 in a few thousand learner steps
+# (BENCHMARKS.md).
+ONE_STEP_DUAL_RULE = dict(
+    learning_rate=3e-3,
+    network=SMALL_NETWORK,
+    hyper_params=dict(target_update_tau=0.05),
+)
+for _name, _make, _settings, _description in (
+    ("disco", disco.Disco, DISCO_SETTINGS, "the Disco meta-network rule"),
+    (
+        "actor_critic",
+        actor_critic.ActorCritic,
+        dict(learning_rate=5e-4, network=SMALL_NETWORK),
+        "V-trace actor-critic",
+    ),
+    (
+        "policy_gradient",
+        policy_gradient.PolicyGradient,
+        dict(learning_rate=5e-4, network=SMALL_NETWORK),
+        "REINFORCE with a learned baseline",
+    ),
+    ("mpo", mpo.MPO, ONE_STEP_DUAL_RULE, "discrete MPO with an exact E-step"),
+    (
+        "spo",
+        spo.SPO,
+        dict(ONE_STEP_DUAL_RULE, rule_kwargs=dict(dual_lr=1e-2)),
+        "SMC policy optimisation over env copies",
+    ),
 ):
-  register_rule(
-      _name,
-      _make,
-      DISCO_SETTINGS
-      if _lr is None
-      else dict(learning_rate=_lr, network=SMALL_NETWORK),
-      description=_description,
-  )
+  register_rule(_name, _make, _settings, description=_description)
+
 register_rule(
     "disco103",
     disco.Disco,

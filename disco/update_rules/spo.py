@@ -32,12 +32,30 @@ particles' states ``[B, N, ...]`` are stepped by vmapping ``env.step`` over
 the particle axis; no environment-specific hook is needed. Copies share the
 stream's random key, as in the reference implementation.
 
-Where this differs from the Stoix reference: the advantage estimate of a root
-action stops accumulating when its particle's episode ends (our environments
-reset automatically, so later steps belong to another episode) and weights
-step ``d`` by ``(gamma_s * lambda_s)^d``; the next actions are resampled along
-with the particles they were drawn for; root Dirichlet noise is mixed into
-the policy's probabilities (it is off by default).
+Deliberate differences from the Stoix reference, each with its reason:
+
+* Terminal-masked search advantages: a root action's advantage estimate
+  stops accumulating once its particle's episode has ended (terminated or
+  truncated), and step ``d`` is weighted by ``(gamma_s * lambda_s)^d``.
+  Stoix weights it by ``(gamma_s * lambda_s * discount)^d`` and keeps adding
+  after the end; our environments reset inside the step that ends an
+  episode, so the later steps belong to another episode and must not count.
+* Next actions are resampled along with their particles: each next action
+  was drawn from its particle's own state, so after resampling it must follow
+  that particle. Stoix leaves them in their slots, so a resampled particle
+  would take an action drawn for another particle's state.
+* Root Dirichlet noise is mixed into the policy's probabilities (off by
+  default, as in Stoix).
+* The critic's GAE(lambda) targets do not cross a truncation (there is no
+  true next observation after an automatic reset), and the transition cut by
+  it is left out of the losses; Stoix bootstraps from the true next
+  observation it keeps.
+* One network predicts the policy and the value and takes one learner step
+  per rollout (Stoix: two networks, 128 SGD steps per rollout from a
+  replay), hence the registry's larger learning rates and Polyak step.
+* Every loss, the duals' included, averages over the same transitions: the
+  agent's loss mask (``disco.agent.Agent``).
+
 """
 
 from __future__ import annotations
@@ -408,14 +426,16 @@ class SPO(ml.DualRule):
       )
     return extras
 
-  def dual_loss(self, duals, advantages, target_logits, online_logits):
-    """Sample-based temperature loss plus the trust-region dual loss.
+  def dual_loss(self, duals, advantages, target_logits, online_logits, mask):
+    """Sample-based temperature loss plus the trust-region dual loss (mean
+    over the transitions of ``mask``: the agent's loss states).
 
     Args:
       duals: raw duals.
-      advantages: ``[..., N]`` search advantages of the root actions.
-      target_logits: ``[..., A]`` target policy logits.
-      online_logits: ``[..., A]`` online policy logits (constants here).
+      advantages: ``[T, B, N]`` search advantages of the root actions.
+      target_logits: ``[T, B, A]`` target policy logits.
+      online_logits: ``[T, B, A]`` online policy logits (constants here).
+      mask: ``[T, B]`` the transitions to average over (None: all).
 
     Returns:
       ``(loss, (weights, kl, loss_temperature, loss_alpha))``.
@@ -426,7 +446,8 @@ class SPO(ml.DualRule):
     kl = ops.categorical_kl(target_logits, online_logits)
     loss_eta = ml.temperature_loss(eta, log_z, self.hyper_params["epsilon"])
     loss_alpha = ml.alpha_loss(alpha, kl, self.hyper_params["epsilon_policy"])
-    return jnp.mean(loss_eta + loss_alpha), (weights, kl, loss_eta, loss_alpha)
+    total = ops.masked_mean(loss_eta + loss_alpha, mask)
+    return total, (weights, kl, loss_eta, loss_alpha)
 
   def unroll_meta_net(
       self, inputs: base.Inputs, context: base.LearnerContext
@@ -439,14 +460,19 @@ class SPO(ml.DualRule):
     advantages = extras["search_advantages"][:-1]
     (weights, kl, loss_eta, loss_alpha), new_duals, dual_opt_state = (
         self.update_duals(
-            self.dual_loss, context, advantages, target_logits, online_logits
+            self.dual_loss,
+            context,
+            advantages,
+            target_logits,
+            online_logits,
+            inputs.mask,
         )
     )
     # GAE(lambda) targets from the target critic (V-trace with rho = 1).
     critic = returns.vtrace(
         rewards=inputs.rewards,
         env_discounts=1.0 - inputs.is_terminal.astype(jnp.float32),
-        rho=jnp.ones_like(inputs.rewards),
+        rho=jnp.where(inputs.truncated, 0.0, 1.0),
         values=inputs.agent_out["v"][..., 0],
         target_values=target_out["v"][..., 0],
         discount=self.hyper_params["discount_factor"],
@@ -459,8 +485,12 @@ class SPO(ml.DualRule):
         alpha=ml.dual_value(context.rule_state["duals"]["log_alpha"]),
         value_target=jax.lax.stop_gradient(critic.value_target),
         stats=dict(
-            self.dual_stats(context, loss_eta, loss_alpha, kl_sample, kl),
-            search_advantage=ops.global_mean(advantages, context.axis_name),
+            self.dual_stats(
+                context, inputs, loss_eta, loss_alpha, kl_sample, kl
+            ),
+            search_advantage=ops.masked_mean(
+                advantages, inputs.mask, context.axis_name
+            ),
         ),
     )
     return meta_out, self.next_rule_state(context, new_duals, dual_opt_state)

@@ -261,9 +261,16 @@ def estimate(
     target_q_values: Array | None = None,
     discount: jax.typing.ArrayLike = DEFAULT_DISCOUNT,
     lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
+    truncated: Array | None = None,
 ) -> types.ValueOuts:
   """Targets and advantages of a rollout: Retrace with action values, else
   V-trace, with importance weights ``pi/mu`` of the taken actions.
+
+  A truncated transition (cut by a time limit: its next state belongs to
+  the next episode) has no valid target: its importance weight is set to 0,
+  so it adds nothing to any return and no trace crosses it, and the
+  transition before it bootstraps from the last state of its episode. Its
+  own targets are meaningless and must be masked out of the losses.
 
   Args:
     rewards: ``[T, B]`` reward of each transition.
@@ -279,6 +286,7 @@ def estimate(
       defaults to ``q_values``.
     discount: scalar discount factor.
     lambda_: scalar trace parameter.
+    truncated: ``[T, B]`` bool, transitions cut by a time limit (or None).
 
   Returns:
     ``ValueOuts`` without the normalised fields (see ``normalize``).
@@ -289,6 +297,8 @@ def estimate(
   chex.assert_shape([rewards, env_discounts], (num_states - 1, batch_size))
   actions = actions[:-1]
   rho = importance_weights(pi_logits[:-1], mu_logits[:-1], actions)
+  if truncated is not None:
+    rho = jnp.where(truncated, 0.0, rho)
   if q_values is None:
     return vtrace(
         rewards, env_discounts, rho, values, target_values, discount, lambda_
@@ -356,6 +366,7 @@ def estimate_on(
       target_q_values=target_q_values,
       discount=discount,
       lambda_=lambda_,
+      truncated=inputs.truncated,
   )
 
 
