@@ -10,7 +10,9 @@ to supply one.
 
 Keys are ``"catch/<rows>x<columns>"`` (any size is derived exactly by
 ``catch_entry``; ``"catch"`` means the default ``"catch/8x8"``),
-``"gymnax/<id>"`` and ``"xminigrid/<id>"``.
+``"delayed_chain"``, ``"gymnax/<id>"`` and ``"xminigrid/<id>"``
+(``env_key`` gives the key of an environment and its settings). The LPG grid
+worlds have no entry: their optimal returns are not known.
 
 The random returns of gymnax and xminigrid environments were measured with
 ``python benchmarks/random_returns.py --episodes 4096 --seed 0`` (gymnax
@@ -184,6 +186,23 @@ def _build_table() -> dict[str, ReferenceEntry]:
       catch_entry(8, 8),
       catch_entry(5, 5),
       ReferenceEntry(
+          env="delayed_chain",
+          random_return=0.0,
+          random_source=(
+              "exact: only the first action matters and a uniform random "
+              "one is the rewarded one with probability 1/2 (+1, else -1)"
+          ),
+          reference_return=1.0,
+          reference_algorithm="optimal policy (exact)",
+          budget_env_steps=None,
+          source=(
+              "exact: the start state shows the rewarded first action "
+              "(disco/environments/delayed_chain.py); the same for every "
+              "variant and chain length (noisy variants add zero-mean "
+              "rewards)"
+          ),
+      ),
+      ReferenceEntry(
           env="gymnax/CartPole-v1",
           random_return=22.2026,
           random_source=f"{_RANDOM_CMD}): 22.2026 +- 0.1843 s.e.m. over "
@@ -274,6 +293,15 @@ def _how_to_supply(env: str) -> str:
       "random_return=..., random_source='...', reference_return=..., "
       "reference_algorithm='...', budget_env_steps=..., source='...')}})."
   )
+
+
+def env_key(env: str, settings: Mapping[str, object] | None = None) -> str:
+  """The table key of registered environment ``env`` with ``settings``:
+  ``catch/<rows>x<columns>`` for Catch, the name otherwise."""
+  settings = dict(settings or {})
+  if env == "catch":
+    return f"catch/{settings.get('rows', 8)}x{settings.get('columns', 8)}"
+  return env
 
 
 def get_entry(

@@ -45,9 +45,11 @@ Observations (float32):
 
 Caveat: only the first action of an episode matters, and with auto-reset that
 action is taken at an observation delivered by a LAST timestep. A learner
-that drops transitions starting at a LAST step (as ``disco.agent.Agent``'s
-loss mask did when this module was written) never trains it, so no rule can
-learn this environment there.
+that drops transitions starting at a LAST step (``loss_mask="published"`` in
+``disco.agent.Agent``, as the published DiscoRL agent) never trains it, so
+no rule learns this environment with that mask; the default ``"valid"``
+mask learns from it.
+
 """
 
 from __future__ import annotations

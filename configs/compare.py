@@ -1,0 +1,63 @@
+r"""Comparison: rules x environments x seeds, with statistics.
+
+Used by ``disco-compare`` (``python -m disco.launch.compare``); override any
+value on the command line, e.g.::
+
+  disco-compare --config.rules="('disco103', 'actor_critic', 'ppo')" \
+      --config.envs="('catch', 'delayed_chain', 'gymnax/CartPole-v1')" \
+      --config.num_seeds=5 --config.total_env_steps=100000
+
+Every rule is trained on every environment with ``num_seeds`` seeds (vmapped)
+by the ``disco-eval`` loop, one run after the other, each into
+``output_dir/runs/<rule>/<environment>``; then the statistics are written
+(``report.md``, ``results.csv``, figures). A run that finished is never
+repeated, so an interrupted sweep continues where it stopped.
+"""
+
+from ml_collections import config_dict
+
+
+def get_config() -> config_dict.ConfigDict:
+  return config_dict.ConfigDict(
+      dict(
+          # Registered rules or .npz files of meta-parameters.
+          rules=("disco103", "actor_critic"),
+          # Registered environments, each optionally with settings:
+          # "catch:rows=5,columns=5".
+          envs=("catch",),
+          # Comma-separated Python modules to import first (modules that
+          # register their own rules or environments).
+          imports="",
+          weights=config_dict.placeholder(str),  # Disco103 file
+          num_seeds=5,  # per run; seeds seed .. seed + num_seeds - 1
+          seed=0,
+          total_env_steps=40_000,  # per seed and run
+          # The disco-eval loop of every run (configs/evaluate.py).
+          num_envs=2,
+          rollout_len=29,
+          batch_size=64,
+          replay_capacity=1024,
+          min_replay_size=64,
+          iterations_per_call=50,
+          last_episodes=500,  # final score: mean return of the last episodes
+          # Per-rule changes of the disco-eval settings, e.g. an on-policy
+          # loop: "ppo:num_envs=4,rollout_len=128,replay_capacity=0,
+          # batch_size=4".
+          rule_overrides=(),
+          # Statistics.
+          test="welch",  # welch | mann_whitney | bootstrap | permutation
+          alpha=0.05,
+          power=0.8,  # target power of the seeds-needed estimate
+          bootstrap_reps=2000,
+          num_points=20,  # evaluation points of the sample-efficiency curves
+          # Normalisation entries for environments the table lacks (or to
+          # replace its): "env:random=R,reference=X,source=TEXT".
+          references=(),
+          # Aggregate these disco-eval output folders instead of running.
+          run_dirs=(),
+          # "i/n": run only every n-th run from the i-th (n processes share a
+          # sweep; aggregate with run_dirs or a last call without shard).
+          shard="",
+          output_dir="",  # '' -> runs/compare-<UTC timestamp>
+      )
+  )

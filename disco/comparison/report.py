@@ -1,0 +1,328 @@
+"""The files of a comparison: statistics of a ``results.Results`` grid.
+
+``write_report`` computes, from the runs of several rules on several
+environments:
+
+* normalised final scores (``normalization``) and their aggregates with
+  stratified-bootstrap intervals (IQM, mean, median, optimality gap),
+  the probability of improvement of every pair of rules, performance
+  profiles and sample-efficiency curves (``aggregates``, i.e. ``rliable``);
+* pairwise tests of the raw final returns on every environment and of the
+  per-seed mean normalised score over environments, Holm-Bonferroni
+  corrected, with effect sizes and the seeds a test would need for the
+  target power (``significance``);
+
+and writes ``report.md``, ``results.csv`` (``Results.write_csv``),
+``statistics.json`` and the figures ``aggregates.png``, ``profiles.png``,
+``improvement.png``, ``sample_efficiency.png`` and ``curves_<env>.png``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+import dataclasses
+import datetime
+import json
+from pathlib import Path
+import re
+from typing import Any
+
+from disco.comparison import aggregates
+from disco.comparison import normalization
+from disco.comparison import plots
+from disco.comparison import results as results_lib
+from disco.comparison import significance
+from disco.training import analysis
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """How a comparison's statistics are computed.
+
+  Attributes:
+    test: the pairwise test (``significance.TESTS``).
+    alpha: the family-wise significance level of each table.
+    power: target power of the seeds-needed estimate.
+    reps: bootstrap replications (intervals, bootstrap/permutation tests).
+    seed: seed of every resampling.
+    num_points: evaluation points of the sample-efficiency curves.
+  """
+
+  test: str = significance.DEFAULT_TEST
+  alpha: float = 0.05
+  power: float = 0.8
+  reps: int = 2000
+  seed: int = 0
+  num_points: int = 20
+
+
+def check(
+    results: results_lib.Results,
+    settings: Settings,
+    references: Mapping[str, Any] | None = None,
+) -> None:
+  """Raises ``ValueError`` (one line, naming the fix) if the statistics
+  cannot be computed: an environment without a reference return, or too
+  few seeds for the test."""
+  for env in results.envs:
+    normalization.normalize(0.0, env, references)
+  for rule in results.rules:
+    n = len(results.runs[rule, results.envs[0]].seeds)
+    needed = significance.min_seeds(settings.test, settings.alpha)
+    if n < max(needed, aggregates.MIN_SEEDS):
+      raise ValueError(
+          f"Rule {rule!r} has {n} seed(s); the {settings.test} test at "
+          f"alpha={settings.alpha} and the bootstrap intervals need at least "
+          f"{max(needed, aggregates.MIN_SEEDS)} per rule: raise num_seeds."
+      )
+
+
+def _file_name(env: str) -> str:
+  return re.sub(r"[^A-Za-z0-9_.-]+", "_", env)
+
+
+def _interval(x: aggregates.Interval) -> str:
+  return f"{x.estimate:.3f} [{x.low:.3f}, {x.high:.3f}]"
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+  return [
+      "| " + " | ".join(header) + " |",
+      "|" + "---|" * len(header),
+      *("| " + " | ".join(r) + " |" for r in rows),
+  ]
+
+
+def _test_rows(rows: list[significance.ComparisonRow]) -> list[list[str]]:
+  out = []
+  for r in rows:
+    needed = "-" if r.seeds_needed is None else str(r.seeds_needed)
+    out.append(
+        [
+            r.rule_a,
+            r.rule_b,
+            f"{r.mean_a:.3f}",
+            f"{r.mean_b:.3f}",
+            f"{r.p_value:.3g}",
+            f"{r.p_holm:.3g}",
+            "yes" if r.reject else "no",
+            f"{r.effect_size_name} {r.effect_size:.2f}",
+            needed,
+        ]
+    )
+  return out
+
+
+def write_report(
+    results: results_lib.Results,
+    out: str | Path,
+    settings: Settings = Settings(),
+    references: Mapping[str, Any] | None = None,
+    title: str = "Comparison",
+) -> dict[str, Any]:
+  """Computes the statistics and writes the files into folder ``out``.
+
+  Returns:
+    The statistics as a JSON-friendly dict (also in ``statistics.json``).
+
+  Raises:
+    ValueError: see ``check``.
+  """
+  check(results, settings, references)
+  out = Path(out)
+  out.mkdir(parents=True, exist_ok=True)
+  kw = dict(reps=settings.reps, seed=settings.seed)
+  points = results.evaluation_points(settings.num_points)
+  results.write_csv(out / "results.csv", points, references)
+  raw = results.final_scores()
+  scores = results.final_scores(normalized=True, references=references)
+  agg = aggregates.aggregate_metrics(scores, **kw)
+  profiles = aggregates.performance_profiles(scores, **kw)
+  curves = aggregates.sample_efficiency_curves(
+      results.curves(points, normalized=True, references=references),
+      points,
+      **kw,
+  )
+  multi = len(results.rules) > 1
+  improvement = (
+      aggregates.probability_of_improvement(scores, **kw) if multi else {}
+  )
+  test_kw = dict(
+      test=settings.test,
+      alpha=settings.alpha,
+      power=settings.power,
+      reps=settings.reps,
+      seed=settings.seed,
+  )
+  tests = {}
+  if multi:
+    for i, env in enumerate(results.envs):
+      tests[env] = significance.pairwise_table(
+          significance.env_scores(raw, i), **test_kw
+      )
+    if len(results.envs) > 1:
+      tests["all environments (mean normalised score)"] = (
+          significance.pairwise_table(
+              {
+                  r: significance.per_seed_aggregate(x, "mean")
+                  for r, x in scores.items()
+              },
+              **test_kw,
+          )
+      )
+
+  figures = [
+      plots.plot_aggregate_intervals(agg, out / "aggregates.png"),
+      plots.plot_performance_profiles(profiles, out / "profiles.png"),
+      plots.plot_sample_efficiency(curves, out / "sample_efficiency.png"),
+  ]
+  if multi:
+    figures.append(
+        plots.plot_probability_of_improvement(
+            improvement, out / "improvement.png"
+        )
+    )
+  for env in results.envs:
+    path = out / f"curves_{_file_name(env)}.png"
+    analysis.plot_learning_curves(
+        {rule: results.runs[rule, env].metrics for rule in results.rules},
+        path=path,
+        min_episodes=results_lib.CURVE_EPISODES,
+        title=env,
+    )
+    figures.append(path)
+
+  stats = dict(
+      rules=list(results.rules),
+      envs=list(results.envs),
+      settings=dataclasses.asdict(settings),
+      final_returns={r: x.tolist() for r, x in raw.items()},
+      normalized_final_scores={r: x.tolist() for r, x in scores.items()},
+      aggregates={r: dataclasses.asdict(a) for r, a in agg.items()},
+      probability_of_improvement=[
+          dict(x=x, y=y, **dataclasses.asdict(p.probability))
+          for (x, y), p in improvement.items()
+      ],
+      tests={k: [r.as_dict() for r in rows] for k, rows in tests.items()},
+      references=[
+          dataclasses.asdict(normalization.get_entry(e, references))
+          for e in results.envs
+      ],
+      figures=[Path(f).name for f in figures],
+  )
+  (out / "statistics.json").write_text(
+      json.dumps(stats, indent=2, default=float) + "\n"
+  )
+  (out / "report.md").write_text(
+      _markdown(
+          results, settings, raw, agg, improvement, tests, references, title
+      )
+      + "\n"
+  )
+  return stats
+
+
+def _markdown(
+    results, settings, raw, agg, improvement, tests, references, title
+) -> str:
+  seeds = {
+      r: len(results.runs[r, results.envs[0]].seeds) for r in results.rules
+  }
+  lines = [
+      f"# {title}",
+      "",
+      f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC. "
+      f"Rules: {', '.join(f'{r} ({n} seeds)' for r, n in seeds.items())}. "
+      f"Environments: {', '.join(results.envs)}. Intervals are 95% "
+      f"stratified-bootstrap intervals ({settings.reps} resamples); tests "
+      f"are {settings.test} at alpha={settings.alpha}, Holm-Bonferroni "
+      "corrected within each table.",
+      "",
+      "## Final returns (mean of the last episodes; mean over seeds, "
+      "per-seed values)",
+      "",
+  ]
+  rows = []
+  for rule in results.rules:
+    rows.append(
+        [rule]
+        + [
+            f"{raw[rule][:, i].mean():.3f} ({', '.join(f'{v:.2f}' for v in raw[rule][:, i])})"
+            for i in range(len(results.envs))
+        ]
+    )
+  lines += _markdown_table(["rule", *results.envs], rows)
+  lines += [
+      "",
+      "## Normalisation",
+      "",
+      "Scores are normalised per environment: 0 is a uniform random "
+      "policy, 1 the reference.",
+      "",
+  ]
+  lines += _markdown_table(
+      ["environment", "random", "reference", "reference algorithm", "source"],
+      [
+          [
+              e.env,
+              f"{e.random_return:g}",
+              f"{e.reference_return:g}",
+              e.reference_algorithm,
+              e.source,
+          ]
+          for e in (
+              normalization.get_entry(env, references) for env in results.envs
+          )
+      ],
+  )
+  lines += ["", "## Aggregates of the normalised scores", ""]
+  lines += _markdown_table(
+      ["rule", "IQM", "mean", "median", "optimality gap"],
+      [
+          [
+              r,
+              _interval(a.iqm),
+              _interval(a.mean),
+              _interval(a.median),
+              _interval(a.optimality_gap),
+          ]
+          for r, a in agg.items()
+      ],
+  )
+  if improvement:
+    lines += ["", "## Probability of improvement P(X > Y)", ""]
+    lines += _markdown_table(
+        ["X", "Y", "P(X > Y)"],
+        [[x, y, _interval(p.probability)] for (x, y), p in improvement.items()],
+    )
+  for name, rows_ in tests.items():
+    lines += ["", f"## Pairwise tests: {name}", ""]
+    lines += _markdown_table(
+        [
+            "rule a",
+            "rule b",
+            "mean a",
+            "mean b",
+            "p",
+            "p (Holm)",
+            f"reject at {settings.alpha}",
+            "effect size",
+            "seeds needed",
+        ],
+        _test_rows(rows_),
+    )
+    warnings = [
+        f"- {r.rule_a} vs {r.rule_b}: {r.warning}" for r in rows_ if r.warning
+    ]
+    if warnings:
+      lines += ["", *warnings]
+  lines += [
+      "",
+      "## Figures",
+      "",
+      "`aggregates.png`, `profiles.png`, `sample_efficiency.png`"
+      + (", `improvement.png`" if improvement else "")
+      + ", and the learning curves `curves_<environment>.png`; every "
+      "value is in `results.csv` and `statistics.json`.",
+  ]
+  return "\n".join(lines)

@@ -1,0 +1,252 @@
+"""The ``disco-compare`` launcher: a grid of runs, resume, aggregation of
+existing runs, and bad input (tiny settings throughout)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+import subprocess
+import sys
+import time
+
+import pytest
+
+from disco.launch import common
+from disco.launch import compare
+
+RULES = ("actor_critic", "policy_gradient")
+ENVS = ("catch:rows=5,columns=5", "delayed_chain:chain_length=3")
+TINY = [
+    f"--config.rules={RULES}",
+    f"--config.envs={ENVS}",
+    "--config.num_seeds=3",
+    "--config.total_env_steps=1200",
+    "--config.num_envs=4",
+    "--config.rollout_len=6",
+    "--config.batch_size=4",
+    "--config.replay_capacity=0",
+    "--config.min_replay_size=0",
+    "--config.iterations_per_call=10",
+    "--config.last_episodes=20",
+    "--config.bootstrap_reps=50",
+    "--config.num_points=5",
+]
+
+
+def _config(argv):
+  from absl import flags
+
+  fv = flags.FlagValues()
+  common.parse_config_flags(
+      ["disco-compare", *argv],
+      common.config_path(compare.CONFIG_NAME),
+      "help",
+      flag_values=fv,
+  )
+  return fv.config
+
+
+def _env():
+  return dict(
+      os.environ,
+      JAX_COMPILATION_CACHE_DIR=os.environ.get(
+          "JAX_COMPILATION_CACHE_DIR",
+          str(Path(__file__).resolve().parents[1] / ".jax_cache"),
+      ),
+  )
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+  """A sweep killed after its first run finished, then resumed."""
+  out = tmp_path_factory.mktemp("compare") / "sweep"
+  args = [
+      sys.executable,
+      "-m",
+      "disco.launch.compare",
+      *TINY,
+      f"--config.output_dir={out}",
+  ]
+  proc = subprocess.Popen(
+      args,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+      env=_env(),
+  )
+  first = out / "runs" / "actor_critic" / "catch_5x5" / "summary.json"
+  deadline = time.time() + 600
+  while not first.exists() and proc.poll() is None and time.time() < deadline:
+    time.sleep(0.2)
+  proc.kill()
+  proc.communicate()
+  assert first.exists(), "the first run did not finish before the kill"
+  finished_before = {
+      p.parent: p.stat().st_mtime_ns
+      for p in (out / "runs").rglob("summary.json")
+  }
+  lines = []
+  stats = compare.compare(
+      _config([*TINY, f"--config.output_dir={out}"]),
+      log=lines.append,
+      progress=False,
+  )
+  return dict(
+      out=out, stats=stats, lines=lines, finished_before=finished_before
+  )
+
+
+def test_resumed_sweep_keeps_finished_runs(sweep):
+  out = sweep["out"]
+  assert any("finished already" in line for line in sweep["lines"])
+  for folder, mtime in sweep["finished_before"].items():
+    assert (folder / "summary.json").stat().st_mtime_ns == mtime, folder
+  assert len(list((out / "runs").rglob("summary.json"))) == 4
+
+
+def test_report_results_and_figures(sweep):
+  out, stats = sweep["out"], sweep["stats"]
+  assert stats["rules"] == list(RULES)
+  assert stats["envs"] == ["catch/5x5", "delayed_chain"]
+  for name in (
+      "report.md",
+      "results.csv",
+      "statistics.json",
+      "aggregates.png",
+      "profiles.png",
+      "improvement.png",
+      "sample_efficiency.png",
+      "curves_catch_5x5.png",
+      "curves_delayed_chain.png",
+  ):
+    assert (out / name).is_file(), name
+    if name.endswith(".png"):
+      assert (out / name).read_bytes()[:4] == b"\x89PNG"
+  with open(out / "results.csv") as f:
+    rows = list(csv.DictReader(f))
+  # rule x environment x seed x evaluation point.
+  assert len(rows) == 2 * 2 * 3 * 5
+  assert {r["env"] for r in rows} == {"catch/5x5", "delayed_chain"}
+  report = (out / "report.md").read_text()
+  for text in (
+      "IQM",
+      "Probability of improvement",
+      "Pairwise tests: " "catch/5x5",
+      "all environments",
+      "Holm",
+      "seeds needed",
+  ):
+    assert text in report, text
+  for rule in RULES:
+    iqm = stats["aggregates"][rule]["iqm"]
+    assert iqm["low"] <= iqm["estimate"] <= iqm["high"]
+
+
+def test_aggregates_existing_run_folders(sweep, tmp_path):
+  runs = sorted(
+      str(p.parent) for p in (sweep["out"] / "runs").rglob("summary.json")
+  )
+  stats = compare.compare(
+      _config(
+          [
+              f"--config.run_dirs={tuple(runs)}",
+              "--config.bootstrap_reps=50",
+              "--config.num_points=5",
+              f"--config.output_dir={tmp_path / 'agg'}",
+          ]
+      ),
+      log=lambda _: None,
+  )
+  assert (
+      stats["normalized_final_scores"]
+      == sweep["stats"]["normalized_final_scores"]
+  )
+  assert stats["tests"] == sweep["stats"]["tests"]
+
+
+def test_sharded_processes_split_the_runs(tmp_path):
+  plans = [
+      compare.build(
+          _config(
+              [
+                  *TINY,
+                  f"--config.shard={i}/3",
+                  f"--config.output_dir={tmp_path}",
+              ]
+          )
+      )
+      for i in range(3)
+  ]
+  cells = [c.output_dir for p in plans for c in p.my_cells()]
+  assert sorted(cells) == sorted(c.output_dir for c in plans[0].cells)
+  assert len(set(cells)) == 4
+
+
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--config.rules=('actor_critic', 'nope')"], "Unknown rule 'nope'"),
+        (["--config.envs=('catch', 'pongg')"], "Unknown environment 'pongg'"),
+        (["--config.envs=('catch:rowz=5',)"], "did you mean 'rows'"),
+        (["--config.num_seeds=1"], "too few for the welch test"),
+        (["--config.test=mann_whitney", "--config.num_seeds=3"], "at least 4"),
+        (
+            ["--config.envs=('lpg/sparse',)"],
+            "No normalisation entry.*references",
+        ),
+        (["--config.rule_overrides=('ppo:num_envs=4',)"], "not one of"),
+        (
+            ["--config.rule_overrides=('actor_critic:nope=4',)"],
+            "unknown setting",
+        ),
+        (["--config.shard=3/3"], "0 <= i < n"),
+        (["--config.run_dirs=('/nonexistent/run',)"], "Cannot read the run"),
+    ],
+)
+def test_bad_input_is_one_line(args, match, tmp_path):
+  with pytest.raises(common.UsageError, match=match) as info:
+    compare.compare(
+        _config([*TINY, *args, f"--config.output_dir={tmp_path / 'x'}"]),
+        log=lambda _: None,
+    )
+  assert "\n" not in str(info.value)
+  assert not (tmp_path / "x" / "runs").exists()
+
+
+def test_command_line_error_exits_2(tmp_path):
+  result = subprocess.run(
+      [
+          sys.executable,
+          "-m",
+          "disco.launch.compare",
+          "--config.rules=('bogus',)",
+      ],
+      capture_output=True,
+      text=True,
+      cwd=tmp_path,
+      env=_env(),
+      timeout=300,
+  )
+  assert result.returncode == 2
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("disco-compare: error:")
+
+
+def test_parse_spec():
+  assert compare.parse_spec("catch:rows=5,columns=6", "env") == (
+      "catch",
+      dict(rows=5, columns=6),
+  )
+  assert compare.parse_spec("x:a=(1, 2),b=text", "env") == (
+      "x",
+      dict(a=(1, 2), b="text"),
+  )
+  assert compare.parse_spec("gymnax/CartPole-v1", "env") == (
+      "gymnax/CartPole-v1",
+      {},
+  )
+  with pytest.raises(common.UsageError, match="name:key=value"):
+    compare.parse_spec("catch:rows", "environment")
+  assert json.loads(json.dumps(compare.parse_spec("a:b=1", "x")))
