@@ -9,10 +9,9 @@ notebook with other settings.
 from __future__ import annotations
 
 from pathlib import Path
-import sys
 
 import nbformat
-from nbformat import v4
+import notebook_cells
 
 NOTEBOOK = Path(__file__).resolve().parent / "eval.ipynb"
 
@@ -49,17 +48,6 @@ last_episodes = 500  # final score: mean return of the last episodes
 disco_learning_rate = 1e-2
 compare_actor_critic = True
 actor_critic_learning_rate = None  # None: the published 5e-4"""
-
-INSTALL = """\
-# Install the package when it is not importable yet (this notebook lives in
-# the colabs/ folder of a checkout, so `..` is the repository).
-import importlib.util
-import os
-import sys
-
-if importlib.util.find_spec('disco') is None:
-  get_ipython().run_line_magic('pip', 'install -q -e ..')
-  sys.path.insert(0, os.path.abspath('..'))  # importable without a restart"""
 
 IMPORTS = """\
 import jax
@@ -140,41 +128,20 @@ for label, metrics in results.items():
 
 
 def build() -> nbformat.NotebookNode:
-  md, code = v4.new_markdown_cell, v4.new_code_cell
-  cells = [
-      md(INTRO),
-      code(PARAMETERS, metadata={"tags": ["parameters"]}),
-      code(INSTALL),
-      code(IMPORTS),
-      md(TRAIN_MD),
-      code(TRAIN),
-      code(DISCO),
-      md(AC_MD),
-      code(AC),
-      md(PLOT_MD),
-      code(PLOT),
-      code(SUMMARY),
-  ]
-  for i, cell in enumerate(cells):  # stable ids keep diffs small
-    cell["id"] = f"cell-{i:02d}"
-  nb = v4.new_notebook(
-      cells=cells,
-      metadata={
-          "kernelspec": {
-              "display_name": "Python 3",
-              "language": "python",
-              "name": "python3",
-          },
-          "language_info": {"name": "python"},
-      },
+  return notebook_cells.notebook(
+      INTRO,
+      PARAMETERS,
+      [
+          ("", IMPORTS),
+          (TRAIN_MD, TRAIN, DISCO),
+          (AC_MD, AC),
+          (PLOT_MD, PLOT, SUMMARY),
+      ],
   )
-  nbformat.validate(nb)
-  return nb
 
 
 def main() -> None:
-  nbformat.write(build(), NOTEBOOK)
-  print(f"wrote {NOTEBOOK}", file=sys.stderr)
+  notebook_cells.write(build(), NOTEBOOK)
 
 
 if __name__ == "__main__":

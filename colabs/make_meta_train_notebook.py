@@ -9,10 +9,9 @@ notebook with other settings.
 from __future__ import annotations
 
 from pathlib import Path
-import sys
 
 import nbformat
-from nbformat import v4
+import notebook_cells
 
 NOTEBOOK = Path(__file__).resolve().parent / "meta_train.ipynb"
 
@@ -68,17 +67,6 @@ eval_iterations_per_call = 50
 eval_last_episodes = 500
 eval_network = {}  # overrides of the evaluation agent's network ({}: published)
 compare_with_initial_rule = True  # also evaluate the rule we started from"""
-
-INSTALL = """\
-# Install the package when it is not importable yet (this notebook lives in
-# the colabs/ folder of a checkout, so `..` is the repository).
-import importlib.util
-import os
-import sys
-
-if importlib.util.find_spec('disco') is None:
-  get_ipython().run_line_magic('pip', 'install -q -e ..')
-  sys.path.insert(0, os.path.abspath('..'))  # importable without a restart"""
 
 IMPORTS = """\
 import jax
@@ -259,43 +247,22 @@ for label, metrics in results.items():
 
 
 def build() -> nbformat.NotebookNode:
-  md, code = v4.new_markdown_cell, v4.new_code_cell
-  cells = [
-      md(INTRO),
-      code(PARAMETERS, metadata={"tags": ["parameters"]}),
-      code(INSTALL),
-      code(IMPORTS),
-      md(BUILD_MD),
-      code(BUILD),
-      md(TRAIN_MD),
-      code(TRAIN),
-      md(PLOT_MD),
-      code(PLOT),
-      md(EXPORT_MD),
-      code(EXPORT),
-      md(EVAL_MD),
-      code(EVAL),
-  ]
-  for i, cell in enumerate(cells):  # stable ids keep diffs small
-    cell["id"] = f"cell-{i:02d}"
-  nb = v4.new_notebook(
-      cells=cells,
-      metadata={
-          "kernelspec": {
-              "display_name": "Python 3",
-              "language": "python",
-              "name": "python3",
-          },
-          "language_info": {"name": "python"},
-      },
+  return notebook_cells.notebook(
+      INTRO,
+      PARAMETERS,
+      [
+          ("", IMPORTS),
+          (BUILD_MD, BUILD),
+          (TRAIN_MD, TRAIN),
+          (PLOT_MD, PLOT),
+          (EXPORT_MD, EXPORT),
+          (EVAL_MD, EVAL),
+      ],
   )
-  nbformat.validate(nb)
-  return nb
 
 
 def main() -> None:
-  nbformat.write(build(), NOTEBOOK)
-  print(f"wrote {NOTEBOOK}", file=sys.stderr)
+  notebook_cells.write(build(), NOTEBOOK)
 
 
 if __name__ == "__main__":

@@ -139,15 +139,19 @@ def parameters_cell(nb):
   return tagged[0]
 
 
-def check_notebook_is_generated(nb, notebook: Path, generator: Path) -> None:
+def check_notebook_is_generated(
+    nb, notebook: Path, generator: Path, monkeypatch
+) -> None:
   """``notebook`` is what ``generator``'s ``build()`` writes, without outputs."""
   import importlib.util
 
   import nbformat
 
+  monkeypatch.syspath_prepend(str(generator.parent))  # notebook_cells
   spec = importlib.util.spec_from_file_location(generator.stem, generator)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
+
   assert nbformat.writes(module.build()).strip() == (
       notebook.read_text().strip()
   ), f"{notebook.name} is stale: run python colabs/{generator.name}"

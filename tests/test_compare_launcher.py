@@ -35,6 +35,13 @@ TINY = [
 ]
 
 
+def _tiny_with(args):
+  """TINY with ``args`` replacing its flags of the same names (a repeated
+  tuple flag would extend the tuple)."""
+  names = {a.partition("=")[0] for a in args}
+  return [a for a in TINY if a.partition("=")[0] not in names] + list(args)
+
+
 def _config(argv):
   from absl import flags
 
@@ -109,7 +116,7 @@ def test_resumed_sweep_keeps_finished_runs(sweep):
 def test_report_results_and_figures(sweep):
   out, stats = sweep["out"], sweep["stats"]
   assert stats["rules"] == list(RULES)
-  assert stats["envs"] == ["catch/5x5", "delayed_chain"]
+  assert stats["envs"] == ["catch/5x5", "delayed_chain(chain_length=3)"]
   for name in (
       "report.md",
       "results.csv",
@@ -119,7 +126,7 @@ def test_report_results_and_figures(sweep):
       "improvement.png",
       "sample_efficiency.png",
       "curves_catch_5x5.png",
-      "curves_delayed_chain.png",
+      "curves_delayed_chain_chain_length_3.png",
   ):
     assert (out / name).is_file(), name
     if name.endswith(".png"):
@@ -128,7 +135,10 @@ def test_report_results_and_figures(sweep):
     rows = list(csv.DictReader(f))
   # rule x environment x seed x evaluation point.
   assert len(rows) == 2 * 2 * 3 * 5
-  assert {r["env"] for r in rows} == {"catch/5x5", "delayed_chain"}
+  assert {r["env"] for r in rows} == {
+      "catch/5x5",
+      "delayed_chain(chain_length=3)",
+  }
   report = (out / "report.md").read_text()
   for text in (
       "IQM",
@@ -184,6 +194,22 @@ def test_sharded_processes_split_the_runs(tmp_path):
   assert len(set(cells)) == 4
 
 
+def test_one_environment_with_two_settings_gives_two_runs(tmp_path):
+  envs = ("delayed_chain:chain_length=3", "delayed_chain:chain_length=4")
+  plan = compare.build(
+      _config(
+          _tiny_with(
+              [f"--config.envs={envs}", f"--config.output_dir={tmp_path}"]
+          )
+      )
+  )
+  folders = {c.output_dir.name for c in plan.cells}
+  assert folders == {
+      "delayed_chain_chain_length_3",
+      "delayed_chain_chain_length_4",
+  }
+
+
 @pytest.mark.parametrize(
     "args, match",
     [
@@ -202,13 +228,19 @@ def test_sharded_processes_split_the_runs(tmp_path):
             "unknown setting",
         ),
         (["--config.shard=3/3"], "0 <= i < n"),
+        (
+            [
+                "--config.envs=('catch:rows=5,columns=5', 'catch:columns=5,rows=5')"
+            ],
+            "run actor_critic on catch/5x5 twice",
+        ),
         (["--config.run_dirs=('/nonexistent/run',)"], "Cannot read the run"),
     ],
 )
 def test_bad_input_is_one_line(args, match, tmp_path):
   with pytest.raises(common.UsageError, match=match) as info:
     compare.compare(
-        _config([*TINY, *args, f"--config.output_dir={tmp_path / 'x'}"]),
+        _config(_tiny_with([*args, f"--config.output_dir={tmp_path / 'x'}"])),
         log=lambda _: None,
     )
   assert "\n" not in str(info.value)

@@ -143,3 +143,37 @@ def test_normalize_score_dict_per_column():
   )
   with pytest.raises(ValueError, match="expected"):
     normalization.normalize_score_dict({"r": np.ones((2, 3))}, envs)
+
+
+def test_env_key_names_the_settings_that_differ_from_the_defaults():
+  key = normalization.env_key
+  assert key("catch", {"rows": 5, "columns": 5}) == "catch/5x5"
+  assert key("delayed_chain", {"variant": "short", "chain_length": None}) == (
+      "delayed_chain"
+  )
+  assert key("delayed_chain", {"variant": "long", "chain_length": 3}) == (
+      "delayed_chain(chain_length=3,variant='long')"
+  )
+  cartpole = {"max_steps_in_episode": 500, "gravity": 9.8}
+  assert key("gymnax/CartPole-v1", cartpole) == "gymnax/CartPole-v1"
+  assert key("gymnax/CartPole-v1", {"max_steps_in_episode": 200}) == (
+      "gymnax/CartPole-v1(max_steps_in_episode=200)"
+  )
+  assert key("my/env", {"size": (3, 4)}) == "my/env(size=(3, 4))"
+
+
+def test_keys_with_settings_use_an_entry_only_where_it_holds():
+  # Delayed chain's anchors hold for every variant and length.
+  entry = normalization.get_entry("delayed_chain(chain_length=3)")
+  assert entry is TABLE["delayed_chain"] and entry.any_settings
+  # CartPole's reference is its maximum return at 500 steps: not for 200.
+  with pytest.raises(
+      normalization.MissingReferenceError, match="default settings only"
+  ):
+    normalization.get_entry("gymnax/CartPole-v1(max_steps_in_episode=200)")
+  mine = dataclasses.replace(
+      TABLE["gymnax/CartPole-v1"],
+      env="gymnax/CartPole-v1(max_steps_in_episode=200)",
+      reference_return=200.0,
+  )
+  assert normalization.get_entry(mine.env, {mine.env: mine}) is mine

@@ -47,12 +47,12 @@ compare_with_initial_rule = True
 """
 
 
-def test_meta_train_notebook_is_valid_and_up_to_date():
+def test_meta_train_notebook_is_valid_and_up_to_date(monkeypatch):
   nb = nbformat.read(NOTEBOOK, as_version=4)
   nbformat.validate(nb)
   conftest.parameters_cell(nb)
   conftest.check_notebook_is_generated(
-      nb, NOTEBOOK, COLABS / "make_meta_train_notebook.py"
+      nb, NOTEBOOK, COLABS / "make_meta_train_notebook.py", monkeypatch
   )
   # The published settings, apart from the number of meta-steps.
   namespace = {}

@@ -34,13 +34,13 @@ actor_critic_learning_rate = 1e-2
 """
 
 
-def test_eval_notebook_is_valid_and_up_to_date():
+def test_eval_notebook_is_valid_and_up_to_date(monkeypatch):
   nb = nbformat.read(EVAL_NOTEBOOK, as_version=4)
   nbformat.validate(nb)
   assert nb.nbformat == 4
   conftest.parameters_cell(nb)
   conftest.check_notebook_is_generated(
-      nb, EVAL_NOTEBOOK, COLABS / "make_eval_notebook.py"
+      nb, EVAL_NOTEBOOK, COLABS / "make_eval_notebook.py", monkeypatch
   )
 
 

@@ -26,10 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 import dataclasses
+import json
 import re
 import types
 
 import numpy as np
+
+from disco.environments import registry as env_registry
 
 _GYMNAX_README = (
     "gymnax README (github.com/RobertTLange/gymnax, commit 086ad956), table "
@@ -66,6 +69,8 @@ class ReferenceEntry:
       for; ``None`` for an optimum or when the source does not say.
     source: citation of ``reference_return``, precise enough to check.
     notes: caveats.
+    any_settings: whether the anchors hold for every setting of the
+      environment (keys ``env(key=value,...)`` then fall back to ``env``).
   """
 
   env: str
@@ -76,6 +81,7 @@ class ReferenceEntry:
   budget_env_steps: int | None
   source: str
   notes: str = ""
+  any_settings: bool = False
 
 
 class MissingReferenceError(ValueError):
@@ -201,6 +207,7 @@ def _build_table() -> dict[str, ReferenceEntry]:
               "variant and chain length (noisy variants add zero-mean "
               "rewards)"
           ),
+          any_settings=True,
       ),
       ReferenceEntry(
           env="gymnax/CartPole-v1",
@@ -296,23 +303,45 @@ def _how_to_supply(env: str) -> str:
 
 
 def env_key(env: str, settings: Mapping[str, object] | None = None) -> str:
-  """The table key of registered environment ``env`` with ``settings``:
-  ``catch/<rows>x<columns>`` for Catch, the name otherwise."""
+  """The table key of registered environment ``env`` with ``settings``.
+
+  ``catch/<rows>x<columns>`` for Catch; otherwise the name, followed by the
+  settings that differ from the registered defaults, if any:
+  ``delayed_chain(chain_length=3)``. Runs of one environment with different
+  settings so get different keys.
+  """
   settings = dict(settings or {})
   if env == "catch":
     return f"catch/{settings.get('rows', 8)}x{settings.get('columns', 8)}"
-  return env
+  try:
+    defaults = env_registry.get_entry(env).settings
+  except ValueError:  # not registered (here): every setting is shown
+    defaults = {}
+  changed = [
+      f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
+      for k, v in sorted(settings.items())
+      if k not in defaults or _plain(defaults[k]) != _plain(v)
+  ]
+  return f"{env}({','.join(changed)})" if changed else env
+
+
+def _plain(value: object) -> str:
+  """A comparable form of a setting (tuples and lists alike, as JSON)."""
+  return json.dumps(value, sort_keys=True, default=str)
 
 
 def get_entry(
     env: str, overrides: Mapping[str, ReferenceEntry] | None = None
 ) -> ReferenceEntry:
   """The entry of ``env``: from ``overrides``, the table, or (for
-  ``catch/<rows>x<columns>``) ``catch_entry``.
+  ``catch/<rows>x<columns>``) ``catch_entry``. A key with settings,
+  ``name(key=value,...)``, falls back to the entry of ``name`` when that
+  entry holds for ``any_settings``.
 
   Raises:
     MissingReferenceError: for an environment with no entry.
   """
+
   overrides = overrides or {}
   for key in (env, ALIASES.get(env)):
     if key is not None and key in overrides:
@@ -323,6 +352,19 @@ def get_entry(
   match = _CATCH_KEY.match(key)
   if match:
     return catch_entry(int(match.group(1)), int(match.group(2)))
+  name, with_settings, _ = env.partition("(")
+  if with_settings:
+    try:
+      entry = get_entry(name, overrides)
+    except MissingReferenceError:
+      entry = None
+    if entry is not None and entry.any_settings:
+      return entry
+    if entry is not None:
+      raise MissingReferenceError(
+          f"The normalisation entry of {name!r} holds for its default "
+          f"settings only, not for {env!r}. " + _how_to_supply(env)
+      )
   raise MissingReferenceError(
       f"No normalisation entry for environment {env!r}; the table has "
       f"{sorted(REFERENCE_TABLE)} (and catch/<rows>x<columns>). "

@@ -77,8 +77,9 @@ def check(
       )
 
 
-def _file_name(env: str) -> str:
-  return re.sub(r"[^A-Za-z0-9_.-]+", "_", env)
+def file_name(env: str) -> str:
+  """A file or folder name for environment key ``env``."""
+  return re.sub(r"[^A-Za-z0-9_.-]+", "_", env).strip("_")
 
 
 def _interval(x: aggregates.Interval) -> str:
@@ -183,7 +184,7 @@ def write_report(
         )
     )
   for env in results.envs:
-    path = out / f"curves_{_file_name(env)}.png"
+    path = out / f"curves_{file_name(env)}.png"
     analysis.plot_learning_curves(
         {rule: results.runs[rule, env].metrics for rule in results.rules},
         path=path,

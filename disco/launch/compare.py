@@ -226,18 +226,23 @@ def _cells(config, output_dir: Path) -> list[Cell]:
         ) from None
       full = {**entry.settings, **settings}
       key = normalization.env_key(env, full)
-      cells.append(
-          Cell(
-              rule=rule,
-              env=env,
-              env_settings=full,
-              overrides=overrides.get(rule, {}),
-              output_dir=output_dir
-              / RUNS_DIR
-              / _label(rule)
-              / re.sub(r"[^A-Za-z0-9_.-]+", "_", key),
-          )
+      cell = Cell(
+          rule=rule,
+          env=env,
+          env_settings=full,
+          overrides=overrides.get(rule, {}),
+          output_dir=output_dir
+          / RUNS_DIR
+          / _label(rule)
+          / report_lib.file_name(key),
       )
+      twin = next((c for c in cells if c.output_dir == cell.output_dir), None)
+      if twin is not None:
+        raise UsageError(
+            f"config.rules and config.envs give the run {rule} on {key} "
+            "twice: list every rule and environment once."
+        )
+      cells.append(cell)
   return cells
 
 
