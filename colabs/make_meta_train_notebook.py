@@ -19,8 +19,8 @@ INTRO = """\
 # Meta-training / fine-tuning update rules
 
 This notebook fine-tunes the discovered **Disco103** update rule (or
-discovers one from scratch) on a jittable version of **Catch** with a small
-population of agents, plots the meta-training curves, exports the
+discovers one from scratch) on a jittable version of **Catch** (or a mixed
+population of environments) with a small population of agents, plots the meta-training curves, exports the
 meta-parameters, and evaluates the exported rule by training fresh agents
 with it.
 
@@ -42,8 +42,14 @@ PARAMETERS = """\
 # Settings (this cell is tagged `parameters`: tools may replace it).
 init_meta_params = 'disco103'  # 'disco103' (fine-tune), 'random' or a .npz
 num_meta_steps = 200
-num_agents = 2  # a multiple of the number of devices
-catch_rows, catch_columns = 5, 5
+# Groups of agents: an environment, its settings, the number of agents (a
+# multiple of the number of devices) and optionally a weight. Groups may mix
+# environments, observation shapes and action counts, e.g. add
+# dict(env='delayed_chain', num_agents=2) or
+# dict(env='gymnax/CartPole-v1', num_agents=2, weight=0.5).
+population = (
+    dict(env='catch', env_settings=dict(rows=5, columns=5), num_agents=2),
+)
 batch_size = 32  # environments per agent
 rollout_len = 16
 inner_steps = 2
@@ -56,6 +62,7 @@ seed = 4
 output_dir = 'runs/meta-notebook'
 checkpoint_every = 50
 # Evaluation of the exported rule (disco.training.loop.EvalLoop).
+eval_env, eval_env_settings = 'catch', dict(rows=5, columns=5)
 eval_env_steps = 20_000  # per seed
 eval_num_seeds = 1
 eval_num_envs = 2
@@ -90,17 +97,20 @@ BUILD_MD = """\
 ## The population
 
 `meta_train.build` checks a config (the defaults of `configs/meta_train.py`
-with the settings above) and builds the agent groups (one here: Catch with
-`num_agents` agents), the `Population` (the compiled meta-step) and the
+with the settings above) and builds the agent groups (by default one: Catch
+5x5 with 2 agents), the `Population` (the compiled meta-step) and the
 initial meta-parameters: the published Disco103 weights (checked against the
-rule's structure), a random initialisation, or a file."""
+rule's structure), a random initialisation, or a file.
+
+In a mixed population every group gets its own agent network and value
+function for its observation shape and action count; the meta-gradient is
+the mean over groups of each group's mean over its agents, weighted by the
+groups' `weight` (default: their number of agents)."""
 
 BUILD = """\
 config = meta_train.default_config()
 config.update(dict(
-    population=(dict(env='catch',
-                     env_settings=dict(rows=catch_rows, columns=catch_columns),
-                     num_agents=num_agents),),
+    population=population,
     batch_size=batch_size, rollout_len=rollout_len, inner_steps=inner_steps,
     meta_learning_rate=meta_learning_rate, init_meta_params=init_meta_params,
     seed=seed, num_meta_steps=num_meta_steps, output_dir=output_dir,
@@ -195,15 +205,15 @@ print(f'Evaluate it with: disco-eval --config.rule={path}')"""
 EVAL_MD = """\
 ## Evaluating the exported rule
 
-Fresh agents on Catch trained by the exported rule with
+Fresh agents on `eval_env` (Catch 5x5 by default) trained by the exported
+rule with
 `disco.training.loop.EvalLoop` (the evaluation notebook's settings: the
 published Disco103 agent network and learning rate, a replay, learner
 batches of 64), and, for comparison, by the rule we started from (same
 program, other meta-parameters)."""
 
 EVAL = """\
-env = registry.make_env('catch', eval_num_envs, rows=catch_rows,
-                        columns=catch_columns)
+env = registry.make_env(eval_env, eval_num_envs, **eval_env_settings)
 eval_settings.network.update(eval_network)
 agent = agent_lib.make_agent(eval_settings, env.num_actions,
                              rule=discovered.rule)
@@ -235,7 +245,7 @@ if compare_with_initial_rule:
 
 analysis.plot_learning_curves(
     results, min_episodes=min(100, eval_last_episodes),
-    title=f'Catch {catch_rows}x{catch_columns}')
+    title=f'{eval_env} {eval_env_settings}')
 plt.show()
 for label, metrics in results.items():
   s = analysis.summarize(metrics, eval_last_episodes)

@@ -2,9 +2,8 @@
 
 Needs the ``python3`` Jupyter kernel of this environment; install it with
 ``python -m ipykernel install --sys-prefix`` (the test skips, or fails on CI,
-when it is missing). The tiny meta-training settings equal those of
-``tests/test_meta_train.py``, so the compiled meta-step comes from the
-persistent compilation cache when both run.
+when it is missing). The tiny population mixes Catch 5x5 and the delayed
+chain (other observation shapes and action counts, weighted groups).
 """
 
 from __future__ import annotations
@@ -21,8 +20,11 @@ def tiny_parameters(output_dir) -> str:
   return f"""\
 init_meta_params = 'random'
 num_meta_steps = 3
-num_agents = 2
-catch_rows, catch_columns = 5, 5
+population = (
+    dict(env='catch', env_settings=dict(rows=5, columns=5), num_agents=2),
+    dict(env='delayed_chain', env_settings=dict(chain_length=3),
+         num_agents=2, weight=1.0),
+)
 batch_size = 2
 rollout_len = 3
 inner_steps = 1
@@ -33,6 +35,7 @@ meta_learning_rate = 5e-4
 seed = 4
 output_dir = {str(output_dir)!r}
 checkpoint_every = 2
+eval_env, eval_env_settings = 'catch', dict(rows=5, columns=5)
 eval_env_steps = 60
 eval_num_seeds = 1
 eval_num_envs = 2
@@ -58,7 +61,10 @@ def test_meta_train_notebook_is_valid_and_up_to_date(monkeypatch):
   namespace = {}
   exec(conftest.parameters_cell(nb).source, namespace)
   assert namespace["batch_size"] == 32 and namespace["rollout_len"] == 16
-  assert namespace["inner_steps"] == 2 and namespace["num_agents"] == 2
+  assert namespace["inner_steps"] == 2
+  assert namespace["population"] == (
+      dict(env="catch", env_settings=dict(rows=5, columns=5), num_agents=2),
+  )
   assert namespace["agent_network"]["dense"] == (512, 512)
 
 
@@ -68,7 +74,7 @@ def test_meta_train_notebook_runs(tmp_path, monkeypatch):
   out = tmp_path / "run"
   conftest.parameters_cell(nb).source = tiny_parameters(out)
   text, images = conftest.run_notebook(nb, monkeypatch)
-  assert "2 x catch-5x5" in text
+  assert "2 x catch-5x5" in text and "2 x delayed_chain" in text
   assert "3 meta-steps; checkpoints: [2, 3]" in text
   assert "Reward per actor step:" in text
   assert "Exported" in text and "'rule': 'disco'" in text
