@@ -50,6 +50,9 @@ num_meta_steps = 200
 population = (
     dict(env='catch', env_settings=dict(rows=5, columns=5), num_agents=2),
 )
+# 'published' (the published meta-trainer's agents) or 'valid'; use 'valid'
+# with the delayed chain, whose only decisive move is an episode's first.
+agent_loss_mask = 'published'
 batch_size = 32  # environments per agent
 rollout_len = 16
 inner_steps = 2
@@ -117,6 +120,7 @@ config.update(dict(
     resume=True))  # the folder may hold an earlier run of this notebook
 config.agent.network.update(agent_network)
 config.agent.learning_rate = agent_learning_rate
+config.agent.loss_mask = agent_loss_mask
 config.value_fn.dense = value_fn_dense
 
 plan = meta_train.build(config)

@@ -25,6 +25,7 @@ population = (
     dict(env='delayed_chain', env_settings=dict(chain_length=3),
          num_agents=2, weight=1.0),
 )
+agent_loss_mask = 'valid'
 batch_size = 2
 rollout_len = 3
 inner_steps = 1
