@@ -56,6 +56,20 @@ def masked_mean(
   return total / jnp.maximum(count, 1e-8)
 
 
+def all_finite(tree: types.ArrayTree) -> jax.Array:
+  """Whether every floating-point entry of ``tree`` is finite: a scalar bool
+  (True for a tree without floating-point leaves). Integer leaves (counters,
+  RNG keys) are not checked."""
+  checks = [
+      jnp.all(jnp.isfinite(x))
+      for x in jax.tree.leaves(tree)
+      if jnp.issubdtype(jnp.result_type(x), jnp.inexact)
+  ]
+  if not checks:
+    return jnp.array(True)
+  return jnp.all(jnp.stack(checks))
+
+
 def global_mean(x: jax.Array, axis_name: str | None = None) -> jax.Array:
   """Mean of all entries of ``x``, averaged over ``axis_name`` if given."""
   x = jnp.mean(x)

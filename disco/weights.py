@@ -10,6 +10,9 @@ Optional metadata (rule name, config, ...) is stored as a JSON string in a 0-d
 unicode array under the reserved key ``__disco_metadata__``, so every file
 loads with ``allow_pickle=False``.
 
+Parameters with non-finite values (NaN or infinity, e.g. from a run that
+diverged) are neither saved nor loaded: both raise ``WeightsError``.
+
 ``load_disco103`` finds the published Disco103 weights (explicit path,
 ``$DISCO_WEIGHTS``, the user cache, a ``shared/weights`` folder beside the
 checkout, or a download into the cache) and always checks their sha256.
@@ -46,6 +49,10 @@ DOWNLOAD_TIMEOUT_S = 30.0
 
 class WeightsError(ValueError):
   """A meta-parameter file is missing, corrupt or does not fit the rule."""
+
+
+class NonFiniteError(WeightsError):
+  """Parameters hold a NaN or an infinity (e.g. from a diverged run)."""
 
 
 # ----------------------------------------------------------------- layout ----
@@ -145,6 +152,25 @@ def check_params_match(
     )
 
 
+def _non_finite(flat: Mapping[str, np.ndarray], path: Path, doing: str) -> None:
+  """Raises ``WeightsError`` if a floating-point array of ``flat`` holds a
+  NaN or an infinity."""
+  bad = [
+      k
+      for k, v in flat.items()
+      if v.dtype.kind in "fc" and not np.all(np.isfinite(v))
+  ]
+  if bad:
+    names = ", ".join(bad[:3]) + (
+        f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    )
+    raise NonFiniteError(
+        f"{doing} {path}: {len(bad)} of its {len(flat)} arrays hold non-finite "
+        f"values (NaN or inf: {names}), as after training diverged. Use "
+        "parameters from before the divergence (e.g. an earlier checkpoint)."
+    )
+
+
 # -------------------------------------------------------------- save/load ----
 
 
@@ -153,9 +179,15 @@ def save_meta_params(
     params: Mapping[str, Any],
     metadata: Mapping[str, Any] | None = None,
 ) -> Path:
-  """Atomically writes ``params`` (and JSON ``metadata``) as an ``.npz``."""
+  """Atomically writes ``params`` (and JSON ``metadata``) as an ``.npz``.
+
+  Raises:
+    WeightsError: a key is not ``module/name``, an array holds objects or a
+      non-finite value, or the metadata is not JSON.
+  """
   path = Path(path).expanduser()
   flat = flatten_params(params)
+  _non_finite(flat, path, "Not saving")
   if metadata is not None:
     try:
       text = json.dumps(dict(metadata), sort_keys=True)
@@ -206,9 +238,15 @@ def load_meta_params(
     path: str | os.PathLike[str],
     expected: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
-  """Loads params from ``path``; checks them against ``expected`` if given."""
+  """Loads params from ``path``; checks them against ``expected`` if given.
+
+  Raises:
+    WeightsError: a missing or unreadable file, non-finite values, or a
+      tree that does not match ``expected``.
+  """
   flat = _read_npz(path)
   flat.pop(METADATA_KEY, None)
+  _non_finite(flat, Path(path).expanduser(), "Refusing")
   params = unflatten_params(flat)
   if expected is not None:
     check_params_match(params, expected, what=f"Meta-parameters in {path}")

@@ -130,6 +130,22 @@ def test_failed_save_keeps_old_file_and_no_temp(tmp_path):
   assert weights.load_metadata(path) == {"v": 1}
 
 
+def test_non_finite_parameters_are_neither_saved_nor_loaded(tmp_path):
+  """A diverged run's NaN or inf parameters never reach a file, and a file
+  holding them (written by other means) is refused, naming the arrays."""
+  for bad in (np.nan, np.inf):
+    params = _params()
+    params["lstm/linear"]["w"][0, 1] = bad
+    with pytest.raises(WeightsError, match="non-finite.*lstm/linear/w"):
+      weights.save_meta_params(tmp_path / "p.npz", params)
+    assert not (tmp_path / "p.npz").exists()
+    flat = weights.flatten_params(params)
+    np.savez(tmp_path / "nan.npz", **flat)
+    with pytest.raises(WeightsError, match="1 of its 4 arrays") as info:
+      weights.load_meta_params(tmp_path / "nan.npz")
+    assert "\n" not in str(info.value)
+
+
 def test_shape_mismatch_diff_lists_offending_key(tmp_path):
   path = weights.save_meta_params(tmp_path / "p.npz", _params())
   expected = _params()

@@ -6,7 +6,8 @@ A launcher is a config (``disco.configs.<name>``, i.e. the top-level
 ``write`` saves the outputs. This module holds what they share:
 
 * usage errors: bad input is a ``UsageError``, printed as one line with exit
-  status 2 (``fail``);
+  status 2 (``fail``); training that diverged raises ``Diverged``, printed as
+  one line with exit status 3;
 * config checks (``check_config_keys``, ``check_int``, ...), user modules that
   register rules or environments (``import_modules``);
 * rule resolution by registry name or file (``resolve_rule``);
@@ -52,16 +53,24 @@ class UsageError(Exception):
   """Bad user input; launchers print it as one line and exit with status 2."""
 
 
+class Diverged(Exception):
+  """Training diverged (non-finite values) beyond recovery; launchers print
+  it as one line and exit with status ``DIVERGED_EXIT``."""
+
+
+DIVERGED_EXIT = 3
+
+
 def one_line(message: Any) -> str:
   """Collapses a (possibly multi-line) message into a single line."""
   parts = [p.strip() for p in str(message).splitlines() if p.strip()]
   return " ".join(parts)
 
 
-def fail(program: str, message: Any) -> NoReturn:
-  """Prints a one-line error and exits with status 2."""
+def fail(program: str, message: Any, status: int = 2) -> NoReturn:
+  """Prints a one-line error and exits with ``status``."""
   print(f"{program}: error: {one_line(message)}", file=sys.stderr)
-  sys.exit(2)
+  sys.exit(status)
 
 
 # -------------------------------------------------------------- configs ----
@@ -198,6 +207,8 @@ def _build_rule(settings: config_dict.ConfigDict):
 def _load_checked(path, expected, what: str):
   try:
     return weights_lib.load_meta_params(path, expected)
+  except weights_lib.NonFiniteError as e:
+    raise UsageError(one_line(e)) from None
   except weights_lib.WeightsError as e:
     raise UsageError(f"{what}: {one_line(e)}") from None
 
@@ -577,9 +588,9 @@ def run_launcher(
   Parses ``--config`` (default: ``configs/<config_name>.py``) and its
   overrides (``prepare``: see ``parse_config_flags``), then calls
   ``body(config)``. A ``UsageError`` (while parsing or
-  from ``body``) prints one line and exits with status 2; Ctrl-C and SIGTERM
-  raise ``KeyboardInterrupt`` in ``body`` (which may save its state) and exit
-  with status 130.
+  from ``body``) prints one line and exits with status 2, ``Diverged`` one
+  line and status 3; Ctrl-C and SIGTERM raise ``KeyboardInterrupt`` in
+  ``body`` (which may save its state) and exit with status 130.
   """
   default_config = config_path(config_name)
   main_module = sys.modules.get("__main__")
@@ -615,6 +626,8 @@ def run_launcher(
       body(flags.FLAGS.config)
     except UsageError as e:
       fail(program, e)
+    except Diverged as e:
+      fail(program, e, DIVERGED_EXIT)
     except KeyboardInterrupt:
       sys.exit(130)
 
