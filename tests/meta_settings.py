@@ -1,10 +1,19 @@
-"""Tiny meta-training settings shared by the meta-training test modules."""
+"""Tiny meta-training settings and helpers shared by the meta-training test
+modules."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+import subprocess
+import sys
+
+import jax
 from ml_collections import config_dict
 
 from disco.launch import meta_train as mt
+
+REPO_DIR = Path(__file__).resolve().parents[1]
 
 TINY = dict(
     batch_size=2,
@@ -36,3 +45,45 @@ def tiny_config(**overrides) -> config_dict.ConfigDict:
   config.value_fn.dense = TINY["value_fn"]["dense"]
   config.update(overrides)
   return config
+
+
+# Two groups of two agents; the first counts three times as much.
+MIXED = (
+    dict(
+        env="catch",
+        env_settings=dict(rows=5, columns=5),
+        num_agents=2,
+        weight=3.0,
+    ),
+    dict(
+        env="catch",
+        env_settings=dict(rows=6, columns=6),
+        num_agents=2,
+        weight=1.0,
+    ),
+)
+
+
+def subprocess_env(**extra) -> dict[str, str]:
+  """The environment of a launcher subprocess: this session's compilation
+  cache, CPU."""
+  env = dict(os.environ)
+  env.setdefault(
+      "JAX_COMPILATION_CACHE_DIR",
+      str(jax.config.jax_compilation_cache_dir or REPO_DIR / ".jax_cache"),
+  )
+  env["JAX_PLATFORMS"] = "cpu"
+  env.update(extra)
+  return env
+
+
+def run_launcher(args, cwd, timeout=600):
+  """``disco-meta-train ARGS`` in a subprocess."""
+  return subprocess.run(
+      [sys.executable, "-m", "disco.launch.meta_train", *args],
+      cwd=cwd,
+      env=subprocess_env(),
+      capture_output=True,
+      text=True,
+      timeout=timeout,
+  )

@@ -10,11 +10,7 @@ tests.
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 import shutil
-import subprocess
-import sys
 
 from absl import flags
 import jax
@@ -28,31 +24,8 @@ from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
 
 from meta_settings import TINY_FLAGS
+from meta_settings import run_launcher
 from meta_settings import tiny_config
-
-REPO_DIR = Path(__file__).resolve().parents[1]
-
-
-def subprocess_env(**extra) -> dict[str, str]:
-  env = dict(os.environ)
-  env.setdefault(
-      "JAX_COMPILATION_CACHE_DIR",
-      str(jax.config.jax_compilation_cache_dir or REPO_DIR / ".jax_cache"),
-  )
-  env["JAX_PLATFORMS"] = "cpu"
-  env.update(extra)
-  return env
-
-
-def run_launcher(args, cwd, timeout=600):
-  return subprocess.run(
-      [sys.executable, "-m", "disco.launch.meta_train", *args],
-      cwd=cwd,
-      env=subprocess_env(),
-      capture_output=True,
-      text=True,
-      timeout=timeout,
-  )
 
 
 def tree_equal(a, b) -> bool:

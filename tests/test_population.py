@@ -18,23 +18,8 @@ from disco.launch import common
 from disco.launch import meta_train as mt
 from disco.meta import population as population_lib
 
+from meta_settings import MIXED
 from meta_settings import tiny_config
-
-# Two groups of two agents; the first counts three times as much.
-MIXED = (
-    dict(
-        env="catch",
-        env_settings=dict(rows=5, columns=5),
-        num_agents=2,
-        weight=3.0,
-    ),
-    dict(
-        env="catch",
-        env_settings=dict(rows=6, columns=6),
-        num_agents=2,
-        weight=1.0,
-    ),
-)
 
 
 def _capture(lr):
@@ -221,3 +206,69 @@ def test_population_of_different_environments(tmp_path):
   assert float(logs["meta_grad_norm"]) > 0
   for name in shapes:
     assert np.isfinite(float(logs[f"{name}/meta_loss"])), name
+
+
+@pytest.fixture(scope="module")
+def poisoned(mixed, tmp_path_factory):
+  """The ``mixed`` population (Adam, both devices) with faults: the first
+  catch-5x5 agent diverges at meta-step 1, the meta-gradient at 2. The same
+  program as ``test_divergence.py``'s runs."""
+  config = tiny_config(
+      output_dir=str(tmp_path_factory.mktemp("pop") / "p"),
+      lifetime_meta_steps=2,
+      population=MIXED,
+  )
+  config.debug.poison_agent_at_steps = (1,)
+  config.debug.poison_meta_grad_at_steps = (2,)
+  plan = mt.build(config)
+  states = [mt.initial_state(plan)]  # the agents of mixed["states"][0]
+  logs = []
+  for _ in range(2):
+    state, step_logs = plan.population.step(states[-1])
+    states.append(state)
+    logs.append(jax.device_get(step_logs))
+  return dict(states=states, logs=logs)
+
+
+def test_diverged_agent_is_left_out_and_restarted(mixed, poisoned):
+  state, logs = poisoned["states"][1], poisoned["logs"][0]
+  assert logs["catch-5x5/diverged_agents"] == 1
+  assert logs["catch-6x6/diverged_agents"] == 0
+  assert logs["diverged_agents"] == 1 and logs["meta_update_skipped"] == 0
+  assert np.isfinite(logs["catch-5x5/meta_loss"])
+  # Adam's first moment after one step is 0.1 x the meta-gradient: the
+  # catch-5x5 group's mean is over its finite agent alone, the group weights
+  # (3:1) are kept.
+  grads = mixed["per_agent_grads"]
+  expected = jax.tree.map(lambda a, b: 0.75 * a[1] + 0.25 * b.mean(0), *grads)
+  meta_grad = jax.tree.map(lambda m: m / 0.1, state.meta_opt_state[0].mu)
+  assert _max_rel(meta_grad, expected) < 1e-5
+  all_agents = jax.tree.map(
+      lambda a, b: 0.75 * a.mean(0) + 0.25 * b.mean(0), *grads
+  )
+  assert _max_rel(meta_grad, all_agents) > 1e-3
+  # The poisoned agent (age 0) starts a new lifetime like the expiring one:
+  # fresh, finite parameters and optimiser state.
+  catch5 = state.agents[0]
+  assert [int(x) for x in catch5.age] == [0, 0]
+  assert [int(x) for x in catch5.learner.opt_state[0].count] == [0, 0]
+  assert all(
+      np.isfinite(np.asarray(x)).all()
+      for x in jax.tree.leaves(catch5.learner.params)
+  )
+  assert [int(x) for x in state.agents[1].age] == [1, 0]
+
+
+def test_non_finite_meta_gradient_skips_the_update(poisoned):
+  before, after = poisoned["states"][1:]
+  logs = poisoned["logs"][1]
+  assert logs["meta_update_skipped"] == 1
+  assert not np.isfinite(logs["meta_grad_norm"])
+  for a, b in zip(
+      jax.tree.leaves((before.meta_params, before.meta_opt_state)),
+      jax.tree.leaves((after.meta_params, after.meta_opt_state)),
+      strict=True,
+  ):
+    np.testing.assert_array_equal(a, b)
+  assert int(after.step) == 2  # the agents moved on
+  assert [int(x) for x in after.agents[1].age] == [0, 1]

@@ -27,6 +27,13 @@ Bad input ends the program with a one-line message on stderr and exit status
 config, build the population and the initial meta-parameters), ``run``
 (meta-train, resuming and checkpointing) and ``write`` (export, curves,
 summary).
+
+Divergence is handled in the meta-step (see ``disco.meta.divergence``):
+diverged agents restart and a non-finite meta-update is skipped; after
+``max_consecutive_skips`` skips in a row the run stops with one line and exit
+status 3, without a new checkpoint or an export. Checkpoints are written only
+after an applied meta-update and never hold non-finite values; a resumed run
+falls back past damaged checkpoints (moving them aside).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from disco import weights as weights_lib
 from disco.environments import registry as env_registry
 from disco.launch import common
 from disco.meta import checkpoints as ckpt_lib
+from disco.meta import divergence
 from disco.meta import history as history_lib
 from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import population as population_lib
@@ -76,7 +84,13 @@ REWARDS_PLOT, LOSS_PLOT = "rewards.png", "meta_loss.png"
 META_PARAMS_FILE = "meta_params.npz"
 AGENT_KEYS = ("network", "learning_rate", "max_abs_update", "loss_mask")
 GROUP_KEYS = ("env", "env_settings", "num_agents", "weight")
-# Settings a resumed run may change: they do not alter the computation.
+DEBUG_KEYS = (
+    "poison_meta_grad_at_steps",
+    "poison_agent_at_steps",
+    "corrupt_checkpoint_at_step",
+)
+# Settings a resumed run may change: they do not alter the computation (the
+# test-only debug faults aside).
 RESUMABLE_KEYS = (
     "num_meta_steps",
     "checkpoint_every",
@@ -84,6 +98,8 @@ RESUMABLE_KEYS = (
     "resume",
     "log_every",
     "output_dir",
+    "max_consecutive_skips",
+    "debug",
 )
 
 
@@ -330,7 +346,33 @@ def _value_fn(config) -> value_function.ValueFunction:
     ) from None
 
 
+def _debug(config) -> dict[str, Any]:
+  """``config.debug`` checked (test-only fault injection)."""
+  debug = common.as_dict(config.debug, "debug")
+  if set(debug) != set(DEBUG_KEYS):
+    raise UsageError(
+        f"config.debug must have exactly the keys {', '.join(DEBUG_KEYS)}; "
+        f"got {sorted(debug)}."
+    )
+  for key in DEBUG_KEYS[:2]:  # meta-steps: checked by FaultInjection
+    steps = debug[key]
+    debug[key] = tuple(steps) if isinstance(steps, (list, tuple)) else (steps,)
+  common.check_int(
+      debug["corrupt_checkpoint_at_step"], "debug.corrupt_checkpoint_at_step", 0
+  )
+  return debug
+
+
 def _population_config(config) -> population_lib.PopulationConfig:
+  debug = _debug(config)
+  try:
+    faults = divergence.FaultInjection(
+        poison_meta_grad_at_steps=debug["poison_meta_grad_at_steps"],
+        poison_agent_at_steps=debug["poison_agent_at_steps"],
+    )
+  except ValueError as e:
+    raise UsageError(f"config.debug: {common.one_line(e)}") from None
+  any_fault = faults.poison_meta_grad_at_steps or faults.poison_agent_at_steps
   return population_lib.PopulationConfig(
       rollout_len=common.check_int(config.rollout_len, "rollout_len", 2),
       inner_steps=common.check_int(config.inner_steps, "inner_steps", 1),
@@ -346,6 +388,7 @@ def _population_config(config) -> population_lib.PopulationConfig:
               config.max_unrolled_inner_steps, "max_unrolled_inner_steps", 0
           ),
       ),
+      faults=faults if any_fault else None,
   )
 
 
@@ -375,6 +418,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
       ("keep_checkpoints", 1),
       ("log_every", 1),
       ("seed", 0),
+      ("max_consecutive_skips", 1),
   ):
     common.check_int(config[key], key, minimum)
   init_seed = common.check_int(config.init_seed, "init_seed", 0)
@@ -487,7 +531,10 @@ def _check_same_config(saved: dict, current: dict, where) -> None:
 
 
 def _resume(plan: Plan, manager: ckpt_lib.CheckpointManager, log):
-  """``(state, history)`` from the latest checkpoint, or ``None``."""
+  """The newest readable checkpoint (``ckpt_lib.Restored``), or ``None``.
+
+  Damaged checkpoints newer than it are moved aside, saying so.
+  """
   out, config = plan.output_dir, plan.resolved_config()
   saved_config = None
   if (out / CONFIG_FILE).is_file():
@@ -504,9 +551,17 @@ def _resume(plan: Plan, manager: ckpt_lib.CheckpointManager, log):
     log(f"No checkpoint in {manager.directory}: starting a new run.")
     return None
   try:
-    restored = manager.restore(abstract_state(plan.population, plan.rule))
+    restored = manager.restore_newest_readable(
+        abstract_state(plan.population, plan.rule), log
+    )
   except ckpt_lib.CheckpointError as e:
     raise UsageError(common.one_line(e)) from None
+  if restored is None:
+    raise UsageError(
+        f"No readable checkpoint is left in {manager.directory} (the damaged "
+        f"ones were moved aside to <step>{ckpt_lib.DAMAGED_SUFFIX}): start a "
+        "new output folder."
+    )
   if restored.config is not None:
     _check_same_config(restored.config, config, restored.path)
   if restored.step > plan.config.num_meta_steps:
@@ -516,7 +571,7 @@ def _resume(plan: Plan, manager: ckpt_lib.CheckpointManager, log):
         " raise num_meta_steps, or start a new output folder."
     )
   log(f"Resuming from {restored.path} (meta-step {restored.step}).")
-  return restored.state, history_lib.MetricsHistory(restored.history)
+  return restored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -530,6 +585,7 @@ class RunResult:
     step_times: seconds of each meta-step of this run (the first compiles).
     wall_time: seconds of this run.
     checkpoints: the kept checkpoint folders.
+    divergence: skipped meta-updates and restarted agents over the run.
   """
 
   state: population_lib.MetaTrainState
@@ -538,6 +594,7 @@ class RunResult:
   step_times: list[float]
   wall_time: float
   checkpoints: list[Path]
+  divergence: divergence.DivergenceRecord
 
 
 def write_config(plan: Plan) -> None:
@@ -563,12 +620,38 @@ def write_config(plan: Plan) -> None:
   )
 
 
+def _diverged_message(
+    record: divergence.DivergenceRecord, step: int, checkpoints: list[Path]
+) -> str:
+  newest = (
+      f"the newest checkpoint, {checkpoints[-1]} (meta-step "
+      f"{checkpoints[-1].name}), holds finite values"
+      if checkpoints
+      else "no checkpoint was written before"
+  )
+  return (
+      f"Meta-training diverged at meta-step {step}: the meta-update was "
+      f"skipped at {record.consecutive_skips} meta-steps in a row (from "
+      f"meta-step {record.first_skip}; max_consecutive_skips="
+      f"{record.max_consecutive_skips}) because the meta-gradient or the "
+      f"meta-parameters were not finite. Nothing was saved or exported; "
+      f"{newest}. Try a lower meta_learning_rate."
+  )
+
+
 def run(
     plan: Plan, log: Callable[[str], None] = print, progress: bool = True
 ) -> RunResult:
   """Meta-trains (or resumes) to ``num_meta_steps``, checkpointing every
   ``checkpoint_every`` meta-steps and at exit (also on Ctrl-C/SIGTERM or an
-  error, with the last completed state)."""
+  error, with the last completed state), whenever the last meta-step applied
+  its update.
+
+  Raises:
+    common.Diverged: ``max_consecutive_skips`` meta-steps in a row skipped
+      their update (the metrics are written up to there; no checkpoint is
+      added).
+  """
   config, out = plan.config, plan.output_dir
   num_steps = int(config.num_meta_steps)
   manager = ckpt_lib.CheckpointManager(
@@ -576,10 +659,17 @@ def run(
   )
   resumed = _resume(plan, manager, log) if config.resume else None
   write_config(plan)
+  names = [g.name for g in plan.groups]
+  record = divergence.DivergenceRecord.from_json(
+      None if resumed is None else resumed.extra.get("divergence"),
+      names,
+      int(config.max_consecutive_skips),
+  )
   if resumed is None:
     state, history = initial_state(plan), history_lib.MetricsHistory()
   else:
-    state, history = resumed
+    state = resumed.state
+    history = history_lib.MetricsHistory(resumed.history)
   csv_path = out / METRICS_FILE
   history.write_csv(csv_path)
   start = int(jax.device_get(state.step))
@@ -592,18 +682,22 @@ def run(
   )
 
   resolved = plan.resolved_config()
+  corrupt_at = _debug(config)["corrupt_checkpoint_at_step"]
 
   def save(state) -> Path:
-    return manager.save(
+    path = manager.save(
         state,
         history=history.rows,
         config=resolved,
-        extra=dict(csv_rows=len(history)),
+        extra=dict(csv_rows=len(history), divergence=record.to_json()),
     )
+    if corrupt_at and int(path.name) == corrupt_at:
+      ckpt_lib.corrupt_for_tests(path)  # test-only fault injection
+    return path
 
   step_times: list[float] = []
   wall_start = time.perf_counter()
-  completed = False
+  completed = stopped = False
   try:
     with tqdm.tqdm(
         total=num_steps,
@@ -620,35 +714,55 @@ def run(
         jax.block_until_ready(new_state.step)
         state = new_state
         step_times.append(time.perf_counter() - t0)
-        if k % config.log_every == 0 or k == num_steps:
+        health = divergence.DivergenceRecord.health_logs(logs, names)
+        for event in record.update(k, jax.device_get(health)):
+          log(event)
+        stopped = record.should_stop
+        if k % config.log_every == 0 or k == num_steps or stopped:
           row = history_lib.metrics_row(
               k, logs, plan.groups, plan.population.config.rollout_len
           )
+          row.update(record.totals())
           history.append_csv(csv_path, row)
           bar.set_postfix(
               s_per_step=f"{step_times[-1]:.2f}",
               meta_loss=common.fmt(row.get("meta_loss")),
               reward=common.fmt(row.get("rewards")),
+              skipped=record.skipped_updates,
               refresh=False,
           )
         bar.update(1)
-        if config.checkpoint_every and k % config.checkpoint_every == 0:
+        if stopped:
+          break
+        if (
+            config.checkpoint_every
+            and k % config.checkpoint_every == 0
+            and record.last_update_applied
+        ):
           save(state)
-    completed = True
+    completed = not stopped
   finally:
-    if int(jax.device_get(state.step)) > start:
+    step = int(jax.device_get(state.step))
+    if step > start and record.last_update_applied:
       try:
         path = save(state)
         if not completed:
           log(
-              f"Interrupted at meta-step {int(state.step)}; saved {path}. "
+              f"Interrupted at meta-step {step}; saved {path}. "
               "Continue with --config.resume=True "
               f"--config.output_dir={out}."
           )
       except Exception as e:  # noqa: BLE001 - report, then re-raise the cause
         log(f"Warning: the exit checkpoint failed: {common.one_line(e)}")
+    elif step > start and not stopped:
+      log(
+          f"Meta-step {step} skipped its update, so no exit checkpoint was "
+          "written; a resumed run continues from the newest checkpoint."
+      )
     checkpoints = [manager.path(s) for s in manager.all_steps()]
     manager.close()
+  if stopped:
+    raise common.Diverged(_diverged_message(record, step, checkpoints))
   return RunResult(
       state=state,
       history=history,
@@ -656,6 +770,7 @@ def run(
       step_times=step_times,
       wall_time=time.perf_counter() - wall_start,
       checkpoints=checkpoints,
+      divergence=record,
   )
 
 
@@ -668,17 +783,20 @@ def write(
   """Exports the meta-parameters, plots the curves and writes the summary."""
   out, config, history = plan.output_dir, plan.config, result.history
   final_step = int(jax.device_get(result.state.step))
-  export_path = export_meta_params(
-      out / META_PARAMS_FILE,
-      result.state.meta_params,
-      plan.settings,
-      final_step,
-      source=PROGRAM,
-      init_meta_params=str(config.init_meta_params),
-      population=[
-          dict(name=g.name, num_agents=g.num_agents) for g in plan.groups
-      ],
-  )
+  try:
+    export_path = export_meta_params(
+        out / META_PARAMS_FILE,
+        result.state.meta_params,
+        plan.settings,
+        final_step,
+        source=PROGRAM,
+        init_meta_params=str(config.init_meta_params),
+        population=[
+            dict(name=g.name, num_agents=g.num_agents) for g in plan.groups
+        ],
+    )
+  except weights_lib.NonFiniteError as e:  # the meta-step never lets this be
+    raise common.Diverged(common.one_line(e)) from None
   if len(history):
     history.plot(
         out / REWARDS_PLOT,
@@ -698,6 +816,7 @@ def write(
       final={k: last_row[k] for k in history_lib.MAIN_COLUMNS if k in last_row},
       meta_params_file=str(export_path),
       checkpoints=[str(p) for p in result.checkpoints],
+      divergence=result.divergence.totals(),
   )
   common.write_json(out / SUMMARY_FILE, summary)
   fmt = common.fmt

@@ -15,15 +15,21 @@ by ``orbax.checkpoint.CheckpointManager``: each is written into a temporary
 folder and renamed when complete (so a crash never leaves a half-written
 checkpoint that looks complete), and only the last ``keep`` are kept.
 
-A corrupt checkpoint, or one whose state does not fit the population it is
-restored into (another population size, network, environment...), raises
-``CheckpointError`` naming the problem and the fix; it is never skipped or
-overwritten silently.
+No checkpoint holds non-finite values: ``save`` refuses a state with a NaN
+or an infinity, and ``restore`` treats one as corrupt.
+
+A corrupt checkpoint (unreadable, or with non-finite values) raises
+``CorruptCheckpointError``, one whose state does not fit the population it is
+restored into (another population size, network, environment...)
+``CheckpointError``, each naming the problem and the fix; neither is skipped
+or overwritten silently. ``restore_newest_readable`` goes back past corrupt
+checkpoints, moving each aside (to ``<step>.damaged`` in the same folder,
+which the manager ignores) rather than deleting it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 import dataclasses
 import math
 from pathlib import Path
@@ -33,6 +39,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from disco import ops
+
 FORMAT_VERSION = 1
 STATE_ITEM = "state"
 RECORD_ITEM = "record"
@@ -41,6 +49,18 @@ _ITEMS = (STATE_ITEM, RECORD_ITEM)
 
 class CheckpointError(ValueError):
   """A checkpoint is missing, corrupt or does not fit the run."""
+
+
+class CorruptCheckpointError(CheckpointError):
+  """A checkpoint cannot be read back whole, or holds non-finite values."""
+
+  def __init__(self, message: str, reason: str = ""):
+    super().__init__(message)
+    self.reason = reason
+
+
+DAMAGED_SUFFIX = ".damaged"
+_all_finite = jax.jit(ops.all_finite)
 
 
 # ----------------------------------------------------------- manifest ----
@@ -252,11 +272,20 @@ class CheckpointManager:
     ``step`` defaults to ``int(state.step)``. Saving a step that is already
     saved does nothing (e.g. the exit save right after a periodic one).
     Returns the checkpoint's folder.
+
+    Raises:
+      CheckpointError: ``state`` holds a NaN or an infinity (nothing is
+        written, so no older checkpoint is rotated out for it).
     """
     if step is None:
       step = int(jax.device_get(state.step))
     if step in self.all_steps():
       return self.path(step)
+    if not bool(_all_finite(state)):
+      raise CheckpointError(
+          f"Not saving checkpoint {self.path(step)}: the state holds "
+          "non-finite values (NaN or inf)."
+      )
     leaves = jax.tree.leaves(state)
     record = dict(
         format_version=FORMAT_VERSION,
@@ -300,14 +329,15 @@ class CheckpointManager:
       )
     return record
 
-  def _corrupt(self, step: int, reason: Any) -> CheckpointError:
+  def _corrupt(self, step: int, reason: Any) -> CorruptCheckpointError:
     reason = " ".join(str(reason).split())
     if len(reason) > 300:
       reason = reason[:300] + "..."
-    return CheckpointError(
+    return CorruptCheckpointError(
         f"Checkpoint {self.path(step)} is corrupt or unreadable ({reason}): "
-        "delete that folder to resume from an earlier checkpoint, or start a "
-        "new output folder."
+        "resuming moves it aside and falls back to the previous checkpoint "
+        "(restore_newest_readable); or start a new output folder.",
+        reason,
     )
 
   def restore(self, template: Any, step: int | None = None) -> Restored:
@@ -320,8 +350,10 @@ class CheckpointManager:
       step: which checkpoint.
 
     Raises:
-      CheckpointError: no checkpoint, a corrupt one, or one whose state does
-        not match ``template`` (the message names the differing leaves).
+      CorruptCheckpointError: an unreadable checkpoint, or one with
+        non-finite values.
+      CheckpointError: no checkpoint, or one whose state does not match
+        ``template`` (the message names the differing leaves).
     """
     if step is None:
       step = self.latest_step()
@@ -369,14 +401,60 @@ class CheckpointManager:
             f"leaf {expected[i]['path']} came back as "
             f"{a.dtype}{list(a.shape)}",
         )
+    state = jax.tree.unflatten(treedef, arrays)
+    if not bool(_all_finite(state)):
+      raise self._corrupt(step, "it holds non-finite values (NaN or inf)")
     return Restored(
-        state=jax.tree.unflatten(treedef, arrays),
+        state=state,
         step=step,
         history=list(record.get("history") or []),
         config=record.get("config"),
         extra=dict(record.get("extra") or {}),
         path=self.path(step),
     )
+
+  def move_aside(self, step: int) -> Path:
+    """Renames checkpoint ``step`` to ``<step>.damaged`` (``.damaged-2``, ...
+    if taken), which the manager no longer lists; returns the new path."""
+    source = self.path(step)
+    target = source.with_name(source.name + DAMAGED_SUFFIX)
+    k = 1
+    while target.exists():
+      k += 1
+      target = source.with_name(f"{source.name}{DAMAGED_SUFFIX}-{k}")
+    source.rename(target)
+    self._orbax().reload()
+    return target
+
+  def restore_newest_readable(
+      self, template: Any, log: Callable[[str], None] = print
+  ) -> Restored | None:
+    """Restores the newest checkpoint that reads back whole and finite onto
+    ``template`` (``None`` if there is none). Each newer, corrupt one is
+    moved aside (``move_aside``) and reported through ``log``.
+
+    Raises:
+      CheckpointError: a checkpoint does not fit ``template`` (another run's:
+        nothing is moved).
+    """
+    for step in reversed(self.all_steps()):
+      try:
+        return self.restore(template, step)
+      except CorruptCheckpointError as e:
+        aside = self.move_aside(step)
+        log(
+            f"Checkpoint {step} is damaged ({e.reason}): moved it to "
+            f"{aside} and falling back to the previous one."
+        )
+    return None
+
+
+def corrupt_for_tests(path: str | Path) -> None:
+  """Overwrites the array data files of the checkpoint at ``path`` with
+  garbage, as a disk fault would. FOR TESTS ONLY (fault injection)."""
+  for f in (Path(path) / STATE_ITEM).rglob("*"):
+    if f.is_file() and f.parent.name == "d":
+      f.write_bytes(b"damaged")
 
 
 def restore_latest(

@@ -18,6 +18,14 @@ every group.
 Agents are reset to new lifetimes (fresh parameters and statistics) after
 ``lifetime_meta_steps`` meta-steps, staggered across the population so that
 it always holds agents of different ages.
+
+Divergence is checked inside the step (see ``divergence``): an agent with
+non-finite parameters, losses or meta-gradient is left out of the
+meta-gradient (each group's mean is over its finite agents) and starts a new
+lifetime; a non-finite meta-gradient or update leaves the meta-parameters and
+the meta-optimiser state unchanged. A healthy step computes what it would
+without these checks (XLA may fuse its operations differently around them,
+which can change results in the last bits).
 """
 
 from __future__ import annotations
@@ -36,8 +44,10 @@ import numpy as np
 import optax
 
 from disco import agent as agent_lib
+from disco import ops
 from disco import types
 from disco.environments import base as env_base
+from disco.meta import divergence
 from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import value_function
 from disco.training import acting
@@ -77,12 +87,15 @@ class PopulationConfig:
   lifetime_meta_steps: meta-steps after which an agent starts a new
     lifetime (0: never).
   outer: outer-loss settings.
+  faults: faults to inject, for tests only (None: none, and the compiled
+    program holds no trace of them; any schedule: one program).
   """
 
   rollout_len: int = 16
   inner_steps: int = 2
   lifetime_meta_steps: int = 0
   outer: meta_gradient_lib.OuterLossConfig = meta_gradient_lib.OuterLossConfig()
+  faults: divergence.FaultInjection | None = None
 
 
 @chex.dataclass(frozen=True)
@@ -261,31 +274,62 @@ class Population:
     new_state = state.replace(
         learner=learner, value=value, actor=actor, age=state.age + 1, rng=rng
     )
+    finite = (
+        ops.all_finite((grads, learner, value))
+        & jnp.isfinite(meta_logs["meta_loss"])
+        & jnp.isfinite(train_logs["total_loss"])
+    )
+    # A diverged agent starts a new lifetime, as an expired one does.
+    restart = jnp.logical_not(finite)
     if cfg.lifetime_meta_steps:
-      fresh = self._init_agent(group, reset_rng)
-      expired = new_state.age >= cfg.lifetime_meta_steps
-      new_state = jax.tree.map(
-          lambda f, s: jnp.where(expired, f, s),
-          fresh.replace(actor=new_state.actor),
-          new_state,
-      )
-    return grads, new_state, logs
+      restart |= new_state.age >= cfg.lifetime_meta_steps
+    fresh = self._init_agent(group, reset_rng)
+    new_state = jax.tree.map(
+        lambda f, s: jnp.where(restart, f, s),
+        fresh.replace(actor=new_state.actor),
+        new_state,
+    )
+    return grads, new_state, logs, finite
 
   # ------------------------------------------------------------- the step
   def _build_step(self):
-    def per_device(meta_params, meta_opt_state, step, agents):
+    faults = self.config.faults is not None
+    local = {g.name: g.num_agents // len(self.devices) for g in self.groups}
+
+    def finite_mean(x, finite, group):
+      """This device's share of the mean over the group's finite agents of
+      ``x`` ``[local agents, ...]`` (``pmean`` over devices gives the mean):
+      NaN if none is finite; the plain mean's share, bit for bit, if all
+      are."""
+      mask = finite.reshape(finite.shape + (1,) * (x.ndim - 1))
+      share = jnp.where(mask, x, 0).sum(0) / local[group.name]
+      scale = group.num_agents / jax.lax.psum(finite.sum(), AXIS)
+      return share * scale.astype(share.dtype)
+
+    def per_device(meta_params, meta_opt_state, step, agents, *schedule):
       grad_sums, new_agents, group_logs = None, [], {}
-      for group, group_state in zip(self.groups, agents, strict=True):
-        grads, new_state, logs = jax.vmap(
+      for i, (group, group_state) in enumerate(
+          zip(self.groups, agents, strict=True)
+      ):
+        if i == 0 and faults:
+          first = jnp.arange(local[group.name]) == 0
+          hit = divergence.at_meta_steps(step, schedule[1])
+          hit &= jax.lax.axis_index(AXIS) == 0
+          learner = group_state.learner
+          group_state = group_state.replace(
+              learner=learner.replace(
+                  params=divergence.poison(learner.params, first & hit)
+              )
+          )
+        grads, new_state, logs, finite = jax.vmap(
             functools.partial(self._agent_meta_step, group, meta_params)
         )(group_state)
-        # The group's mean over its agents (over all devices after the
-        # pmean below), times its weight.
-        local_agents = group.num_agents // len(self.devices)
+        # The group's mean over its finite agents (over all devices after
+        # the pmean below), times its weight; a group without any finite
+        # agent makes the meta-gradient NaN, so the update is skipped.
+        mean = functools.partial(finite_mean, finite=finite, group=group)
         weight = self._group_weight(group.name)
-        grad_sum = jax.tree.map(
-            lambda g, n=local_agents, w=weight: g.sum(0) / n * w, grads
-        )
+        grad_sum = jax.tree.map(lambda g, m=mean, w=weight: m(g) * w, grads)
         grad_sums = (
             grad_sum
             if grad_sums is None
@@ -293,19 +337,35 @@ class Population:
         )
         new_agents.append(new_state)
         group_logs[group.name] = jax.tree.map(
-            lambda x: jax.lax.pmean(x.mean(0), AXIS), logs
+            lambda x, m=mean: jax.lax.pmean(m(x), AXIS), logs
+        )
+        group_logs[group.name][divergence.DIVERGED] = jax.lax.psum(
+            jnp.logical_not(finite).sum(), AXIS
         )
       meta_grads = jax.lax.pmean(grad_sums, AXIS)
-      updates, meta_opt_state = self.meta_optimizer.update(
+      if faults:
+        meta_grads = divergence.poison(
+            meta_grads, divergence.at_meta_steps(step, schedule[0])
+        )
+      updates, new_opt_state = self.meta_optimizer.update(
           meta_grads, meta_opt_state, meta_params
       )
-      meta_params = optax.apply_updates(meta_params, updates)
-      logs = dict(
-          meta_grad_norm=optax.tree.norm(meta_grads),
-          meta_update_norm=optax.tree.norm(updates),
+      new_meta_params = optax.apply_updates(meta_params, updates)
+      apply = ops.all_finite((meta_grads, new_meta_params, new_opt_state))
+      meta_params, meta_opt_state = jax.tree.map(
+          lambda new, old: jnp.where(apply, new, old),
+          (new_meta_params, new_opt_state),
+          (meta_params, meta_opt_state),
       )
+      logs = {
+          "meta_grad_norm": optax.tree.norm(meta_grads),
+          "meta_update_norm": optax.tree.norm(updates),
+          divergence.SKIPPED: jnp.logical_not(apply).astype(jnp.float32),
+          divergence.DIVERGED: 0,
+      }
       for name, glogs in group_logs.items():
         logs.update({f"{name}/{k}": v for k, v in glogs.items()})
+        logs[divergence.DIVERGED] += glogs[divergence.DIVERGED]
         for k in ("meta_loss", "rewards", "pos_rewards", "neg_rewards"):
           logs[k] = logs.get(k, 0.0) + glogs[k] * (self._group_weight(name))
       return meta_params, meta_opt_state, step + 1, tuple(new_agents), logs
@@ -313,7 +373,7 @@ class Population:
     sharded = jax.shard_map(
         per_device,
         mesh=self.mesh,
-        in_specs=(P(), P(), P(), P(AXIS)),
+        in_specs=(P(), P(), P(), P(AXIS)) + ((P(), P()) if faults else ()),
         out_specs=(P(), P(), P(), P(AXIS), P()),
         check_vma=False,
     )
@@ -329,8 +389,15 @@ class Population:
 
   def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
     """One meta-step for the whole population (one compiled program)."""
+    schedule = ()
+    if self.config.faults is not None:
+      schedule = self.config.faults.schedule()
     meta_params, opt_state, step, agents, logs = self._step(
-        state.meta_params, state.meta_opt_state, state.step, state.agents
+        state.meta_params,
+        state.meta_opt_state,
+        state.step,
+        state.agents,
+        *schedule,
     )
     return (
         MetaTrainState(

@@ -1,0 +1,232 @@
+"""Divergence in meta-training: injected faults (``config.debug``) and what
+the launcher does about them: diverged agents restart, non-finite
+meta-updates are skipped and, too many in a row, stop the run with exit
+status 3; checkpoints and exports stay finite; a resumed run falls back past
+a damaged checkpoint.
+
+The runs share one plan (one traced program); it is the program of
+``test_population.py``'s poisoned population too (the ``MIXED`` groups with
+fault injection, whose schedule is an argument of the program), so it
+compiles once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from disco import weights as weights_lib
+from disco.launch import common
+from disco.launch import meta_train as mt
+from disco.meta import checkpoints as ckpt_lib
+from disco.meta import history as history_lib
+
+from meta_settings import MIXED
+from meta_settings import subprocess_env
+from meta_settings import tiny_config
+
+NO_FAULTS = dict(
+    poison_meta_grad_at_steps=(),
+    poison_agent_at_steps=(),
+    corrupt_checkpoint_at_step=0,
+)
+
+
+def faulty_config(output_dir, **debug):
+  return tiny_config(
+      output_dir=str(output_dir),
+      population=MIXED,
+      lifetime_meta_steps=2,
+      debug=dict(NO_FAULTS, **debug),
+  )
+
+
+def all_finite(tree) -> bool:
+  return all(
+      np.isfinite(np.asarray(x)).all()
+      for x in jax.tree.leaves(tree)
+      if np.issubdtype(np.asarray(x).dtype, np.inexact)
+  )
+
+
+# ------------------------------------------------------ checkpoints ----
+
+
+def _tree(x):
+  return {"a": jnp.full([3], x, jnp.float32), "n": jnp.array(1, jnp.int32)}
+
+
+def test_checkpoints_are_never_saved_with_non_finite_values(tmp_path):
+  with ckpt_lib.CheckpointManager(tmp_path / "c", keep=1) as manager:
+    manager.save(_tree(1.0), step=1)
+    for bad in (jnp.nan, jnp.inf):
+      with pytest.raises(ckpt_lib.CheckpointError, match="non-finite"):
+        manager.save(_tree(bad), step=2)
+    # Nothing written, so the finite one was not rotated out.
+    assert manager.all_steps() == [1]
+
+
+def test_restore_falls_back_past_damaged_checkpoints(tmp_path):
+  logs = []
+  with ckpt_lib.CheckpointManager(tmp_path / "c", keep=3) as manager:
+    for step in (1, 2, 3):
+      manager.save(_tree(float(step)), step=step)
+    ckpt_lib.corrupt_for_tests(manager.path(3))
+    with pytest.raises(ckpt_lib.CorruptCheckpointError):
+      manager.restore(_tree(0.0))  # the strict restore refuses it
+    restored = manager.restore_newest_readable(_tree(0.0), logs.append)
+    assert restored.step == 2
+    np.testing.assert_array_equal(restored.state["a"], [2.0] * 3)
+    assert manager.all_steps() == [1, 2]
+    # Moved aside, not deleted; a second damaged 3 gets another name.
+    assert (tmp_path / "c" / "3.damaged" / "state").is_dir()
+    manager.save(_tree(3.0), step=3)
+    ckpt_lib.corrupt_for_tests(manager.path(3))
+    manager.restore_newest_readable(_tree(0.0), logs.append)
+    assert (tmp_path / "c" / "3.damaged-2").is_dir()
+  assert len(logs) == 2 and "Checkpoint 3 is damaged" in logs[0]
+  assert "3.damaged" in logs[0] and "falling back" in logs[0]
+
+
+# ------------------------------------------------ poisoned launcher ----
+
+# One plan (so one traced program) serves the launcher tests: the first
+# catch-5x5 agent diverges at meta-step 2, the meta-gradient at 3 and at
+# 5, 6, 7, so a run of 4 meta-steps finishes and one that goes on stops at 7.
+AGENT_STEPS, GRAD_STEPS = (2,), (3, 5, 6, 7)
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+  out = tmp_path_factory.mktemp("diverge") / "poisoned"
+  config = faulty_config(
+      out,
+      poison_agent_at_steps=AGENT_STEPS,
+      poison_meta_grad_at_steps=GRAD_STEPS,
+      corrupt_checkpoint_at_step=4,
+  )
+  config.update(num_meta_steps=4, checkpoint_every=2, max_consecutive_skips=3)
+  return mt.build(config)
+
+
+@pytest.fixture(scope="module")
+def poisoned_run(plan):
+  """4 meta-steps with checkpoints at 2 and 4; the one at 4 is damaged."""
+  lines = []
+  summary = mt.write(plan, mt.run(plan, lines.append, False), lines.append)
+  return dict(out=plan.output_dir, summary=summary, lines=lines)
+
+
+def test_poisoned_agent_and_meta_gradient(poisoned_run):
+  out, lines = poisoned_run["out"], poisoned_run["lines"]
+  history = history_lib.MetricsHistory.read_csv(out / mt.METRICS_FILE)
+  columns = {
+      "catch-5x5/diverged_agents": [0, 1, 0, 0],
+      "catch-6x6/diverged_agents": [0, 0, 0, 0],
+      "diverged_agents": [0, 1, 0, 0],
+      "catch-5x5/restarted_agents": [0, 1, 1, 1],
+      "restarted_agents": [0, 1, 1, 1],
+      "meta_update_skipped": [0, 0, 1, 0],
+      "skipped_updates": [0, 0, 1, 1],
+      "consecutive_skips": [0, 0, 1, 0],
+  }
+  for name, expected in columns.items():
+    np.testing.assert_array_equal(history.column(name), expected, name)
+  # The diverged agent is left out of the means: no NaN in the metrics.
+  for name in ("meta_loss", "catch-5x5/meta_loss", "rewards", "pg_loss"):
+    assert np.isfinite(history.column(name)).all(), name
+  assert not np.isfinite(history.column("meta_grad_norm")[2])
+  assert any(
+      "Meta-step 2: agent(s) diverged (1 of catch-5x5" in x for x in lines
+  )
+  assert any("Meta-step 3: non-finite meta-gradient" in x for x in lines)
+  # The run finishes with finite meta-parameters, exported (loading refuses
+  # non-finite ones).
+  summary = poisoned_run["summary"]
+  assert summary["meta_steps"] == 4
+  assert summary["divergence"]["skipped_updates"] == 1
+  assert summary["divergence"]["restarted_agents"] == 1
+  exported = weights_lib.load_meta_params(out / mt.META_PARAMS_FILE)
+  assert all_finite(exported)
+
+
+def test_resume_falls_back_then_repeated_skips_stop(
+    plan, poisoned_run, tmp_path
+):
+  """Resuming moves the damaged checkpoint 4 aside, continues from 2 and
+  recomputes 3 and 4 exactly (the faults included); skips at 5, 6 and 7
+  then stop the run: no new checkpoint (they come only after applied
+  updates) and no export."""
+  out = tmp_path / "run"
+  shutil.copytree(poisoned_run["out"], out)
+  config = faulty_config(
+      out,
+      poison_agent_at_steps=AGENT_STEPS,
+      poison_meta_grad_at_steps=GRAD_STEPS,
+  )
+  config.update(
+      num_meta_steps=8, checkpoint_every=2, max_consecutive_skips=3, resume=True
+  )
+  resumed_plan = dataclasses.replace(plan, config=config, output_dir=out)
+  lines = []
+  with pytest.raises(common.Diverged) as info:
+    mt.run(resumed_plan, lines.append, False)
+  text = "\n".join(lines)
+  assert "Checkpoint 4 is damaged" in text and "4.damaged" in text
+  assert "Resuming from" in text and "meta-step 2)" in text
+  assert (out / mt.CHECKPOINT_DIR / "4.damaged" / "state").is_dir()
+  message = str(info.value)
+  assert "\n" not in message
+  assert message.startswith("Meta-training diverged at meta-step 7: ")
+  assert "3 meta-steps in a row (from meta-step 5" in message
+  assert f"{out / mt.CHECKPOINT_DIR / '4'} (meta-step 4)" in message
+  assert "update skipped (1 in a row" in text
+  # Bit for bit up to 4 (NaN norm included), then the skips.
+  original = (poisoned_run["out"] / mt.METRICS_FILE).read_text().splitlines()
+  resumed = (out / mt.METRICS_FILE).read_text().splitlines()
+  assert resumed[:5] == original
+  history = history_lib.MetricsHistory.read_csv(out / mt.METRICS_FILE)
+  assert list(history.steps) == [1, 2, 3, 4, 5, 6, 7]
+  np.testing.assert_array_equal(
+      history.column("consecutive_skips"), [0, 0, 1, 0, 1, 2, 3]
+  )
+  np.testing.assert_array_equal(
+      history.column("skipped_updates"), [0, 0, 1, 1, 2, 3, 4]
+  )
+  # The export of the first run is left alone.
+  assert weights_lib.load_metadata(out / mt.META_PARAMS_FILE)["meta_step"] == 4
+  template = mt.abstract_state(plan.population, plan.rule)
+  with ckpt_lib.CheckpointManager(out / mt.CHECKPOINT_DIR) as manager:
+    assert manager.all_steps() == [2, 4]
+    for step in manager.all_steps():
+      restored = manager.restore(template, step)  # refuses non-finite ones
+      assert all_finite(restored.state)
+  assert restored.extra["divergence"]["skipped_updates"] == 1
+
+
+def test_diverged_exits_with_status_3_and_one_line(tmp_path):
+  code = (
+      "from disco.launch import common\n"
+      "def body(config):\n"
+      "  raise common.Diverged('Meta-training diverged at meta-step 7:\\nx')\n"
+      "common.run_launcher('disco-meta-train', '', 'meta_train', body)\n"
+  )
+  result = subprocess.run(
+      [sys.executable, "-c", code],
+      cwd=tmp_path,
+      env=subprocess_env(),
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert result.returncode == 3, result.stderr[-3000:]
+  assert result.stderr.splitlines() == [
+      "disco-meta-train: error: Meta-training diverged at meta-step 7: x"
+  ]
