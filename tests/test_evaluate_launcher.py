@@ -9,6 +9,7 @@ import sys
 
 from absl import flags
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -17,6 +18,7 @@ from disco import weights
 from disco.launch import common
 from disco.launch import evaluate
 from disco.training import analysis
+from disco.training import loop as loop_lib
 from disco.update_rules import registry
 
 
@@ -451,3 +453,87 @@ def test_network_overrides_and_observations_they_cannot_take(tmp_path):
   with pytest.raises(common.UsageError, match=r"image-like.*\[4\]") as info:
     evaluate.build(config)
   _assert_one_line(str(info.value))
+
+
+def _diverge_seeds(monkeypatch, which):
+  """Seeds at these indices start with huge (finite) parameters, so their
+  first learner step (iteration 1: 4 trajectories in the replay) makes them
+  non-finite."""
+  init_seeds = loop_lib.EvalLoop.init_seeds
+
+  def poisoned(self, seeds):
+    states = init_seeds(self, seeds)
+    rows = np.isin(np.arange(len(seeds)), which)
+
+    def blow_up(x):
+      mask = rows.reshape((-1,) + (1,) * (x.ndim - 1))
+      return jnp.where(mask, 1e30, x)
+
+    params = jax.tree.map(blow_up, states.learner.params)
+    return states.replace(learner=states.learner.replace(params=params))
+
+  monkeypatch.setattr(loop_lib.EvalLoop, "init_seeds", poisoned)
+
+
+def test_diverged_seed_is_reported_and_left_out(tmp_path, monkeypatch):
+  _diverge_seeds(monkeypatch, [1])
+  lines = []
+  summary = evaluate.evaluate(
+      _tiny_config(tmp_path), log=lines.append, progress=False
+  )
+  out = tmp_path / "run"
+  text = "\n".join(lines)
+  assert "Seed 4 diverged at env step 20 (non-finite agent parameters)" in text
+  assert "diverged: seed 4 at env step 20" in text
+  written = json.loads((out / "summary.json").read_text())
+  assert written["diverged_seeds"] == [dict(seed=4, env_step=20)]
+  assert written["num_diverged_seeds"] == 1
+  assert written["diverged_at_env_step"] == [None, 20]
+  per_seed = written["final_return_per_seed"]
+  assert per_seed[1] is None and per_seed[0] is not None
+  assert written["final_return_seeds"] == 1
+  assert written["final_return_mean"] == per_seed[0]
+  assert written["final_return_ci"] is None
+  metrics = analysis.read_metrics_csv(out / "metrics.csv")
+  np.testing.assert_array_equal(metrics["diverged"][0], 0)
+  np.testing.assert_array_equal(metrics["diverged"][1], [0] + [1] * 19)
+  assert summary["params_files"] == ["params_seed3.npz"]
+  assert not (out / "params_seed4.npz").exists()
+
+
+def test_every_seed_diverged_is_an_error_after_the_outputs(
+    tmp_path, monkeypatch
+):
+  _diverge_seeds(monkeypatch, [0, 1])
+  with pytest.raises(common.Diverged, match="Every seed diverged") as info:
+    evaluate.evaluate(
+        _tiny_config(tmp_path), log=lambda _: None, progress=False
+    )
+  _assert_one_line(str(info.value))
+  assert "seed 3 at env step 20, seed 4 at env step 20" in str(info.value)
+  written = json.loads((tmp_path / "run" / "summary.json").read_text())
+  assert written["num_diverged_seeds"] == 2
+  assert written["final_return_mean"] is None
+
+
+def test_non_finite_rule_files_are_refused(tmp_path):
+  rule = registry.make_rule(registry.default_settings("disco"))
+  shapes = jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
+  flat = weights.flatten_params(
+      jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
+  )
+  flat[sorted(flat)[0]][...] = np.nan
+  path = tmp_path / "diverged.npz"
+  np.savez(
+      path,
+      **flat,
+      **{weights.METADATA_KEY: np.array(json.dumps(dict(rule="disco")))},
+  )
+  for overrides in (
+      dict(rule=str(path)),
+      dict(rule="disco", weights=str(path)),
+  ):
+    with pytest.raises(common.UsageError, match="non-finite") as info:
+      evaluate.build(_tiny_config(tmp_path, **overrides))
+    _assert_one_line(str(info.value))
+  assert not (tmp_path / "run").exists()

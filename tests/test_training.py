@@ -302,6 +302,30 @@ def test_final_scores_and_bootstrap():
   assert summary["episodes"] == [8, 12]
 
 
+def test_diverged_seed_is_left_out_of_curves_and_scores():
+  """Seed 1 diverges in iteration 1 (its learner state is non-finite after
+  it): its curve stops there, it has no final score, and the mean and the
+  interval are over seed 0 alone."""
+  m = dict(_synthetic_metrics(), diverged=np.array([[0] * 4, [0, 1, 1, 1]]))
+  np.testing.assert_array_equal(analysis.diverged_iterations(m), [-1, 1])
+  assert analysis.diverged_env_steps(m) == [None, 20]
+  curve = analysis.return_curve(m, min_episodes=4)
+  np.testing.assert_allclose(curve[0], [-1.0, -0.5, 0.5, 1.0])
+  assert np.isfinite(curve[1, 1]) and np.isnan(curve[1, 2:]).all()
+  scores = analysis.final_scores(m, 4)
+  assert scores[0] == 1.0 and np.isnan(scores[1])
+  summary = analysis.summarize(m, last_episodes=4)
+  assert summary["final_return_per_seed"] == [1.0, None]
+  assert summary["final_return_mean"] == 1.0
+  assert summary["final_return_ci"] is None  # one seed left
+  assert summary["final_return_seeds"] == 1
+  assert summary["num_diverged_seeds"] == 1
+  assert summary["diverged_at_env_step"] == [None, 20]
+  healthy = analysis.summarize(_synthetic_metrics(), last_episodes=4)
+  assert healthy["num_diverged_seeds"] == 0
+  assert healthy["diverged_at_env_step"] == [None, None]
+
+
 def test_metrics_csv_round_trip(tmp_path):
   m = _synthetic_metrics()
   m["learner/total_loss"] = np.array([[np.nan, 0.25, 1 / 3, 1e-9]] * 2)

@@ -8,8 +8,12 @@ r"""Meta-evaluation launcher: train agents with a fixed rule on an environment.
 ``--config.rule=list`` and ``--config.env=list`` print the registered rules
 and environments. The run writes ``config.json``, ``metrics.csv``,
 ``learning_curve.png``, ``params_seed<k>.npz`` and ``summary.json`` into
-``output_dir``. Bad input ends the program with a one-line message on stderr
-and exit status 2.
+``output_dir``. Bad input (a rule or weights file with non-finite values
+included) ends the program with a one-line message on stderr and exit status
+2. A seed whose agent diverges (non-finite parameters) is reported with the
+environment step where it did, and left out of the curves and final
+statistics from there on; if every seed diverges the program exits with
+status 3 after writing its outputs.
 
 A run has three steps that other launchers reuse: ``build`` (check the config,
 resolve the rule, build the environment, agent and loop), ``run`` (train every
@@ -313,6 +317,7 @@ def run(
   learner_steps: list[int] = []
   done_before = 0
   steps_per_call = plan.iterations_per_call * cfg.env_steps_per_iteration
+  reported: set[int] = set()
   with tqdm.tqdm(
       total=plan.env_steps,
       unit="step",
@@ -332,16 +337,25 @@ def run(
       done = int(np.asarray(metrics["learner_steps"])[:, -1].sum())
       learner_steps.append(done - done_before)
       done_before = done
-      curve = analysis.return_curve(
-          analysis.concat_metrics(chunks), CURVE_EPISODES
-      )[:, -1]
+      so_far = analysis.concat_metrics(chunks)
+      curve = analysis.return_curve(so_far, CURVE_EPISODES)[:, -1]
       finite = curve[np.isfinite(curve)]
+      diverged = analysis.diverged_env_steps(so_far)
+      for seed, at in zip(plan.seeds, diverged, strict=True):
+        if at is not None and seed not in reported:
+          reported.add(seed)
+          log(
+              f"Seed {seed} diverged at env step {at} (non-finite agent "
+              "parameters): left out of the curves and final statistics "
+              "from there on."
+          )
       bar.update(steps_per_call)
       bar.set_postfix(
           steps_per_s=f"{steps_per_call * len(plan.seeds) / call_times[-1]:.0f}",
           mean_return=common.fmt(
               float(finite.mean()) if finite.size else None, 2
           ),
+          **({"diverged": len(reported)} if reported else {}),
       )
   return RunResult(
       states=states,
@@ -379,9 +393,14 @@ def _rates(plan: Plan, result: RunResult) -> dict[str, Any]:
   )
 
 
-def _save_params(plan: Plan, states: loop_lib.TrainState) -> list[str]:
+def _save_params(
+    plan: Plan, states: loop_lib.TrainState, diverged: list[int | None]
+) -> list[str]:
+  """Saves each seed's parameters, except those of seeds that diverged."""
   names = []
   for k, seed in enumerate(plan.seeds):
+    if diverged[k] is not None:
+      continue
     params = jax.tree.map(
         lambda x, k=k: np.asarray(x[k]), states.learner.params
     )
@@ -403,6 +422,13 @@ def _save_params(plan: Plan, states: loop_lib.TrainState) -> list[str]:
   return names
 
 
+def _diverged_text(summary: dict[str, Any]) -> str:
+  return ", ".join(
+      f"seed {d['seed']} at env step {d['env_step']}"
+      for d in summary["diverged_seeds"]
+  )
+
+
 def write(
     plan: Plan, result: RunResult, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
@@ -415,13 +441,19 @@ def write(
       min_episodes=CURVE_EPISODES,
       title=f"{plan.label} on {plan.config.env}",
   )
-  params_files = _save_params(plan, result.states)
   last_episodes = plan.config.last_episodes
   summary = analysis.summarize(metrics, last_episodes)
+  diverged = summary["diverged_at_env_step"]
+  params_files = _save_params(plan, result.states, diverged)
   summary.update(
       rule=plan.label,
       env=plan.config.env,
       seeds=plan.seeds,
+      diverged_seeds=[
+          dict(seed=seed, env_step=at)
+          for seed, at in zip(plan.seeds, diverged, strict=True)
+          if at is not None
+      ],
       output_dir=str(out),
       params_files=params_files,
       wall_time_s=result.wall_time,
@@ -435,12 +467,14 @@ def write(
       "episodes, mean over seeds):\n"
       + analysis.text_curve(metrics, CURVE_EPISODES)
   )
-  ci, num_seeds = summary["final_return_ci"], len(plan.seeds)
+  ci, num_seeds = summary["final_return_ci"], summary["final_return_seeds"]
   ci_text = (
       f"95% bootstrap CI [{ci[0]:.3f}, {ci[1]:.3f}] over " f"{num_seeds} seeds"
       if ci is not None
       else f"{num_seeds} seed(s): no confidence interval"
   )
+  if summary["diverged_seeds"]:
+    ci_text += f"; diverged: {_diverged_text(summary)}"
   per_seed = ", ".join(common.fmt(x) for x in summary["final_return_per_seed"])
   log(
       f"Final mean return over the last {last_episodes} episodes: "
@@ -496,6 +530,7 @@ def evaluate(
 
   Raises:
     UsageError: for bad settings (before anything is trained).
+    common.Diverged: every seed diverged (the outputs are written first).
   """
   for what in ("rule", "env"):
     if config[what] == LIST:
@@ -504,7 +539,14 @@ def evaluate(
       return None
   plan = build(config, log)
   write_config(plan)
-  return write(plan, run(plan, log, progress), log)
+  summary = write(plan, run(plan, log, progress), log)
+  if summary["num_diverged_seeds"] == len(plan.seeds):
+    raise common.Diverged(
+        f"Every seed diverged ({_diverged_text(summary)}): their agents' "
+        "parameters became non-finite, so the run has no result (outputs in "
+        f"{plan.output_dir}). Try a lower learning_rate."
+    )
+  return summary
 
 
 def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:

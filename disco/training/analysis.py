@@ -11,6 +11,12 @@ Statistics across seeds treat each seed as one independent sample:
   * ``bootstrap_ci`` gives a 95% bootstrap interval of the mean final score
     (``scipy.stats.bootstrap``).
 Both need at least two seeds and return no interval otherwise.
+
+A seed *diverged* once its agent's learner state held a non-finite value
+(the loop's ``diverged`` metric; ``diverged_iterations``). Its episodes after
+that iteration come from a broken policy, so its ``return_curve`` is NaN from
+there on and it has no final score (NaN): the mean curve, the mean final score
+and their intervals are over the other seeds.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ Metrics = Mapping[str, np.ndarray]
 
 # Columns of the CSV that identify a row rather than hold a metric.
 SEED, ITERATION, ENV_STEPS = "seed", "iteration", "env_steps"
+DIVERGED = "diverged"  # 1 once the seed's learner state is non-finite
 
 
 def _as_2d(metrics: Metrics, name: str) -> np.ndarray:
@@ -60,6 +67,30 @@ def concat_metrics(chunks: Sequence[Metrics]) -> dict[str, np.ndarray]:
   }
 
 
+def diverged_iterations(metrics: Metrics) -> np.ndarray:
+  """``[S]`` the first iteration after which each seed's learner state was
+  non-finite, -1 for seeds that did not diverge (or metrics without a
+  ``diverged`` entry)."""
+  num_seeds, _ = num_seeds_and_iterations(metrics)
+  if DIVERGED not in metrics:
+    return np.full(num_seeds, -1, np.int64)
+  flags = _as_2d(metrics, DIVERGED) > 0
+  return np.where(flags.any(axis=1), flags.argmax(axis=1), -1)
+
+
+def diverged_env_steps(metrics: Metrics) -> list[int | None]:
+  """Per seed, the environment steps after which it diverged (None if it
+  did not)."""
+  steps = np.asarray(metrics[ENV_STEPS]) if ENV_STEPS in metrics else None
+  out = []
+  for s, i in enumerate(diverged_iterations(metrics)):
+    if i < 0:
+      out.append(None)
+    else:
+      out.append(int(steps[s, i]) if steps is not None else int(i + 1))
+  return out
+
+
 # ------------------------------------------------------------- curves ----
 
 
@@ -69,7 +100,7 @@ def return_curve(metrics: Metrics, min_episodes: int = 100) -> np.ndarray:
   Entry ``[s, i]`` is the mean return of the episodes completed in the
   shortest trailing window of iterations ending at ``i`` that holds at least
   ``min_episodes`` episodes (all episodes so far while there are fewer; NaN
-  before the first episode ends).
+  before the first episode ends, and after the iteration a seed diverged).
   """
   if min_episodes < 1:
     raise ValueError(f"min_episodes must be >= 1, got {min_episodes}.")
@@ -88,6 +119,9 @@ def return_curve(metrics: Metrics, min_episodes: int = 100) -> np.ndarray:
     total = cum_ret[s, 1:] - cum_ret[s, start]
     with np.errstate(invalid="ignore", divide="ignore"):
       curve[s] = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+  for s, i in enumerate(diverged_iterations(metrics)):
+    if i >= 0:
+      curve[s, i + 1 :] = np.nan
   return curve
 
 
@@ -151,7 +185,7 @@ def text_curve(
 def final_scores(metrics: Metrics, last_episodes: int = 500) -> np.ndarray:
   """Per seed, the mean return over (about) the last ``last_episodes``
   episodes, counted in whole iterations backwards; ``[S]`` (NaN for a seed
-  without episodes)."""
+  without episodes or that diverged)."""
   if last_episodes < 1:
     raise ValueError(f"last_episodes must be >= 1, got {last_episodes}.")
   episodes = _as_2d(metrics, "episodes")
@@ -162,7 +196,9 @@ def final_scores(metrics: Metrics, last_episodes: int = 500) -> np.ndarray:
     k = int(np.searchsorted(np.cumsum(ep[::-1]), last_episodes)) + 1
     n = ep[::-1][:k].sum()
     scores.append(rs[::-1][:k].sum() / n if n else np.nan)
-  return np.asarray(scores, np.float64)
+  scores = np.asarray(scores, np.float64)
+  scores[diverged_iterations(metrics) >= 0] = np.nan
+  return scores
 
 
 def bootstrap_ci(
@@ -204,13 +240,17 @@ def summarize(
 ) -> dict[str, Any]:
   """Final scores and totals of a run, as JSON-friendly values.
 
-  Keys: ``final_return_per_seed`` (list), ``final_return_mean``,
-  ``final_return_ci`` (``[low, high]`` or ``None``), ``confidence``,
-  ``last_episodes``, ``num_seeds``, ``iterations``, ``episodes`` (per seed),
-  ``env_steps`` and ``learner_steps`` (per seed, after the last iteration).
+  Keys: ``final_return_per_seed`` (list; None for a seed that diverged or
+  completed no episode), ``final_return_mean`` and ``final_return_ci``
+  (``[low, high]`` or ``None``) over the ``final_return_seeds`` seeds with a
+  final score, ``confidence``, ``last_episodes``, ``num_seeds``,
+  ``num_diverged_seeds``, ``diverged_at_env_step`` (per seed, None if it did
+  not diverge), ``iterations``, ``episodes`` (per seed), ``env_steps`` and
+  ``learner_steps`` (per seed, after the last iteration).
   """
   scores = final_scores(metrics, last_episodes)
   finite = scores[np.isfinite(scores)]
+  diverged_at = diverged_env_steps(metrics)
   ci = bootstrap_ci(scores, confidence)
   num_seeds, iterations = num_seeds_and_iterations(metrics)
 
@@ -223,9 +263,12 @@ def summarize(
       final_return_per_seed=[_json_float(x) for x in scores],
       final_return_mean=_json_float(finite.mean()) if finite.size else None,
       final_return_ci=None if ci is None else [ci[0], ci[1]],
+      final_return_seeds=int(finite.size),
       confidence=confidence,
       last_episodes=int(last_episodes),
       num_seeds=int(num_seeds),
+      num_diverged_seeds=sum(x is not None for x in diverged_at),
+      diverged_at_env_step=diverged_at,
       iterations=int(iterations),
       episodes=[int(x) for x in np.asarray(metrics["episodes"]).sum(axis=1)],
       env_steps=last("env_steps"),

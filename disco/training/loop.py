@@ -8,6 +8,9 @@ compiled ``lax.scan``; several seeds run at once under ``vmap`` in the same
 program, and the host only receives per-iteration metrics. Host environments
 (``is_jittable = False``) are stepped from a Python loop around the same
 jitted acting and learning functions, with the same random numbers.
+
+Every iteration reports ``diverged`` per seed: 1 when the learner state
+(parameters, optimiser and rule state) holds a NaN or an infinity after it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from disco import agent as agent_lib
+from disco import ops
 from disco import types
 from disco.environments import base as env_base
 from disco.training import acting
@@ -257,6 +261,7 @@ class EvalLoop:
         stats,
         env_steps=env_steps,
         learner_steps=learner_steps,
+        diverged=jnp.logical_not(ops.all_finite(learner)).astype(jnp.int32),
         **{f"learner/{k}": v for k, v in logs.items()},
     )
     return (
