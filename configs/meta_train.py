@@ -86,7 +86,23 @@ def get_config() -> config_dict.ConfigDict:
           # Up to this many inner steps compile without a loop: about 1.5x faster
           # meta-steps, longer compiles (33 s for 2 inner steps, 63 s for 4).
           max_unrolled_inner_steps=2,
-          num_devices=0,  # 0: all devices
+          num_devices=0,  # devices per process (0: all of this process's)
+          # Several processes (hosts) as one run, on jax.distributed: start the
+          # same command in every process. enabled=True alone detects the
+          # cluster (SLURM, Open MPI, Cloud TPU, Kubernetes); setting
+          # coordinator_address, num_processes and process_id enables it too.
+          distributed=dict(
+              enabled=False,
+              coordinator_address="",  # 'host:port' of process 0
+              num_processes=0,  # 0: detected
+              process_id=-1,  # -1: detected
+              local_device_ids="",  # e.g. '0': this process's GPUs ('': all)
+              initialization_timeout=300,  # s for all processes to join
+              heartbeat_timeout=100,  # s until a silent process counts as dead
+              # s without a finished meta-step (after the first) before a
+              # process gives up (0: never).
+              step_timeout=1800,
+          ),
           output_dir="",  # '' -> runs/meta-<UTC timestamp>
           checkpoint_every=50,  # meta-steps between checkpoints (0: only at end)
           keep_checkpoints=3,
