@@ -56,5 +56,23 @@ def get_config() -> config_dict.ConfigDict:
           last_episodes=500,  # final score: mean return of the last episodes
           output_dir="",  # '' -> runs/eval-<rule>-<UTC timestamp>
           overwrite=False,  # allow writing into a folder holding another run
+          # Seeds spread over several processes (hosts), on jax.distributed:
+          # start the same command in every process; each trains a contiguous
+          # block of the seeds and process 0 writes the outputs. enabled=True
+          # alone detects the cluster (SLURM, Open MPI, Cloud TPU,
+          # Kubernetes); setting coordinator_address, num_processes and
+          # process_id enables it too.
+          distributed=dict(
+              enabled=False,
+              coordinator_address="",  # 'host:port' of process 0
+              num_processes=0,  # 0: detected
+              process_id=-1,  # -1: detected
+              local_device_ids="",  # e.g. '0': this process's GPUs ('': all)
+              initialization_timeout=300,  # s for all processes to join
+              heartbeat_timeout=100,  # s until a silent process counts as dead
+              # s without a finished training call (after the first) before a
+              # process gives up (0: never).
+              step_timeout=1800,
+          ),
       )
   )
