@@ -269,10 +269,13 @@ def barrier(name: str) -> None:
 
 def preempted(step: int) -> bool:
   """True at the same ``step`` in every process after a SIGTERM reached any
-  of them (JAX's preemption notifier); False in one process, where SIGTERM
-  raises ``KeyboardInterrupt`` (``common.run_launcher``)."""
-  return is_multiprocess() and multihost_utils.reached_preemption_sync_point(
-      step
+  of them: ``jax.distributed`` hands SIGTERM to JAX's preemption notifier.
+  Without it (one process) SIGTERM raises ``KeyboardInterrupt`` instead
+  (``common.run_launcher``), and this is False. Every process must call it
+  with the same steps."""
+  return (
+      jax.distributed.is_initialized()
+      and multihost_utils.reached_preemption_sync_point(step)
   )
 
 

@@ -352,7 +352,9 @@ def run(
       ) as bar,
   ):
     states = plan.loop.init_seeds(plan.local_seeds)
-    for _ in range(plan.num_calls):
+    for call in range(plan.num_calls):
+      if distributed.preempted(call):
+        raise distributed.Preempted(f"SIGTERM: stopped before call {call}")
       start = time.perf_counter()
       states, metrics = plan.loop.run(
           states, plan.rule.meta_params, plan.iterations_per_call
