@@ -13,6 +13,8 @@ learner batches of 64.
 
 from ml_collections import config_dict
 
+from disco.launch import distributed
+
 
 def get_config() -> config_dict.ConfigDict:
   return config_dict.ConfigDict(
@@ -61,18 +63,8 @@ def get_config() -> config_dict.ConfigDict:
           # block of the seeds and process 0 writes the outputs. enabled=True
           # alone detects the cluster (SLURM, Open MPI, Cloud TPU,
           # Kubernetes); setting coordinator_address, num_processes and
-          # process_id enables it too.
-          distributed=dict(
-              enabled=False,
-              coordinator_address="",  # 'host:port' of process 0
-              num_processes=0,  # 0: detected
-              process_id=-1,  # -1: detected
-              local_device_ids="",  # e.g. '0': this process's GPUs ('': all)
-              initialization_timeout=300,  # s for all processes to join
-              heartbeat_timeout=100,  # s until a silent process counts as dead
-              # s without a finished training call (after the first) before a
-              # process gives up (0: never).
-              step_timeout=1800,
-          ),
+          # process_id enables it too (the keys: disco/launch/distributed.py,
+          # default_config).
+          distributed=distributed.default_config(),
       )
   )

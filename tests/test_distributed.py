@@ -35,6 +35,7 @@ import pytest
 
 from disco import weights as weights_lib
 from disco.launch import common
+from disco.launch import compare
 from disco.launch import distributed
 from disco.launch import evaluate
 from disco.launch import meta_train as mt
@@ -42,6 +43,7 @@ from disco.training import analysis
 
 from meta_settings import TINY_FLAGS
 from meta_settings import tiny_config
+import test_evaluate_launcher as eval_tests
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 # Bounds on whole processes (compiling included), so that a test fails
@@ -49,10 +51,22 @@ REPO_DIR = Path(__file__).resolve().parents[1]
 PROCESS_TIMEOUT_S = 600
 # After the other process died, a process stops at once when it is in a
 # collective (its Gloo connection is reset), else within JAX's heartbeat
-# timeout (HEARTBEAT_S); the rest is slack for a loaded machine.
-HEARTBEAT_S = 10
-STOP_TIMEOUT_S = 120
+# timeout (HEARTBEAT_S; the test expects the first). The heartbeat timeout is
+# long because on a 2-core machine running several test sessions at once,
+# compiling starved JAX's heartbeats for over a minute.
+HEARTBEAT_S = 300
+STOP_TIMEOUT_S = 180
 ONE_DEVICE_TOLERANCE = 1e-4
+# The disco-eval settings of test_evaluate_launcher's tiny run, as flags.
+EVAL_KEYS = (
+    *compare.EVAL_KEYS,
+    "rule",
+    "total_env_steps",
+    "num_seeds",
+    "seed",
+    "learning_rate",
+    "output_dir",
+)
 RUN_FLAGS = (
     *TINY_FLAGS,
     "--config.num_meta_steps=4",
@@ -452,21 +466,9 @@ def test_eval_seeds_spread_over_processes(tmp_path):
   metrics of all three, each process its seeds' parameters; process 0's
   block trains exactly as the same two seeds in one process."""
   out, port = tmp_path / "run", free_port()
-  flags = [
-      "--config.rule=actor_critic",
-      "--config.env_settings.rows=5",
-      "--config.env_settings.columns=5",
-      "--config.total_env_steps=200",
-      "--config.rollout_len=5",
-      "--config.batch_size=4",
-      "--config.replay_capacity=16",
-      "--config.min_replay_size=4",
-      "--config.iterations_per_call=10",
-      "--config.num_seeds=3",
-      "--config.seed=3",
-      "--config.last_episodes=20",
-      "--config.learning_rate=0.01",
-      f"--config.output_dir={out}",
+  config = eval_tests.tiny_config(tmp_path, num_seeds=3, output_dir=str(out))
+  flags = [f"--config.{k}={config[k]}" for k in EVAL_KEYS] + [
+      f"--config.env_settings.{k}={v}" for k, v in config.env_settings.items()
   ]
   commands = [
       [
@@ -489,24 +491,8 @@ def test_eval_seeds_spread_over_processes(tmp_path):
   for seed in (3, 4, 5):
     assert (out / f"params_seed{seed}.npz").is_file()
 
-  config = evaluate.default_config()
-  config.update(
-      dict(
-          rule="actor_critic",
-          env_settings=dict(rows=5, columns=5),
-          total_env_steps=200,
-          rollout_len=5,
-          batch_size=4,
-          replay_capacity=16,
-          min_replay_size=4,
-          iterations_per_call=10,
-          num_seeds=2,
-          seed=3,
-          last_episodes=20,
-          learning_rate=1e-2,
-          output_dir=str(tmp_path / "here"),
-      )
-  )
+  # The first two seeds in this process (test_evaluate_launcher's run).
+  config = eval_tests.tiny_config(tmp_path, output_dir=str(tmp_path / "here"))
   evaluate.evaluate(config, log=lambda _: None, progress=False)
   here = analysis.read_metrics_csv(tmp_path / "here" / "metrics.csv")
   for key in ("return_sum", "episodes", "learner/total_loss"):

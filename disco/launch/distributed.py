@@ -77,6 +77,22 @@ class Preempted(KeyboardInterrupt):
 # ------------------------------------------------------------- settings ----
 
 
+def default_config() -> dict[str, Any]:
+  """The ``distributed`` block of the launcher configs (not enabled)."""
+  return dict(
+      enabled=False,  # True alone: JAX detects the cluster
+      coordinator_address="",  # 'host:port' of process 0
+      num_processes=0,  # 0: detected
+      process_id=-1,  # -1: detected
+      local_device_ids="",  # e.g. '0': this process's GPUs ('': all)
+      initialization_timeout=300,  # s for every process to join
+      heartbeat_timeout=100,  # s until a silent process counts as dead
+      # s without a finished step (after the first, which compiles) before a
+      # process gives up (0: never).
+      step_timeout=1800,
+  )
+
+
 def settings(block: Any) -> Settings | None:
   """``config.distributed`` checked; None when it is not enabled.
 
@@ -84,7 +100,7 @@ def settings(block: Any) -> Settings | None:
     UsageError: a bad value, naming the key and the fix.
   """
   cfg = common.as_dict(block, "distributed")
-  valid = {f.name for f in dataclasses.fields(Settings)} | {"enabled"}
+  valid = set(default_config())
   if set(cfg) != valid:
     raise UsageError(
         f"config.distributed must have the keys {', '.join(sorted(valid))}; "
