@@ -49,6 +49,7 @@ from disco.update_rules import base
 from disco.update_rules import disco
 from disco.update_rules import mpo
 from disco.update_rules import policy_gradient
+from disco.update_rules import ppo
 from disco.update_rules import spo
 
 SETTINGS_KEYS = (
@@ -268,6 +269,21 @@ ONE_STEP_DUAL_RULE = dict(
     network=SMALL_NETWORK,
     hyper_params=dict(target_update_tau=0.05),
 )
+# purejaxrl's PPO on CartPole-v1: separate 64x64 tanh actor and critic
+# networks, Adam(2.5e-4, eps 1e-5) annealed to 0 over the run, gradients
+# clipped to global norm 0.5 (and no elementwise clip). Its loop (4 envs x
+# 128 steps, no replay, 4 epochs x 4 minibatches) is the training loop's
+# (README, "PPO").
+PPO_SETTINGS = dict(
+    learning_rate=2.5e-4,
+    network=agent_nets.network_settings(
+        (64, 64), activation="tanh", activate_final=True, separate_torsos=True
+    ),
+    max_abs_update=None,
+    max_grad_norm=0.5,
+    adam_eps=1e-5,
+    anneal_learning_rate=True,
+)
 for _name, _make, _settings, _description in (
     ("disco", disco.Disco, DISCO_SETTINGS, "the Disco meta-network rule"),
     (
@@ -282,6 +298,7 @@ for _name, _make, _settings, _description in (
         dict(learning_rate=5e-4, network=SMALL_NETWORK),
         "REINFORCE with a learned baseline",
     ),
+    ("ppo", ppo.PPO, PPO_SETTINGS, "PPO: clipped surrogate, GAE"),
     ("mpo", mpo.MPO, ONE_STEP_DUAL_RULE, "discrete MPO with an exact E-step"),
     (
         "spo",
