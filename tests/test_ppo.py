@@ -175,6 +175,20 @@ def test_losses_match_a_hand_computation(normalize, clip_value):
   np.testing.assert_allclose(value, expected_value, rtol=1e-4, atol=1e-6)
 
 
+def _one_transition(agent_out, behaviour_agent_out):
+  """Inputs of one transition (``T = 1``) per stream, action 0 taken; the
+  outputs are ``[2, B, ...]``."""
+  b = jax.tree.leaves(agent_out)[0].shape[1]
+  return types.UpdateRuleInputs(
+      observations=jnp.zeros((2, b, 1)),
+      actions=jnp.zeros((2, b), jnp.int32),
+      rewards=jnp.zeros((1, b)),
+      is_terminal=jnp.zeros((1, b), bool),
+      agent_out=agent_out,
+      behaviour_agent_out=behaviour_agent_out,
+  )
+
+
 def test_surrogate_gradient_vanishes_outside_the_clip_range():
   """Ratio 1.5 or 0.5 with clip 0.2: the policy loss has no gradient where
   the clip binds (ratio above 1.2 with A > 0, below 0.8 with A < 0) and has
@@ -189,14 +203,7 @@ def test_surrogate_gradient_vanishes_outside_the_clip_range():
   advs = jnp.asarray([[1.0, -1.0, -1.0, 1.0]])
 
   def loss(logits):
-    inputs = types.UpdateRuleInputs(
-        observations=jnp.zeros((2, 4, 1)),
-        actions=jnp.zeros((2, 4), jnp.int32),
-        rewards=jnp.zeros((1, 4)),
-        is_terminal=jnp.zeros((1, 4), bool),
-        agent_out=dict(logits=logits),
-        behaviour_agent_out=dict(logits=beh),
-    )
+    inputs = _one_transition(dict(logits=logits), dict(logits=beh))
     meta_out = dict(pg_advs=advs, raw_advs=advs)
     return rule.agent_loss(inputs, meta_out, backprop=False)[0].sum()
 
@@ -217,14 +224,7 @@ def test_value_clipping(clip_value):
 
   def loss(v):
     values = jnp.stack([v, jnp.zeros_like(v)])[..., None]  # [T+1, B, 1]
-    inputs = types.UpdateRuleInputs(
-        observations=jnp.zeros((2, 2, 1)),
-        actions=jnp.zeros((2, 2), jnp.int32),
-        rewards=jnp.zeros((1, 2)),
-        is_terminal=jnp.zeros((1, 2), bool),
-        agent_out=dict(v=values),
-        behaviour_agent_out=dict(v=jnp.zeros((2, 2, 1))),
-    )
+    inputs = _one_transition(dict(v=values), dict(v=jnp.zeros((2, 2, 1))))
     meta_out = dict(value_targets=jnp.ones((1, 2)))
     return rule.agent_loss_no_meta(inputs, meta_out)[0][0]
 

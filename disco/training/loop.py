@@ -5,11 +5,13 @@ environments, its trajectories added to the replay, and (once the replay holds
 ``min_replay_size`` trajectories) learning on a sampled batch: one learner
 step, or with sample reuse ``update_epochs`` passes over the batch, each in
 ``num_minibatches`` learner steps on a random split of its trajectories (as
-PPO learns from each on-policy rollout). With a jittable environment ``run`` executes ``num_iterations`` iterations in one
-compiled ``lax.scan``; several seeds run at once under ``vmap`` in the same
-program, and the host only receives per-iteration metrics. Host environments
-(``is_jittable = False``) are stepped from a Python loop around the same
-jitted acting and learning functions, with the same random numbers.
+PPO learns from each on-policy rollout). With a jittable environment ``run``
+executes ``num_iterations`` iterations in one compiled ``lax.scan``; several
+seeds run at once under ``vmap`` in the same program, and the host only
+receives per-iteration metrics (``learner_steps`` counts optimiser steps).
+Host environments (``is_jittable = False``) are stepped from a Python loop
+around the same jitted acting and learning functions, with the same random
+numbers.
 """
 
 from __future__ import annotations
