@@ -37,11 +37,6 @@ class Agent:
     learning_rate: Adam learning rate.
     max_abs_update: elementwise clip of Adam's update direction (None: no
       clip).
-    max_grad_norm: clip the gradients' global norm to this before Adam
-      (None: no clip).
-    adam_eps: epsilon of Adam's denominator.
-    learning_rate_decay_steps: if given, the learning rate falls linearly to
-      0 over this many updates (see ``optimizers.agent_optimizer``).
     loss_mask: which transitions the losses average over (``LOSS_MASKS``):
       ``"valid"``, every transition with a valid target (all but those cut
       by a time limit; the transition out of an episode's last state is the
@@ -49,6 +44,11 @@ class Agent:
       DiscoRL agent: also not the transitions that start at a LAST state.
     axis_name: if set, gradients and statistics are averaged over this named
       axis (e.g. devices in ``shard_map`` or a batch split under ``vmap``).
+    max_grad_norm: clip the gradients' global norm to this before Adam
+      (None: no clip).
+    adam_eps: epsilon of Adam's denominator.
+    learning_rate_decay_steps: if given, the learning rate falls linearly to
+      0 over this many updates (see ``optimizers.agent_optimizer``).
   """
 
   def __init__(
