@@ -160,7 +160,7 @@ def test_end_to_end_writes_outputs(tmp_path):
 def test_ppo_with_sample_reuse_end_to_end(tmp_path):
   """``disco-eval --config.rule=ppo`` on its on-policy loop: 2 epochs x 2
   minibatches per rollout, the learning rate annealed over the run."""
-  config = _tiny_config(
+  config = tiny_config(
       tmp_path,
       rule="ppo",
       replay_capacity=0,
