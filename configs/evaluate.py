@@ -13,6 +13,8 @@ learner batches of 64.
 
 from ml_collections import config_dict
 
+from disco.launch import distributed
+
 
 def get_config() -> config_dict.ConfigDict:
   return config_dict.ConfigDict(
@@ -63,5 +65,13 @@ def get_config() -> config_dict.ConfigDict:
           last_episodes=500,  # final score: mean return of the last episodes
           output_dir="",  # '' -> runs/eval-<rule>-<UTC timestamp>
           overwrite=False,  # allow writing into a folder holding another run
+          # Seeds spread over several processes (hosts), on jax.distributed:
+          # start the same command in every process; each trains a contiguous
+          # block of the seeds and process 0 writes the outputs. enabled=True
+          # alone detects the cluster (SLURM, Open MPI, Cloud TPU,
+          # Kubernetes); setting coordinator_address, num_processes and
+          # process_id enables it too (the keys: disco/launch/distributed.py,
+          # default_config).
+          distributed=distributed.default_config(),
       )
   )

@@ -20,7 +20,7 @@ from disco.training import analysis
 from disco.update_rules import registry
 
 
-def _tiny_config(tmp_path, **overrides):
+def tiny_config(tmp_path, **overrides):
   config = evaluate.default_config()
   config.update(
       dict(
@@ -79,7 +79,7 @@ def test_plan_iterations_compiles_once():
 
 
 def test_end_to_end_writes_outputs(tmp_path):
-  config = _tiny_config(tmp_path)
+  config = tiny_config(tmp_path)
   lines = []
   summary = evaluate.evaluate(config, log=lines.append, progress=False)
   out = tmp_path / "run"
@@ -153,14 +153,14 @@ def test_end_to_end_writes_outputs(tmp_path):
 
   # The folder now holds a run: refused unless overwrite=True.
   with pytest.raises(common.UsageError, match="overwrite"):
-    evaluate.build(_tiny_config(tmp_path))
-  evaluate.build(_tiny_config(tmp_path, overwrite=True))
+    evaluate.build(tiny_config(tmp_path))
+  evaluate.build(tiny_config(tmp_path, overwrite=True))
 
 
 def test_ppo_with_sample_reuse_end_to_end(tmp_path):
   """``disco-eval --config.rule=ppo`` on its on-policy loop: 2 epochs x 2
   minibatches per rollout, the learning rate annealed over the run."""
-  config = _tiny_config(
+  config = tiny_config(
       tmp_path,
       rule="ppo",
       replay_capacity=0,
@@ -207,7 +207,7 @@ def test_ppo_with_sample_reuse_end_to_end(tmp_path):
 )
 def test_bad_settings_are_usage_errors(tmp_path, overrides, match):
   with pytest.raises(common.UsageError, match=match) as info:
-    evaluate.build(_tiny_config(tmp_path, **overrides))
+    evaluate.build(tiny_config(tmp_path, **overrides))
   _assert_one_line(str(info.value))
   assert not (tmp_path / "run").exists()
 
@@ -300,17 +300,17 @@ def test_disco103_resolves(disco103_path):
 
 def test_default_output_dir(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
-  config = _tiny_config(tmp_path, output_dir="")
+  config = tiny_config(tmp_path, output_dir="")
   plan = evaluate.build(config)
   assert plan.output_dir.parent.as_posix() == "runs"
   assert plan.output_dir.name.startswith("eval-actor_critic-")
   (tmp_path / "occupied").mkdir()
   (tmp_path / "occupied" / "config.json").write_text("{}")
   with pytest.raises(common.UsageError, match="already holds a run"):
-    evaluate.build(_tiny_config(tmp_path, output_dir="occupied"))
+    evaluate.build(tiny_config(tmp_path, output_dir="occupied"))
   (tmp_path / "a_file").write_text("")
   with pytest.raises(common.UsageError, match="not a folder"):
-    evaluate.build(_tiny_config(tmp_path, output_dir="a_file"))
+    evaluate.build(tiny_config(tmp_path, output_dir="a_file"))
 
 
 def _parse(argv):
@@ -414,7 +414,7 @@ def test_disco103_solves_catch_with_the_notebook_settings(
 def test_search_rule_needs_a_jittable_env(tmp_path):
   with pytest.raises(common.UsageError, match="jittable") as info:
     evaluate.build(
-        _tiny_config(tmp_path, rule="spo", env="catch_dm_env", num_seeds=1)
+        tiny_config(tmp_path, rule="spo", env="catch_dm_env", num_seeds=1)
     )
   _assert_one_line(str(info.value))
 
@@ -448,7 +448,7 @@ def test_listings(capsys):
 
 def test_network_overrides_and_observations_they_cannot_take(tmp_path):
   plan = evaluate.build(
-      _tiny_config(
+      tiny_config(
           tmp_path,
           network=dict(
               dense=(8,),
@@ -461,7 +461,7 @@ def test_network_overrides_and_observations_they_cannot_take(tmp_path):
   assert plan.agent.net_config.dense == (8,)
   # Catch observations are [rows, columns, 1]: a conv torso takes them.
   plan = evaluate.build(
-      _tiny_config(
+      tiny_config(
           tmp_path,
           network=dict(
               dense=None,
@@ -472,7 +472,7 @@ def test_network_overrides_and_observations_they_cannot_take(tmp_path):
       )
   )
   assert plan.agent.net_config.conv_channels == (4,)
-  config = _tiny_config(
+  config = tiny_config(
       tmp_path,
       env="gymnax/CartPole-v1",
       network=dict(
