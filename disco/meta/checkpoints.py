@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -375,7 +376,7 @@ class CheckpointManager:
           "run, or start a new output folder."
       )
     leaves, treedef = jax.tree.flatten(template)
-    default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     abstract = {
         _leaf_name(i): jax.ShapeDtypeStruct(
             np.shape(leaf),
@@ -415,14 +416,18 @@ class CheckpointManager:
 
   def move_aside(self, step: int) -> Path:
     """Renames checkpoint ``step`` to ``<step>.damaged`` (``.damaged-2``, ...
-    if taken), which the manager no longer lists; returns the new path."""
+    if taken), which the manager no longer lists; returns the new path.
+    With several processes, process 0 renames it and the others wait."""
     source = self.path(step)
     target = source.with_name(source.name + DAMAGED_SUFFIX)
     k = 1
     while target.exists():
       k += 1
       target = source.with_name(f"{source.name}{DAMAGED_SUFFIX}-{k}")
-    source.rename(target)
+    if jax.process_index() == 0:
+      source.rename(target)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices(f"checkpoint {step} moved aside")
     self._orbax().reload()
     return target
 
@@ -439,14 +444,24 @@ class CheckpointManager:
     """
     for step in reversed(self.all_steps()):
       try:
-        return self.restore(template, step)
+        restored, reason = self.restore(template, step), None
       except CorruptCheckpointError as e:
-        aside = self.move_aside(step)
-        log(
-            f"Checkpoint {step} is damaged ({e.reason}): moved it to "
-            f"{aside} and falling back to the previous one."
-        )
+        restored, reason = None, e.reason
+      if not _in_any_process(reason is not None):
+        return restored
+      aside = self.move_aside(step)
+      log(
+          f"Checkpoint {step} is damaged ({reason or 'in another process'}): "
+          f"moved it to {aside} and falling back to the previous one."
+      )
     return None
+
+
+def _in_any_process(flag: bool) -> bool:
+  """Whether ``flag`` holds in any process (every process must call it)."""
+  if jax.process_count() == 1:
+    return flag
+  return bool(np.any(multihost_utils.process_allgather(np.asarray(flag))))
 
 
 def corrupt_for_tests(path: str | Path) -> None:

@@ -8,6 +8,11 @@ meta-gradients are averaged over the agents (``vmap`` within a device) and
 over devices (``jax.shard_map`` over a 1-D device mesh, ``lax.pmean``), and the
 meta-optimiser updates the meta-parameters, which stay replicated.
 
+The devices may belong to several processes (hosts) joined by
+``jax.distributed``: every process runs the same program on the global mesh,
+holds and steps only its own devices' agents, and the ``pmean`` averages over
+every agent of every process.
+
 A population may mix environments (kinds, observation shapes and action
 counts): agents are grouped by environment, each group with its own
 environment, agent network and value function, and the meta-gradient is the
@@ -33,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 import dataclasses
 import functools
+from typing import Any
 
 import chex
 import jax
@@ -183,23 +189,21 @@ class Population:
   def init(
       self, rng: jax.Array, meta_params: types.MetaParams
   ) -> MetaTrainState:
-    """Initial state; agent ages are staggered over the lifetime."""
+    """Initial state; agent ages are staggered over the lifetime.
+
+    Every device initialises only its own agents (one compiled program per
+    group, its output sharded like the agents), so with several processes
+    each process holds only its agents' states.
+    """
+    sharded = NamedSharding(self.mesh, P(AXIS))
     agents = []
     for g, group_rng in zip(
         self.groups, jax.random.split(rng, len(self.groups)), strict=True
     ):
-      rngs = jax.random.split(group_rng, g.num_agents)
-      # One compiled program per group (eager vmapped initialisation
-      # dispatches hundreds of small programs, which takes many seconds).
-      stacked = jax.jit(jax.vmap(functools.partial(self._init_agent, g)))(rngs)
-      if self.config.lifetime_meta_steps:
-        ages = (
-            np.arange(g.num_agents)
-            * self.config.lifetime_meta_steps
-            // g.num_agents
-        )
-        stacked = stacked.replace(age=jnp.asarray(ages, jnp.int32))
-      agents.append(stacked)
+      init_group = jax.jit(
+          functools.partial(self._init_group, g), out_shardings=sharded
+      )
+      agents.append(init_group(group_rng))
     state = MetaTrainState(
         meta_params=meta_params,
         meta_opt_state=self.meta_optimizer.init(meta_params),
@@ -208,8 +212,25 @@ class Population:
     )
     return self.place(state)
 
+  def _init_group(self, group: AgentGroup, rng: jax.Array) -> AgentState:
+    rngs = jax.random.split(rng, group.num_agents)
+    stacked = jax.vmap(functools.partial(self._init_agent, group))(rngs)
+    if self.config.lifetime_meta_steps:
+      ages = (
+          np.arange(group.num_agents)
+          * self.config.lifetime_meta_steps
+          // group.num_agents
+      )
+      stacked = stacked.replace(age=jnp.asarray(ages, jnp.int32))
+    return stacked
+
   def place(self, state: MetaTrainState) -> MetaTrainState:
-    """Shards agents over the devices and replicates the rest."""
+    """Shards agents over the devices and replicates the rest.
+
+    With several processes, every process must pass the same values (e.g.
+    meta-parameters loaded from a file); it keeps the shards of its own
+    devices.
+    """
     replicated = NamedSharding(self.mesh, P())
     sharded = NamedSharding(self.mesh, P(AXIS))
     return state.replace(
@@ -387,17 +408,27 @@ class Population:
     }
     return weights[name] / sum(weights.values())
 
-  def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
-    """One meta-step for the whole population (one compiled program)."""
+  def _step_args(self, state: MetaTrainState) -> tuple[Any, ...]:
     schedule = ()
     if self.config.faults is not None:
       schedule = self.config.faults.schedule()
-    meta_params, opt_state, step, agents, logs = self._step(
+    return (
         state.meta_params,
         state.meta_opt_state,
         state.step,
         state.agents,
         *schedule,
+    )
+
+  def lower(self, state: MetaTrainState) -> jax.stages.Lowered:
+    """The meta-step program for ``state``, lowered (e.g. for XLA's
+    ``compile().cost_analysis()``: FLOPs and bytes of one device's part)."""
+    return self._step.lower(*self._step_args(state))
+
+  def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
+    """One meta-step for the whole population (one compiled program)."""
+    meta_params, opt_state, step, agents, logs = self._step(
+        *self._step_args(state)
     )
     return (
         MetaTrainState(
