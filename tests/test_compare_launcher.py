@@ -7,6 +7,7 @@ import csv
 import json
 import os
 from pathlib import Path
+import shutil
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 from disco.launch import common
 from disco.launch import compare
 from disco.launch import evaluate
+from disco.training import analysis
 
 RULES = ("actor_critic", "policy_gradient")
 ENVS = ("catch:rows=5,columns=5", "delayed_chain:chain_length=3")
@@ -175,6 +177,29 @@ def test_aggregates_existing_run_folders(sweep, tmp_path):
       == sweep["stats"]["normalized_final_scores"]
   )
   assert stats["tests"] == sweep["stats"]["tests"]
+
+
+def test_a_diverged_seed_is_named_not_compared(sweep, tmp_path):
+  runs = []
+  for p in sorted((sweep["out"] / "runs").rglob("summary.json")):
+    runs.append(tmp_path / p.parent.relative_to(sweep["out"]))
+    shutil.copytree(p.parent, runs[-1])
+  metrics = analysis.read_metrics_csv(runs[0] / "metrics.csv")
+  metrics["diverged"][1, 2:] = 1
+  analysis.write_metrics_csv(runs[0] / "metrics.csv", metrics)
+  with pytest.raises(common.UsageError, match="Diverged") as info:
+    compare.compare(
+        _config(
+            [
+                f"--config.run_dirs={tuple(str(r) for r in runs)}",
+                f"--config.output_dir={tmp_path / 'agg'}",
+            ]
+        ),
+        log=lambda _: None,
+    )
+  step = int(metrics["env_steps"][1, 2])
+  assert f"seed {int(metrics['seed'][1, 0])} of " in str(info.value)
+  assert f"at env step {step}" in str(info.value)
 
 
 def test_sharded_processes_split_the_runs(tmp_path):

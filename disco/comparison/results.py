@@ -130,8 +130,8 @@ class Results:
     """The grid of ``runs``.
 
     Raises:
-      RunError: if a pair is missing or given twice, or the runs of a rule
-        have different numbers of seeds.
+      RunError: if a pair is missing or given twice, the runs of a rule
+        have different numbers of seeds, or a seed diverged.
     """
     rules = tuple(dict.fromkeys(r.rule for r in runs))
     envs = tuple(dict.fromkeys(r.env for r in runs))
@@ -148,6 +148,20 @@ class Results:
       raise RunError(
           f"The runs do not cover every rule on every environment: missing "
           f"{', '.join(missing)}."
+      )
+    diverged = [
+        f"seed {seed} of {r.rule} on {r.env} at env step {at}"
+        for r in runs
+        for seed, at in zip(
+            r.seeds, analysis.diverged_env_steps(r.metrics), strict=True
+        )
+        if at is not None
+    ]
+    if diverged:
+      raise RunError(
+          f"Diverged (non-finite agent parameters): {', '.join(diverged)}. "
+          "A diverged seed has no score to compare: change the rule's "
+          "settings (e.g. a lower learning rate) or leave the run out."
       )
     for rule in rules:
       counts = {len(grid[rule, e].seeds) for e in envs}
