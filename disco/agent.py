@@ -223,27 +223,20 @@ class Agent:
     logs = {k: jnp.mean(v) for k, v in {**logs_no_meta, **logs_meta}.items()}
     return total, dict(total_loss=total, **logs)
 
-  def learner_step_with_meta_out(
+  def loss_gradients(
       self,
       rng: jax.Array,
       rollout: types.ActorRollout,
       learner_state: types.LearnerState,
       meta_params: types.MetaParams,
       is_meta_training: bool = False,
-  ) -> tuple[types.LearnerState, types.Logs, dict[str, Any]]:
-    """One update of the agent on a ``[T+1, B]`` rollout.
+  ) -> tuple[types.Params, types.Logs, dict[str, Any], types.RuleState]:
+    """The gradient of the learner step's loss on a ``[T+1, B]`` rollout
+    with respect to the agent parameters, before the optimiser.
 
-    Args:
-      rng: random key for the rule.
-      rollout: time-major rollout from the actor.
-      learner_state: parameters, optimiser state and rule state.
-      meta_params: the rule's meta-parameters (``{}`` for hand-designed).
-      is_meta_training: whether meta-gradients flow through the loss targets
-        (must be a Python bool: it changes the program).
-
-    Returns:
-      ``(new_learner_state, logs, meta_out)`` with scalar logs and the rule's
-      ``meta_out`` (its loss targets).
+    Arguments as ``learner_step_with_meta_out``. Returns ``(grads, logs,
+    meta_out, new_rule_state)``; with ``axis_name`` the gradients are
+    averaged over that axis.
     """
     # One forward pass serves both the rule's targets and the gradient.
     # Outside meta-training, rules whose losses read per-action outputs only
@@ -265,19 +258,59 @@ class Agent:
     (grads,) = unroll_vjp(out_grads)
     if self.axis_name is not None:
       grads = jax.lax.pmean(grads, axis_name=self.axis_name)
+    return grads, logs, meta_out, new_rule_state
+
+  def apply_gradients(
+      self,
+      learner_state: types.LearnerState,
+      grads: types.Params,
+      new_rule_state: types.RuleState,
+  ) -> tuple[types.LearnerState, types.Logs]:
+    """The optimiser step: new learner state and the gradient and update
+    norms."""
     updates, opt_state = self.optimizer.update(
         grads, learner_state.opt_state, learner_state.params
     )
     params = optax.apply_updates(learner_state.params, updates)
     logs = dict(
-        logs,
         global_gradient_norm=optax.tree.norm(grads),
         global_update_norm=optax.tree.norm(updates),
     )
     new_state = types.LearnerState(
         params=params, opt_state=opt_state, rule_state=new_rule_state
     )
-    return new_state, logs, meta_out
+    return new_state, logs
+
+  def learner_step_with_meta_out(
+      self,
+      rng: jax.Array,
+      rollout: types.ActorRollout,
+      learner_state: types.LearnerState,
+      meta_params: types.MetaParams,
+      is_meta_training: bool = False,
+  ) -> tuple[types.LearnerState, types.Logs, dict[str, Any]]:
+    """One update of the agent on a ``[T+1, B]`` rollout:
+    ``loss_gradients`` then ``apply_gradients``.
+
+    Args:
+      rng: random key for the rule.
+      rollout: time-major rollout from the actor.
+      learner_state: parameters, optimiser state and rule state.
+      meta_params: the rule's meta-parameters (``{}`` for hand-designed).
+      is_meta_training: whether meta-gradients flow through the loss targets
+        (must be a Python bool: it changes the program).
+
+    Returns:
+      ``(new_learner_state, logs, meta_out)`` with scalar logs and the rule's
+      ``meta_out`` (its loss targets).
+    """
+    grads, logs, meta_out, new_rule_state = self.loss_gradients(
+        rng, rollout, learner_state, meta_params, is_meta_training
+    )
+    new_state, update_logs = self.apply_gradients(
+        learner_state, grads, new_rule_state
+    )
+    return new_state, dict(logs, **update_logs), meta_out
 
   def learner_step(
       self, *args: Any, **kwargs: Any
