@@ -431,7 +431,8 @@ KINDS: dict[str, Callable[..., RunnerOutput]] = {
 }
 
 
-def _load(path: Path) -> dict[str, np.ndarray]:
+def load_fixture(path: str | Path) -> dict[str, np.ndarray]:
+  """A fixture's arrays by key."""
   with np.load(path, allow_pickle=False) as data:
     return {k: data[k] for k in data.files}
 
@@ -445,7 +446,7 @@ def with_companion_gradients(
   if has_gradients(fx) or not companion.is_file():
     return fx
   try:
-    other = _load(companion)
+    other = load_fixture(companion)
   except (OSError, ValueError):
     return fx
   if set(fx) - set(other) or not all(
@@ -474,7 +475,7 @@ def check_fixture(
   """
   path = Path(path)
   try:
-    fx = _load(path)
+    fx = load_fixture(path)
   except (OSError, ValueError) as e:
     return Report(str(path), "?", [], f"cannot read fixture: {e}")
   kind = str(fx.get("kind", "?"))
