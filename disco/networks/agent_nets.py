@@ -102,17 +102,16 @@ class AgentNet(hk.Module):
       c = self._config
       root = action_models.root_state(embedding, c.model_lstm_size)
       model = action_models.make_action_model(
-          self._model_spec, c.model_lstm_size, c.model_head_hiddens
+          self._model_spec,
+          c.model_lstm_size,
+          c.model_head_hiddens,
+          self._num_actions,
       )
       if grad_actions is None:
-        outputs.update(
-            action_models.per_action_outputs(model, root, self._num_actions)
-        )
+        outputs.update(action_models.per_action_outputs(model, root))
       else:
         outputs.update(
-            action_models.per_action_outputs_grad_at(
-                model, root, self._num_actions, grad_actions
-            )
+            action_models.per_action_outputs_grad_at(model, root, grad_actions)
         )
     return outputs
 
