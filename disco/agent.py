@@ -94,14 +94,16 @@ class Agent:
       params: types.Params,
       observations: types.ArrayTree,
       grad_actions: jax.Array | None = None,
+      taken_only: tuple[str, ...] | None = None,
   ) -> types.AgentOuts:
     """``[T+1, B, ...]`` observations -> outputs ``[T+1, B, ...]``.
 
-    With ``grad_actions`` (``[T+1, B]`` int), per-action outputs carry
-    gradients only at those actions (see ``agent_nets.AgentNet``).
+    With ``grad_actions`` (``[T+1, B]`` int), the per-action outputs named in
+    ``taken_only`` (default: all) carry gradients only at those actions (see
+    ``agent_nets.AgentNet``).
     """
     return agent_nets.unroll(
-        self.network.apply, params, observations, grad_actions
+        self.network.apply, params, observations, grad_actions, taken_only
     )
 
   # ------------------------------------------------------------------ state
@@ -240,13 +242,20 @@ class Agent:
     """
     # One forward pass serves both the rule's targets and the gradient.
     # Outside meta-training, rules whose losses read per-action outputs only
-    # at the taken actions get a cheaper backward pass through those alone
-    # (in meta-training the targets depend on all actions' outputs).
-    grad_actions = None
-    if self.rule.model_losses_read_taken_actions and not is_meta_training:
+    # at the taken actions get a cheaper backward pass through those alone;
+    # in meta-training the targets may depend on all actions' outputs, so
+    # only the outputs the rule names get it.
+    grad_actions, taken_only = None, None
+    if is_meta_training:
+      taken_only = self.rule.meta_training_taken_action_outputs
+      if taken_only:
+        grad_actions = rollout.actions
+    elif self.rule.model_losses_read_taken_actions:
       grad_actions = rollout.actions
     agent_out, unroll_vjp = jax.vjp(
-        lambda p: self.unroll(p, rollout.observations, grad_actions),
+        lambda p: self.unroll(
+            p, rollout.observations, grad_actions, taken_only
+        ),
         learner_state.params,
     )
     meta_out, new_rule_state = self.unroll_meta_net(

@@ -364,7 +364,9 @@ def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
     disco_setup,
 ):
   """The meta-gradient's validation unroll backpropagates through the action
-  model at the taken actions only; the meta-gradient is unchanged."""
+  model at the taken actions only, and the inner learner steps through the
+  heads of ``aux_pi`` and ``q`` at the taken actions only; the meta-gradient
+  is unchanged."""
   agent, state = disco_setup["agent"], disco_setup["state"]
   rollout = disco_setup["rollout"]
   value_fn = value_function.ValueFunction(
@@ -376,6 +378,7 @@ def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
   dense_agent = copy.copy(agent)
   dense_agent.rule = copy.copy(agent.rule)
   dense_agent.rule.model_losses_read_taken_actions = False
+  dense_agent.rule.meta_training_taken_action_outputs = ()
 
   def meta_grads(a):
     return jax.jit(
@@ -385,7 +388,9 @@ def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
             value_fn,
             state,
             value_state,
-            jax.tree.map(lambda x: x[None], rollout),
+            # Two inner steps: the second one's outputs depend on the
+            # meta-parameters through the first update.
+            jax.tree.map(lambda x: jnp.stack([x, x]), rollout),
             rollout,
             jax.random.PRNGKey(2),
         )[0]
@@ -393,6 +398,8 @@ def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
 
   got, want = meta_grads(agent), meta_grads(dense_agent)
   assert optax.tree.norm(want) > 0
+  # Rounding gives about 1e-8 here; declaring z taken-only as well (the
+  # meta-network reads it at every action) gives 2e-6.
   assert optax.tree.norm(
       jax.tree.map(jnp.subtract, got, want)
-  ) <= 1e-5 * optax.tree.norm(want)
+  ) <= 1e-7 * optax.tree.norm(want)

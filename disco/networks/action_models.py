@@ -20,7 +20,7 @@ the heads, in the order of the output spec.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import NamedTuple
 
 import haiku as hk
@@ -88,6 +88,7 @@ class ActionModel:
       num_actions: int,
   ):
     self.num_actions = num_actions
+    self.keys = tuple(out_spec)
     self._gate_params = _GateParams(lstm_size, num_actions)
     self._heads = {
         key: (
@@ -103,36 +104,27 @@ class ActionModel:
     projection = jnp.dot(root.hidden, w[self.num_actions :]) + b
     return SharedRoot(projection=projection, cell=root.cell)
 
-  def __call__(
-      self, shared: SharedRoot, actions: jax.Array | None = None
-  ) -> dict[str, jax.Array]:
-    """Predictions after one LSTM step for each of ``K`` actions per state.
-
-    Args:
-      shared: ``share(root)`` (``[B, ...]`` leaves).
-      actions: ``[B, K]`` int, or None for every action in order (``K = A``).
-
-    Returns:
-      name -> ``[B, K, *spec.shape]``.
-    """
+  def step(self, shared: SharedRoot) -> jax.Array:
+    """The LSTM's hidden state after one step per action: ``[B, A, H]``."""
     w, _ = self._gate_params(shared.projection.dtype)
-    w_actions = w[: self.num_actions]  # [A, 4H]
-    if actions is None:
-      action_part = w_actions[None]
-    else:
-      one_hot = jax.nn.one_hot(actions, self.num_actions, dtype=w.dtype)
-      action_part = jnp.dot(one_hot, w_actions)  # rows of W_a, exactly
-    gates = shared.projection[:, None] + action_part  # [B, K, 4H]
+    gates = shared.projection[:, None] + w[None, : self.num_actions]
     i, g, f, o = jnp.split(gates, 4, axis=-1)
     cell = jax.nn.sigmoid(f + 1) * shared.cell[:, None] + jax.nn.sigmoid(
         i
     ) * jnp.tanh(g)
-    hidden = jax.nn.sigmoid(o) * jnp.tanh(cell)  # [B, K, H]
+    return jax.nn.sigmoid(o) * jnp.tanh(cell)
+
+  def heads(
+      self, hidden: jax.Array, keys: Collection[str] | None = None
+  ) -> dict[str, jax.Array]:
+    """The heads named ``keys`` (default: all) on ``[B, K, H]`` hidden
+    states: name -> ``[B, K, *spec.shape]``."""
     batch, k = hidden.shape[:2]
     rows = hidden.reshape((batch * k, -1))
     return {
         key: head(rows).reshape((batch, k) + shape)
         for key, (head, shape) in self._heads.items()
+        if keys is None or key in keys
     }
 
 
@@ -147,48 +139,56 @@ def make_action_model(
   return ActionModel(out_spec, lstm_size, head_hiddens, num_actions)
 
 
-def per_action_outputs(
-    model: ActionModel, root: hk.LSTMState
-) -> dict[str, jax.Array]:
-  """Steps the model once per action from ``root`` (``[B, H]`` leaves).
-
-  Returns:
-    name -> ``[B, A, *spec.shape]``.
-  """
-  return model(model.share(root))
-
-
 def _stop_gradient_getter(next_getter, value, context):
   del context
   return next_getter(jax.lax.stop_gradient(value))
 
 
-def per_action_outputs_grad_at(
-    model: ActionModel, root: hk.LSTMState, actions: jax.Array
+def per_action_outputs(
+    model: ActionModel,
+    root: hk.LSTMState,
+    grad_actions: jax.Array | None = None,
+    taken_only: Collection[str] | None = None,
 ) -> dict[str, jax.Array]:
-  """``per_action_outputs`` whose gradients flow only through the entries of
-  the given ``[B]`` actions.
+  """Steps the model once per action from ``root`` (``[B, H]`` leaves).
 
-  The values are those of ``per_action_outputs``. The gradient is the same
-  as well for any function that reads only the entries ``[b, actions[b]]``.
-  The taken actions' rows are computed with gradients and the other ``A-1``
-  rows of each state without, so the backward pass covers ``B`` rows instead
-  of ``B * A``, and the forward pass no more than ``B * A``.
+  Args:
+    model: the action model.
+    root: the root state.
+    grad_actions: ``[B]`` int, optional: the outputs named in ``taken_only``
+      (default: all) then carry gradients only at these actions. Their
+      values are unchanged, and so is the gradient of any function that reads
+      them with gradients only at these actions; their heads' backward pass
+      covers ``B`` rows instead of ``B * A``.
+    taken_only: see ``grad_actions``.
+
+  Returns:
+    name -> ``[B, A, *spec.shape]``.
   """
+  hidden = model.step(model.share(root))  # [B, A, H]
+  if grad_actions is None:
+    return model.heads(hidden)
+  split = set(model.keys if taken_only is None else taken_only)
+  outputs = model.heads(hidden, [k for k in model.keys if k not in split])
+  if not split:
+    return outputs
+  # Column k holds action (grad_actions[b] + k) % A; column 0 the taken one.
   num_actions = model.num_actions
-  # Column k holds action (actions[b] + k) % A; column 0 the taken one.
-  offsets = jnp.arange(num_actions, dtype=actions.dtype)
-  order = (actions[:, None] + offsets) % num_actions  # [B, A]
-  shared = model.share(root)
-  taken = model(shared, order[:, :1])
+  offsets = jnp.arange(num_actions, dtype=grad_actions.dtype)
+  order = (grad_actions[:, None] + offsets) % num_actions  # [B, A]
+  gather = lambda x, i: jnp.take_along_axis(x, i[..., None], axis=1)
+  taken = model.heads(gather(hidden, order[:, :1]), split)
   with hk.custom_getter(_stop_gradient_getter):
-    others = model(jax.lax.stop_gradient(shared), order[:, 1:])
-  # Back to action order: action j sits in column (j - actions[b]) % A.
-  columns = (offsets - actions[:, None]) % num_actions  # [B, A]
+    others = model.heads(
+        jax.lax.stop_gradient(gather(hidden, order[:, 1:])), split
+    )
+  # Back to action order: action j sits in column (j - grad_actions[b]) % A.
+  columns = (offsets - grad_actions[:, None]) % num_actions  # [B, A]
 
   def reorder(t, o):
     stacked = jnp.concatenate([t, o], axis=1)
     index = columns.reshape(columns.shape + (1,) * (stacked.ndim - 2))
     return jnp.take_along_axis(stacked, index, axis=1)
 
-  return jax.tree.map(reorder, taken, others)
+  outputs.update(jax.tree.map(reorder, taken, others))
+  return outputs

@@ -12,7 +12,7 @@ parameters load as they are:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 import dataclasses
 from typing import Any
 
@@ -88,13 +88,16 @@ class AgentNet(hk.Module):
       )
 
   def __call__(
-      self, observations: types.ArrayTree, grad_actions: jax.Array | None = None
+      self,
+      observations: types.ArrayTree,
+      grad_actions: jax.Array | None = None,
+      taken_only: Collection[str] | None = None,
   ) -> dict[str, jax.Array]:
     """Outputs for ``[B, ...]`` observations.
 
-    ``grad_actions`` (``[B]`` int, optional): per-action outputs then carry
-    gradients only at these actions (values are unchanged); see
-    ``action_models.per_action_outputs_grad_at``.
+    ``grad_actions`` (``[B]`` int, optional): the per-action outputs named in
+    ``taken_only`` (default: all) then carry gradients only at these actions
+    (values are unchanged); see ``action_models.per_action_outputs``.
     """
     embedding = self._embedding_pass(observations)
     outputs = self._head_pass(embedding)
@@ -107,12 +110,11 @@ class AgentNet(hk.Module):
           c.model_head_hiddens,
           self._num_actions,
       )
-      if grad_actions is None:
-        outputs.update(action_models.per_action_outputs(model, root))
-      else:
-        outputs.update(
-            action_models.per_action_outputs_grad_at(model, root, grad_actions)
-        )
+      outputs.update(
+          action_models.per_action_outputs(
+              model, root, grad_actions, taken_only
+          )
+      )
     return outputs
 
   def _embedding_pass(self, observations: types.ArrayTree) -> jax.Array:
@@ -191,9 +193,9 @@ def make_network(
 ) -> hk.Transformed:
   """A pure ``(init, apply)`` pair over ``[B, ...]`` observations."""
 
-  def forward(observations, grad_actions=None):
+  def forward(observations, grad_actions=None, taken_only=None):
     return AgentNet(config, num_actions, flat_spec, model_spec, name)(
-        observations, grad_actions
+        observations, grad_actions, taken_only
     )
 
   return hk.without_apply_rng(hk.transform(forward))
@@ -204,9 +206,11 @@ def unroll(
     params,
     observations: types.ArrayTree,
     grad_actions: jax.Array | None = None,
+    taken_only: Collection[str] | None = None,
 ):
   """Applies a ``[B, ...]`` network to ``[T, B, ...]`` observations (and
-  optional ``[T, B]`` ``grad_actions``, see ``AgentNet.__call__``)."""
+  optional ``[T, B]`` ``grad_actions`` with ``taken_only``, see
+  ``AgentNet.__call__``)."""
   leaf = jax.tree.leaves(observations)[0]
   t, b = leaf.shape[:2]
   flatten = lambda x: x.reshape((t * b,) + x.shape[2:])
@@ -214,5 +218,5 @@ def unroll(
   if grad_actions is None:
     out = apply_fn(params, flat_obs)
   else:
-    out = apply_fn(params, flat_obs, flatten(grad_actions))
+    out = apply_fn(params, flat_obs, flatten(grad_actions), taken_only)
   return jax.tree.map(lambda x: x.reshape((t, b) + x.shape[1:]), out)
