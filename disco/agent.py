@@ -94,16 +94,17 @@ class Agent:
       params: types.Params,
       observations: types.ArrayTree,
       grad_actions: jax.Array | None = None,
-      taken_only: tuple[str, ...] | None = None,
-  ) -> types.AgentOuts:
+      with_every: bool = False,
+  ) -> types.AgentOuts | tuple[types.AgentOuts, types.AgentOuts]:
     """``[T+1, B, ...]`` observations -> outputs ``[T+1, B, ...]``.
 
-    With ``grad_actions`` (``[T+1, B]`` int), the per-action outputs named in
-    ``taken_only`` (default: all) carry gradients only at those actions (see
+    With ``grad_actions`` (``[T+1, B]`` int), per-action outputs carry
+    gradients only at those actions, and with ``with_every`` the per-action
+    outputs with gradients at every action come too, as a second dict (see
     ``agent_nets.AgentNet``).
     """
     return agent_nets.unroll(
-        self.network.apply, params, observations, grad_actions, taken_only
+        self.network.apply, params, observations, grad_actions, with_every
     )
 
   # ------------------------------------------------------------------ state
@@ -241,25 +242,28 @@ class Agent:
     averaged over that axis.
     """
     # One forward pass serves both the rule's targets and the gradient.
-    # Outside meta-training, rules whose losses read per-action outputs only
-    # at the taken actions get a cheaper backward pass through those alone;
-    # in meta-training the targets may depend on all actions' outputs, so
-    # only the outputs the rule names get it.
-    grad_actions, taken_only = None, None
-    if is_meta_training:
-      taken_only = self.rule.meta_training_taken_action_outputs
-      if taken_only:
-        grad_actions = rollout.actions
-    elif self.rule.model_losses_read_taken_actions:
-      grad_actions = rollout.actions
-    agent_out, unroll_vjp = jax.vjp(
-        lambda p: self.unroll(
-            p, rollout.observations, grad_actions, taken_only
-        ),
-        learner_state.params,
-    )
+    # Rules whose losses read per-action outputs only at the taken actions
+    # get a cheaper backward pass, through those alone. In meta-training
+    # their targets may read every action's outputs with gradients (into the
+    # meta-gradient): the network then gives those too.
+    obs, params = rollout.observations, learner_state.params
+    if not self.rule.model_losses_read_taken_actions:
+      agent_out, unroll_vjp = jax.vjp(lambda p: self.unroll(p, obs), params)
+      target_inputs = agent_out
+    elif not is_meta_training:
+      agent_out, unroll_vjp = jax.vjp(
+          lambda p: self.unroll(p, obs, rollout.actions), params
+      )
+      target_inputs = agent_out
+    else:
+      agent_out, unroll_vjp, every = jax.vjp(
+          lambda p: self.unroll(p, obs, rollout.actions, with_every=True),
+          params,
+          has_aux=True,
+      )
+      target_inputs = dict(agent_out, **every)
     meta_out, new_rule_state = self.unroll_meta_net(
-        meta_params, learner_state, rollout, rng, agent_out=agent_out
+        meta_params, learner_state, rollout, rng, agent_out=target_inputs
     )
     out_grads, logs = jax.grad(self.loss_from_outputs, has_aux=True)(
         agent_out, rollout, meta_out, is_meta_training

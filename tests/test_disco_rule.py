@@ -363,10 +363,10 @@ def test_losses_read_per_action_outputs_only_at_taken_actions(disco_setup):
 def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
     disco_setup,
 ):
-  """The meta-gradient's validation unroll backpropagates through the action
-  model at the taken actions only, and the inner learner steps through the
-  heads of ``aux_pi`` and ``q`` at the taken actions only; the meta-gradient
-  is unchanged."""
+  """The meta-gradient's validation unroll and the inner learner steps' loss
+  backpropagate through the action model's heads at the taken actions only
+  (the targets read every action's outputs, with gradients); the
+  meta-gradient is unchanged."""
   agent, state = disco_setup["agent"], disco_setup["state"]
   rollout = disco_setup["rollout"]
   value_fn = value_function.ValueFunction(
@@ -378,7 +378,6 @@ def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
   dense_agent = copy.copy(agent)
   dense_agent.rule = copy.copy(agent.rule)
   dense_agent.rule.model_losses_read_taken_actions = False
-  dense_agent.rule.meta_training_taken_action_outputs = ()
 
   def meta_grads(a):
     return jax.jit(
@@ -398,8 +397,8 @@ def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
 
   got, want = meta_grads(agent), meta_grads(dense_agent)
   assert optax.tree.norm(want) > 0
-  # Rounding gives about 1e-8 here; declaring z taken-only as well (the
-  # meta-network reads it at every action) gives 2e-6.
+  # Rounding gives about 1e-8 here; targets that read every action's
+  # outputs with gradients only at the taken actions give 2e-6.
   assert optax.tree.norm(
       jax.tree.map(jnp.subtract, got, want)
   ) <= 1e-7 * optax.tree.norm(want)

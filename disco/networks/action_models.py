@@ -20,7 +20,7 @@ the heads, in the order of the output spec.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import haiku as hk
@@ -88,7 +88,6 @@ class ActionModel:
       num_actions: int,
   ):
     self.num_actions = num_actions
-    self.keys = tuple(out_spec)
     self._gate_params = _GateParams(lstm_size, num_actions)
     self._heads = {
         key: (
@@ -114,17 +113,14 @@ class ActionModel:
     ) * jnp.tanh(g)
     return jax.nn.sigmoid(o) * jnp.tanh(cell)
 
-  def heads(
-      self, hidden: jax.Array, keys: Collection[str] | None = None
-  ) -> dict[str, jax.Array]:
-    """The heads named ``keys`` (default: all) on ``[B, K, H]`` hidden
-    states: name -> ``[B, K, *spec.shape]``."""
+  def heads(self, hidden: jax.Array) -> dict[str, jax.Array]:
+    """The heads on ``[B, K, H]`` hidden states: name ->
+    ``[B, K, *spec.shape]``."""
     batch, k = hidden.shape[:2]
     rows = hidden.reshape((batch * k, -1))
     return {
         key: head(rows).reshape((batch, k) + shape)
         for key, (head, shape) in self._heads.items()
-        if keys is None or key in keys
     }
 
 
@@ -144,23 +140,36 @@ def _stop_gradient_getter(next_getter, value, context):
   return next_getter(jax.lax.stop_gradient(value))
 
 
+def _taken_columns(actions: jax.Array, num_actions: int) -> jax.Array:
+  """``[B, A]``: column ``k`` holds action ``(actions[b] + k) % A``, so
+  column 0 the taken one."""
+  return (actions[:, None] + jnp.arange(num_actions, dtype=actions.dtype)) % (
+      num_actions
+  )
+
+
+def _gather(x: jax.Array, columns: jax.Array) -> jax.Array:
+  """``x[b, columns[b, k]]``: ``[B, A, ...]``, ``[B, K]`` -> ``[B, K, ...]``."""
+  index = columns.reshape(columns.shape + (1,) * (x.ndim - 2))
+  return jnp.take_along_axis(x, index, axis=1)
+
+
 def per_action_outputs(
     model: ActionModel,
     root: hk.LSTMState,
     grad_actions: jax.Array | None = None,
-    taken_only: Collection[str] | None = None,
 ) -> dict[str, jax.Array]:
   """Steps the model once per action from ``root`` (``[B, H]`` leaves).
 
   Args:
     model: the action model.
     root: the root state.
-    grad_actions: ``[B]`` int, optional: the outputs named in ``taken_only``
-      (default: all) then carry gradients only at these actions. Their
-      values are unchanged, and so is the gradient of any function that reads
-      them with gradients only at these actions; their heads' backward pass
+    grad_actions: ``[B]`` int, optional: the outputs then carry gradients
+      only at these actions. Their values are unchanged, and so is the
+      gradient of any function that reads them only at these actions. The
+      taken actions' rows of the heads are computed with gradients and the
+      other ``A-1`` rows of each state without, so the heads' backward pass
       covers ``B`` rows instead of ``B * A``.
-    taken_only: see ``grad_actions``.
 
   Returns:
     name -> ``[B, A, *spec.shape]``.
@@ -168,27 +177,41 @@ def per_action_outputs(
   hidden = model.step(model.share(root))  # [B, A, H]
   if grad_actions is None:
     return model.heads(hidden)
-  split = set(model.keys if taken_only is None else taken_only)
-  outputs = model.heads(hidden, [k for k in model.keys if k not in split])
-  if not split:
-    return outputs
-  # Column k holds action (grad_actions[b] + k) % A; column 0 the taken one.
   num_actions = model.num_actions
-  offsets = jnp.arange(num_actions, dtype=grad_actions.dtype)
-  order = (grad_actions[:, None] + offsets) % num_actions  # [B, A]
-  gather = lambda x, i: jnp.take_along_axis(x, i[..., None], axis=1)
-  taken = model.heads(gather(hidden, order[:, :1]), split)
+  order = _taken_columns(grad_actions, num_actions)
+  taken = model.heads(_gather(hidden, order[:, :1]))
   with hk.custom_getter(_stop_gradient_getter):
-    others = model.heads(
-        jax.lax.stop_gradient(gather(hidden, order[:, 1:])), split
-    )
+    others = model.heads(jax.lax.stop_gradient(_gather(hidden, order[:, 1:])))
   # Back to action order: action j sits in column (j - grad_actions[b]) % A.
-  columns = (offsets - grad_actions[:, None]) % num_actions  # [B, A]
+  back = (jnp.arange(num_actions) - grad_actions[:, None]) % num_actions
+  return jax.tree.map(
+      lambda t, o: _gather(jnp.concatenate([t, o], axis=1), back),
+      taken,
+      others,
+  )
 
-  def reorder(t, o):
-    stacked = jnp.concatenate([t, o], axis=1)
-    index = columns.reshape(columns.shape + (1,) * (stacked.ndim - 2))
-    return jnp.take_along_axis(stacked, index, axis=1)
 
-  outputs.update(jax.tree.map(reorder, taken, others))
-  return outputs
+def per_action_outputs_and_taken(
+    model: ActionModel, root: hk.LSTMState, actions: jax.Array
+) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+  """The outputs of every action twice: with gradients, and with gradients
+  only at the ``[B]`` ``actions`` (as ``per_action_outputs(model, root,
+  actions)``; their heads' rows are computed once more for these actions).
+
+  For a loss that reads the outputs only at the taken actions, alongside
+  targets that read every action's with gradients (meta-training): the
+  loss's backward pass covers ``B`` rows of the heads instead of ``B * A``.
+
+  Returns:
+    ``(every, at_taken)``, both name -> ``[B, A, *spec.shape]``.
+  """
+  hidden = model.step(model.share(root))  # [B, A, H]
+  every = model.heads(hidden)
+  taken = model.heads(_gather(hidden, actions[:, None]))  # [B, 1, ...]
+  is_taken = jax.nn.one_hot(actions, model.num_actions, dtype=bool)
+
+  def at_taken(e, t):
+    mask = is_taken.reshape(is_taken.shape + (1,) * (e.ndim - 2))
+    return jnp.where(mask, t, jax.lax.stop_gradient(e))
+
+  return every, jax.tree.map(at_taken, every, taken)

@@ -12,7 +12,7 @@ parameters load as they are:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 import dataclasses
 from typing import Any
 
@@ -23,6 +23,8 @@ import numpy as np
 
 from disco import types
 from disco.networks import action_models
+
+Outputs = dict[str, jax.Array]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,13 +93,16 @@ class AgentNet(hk.Module):
       self,
       observations: types.ArrayTree,
       grad_actions: jax.Array | None = None,
-      taken_only: Collection[str] | None = None,
-  ) -> dict[str, jax.Array]:
+      with_every: bool = False,
+  ) -> Outputs | tuple[Outputs, Outputs]:
     """Outputs for ``[B, ...]`` observations.
 
-    ``grad_actions`` (``[B]`` int, optional): the per-action outputs named in
-    ``taken_only`` (default: all) then carry gradients only at these actions
-    (values are unchanged); see ``action_models.per_action_outputs``.
+    ``grad_actions`` (``[B]`` int, optional): per-action outputs then carry
+    gradients only at these actions (values are unchanged); see
+    ``action_models.per_action_outputs``. With ``with_every`` (and
+    ``grad_actions``) the per-action outputs with gradients at every action
+    come too, as a second dict (see
+    ``action_models.per_action_outputs_and_taken``).
     """
     embedding = self._embedding_pass(observations)
     outputs = self._head_pass(embedding)
@@ -110,11 +115,17 @@ class AgentNet(hk.Module):
           c.model_head_hiddens,
           self._num_actions,
       )
+      if with_every:
+        every, at_taken = action_models.per_action_outputs_and_taken(
+            model, root, grad_actions
+        )
+        outputs.update(at_taken)
+        return outputs, every
       outputs.update(
-          action_models.per_action_outputs(
-              model, root, grad_actions, taken_only
-          )
+          action_models.per_action_outputs(model, root, grad_actions)
       )
+    elif with_every:
+      return outputs, {}
     return outputs
 
   def _embedding_pass(self, observations: types.ArrayTree) -> jax.Array:
@@ -193,9 +204,9 @@ def make_network(
 ) -> hk.Transformed:
   """A pure ``(init, apply)`` pair over ``[B, ...]`` observations."""
 
-  def forward(observations, grad_actions=None, taken_only=None):
+  def forward(observations, grad_actions=None, with_every=False):
     return AgentNet(config, num_actions, flat_spec, model_spec, name)(
-        observations, grad_actions, taken_only
+        observations, grad_actions, with_every
     )
 
   return hk.without_apply_rng(hk.transform(forward))
@@ -206,10 +217,10 @@ def unroll(
     params,
     observations: types.ArrayTree,
     grad_actions: jax.Array | None = None,
-    taken_only: Collection[str] | None = None,
+    with_every: bool = False,
 ):
   """Applies a ``[B, ...]`` network to ``[T, B, ...]`` observations (and
-  optional ``[T, B]`` ``grad_actions`` with ``taken_only``, see
+  optional ``[T, B]`` ``grad_actions``, with ``with_every``, see
   ``AgentNet.__call__``)."""
   leaf = jax.tree.leaves(observations)[0]
   t, b = leaf.shape[:2]
@@ -218,5 +229,5 @@ def unroll(
   if grad_actions is None:
     out = apply_fn(params, flat_obs)
   else:
-    out = apply_fn(params, flat_obs, flatten(grad_actions), taken_only)
+    out = apply_fn(params, flat_obs, flatten(grad_actions), with_every)
   return jax.tree.map(lambda x: x.reshape((t, b) + x.shape[1:]), out)

@@ -120,12 +120,6 @@ class UpdateRule(abc.ABC):
   # only at the taken actions; the agent then backpropagates through the
   # action model for those actions alone where it can.
   model_losses_read_taken_actions: bool = False
-  # Per-action outputs that, also when meta-training, carry gradients into
-  # the losses, the targets and the meta-gradient only at the taken actions
-  # (other entries may be read as values, behind a stop-gradient); the
-  # agent's meta-training learner steps then backpropagate through their
-  # heads for the taken actions alone.
-  meta_training_taken_action_outputs: tuple[str, ...] = ()
   # The rule's hyper-parameters and their defaults.
   default_hyper_params: Mapping[str, float] = immutabledict.immutabledict()
   hyper_params: Mapping[str, float] = immutabledict.immutabledict()

@@ -70,9 +70,6 @@ class Disco(base.UpdateRule):
 
   # z, aux_pi and q enter the losses at the taken action only.
   model_losses_read_taken_actions = True
-  # The meta-network reads z at every action; aux_pi it does not read, and
-  # q only as a value (Retrace's inputs, behind stop-gradients).
-  meta_training_taken_action_outputs = ("aux_pi", "q")
   default_hyper_params = DISCO103_HYPER_PARAMS
 
   def __init__(
