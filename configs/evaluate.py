@@ -18,9 +18,9 @@ def get_config() -> config_dict.ConfigDict:
   return config_dict.ConfigDict(
       dict(
           # A registered rule ('disco103': the published weights; actor_critic,
-          # policy_gradient, mpo, spo, disco; 'list' prints them all) or the path
-          # of a .npz of meta-parameters saved by disco.weights.save_meta_params
-          # with {'rule': ...} metadata.
+          # policy_gradient, ppo, mpo, spo, disco; 'list' prints them all) or
+          # the path of a .npz of meta-parameters saved by
+          # disco.weights.save_meta_params with {'rule': ...} metadata.
           rule="disco103",
           # Path of the Disco103 weights (default: found or downloaded), or of
           # meta-parameters for a named rule that has them.
@@ -38,6 +38,13 @@ def get_config() -> config_dict.ConfigDict:
           batch_size=64,
           replay_capacity=1024,  # 0: no replay, learn on each rollout
           min_replay_size=64,
+          # Sample reuse: passes over each learner batch, each in
+          # num_minibatches learner steps on a shuffled split of its
+          # trajectories (batch_size must be divisible by it). PPO's loop:
+          # num_envs=4, rollout_len=128, replay_capacity=0, batch_size=4,
+          # update_epochs=4, num_minibatches=4.
+          update_epochs=1,
+          num_minibatches=1,
           learning_rate=config_dict.placeholder(float),  # None: rule's default
           # Transitions the losses average over: "valid" (every transition with a
           # valid target) or "published" (as the published DiscoRL agent: not

@@ -157,6 +157,30 @@ def test_end_to_end_writes_outputs(tmp_path):
   evaluate.build(_tiny_config(tmp_path, overwrite=True))
 
 
+def test_ppo_with_sample_reuse_end_to_end(tmp_path):
+  """``disco-eval --config.rule=ppo`` on its on-policy loop: 2 epochs x 2
+  minibatches per rollout, the learning rate annealed over the run."""
+  config = _tiny_config(
+      tmp_path,
+      rule="ppo",
+      replay_capacity=0,
+      min_replay_size=0,
+      batch_size=2,
+      update_epochs=2,
+      num_minibatches=2,
+      learning_rate=None,
+  )
+  plan = evaluate.build(config)
+  assert plan.iterations == 20 and plan.loop_config.num_updates(20) == 80
+  summary = evaluate.evaluate(config, log=lambda _: None, progress=False)
+  assert summary["rule"] == "ppo" and summary["learner_steps"] == 80
+  saved = json.loads((tmp_path / "run" / "config.json").read_text())
+  assert saved["config"]["update_epochs"] == 2
+  assert saved["rule_settings"]["anneal_learning_rate"] is True
+  metrics = analysis.read_metrics_csv(tmp_path / "run" / "metrics.csv")
+  assert np.isfinite(metrics["learner/total_loss"]).all()
+
+
 @pytest.mark.parametrize(
     "overrides, match",
     [
@@ -177,6 +201,8 @@ def test_end_to_end_writes_outputs(tmp_path):
         (dict(learning_rate=-1.0), "learning_rate"),
         (dict(env="catch_dm_env", num_seeds=2), "one seed at a time"),
         (dict(rule="actor_critic", weights="/tmp/x.npz"), "no meta-parameters"),
+        (dict(num_minibatches=3), "divisible by num_minibatches"),
+        (dict(update_epochs=0), "update_epochs"),
     ],
 )
 def test_bad_settings_are_usage_errors(tmp_path, overrides, match):
@@ -313,6 +339,15 @@ def test_flags_override_the_config_file():
   assert config.env_settings.rows == 5 and config.learning_rate == 0.1
   assert config.weights == "/some/file.npz"
   assert _parse([]).rule == "disco103"
+  config = _parse(
+      [
+          "--config.rule=ppo",
+          "--config.update_epochs=4",
+          "--config.num_minibatches=4",
+      ]
+  )
+  assert (config.update_epochs, config.num_minibatches) == (4, 4)
+  assert (_parse([]).update_epochs, _parse([]).num_minibatches) == (1, 1)
 
 
 @pytest.mark.parametrize(

@@ -131,6 +131,12 @@ def _loop_config(config: config_dict.ConfigDict) -> loop_lib.LoopConfig:
         min_replay_size=common.check_int(
             config.min_replay_size, "min_replay_size", 0
         ),
+        update_epochs=common.check_int(
+            config.update_epochs, "update_epochs", 1
+        ),
+        num_minibatches=common.check_int(
+            config.num_minibatches, "num_minibatches", 1
+        ),
     )
   except ValueError as e:
     raise UsageError(f"Invalid loop settings: {common.one_line(e)}") from None
@@ -216,15 +222,20 @@ def build(
       if v is not None
   }
   settings.network = {**settings.network.to_dict(), **overrides}
+  iterations_per_call, num_calls = plan_iterations(
+      total_env_steps, loop_config.env_steps_per_iteration, per_call
+  )
   try:
-    agent = agent_lib.make_agent(settings, env.num_actions, rule=rule.rule)
+    agent = agent_lib.make_agent(
+        settings,
+        env.num_actions,
+        rule=rule.rule,
+        num_updates=loop_config.num_updates(iterations_per_call * num_calls),
+    )
     agent.net_config.check_observation(env.observation_spec().shape)
     loop = loop_lib.EvalLoop(agent, env, loop_config)
   except ValueError as e:
     raise UsageError(common.one_line(e)) from None
-  iterations_per_call, num_calls = plan_iterations(
-      total_env_steps, loop_config.env_steps_per_iteration, per_call
-  )
   return Plan(
       config=config,
       rule=rule,
