@@ -156,6 +156,28 @@ def compiled_flops(fn, *args, **kwargs) -> dict[str, Any]:
       cost_analysis=float(analysis.get("flops", float("nan"))),
       matmul=matmul,
       by_op=by_op,
+      memory=compiled_memory(compiled),
+  )
+
+
+def compiled_memory(compiled) -> float | None:
+  """Bytes XLA's buffer assignment reserves for a compiled program:
+  arguments, outputs and temporaries (what it needs at its peak, up to
+  fragmentation), or None where the backend does not say."""
+  try:
+    stats = compiled.memory_analysis()
+  except Exception:  # noqa: BLE001 - not every backend implements it
+    return None
+  if stats is None:
+    return None
+  peak = getattr(stats, "peak_memory_in_bytes", 0)
+  if peak:
+    return float(peak)
+  return float(
+      stats.argument_size_in_bytes
+      + stats.output_size_in_bytes
+      + stats.temp_size_in_bytes
+      - stats.alias_size_in_bytes
   )
 
 
@@ -207,10 +229,12 @@ def meta_step(inner_steps: int = 2, remat: bool = False, max_unrolled=2):
 
 
 def _print(name: str, flops: dict[str, Any], breakdown: int) -> None:
+  memory = flops["memory"]
   print(
       f"{name}: cost_analysis {flops['cost_analysis'] / 1e9:.2f} GFLOP "
       f"(loop bodies once), matmul {flops['matmul'] / 1e9:.2f} GFLOP "
-      "(loops counted per trip)"
+      "(loops counted per trip), memory "
+      + ("n/a" if memory is None else f"{memory / 2**20:.0f} MiB")
   )
   if breakdown:
     top = sorted(flops["by_op"].items(), key=lambda kv: -kv[1])[:breakdown]
@@ -247,7 +271,7 @@ def main(argv=None) -> dict[str, float]:
     )
     results["meta_step"] = flops
   summary = {
-      k: dict(cost_analysis=v["cost_analysis"], matmul=v["matmul"])
+      k: {m: v[m] for m in ("cost_analysis", "matmul", "memory")}
       for k, v in results.items()
   }
   print("FLOPS " + json.dumps(summary))
