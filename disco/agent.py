@@ -109,14 +109,17 @@ class Agent:
       params: types.Params,
       observations: types.ArrayTree,
       grad_actions: jax.Array | None = None,
-  ) -> types.AgentOuts:
+      with_every: bool = False,
+  ) -> types.AgentOuts | tuple[types.AgentOuts, types.AgentOuts]:
     """``[T+1, B, ...]`` observations -> outputs ``[T+1, B, ...]``.
 
     With ``grad_actions`` (``[T+1, B]`` int), per-action outputs carry
-    gradients only at those actions (see ``agent_nets.AgentNet``).
+    gradients only at those actions, and with ``with_every`` the per-action
+    outputs with gradients at every action come too, as a second dict (see
+    ``agent_nets.AgentNet``).
     """
     return agent_nets.unroll(
-        self.network.apply, params, observations, grad_actions
+        self.network.apply, params, observations, grad_actions, with_every
     )
 
   # ------------------------------------------------------------------ state
@@ -238,6 +241,74 @@ class Agent:
     logs = {k: jnp.mean(v) for k, v in {**logs_no_meta, **logs_meta}.items()}
     return total, dict(total_loss=total, **logs)
 
+  def loss_gradients(
+      self,
+      rng: jax.Array,
+      rollout: types.ActorRollout,
+      learner_state: types.LearnerState,
+      meta_params: types.MetaParams,
+      is_meta_training: bool = False,
+  ) -> tuple[types.Params, types.Logs, dict[str, Any], types.RuleState]:
+    """The gradient of the learner step's loss on a ``[T+1, B]`` rollout
+    with respect to the agent parameters, before the optimiser.
+
+    Arguments as ``learner_step_with_meta_out``. Returns ``(grads, logs,
+    meta_out, new_rule_state)``; with ``axis_name`` the gradients are
+    averaged over that axis.
+    """
+    # One forward pass serves both the rule's targets and the gradient.
+    # Rules whose losses read per-action outputs only at the taken actions
+    # get a cheaper backward pass, through those alone. In meta-training
+    # their targets may read every action's outputs with gradients (into the
+    # meta-gradient): the network then gives those too.
+    obs, params = rollout.observations, learner_state.params
+    if not self.rule.model_losses_read_taken_actions:
+      agent_out, unroll_vjp = jax.vjp(lambda p: self.unroll(p, obs), params)
+      target_inputs = agent_out
+    elif not is_meta_training:
+      agent_out, unroll_vjp = jax.vjp(
+          lambda p: self.unroll(p, obs, rollout.actions), params
+      )
+      target_inputs = agent_out
+    else:
+      agent_out, unroll_vjp, every = jax.vjp(
+          lambda p: self.unroll(p, obs, rollout.actions, with_every=True),
+          params,
+          has_aux=True,
+      )
+      target_inputs = dict(agent_out, **every)
+    meta_out, new_rule_state = self.unroll_meta_net(
+        meta_params, learner_state, rollout, rng, agent_out=target_inputs
+    )
+    out_grads, logs = jax.grad(self.loss_from_outputs, has_aux=True)(
+        agent_out, rollout, meta_out, is_meta_training
+    )
+    (grads,) = unroll_vjp(out_grads)
+    if self.axis_name is not None:
+      grads = jax.lax.pmean(grads, axis_name=self.axis_name)
+    return grads, logs, meta_out, new_rule_state
+
+  def apply_gradients(
+      self,
+      learner_state: types.LearnerState,
+      grads: types.Params,
+      new_rule_state: types.RuleState,
+  ) -> tuple[types.LearnerState, types.Logs]:
+    """The optimiser step: new learner state and the gradient and update
+    norms."""
+    updates, opt_state = self.optimizer.update(
+        grads, learner_state.opt_state, learner_state.params
+    )
+    params = optax.apply_updates(learner_state.params, updates)
+    logs = dict(
+        global_gradient_norm=optax.tree.norm(grads),
+        global_update_norm=optax.tree.norm(updates),
+    )
+    new_state = types.LearnerState(
+        params=params, opt_state=opt_state, rule_state=new_rule_state
+    )
+    return new_state, logs
+
   def learner_step_with_meta_out(
       self,
       rng: jax.Array,
@@ -246,7 +317,8 @@ class Agent:
       meta_params: types.MetaParams,
       is_meta_training: bool = False,
   ) -> tuple[types.LearnerState, types.Logs, dict[str, Any]]:
-    """One update of the agent on a ``[T+1, B]`` rollout.
+    """One update of the agent on a ``[T+1, B]`` rollout:
+    ``loss_gradients`` then ``apply_gradients``.
 
     Args:
       rng: random key for the rule.
@@ -260,39 +332,13 @@ class Agent:
       ``(new_learner_state, logs, meta_out)`` with scalar logs and the rule's
       ``meta_out`` (its loss targets).
     """
-    # One forward pass serves both the rule's targets and the gradient.
-    # Outside meta-training, rules whose losses read per-action outputs only
-    # at the taken actions get a cheaper backward pass through those alone
-    # (in meta-training the targets depend on all actions' outputs).
-    grad_actions = None
-    if self.rule.model_losses_read_taken_actions and not is_meta_training:
-      grad_actions = rollout.actions
-    agent_out, unroll_vjp = jax.vjp(
-        lambda p: self.unroll(p, rollout.observations, grad_actions),
-        learner_state.params,
+    grads, logs, meta_out, new_rule_state = self.loss_gradients(
+        rng, rollout, learner_state, meta_params, is_meta_training
     )
-    meta_out, new_rule_state = self.unroll_meta_net(
-        meta_params, learner_state, rollout, rng, agent_out=agent_out
+    new_state, update_logs = self.apply_gradients(
+        learner_state, grads, new_rule_state
     )
-    out_grads, logs = jax.grad(self.loss_from_outputs, has_aux=True)(
-        agent_out, rollout, meta_out, is_meta_training
-    )
-    (grads,) = unroll_vjp(out_grads)
-    if self.axis_name is not None:
-      grads = jax.lax.pmean(grads, axis_name=self.axis_name)
-    updates, opt_state = self.optimizer.update(
-        grads, learner_state.opt_state, learner_state.params
-    )
-    params = optax.apply_updates(learner_state.params, updates)
-    logs = dict(
-        logs,
-        global_gradient_norm=optax.tree.norm(grads),
-        global_update_norm=optax.tree.norm(updates),
-    )
-    new_state = types.LearnerState(
-        params=params, opt_state=opt_state, rule_state=new_rule_state
-    )
-    return new_state, logs, meta_out
+    return new_state, dict(logs, **update_logs), meta_out
 
   def learner_step(
       self, *args: Any, **kwargs: Any

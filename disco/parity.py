@@ -4,12 +4,29 @@ Usage::
 
   python -m disco.parity FIXTURE.npz [FIXTURE.npz ...] [--weights PATH]
 
-For each fixture it prints its kind, the worst relative error and PASS/FAIL,
-and exits non-zero on any failure or unsupported fixture kind. Tolerances
-(from the fixtures' README): every output array ``b`` and ours ``a`` must meet
-``max|a-b| <= 1e-4 (1 + max|b|)``; for parameters after an update, 99.9% of
-elements must meet that bound and all must meet ``1e-2 (1 + max|b|)``; for
-gradients ``||a-b|| <= 1e-3 ||b|| + 1e-7``.
+For each fixture it prints its kind, the rule its updated parameters were
+checked by, the worst relative error and PASS/FAIL, and exits non-zero on any
+failure or unsupported fixture kind. Tolerances (from the fixtures' README),
+for every fixture array ``b`` and ours ``a``:
+
+* gradients (``grads::*``: of the learner step's loss with respect to the
+  agent parameters, before the optimiser; ``meta_grads::*``), per array:
+  ``||a-b|| <= 1e-3 ||b|| + 1e-7``;
+* parameters after an update (``params``, ``learner_params``,
+  ``value_params``), in a fixture that carries gradients: at least 99% of
+  elements within ``1e-4 (1 + max|b|)`` and every element within
+  ``2 N lr max_abs_update + 1e-4 (1 + max|b|)``, the most that ``N``
+  clipped Adam steps of learning rate ``lr`` can move a weight apart (a
+  gradient within rounding of zero may flip the sign of Adam's first,
+  normalised step; a wrong gradient fails the bound above instead);
+* parameters after an update in a fixture without gradients: 99.9% of
+  elements within ``1e-4 (1 + max|b|)``, all within ``1e-2 (1 + max|b|)``;
+* everything else (logs, rule state, meta-network outputs):
+  ``max|a-b| <= 1e-4 (1 + max|b|)``.
+
+A learner-step fixture without gradients is checked with those of its copy
+in a ``grads/`` folder beside it (same name), when that copy holds the same
+inputs and outputs.
 """
 
 from __future__ import annotations
@@ -38,8 +55,18 @@ from disco.update_rules import registry
 
 SEP = "::"
 ATOL_REL = 1e-4
+# Updated parameters of fixtures without gradients.
 LOOSE_REL = 1e-2
 FRACTION = 0.999
+# Updated parameters of fixtures with gradients (see the module docstring).
+ROBUST_FRACTION = 0.99
+# Gradients, by norm.
+GRAD_REL = 1e-3
+GRAD_ABS = 1e-7
+GRADIENT_GROUPS = ("grads", "meta_grads")
+UPDATED_GROUPS = ("params", "learner_params", "value_params")
+# Where a fixture without gradients finds a copy with them.
+GRADS_DIR = "grads"
 
 
 @dataclasses.dataclass
@@ -55,6 +82,9 @@ class Report:
   kind: str
   comparisons: list[Comparison]
   error: str | None = None  # set when the fixture could not be checked
+  # The rule updated parameters were checked by: "gradients" (the
+  # rounding-robust one), "99.9%", or "-" (none in the fixture).
+  rule: str = "-"
 
   @property
   def ok(self) -> bool:
@@ -107,60 +137,112 @@ def _ema_state(tree: dict[str, np.ndarray]) -> types.EmaState:
 
 
 # ------------------------------------------------------------ comparisons
+def _as_f64(ours, ref) -> tuple[np.ndarray, np.ndarray]:
+  return np.asarray(ours, np.float64), np.asarray(ref, np.float64)
+
+
+def _shape_mismatch(key: str, ours, ref) -> Comparison | None:
+  if ours.shape == ref.shape:
+    return None
+  return Comparison(
+      f"{key} (shape {ours.shape} != {ref.shape})", float("inf"), False
+  )
+
+
 def compare_array(
-    key: str, ours: np.ndarray, ref: np.ndarray, updated_params: bool = False
+    key: str,
+    ours: np.ndarray,
+    ref: np.ndarray,
+    updated_params: bool = False,
+    max_step: float | None = None,
 ) -> Comparison:
-  ours = np.asarray(ours, np.float64)
-  ref = np.asarray(ref, np.float64)
-  if ours.shape != ref.shape:
-    return Comparison(
-        f"{key} (shape {ours.shape} != {ref.shape})", float("inf"), False
-    )
+  """Max-abs comparison scaled by ``1 + max|ref|``.
+
+  With ``updated_params``: the 99.9% rule, or with ``max_step`` (the most
+  the updates can move a weight apart, ``2 N lr max_abs_update``) the
+  rounding-robust one; see the module docstring.
+  """
+  ours, ref = _as_f64(ours, ref)
+  if (bad := _shape_mismatch(key, ours, ref)) is not None:
+    return bad
   scale = 1.0 + (np.abs(ref).max() if ref.size else 0.0)
   diff = np.abs(ours - ref)
   worst = float(diff.max() / scale) if diff.size else 0.0
-  if updated_params:
-    within = np.mean(diff <= ATOL_REL * scale) if diff.size else 1.0
-    return Comparison(
-        key, worst, bool(within >= FRACTION and worst <= LOOSE_REL)
-    )
-  return Comparison(key, worst, bool(worst <= ATOL_REL))
+  if not updated_params:
+    return Comparison(key, worst, bool(worst <= ATOL_REL))
+  within = np.mean(diff <= ATOL_REL * scale) if diff.size else 1.0
+  if max_step is None:
+    ok = within >= FRACTION and worst <= LOOSE_REL
+  else:
+    bound = max_step + ATOL_REL * scale
+    ok = within >= ROBUST_FRACTION and (diff.max() if diff.size else 0) <= bound
+  return Comparison(key, worst, bool(ok))
 
 
 def compare_gradient(key: str, ours: np.ndarray, ref: np.ndarray) -> Comparison:
-  ours = np.asarray(ours, np.float64)
-  ref = np.asarray(ref, np.float64)
+  ours, ref = _as_f64(ours, ref)
+  if (bad := _shape_mismatch(key, ours, ref)) is not None:
+    return bad
   err = np.linalg.norm(ours - ref)
   ref_norm = np.linalg.norm(ref)
   return Comparison(
-      key, float(err / (ref_norm + 1e-12)), bool(err <= 1e-3 * ref_norm + 1e-7)
+      key,
+      float(err / (ref_norm + 1e-12)),
+      bool(err <= GRAD_REL * ref_norm + GRAD_ABS),
+  )
+
+
+def has_gradients(fixture: dict[str, np.ndarray]) -> bool:
+  """Whether the fixture carries gradients (``grads::*``, ``meta_grads::*``)."""
+  return any(
+      k.startswith(f"outputs{SEP}{g}{SEP}")
+      for k in fixture
+      for g in GRADIENT_GROUPS
   )
 
 
 def compare_outputs(
-    ours: dict[str, np.ndarray], fixture: dict[str, np.ndarray]
+    ours: dict[str, np.ndarray],
+    fixture: dict[str, np.ndarray],
+    max_steps: dict[str, float] | None = None,
 ) -> list[Comparison]:
-  """Compares every ``outputs::`` array of the fixture with ours."""
+  """Compares every ``outputs::`` array of the fixture with ours.
+
+  ``max_steps``: for each group of updated parameters (``UPDATED_GROUPS``),
+  the most its updates can move a weight apart; given, those groups are
+  checked by the rounding-robust rule, else by the 99.9% rule.
+  """
   results = []
   for key in sorted(k for k in fixture if k.startswith("outputs" + SEP)):
     name = key[len("outputs" + SEP) :]
     if name not in ours:
       results.append(Comparison(f"{name} (missing)", float("inf"), False))
       continue
-    if name.startswith("meta_grads" + SEP):
+    group = name.split(SEP)[0]
+    if group in GRADIENT_GROUPS:
       results.append(compare_gradient(name, ours[name], fixture[key]))
-    else:
-      updated = name.split(SEP)[0] in (
-          "params",
-          "learner_params",
-          "value_params",
+    elif group in UPDATED_GROUPS:
+      max_step = None if max_steps is None else max_steps[group]
+      results.append(
+          compare_array(name, ours[name], fixture[key], True, max_step)
       )
-      results.append(compare_array(name, ours[name], fixture[key], updated))
+    else:
+      results.append(compare_array(name, ours[name], fixture[key]))
   return results
 
 
+def _max_step(num_steps: int, learning_rate: float, max_abs_update: float):
+  """How far ``num_steps`` clipped updates can move a weight apart."""
+  return 2.0 * num_steps * learning_rate * max_abs_update
+
+
 # --------------------------------------------------------------- runners
-def _run_meta_net(fx: dict[str, np.ndarray], meta_params) -> dict:
+# A runner returns our outputs (flat, keys start with '::') and, for each
+# group of updated parameters, the most its updates can move a weight apart.
+RunnerOutput = tuple[dict[str, np.ndarray], dict[str, float]]
+
+
+def _run_meta_net(fx: dict[str, np.ndarray], meta_params) -> RunnerOutput:
   inputs_tree = unflatten(fx, "inputs")
   inputs = types.UpdateRuleInputs(
       observations=None,
@@ -178,7 +260,7 @@ def _run_meta_net(fx: dict[str, np.ndarray], meta_params) -> dict:
   out, new_state = jax.jit(net.apply)(meta_params, state, None, inputs)
   ours = {k: out[k] for k in ("pi", "y", "z", "meta_input_emb")}
   ours["meta_rnn_state"] = new_state["lstm"]["meta_rnn_state"]
-  return flatten(ours, "")  # keys start with '::'
+  return flatten(ours, ""), {}
 
 
 def _rollout_from(
@@ -231,7 +313,7 @@ def _rule_state_from(tree: dict[str, Any]) -> dict[str, Any]:
 
 def _run_learner_step(
     fx: dict[str, np.ndarray], meta_params, rule: str
-) -> dict:
+) -> RunnerOutput:
   settings = registry.default_settings(rule)
   settings.learning_rate = float(fx["learning_rate"])
   settings.loss_mask = "published"
@@ -244,26 +326,38 @@ def _run_learner_step(
       opt_state=agent.optimizer.init(params),
       rule_state=_rule_state_from(inputs["meta_state"]),
   )
-  step = jax.jit(agent.learner_step, static_argnums=4)
-  new_state, logs = step(
+
+  @jax.jit
+  def step(rng, rollout, state, meta_params):
+    # ``Agent.learner_step`` in its two parts, keeping the gradients.
+    grads, logs, _, rule_state = agent.loss_gradients(
+        rng, rollout, state, meta_params, False
+    )
+    new_state, update_logs = agent.apply_gradients(state, grads, rule_state)
+    return new_state, dict(logs, **update_logs), grads
+
+  new_state, logs, grads = step(
       jax.random.PRNGKey(0),
       rollout,
       state,
       meta_params if rule == "disco" else {},
-      False,
   )
   # The fixtures name the rule state ``meta_state``, as the published code.
   ours = dict(
-      params=new_state.params, meta_state=new_state.rule_state, logs=logs
+      params=new_state.params,
+      meta_state=new_state.rule_state,
+      logs=logs,
+      grads=grads,
   )
-  return flatten(ours, "")
+  max_step = _max_step(1, settings.learning_rate, settings.max_abs_update)
+  return flatten(ours, ""), dict(params=max_step)
 
 
 def _run_meta_gradient(
     fx: dict[str, np.ndarray],
     meta_params,
     config: meta_gradient.OuterLossConfig = meta_gradient.OuterLossConfig(),
-) -> dict:
+) -> RunnerOutput:
   del meta_params  # The fixture carries its own.
   inputs = unflatten(fx, "inputs")
   settings = registry.default_settings("disco")
@@ -304,22 +398,30 @@ def _run_meta_gradient(
       train,
       valid,
   )
-  return flatten(
-      dict(
-          meta_grads=grads,
-          meta_log=meta_logs,
-          learner_params=new_learner.params,
-          value_params=new_value.params,
-      ),
-      "",
+  ours = dict(
+      meta_grads=grads,
+      meta_log=meta_logs,
+      learner_params=new_learner.params,
+      value_params=new_value.params,
   )
+  num_steps = train.actions.shape[0]
+  value_config = value_fn.config
+  max_steps = dict(
+      learner_params=_max_step(
+          num_steps, settings.learning_rate, settings.max_abs_update
+      ),
+      value_params=_max_step(
+          num_steps, value_config.learning_rate, value_config.max_abs_update
+      ),
+  )
+  return flatten(ours, ""), max_steps
 
 
 def _strip(flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
   return {k[len(SEP) :]: v for k, v in flat.items()}
 
 
-KINDS: dict[str, Callable[..., dict]] = {
+KINDS: dict[str, Callable[..., RunnerOutput]] = {
     "disco_meta_net": _run_meta_net,
     "disco_learner_step": lambda fx, mp: _run_learner_step(fx, mp, "disco"),
     "actor_critic_learner_step": (
@@ -327,6 +429,38 @@ KINDS: dict[str, Callable[..., dict]] = {
     ),
     "disco_meta_gradient": _run_meta_gradient,
 }
+
+
+def load_fixture(path: str | Path) -> dict[str, np.ndarray]:
+  """A fixture's arrays by key."""
+  with np.load(path, allow_pickle=False) as data:
+    return {k: data[k] for k in data.files}
+
+
+def with_companion_gradients(
+    path: Path, fx: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+  """``fx`` with the gradients of its copy ``<dir>/grads/<name>``, if the
+  fixture has none and that copy holds the same arrays otherwise."""
+  companion = path.parent / GRADS_DIR / path.name
+  if has_gradients(fx) or not companion.is_file():
+    return fx
+  try:
+    other = load_fixture(companion)
+  except (OSError, ValueError):
+    return fx
+  if set(fx) - set(other) or not all(
+      np.array_equal(fx[k], other[k]) for k in fx
+  ):
+    return fx
+  return dict(
+      fx,
+      **{
+          k: v
+          for k, v in other.items()
+          if k.startswith(f"outputs{SEP}grads{SEP}")
+      },
+  )
 
 
 def check_fixture(
@@ -341,8 +475,7 @@ def check_fixture(
   """
   path = Path(path)
   try:
-    with np.load(path, allow_pickle=False) as data:
-      fx = {k: data[k] for k in data.files}
+    fx = load_fixture(path)
   except (OSError, ValueError) as e:
     return Report(str(path), "?", [], f"cannot read fixture: {e}")
   kind = str(fx.get("kind", "?"))
@@ -360,8 +493,12 @@ def check_fixture(
   run = KINDS[kind]
   if kind == "disco_meta_gradient" and meta_gradient_config is not None:
     run = functools.partial(run, config=meta_gradient_config)
-  ours = _strip(run(fx, meta_params))
-  return Report(str(path), kind, compare_outputs(ours, fx))
+  ours, max_steps = run(fx, meta_params)
+  fx = with_companion_gradients(path, fx)
+  robust = has_gradients(fx)
+  comparisons = compare_outputs(_strip(ours), fx, max_steps if robust else None)
+  rule = "-" if not max_steps else ("gradients" if robust else "99.9%")
+  return Report(str(path), kind, comparisons, rule=rule)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -394,7 +531,8 @@ def main(argv: list[str] | None = None) -> int:
       bad = [c.key for c in report.comparisons if not c.ok]
       print(
           f"{report.path}: kind={report.kind} arrays="
-          f"{len(report.comparisons)} worst_rel_error={worst.error:.3e} "
+          f"{len(report.comparisons)} params_rule={report.rule} "
+          f"worst_rel_error={worst.error:.3e} "
           f"({worst.key}) {'PASS' if report.ok else 'FAIL'}"
           + (f" failing: {', '.join(bad[:5])}" if bad else "")
       )

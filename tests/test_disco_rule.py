@@ -363,8 +363,10 @@ def test_losses_read_per_action_outputs_only_at_taken_actions(disco_setup):
 def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
     disco_setup,
 ):
-  """The meta-gradient's validation unroll backpropagates through the action
-  model at the taken actions only; the meta-gradient is unchanged."""
+  """The meta-gradient's validation unroll and the inner learner steps' loss
+  backpropagate through the action model's heads at the taken actions only
+  (the targets read every action's outputs, with gradients); the
+  meta-gradient is unchanged."""
   agent, state = disco_setup["agent"], disco_setup["state"]
   rollout = disco_setup["rollout"]
   value_fn = value_function.ValueFunction(
@@ -385,13 +387,66 @@ def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
             value_fn,
             state,
             value_state,
-            jax.tree.map(lambda x: x[None], rollout),
+            # Two inner steps: the second one's outputs depend on the
+            # meta-parameters through the first update.
+            jax.tree.map(lambda x: jnp.stack([x, x]), rollout),
             rollout,
             jax.random.PRNGKey(2),
         )[0]
     )(disco_setup["meta_params"])
 
   got, want = meta_grads(agent), meta_grads(dense_agent)
+  assert optax.tree.norm(want) > 0
+  # Rounding gives about 1e-8 here; targets that read every action's
+  # outputs with gradients only at the taken actions give 2e-6.
+  assert optax.tree.norm(
+      jax.tree.map(jnp.subtract, got, want)
+  ) <= 1e-7 * optax.tree.norm(want)
+
+
+def test_looped_and_rematerialised_inner_steps_keep_the_meta_gradient(
+    disco_setup,
+):
+  """Three inner steps as straight-line code, and as a first step and a
+  rematerialised ``lax.scan`` loop: the same meta-gradient."""
+  agent, state = disco_setup["agent"], disco_setup["state"]
+  rollout = disco_setup["rollout"]
+  # A used Adam state: from a fresh one, the normalised first step of a
+  # near-zero gradient turns rounding into 1e-3 differences here.
+  adam = state.opt_state[0]
+  adam = adam._replace(
+      nu=jax.tree.map(lambda x: jnp.full_like(x, 1e-4), adam.nu),
+      count=jnp.asarray(100, adam.count.dtype),
+  )
+  state = state.replace(opt_state=(adam, *state.opt_state[1:]))
+  value_fn = value_function.ValueFunction(
+      value_function.ValueFnConfig(dense=(8, 8))
+  )
+  value_state = value_fn.initial_state(
+      jax.random.PRNGKey(1), rollout.observations[0, 0]
+  )
+
+  def meta_grads(config):
+    return jax.jit(
+        lambda mp: meta_gradient.meta_gradient(
+            mp,
+            agent,
+            value_fn,
+            state,
+            value_state,
+            jax.tree.map(lambda x: jnp.stack([x, x, x]), rollout),
+            rollout,
+            jax.random.PRNGKey(2),
+            config,
+        )[0]
+    )(disco_setup["meta_params"])
+
+  want = meta_grads(meta_gradient.OuterLossConfig(max_unrolled_inner_steps=3))
+  got = meta_grads(
+      meta_gradient.OuterLossConfig(
+          max_unrolled_inner_steps=0, remat_inner_steps=True
+      )
+  )
   assert optax.tree.norm(want) > 0
   assert optax.tree.norm(
       jax.tree.map(jnp.subtract, got, want)

@@ -25,10 +25,10 @@ SPEC = {
 def _model_fn(grad_at: bool):
   def forward(embedding, actions):
     root = action_models.root_state(embedding, 4)
-    model = action_models.make_action_model(SPEC, 4, (8,))
-    if grad_at:
-      return action_models.per_action_outputs_grad_at(model, root, A, actions)
-    return action_models.per_action_outputs(model, root, A)
+    model = action_models.make_action_model(SPEC, 4, (8,), A)
+    return action_models.per_action_outputs(
+        model, root, actions if grad_at else None
+    )
 
   return hk.without_apply_rng(hk.transform(forward))
 

@@ -12,11 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from disco import ops
 from disco import parity
 from disco import types
 from disco import weights as weights_lib
 from disco.meta import meta_gradient
 from disco.networks import meta_nets
+from disco.update_rules import actor_critic
 from disco.update_rules import disco as disco_rule
 
 FIXTURES = (
@@ -24,6 +26,8 @@ FIXTURES = (
     "disco_meta_net_s0.npz",
     "disco_learner_step_s0.npz",
     "disco_meta_gradient_s0.npz",
+    "grads/actor_critic_learner_step_s0.npz",
+    "grads/disco_learner_step_s0.npz",
 )
 # The cheapest fixture to run: used by the command-line tests.
 CLI_FIXTURE = "actor_critic_learner_step_s0.npz"
@@ -48,10 +52,137 @@ def test_fixture_parity(name, fixtures_dir, request):
   assert report.error is None, _describe(report)
   assert report.comparisons, "the fixture has no outputs to compare"
   assert report.ok, _describe(report)
-  # Every output array of the fixture was compared.
+  # Every output array of the fixture (and the gradients of its grads/ copy)
+  # was compared.
   with np.load(path) as data:
     n_outputs = sum(k.startswith("outputs" + parity.SEP) for k in data.files)
+  if "learner_step" in name:
+    assert report.rule == "gradients"
+    grads = [c for c in report.comparisons if c.key.startswith("grads::")]
+    params = [c for c in report.comparisons if c.key.startswith("params::")]
+    assert len(grads) == len(params) > 0
+    if not name.startswith("grads/"):
+      n_outputs += len(grads)
   assert len(report.comparisons) == n_outputs
+
+
+# A deliberately wrong loss term, injected by patching a rule's loss (the
+# package's code is unchanged).
+def _aux_loss_without_stop_gradient(original):
+  """Disco's loss with the stop-gradient on the one-step policy
+  prediction's target moved: the same value, but a gradient also reaches
+  the next states' logits."""
+
+  def agent_loss(self, inputs, meta_out, backprop):
+    loss, logs = original(self, inputs, meta_out, backprop)
+    aux_pi_a = ops.at_actions(
+        inputs.agent_out["aux_pi"][:-1], inputs.actions[:-1]
+    )
+    next_logits = inputs.agent_out["logits"][1:]
+
+    def aux_kl(target):
+      return ops.categorical_kl(target, aux_pi_a) * (1.0 - inputs.is_terminal)
+
+    leak = aux_kl(next_logits) - aux_kl(jax.lax.stop_gradient(next_logits))
+    return loss + self.hyper_params["aux_policy_cost"] * leak, logs
+
+  return agent_loss
+
+
+def _entropy_sign_flipped(original):
+  """Actor-critic's loss with the entropy bonus's sign flipped."""
+
+  def agent_loss(self, inputs, meta_out, backprop):
+    loss, logs = original(self, inputs, meta_out, backprop)
+    entropy = ops.softmax_entropy(inputs.agent_out["logits"][:-1])
+    return loss + 2 * self.hyper_params["entropy_cost"] * entropy, logs
+
+  return agent_loss
+
+
+@pytest.mark.parametrize(
+    "name,rule_class,wrong_loss",
+    [
+        (
+            "grads/disco_learner_step_s0.npz",
+            disco_rule.Disco,
+            _aux_loss_without_stop_gradient,
+        ),
+        (
+            "grads/actor_critic_learner_step_s0.npz",
+            actor_critic.ActorCritic,
+            _entropy_sign_flipped,
+        ),
+    ],
+    ids=["moved_stop_gradient", "flipped_sign"],
+)
+def test_wrong_loss_term_fails_the_gradient_rule(
+    name, rule_class, wrong_loss, fixtures_dir, monkeypatch, request
+):
+  weights_path = None
+  if name.startswith("grads/disco"):
+    weights_path = request.getfixturevalue("disco103_path")
+  monkeypatch.setattr(
+      rule_class, "agent_loss", wrong_loss(rule_class.agent_loss)
+  )
+  report = parity.check_fixture(fixtures_dir / name, weights_path)
+  assert report.rule == "gradients"
+  assert not report.ok, _describe(report)
+  failing = [c.key for c in report.comparisons if not c.ok]
+  assert any(k.startswith("grads::") for k in failing), failing
+  if wrong_loss is _aux_loss_without_stop_gradient:
+    # The loss values are those of the right loss: only the gradients, their
+    # norm and the parameters they move tell the error apart.
+    gradient_logs = {"logs::global_gradient_norm", "logs::global_update_norm"}
+    assert not {k for k in failing if k.startswith("logs::")} - gradient_logs
+
+
+def test_rounding_robust_rule_for_updated_params():
+  rng = np.random.default_rng(0)
+  ref = rng.normal(size=1000)
+  lr, max_abs_update = 1e-2, 1.0
+  max_step = 2 * lr * max_abs_update
+  compare = lambda ours: parity.compare_array("p", ours, ref, True, max_step)
+  # Adam's first step flipped on a few elements (gradients near zero):
+  # within two steps, allowed for up to 1% of the elements.
+  flipped = ref.copy()
+  flipped[:10] += 2 * lr
+  assert compare(flipped).ok
+  flipped[:11] += 2 * lr
+  assert not compare(flipped).ok
+  # Further than two steps, even on one element.
+  far = ref.copy()
+  far[0] += max_step + 2e-4 * (1 + np.abs(ref).max())
+  assert not compare(far).ok
+  # Without gradients in the fixture: the 99.9% rule.
+  one_flip = ref.copy()
+  one_flip[:2] += 2 * lr
+  assert not parity.compare_array("p", one_flip, ref, True).ok
+  assert compare(one_flip).ok
+
+
+def test_gradients_by_norm():
+  ref = np.linspace(-1.0, 1.0, 100)
+  ok = parity.compare_gradient("g", ref * (1 + 5e-4), ref)
+  bad = parity.compare_gradient("g", ref * (1 + 2e-3), ref)
+  assert ok.ok and not bad.ok
+  assert not parity.compare_gradient("g", np.zeros(3), np.zeros(4)).ok
+
+
+def test_companion_gradients_only_from_an_identical_copy(tmp_path):
+  fx = {"kind": np.array("k"), "inputs::x": np.arange(3.0)}
+  grads = {"outputs::grads::w": np.ones(2)}
+  (tmp_path / parity.GRADS_DIR).mkdir()
+  path = tmp_path / "f.npz"
+  np.savez(path, **fx)
+  companion = tmp_path / parity.GRADS_DIR / "f.npz"
+  np.savez(companion, **fx, **grads)
+  merged = parity.with_companion_gradients(path, dict(fx))
+  assert parity.has_gradients(merged)
+  np.testing.assert_array_equal(merged["outputs::grads::w"], np.ones(2))
+  # A copy with other inputs is not used.
+  np.savez(companion, **dict(fx, **{"inputs::x": np.zeros(3)}), **grads)
+  assert not parity.has_gradients(parity.with_companion_gradients(path, fx))
 
 
 def test_meta_gradient_parity_with_a_rolled_inner_loop(fixtures_dir):

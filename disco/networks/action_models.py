@@ -5,6 +5,13 @@ From the torso embedding, a root state is built (``cell = Linear(embedding)``,
 the action's one-hot vector), and MLP heads read each resulting hidden state.
 The outputs therefore carry an action axis: ``[B, A, *spec.shape]``.
 
+The LSTM step's gates are ``[one_hot(a), h] @ W + b`` (``W`` stacks ``W_a``
+``[A, 4H]`` over ``W_h`` ``[H, 4H]``), computed as ``(h @ W_h + b) + W_a[a]``:
+the hidden state's projection is computed once per state and shared by all
+actions, and the action's part is a row of ``W_a``. This is the same function
+(up to float rounding) with the parameters of ``hk.LSTM``, at about ``1/A`` of
+the cost.
+
 The modules are created in the caller's haiku scope (this is not a module of
 its own), so parameter names are ``<agent>/linear`` (root),
 ``<agent>/action_cond/linear`` (LSTM) and ``<agent>/mlp``, ``mlp_1``, ... for
@@ -13,7 +20,8 @@ the heads, in the order of the output spec.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import haiku as hk
 import jax
@@ -22,9 +30,6 @@ import numpy as np
 
 from disco import types
 
-# (state with [N, H] leaves, one-hot actions [N, A]) -> name -> [N, *shape].
-ActionModel = Callable[[hk.LSTMState, jax.Array], dict[str, jax.Array]]
-
 
 def root_state(embedding: jax.Array, lstm_size: int) -> hk.LSTMState:
   """``[B, ...]`` embedding -> LSTM state with ``[B, lstm_size]`` leaves."""
@@ -32,54 +37,102 @@ def root_state(embedding: jax.Array, lstm_size: int) -> hk.LSTMState:
   return hk.LSTMState(hidden=jnp.tanh(cell), cell=cell)
 
 
-def make_action_model(
-    out_spec: Mapping[str, types.ArraySpec],
-    lstm_size: int,
-    head_hiddens: Sequence[int],
-) -> ActionModel:
-  """Creates the LSTM and the heads (once, so that every call of the returned
-  function shares their parameters): ``(state, one-hot actions) -> outputs``.
+class SharedRoot(NamedTuple):
+  """What every action's LSTM step shares: ``h @ W_h + b`` ``[B, 4H]`` and
+  the root cell ``[B, H]``."""
+
+  projection: jax.Array
+  cell: jax.Array
+
+
+class _GateParams(hk.Module):
+  """The parameters of ``hk.LSTM(H, name="action_cond")``'s gate layer
+  (same names, shapes and initialisation): ``w [A + H, 4H]``, action rows
+  first, and ``b [4H]``."""
+
+  def __init__(self, lstm_size: int, num_actions: int):
+    super().__init__(name="action_cond")
+    self._lstm_size = lstm_size
+    self._num_actions = num_actions
+
+  def __call__(self, dtype) -> tuple[jax.Array, jax.Array]:
+    size = self._num_actions + self._lstm_size
+    with hk.name_scope("linear"):
+      w = hk.get_parameter(
+          "w",
+          [size, 4 * self._lstm_size],
+          dtype,
+          init=hk.initializers.TruncatedNormal(1.0 / np.sqrt(size)),
+      )
+      b = hk.get_parameter("b", [4 * self._lstm_size], dtype, init=jnp.zeros)
+    return w, b
+
+
+class ActionModel:
+  """The action-conditional LSTM and its heads (haiku modules; build it
+  inside a transformed function).
 
   Args:
     out_spec: name -> spec of one action's prediction (heads are created in
       this mapping's order).
     lstm_size: ``H``.
     head_hiddens: hidden sizes of each head MLP.
+    num_actions: ``A``.
   """
-  lstm = hk.LSTM(lstm_size, name="action_cond")
-  heads = {
-      key: (
-          hk.nets.MLP(tuple(head_hiddens) + (int(np.prod(s.shape)),)),
-          tuple(s.shape),
-      )
-      for key, s in out_spec.items()
-  }
 
-  def model(state: hk.LSTMState, actions: jax.Array) -> dict[str, jax.Array]:
-    hidden, _ = lstm(actions, state)  # [N, H]
-    return {
-        key: head(hidden).reshape((hidden.shape[0],) + shape)
-        for key, (head, shape) in heads.items()
+  def __init__(
+      self,
+      out_spec: Mapping[str, types.ArraySpec],
+      lstm_size: int,
+      head_hiddens: Sequence[int],
+      num_actions: int,
+  ):
+    self.num_actions = num_actions
+    self._gate_params = _GateParams(lstm_size, num_actions)
+    self._heads = {
+        key: (
+            hk.nets.MLP(tuple(head_hiddens) + (int(np.prod(s.shape)),)),
+            tuple(s.shape),
+        )
+        for key, s in out_spec.items()
     }
 
-  return model
+  def share(self, root: hk.LSTMState) -> SharedRoot:
+    """The per-state part of the LSTM step (once for all actions)."""
+    w, b = self._gate_params(root.hidden.dtype)
+    projection = jnp.dot(root.hidden, w[self.num_actions :]) + b
+    return SharedRoot(projection=projection, cell=root.cell)
+
+  def step(self, shared: SharedRoot) -> jax.Array:
+    """The LSTM's hidden state after one step per action: ``[B, A, H]``."""
+    w, _ = self._gate_params(shared.projection.dtype)
+    gates = shared.projection[:, None] + w[None, : self.num_actions]
+    i, g, f, o = jnp.split(gates, 4, axis=-1)
+    cell = jax.nn.sigmoid(f + 1) * shared.cell[:, None] + jax.nn.sigmoid(
+        i
+    ) * jnp.tanh(g)
+    return jax.nn.sigmoid(o) * jnp.tanh(cell)
+
+  def heads(self, hidden: jax.Array) -> dict[str, jax.Array]:
+    """The heads on ``[B, K, H]`` hidden states: name ->
+    ``[B, K, *spec.shape]``."""
+    batch, k = hidden.shape[:2]
+    rows = hidden.reshape((batch * k, -1))
+    return {
+        key: head(rows).reshape((batch, k) + shape)
+        for key, (head, shape) in self._heads.items()
+    }
 
 
-def per_action_outputs(
-    model: ActionModel, root: hk.LSTMState, num_actions: int
-) -> dict[str, jax.Array]:
-  """Steps the model once per action from ``root`` (``[B, H]`` leaves).
-
-  Returns:
-    name -> ``[B, A, *spec.shape]``.
-  """
-  batch = root.cell.shape[0]
-  actions = jnp.tile(jnp.eye(num_actions, dtype=root.cell.dtype), [batch, 1])
-  state = jax.tree.map(lambda x: jnp.repeat(x, num_actions, axis=0), root)
-  return jax.tree.map(
-      lambda x: x.reshape((batch, num_actions) + x.shape[1:]),
-      model(state, actions),
-  )
+def make_action_model(
+    out_spec: Mapping[str, types.ArraySpec],
+    lstm_size: int,
+    head_hiddens: Sequence[int],
+    num_actions: int,
+) -> ActionModel:
+  """Creates the LSTM and the heads (once, so that every call shares their
+  parameters); see ``ActionModel``."""
+  return ActionModel(out_spec, lstm_size, head_hiddens, num_actions)
 
 
 def _stop_gradient_getter(next_getter, value, context):
@@ -87,47 +140,78 @@ def _stop_gradient_getter(next_getter, value, context):
   return next_getter(jax.lax.stop_gradient(value))
 
 
-@jax.custom_vjp
-def _with_gradients_of_taken(
-    every: jax.Array, taken: jax.Array, one_hot: jax.Array
-) -> jax.Array:
-  """Returns ``every`` ``[N, A, ...]``; its cotangent goes to ``taken``
-  ``[N, ...]`` (read at the one-hot actions ``[N, A]``)."""
-  del taken, one_hot
-  return every
-
-
-def _with_gradients_of_taken_fwd(every, taken, one_hot):
-  del taken
-  return every, one_hot
-
-
-def _with_gradients_of_taken_bwd(one_hot, cotangent):
-  mask = one_hot.reshape(one_hot.shape + (1,) * (cotangent.ndim - 2))
-  taken_ct = jnp.sum(jnp.where(mask > 0, cotangent, 0.0), axis=1)
-  return jnp.zeros_like(cotangent), taken_ct, jnp.zeros_like(one_hot)
-
-
-_with_gradients_of_taken.defvjp(
-    _with_gradients_of_taken_fwd, _with_gradients_of_taken_bwd
-)
-
-
-def per_action_outputs_grad_at(
-    model: ActionModel, root: hk.LSTMState, num_actions: int, actions: jax.Array
-) -> dict[str, jax.Array]:
-  """``per_action_outputs`` whose gradients flow only through the entries of
-  the given ``[B]`` actions.
-
-  The values are exactly those of ``per_action_outputs``. The gradient is the
-  same as well for any function that reads only the entries ``[b,
-  actions[b]]``; it is computed by one extra model step on ``[B]`` rows
-  instead of a backward pass over all ``[B * A]`` rows.
-  """
-  with hk.custom_getter(_stop_gradient_getter):
-    every = per_action_outputs(model, jax.lax.stop_gradient(root), num_actions)
-  one_hot = jax.nn.one_hot(actions, num_actions, dtype=root.cell.dtype)
-  taken = model(root, one_hot)
-  return jax.tree.map(
-      lambda e, t: _with_gradients_of_taken(e, t, one_hot), every, taken
+def _taken_columns(actions: jax.Array, num_actions: int) -> jax.Array:
+  """``[B, A]``: column ``k`` holds action ``(actions[b] + k) % A``, so
+  column 0 the taken one."""
+  return (actions[:, None] + jnp.arange(num_actions, dtype=actions.dtype)) % (
+      num_actions
   )
+
+
+def _gather(x: jax.Array, columns: jax.Array) -> jax.Array:
+  """``x[b, columns[b, k]]``: ``[B, A, ...]``, ``[B, K]`` -> ``[B, K, ...]``."""
+  index = columns.reshape(columns.shape + (1,) * (x.ndim - 2))
+  return jnp.take_along_axis(x, index, axis=1)
+
+
+def per_action_outputs(
+    model: ActionModel,
+    root: hk.LSTMState,
+    grad_actions: jax.Array | None = None,
+) -> dict[str, jax.Array]:
+  """Steps the model once per action from ``root`` (``[B, H]`` leaves).
+
+  Args:
+    model: the action model.
+    root: the root state.
+    grad_actions: ``[B]`` int, optional: the outputs then carry gradients
+      only at these actions. Their values are unchanged, and so is the
+      gradient of any function that reads them only at these actions. The
+      taken actions' rows of the heads are computed with gradients and the
+      other ``A-1`` rows of each state without, so the heads' backward pass
+      covers ``B`` rows instead of ``B * A``.
+
+  Returns:
+    name -> ``[B, A, *spec.shape]``.
+  """
+  hidden = model.step(model.share(root))  # [B, A, H]
+  if grad_actions is None:
+    return model.heads(hidden)
+  num_actions = model.num_actions
+  order = _taken_columns(grad_actions, num_actions)
+  taken = model.heads(_gather(hidden, order[:, :1]))
+  with hk.custom_getter(_stop_gradient_getter):
+    others = model.heads(jax.lax.stop_gradient(_gather(hidden, order[:, 1:])))
+  # Back to action order: action j sits in column (j - grad_actions[b]) % A.
+  back = (jnp.arange(num_actions) - grad_actions[:, None]) % num_actions
+  return jax.tree.map(
+      lambda t, o: _gather(jnp.concatenate([t, o], axis=1), back),
+      taken,
+      others,
+  )
+
+
+def per_action_outputs_and_taken(
+    model: ActionModel, root: hk.LSTMState, actions: jax.Array
+) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
+  """The outputs of every action twice: with gradients, and with gradients
+  only at the ``[B]`` ``actions`` (as ``per_action_outputs(model, root,
+  actions)``; their heads' rows are computed once more for these actions).
+
+  For a loss that reads the outputs only at the taken actions, alongside
+  targets that read every action's with gradients (meta-training): the
+  loss's backward pass covers ``B`` rows of the heads instead of ``B * A``.
+
+  Returns:
+    ``(every, at_taken)``, both name -> ``[B, A, *spec.shape]``.
+  """
+  hidden = model.step(model.share(root))  # [B, A, H]
+  every = model.heads(hidden)
+  taken = model.heads(_gather(hidden, actions[:, None]))  # [B, 1, ...]
+  is_taken = jax.nn.one_hot(actions, model.num_actions, dtype=bool)
+
+  def at_taken(e, t):
+    mask = is_taken.reshape(is_taken.shape + (1,) * (e.ndim - 2))
+    return jnp.where(mask, t, jax.lax.stop_gradient(e))
+
+  return every, jax.tree.map(at_taken, every, taken)

@@ -26,6 +26,7 @@ from disco import types
 from disco.networks import action_models
 
 ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh}
+Outputs = dict[str, jax.Array]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,39 +116,50 @@ class AgentNet(hk.Module):
       )
 
   def __call__(
-      self, observations: types.ArrayTree, grad_actions: jax.Array | None = None
-  ) -> dict[str, jax.Array]:
+      self,
+      observations: types.ArrayTree,
+      grad_actions: jax.Array | None = None,
+      with_every: bool = False,
+  ) -> Outputs | tuple[Outputs, Outputs]:
     """Outputs for ``[B, ...]`` observations.
 
     ``grad_actions`` (``[B]`` int, optional): per-action outputs then carry
     gradients only at these actions (values are unchanged); see
-    ``action_models.per_action_outputs_grad_at``.
+    ``action_models.per_action_outputs``. With ``with_every`` (and
+    ``grad_actions``) the per-action outputs with gradients at every action
+    come too, as a second dict (see
+    ``action_models.per_action_outputs_and_taken``).
     """
-    if self._config.separate_torsos:
-      return self._head_pass(
+    if self._config.separate_torsos:  # no per-action outputs (checked)
+      outputs = self._head_pass(
           {
               key: self._embedding_pass(observations, f"torso_{key}")
               for key in sorted(self._flat_spec)
           }
       )
+      return (outputs, {}) if with_every else outputs
     embedding = self._embedding_pass(observations)
     outputs = self._head_pass({key: embedding for key in self._flat_spec})
     if self._model_spec:
       c = self._config
       root = action_models.root_state(embedding, c.model_lstm_size)
       model = action_models.make_action_model(
-          self._model_spec, c.model_lstm_size, c.model_head_hiddens
+          self._model_spec,
+          c.model_lstm_size,
+          c.model_head_hiddens,
+          self._num_actions,
       )
-      if grad_actions is None:
-        outputs.update(
-            action_models.per_action_outputs(model, root, self._num_actions)
+      if with_every:
+        every, at_taken = action_models.per_action_outputs_and_taken(
+            model, root, grad_actions
         )
-      else:
-        outputs.update(
-            action_models.per_action_outputs_grad_at(
-                model, root, self._num_actions, grad_actions
-            )
-        )
+        outputs.update(at_taken)
+        return outputs, every
+      outputs.update(
+          action_models.per_action_outputs(model, root, grad_actions)
+      )
+    elif with_every:
+      return outputs, {}
     return outputs
 
   def _embedding_pass(
@@ -241,9 +253,9 @@ def make_network(
 ) -> hk.Transformed:
   """A pure ``(init, apply)`` pair over ``[B, ...]`` observations."""
 
-  def forward(observations, grad_actions=None):
+  def forward(observations, grad_actions=None, with_every=False):
     return AgentNet(config, num_actions, flat_spec, model_spec, name)(
-        observations, grad_actions
+        observations, grad_actions, with_every
     )
 
   return hk.without_apply_rng(hk.transform(forward))
@@ -254,9 +266,11 @@ def unroll(
     params,
     observations: types.ArrayTree,
     grad_actions: jax.Array | None = None,
+    with_every: bool = False,
 ):
   """Applies a ``[B, ...]`` network to ``[T, B, ...]`` observations (and
-  optional ``[T, B]`` ``grad_actions``, see ``AgentNet.__call__``)."""
+  optional ``[T, B]`` ``grad_actions``, with ``with_every``, see
+  ``AgentNet.__call__``)."""
   leaf = jax.tree.leaves(observations)[0]
   t, b = leaf.shape[:2]
   flatten = lambda x: x.reshape((t * b,) + x.shape[2:])
@@ -264,5 +278,5 @@ def unroll(
   if grad_actions is None:
     out = apply_fn(params, flat_obs)
   else:
-    out = apply_fn(params, flat_obs, flatten(grad_actions))
+    out = apply_fn(params, flat_obs, flatten(grad_actions), with_every)
   return jax.tree.map(lambda x: x.reshape((t, b) + x.shape[1:]), out)
