@@ -53,6 +53,7 @@ from disco.environments import registry as env_registry
 from disco.launch import common
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
+from disco.meta import keys as keys_lib
 from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import population as population_lib
 from disco.meta import value_function
@@ -330,6 +331,13 @@ def _value_fn(config) -> value_function.ValueFunction:
     ) from None
 
 
+def _key_scheme(scheme) -> str:
+  try:
+    return keys_lib.check_scheme(str(scheme))
+  except ValueError as e:
+    raise UsageError(f"config.key_scheme: {common.one_line(e)}") from None
+
+
 def _population_config(config) -> population_lib.PopulationConfig:
   return population_lib.PopulationConfig(
       rollout_len=common.check_int(config.rollout_len, "rollout_len", 2),
@@ -337,6 +345,7 @@ def _population_config(config) -> population_lib.PopulationConfig:
       lifetime_meta_steps=common.check_int(
           config.lifetime_meta_steps, "lifetime_meta_steps", 0
       ),
+      key_scheme=_key_scheme(config.key_scheme),
       outer=meta_gradient_lib.OuterLossConfig(
           entropy_cost=common.check_number(config.entropy_cost, "entropy_cost"),
           remat_inner_steps=common.check_bool(
@@ -444,6 +453,7 @@ def abstract_state(
           with_sharding(replicated), shapes.meta_opt_state
       ),
       step=with_sharding(replicated)(shapes.step),
+      rng=with_sharding(replicated)(shapes.rng),
       agents=jax.tree.map(with_sharding(sharded), shapes.agents),
   )
 

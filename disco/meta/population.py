@@ -18,6 +18,10 @@ every group.
 Agents are reset to new lifetimes (fresh parameters and statistics) after
 ``lifetime_meta_steps`` meta-steps, staggered across the population so that
 it always holds agents of different ages.
+
+Random keys follow ``PopulationConfig.key_scheme`` (``disco.meta.keys``): by
+default the published notebook's, so that a run can be compared with it step
+by step.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import optax
 from disco import agent as agent_lib
 from disco import types
 from disco.environments import base as env_base
+from disco.meta import keys as keys_lib
 from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import value_function
 from disco.training import acting
@@ -77,12 +82,18 @@ class PopulationConfig:
   lifetime_meta_steps: meta-steps after which an agent starts a new
     lifetime (0: never).
   outer: outer-loss settings.
+  key_scheme: which random keys the agents use (``disco.meta.keys``):
+    ``published`` (the notebook's) or ``per_agent``.
   """
 
   rollout_len: int = 16
   inner_steps: int = 2
   lifetime_meta_steps: int = 0
   outer: meta_gradient_lib.OuterLossConfig = meta_gradient_lib.OuterLossConfig()
+  key_scheme: str = keys_lib.PUBLISHED
+
+  def __post_init__(self):
+    keys_lib.check_scheme(self.key_scheme)
 
 
 @chex.dataclass(frozen=True)
@@ -106,6 +117,7 @@ class MetaTrainState:
   meta_opt_state: types.ArrayTree
   agents: tuple[AgentState, ...]
   step: jax.Array
+  rng: jax.Array  # the loop key (``disco.meta.keys``)
 
 
 class Population:
@@ -156,7 +168,9 @@ class Population:
 
   # ------------------------------------------------------------------ init
   def _init_agent(self, group: AgentGroup, rng: jax.Array) -> AgentState:
-    env_rng, learner_rng, value_rng, rng = jax.random.split(rng, 4)
+    env_rng, learner_rng, value_rng, rng = keys_lib.split_agent_key(
+        self.config.key_scheme, rng
+    )
     actor = acting.init_actor(group.env, env_rng)
     obs = jax.tree.map(lambda x: x[0], actor.timestep.observation)
     return AgentState(
@@ -172,10 +186,10 @@ class Population:
   ) -> MetaTrainState:
     """Initial state; agent ages are staggered over the lifetime."""
     agents = []
-    for g, group_rng in zip(
-        self.groups, jax.random.split(rng, len(self.groups)), strict=True
-    ):
-      rngs = jax.random.split(group_rng, g.num_agents)
+    loop_rng, group_rngs = keys_lib.initial_keys(
+        self.config.key_scheme, rng, [g.num_agents for g in self.groups]
+    )
+    for g, rngs in zip(self.groups, group_rngs, strict=True):
       # One compiled program per group (eager vmapped initialisation
       # dispatches hundreds of small programs, which takes many seconds).
       stacked = jax.jit(jax.vmap(functools.partial(self._init_agent, g)))(rngs)
@@ -192,6 +206,7 @@ class Population:
         meta_opt_state=self.meta_optimizer.init(meta_params),
         agents=tuple(agents),
         step=jnp.zeros([], jnp.int32),
+        rng=loop_rng,
     )
     return self.place(state)
 
@@ -203,13 +218,24 @@ class Population:
         meta_params=jax.device_put(state.meta_params, replicated),
         meta_opt_state=jax.device_put(state.meta_opt_state, replicated),
         step=jax.device_put(state.step, replicated),
+        rng=jax.device_put(state.rng, replicated),
         agents=jax.device_put(state.agents, sharded),
     )
 
   # ------------------------------------------------------------ one agent
-  def _agent_meta_step(self, group: AgentGroup, meta_params, state: AgentState):
+  def _agent_meta_step(
+      self,
+      group: AgentGroup,
+      meta_params,
+      state: AgentState,
+      keys: keys_lib.AgentKeys | None = None,
+  ):
+    """``keys``: the agent's keys (None: from its own chain)."""
     cfg = self.config
-    rng, act_rng, grad_rng, reset_rng = jax.random.split(state.rng, 4)
+    rng = state.rng
+    if keys is None:
+      rng, keys = keys_lib.per_agent_keys(state.rng)
+    act_rng, grad_rng, reset_rng = keys.act, keys.grad, keys.reset
     learner = state.learner
 
     def rollout(actor, key, length):
@@ -273,12 +299,15 @@ class Population:
 
   # ------------------------------------------------------------- the step
   def _build_step(self):
-    def per_device(meta_params, meta_opt_state, step, agents):
+    def per_device(meta_params, meta_opt_state, step, agents, rng):
       grad_sums, new_agents, group_logs = None, [], {}
-      for group, group_state in zip(self.groups, agents, strict=True):
+      rng, agent_keys = self._agent_keys(rng)
+      for group, group_state, keys in zip(
+          self.groups, agents, agent_keys, strict=True
+      ):
         grads, new_state, logs = jax.vmap(
             functools.partial(self._agent_meta_step, group, meta_params)
-        )(group_state)
+        )(group_state, keys)
         # The group's mean over its agents (over all devices after the
         # pmean below), times its weight.
         local_agents = group.num_agents // len(self.devices)
@@ -308,16 +337,43 @@ class Population:
         logs.update({f"{name}/{k}": v for k, v in glogs.items()})
         for k in ("meta_loss", "rewards", "pos_rewards", "neg_rewards"):
           logs[k] = logs.get(k, 0.0) + glogs[k] * (self._group_weight(name))
-      return meta_params, meta_opt_state, step + 1, tuple(new_agents), logs
+      return (
+          meta_params,
+          meta_opt_state,
+          step + 1,
+          tuple(new_agents),
+          logs,
+          rng,
+      )
 
     sharded = jax.shard_map(
         per_device,
         mesh=self.mesh,
-        in_specs=(P(), P(), P(), P(AXIS)),
-        out_specs=(P(), P(), P(), P(AXIS), P()),
+        in_specs=(P(), P(), P(), P(AXIS), P()),
+        out_specs=(P(), P(), P(), P(AXIS), P(), P()),
         check_vma=False,
     )
     return jax.jit(sharded)
+
+  def _agent_keys(self, rng: jax.Array):
+    """``(next loop key, per group: this device's agents' keys or None)``;
+    inside ``shard_map``."""
+    rng, step_rng = keys_lib.next_step_key(rng)
+    if self.config.key_scheme != keys_lib.PUBLISHED:
+      return rng, [None] * len(self.groups)
+    keys, first = [], 0
+    for g in self.groups:
+      local = g.num_agents // len(self.devices)
+      index = first + jax.lax.axis_index(AXIS) * local + jnp.arange(local)
+      keys.append(
+          jax.vmap(
+              lambda i: keys_lib.published_agent_keys(
+                  step_rng, i, self.num_agents
+              )
+          )(index)
+      )
+      first += g.num_agents
+    return rng, keys
 
   def _group_weight(self, name: str) -> float:
     """The group's normalised share of the meta-gradient and the logs."""
@@ -329,8 +385,12 @@ class Population:
 
   def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
     """One meta-step for the whole population (one compiled program)."""
-    meta_params, opt_state, step, agents, logs = self._step(
-        state.meta_params, state.meta_opt_state, state.step, state.agents
+    meta_params, opt_state, step, agents, logs, rng = self._step(
+        state.meta_params,
+        state.meta_opt_state,
+        state.step,
+        state.agents,
+        state.rng,
     )
     return (
         MetaTrainState(
@@ -338,6 +398,7 @@ class Population:
             meta_opt_state=opt_state,
             agents=agents,
             step=step,
+            rng=rng,
         ),
         logs,
     )
