@@ -120,13 +120,11 @@ def _without_shell_lines(source: str) -> str:
 
 
 def _device_put_replicated(tree, devices):
-  """JAX 0.10 removed ``jax.device_put_replicated``: one stacked copy per
-  device, placed as ``pmap`` places its outputs (so that the meta-update's
-  outputs fit its compiled inputs, and the second step does not compile
-  again)."""
-  place = jax.pmap(lambda x: x, devices=devices)
+  """JAX 0.10 removed ``jax.device_put_replicated``; ``pmap`` takes one
+  stacked copy per device instead. (The notebook's meta-update then compiles
+  on its first two calls, as the second one passes ``pmap``'s outputs.)"""
   return jax.tree.map(
-      lambda x: place(jnp.stack([jnp.asarray(x)] * len(devices))), tree
+      lambda x: jnp.stack([jnp.asarray(x)] * len(devices)), tree
   )
 
 
