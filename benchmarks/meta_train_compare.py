@@ -44,6 +44,7 @@ THRESHOLDS = (0.1, 0.2)
 WINDOW = 20
 EVAL_THRESHOLD = 0.9
 EVAL_EPISODES = 500
+LEGEND = {"ours": "ours", "pub": "published notebook"}
 
 
 # ------------------------------------------------------------------- run ----
@@ -184,6 +185,7 @@ def report(args) -> None:
         f"{_fmt(row.get('eval_final'), '+.3f')} | "
         f"{_fmt(row.get('eval_reached_at'), '.0f')} |"
     )
+  medians = {}
   for label in curves:
     for t in THRESHOLDS:
       hits = [
@@ -191,12 +193,18 @@ def report(args) -> None:
       ]
       passed = [h for h in hits if h is not None]
       median = np.median(passed) if len(passed) == len(hits) else None
+      medians[label, t] = median
       print(
           f"{label}: median meta-step passing +{t}: {_fmt(median, '.0f')} "
           f"({len(passed)}/{len(hits)} runs passed)"
       )
+  for t in THRESHOLDS:
+    ours, pub = medians.get(("ours", t)), medians.get(("pub", t))
+    if ours is not None and pub is not None:
+      print(f"+{t}: ours / published median = {ours / pub:.2f}")
   if args.plot:
-    _plot(curves, Path(args.plot))
+    labels = args.plot_labels.split(",")
+    _plot({k: v for k, v in curves.items() if k in labels}, Path(args.plot))
     print(f"wrote {args.plot}")
 
 
@@ -208,17 +216,17 @@ def _plot(curves, path: Path) -> None:
 
   fig, ax = plt.subplots(figsize=(8, 4.5))
   colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  styles = ("-", "--", ":", "-.")
   for color, (label, runs) in zip(colors, sorted(curves.items()), strict=False):
     for k, (seed, avg) in enumerate(runs):
       ax.plot(
           np.arange(1, avg.size + 1),
           avg,
           color=color,
-          alpha=0.85,
+          ls=styles[k % len(styles)],
           lw=1.2,
-          label=label if k == 0 else None,
+          label=f"{LEGEND.get(label, label)}, seed {seed}",
       )
-      del seed
   for t in THRESHOLDS:
     ax.axhline(t, color="grey", lw=0.6, ls=":")
   ax.set_xlabel("meta-step")
@@ -249,6 +257,7 @@ def main(argv=None) -> None:
   p = commands.add_parser("report", help="crossings table and curves")
   p.add_argument("runs_dir")
   p.add_argument("--plot", default="")
+  p.add_argument("--plot_labels", default="ours,pub", help="run labels to plot")
   args = parser.parse_args(argv)
   {"run": run, "eval": evaluate, "report": report}[args.command](args)
 

@@ -305,21 +305,24 @@ class Notebook:
     exec(compile(self._loop_cell, "<meta_train.ipynb>", "exec"), self.ns)
 
 
+def _namespace(args):
+  return notebook_namespace(
+      Path(args.published),
+      SMALL if args.small else FULL,
+      args.seed,
+      args.steps,
+      args.init,
+      Path(args.weights),
+  )
+
+
 # -------------------------------------------------------------------- run ----
 
 
 def run(args) -> None:
   out = Path(args.output_dir)
   out.mkdir(parents=True, exist_ok=True)
-  settings = SMALL if args.small else FULL
-  ns, config_cell, loop_cell = notebook_namespace(
-      Path(args.published),
-      settings,
-      args.seed,
-      args.steps,
-      args.init,
-      Path(args.weights),
-  )
+  ns, config_cell, loop_cell = _namespace(args)
   csv_path, ckpt = out / "rewards.csv", out / CHECKPOINT
   state = dict(t=time.perf_counter(), last=None)
 
@@ -406,22 +409,11 @@ def agent_layout(state) -> dict[str, Any]:
       timestep_last=ts.step_type == 2,  # dm_env.StepType.LAST
   )
   # Flat numpy arrays: picklable without the notebook's classes.
-  return {
-      k[len(parity.SEP) :]: np.asarray(v)
-      for k, v in parity.flatten(jax.device_get(layout), "").items()
-  }
+  return parity.flatten_arrays(jax.device_get(layout))
 
 
 def fixture(args) -> None:
-  settings = SMALL if args.small else FULL
-  ns, config_cell, loop_cell = notebook_namespace(
-      Path(args.published),
-      settings,
-      args.seed,
-      args.steps,
-      args.init,
-      Path(args.weights),
-  )
+  ns, config_cell, loop_cell = _namespace(args)
   steps: list[dict[str, Any]] = []
 
   def on_step(meta_step, inputs, outputs, per_agent):
@@ -454,7 +446,7 @@ def fixture(args) -> None:
   notebook.run()
   recorded = dict(
       settings=dict(
-          settings,
+          SMALL if args.small else FULL,
           rows=5,
           columns=5,
           seed=args.seed,

@@ -371,7 +371,8 @@ def _is_exact(name: str) -> bool:
   return any(f in name for f in EXACT_FIELDS)
 
 
-def _flat_tree(tree: Any) -> dict[str, np.ndarray]:
+def flatten_arrays(tree: Any) -> dict[str, np.ndarray]:
+  """``flatten`` without a prefix, as numpy arrays."""
   return {k[len(SEP) :]: np.asarray(v) for k, v in flatten(tree, "").items()}
 
 
@@ -394,17 +395,17 @@ def meta_train_steps_fixture(
     fx[f"settings{SEP}{k}"] = np.asarray(v)
   fx[f"inputs{SEP}loop_rng"] = np.asarray(loop_rng)
   fx[f"inputs{SEP}step_keys"] = np.stack([np.asarray(s["key"]) for s in steps])
-  theta0 = _flat_tree(initial["meta_params"])
+  theta0 = flatten_arrays(initial["meta_params"])
   for k, v in theta0.items():
     fx[f"inputs{SEP}meta_params_sketch{SEP}{k}"] = sketch(k, v)
   for i, agent in enumerate(initial["agents"]):
-    for k, v in _flat_tree(agent).items():
+    for k, v in flatten_arrays(agent).items():
       fx[f"inputs{SEP}agents{SEP}{i}{SEP}{k}"] = v
   per_step = [_step_summary(s, theta0) for s in steps]
   for key in per_step[0]:
     fx[f"outputs{SEP}{key}"] = np.stack([p[key] for p in per_step])
   for i, agent in enumerate(steps[-1]["agents"]):
-    for k, v in _flat_tree(agent).items():
+    for k, v in flatten_arrays(agent).items():
       if not any(f in k for f in EXACT_FIELDS + SKETCHED_ONLY):
         fx[f"outputs{SEP}agents{SEP}{i}{SEP}{k}{SEP}final"] = v
   return fx
@@ -420,13 +421,13 @@ def _step_summary(step, theta0) -> dict[str, np.ndarray]:
       logs[k] = np.mean([np.mean(a[k]) for a in agent_logs])
   for k, v in logs.items():
     out[f"logs{SEP}{k}"] = np.asarray(v, np.float64)
-  theta = _flat_tree(step["meta_params"])
+  theta = flatten_arrays(step["meta_params"])
   trees = dict(
-      meta_grads=_flat_tree(step["grads"]),
+      meta_grads=flatten_arrays(step["grads"]),
       meta_params_delta={k: theta[k] - theta0[k] for k in theta},
   )
   for i, agent in enumerate(step["agents"]):
-    trees[f"agents{SEP}{i}"] = _flat_tree(agent)
+    trees[f"agents{SEP}{i}"] = flatten_arrays(agent)
   for prefix, tree in trees.items():
     for k, v in tree.items():
       name = f"{prefix}{SEP}{k}"
@@ -450,7 +451,7 @@ def _our_agent_layout(agent: Any) -> dict[str, np.ndarray]:
   """One (unstacked) population agent in the fixture's layout."""
   adam, value_adam = agent.learner.opt_state[0], agent.value.opt_state[0]
   timestep = agent.actor.timestep
-  return _flat_tree(
+  return flatten_arrays(
       dict(
           learner_params=agent.learner.params,
           learner_opt_state_mu=adam.mu,
@@ -608,7 +609,7 @@ def check_meta_train_steps(fx: dict[str, np.ndarray]) -> list[Comparison]:
   """
   population, meta_params, agent_seed = _meta_train_population(fx)
   results = []
-  theta0 = _flat_tree(jax.device_get(meta_params))
+  theta0 = flatten_arrays(jax.device_get(meta_params))
   for k, v in theta0.items():
     ref = fx[f"inputs{SEP}meta_params_sketch{SEP}{k}"]
     norm = float(np.linalg.norm(ref) / np.sqrt(SKETCH_DIM))
@@ -696,10 +697,10 @@ def _compare_step(fx, step, state, logs, theta0, num_agents):
         )
     )
   trees = dict(
-      meta_grads=_flat_tree(jax.device_get(state.meta_opt_state[0])),
+      meta_grads=flatten_arrays(jax.device_get(state.meta_opt_state[0])),
       meta_params_delta={
           k: v - theta0[k]
-          for k, v in _flat_tree(jax.device_get(state.meta_params)).items()
+          for k, v in flatten_arrays(jax.device_get(state.meta_params)).items()
       },
   )
   agents = jax.device_get(state.agents[0])
