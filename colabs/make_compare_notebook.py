@@ -52,10 +52,10 @@ min_replay_size = 64
 iterations_per_call = 50
 last_episodes = 500  # final score: mean return of the last episodes
 # Per-rule changes of the loop: PPO learns on-policy from longer rollouts of
-# more environments, with its own minibatches and epochs.
+# more environments, in 4 epochs of 4 minibatches per rollout.
 rule_overrides = (
     'ppo:num_envs=8,rollout_len=32,replay_capacity=0,min_replay_size=0,'
-    'batch_size=8',
+    'batch_size=8,update_epochs=4,num_minibatches=4',
 )
 test = 'welch'  # welch | mann_whitney | bootstrap | permutation
 bootstrap_reps = 2000

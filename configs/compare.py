@@ -40,9 +40,9 @@ def get_config() -> config_dict.ConfigDict:
           min_replay_size=64,
           iterations_per_call=50,
           last_episodes=500,  # final score: mean return of the last episodes
-          # Per-rule changes of the disco-eval settings, e.g. an on-policy
+          # Per-rule changes of the disco-eval settings, e.g. PPO's on-policy
           # loop: "ppo:num_envs=4,rollout_len=128,replay_capacity=0,
-          # batch_size=4".
+          # batch_size=4,update_epochs=4,num_minibatches=4".
           rule_overrides=(),
           # Statistics.
           test="welch",  # welch | mann_whitney | bootstrap | permutation

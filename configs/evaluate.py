@@ -13,14 +13,16 @@ learner batches of 64.
 
 from ml_collections import config_dict
 
+from disco.launch import distributed
+
 
 def get_config() -> config_dict.ConfigDict:
   return config_dict.ConfigDict(
       dict(
           # A registered rule ('disco103': the published weights; actor_critic,
-          # policy_gradient, mpo, spo, disco; 'list' prints them all) or the path
-          # of a .npz of meta-parameters saved by disco.weights.save_meta_params
-          # with {'rule': ...} metadata.
+          # policy_gradient, ppo, mpo, spo, disco; 'list' prints them all) or
+          # the path of a .npz of meta-parameters saved by
+          # disco.weights.save_meta_params with {'rule': ...} metadata.
           rule="disco103",
           # Path of the Disco103 weights (default: found or downloaded), or of
           # meta-parameters for a named rule that has them.
@@ -38,6 +40,13 @@ def get_config() -> config_dict.ConfigDict:
           batch_size=64,
           replay_capacity=1024,  # 0: no replay, learn on each rollout
           min_replay_size=64,
+          # Sample reuse: passes over each learner batch, each in
+          # num_minibatches learner steps on a shuffled split of its
+          # trajectories (batch_size must be divisible by it). PPO's loop:
+          # num_envs=4, rollout_len=128, replay_capacity=0, batch_size=4,
+          # update_epochs=4, num_minibatches=4.
+          update_epochs=1,
+          num_minibatches=1,
           learning_rate=config_dict.placeholder(float),  # None: rule's default
           # Transitions the losses average over: "valid" (every transition with a
           # valid target) or "published" (as the published DiscoRL agent: not
@@ -56,5 +65,13 @@ def get_config() -> config_dict.ConfigDict:
           last_episodes=500,  # final score: mean return of the last episodes
           output_dir="",  # '' -> runs/eval-<rule>-<UTC timestamp>
           overwrite=False,  # allow writing into a folder holding another run
+          # Seeds spread over several processes (hosts), on jax.distributed:
+          # start the same command in every process; each trains a contiguous
+          # block of the seeds and process 0 writes the outputs. enabled=True
+          # alone detects the cluster (SLURM, Open MPI, Cloud TPU,
+          # Kubernetes); setting coordinator_address, num_processes and
+          # process_id enables it too (the keys: disco/launch/distributed.py,
+          # default_config).
+          distributed=distributed.default_config(),
       )
   )

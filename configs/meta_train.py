@@ -28,6 +28,8 @@ CartPole::
 
 from ml_collections import config_dict
 
+from disco.launch import distributed
+
 
 def get_config() -> config_dict.ConfigDict:
   return config_dict.ConfigDict(
@@ -90,7 +92,13 @@ def get_config() -> config_dict.ConfigDict:
           # Up to this many inner steps compile without a loop: about 1.5x faster
           # meta-steps, longer compiles (33 s for 2 inner steps, 63 s for 4).
           max_unrolled_inner_steps=2,
-          num_devices=0,  # 0: all devices
+          num_devices=0,  # devices per process (0: all of this process's)
+          # Several processes (hosts) as one run, on jax.distributed: start the
+          # same command in every process. enabled=True alone detects the
+          # cluster (SLURM, Open MPI, Cloud TPU, Kubernetes); setting
+          # coordinator_address, num_processes and process_id enables it too
+          # (the keys: disco/launch/distributed.py, default_config).
+          distributed=distributed.default_config(),
           output_dir="",  # '' -> runs/meta-<UTC timestamp>
           checkpoint_every=50,  # meta-steps between checkpoints (0: only at end)
           keep_checkpoints=3,

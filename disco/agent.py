@@ -35,7 +35,8 @@ class Agent:
     num_actions: number of discrete actions ``A``.
     net_config: agent network settings.
     learning_rate: Adam learning rate.
-    max_abs_update: elementwise clip of Adam's update direction.
+    max_abs_update: elementwise clip of Adam's update direction (None: no
+      clip).
     loss_mask: which transitions the losses average over (``LOSS_MASKS``):
       ``"valid"``, every transition with a valid target (all but those cut
       by a time limit; the transition out of an episode's last state is the
@@ -43,6 +44,11 @@ class Agent:
       DiscoRL agent: also not the transitions that start at a LAST state.
     axis_name: if set, gradients and statistics are averaged over this named
       axis (e.g. devices in ``shard_map`` or a batch split under ``vmap``).
+    max_grad_norm: clip the gradients' global norm to this before Adam
+      (None: no clip).
+    adam_eps: epsilon of Adam's denominator.
+    learning_rate_decay_steps: if given, the learning rate falls linearly to
+      0 over this many updates (see ``optimizers.agent_optimizer``).
   """
 
   def __init__(
@@ -51,9 +57,12 @@ class Agent:
       num_actions: int,
       net_config: agent_nets.NetConfig,
       learning_rate: float,
-      max_abs_update: float = 1.0,
+      max_abs_update: float | None = 1.0,
       loss_mask: str = "valid",
       axis_name: str | None = None,
+      max_grad_norm: float | None = None,
+      adam_eps: float = optimizers.DEFAULT_ADAM_EPS,
+      learning_rate_decay_steps: int | None = None,
   ):
     if num_actions < 2:
       raise ValueError(f"num_actions must be >= 2, got {num_actions}.")
@@ -73,7 +82,13 @@ class Agent:
         rule.flat_output_spec(num_actions),
         rule.model_output_spec(num_actions),
     )
-    self.optimizer = optimizers.agent_optimizer(learning_rate, max_abs_update)
+    self.optimizer = optimizers.agent_optimizer(
+        learning_rate,
+        max_abs_update,
+        max_grad_norm=max_grad_norm,
+        adam_eps=adam_eps,
+        decay_steps=learning_rate_decay_steps,
+    )
 
   # --------------------------------------------------------------- networks
   def init_params(
@@ -292,15 +307,20 @@ def make_agent(
     num_actions: int,
     rule: base.UpdateRule | None = None,
     axis_name: str | None = None,
+    num_updates: int | None = None,
 ) -> Agent:
   """The agent that ``settings`` describe (see ``update_rules.registry``).
 
   Args:
     settings: agent settings (``rule``, ``rule_kwargs``, ``hyper_params``,
-      ``learning_rate``, ``max_abs_update``, ``loss_mask``, ``network``).
+      ``learning_rate``, ``max_abs_update``, ``max_grad_norm``,
+      ``adam_eps``, ``anneal_learning_rate``, ``loss_mask``, ``network``).
     num_actions: ``A``.
     rule: the rule, if already built from ``settings`` (else built here).
     axis_name: see ``Agent``.
+    num_updates: the optimiser steps of the whole run; needed (only) with
+      ``anneal_learning_rate``, which decays the learning rate to 0 over them
+      (e.g. ``LoopConfig.num_updates(num_iterations)``).
 
   Raises:
     ValueError: for an unknown rule or bad settings.
@@ -310,6 +330,15 @@ def make_agent(
   network = settings.network
   if isinstance(network, config_dict.ConfigDict):
     network = network.to_dict()
+  decay_steps = None
+  if settings.get("anneal_learning_rate", False):
+    if num_updates is None or num_updates < 1:
+      raise ValueError(
+          "anneal_learning_rate decays the learning rate to 0 over the run: "
+          "give make_agent num_updates (the optimiser steps of the whole "
+          f"run, >= 1; got {num_updates}) or set anneal_learning_rate=False."
+      )
+    decay_steps = int(num_updates)
   return Agent(
       rule=rule,
       num_actions=num_actions,
@@ -318,4 +347,7 @@ def make_agent(
       max_abs_update=settings.max_abs_update,
       loss_mask=settings.get("loss_mask", "valid"),
       axis_name=axis_name,
+      max_grad_norm=settings.get("max_grad_norm", None),
+      adam_eps=settings.get("adam_eps", optimizers.DEFAULT_ADAM_EPS),
+      learning_rate_decay_steps=decay_steps,
   )

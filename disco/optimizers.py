@@ -4,6 +4,10 @@ Meta-gradients flow through the agent's parameter updates. Letting them flow
 through Adam's second-moment estimate too makes them noisy and unstable, so the
 denominator is treated as a constant (``stop_gradient``), as in the published
 DiscoRL setup.
+
+Optional stages, off by default (the published agent's optimiser is then
+unchanged, state included): global-norm gradient clipping before Adam and a
+learning rate annealed linearly to 0, as PPO implementations use.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
+DEFAULT_ADAM_EPS = 1e-8
+
 
 def scale_by_adam_constant_denominator(
-    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8
+    b1: float = 0.9, b2: float = 0.999, eps: float = DEFAULT_ADAM_EPS
 ) -> optax.GradientTransformation:
   """Adam's update direction ``m_hat / (sqrt(v_hat) + eps)``, with ``v_hat``
   excluded from differentiation. The state is ``optax.ScaleByAdamState``."""
@@ -42,11 +48,36 @@ def scale_by_adam_constant_denominator(
 
 
 def agent_optimizer(
-    learning_rate: float, max_abs_update: float
+    learning_rate: float,
+    max_abs_update: float | None,
+    max_grad_norm: float | None = None,
+    adam_eps: float = DEFAULT_ADAM_EPS,
+    decay_steps: int | None = None,
 ) -> optax.GradientTransformation:
-  """Adam (constant denominator) -> elementwise clip -> scale by ``-lr``."""
-  return optax.chain(
-      scale_by_adam_constant_denominator(),
-      optax.clip(max_abs_update),
-      optax.scale(-learning_rate),
-  )
+  """[clip the gradients' global norm] -> Adam (constant denominator) ->
+  [elementwise clip] -> scale by ``-lr`` (or by a decaying ``-lr``).
+
+  Args:
+    learning_rate: Adam's learning rate (the initial one when decaying).
+    max_abs_update: elementwise clip of Adam's direction (None: no clip).
+    max_grad_norm: clip the gradients to this global norm first (None: no
+      clip).
+    adam_eps: epsilon of Adam's denominator.
+    decay_steps: if given, the learning rate falls linearly from
+      ``learning_rate`` to 0 over this many updates and stays 0 after.
+  """
+  stages = []
+  if max_grad_norm is not None:
+    stages.append(optax.clip_by_global_norm(max_grad_norm))
+  stages.append(scale_by_adam_constant_denominator(eps=adam_eps))
+  if max_abs_update is not None:
+    stages.append(optax.clip(max_abs_update))
+  if decay_steps is None:
+    stages.append(optax.scale(-learning_rate))
+  else:
+    stages.append(
+        optax.scale_by_learning_rate(
+            optax.linear_schedule(learning_rate, 0.0, decay_steps)
+        )
+    )
+  return optax.chain(*stages)

@@ -88,6 +88,33 @@ def test_agent_optimizer_clips_then_scales():
   )
 
 
+def test_agent_optimizer_global_norm_clip_and_linear_decay():
+  """PPO's options: gradients clipped to a global norm before Adam, no
+  elementwise clip, and a learning rate falling linearly to 0."""
+  lr, steps = 0.1, 4
+  opt = optimizers.agent_optimizer(
+      lr, None, max_grad_norm=1.0, adam_eps=1e-5, decay_steps=steps
+  )
+  params = jnp.zeros(2)
+  state = opt.init(params)
+  grads = jnp.array([3.0, 4.0])  # norm 5, clipped to norm 1
+  reference = optax.chain(
+      optax.clip_by_global_norm(1.0),
+      optax.adam(optax.linear_schedule(lr, 0.0, steps), eps=1e-5),
+  )
+  ref_state = reference.init(params)
+  for k in range(steps + 1):
+    updates, state = opt.update(grads * (k + 1), state, params)
+    expected, ref_state = reference.update(grads * (k + 1), ref_state, params)
+    np.testing.assert_allclose(updates, expected, rtol=1e-5, atol=1e-8)
+  # The first step moves by lr, the last (step `steps`) not at all.
+  first, _ = opt.update(grads, opt.init(params), params)
+  np.testing.assert_allclose(jnp.abs(first), lr, rtol=1e-4)
+  np.testing.assert_allclose(updates, 0.0)
+  # Without the options the published chain (and its state) is unchanged.
+  assert len(optimizers.agent_optimizer(lr, 1.0).init(params)) == 3
+
+
 # ------------------------------------------------------------ registries ----
 def test_unknown_rule_names_close_matches_and_valid_rules():
   with pytest.raises(ValueError) as info:

@@ -15,6 +15,7 @@ import pytest
 
 from disco.launch import common
 from disco.launch import compare
+from disco.launch import evaluate
 
 RULES = ("actor_critic", "policy_gradient")
 ENVS = ("catch:rows=5,columns=5", "delayed_chain:chain_length=3")
@@ -210,6 +211,29 @@ def test_one_environment_with_two_settings_gives_two_runs(tmp_path):
   }
 
 
+def test_ppo_gets_its_own_loop(tmp_path):
+  """rule_overrides give PPO its epochs and minibatches, the other rules
+  keep one learner step per batch."""
+  plan = compare.build(
+      _config(
+          _tiny_with(
+              [
+                  "--config.rules=('actor_critic', 'ppo')",
+                  "--config.rule_overrides=('ppo:update_epochs=2,"
+                  "num_minibatches=2',)",
+                  f"--config.output_dir={tmp_path}",
+              ]
+          )
+      )
+  )
+  loops = {
+      c.rule: evaluate.build(c.eval_config(plan.config)).loop_config
+      for c in plan.cells
+  }
+  assert (loops["ppo"].update_epochs, loops["ppo"].num_minibatches) == (2, 2)
+  assert loops["actor_critic"].updates_per_learning_iteration == 1
+
+
 @pytest.mark.parametrize(
     "args, match",
     [
@@ -223,6 +247,13 @@ def test_one_environment_with_two_settings_gives_two_runs(tmp_path):
             "No normalisation entry.*references",
         ),
         (["--config.rule_overrides=('ppo:num_envs=4',)"], "not one of"),
+        (
+            [
+                "--config.rules=('actor_critic', 'ppo')",
+                "--config.rule_overrides=('ppo:num_minibatches=3',)",
+            ],
+            "divisible by num_minibatches",
+        ),
         (
             ["--config.rule_overrides=('actor_critic:nope=4',)"],
             "unknown setting",

@@ -21,7 +21,7 @@ import conftest
 
 T, B, A, N = 3, 2, 3, 4
 OBS = (5,)
-RULES = ("actor_critic", "policy_gradient", "mpo", "spo", "disco")
+RULES = ("actor_critic", "policy_gradient", "ppo", "mpo", "spo", "disco")
 
 
 def _agent(rule: str, loss_mask: str) -> agent_lib.Agent:
@@ -33,7 +33,7 @@ def _agent(rule: str, loss_mask: str) -> agent_lib.Agent:
       model_head_hiddens=(8,),
   )
   settings.loss_mask = loss_mask
-  return agent_lib.make_agent(settings, num_actions=A)
+  return agent_lib.make_agent(settings, num_actions=A, num_updates=1)
 
 
 def _rollout(agent, params, not_last, truncated=None, seed=0):

@@ -20,7 +20,7 @@ from disco.training import analysis
 from disco.update_rules import registry
 
 
-def _tiny_config(tmp_path, **overrides):
+def tiny_config(tmp_path, **overrides):
   config = evaluate.default_config()
   config.update(
       dict(
@@ -79,7 +79,7 @@ def test_plan_iterations_compiles_once():
 
 
 def test_end_to_end_writes_outputs(tmp_path):
-  config = _tiny_config(tmp_path)
+  config = tiny_config(tmp_path)
   lines = []
   summary = evaluate.evaluate(config, log=lines.append, progress=False)
   out = tmp_path / "run"
@@ -153,8 +153,32 @@ def test_end_to_end_writes_outputs(tmp_path):
 
   # The folder now holds a run: refused unless overwrite=True.
   with pytest.raises(common.UsageError, match="overwrite"):
-    evaluate.build(_tiny_config(tmp_path))
-  evaluate.build(_tiny_config(tmp_path, overwrite=True))
+    evaluate.build(tiny_config(tmp_path))
+  evaluate.build(tiny_config(tmp_path, overwrite=True))
+
+
+def test_ppo_with_sample_reuse_end_to_end(tmp_path):
+  """``disco-eval --config.rule=ppo`` on its on-policy loop: 2 epochs x 2
+  minibatches per rollout, the learning rate annealed over the run."""
+  config = tiny_config(
+      tmp_path,
+      rule="ppo",
+      replay_capacity=0,
+      min_replay_size=0,
+      batch_size=2,
+      update_epochs=2,
+      num_minibatches=2,
+      learning_rate=None,
+  )
+  plan = evaluate.build(config)
+  assert plan.iterations == 20 and plan.loop_config.num_updates(20) == 80
+  summary = evaluate.evaluate(config, log=lambda _: None, progress=False)
+  assert summary["rule"] == "ppo" and summary["learner_steps"] == 80
+  saved = json.loads((tmp_path / "run" / "config.json").read_text())
+  assert saved["config"]["update_epochs"] == 2
+  assert saved["rule_settings"]["anneal_learning_rate"] is True
+  metrics = analysis.read_metrics_csv(tmp_path / "run" / "metrics.csv")
+  assert np.isfinite(metrics["learner/total_loss"]).all()
 
 
 @pytest.mark.parametrize(
@@ -177,11 +201,13 @@ def test_end_to_end_writes_outputs(tmp_path):
         (dict(learning_rate=-1.0), "learning_rate"),
         (dict(env="catch_dm_env", num_seeds=2), "one seed at a time"),
         (dict(rule="actor_critic", weights="/tmp/x.npz"), "no meta-parameters"),
+        (dict(num_minibatches=3), "divisible by num_minibatches"),
+        (dict(update_epochs=0), "update_epochs"),
     ],
 )
 def test_bad_settings_are_usage_errors(tmp_path, overrides, match):
   with pytest.raises(common.UsageError, match=match) as info:
-    evaluate.build(_tiny_config(tmp_path, **overrides))
+    evaluate.build(tiny_config(tmp_path, **overrides))
   _assert_one_line(str(info.value))
   assert not (tmp_path / "run").exists()
 
@@ -274,17 +300,17 @@ def test_disco103_resolves(disco103_path):
 
 def test_default_output_dir(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
-  config = _tiny_config(tmp_path, output_dir="")
+  config = tiny_config(tmp_path, output_dir="")
   plan = evaluate.build(config)
   assert plan.output_dir.parent.as_posix() == "runs"
   assert plan.output_dir.name.startswith("eval-actor_critic-")
   (tmp_path / "occupied").mkdir()
   (tmp_path / "occupied" / "config.json").write_text("{}")
   with pytest.raises(common.UsageError, match="already holds a run"):
-    evaluate.build(_tiny_config(tmp_path, output_dir="occupied"))
+    evaluate.build(tiny_config(tmp_path, output_dir="occupied"))
   (tmp_path / "a_file").write_text("")
   with pytest.raises(common.UsageError, match="not a folder"):
-    evaluate.build(_tiny_config(tmp_path, output_dir="a_file"))
+    evaluate.build(tiny_config(tmp_path, output_dir="a_file"))
 
 
 def _parse(argv):
@@ -313,6 +339,15 @@ def test_flags_override_the_config_file():
   assert config.env_settings.rows == 5 and config.learning_rate == 0.1
   assert config.weights == "/some/file.npz"
   assert _parse([]).rule == "disco103"
+  config = _parse(
+      [
+          "--config.rule=ppo",
+          "--config.update_epochs=4",
+          "--config.num_minibatches=4",
+      ]
+  )
+  assert (config.update_epochs, config.num_minibatches) == (4, 4)
+  assert (_parse([]).update_epochs, _parse([]).num_minibatches) == (1, 1)
 
 
 @pytest.mark.parametrize(
@@ -379,7 +414,7 @@ def test_disco103_solves_catch_with_the_notebook_settings(
 def test_search_rule_needs_a_jittable_env(tmp_path):
   with pytest.raises(common.UsageError, match="jittable") as info:
     evaluate.build(
-        _tiny_config(tmp_path, rule="spo", env="catch_dm_env", num_seeds=1)
+        tiny_config(tmp_path, rule="spo", env="catch_dm_env", num_seeds=1)
     )
   _assert_one_line(str(info.value))
 
@@ -413,7 +448,7 @@ def test_listings(capsys):
 
 def test_network_overrides_and_observations_they_cannot_take(tmp_path):
   plan = evaluate.build(
-      _tiny_config(
+      tiny_config(
           tmp_path,
           network=dict(
               dense=(8,),
@@ -426,7 +461,7 @@ def test_network_overrides_and_observations_they_cannot_take(tmp_path):
   assert plan.agent.net_config.dense == (8,)
   # Catch observations are [rows, columns, 1]: a conv torso takes them.
   plan = evaluate.build(
-      _tiny_config(
+      tiny_config(
           tmp_path,
           network=dict(
               dense=None,
@@ -437,7 +472,7 @@ def test_network_overrides_and_observations_they_cannot_take(tmp_path):
       )
   )
   assert plan.agent.net_config.conv_channels == (4,)
-  config = _tiny_config(
+  config = tiny_config(
       tmp_path,
       env="gymnax/CartPole-v1",
       network=dict(

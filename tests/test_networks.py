@@ -1,5 +1,6 @@
 """Agent-network and meta-network building blocks: the action model's
-taken-action gradient path and the pointwise convolution."""
+taken-action gradient path, the pointwise convolution, and the agent
+network's torso options."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from disco import types
 from disco.networks import action_models
+from disco.networks import agent_nets
 from disco.networks import meta_nets
 
 N, A, E = 5, 3, 6  # batch, actions, embedding size
@@ -103,3 +106,70 @@ def test_pointwise_conv_is_a_width_one_conv1d():
   np.testing.assert_allclose(
       ours_fn.apply(params, x), conv_fn.apply(params, x), rtol=1e-5, atol=1e-6
   )
+
+
+def _agent_net(**settings):
+  spec = {
+      "logits": types.ArraySpec((A,), np.float32),
+      "v": types.ArraySpec((1,), np.float32),
+  }
+  config = agent_nets.make_net_config(agent_nets.network_settings(**settings))
+  net = agent_nets.make_network(config, A, spec)
+  obs = jnp.asarray(np.random.default_rng(0).normal(size=(N, 4)), jnp.float32)
+  return net, net.init(jax.random.PRNGKey(0), obs), obs
+
+
+def test_separate_torsos_for_actor_and_critic():
+  net, params, obs = _agent_net(
+      dense=(8, 8), activation="tanh", activate_final=True, separate_torsos=True
+  )
+  assert {"mlp/~_embedding_pass/torso_logits/~/linear_1"} <= set(params)
+  assert {"mlp/~_embedding_pass/torso_v/~/linear_1"} <= set(params)
+  assert not any("/torso/" in name for name in params)
+  out = net.apply(params, obs)
+  # The critic's torso does not move the policy, nor the actor's the value.
+  moved = {
+      k: jax.tree.map(lambda x: x + 1.0, v) if "torso_v" in k else v
+      for k, v in params.items()
+  }
+  moved_out = net.apply(moved, obs)
+  np.testing.assert_array_equal(out["logits"], moved_out["logits"])
+  assert not np.allclose(out["v"], moved_out["v"])
+  # tanh after every torso layer: a head reads values in (-1, 1).
+  torso = hk.without_apply_rng(
+      hk.transform(
+          lambda x: hk.nets.MLP(
+              (8, 8), activation=jnp.tanh, activate_final=True
+          )(x)
+      )
+  )
+  layers = {
+      k.split("torso_logits/")[1]: v
+      for k, v in params.items()
+      if "torso_logits/" in k
+  }
+  embedding = torso.apply({f"mlp/{k}": v for k, v in layers.items()}, obs)
+  head = params["mlp/~_head_pass/torso_head/~/linear_0"]
+  np.testing.assert_allclose(
+      out["logits"], embedding @ head["w"] + head["b"], rtol=1e-5, atol=1e-6
+  )
+
+
+def test_default_network_is_unchanged_and_bad_activation_fails():
+  _, params, _ = _agent_net(dense=(8, 8))
+  assert set(params) == {
+      "mlp/~_embedding_pass/torso/~/linear_0",
+      "mlp/~_embedding_pass/torso/~/linear_1",
+      "mlp/~_head_pass/torso_head/~/linear_0",
+      "mlp/~_head_pass/torso_head_1/~/linear_0",
+  }
+  with pytest.raises(ValueError, match="activation 'gelu'.*relu, tanh"):
+    agent_nets.make_net_config(dict(dense=(8,), activation="gelu"))
+  net = agent_nets.make_network(
+      agent_nets.NetConfig(separate_torsos=True),
+      A,
+      {"logits": types.ArraySpec((A,), np.float32)},
+      {"q": types.ArraySpec((1,), np.float32)},
+  )
+  with pytest.raises(ValueError, match="separate_torsos=False"):
+    net.init(jax.random.PRNGKey(0), jnp.zeros((N, 4)))

@@ -129,3 +129,15 @@ def test_installed_disco_meta_train_runs_from_another_directory(
   )
   assert result.returncode == 0, result.stderr[-3000:]
   assert (tmp_path / "out" / "meta_params.npz").is_file()
+
+
+def test_accelerator_extras_match_the_jax_bounds():
+  """``pip install -e '.[cuda12]'`` (or cuda13, tpu) installs JAX's own
+  accelerator build within the same version bounds as the CPU install."""
+  parser = configparser.ConfigParser()
+  parser.read(REPO_DIR / "setup.cfg")
+  requires = parser["options"]["install_requires"].split("\n")
+  jax_bounds = next(r for r in requires if r.startswith("jax>="))[len("jax") :]
+  extras = parser["options.extras_require"]
+  for extra in ("cuda12", "cuda13", "tpu"):
+    assert extras[extra].split() == [f"jax[{extra}]{jax_bounds}"], extra

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -200,6 +202,92 @@ def test_loop_config_rejects_bad_settings():
     loop_lib.LoopConfig(replay_capacity=8, min_replay_size=9)
   with pytest.raises(ValueError, match="rollout_len"):
     loop_lib.LoopConfig(rollout_len=1)
+  with pytest.raises(ValueError, match="divisible by num_minibatches"):
+    loop_lib.LoopConfig(batch_size=6, num_minibatches=4)
+  with pytest.raises(ValueError, match="update_epochs"):
+    loop_lib.LoopConfig(update_epochs=0)
+
+
+# ---------------------------------------------------------- sample reuse ----
+
+
+def _recording_step(learner, batch, rng):
+  """A fake learner step that records which trajectories it saw."""
+  seen = learner["seen"].at[learner["count"]].set(batch["id"][0])
+  logs = dict(size=jnp.asarray(batch["id"].shape[1], jnp.float32))
+  return dict(count=learner["count"] + 1, seen=seen, rng=rng), logs
+
+
+@pytest.mark.parametrize("epochs, minibatches", [(3, 2), (1, 4), (2, 1)])
+def test_reuse_samples_passes_over_shuffled_minibatches(epochs, minibatches):
+  batch = _rollout(100, 8)  # trajectories 100..107
+  size = 8 // minibatches
+  learner = dict(
+      count=jnp.zeros([], jnp.int32),
+      seen=jnp.zeros((epochs * minibatches, size), jnp.int32),
+      rng=jax.random.PRNGKey(0),
+  )
+  reuse = jax.jit(loop_lib.reuse_samples, static_argnums=(0, 4, 5))
+  learner, logs = reuse(
+      _recording_step,
+      learner,
+      batch,
+      jax.random.PRNGKey(1),
+      epochs,
+      minibatches,
+  )
+  assert int(learner["count"]) == epochs * minibatches
+  assert float(logs["size"]) == size  # the steps' mean logs
+  seen = np.asarray(learner["seen"]).reshape(epochs, minibatches * size)
+  for ids in seen:  # every pass sees every trajectory once
+    assert sorted(ids.tolist()) == list(range(100, 108))
+  if epochs > 1:  # in a new order each pass
+    assert len({tuple(ids) for ids in seen}) == epochs
+
+
+def test_reuse_samples_once_is_one_plain_step():
+  learner = dict(
+      count=jnp.zeros([], jnp.int32),
+      seen=jnp.zeros((1, 4), jnp.int32),
+      rng=jax.random.PRNGKey(0),
+  )
+  rng = jax.random.PRNGKey(7)
+  out, _ = loop_lib.reuse_samples(
+      _recording_step, learner, _rollout(0, 4), rng, 1, 1
+  )
+  np.testing.assert_array_equal(out["seen"], [[0, 1, 2, 3]])
+  np.testing.assert_array_equal(out["rng"], rng)
+
+
+class _PlainLoop(loop_lib.EvalLoop):
+  """The loop before sample reuse: one agent learner step per iteration."""
+
+  def _learner_step(self, learner, batch, rng, meta_params):
+    return self.agent.learner_step(rng, batch, learner, meta_params, False)
+
+
+def test_one_epoch_of_one_minibatch_is_the_plain_loop(
+    tiny_loop, single_seed_runs
+):
+  plain = _PlainLoop(tiny_loop.agent, tiny_loop.env, tiny_loop.config)
+  states, metrics = plain.run(plain.init_seeds([0]), {}, TINY_ITERATIONS)
+  reuse_states, reuse_metrics = single_seed_runs[0]
+  jax.tree.map(np.testing.assert_array_equal, metrics, reuse_metrics)
+  jax.tree.map(np.testing.assert_array_equal, states, reuse_states)
+
+
+def test_sample_reuse_takes_epochs_times_minibatches_steps(tiny_loop):
+  config = dataclasses.replace(
+      tiny_loop.config, update_epochs=3, num_minibatches=2
+  )
+  loop = loop_lib.EvalLoop(tiny_loop.agent, tiny_loop.env, config)
+  states, metrics = loop.run(loop.init_seeds([0, 1]), {}, 4)
+  # Learning starts at the second iteration (the replay needs 4).
+  np.testing.assert_array_equal(metrics["learner_steps"][0], [0, 6, 12, 18])
+  assert config.num_updates(4) == 18
+  adam_count = states.learner.opt_state[0].count
+  np.testing.assert_array_equal(adam_count, [18, 18])
+  assert np.isfinite(metrics["learner/total_loss"][:, 1:]).all()
 
 
 def _learning_run(seeds, iterations):

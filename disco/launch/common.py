@@ -422,6 +422,7 @@ def run_record() -> dict[str, Any]:
       disco_version=disco.__version__,
       jax_version=jax.__version__,
       devices=[str(d) for d in jax.devices()],
+      processes=jax.process_count(),
   )
 
 

@@ -15,6 +15,10 @@ A run has three steps that other launchers reuse: ``build`` (check the config,
 resolve the rule, build the environment, agent and loop), ``run`` (train every
 seed, one compiled call at a time) and ``write`` (metrics, curve, parameters
 and summary).
+
+With ``config.distributed`` (``disco.launch.distributed``) several processes
+or hosts share the seeds: each trains a contiguous block of them and saves
+their parameters; process 0 gathers the metrics and writes the rest.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from disco import weights as weights_lib
 from disco.environments import base as env_base
 from disco.environments import registry as env_registry
 from disco.launch import common
+from disco.launch import distributed
 from disco.training import analysis
 from disco.training import loop as loop_lib
 from disco.update_rules import registry as rule_registry
@@ -73,7 +78,8 @@ class Plan:
   env_settings: dict[str, Any]
   agent: agent_lib.Agent
   loop: loop_lib.EvalLoop
-  seeds: list[int]
+  seeds: list[int]  # every seed of the run
+  local_seeds: list[int]  # the seeds this process trains (all in one process)
   iterations_per_call: int
   num_calls: int
   output_dir: Path
@@ -131,6 +137,12 @@ def _loop_config(config: config_dict.ConfigDict) -> loop_lib.LoopConfig:
         min_replay_size=common.check_int(
             config.min_replay_size, "min_replay_size", 0
         ),
+        update_epochs=common.check_int(
+            config.update_epochs, "update_epochs", 1
+        ),
+        num_minibatches=common.check_int(
+            config.num_minibatches, "num_minibatches", 1
+        ),
     )
   except ValueError as e:
     raise UsageError(f"Invalid loop settings: {common.one_line(e)}") from None
@@ -181,6 +193,7 @@ def build(
     UsageError: for any bad setting, with a one-line explanation.
   """
   common.check_config_keys(config, default_config(), CONFIG_NAME)
+  distributed.initialize(distributed.settings(config.distributed), PROGRAM)
   common.import_modules(config.imports)
   total_env_steps = common.check_int(
       config.total_env_steps, "total_env_steps", 1
@@ -195,7 +208,15 @@ def build(
   if config.learning_rate is not None:
     common.check_number(config.learning_rate, "learning_rate", positive=True)
   loop_config = _loop_config(config)
-  env, env_settings = _make_env(config, num_seeds, seed)
+  seeds = list(range(seed, seed + num_seeds))
+  if num_seeds < jax.process_count():
+    raise UsageError(
+        f"config.num_seeds={num_seeds} is fewer than the "
+        f"{jax.process_count()} processes: each process trains its own "
+        "seeds, so give at least one per process."
+    )
+  local_seeds = distributed.split(seeds)[jax.process_index()]
+  env, env_settings = _make_env(config, len(local_seeds), local_seeds[0])
 
   rule = common.resolve_rule(config.rule, config.weights)
   if rule.source == "random":
@@ -216,15 +237,20 @@ def build(
       if v is not None
   }
   settings.network = {**settings.network.to_dict(), **overrides}
+  iterations_per_call, num_calls = plan_iterations(
+      total_env_steps, loop_config.env_steps_per_iteration, per_call
+  )
   try:
-    agent = agent_lib.make_agent(settings, env.num_actions, rule=rule.rule)
+    agent = agent_lib.make_agent(
+        settings,
+        env.num_actions,
+        rule=rule.rule,
+        num_updates=loop_config.num_updates(iterations_per_call * num_calls),
+    )
     agent.net_config.check_observation(env.observation_spec().shape)
     loop = loop_lib.EvalLoop(agent, env, loop_config)
   except ValueError as e:
     raise UsageError(common.one_line(e)) from None
-  iterations_per_call, num_calls = plan_iterations(
-      total_env_steps, loop_config.env_steps_per_iteration, per_call
-  )
   return Plan(
       config=config,
       rule=rule,
@@ -232,7 +258,8 @@ def build(
       env_settings=env_settings,
       agent=agent,
       loop=loop,
-      seeds=list(range(seed, seed + num_seeds)),
+      seeds=seeds,
+      local_seeds=local_seeds,
       iterations_per_call=iterations_per_call,
       num_calls=num_calls,
       output_dir=output_dir,
@@ -247,7 +274,8 @@ class RunResult:
   """What ``run`` returns.
 
   Attributes:
-    states: the final per-seed states (leading axis ``[S]``).
+    states: the final states of this process's seeds (leading axis: its
+      ``local_seeds``).
     metrics: ``{name: [S, iterations]}`` on the host.
     call_times: seconds of each compiled call (the first compiles).
     learner_steps_per_call: learner steps of all seeds in each call.
@@ -292,11 +320,19 @@ def write_config(plan: Plan) -> None:
 def run(
     plan: Plan, log: Callable[[str], None] = print, progress: bool = True
 ) -> RunResult:
-  """Trains every seed of ``plan`` (vmapped), one compiled call at a time."""
+  """Trains every seed of ``plan`` (vmapped), one compiled call at a time.
+
+  With several processes each trains its ``local_seeds``; the metrics of
+  every seed are then gathered into every process.
+  """
   cfg = plan.loop_config
+  log = distributed.main_only(log)
+  processes = jax.process_count()
   log(
       f"Evaluating {plan.label} on {plan.config.env} {plan.env_settings} with "
-      f"seeds {plan.seeds}; writing to {plan.output_dir}"
+      f"seeds {plan.seeds}"
+      + (f" over {processes} processes" if processes > 1 else "")
+      + f"; writing to {plan.output_dir}"
   )
   log(
       f"{plan.iterations} iterations x {cfg.env_steps_per_iteration} env "
@@ -307,47 +343,62 @@ def run(
       "(the first call includes compilation)."
   )
   wall_start = time.perf_counter()
-  states = plan.loop.init_seeds(plan.seeds)
   chunks: list[dict[str, np.ndarray]] = []
   call_times: list[float] = []
-  learner_steps: list[int] = []
-  done_before = 0
   steps_per_call = plan.iterations_per_call * cfg.env_steps_per_iteration
-  with tqdm.tqdm(
-      total=plan.env_steps,
-      unit="step",
-      unit_scale=True,
-      desc=plan.label,
-      disable=not progress,
-      file=sys.stderr,
-      dynamic_ncols=True,
-  ) as bar:
-    for _ in range(plan.num_calls):
+  hint = "start the evaluation again in every process."
+  with (
+      distributed.ends_process_on_failure(PROGRAM, hint),
+      distributed.Watchdog(
+          PROGRAM, plan.config.distributed.step_timeout, "training call", hint
+      ) as watchdog,
+      tqdm.tqdm(
+          total=plan.env_steps,
+          unit="step",
+          unit_scale=True,
+          desc=plan.label,
+          disable=not (progress and distributed.is_main()),
+          file=sys.stderr,
+          dynamic_ncols=True,
+      ) as bar,
+  ):
+    states = plan.loop.init_seeds(plan.local_seeds)
+    for call in range(plan.num_calls):
+      if distributed.preempted(call):
+        raise distributed.Preempted(f"SIGTERM: stopped before call {call}")
       start = time.perf_counter()
       states, metrics = plan.loop.run(
           states, plan.rule.meta_params, plan.iterations_per_call
       )
       call_times.append(time.perf_counter() - start)
+      watchdog.beat()
       chunks.append(metrics)
-      done = int(np.asarray(metrics["learner_steps"])[:, -1].sum())
-      learner_steps.append(done - done_before)
-      done_before = done
       curve = analysis.return_curve(
           analysis.concat_metrics(chunks), CURVE_EPISODES
       )[:, -1]
       finite = curve[np.isfinite(curve)]
       bar.update(steps_per_call)
       bar.set_postfix(
-          steps_per_s=f"{steps_per_call * len(plan.seeds) / call_times[-1]:.0f}",
+          steps_per_s=(
+              f"{steps_per_call * len(plan.local_seeds) / call_times[-1]:.0f}"
+          ),
           mean_return=common.fmt(
               float(finite.mean()) if finite.size else None, 2
           ),
       )
+    metrics = distributed.gather(
+        analysis.concat_metrics(chunks),
+        [len(block) for block in distributed.split(plan.seeds)],
+    )
+  # Learner steps of all seeds at the end of each call.
+  done = np.asarray(metrics["learner_steps"])[
+      :, plan.iterations_per_call - 1 :: plan.iterations_per_call
+  ].sum(axis=0)
   return RunResult(
       states=states,
-      metrics=analysis.concat_metrics(chunks),
+      metrics=metrics,
       call_times=call_times,
-      learner_steps_per_call=learner_steps,
+      learner_steps_per_call=[int(x) for x in np.diff(done, prepend=0)],
       wall_time=time.perf_counter() - wall_start,
   )
 
@@ -379,15 +430,18 @@ def _rates(plan: Plan, result: RunResult) -> dict[str, Any]:
   )
 
 
-def _save_params(plan: Plan, states: loop_lib.TrainState) -> list[str]:
-  names = []
-  for k, seed in enumerate(plan.seeds):
+def _params_file(seed: int) -> str:
+  return f"params_seed{seed}.npz"
+
+
+def _save_params(plan: Plan, states: loop_lib.TrainState) -> None:
+  """Saves the parameters of this process's seeds."""
+  for k, seed in enumerate(plan.local_seeds):
     params = jax.tree.map(
         lambda x, k=k: np.asarray(x[k]), states.learner.params
     )
-    path = plan.output_dir / f"params_seed{seed}.npz"
     weights_lib.save_meta_params(
-        path,
+        plan.output_dir / _params_file(seed),
         params,
         metadata=dict(
             kind=common.AGENT_PARAMS_KIND,
@@ -399,23 +453,28 @@ def _save_params(plan: Plan, states: loop_lib.TrainState) -> list[str]:
             network=plan.rule.settings.network.to_dict(),
         ),
     )
-    names.append(path.name)
-  return names
 
 
 def write(
     plan: Plan, result: RunResult, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
-  """Writes metrics, curve, parameters and summary; returns the summary."""
+  """Writes metrics, curve, parameters and summary; returns the summary.
+
+  With several processes, each writes its own seeds' parameters and process
+  0 the rest (every process returns the summary).
+  """
   out, metrics = plan.output_dir, result.metrics
-  analysis.write_metrics_csv(out / "metrics.csv", metrics, plan.seeds)
-  analysis.plot_learning_curves(
-      {plan.label: metrics},
-      path=out / "learning_curve.png",
-      min_episodes=CURVE_EPISODES,
-      title=f"{plan.label} on {plan.config.env}",
-  )
-  params_files = _save_params(plan, result.states)
+  main, log = distributed.is_main(), distributed.main_only(log)
+  if main:
+    analysis.write_metrics_csv(out / "metrics.csv", metrics, plan.seeds)
+    analysis.plot_learning_curves(
+        {plan.label: metrics},
+        path=out / "learning_curve.png",
+        min_episodes=CURVE_EPISODES,
+        title=f"{plan.label} on {plan.config.env}",
+    )
+  _save_params(plan, result.states)
+  params_files = [_params_file(seed) for seed in plan.seeds]
   last_episodes = plan.config.last_episodes
   summary = analysis.summarize(metrics, last_episodes)
   summary.update(
@@ -428,7 +487,8 @@ def write(
       total_env_steps=int(plan.env_steps * len(plan.seeds)),
       **_rates(plan, result),
   )
-  common.write_json(out / "summary.json", summary)
+  if main:
+    common.write_json(out / "summary.json", summary)
 
   log(
       f"Learning curve (mean return over windows of {CURVE_EPISODES} "
@@ -503,7 +563,10 @@ def evaluate(
       log(listing(what))
       return None
   plan = build(config, log)
-  write_config(plan)
+  # Every process has checked the output folder before process 0 writes.
+  distributed.barrier("disco-eval: built")
+  if distributed.is_main():
+    write_config(plan)
   return write(plan, run(plan, log, progress), log)
 
 

@@ -27,6 +27,12 @@ Bad input ends the program with a one-line message on stderr and exit status
 config, build the population and the initial meta-parameters), ``run``
 (meta-train, resuming and checkpointing) and ``write`` (export, curves,
 summary).
+
+Several processes or hosts run one meta-training together on
+``jax.distributed`` (``config.distributed``; ``disco.launch.distributed``):
+every process starts the same command, the agents are sharded over all
+their devices, all write the checkpoints, and process 0 alone prints and
+writes the other outputs.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from disco import agent as agent_lib
 from disco import weights as weights_lib
 from disco.environments import registry as env_registry
 from disco.launch import common
+from disco.launch import distributed
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
 from disco.meta import keys as keys_lib
@@ -77,7 +84,8 @@ REWARDS_PLOT, LOSS_PLOT = "rewards.png", "meta_loss.png"
 META_PARAMS_FILE = "meta_params.npz"
 AGENT_KEYS = ("network", "learning_rate", "max_abs_update", "loss_mask")
 GROUP_KEYS = ("env", "env_settings", "num_agents", "weight")
-# Settings a resumed run may change: they do not alter the computation.
+# Settings a resumed run may change: they do not alter the computation (the
+# devices and processes only change the rounding of the meta-gradient mean).
 RESUMABLE_KEYS = (
     "num_meta_steps",
     "checkpoint_every",
@@ -85,6 +93,8 @@ RESUMABLE_KEYS = (
     "resume",
     "log_every",
     "output_dir",
+    "num_devices",
+    "distributed",
 )
 
 
@@ -359,14 +369,22 @@ def _population_config(config) -> population_lib.PopulationConfig:
 
 
 def _devices(config) -> list[jax.Device]:
+  """The first ``num_devices`` devices of every process (all if 0)."""
   num_devices = common.check_int(config.num_devices, "num_devices", 0)
-  available = jax.devices()
-  if num_devices > len(available):
+  available = len(jax.local_devices())
+  if num_devices > available:
     raise UsageError(
-        f"config.num_devices={num_devices} but only "
-        f"{len(available)} device(s) are available."
+        f"config.num_devices={num_devices} but only {available} device(s) "
+        "are available (in this process)."
     )
-  return available[:num_devices] if num_devices else available
+  by_process: dict[int, list[jax.Device]] = {}
+  for d in jax.devices():
+    by_process.setdefault(d.process_index, []).append(d)
+  return [
+      d
+      for p in sorted(by_process)
+      for d in by_process[p][: num_devices or None]
+  ]
 
 
 def build(config: config_dict.ConfigDict) -> Plan:
@@ -377,6 +395,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
     UsageError: for any bad setting, with a one-line explanation.
   """
   common.check_config_keys(config, default_config(), CONFIG_NAME)
+  distributed.initialize(distributed.settings(config.distributed), PROGRAM)
   common.import_modules(config.imports)
   for key, minimum in (
       ("num_meta_steps", 1),
@@ -400,10 +419,12 @@ def build(config: config_dict.ConfigDict) -> Plan:
       f"{g.name}: {g.num_agents}" for g in groups if g.num_agents % len(devices)
   ]
   if bad:
+    processes = jax.process_count()
+    where = f" of {processes} processes" if processes > 1 else ""
     raise UsageError(
         f"Every group's num_agents must split evenly over the "
-        f"{len(devices)} device(s) ({', '.join(bad)}): use multiples of "
-        f"{len(devices)} or set config.num_devices."
+        f"{len(devices)} device(s){where} ({', '.join(bad)}): use multiples "
+        f"of {len(devices)} or set config.num_devices."
     )
   try:
     population = population_lib.Population(
@@ -578,27 +599,43 @@ def run(
 ) -> RunResult:
   """Meta-trains (or resumes) to ``num_meta_steps``, checkpointing every
   ``checkpoint_every`` meta-steps and at exit (also on Ctrl-C/SIGTERM or an
-  error, with the last completed state)."""
+  error, with the last completed state).
+
+  With several processes (``config.distributed``) every process runs this
+  together: each steps its own agents, all write the checkpoints, and
+  process 0 alone logs and writes the other outputs. SIGTERM stops every
+  process at the same meta-step, with a checkpoint; an error or Ctrl-C in
+  one process ends it without a checkpoint (the others stop too: see
+  ``disco.launch.distributed``).
+  """
   config, out = plan.config, plan.output_dir
   num_steps = int(config.num_meta_steps)
+  main = distributed.is_main()
+  log = distributed.main_only(log)
+  # Every process has checked the output folder before process 0 writes.
+  distributed.barrier("disco-meta-train: built")
   manager = ckpt_lib.CheckpointManager(
       out / CHECKPOINT_DIR, keep=int(config.keep_checkpoints)
   )
   resumed = _resume(plan, manager, log) if config.resume else None
-  write_config(plan)
+  if main:
+    write_config(plan)
   if resumed is None:
     state, history = initial_state(plan), history_lib.MetricsHistory()
   else:
     state, history = resumed
   csv_path = out / METRICS_FILE
-  history.write_csv(csv_path)
+  if main:
+    history.write_csv(csv_path)
   start = int(jax.device_get(state.step))
+  processes = jax.process_count()
   log(
       f"Meta-training a {RULE} rule (init: {config.init_meta_params}) on "
-      f"{plan.groups_text()} over {len(plan.population.devices)} device(s); "
-      f"{config.batch_size} envs per agent, rollouts of {config.rollout_len}, "
-      f"{config.inner_steps} inner step(s); meta-steps {start} -> "
-      f"{num_steps}; writing to {out}"
+      f"{plan.groups_text()} over {len(plan.population.devices)} device(s)"
+      + (f" of {processes} processes" if processes > 1 else "")
+      + f"; {config.batch_size} envs per agent, rollouts of "
+      f"{config.rollout_len}, {config.inner_steps} inner step(s); meta-steps "
+      f"{start} -> {num_steps}; writing to {out}"
   )
 
   resolved = plan.resolved_config()
@@ -611,30 +648,44 @@ def run(
         extra=dict(csv_rows=len(history)),
     )
 
+  resume_hint = (
+      "restart every process with --config.resume=True "
+      f"--config.output_dir={out} to continue from the last checkpoint."
+  )
   step_times: list[float] = []
   wall_start = time.perf_counter()
   completed = False
   try:
-    with tqdm.tqdm(
-        total=num_steps,
-        initial=start,
-        unit="meta-step",
-        desc="meta-train",
-        disable=not progress,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    ) as bar:
+    with (
+        distributed.ends_process_on_failure(PROGRAM, resume_hint),
+        distributed.Watchdog(
+            PROGRAM, config.distributed.step_timeout, "meta-step", resume_hint
+        ) as watchdog,
+        tqdm.tqdm(
+            total=num_steps,
+            initial=start,
+            unit="meta-step",
+            desc="meta-train",
+            disable=not (progress and main),
+            file=sys.stderr,
+            dynamic_ncols=True,
+        ) as bar,
+    ):
       for k in range(start + 1, num_steps + 1):
         t0 = time.perf_counter()
         new_state, logs = plan.population.step(state)
         jax.block_until_ready(new_state.step)
         state = new_state
         step_times.append(time.perf_counter() - t0)
+        watchdog.beat()
         if k % config.log_every == 0 or k == num_steps:
           row = history_lib.metrics_row(
               k, logs, plan.groups, plan.population.config.rollout_len
           )
-          history.append_csv(csv_path, row)
+          if main:
+            history.append_csv(csv_path, row)
+          else:
+            history.append(row)
           bar.set_postfix(
               s_per_step=f"{step_times[-1]:.2f}",
               meta_loss=common.fmt(row.get("meta_loss")),
@@ -642,8 +693,13 @@ def run(
               refresh=False,
           )
         bar.update(1)
-        if config.checkpoint_every and k % config.checkpoint_every == 0:
+        preempted = distributed.preempted(k)
+        if preempted or (
+            config.checkpoint_every and k % config.checkpoint_every == 0
+        ):
           save(state)
+        if preempted:
+          raise distributed.Preempted(f"SIGTERM: stopped at meta-step {k}")
     completed = True
   finally:
     if int(jax.device_get(state.step)) > start:
@@ -675,21 +731,25 @@ def run(
 def write(
     plan: Plan, result: RunResult, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
-  """Exports the meta-parameters, plots the curves and writes the summary."""
+  """Exports the meta-parameters, plots the curves and writes the summary
+  (process 0 only; every process returns the summary)."""
   out, config, history = plan.output_dir, plan.config, result.history
+  main, log = distributed.is_main(), distributed.main_only(log)
   final_step = int(jax.device_get(result.state.step))
-  export_path = export_meta_params(
-      out / META_PARAMS_FILE,
-      result.state.meta_params,
-      plan.settings,
-      final_step,
-      source=PROGRAM,
-      init_meta_params=str(config.init_meta_params),
-      population=[
-          dict(name=g.name, num_agents=g.num_agents) for g in plan.groups
-      ],
-  )
-  if len(history):
+  export_path = out / META_PARAMS_FILE
+  if main:
+    export_meta_params(
+        export_path,
+        result.state.meta_params,
+        plan.settings,
+        final_step,
+        source=PROGRAM,
+        init_meta_params=str(config.init_meta_params),
+        population=[
+            dict(name=g.name, num_agents=g.num_agents) for g in plan.groups
+        ],
+    )
+  if main and len(history):
     history.plot(
         out / REWARDS_PLOT,
         out / LOSS_PLOT,
@@ -709,7 +769,8 @@ def write(
       meta_params_file=str(export_path),
       checkpoints=[str(p) for p in result.checkpoints],
   )
-  common.write_json(out / SUMMARY_FILE, summary)
+  if main:
+    common.write_json(out / SUMMARY_FILE, summary)
   fmt = common.fmt
   log(
       f"Meta-step {final_step}: meta loss {fmt(last_row.get('meta_loss'))}, "

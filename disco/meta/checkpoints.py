@@ -343,7 +343,7 @@ class CheckpointManager:
           "run, or start a new output folder."
       )
     leaves, treedef = jax.tree.flatten(template)
-    default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     abstract = {
         _leaf_name(i): jax.ShapeDtypeStruct(
             np.shape(leaf),

@@ -8,6 +8,11 @@ meta-gradients are averaged over the agents (``vmap`` within a device) and
 over devices (``jax.shard_map`` over a 1-D device mesh, ``lax.pmean``), and the
 meta-optimiser updates the meta-parameters, which stay replicated.
 
+The devices may belong to several processes (hosts) joined by
+``jax.distributed``: every process runs the same program on the global mesh,
+holds and steps only its own devices' agents, and the ``pmean`` averages over
+every agent of every process.
+
 A population may mix environments (kinds, observation shapes and action
 counts): agents are grouped by environment, each group with its own
 environment, agent network and value function, and the meta-gradient is the
@@ -184,23 +189,22 @@ class Population:
   def init(
       self, rng: jax.Array, meta_params: types.MetaParams
   ) -> MetaTrainState:
-    """Initial state; agent ages are staggered over the lifetime."""
+    """Initial state; agent ages are staggered over the lifetime.
+
+    Every device initialises only its own agents (one compiled program per
+    group, its output sharded like the agents), so with several processes
+    each process holds only its agents' states.
+    """
+    sharded = NamedSharding(self.mesh, P(AXIS))
     agents = []
     loop_rng, group_rngs = keys_lib.initial_keys(
         self.config.key_scheme, rng, [g.num_agents for g in self.groups]
     )
     for g, rngs in zip(self.groups, group_rngs, strict=True):
-      # One compiled program per group (eager vmapped initialisation
-      # dispatches hundreds of small programs, which takes many seconds).
-      stacked = jax.jit(jax.vmap(functools.partial(self._init_agent, g)))(rngs)
-      if self.config.lifetime_meta_steps:
-        ages = (
-            np.arange(g.num_agents)
-            * self.config.lifetime_meta_steps
-            // g.num_agents
-        )
-        stacked = stacked.replace(age=jnp.asarray(ages, jnp.int32))
-      agents.append(stacked)
+      init_group = jax.jit(
+          functools.partial(self._init_group, g), out_shardings=sharded
+      )
+      agents.append(init_group(rngs))
     state = MetaTrainState(
         meta_params=meta_params,
         meta_opt_state=self.meta_optimizer.init(meta_params),
@@ -210,8 +214,25 @@ class Population:
     )
     return self.place(state)
 
+  def _init_group(self, group: AgentGroup, rngs: jax.Array) -> AgentState:
+    """The group's agents from their keys ``[num_agents, 2]``."""
+    stacked = jax.vmap(functools.partial(self._init_agent, group))(rngs)
+    if self.config.lifetime_meta_steps:
+      ages = (
+          np.arange(group.num_agents)
+          * self.config.lifetime_meta_steps
+          // group.num_agents
+      )
+      stacked = stacked.replace(age=jnp.asarray(ages, jnp.int32))
+    return stacked
+
   def place(self, state: MetaTrainState) -> MetaTrainState:
-    """Shards agents over the devices and replicates the rest."""
+    """Shards agents over the devices and replicates the rest.
+
+    With several processes, every process must pass the same values (e.g.
+    meta-parameters loaded from a file); it keeps the shards of its own
+    devices.
+    """
     replicated = NamedSharding(self.mesh, P())
     sharded = NamedSharding(self.mesh, P(AXIS))
     return state.replace(
@@ -382,6 +403,17 @@ class Population:
         for g in self.groups
     }
     return weights[name] / sum(weights.values())
+
+  def lower(self, state: MetaTrainState) -> jax.stages.Lowered:
+    """The meta-step program for ``state``, lowered (e.g. for XLA's
+    ``compile().cost_analysis()``: FLOPs and bytes of one device's part)."""
+    return self._step.lower(
+        state.meta_params,
+        state.meta_opt_state,
+        state.step,
+        state.agents,
+        state.rng,
+    )
 
   def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
     """One meta-step for the whole population (one compiled program)."""

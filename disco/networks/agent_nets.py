@@ -3,7 +3,8 @@ action-conditional model for per-action outputs.
 
 Parameter names follow the published DiscoRL agent network, so published
 parameters load as they are:
-  ``<name>/~_embedding_pass/torso/~/linear_i``  torso MLP;
+  ``<name>/~_embedding_pass/torso/~/linear_i``  torso MLP (with
+  ``separate_torsos``: ``torso_<output>``, one per flat output);
   ``<name>/~_head_pass/torso_head[_k]/~/linear_0``  one linear head per flat
   output, in sorted key order;
   ``<name>/linear``, ``<name>/action_cond/linear``, ``<name>/mlp[_k]/~/linear_i``
@@ -24,13 +25,16 @@ import numpy as np
 from disco import types
 from disco.networks import action_models
 
+ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh}
+
 
 @dataclasses.dataclass(frozen=True)
 class NetConfig:
   """Settings of the agent network (the ``network`` entry of agent settings).
 
   Attributes:
-    dense: torso layer sizes (ReLU between layers, none after the last).
+    dense: torso layer sizes (``activation`` between layers, and after the
+      last with ``activate_final``).
     head_w_init_std: stddev of the truncated-normal init of the flat heads
       (``None``: haiku's default).
     model_lstm_size: LSTM size of the action-conditional model.
@@ -40,6 +44,13 @@ class NetConfig:
       image-like observations ``[H, W, C]`` such as MinAtar's and
       MiniGrid's; empty (the default): observations are flattened into the
       dense torso, whatever their shape.
+    activation: of the dense torso, a name in ``ACTIVATIONS``.
+    activate_final: apply ``activation`` after the torso's last layer too
+      (the published network does not: its heads read the last layer's
+      linear output).
+    separate_torsos: give every flat output its own torso (e.g. separate
+      actor and critic networks, as purejaxrl's PPO) instead of one shared
+      torso; not with per-action outputs, which grow from the shared one.
   """
 
   dense: Sequence[int] = (512, 512)
@@ -47,6 +58,16 @@ class NetConfig:
   model_lstm_size: int = 128
   model_head_hiddens: Sequence[int] = (128,)
   conv_channels: Sequence[int] = ()
+  activation: str = "relu"
+  activate_final: bool = False
+  separate_torsos: bool = False
+
+  def __post_init__(self):
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(
+          f"Unknown network activation {self.activation!r}; use one of "
+          f"{', '.join(ACTIVATIONS)}."
+      )
 
   def check_observation(self, shape: Sequence[int]) -> None:
     """Raises ``ValueError`` if this network cannot take observations of
@@ -86,6 +107,12 @@ class AgentNet(hk.Module):
           f"Output names {sorted(overlap)} are declared both as flat and as "
           "per-action outputs; give them distinct names."
       )
+    if config.separate_torsos and self._model_spec:
+      raise ValueError(
+          "network.separate_torsos gives each flat output its own torso, but "
+          f"this rule also needs per-action outputs {sorted(self._model_spec)}"
+          ", which grow from one shared torso: set separate_torsos=False."
+      )
 
   def __call__(
       self, observations: types.ArrayTree, grad_actions: jax.Array | None = None
@@ -96,8 +123,15 @@ class AgentNet(hk.Module):
     gradients only at these actions (values are unchanged); see
     ``action_models.per_action_outputs_grad_at``.
     """
+    if self._config.separate_torsos:
+      return self._head_pass(
+          {
+              key: self._embedding_pass(observations, f"torso_{key}")
+              for key in sorted(self._flat_spec)
+          }
+      )
     embedding = self._embedding_pass(observations)
-    outputs = self._head_pass(embedding)
+    outputs = self._head_pass({key: embedding for key in self._flat_spec})
     if self._model_spec:
       c = self._config
       root = action_models.root_state(embedding, c.model_lstm_size)
@@ -116,28 +150,37 @@ class AgentNet(hk.Module):
         )
     return outputs
 
-  def _embedding_pass(self, observations: types.ArrayTree) -> jax.Array:
+  def _embedding_pass(
+      self, observations: types.ArrayTree, name: str = "torso"
+  ) -> jax.Array:
     leaves = jax.tree.leaves(observations)
     if self._config.conv_channels:
       (images,) = leaves  # [B, H, W, C]; see NetConfig.check_observation
       x = images
       for i, channels in enumerate(self._config.conv_channels):
+        prefix = "" if name == "torso" else f"{name}_"
         x = jax.nn.relu(
-            hk.Conv2D(channels, kernel_shape=3, name=f"conv_{i}")(x)
+            hk.Conv2D(channels, kernel_shape=3, name=f"{prefix}conv_{i}")(x)
         )
       leaves = [x]
     flat = [hk.Flatten()(x) for x in leaves]
-    return hk.nets.MLP(tuple(self._config.dense), name="torso")(
-        jnp.concatenate(flat, axis=-1)
-    )
+    return hk.nets.MLP(
+        tuple(self._config.dense),
+        activation=ACTIVATIONS[self._config.activation],
+        activate_final=self._config.activate_final,
+        name=name,
+    )(jnp.concatenate(flat, axis=-1))
 
-  def _head_pass(self, embedding: jax.Array) -> dict[str, jax.Array]:
-    embedding = hk.Flatten()(embedding)
+  def _head_pass(
+      self, embeddings: Mapping[str, jax.Array]
+  ) -> dict[str, jax.Array]:
+    """One linear head per flat output, on that output's embedding."""
     w_init = None
     if self._config.head_w_init_std:
       w_init = hk.initializers.TruncatedNormal(self._config.head_w_init_std)
     outputs = {}
     for key in sorted(self._flat_spec):
+      embedding = hk.Flatten()(embeddings[key])
       shape = tuple(self._flat_spec[key].shape)
       out = hk.nets.MLP(
           (int(np.prod(shape)),), w_init=w_init, name="torso_head"
@@ -152,6 +195,9 @@ def network_settings(
     model_head_hiddens: Sequence[int] = (128,),
     head_w_init_std: float | None = 1e-2,
     conv_channels: Sequence[int] = (),
+    activation: str = "relu",
+    activate_final: bool = False,
+    separate_torsos: bool = False,
 ) -> dict[str, Any]:
   """The ``network`` entry of agent settings (a plain dict of ``NetConfig``
   fields)."""
@@ -161,6 +207,9 @@ def network_settings(
       model_lstm_size=model_lstm_size,
       model_head_hiddens=tuple(model_head_hiddens),
       conv_channels=tuple(conv_channels),
+      activation=activation,
+      activate_final=activate_final,
+      separate_torsos=separate_torsos,
   )
 
 

@@ -2,17 +2,23 @@
 
 One *iteration* = an actor rollout of ``rollout_len`` steps in ``num_envs``
 environments, its trajectories added to the replay, and (once the replay holds
-``min_replay_size`` trajectories) one learner step on a sampled batch. With a
-jittable environment ``run`` executes ``num_iterations`` iterations in one
-compiled ``lax.scan``; several seeds run at once under ``vmap`` in the same
-program, and the host only receives per-iteration metrics. Host environments
-(``is_jittable = False``) are stepped from a Python loop around the same
-jitted acting and learning functions, with the same random numbers.
+``min_replay_size`` trajectories) learning on a sampled batch: one learner
+step, or with sample reuse ``update_epochs`` passes over the batch, each in
+``num_minibatches`` learner steps on a random split of its trajectories (as
+PPO learns from each on-policy rollout). With a jittable environment ``run``
+executes ``num_iterations`` iterations in one compiled ``lax.scan``; several
+seeds run at once under ``vmap`` in the same program, and the host only
+receives per-iteration metrics (``learner_steps`` counts optimiser steps).
+Host environments (``is_jittable = False``) are stepped from a Python loop
+around the same jitted acting and learning functions, with the same random
+numbers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
+from typing import Any
 
 import chex
 import jax
@@ -37,6 +43,9 @@ class LoopConfig:
     and the learner uses each fresh rollout (``batch_size`` must then equal
     ``num_envs``).
   min_replay_size: trajectories needed before learning starts.
+  update_epochs: passes over each batch (sample reuse).
+  num_minibatches: learner steps per pass, each on ``batch_size /
+    num_minibatches`` of the batch's trajectories (shuffled every pass).
   """
 
   num_envs: int = 2
@@ -44,9 +53,17 @@ class LoopConfig:
   batch_size: int = 64
   replay_capacity: int = 1024
   min_replay_size: int = 64
+  update_epochs: int = 1
+  num_minibatches: int = 1
 
   def __post_init__(self):
-    for name in ("num_envs", "rollout_len", "batch_size"):
+    for name in (
+        "num_envs",
+        "rollout_len",
+        "batch_size",
+        "update_epochs",
+        "num_minibatches",
+    ):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
     if self.rollout_len < 2:
@@ -67,10 +84,85 @@ class LoopConfig:
           f"min_replay_size ({self.min_replay_size}) exceeds replay_capacity "
           f"({self.replay_capacity})."
       )
+    if self.batch_size % self.num_minibatches:
+      raise ValueError(
+          f"batch_size ({self.batch_size}) must be divisible by "
+          f"num_minibatches ({self.num_minibatches}): minibatches split the "
+          "batch's trajectories evenly."
+      )
 
   @property
   def env_steps_per_iteration(self) -> int:
     return self.num_envs * self.rollout_len
+
+  @property
+  def updates_per_learning_iteration(self) -> int:
+    """Learner (optimiser) steps of an iteration that learns."""
+    return self.update_epochs * self.num_minibatches
+
+  def num_updates(self, num_iterations: int) -> int:
+    """Learner steps of the first ``num_iterations`` iterations (those
+    before the replay holds ``min_replay_size`` trajectories learn
+    nothing)."""
+    waiting = 0
+    if self.replay_capacity:
+      waiting = max(0, -(-self.min_replay_size // self.num_envs) - 1)
+    learning = max(0, num_iterations - waiting)
+    return learning * self.updates_per_learning_iteration
+
+
+def reuse_samples(
+    step: Callable[[Any, Any, jax.Array], tuple[Any, types.Logs]],
+    learner: Any,
+    batch: types.ArrayTree,
+    rng: jax.Array,
+    epochs: int,
+    minibatches: int,
+) -> tuple[Any, types.Logs]:
+  """Learns from a batch in ``epochs`` passes of ``minibatches`` steps.
+
+  Every pass shuffles the batch's ``B`` trajectories and splits them into
+  ``minibatches`` minibatches of ``B / minibatches``; ``step(learner,
+  minibatch [T+1, B / minibatches, ...], rng) -> (learner, logs)`` learns
+  from each in turn. Passes and steps are ``lax.scan`` loops. With one pass
+  of one minibatch this is ``step(learner, batch, rng)`` exactly.
+
+  Args:
+    step: one learner step.
+    learner: the learner state.
+    batch: ``[T+1, B, ...]`` trajectories (``B`` divisible by
+      ``minibatches``).
+    rng: random key (shuffles and steps).
+    epochs: passes over the batch.
+    minibatches: steps per pass.
+
+  Returns:
+    The learner after ``epochs * minibatches`` steps and the steps' mean
+    logs.
+  """
+  if epochs == 1 and minibatches == 1:
+    return step(learner, batch, rng)
+  size = jax.tree.leaves(batch)[0].shape[1]
+
+  def split(order, x):  # [T+1, B, ...] -> [M, T+1, B / M, ...]
+    x = jnp.take(x, order, axis=1)
+    x = x.reshape((x.shape[0], minibatches, size // minibatches) + x.shape[2:])
+    return jnp.swapaxes(x, 0, 1)
+
+  def epoch(learner, rng):
+    order_rng, step_rng = jax.random.split(rng)
+    order = jax.random.permutation(order_rng, size)
+    return jax.lax.scan(
+        lambda learner, xs: step(learner, *xs),
+        learner,
+        (
+            jax.tree.map(lambda x: split(order, x), batch),
+            jax.random.split(step_rng, minibatches),
+        ),
+    )
+
+  learner, logs = jax.lax.scan(epoch, learner, jax.random.split(rng, epochs))
+  return learner, jax.tree.map(lambda x: x.mean(axis=(0, 1)), logs)
 
 
 @chex.dataclass(frozen=True)
@@ -229,7 +321,17 @@ class EvalLoop:
     return state.replay.size >= self.config.min_replay_size
 
   def _learner_step(self, learner, batch, rng, meta_params):
-    return self.agent.learner_step(rng, batch, learner, meta_params, False)
+    step = lambda learner, batch, rng: self.agent.learner_step(
+        rng, batch, learner, meta_params, False
+    )
+    return reuse_samples(
+        step,
+        learner,
+        batch,
+        rng,
+        self.config.update_epochs,
+        self.config.num_minibatches,
+    )
 
   def _maybe_learn(self, ready, learner, batch, rng, meta_params, learner_step):
     """One learner step if ``ready`` (a scalar shared by all seeds), else the
@@ -252,7 +354,9 @@ class EvalLoop:
 
   def _finish(self, state: TrainState, learner, logs, stats, ready):
     env_steps = state.env_steps + self.config.env_steps_per_iteration
-    learner_steps = state.learner_steps + ready.astype(jnp.int32)
+    learner_steps = state.learner_steps + (
+        ready.astype(jnp.int32) * self.config.updates_per_learning_iteration
+    )
     metrics = dict(
         stats,
         env_steps=env_steps,

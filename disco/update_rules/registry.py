@@ -6,7 +6,8 @@ Agent settings are an ``ml_collections.ConfigDict`` with
   ``rule``            the registry name of the rule;
   ``rule_kwargs``     keyword arguments of the rule's factory;
   ``hyper_params``    the rule's loss coefficients and discounts;
-  ``learning_rate``, ``max_abs_update``  the agent optimiser;
+  ``learning_rate``, ``max_abs_update``, ``max_grad_norm``, ``adam_eps``,
+  ``anneal_learning_rate``  the agent optimiser (``disco.agent.Agent``);
   ``loss_mask``       which transitions the losses average over
                       (``disco.agent.Agent``: ``"valid"`` or ``"published"``);
   ``network``         the agent network (``disco.networks.agent_nets.NetConfig``
@@ -39,6 +40,7 @@ from typing import Any
 
 from ml_collections import config_dict
 
+from disco import optimizers
 from disco import types
 from disco import weights
 from disco.networks import agent_nets
@@ -47,6 +49,7 @@ from disco.update_rules import base
 from disco.update_rules import disco
 from disco.update_rules import mpo
 from disco.update_rules import policy_gradient
+from disco.update_rules import ppo
 from disco.update_rules import spo
 
 SETTINGS_KEYS = (
@@ -55,11 +58,20 @@ SETTINGS_KEYS = (
     "hyper_params",
     "learning_rate",
     "max_abs_update",
+    "max_grad_norm",
+    "adam_eps",
+    "anneal_learning_rate",
     "loss_mask",
     "network",
 )
-DEFAULT_MAX_ABS_UPDATE = 1.0
-DEFAULT_LOSS_MASK = "valid"
+# The optional agent settings and their defaults (the published agent's).
+OPTIONAL_DEFAULTS = dict(
+    max_abs_update=1.0,
+    max_grad_norm=None,
+    adam_eps=optimizers.DEFAULT_ADAM_EPS,
+    anneal_learning_rate=False,
+    loss_mask="valid",
+)
 
 # (path or None, expected meta-parameter shapes) -> checked meta-parameters.
 PretrainedLoader = Callable[[Any, types.MetaParams], types.MetaParams]
@@ -73,7 +85,7 @@ class RuleEntry:
     name: the registry name.
     make: ``(hyper_params=..., **rule_kwargs) -> UpdateRule``.
     settings: the entry's agent settings: ``learning_rate`` and ``network``,
-      optionally ``max_abs_update``, ``loss_mask`` and overrides of the
+      optionally those of ``OPTIONAL_DEFAULTS`` and overrides of the
       factory's ``rule_kwargs`` and ``hyper_params``.
     pretrained: for an entry that stands for trained meta-parameters, a loader
       ``(path or None, expected) -> meta_params`` (``None``: the default file).
@@ -115,7 +127,7 @@ def register_rule(
     name: a new name (letters, digits, ``_``, ``-``, ``.``).
     make: the rule's factory (usually its class).
     settings: ``learning_rate`` and ``network`` of the agent, optionally
-      ``max_abs_update``, ``loss_mask`` and the ``rule_kwargs`` and
+      those of ``OPTIONAL_DEFAULTS`` and the ``rule_kwargs`` and
       ``hyper_params`` that differ from the factory's defaults.
     pretrained: loader of trained meta-parameters, if the entry stands for
       them.
@@ -140,9 +152,8 @@ def register_rule(
   if missing or unknown:
     raise ValueError(
         f"The settings of rule {name!r} need learning_rate and network and "
-        f"may have max_abs_update, loss_mask, rule_kwargs and hyper_params; "
-        f"got "
-        f"{sorted(settings)}."
+        f"may have {', '.join(OPTIONAL_DEFAULTS)}, rule_kwargs and "
+        f"hyper_params; got {sorted(settings)}."
     )
   entry = RuleEntry(
       name=name,
@@ -214,8 +225,7 @@ def default_settings(name: str) -> config_dict.ConfigDict:
           rule_kwargs=rule_kwargs,
           hyper_params=hyper_params,
           learning_rate=given["learning_rate"],
-          max_abs_update=given.get("max_abs_update", DEFAULT_MAX_ABS_UPDATE),
-          loss_mask=given.get("loss_mask", DEFAULT_LOSS_MASK),
+          **{k: given.get(k, v) for k, v in OPTIONAL_DEFAULTS.items()},
           network=_as_dict(given["network"]),
       )
   )
@@ -259,6 +269,21 @@ ONE_STEP_DUAL_RULE = dict(
     network=SMALL_NETWORK,
     hyper_params=dict(target_update_tau=0.05),
 )
+# purejaxrl's PPO on CartPole-v1: separate 64x64 tanh actor and critic
+# networks, Adam(2.5e-4, eps 1e-5) annealed to 0 over the run, gradients
+# clipped to global norm 0.5 (and no elementwise clip). Its loop (4 envs x
+# 128 steps, no replay, 4 epochs x 4 minibatches) is the training loop's
+# (README, "PPO").
+PPO_SETTINGS = dict(
+    learning_rate=2.5e-4,
+    network=agent_nets.network_settings(
+        (64, 64), activation="tanh", activate_final=True, separate_torsos=True
+    ),
+    max_abs_update=None,
+    max_grad_norm=0.5,
+    adam_eps=1e-5,
+    anneal_learning_rate=True,
+)
 for _name, _make, _settings, _description in (
     ("disco", disco.Disco, DISCO_SETTINGS, "the Disco meta-network rule"),
     (
@@ -273,6 +298,7 @@ for _name, _make, _settings, _description in (
         dict(learning_rate=5e-4, network=SMALL_NETWORK),
         "REINFORCE with a learned baseline",
     ),
+    ("ppo", ppo.PPO, PPO_SETTINGS, "PPO: clipped surrogate, GAE"),
     ("mpo", mpo.MPO, ONE_STEP_DUAL_RULE, "discrete MPO with an exact E-step"),
     (
         "spo",

@@ -1,4 +1,4 @@
-"""Off-policy value targets and advantages (V-trace and Retrace).
+"""Value targets and advantages: V-trace and Retrace (off-policy), GAE.
 
 Shapes are time-major. A rollout of ``T`` transitions has ``T+1`` states:
 
@@ -215,6 +215,53 @@ def retrace(
       target_q_value=target_q_values,
       q_target=q_target,
       q_td=q_target - q_a,
+  )
+
+
+def gae(
+    rewards: Array,
+    discounts: Array,
+    values: Array,
+    lambda_: jax.typing.ArrayLike,
+    truncated: Array | None = None,
+) -> Array:
+  """Generalised advantage estimates (Schulman et al., 2016) of a rollout.
+
+    delta_t = r_t + g_t V(s_{t+1}) - V(s_t),
+    A_t = delta_t + g_t lambda_ A_{t+1},   A_T = 0,
+
+  with ``g_t = discounts[t]`` (0 at a termination: the next value is not
+  used). A truncated transition (cut by a time limit: its next state belongs
+  to the next episode) has no valid target: its advantage is 0 and no trace
+  crosses it, so the transition before it bootstraps from ``V(s_t)``, the
+  last state of its episode. Computed with
+  ``rlax.truncated_generalized_advantage_estimation`` per sequence.
+
+  Args:
+    rewards: ``[T, B]`` reward of each transition.
+    discounts: ``[T, B]`` per-step discounts (``discount * (1 - terminal)``).
+    values: ``[T+1, B]`` state values.
+    lambda_: scalar trace parameter.
+    truncated: ``[T, B]`` bool, transitions cut by a time limit (or None).
+
+  Returns:
+    ``[T, B]`` advantages; the value targets are ``A + values[:-1]``. No
+    gradient flows through them.
+  """
+  chex.assert_rank([rewards, discounts, values], 2)
+  chex.assert_equal_shape([rewards, discounts, values[:-1]])
+  values = jax.lax.stop_gradient(values)
+  if truncated is not None:
+    # delta_t = V(s_t) + 0 * V(s_{t+1}) - V(s_t) = 0, and no trace from t+1.
+    rewards = jnp.where(truncated, values[:-1], rewards)
+    discounts = jnp.where(truncated, 0.0, discounts)
+  per_sequence = (
+      lambda r, d, v: rlax.truncated_generalized_advantage_estimation(
+          r, d, lambda_, v
+      )
+  )
+  return jax.vmap(per_sequence, in_axes=1, out_axes=1)(
+      rewards, discounts, values
   )
 
 

@@ -1,0 +1,305 @@
+"""PPO on CartPole-v1: this harness's ``ppo`` rule against purejaxrl's PPO.
+
+  python benchmarks/ppo_vs_purejaxrl.py --purejaxrl PATH [--seeds 3]
+
+``PATH`` is a checkout of https://github.com/luchris429/purejaxrl (it is not
+on PyPI); its ``purejaxrl/ppo.py`` is imported from there, never copied. Both
+train with purejaxrl's published CartPole-v1 settings (4 environments x 128
+steps per update, 4 epochs x 4 minibatches, Adam(2.5e-4, eps 1e-5) annealed
+to 0, gradients clipped to global norm 0.5, gamma 0.99, GAE lambda 0.95, clip
+0.2, entropy 0.01, value 0.5, separate 64x64 tanh actor and critic, 500k env
+steps) and the same number of vmapped seeds, each run as one compiled
+program. The runs alternate (ours, theirs, ours, ...) ``--repeats`` times.
+
+Prints, for both: the final return of every seed (mean over the last
+``--last_episodes`` episodes, counted alike for both), the compile time (the
+first call minus the median of the others, which rerun the same compiled
+program) and env steps/s over all seeds (median call, compilation excluded),
+and the ratio of the two rates. Timings are only meaningful on an otherwise
+idle machine; the returns do not depend on load.
+
+purejaxrl's code is run as published, with runtime shims only:
+
+* gymnax 1.x returns ``(obs, state, reward, terminated, truncated, info)``
+  from ``step``; purejaxrl expects gymnax 0.0.x's five values, so its
+  ``gymnax.make`` gets environments whose ``step`` returns ``done =
+  terminated or truncated`` (what gymnax 0.0.x reported);
+* its ``wrappers.py`` imports ``brax`` and ``navix`` for wrappers that PPO on
+  CartPole never uses; where they are not installed, empty stand-in modules
+  let the import succeed.
+
+Our loop differs in two ways that the numbers include: a rollout of 128
+steps gives the learner 127 transitions per environment (the last step's
+transition is completed in the next rollout, which starts after it), and
+minibatches split the 4 environments' trajectories rather than single
+transitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+import statistics
+import sys
+import time
+import types as pytypes
+
+import jax
+import numpy as np
+
+from disco import agent as agent_lib
+from disco.environments import registry as env_registry
+from disco.training import analysis
+from disco.training import loop as loop_lib
+from disco.update_rules import registry as rule_registry
+
+ENV = "CartPole-v1"
+# purejaxrl's published PPO settings for CartPole-v1 (purejaxrl/ppo.py).
+PUREJAXRL_CONFIG = {
+    "LR": 2.5e-4,
+    "NUM_ENVS": 4,
+    "NUM_STEPS": 128,
+    "TOTAL_TIMESTEPS": 500_000,
+    "UPDATE_EPOCHS": 4,
+    "NUM_MINIBATCHES": 4,
+    "GAMMA": 0.99,
+    "GAE_LAMBDA": 0.95,
+    "CLIP_EPS": 0.2,
+    "ENT_COEF": 0.01,
+    "VF_COEF": 0.5,
+    "MAX_GRAD_NORM": 0.5,
+    "ACTIVATION": "tanh",
+    "ENV_NAME": ENV,
+    "ANNEAL_LR": True,
+    "DEBUG": False,
+}
+
+
+# --------------------------------------------------------- purejaxrl ----
+
+
+class _FiveValueStep:
+  """A gymnax 1.x environment whose ``step`` returns gymnax 0.0.x's five
+  values ``(obs, state, reward, done, info)``."""
+
+  def __init__(self, env):
+    self._env = env
+
+  def __getattr__(self, name):
+    return getattr(self._env, name)
+
+  def step(self, key, state, action, params=None):
+    obs, state, reward, terminated, truncated, info = self._env.step(
+        key, state, action, params
+    )
+    return obs, state, reward, terminated | truncated, info
+
+
+def _stub_missing(name: str, attributes: tuple[str, ...] = ()) -> None:
+  """An empty module ``name`` (and its parents) where it does not import."""
+  try:
+    importlib.import_module(name)
+    return
+  except ImportError:
+    pass
+  parts = name.split(".")
+  for i in range(1, len(parts) + 1):
+    sys.modules.setdefault(
+        ".".join(parts[:i]), pytypes.ModuleType(".".join(parts[:i]))
+    )
+  for i in range(1, len(parts)):
+    setattr(sys.modules[".".join(parts[:i])], parts[i], sys.modules[name])
+  for attribute in attributes:
+    setattr(sys.modules[name], attribute, None)
+
+
+def import_purejaxrl_ppo(checkout: Path):
+  """purejaxrl's ``ppo`` module from a checkout, with the shims above."""
+  source = checkout / "purejaxrl"
+  if not (source / "ppo.py").is_file():
+    raise SystemExit(
+        f"--purejaxrl {checkout}: no purejaxrl/ppo.py there; pass the root "
+        "of a checkout of https://github.com/luchris429/purejaxrl."
+    )
+  _stub_missing("brax.envs", ("get_environment",))
+  _stub_missing(
+      "brax.envs.wrappers.training", ("EpisodeWrapper", "AutoResetWrapper")
+  )
+  _stub_missing("navix")
+  sys.path.insert(0, str(source))  # ppo.py imports its sibling `wrappers`
+  try:
+    ppo = importlib.import_module("ppo")
+  finally:
+    sys.path.remove(str(source))
+  make = ppo.gymnax.make
+  ppo.gymnax = pytypes.SimpleNamespace(
+      make=lambda *a, **k: (lambda env, params: (_FiveValueStep(env), params))(
+          *make(*a, **k)
+      )
+  )
+  return ppo
+
+
+def purejaxrl_runner(ppo, config, seeds):
+  """``run() -> (metrics, seconds)`` of purejaxrl's vmapped training, with
+  this harness's per-update ``episodes`` and ``return_sum`` ``[S, updates]``
+  and the seconds of the compiled call."""
+  train = jax.jit(jax.vmap(ppo.make_train(dict(config))))
+  rngs = jax.vmap(jax.random.PRNGKey)(np.asarray(seeds))
+
+  def run():
+    start = time.perf_counter()
+    info = jax.block_until_ready(train(rngs))["metrics"]
+    seconds = time.perf_counter() - start
+    done = np.asarray(info["returned_episode"])  # [S, updates, steps, envs]
+    returns = np.asarray(info["returned_episode_returns"])
+    metrics = dict(
+        episodes=done.sum(axis=(2, 3)),
+        return_sum=np.where(done, returns, 0.0).sum(axis=(2, 3)),
+    )
+    return metrics, seconds
+
+  return run
+
+
+# --------------------------------------------------------------- ours ----
+
+
+def ours_runner(config, seeds):
+  """``run() -> (metrics, seconds)`` of our ``ppo`` rule with the same
+  settings (the seconds of the compiled call)."""
+  loop_config = loop_lib.LoopConfig(
+      num_envs=config["NUM_ENVS"],
+      rollout_len=config["NUM_STEPS"],
+      batch_size=config["NUM_ENVS"],
+      replay_capacity=0,
+      min_replay_size=0,
+      update_epochs=config["UPDATE_EPOCHS"],
+      num_minibatches=config["NUM_MINIBATCHES"],
+  )
+  iterations = config["TOTAL_TIMESTEPS"] // loop_config.env_steps_per_iteration
+  settings = rule_registry.default_settings("ppo")
+  settings.learning_rate = config["LR"]
+  settings.max_grad_norm = config["MAX_GRAD_NORM"]
+  settings.anneal_learning_rate = config["ANNEAL_LR"]
+  settings.network.activation = config["ACTIVATION"]
+  settings.hyper_params.update(
+      discount_factor=config["GAMMA"],
+      gae_lambda=config["GAE_LAMBDA"],
+      clip_epsilon=config["CLIP_EPS"],
+      entropy_cost=config["ENT_COEF"],
+      value_cost=config["VF_COEF"],
+  )
+  env = env_registry.make_env(
+      "gymnax/" + config["ENV_NAME"], config["NUM_ENVS"]
+  )
+  agent = agent_lib.make_agent(
+      settings, env.num_actions, num_updates=loop_config.num_updates(iterations)
+  )
+  loop = loop_lib.EvalLoop(agent, env, loop_config)
+
+  def run():
+    states = jax.block_until_ready(loop.init_seeds(seeds))
+    start = time.perf_counter()
+    states, metrics = loop.run(states, {}, iterations)
+    jax.block_until_ready(states)
+    return metrics, time.perf_counter() - start
+
+  return run
+
+
+# ----------------------------------------------------------- harness ----
+
+
+def main(argv=None) -> dict[str, float]:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument(
+      "--purejaxrl", required=True, type=Path, help="purejaxrl checkout"
+  )
+  parser.add_argument("--seeds", type=int, default=3, help="vmapped seeds")
+  parser.add_argument(
+      "--total_env_steps",
+      type=int,
+      default=PUREJAXRL_CONFIG["TOTAL_TIMESTEPS"],
+      help="env steps per seed",
+  )
+  parser.add_argument(
+      "--repeats",
+      type=int,
+      default=3,
+      help="calls of each (the first compiles; >= 2 to time)",
+  )
+  parser.add_argument(
+      "--last_episodes",
+      type=int,
+      default=100,
+      help="final return: mean over each seed's last episodes",
+  )
+  parser.add_argument(
+      "--no_timing",
+      action="store_true",
+      help="one call each, returns only (e.g. on a busy machine)",
+  )
+  args = parser.parse_args(argv)
+  repeats = 1 if args.no_timing else args.repeats
+  if min(args.seeds, repeats, args.last_episodes) < 1:
+    parser.error("--seeds, --repeats and --last_episodes must be >= 1")
+  config = dict(PUREJAXRL_CONFIG, TOTAL_TIMESTEPS=args.total_env_steps)
+  seeds = list(range(args.seeds))
+  runners = {
+      "ours": ours_runner(config, seeds),
+      "purejaxrl": purejaxrl_runner(
+          import_purejaxrl_ppo(args.purejaxrl.expanduser().resolve()),
+          config,
+          seeds,
+      ),
+  }
+  print(
+      f"PPO on {ENV}: {args.seeds} vmapped seeds, {config['NUM_ENVS']} envs x "
+      f"{config['NUM_STEPS']} steps per update, {config['UPDATE_EPOCHS']} "
+      f"epochs x {config['NUM_MINIBATCHES']} minibatches, "
+      f"{args.total_env_steps} env steps per seed; devices: {jax.devices()}"
+  )
+  times = {name: [] for name in runners}
+  results = {}
+  for _ in range(repeats):  # interleaved
+    for name, run in runners.items():
+      metrics, seconds = run()
+      times[name].append(seconds)
+      results[name] = metrics
+  figures = {}
+  for name, metrics in results.items():
+    scores = analysis.final_scores(metrics, args.last_episodes)
+    env_steps = int(
+        metrics["episodes"].shape[1]
+        * config["NUM_ENVS"]
+        * config["NUM_STEPS"]
+        * args.seeds
+    )
+    per_seed = ", ".join(f"{s:.1f}" for s in scores)
+    print(
+        f"{name}: final return (last {args.last_episodes} episodes) per "
+        f"seed: {per_seed}; mean {np.mean(scores):.1f}"
+    )
+    figures[f"{name}_final_return"] = float(np.mean(scores))
+    if repeats > 1:
+      steady = statistics.median(times[name][1:])
+      rate = env_steps / steady
+      print(
+          f"{name}: compile {max(0.0, times[name][0] - steady):.1f} s; "
+          f"{rate:.0f} env steps/s over all seeds (median of "
+          f"{repeats - 1} calls of {steady:.2f} s)"
+      )
+      figures[f"{name}_env_steps_per_s"] = rate
+  if repeats > 1:
+    ratio = (
+        figures["ours_env_steps_per_s"] / figures["purejaxrl_env_steps_per_s"]
+    )
+    print(f"ratio (ours / purejaxrl env steps/s): {ratio:.2f}")
+    figures["ratio"] = ratio
+  return figures
+
+
+if __name__ == "__main__":
+  main()

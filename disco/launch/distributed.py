@@ -1,0 +1,409 @@
+"""Several processes (hosts) as one run, on ``jax.distributed``.
+
+Every process runs the same launcher command; ``jax.distributed`` joins them
+into one JAX runtime whose ``jax.devices()`` are all processes' devices.
+A launcher's ``config.distributed`` block says how (``settings``):
+
+* ``enabled=True`` alone lets JAX detect the cluster (SLURM, Open MPI, Cloud
+  TPU, Kubernetes); giving ``coordinator_address``, ``num_processes`` and
+  ``process_id`` (any of them enables it) sets them by hand;
+* ``initialization_timeout``: seconds for every process to join;
+* ``heartbeat_timeout``: seconds after which JAX's coordination service
+  counts a silent process as dead and stops the others;
+* ``step_timeout``: seconds without progress (after the first, compiling,
+  step) before a process gives up (``Watchdog``).
+
+``initialize`` checks the settings before JAX sees them, so that bad ones give
+one line and exit status 2 instead of JAX's abort: a process id out of range,
+a coordinator that nobody answers at, a coordinator port already taken, or
+processes that do not all join in time.
+
+Failures after the start: JAX's distributed runtime cannot continue without
+a process. A collective with a process that died raises in the others
+(``Gloo all-reduce failed: ... Connection reset by peer`` on CPUs); the
+launchers then print one line and end the process at once with status 1
+(``ends_process_on_failure``; a normal exit would wait in JAX's shutdown
+barrier). A process that dies while the others compute is noticed by the
+coordination service within ``heartbeat_timeout`` seconds; JAX then ends
+the others itself (``Terminating process because the JAX distributed service
+detected fatal errors``, status 134). SIGTERM goes to JAX's preemption
+notifier, which lets every process stop at the same step
+(``multihost_utils.reached_preemption_sync_point``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+import contextlib
+import dataclasses
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, NoReturn
+
+import jax
+from jax.experimental import multihost_utils
+import numpy as np
+
+from disco.launch import common
+
+UsageError = common.UsageError
+
+# JAX's own timeouts run this much longer than ours, so that the launcher's
+# clear message comes first.
+_GRACE_S = 30
+_PROBE_INTERVAL_S = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Checked ``config.distributed`` values (None: detected by JAX)."""
+
+  coordinator_address: str | None
+  num_processes: int | None
+  process_id: int | None
+  local_device_ids: tuple[int, ...] | None
+  initialization_timeout: int
+  heartbeat_timeout: int
+  step_timeout: int
+
+
+class Preempted(KeyboardInterrupt):
+  """Every process reached JAX's preemption sync point (after SIGTERM)."""
+
+
+# ------------------------------------------------------------- settings ----
+
+
+def default_config() -> dict[str, Any]:
+  """The ``distributed`` block of the launcher configs (not enabled)."""
+  return dict(
+      enabled=False,  # True alone: JAX detects the cluster
+      coordinator_address="",  # 'host:port' of process 0
+      num_processes=0,  # 0: detected
+      process_id=-1,  # -1: detected
+      local_device_ids="",  # e.g. '0': this process's GPUs ('': all)
+      initialization_timeout=300,  # s for every process to join
+      heartbeat_timeout=100,  # s until a silent process counts as dead
+      # s without a finished step (after the first, which compiles) before a
+      # process gives up (0: never).
+      step_timeout=1800,
+  )
+
+
+def settings(block: Any) -> Settings | None:
+  """``config.distributed`` checked; None when it is not enabled.
+
+  Raises:
+    UsageError: a bad value, naming the key and the fix.
+  """
+  cfg = common.as_dict(block, "distributed")
+  valid = set(default_config())
+  if set(cfg) != valid:
+    raise UsageError(
+        f"config.distributed must have the keys {', '.join(sorted(valid))}; "
+        f"got {', '.join(sorted(cfg))}."
+    )
+  enabled = common.check_bool(cfg["enabled"], "distributed.enabled")
+  address = str(cfg["coordinator_address"] or "").strip() or None
+  num = common.check_int(cfg["num_processes"], "distributed.num_processes", 0)
+  pid = common.check_int(cfg["process_id"], "distributed.process_id", -1)
+  ids = str(cfg["local_device_ids"] or "").strip()
+  if not (enabled or address or num or pid >= 0):
+    return None
+  if address is not None:
+    _split_address(address)
+  if num and pid >= num:
+    raise UsageError(
+        f"config.distributed.process_id={pid} is out of range for "
+        f"num_processes={num}: give each process its own id 0..{num - 1}."
+    )
+  try:
+    local = tuple(int(i) for i in ids.split(",")) if ids else None
+  except ValueError:
+    raise UsageError(
+        f"config.distributed.local_device_ids={ids!r}: write device numbers "
+        "separated by commas, e.g. '0' or '0,1'."
+    ) from None
+  return Settings(
+      coordinator_address=address,
+      num_processes=num or None,
+      process_id=pid if pid >= 0 else None,
+      local_device_ids=local,
+      initialization_timeout=common.check_int(
+          cfg["initialization_timeout"], "distributed.initialization_timeout", 1
+      ),
+      heartbeat_timeout=common.check_int(
+          cfg["heartbeat_timeout"], "distributed.heartbeat_timeout", 1
+      ),
+      step_timeout=common.check_int(
+          cfg["step_timeout"], "distributed.step_timeout", 0
+      ),
+  )
+
+
+def _split_address(address: str) -> tuple[str, int]:
+  host, _, port = address.rpartition(":")
+  if not host or not port.isdigit() or not 0 < int(port) < 65536:
+    raise UsageError(
+        f"config.distributed.coordinator_address={address!r}: write "
+        "'host:port' (process 0's host and a free port), e.g. "
+        "'10.0.0.1:8476'."
+    )
+  return host.strip("[]"), int(port)
+
+
+# ------------------------------------------------------- initialisation ----
+
+
+def initialize(s: Settings | None, program: str) -> None:
+  """Joins this process to the run (``jax.distributed.initialize``).
+
+  Does nothing for ``None`` or when JAX's runtime is already initialised.
+  Must run before anything else uses JAX's devices.
+
+  Raises:
+    UsageError: bad settings, a coordinator that nobody answers at, or a
+      process that cannot join; processes that do not all join within
+      ``initialization_timeout`` end this one with one line and status 2.
+  """
+  if s is None or jax.distributed.is_initialized():
+    return
+  where = _whoami(s)
+  if s.coordinator_address and s.process_id is not None:
+    host, port = _split_address(s.coordinator_address)
+    if s.process_id == 0:
+      _check_port_free(port, s.coordinator_address)
+    else:
+      _wait_for_coordinator(host, port, s, where)
+  timer = threading.Timer(
+      s.initialization_timeout,
+      abandon,
+      args=(
+          program,
+          f"{where}: not every process joined the run within "
+          f"{s.initialization_timeout} s (config.distributed."
+          "initialization_timeout): start all the processes, each with its "
+          "own process_id (0 .. num_processes - 1) and the same "
+          "coordinator_address and num_processes.",
+          2,
+      ),
+  )
+  timer.daemon = True
+  timer.start()
+  try:
+    jax.distributed.initialize(
+        coordinator_address=s.coordinator_address,
+        num_processes=s.num_processes,
+        process_id=s.process_id,
+        local_device_ids=s.local_device_ids,
+        initialization_timeout=s.initialization_timeout + _GRACE_S,
+        heartbeat_timeout_seconds=s.heartbeat_timeout,
+    )
+  except (ValueError, TypeError, RuntimeError) as e:
+    hint = ""
+    if "before any JAX" in str(e):
+      hint = " (start a new Python process: JAX is already in use here)"
+    raise UsageError(
+        f"{where}: jax.distributed.initialize failed: "
+        f"{common.one_line(e)}{hint}. Give coordinator_address, "
+        "num_processes and process_id in config.distributed where the "
+        "cluster is not detected (SLURM, Open MPI, Cloud TPU, Kubernetes)."
+    ) from None
+  finally:
+    timer.cancel()
+
+
+def _whoami(s: Settings) -> str:
+  if s.process_id is None:
+    return "this process"
+  total = f" of {s.num_processes}" if s.num_processes else ""
+  return f"process {s.process_id}{total}"
+
+
+def _check_port_free(port: int, address: str) -> None:
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      sock.bind(("", port))
+    except OSError as e:
+      raise UsageError(
+          f"process 0 hosts the coordinator at {address}, but port {port} is "
+          f"taken here ({e.strerror}): another run, or a second process with "
+          "process_id=0, uses it. Choose another port."
+      ) from None
+
+
+def _wait_for_coordinator(host: str, port: int, s: Settings, where: str):
+  deadline = time.monotonic() + s.initialization_timeout
+  error = None
+  while time.monotonic() < deadline:
+    try:
+      with socket.create_connection((host, port), timeout=2):
+        return
+    except OSError as e:
+      error = e.strerror or str(e)
+      time.sleep(_PROBE_INTERVAL_S)
+  raise UsageError(
+      f"{where} cannot reach the coordinator at {s.coordinator_address} "
+      f"({error}) within {s.initialization_timeout} s (config.distributed."
+      "initialization_timeout): start process 0 (it hosts the coordinator) "
+      "with the same coordinator_address, and check the host, port and "
+      "firewall."
+  )
+
+
+# --------------------------------------------------------- the processes ----
+
+
+def is_multiprocess() -> bool:
+  return jax.process_count() > 1
+
+
+def is_main() -> bool:
+  """Whether this process writes the run's shared outputs (process 0)."""
+  return jax.process_index() == 0
+
+
+def describe() -> str:
+  """``process i of n``."""
+  return f"process {jax.process_index()} of {jax.process_count()}"
+
+
+def main_only(log: Callable[[str], None]) -> Callable[[str], None]:
+  """``log`` in process 0, a no-op elsewhere."""
+  return log if is_main() else (lambda _: None)
+
+
+def barrier(name: str) -> None:
+  """Waits until every process gets here (no-op in one process)."""
+  if is_multiprocess():
+    multihost_utils.sync_global_devices(name)
+
+
+def preempted(step: int) -> bool:
+  """True at the same ``step`` in every process after a SIGTERM reached any
+  of them: ``jax.distributed`` hands SIGTERM to JAX's preemption notifier.
+  Without it (one process) SIGTERM raises ``KeyboardInterrupt`` instead
+  (``common.run_launcher``), and this is False. Every process must call it
+  with the same steps."""
+  return (
+      jax.distributed.is_initialized()
+      and multihost_utils.reached_preemption_sync_point(step)
+  )
+
+
+def split(items: Sequence[Any]) -> list[list[Any]]:
+  """``items`` in contiguous blocks, one per process (in process order);
+  the first blocks are one longer when they do not divide evenly (a block
+  is empty where there are fewer items than processes)."""
+  n = jax.process_count()
+  size, extra = divmod(len(items), n)
+  blocks, start = [], 0
+  for p in range(n):
+    end = start + size + (p < extra)
+    blocks.append(list(items[start:end]))
+    start = end
+  return blocks
+
+
+def gather(tree: Any, sizes: Sequence[int]) -> Any:
+  """Concatenates every process's ``tree`` of host arrays along the leading
+  axis (process order); ``sizes[p]`` is process ``p``'s leading size. Every
+  process gets the whole result."""
+  if not is_multiprocess():
+    return tree
+  width = max(sizes)
+
+  def pad(x):
+    x = np.asarray(x)
+    fill = np.zeros((width - x.shape[0], *x.shape[1:]), x.dtype)
+    return np.concatenate([x, fill])
+
+  stacked = multihost_utils.process_allgather(jax.tree.map(pad, tree))
+  return jax.tree.map(
+      lambda x: np.concatenate([x[p, :n] for p, n in enumerate(sizes)]),
+      stacked,
+  )
+
+
+# ------------------------------------------------------------- failures ----
+
+
+def abandon(program: str, message: str, status: int) -> NoReturn:
+  """Prints ``program: error: message`` as one line on stderr and ends the
+  process at once with ``status``.
+
+  ``os._exit``: a normal exit would run JAX's shutdown barrier, which waits
+  for the other processes (up to the heartbeat timeout, then aborts).
+  """
+  print(f"{program}: error: {common.one_line(message)}", file=sys.stderr)
+  sys.stdout.flush()
+  sys.stderr.flush()
+  os._exit(status)
+
+
+@contextlib.contextmanager
+def ends_process_on_failure(program: str, hint: str) -> Iterator[None]:
+  """In a multi-process run, an error or Ctrl-C in this process ends it with
+  one line (status 1, or 130 for Ctrl-C; ``hint`` says how to continue),
+  since the other processes cannot go on without it. ``Preempted`` and
+  single-process runs pass through."""
+  if not is_multiprocess():
+    yield
+    return
+  try:
+    yield
+  except Preempted:
+    raise
+  except KeyboardInterrupt:
+    abandon(program, f"{describe()} was interrupted; {hint}", 130)
+  except Exception as e:  # noqa: BLE001 - every failure ends the process
+    abandon(
+        program,
+        f"{describe()} failed: {type(e).__name__}: {common.one_line(e)[:400]}"
+        f" (if another process died, its own log says why); {hint}",
+        1,
+    )
+
+
+class Watchdog:
+  """Ends the process (one line, status 1) when ``beat`` is not called for
+  ``timeout`` seconds, counted from the first ``beat``: a collective whose
+  peer hangs (alive, so still sending heartbeats) would otherwise wait for
+  ever. ``timeout=0`` or a single process: does nothing."""
+
+  def __init__(self, program: str, timeout: int, what: str, hint: str):
+    self._timeout = timeout if is_multiprocess() else 0
+    self._program, self._what, self._hint = program, what, hint
+    self._deadline: float | None = None
+    self._stop = threading.Event()
+    self._thread = None
+    if self._timeout:
+      self._thread = threading.Thread(target=self._watch, daemon=True)
+      self._thread.start()
+
+  def beat(self) -> None:
+    self._deadline = time.monotonic() + self._timeout
+
+  def stop(self) -> None:
+    self._stop.set()
+
+  def __enter__(self) -> Watchdog:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.stop()
+
+  def _watch(self) -> None:
+    while not self._stop.wait(1.0):
+      if self._deadline is not None and time.monotonic() > self._deadline:
+        abandon(
+            self._program,
+            f"{describe()}: no {self._what} finished for {self._timeout} s "
+            "(config.distributed.step_timeout): another process is stuck "
+            f"or gone; {self._hint}",
+            1,
+        )

@@ -1,0 +1,167 @@
+"""Proximal policy optimisation (Schulman et al., 2017), clipped surrogate.
+
+For a rollout of ``T`` transitions in ``B`` environments, with the acting
+(behaviour) network's logits ``mu`` and values ``V_old`` (kept in the rollout:
+``behaviour_outputs``) and the trained network's logits ``pi`` and values
+``V``, all ``[T+1, B, ...]``:
+
+  * advantages ``A`` ``[T, B]``: GAE(gamma, lambda) on ``V_old``
+    (``returns.gae``: 0 bootstrap at a termination, cut at a truncation),
+    normalised to mean 0 and standard deviation 1 over the loss mask of the
+    batch the learner step sees (with sample reuse: each minibatch);
+  * value targets ``R = A_raw + V_old[:-1]`` ``[T, B]``;
+  * ratio ``rho = pi(a|s) / mu(a|s)`` ``[T, B]`` of the taken actions;
+  * policy loss ``-min(rho A, clip(rho, 1 - eps, 1 + eps) A)``;
+  * value loss ``0.5 max((V - R)^2, (V_clip - R)^2)`` with
+    ``V_clip = V_old + clip(V - V_old, -eps, eps)`` (``clip_value``; else
+    ``0.5 (V - R)^2``);
+  * per transition: ``policy loss + value_cost * value loss - entropy_cost *
+    H(pi)``, averaged by the agent over its loss mask.
+
+Targets come from the behaviour outputs only, so they stay fixed while the
+training loop reuses a rollout for several epochs of minibatches
+(``LoopConfig.update_epochs``, ``num_minibatches``), as PPO does. The
+registry's ``ppo`` entry has purejaxrl's CartPole settings (64x64 tanh actor
+and critic networks, Adam(2.5e-4, eps 1e-5) annealed to 0, gradients clipped
+to global norm 0.5); the loop settings (4 environments x 128 steps, no
+replay, 4 epochs x 4 minibatches) are the training loop's. Two differences
+from purejaxrl: minibatches split the environments (whole trajectories)
+rather than single transitions, and a time limit is a truncation (no loss,
+no trace across it) where purejaxrl treats it as a termination.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import rlax
+
+from disco import ops
+from disco import types
+from disco.update_rules import base
+from disco.value_fns import returns
+
+PPO_HYPER_PARAMS = dict(
+    discount_factor=0.99,
+    gae_lambda=0.95,
+    clip_epsilon=0.2,
+    entropy_cost=0.01,
+    value_cost=0.5,
+)
+
+
+class PPO(base.UpdateRule):
+  """PPO with a clipped surrogate, GAE and an optionally clipped value loss.
+
+  Args:
+    hyper_params: overrides of ``PPO_HYPER_PARAMS``.
+    normalize_advantages: normalise the advantages over each learner step's
+      batch.
+    clip_value: clip the value loss around the behaviour values (by
+      ``clip_epsilon``).
+  """
+
+  default_hyper_params = PPO_HYPER_PARAMS
+  behaviour_outputs = ("logits", "v")
+
+  def __init__(
+      self,
+      hyper_params: Mapping[str, float] | None = None,
+      normalize_advantages: bool = True,
+      clip_value: bool = True,
+  ):
+    super().__init__(hyper_params)
+    self._normalize_advantages = normalize_advantages
+    self._clip_value = clip_value
+
+  def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
+    return dict(
+        logits=base.logits_spec(num_actions),
+        v=types.ArraySpec((1,), np.float32),
+    )
+
+  def init_rule_state(
+      self, rng: jax.Array, params: types.Params
+  ) -> types.RuleState:
+    del rng, params
+    return {}
+
+  def unroll_meta_net(
+      self, inputs: base.Inputs, context: base.LearnerContext
+  ) -> tuple[base.MetaOut, types.RuleState]:
+    """GAE advantages and value targets from the behaviour values."""
+    inputs.check_shapes()
+    old_values = inputs.behaviour_agent_out["v"][..., 0]  # [T+1, B]
+    discounts = self.hyper_params["discount_factor"] * (
+        1.0 - inputs.is_terminal.astype(old_values.dtype)
+    )
+    advs = returns.gae(
+        inputs.rewards,
+        discounts,
+        old_values,
+        self.hyper_params["gae_lambda"],
+        inputs.truncated,
+    )
+    pg_advs = advs
+    if self._normalize_advantages:
+      mean = ops.masked_mean(advs, inputs.mask, context.axis_name)
+      var = ops.masked_mean(
+          jnp.square(advs - mean), inputs.mask, context.axis_name
+      )
+      pg_advs = (advs - mean) / (jnp.sqrt(var) + 1e-8)
+    meta_out = dict(
+        pg_advs=pg_advs,
+        raw_advs=advs,
+        value_targets=advs + old_values[:-1],
+    )
+    return meta_out, context.rule_state
+
+  def agent_loss(
+      self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
+  ) -> base.LossAndLogs:
+    """Clipped surrogate and entropy bonus, ``[T, B]``."""
+    del backprop  # PPO has no meta-parameters.
+    inputs.check_shapes()
+    eps = self.hyper_params["clip_epsilon"]
+    logits = inputs.agent_out["logits"][:-1]
+    actions = inputs.actions[:-1]
+    log_pi = rlax.batched_index(jax.nn.log_softmax(logits), actions)
+    log_mu = rlax.batched_index(
+        jax.nn.log_softmax(inputs.behaviour_agent_out["logits"][:-1]), actions
+    )
+    ratio = jnp.exp(log_pi - log_mu)
+    advs = jax.lax.stop_gradient(meta_out["pg_advs"])
+    surrogate = jnp.minimum(
+        ratio * advs, jnp.clip(ratio, 1.0 - eps, 1.0 + eps) * advs
+    )
+    entropy = ops.softmax_entropy(logits)
+    loss = -surrogate - self.hyper_params["entropy_cost"] * entropy
+    logs = dict(
+        entropy=jnp.mean(entropy),
+        ratio=jnp.mean(ratio),
+        clip_fraction=jnp.mean(jnp.abs(ratio - 1.0) > eps),
+        approx_kl=jnp.mean(log_mu - log_pi),
+        raw_advs=jnp.mean(meta_out["raw_advs"]),
+    )
+    return loss, logs
+
+  def agent_loss_no_meta(
+      self, inputs: base.Inputs, meta_out: base.MetaOut
+  ) -> base.LossAndLogs:
+    """The value loss times ``value_cost``, ``[T, B]``."""
+    values = inputs.agent_out["v"][:-1, ..., 0]
+    old_values = inputs.behaviour_agent_out["v"][:-1, ..., 0]
+    targets = jax.lax.stop_gradient(meta_out["value_targets"])
+    value_loss = jnp.square(values - targets)
+    if self._clip_value:
+      eps = self.hyper_params["clip_epsilon"]
+      clipped = old_values + jnp.clip(values - old_values, -eps, eps)
+      value_loss = jnp.maximum(value_loss, jnp.square(clipped - targets))
+    value_loss = 0.5 * value_loss
+    return self.hyper_params["value_cost"] * value_loss, dict(
+        value_loss=jnp.mean(value_loss),
+        avg_value=jnp.mean(values),
+    )
