@@ -82,6 +82,10 @@ def get_config() -> config_dict.ConfigDict:
           init_meta_params="random",
           init_seed=1,
           seed=4,  # agents, environments and acting
+          # Random keys: 'published' (the published notebook's, so a run can be
+          # compared with it step by step) or 'per_agent' (one key chain per
+          # agent); see disco.meta.keys.
+          key_scheme="published",
           num_meta_steps=800,  # total for the run (a resumed run continues to it)
           lifetime_meta_steps=0,  # reset each agent after this many (0: never)
           remat_inner_steps=False,  # recompute inner steps in the backward pass

@@ -4,6 +4,7 @@ meta-network is not tied to the fixtures' shapes."""
 
 from __future__ import annotations
 
+from pathlib import Path
 import shutil
 
 import haiku as hk
@@ -29,6 +30,10 @@ FIXTURES = (
     "grads/actor_critic_learner_step_s0.npz",
     "grads/disco_learner_step_s0.npz",
 )
+# Several meta-steps of the published meta-training notebook (small settings;
+# made by benchmarks/published_meta_train.py, committed: it needs no shared
+# files).
+META_STEPS_FIXTURE = Path(__file__).parent / "data" / "meta_train_steps_s0.npz"
 # The cheapest fixture to run: used by the command-line tests.
 CLI_FIXTURE = "actor_critic_learner_step_s0.npz"
 
@@ -183,6 +188,32 @@ def test_companion_gradients_only_from_an_identical_copy(tmp_path):
   # A copy with other inputs is not used.
   np.savez(companion, **dict(fx, **{"inputs::x": np.zeros(3)}), **grads)
   assert not parity.has_gradients(parity.with_companion_gradients(path, fx))
+
+
+def test_meta_train_steps_parity():
+  """Four consecutive meta-steps of our population (two agents, small
+  networks) from the notebook's initial state and keys give the published
+  notebook's meta-gradients, meta-parameters, agent and environment states
+  and logs (``benchmarks/published_meta_train.py`` made the fixture; it needs
+  no shared files). Our own initialisation from the same seeds is compared
+  too."""
+  report = parity.check_fixture(META_STEPS_FIXTURE)
+  assert report.error is None, _describe(report)
+  assert report.ok, _describe(report)
+  keys = [c.key for c in report.comparisons]
+  for part in (
+      "initial::meta_params::",
+      "initial::agents::1::learner_params::",
+      "steps::3::key (exact)",
+      "steps::3::logs::meta_loss",
+      "steps::3::logs::rewards",
+      "steps::3::meta_grads::",
+      "steps::3::meta_params_delta::",
+      "steps::3::agents::1::env_game (exact)",
+      "steps::3::agents::1::value_params::",
+      "final::agents::1::learner_params::",
+  ):
+    assert any(k.startswith(part) for k in keys), part
 
 
 def test_meta_gradient_parity_with_a_rolled_inner_loop(fixtures_dir):

@@ -16,6 +16,7 @@ import pytest
 
 from disco.launch import common
 from disco.launch import meta_train as mt
+from disco.meta import keys as keys_lib
 from disco.meta import population as population_lib
 
 from meta_settings import MIXED
@@ -67,16 +68,24 @@ def mixed(tmp_path_factory):
   first = states[1]
 
   @jax.jit
-  def per_agent(meta_params, agents):
-    """Every agent's own meta-gradient."""
-    return [
-        jax.vmap(functools.partial(pops[1]._agent_meta_step, g, meta_params))(
-            s
-        )[0]
-        for g, s in zip(pops[1].groups, agents, strict=True)
-    ]
+  def per_agent(meta_params, agents, loop_rng):
+    """Every agent's own meta-gradient, with the keys of the first step
+    (``key_scheme='published'``: agents numbered over the groups)."""
+    _, step_rng = keys_lib.next_step_key(loop_rng)
+    grads, first_index = [], 0
+    for g, s in zip(pops[1].groups, agents, strict=True):
+      keys = jax.vmap(lambda i: keys_lib.published_agent_keys(step_rng, i, 4))(
+          first_index + jnp.arange(g.num_agents)
+      )
+      grads.append(
+          jax.vmap(functools.partial(pops[1]._agent_meta_step, g, meta_params))(
+              s, keys
+          )[0]
+      )
+      first_index += g.num_agents
+    return grads
 
-  grads = per_agent(plan.meta_params, first.agents)
+  grads = per_agent(plan.meta_params, first.agents, first.rng)
   out = dict(
       mean_grad=jax.tree.map(
           lambda a, b: 0.75 * a.mean(0) + 0.25 * b.mean(0), *grads

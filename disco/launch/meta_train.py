@@ -68,6 +68,7 @@ from disco.launch import distributed
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import divergence
 from disco.meta import history as history_lib
+from disco.meta import keys as keys_lib
 from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import population as population_lib
 from disco.meta import value_function
@@ -373,6 +374,13 @@ def _debug(config) -> dict[str, Any]:
   return debug
 
 
+def _key_scheme(scheme) -> str:
+  try:
+    return keys_lib.check_scheme(str(scheme))
+  except ValueError as e:
+    raise UsageError(f"config.key_scheme: {common.one_line(e)}") from None
+
+
 def _population_config(config) -> population_lib.PopulationConfig:
   debug = _debug(config)
   try:
@@ -389,6 +397,7 @@ def _population_config(config) -> population_lib.PopulationConfig:
       lifetime_meta_steps=common.check_int(
           config.lifetime_meta_steps, "lifetime_meta_steps", 0
       ),
+      key_scheme=_key_scheme(config.key_scheme),
       outer=meta_gradient_lib.OuterLossConfig(
           entropy_cost=common.check_number(config.entropy_cost, "entropy_cost"),
           remat_inner_steps=common.check_bool(
@@ -509,6 +518,7 @@ def abstract_state(
           with_sharding(replicated), shapes.meta_opt_state
       ),
       step=with_sharding(replicated)(shapes.step),
+      rng=with_sharding(replicated)(shapes.rng),
       agents=jax.tree.map(with_sharding(sharded), shapes.agents),
   )
 

@@ -31,6 +31,10 @@ lifetime; a non-finite meta-gradient or update leaves the meta-parameters and
 the meta-optimiser state unchanged. A healthy step computes what it would
 without these checks (XLA may fuse its operations differently around them,
 which can change results in the last bits).
+
+Random keys follow ``PopulationConfig.key_scheme`` (``disco.meta.keys``): by
+default the published notebook's, so that a run can be compared with it step
+by step.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from disco import ops
 from disco import types
 from disco.environments import base as env_base
 from disco.meta import divergence
+from disco.meta import keys as keys_lib
 from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import value_function
 from disco.training import acting
@@ -95,6 +100,8 @@ class PopulationConfig:
   outer: outer-loss settings.
   faults: faults to inject, for tests only (None: none, and the compiled
     program holds no trace of them; any schedule: one program).
+  key_scheme: which random keys the agents use (``disco.meta.keys``):
+    ``published`` (the notebook's) or ``per_agent``.
   """
 
   rollout_len: int = 16
@@ -102,6 +109,10 @@ class PopulationConfig:
   lifetime_meta_steps: int = 0
   outer: meta_gradient_lib.OuterLossConfig = meta_gradient_lib.OuterLossConfig()
   faults: divergence.FaultInjection | None = None
+  key_scheme: str = keys_lib.PUBLISHED
+
+  def __post_init__(self):
+    keys_lib.check_scheme(self.key_scheme)
 
 
 @chex.dataclass(frozen=True)
@@ -125,6 +136,7 @@ class MetaTrainState:
   meta_opt_state: types.ArrayTree
   agents: tuple[AgentState, ...]
   step: jax.Array
+  rng: jax.Array  # the loop key (``disco.meta.keys``)
 
 
 class Population:
@@ -175,7 +187,9 @@ class Population:
 
   # ------------------------------------------------------------------ init
   def _init_agent(self, group: AgentGroup, rng: jax.Array) -> AgentState:
-    env_rng, learner_rng, value_rng, rng = jax.random.split(rng, 4)
+    env_rng, learner_rng, value_rng, rng = keys_lib.split_agent_key(
+        self.config.key_scheme, rng
+    )
     actor = acting.init_actor(group.env, env_rng)
     obs = jax.tree.map(lambda x: x[0], actor.timestep.observation)
     return AgentState(
@@ -197,23 +211,25 @@ class Population:
     """
     sharded = NamedSharding(self.mesh, P(AXIS))
     agents = []
-    for g, group_rng in zip(
-        self.groups, jax.random.split(rng, len(self.groups)), strict=True
-    ):
+    loop_rng, group_rngs = keys_lib.initial_keys(
+        self.config.key_scheme, rng, [g.num_agents for g in self.groups]
+    )
+    for g, rngs in zip(self.groups, group_rngs, strict=True):
       init_group = jax.jit(
           functools.partial(self._init_group, g), out_shardings=sharded
       )
-      agents.append(init_group(group_rng))
+      agents.append(init_group(rngs))
     state = MetaTrainState(
         meta_params=meta_params,
         meta_opt_state=self.meta_optimizer.init(meta_params),
         agents=tuple(agents),
         step=jnp.zeros([], jnp.int32),
+        rng=loop_rng,
     )
     return self.place(state)
 
-  def _init_group(self, group: AgentGroup, rng: jax.Array) -> AgentState:
-    rngs = jax.random.split(rng, group.num_agents)
+  def _init_group(self, group: AgentGroup, rngs: jax.Array) -> AgentState:
+    """The group's agents from their keys ``[num_agents, 2]``."""
     stacked = jax.vmap(functools.partial(self._init_agent, group))(rngs)
     if self.config.lifetime_meta_steps:
       ages = (
@@ -237,13 +253,24 @@ class Population:
         meta_params=jax.device_put(state.meta_params, replicated),
         meta_opt_state=jax.device_put(state.meta_opt_state, replicated),
         step=jax.device_put(state.step, replicated),
+        rng=jax.device_put(state.rng, replicated),
         agents=jax.device_put(state.agents, sharded),
     )
 
   # ------------------------------------------------------------ one agent
-  def _agent_meta_step(self, group: AgentGroup, meta_params, state: AgentState):
+  def _agent_meta_step(
+      self,
+      group: AgentGroup,
+      meta_params,
+      state: AgentState,
+      keys: keys_lib.AgentKeys | None = None,
+  ):
+    """``keys``: the agent's keys (None: from its own chain)."""
     cfg = self.config
-    rng, act_rng, grad_rng, reset_rng = jax.random.split(state.rng, 4)
+    rng = state.rng
+    if keys is None:
+      rng, keys = keys_lib.per_agent_keys(state.rng)
+    act_rng, grad_rng, reset_rng = keys.act, keys.grad, keys.reset
     learner = state.learner
 
     def rollout(actor, key, length):
@@ -327,10 +354,11 @@ class Population:
       scale = group.num_agents / jax.lax.psum(finite.sum(), AXIS)
       return share * scale.astype(share.dtype)
 
-    def per_device(meta_params, meta_opt_state, step, agents, *schedule):
+    def per_device(meta_params, meta_opt_state, step, agents, rng, *schedule):
       grad_sums, new_agents, group_logs = None, [], {}
-      for i, (group, group_state) in enumerate(
-          zip(self.groups, agents, strict=True)
+      rng, agent_keys = self._agent_keys(rng)
+      for i, (group, group_state, keys) in enumerate(
+          zip(self.groups, agents, agent_keys, strict=True)
       ):
         if i == 0 and faults:
           first = jnp.arange(local[group.name]) == 0
@@ -344,7 +372,7 @@ class Population:
           )
         grads, new_state, logs, finite = jax.vmap(
             functools.partial(self._agent_meta_step, group, meta_params)
-        )(group_state)
+        )(group_state, keys)
         # The group's mean over its finite agents (over all devices after
         # the pmean below), times its weight; a group without any finite
         # agent makes the meta-gradient NaN, so the update is skipped.
@@ -389,16 +417,43 @@ class Population:
         logs[divergence.DIVERGED] += glogs[divergence.DIVERGED]
         for k in ("meta_loss", "rewards", "pos_rewards", "neg_rewards"):
           logs[k] = logs.get(k, 0.0) + glogs[k] * (self._group_weight(name))
-      return meta_params, meta_opt_state, step + 1, tuple(new_agents), logs
+      return (
+          meta_params,
+          meta_opt_state,
+          step + 1,
+          tuple(new_agents),
+          logs,
+          rng,
+      )
 
     sharded = jax.shard_map(
         per_device,
         mesh=self.mesh,
-        in_specs=(P(), P(), P(), P(AXIS)) + ((P(), P()) if faults else ()),
-        out_specs=(P(), P(), P(), P(AXIS), P()),
+        in_specs=(P(), P(), P(), P(AXIS), P()) + ((P(), P()) if faults else ()),
+        out_specs=(P(), P(), P(), P(AXIS), P(), P()),
         check_vma=False,
     )
     return jax.jit(sharded)
+
+  def _agent_keys(self, rng: jax.Array):
+    """``(next loop key, per group: this device's agents' keys or None)``;
+    inside ``shard_map``."""
+    rng, step_rng = keys_lib.next_step_key(rng)
+    if self.config.key_scheme != keys_lib.PUBLISHED:
+      return rng, [None] * len(self.groups)
+    keys, first = [], 0
+    for g in self.groups:
+      local = g.num_agents // len(self.devices)
+      index = first + jax.lax.axis_index(AXIS) * local + jnp.arange(local)
+      keys.append(
+          jax.vmap(
+              lambda i: keys_lib.published_agent_keys(
+                  step_rng, i, self.num_agents
+              )
+          )(index)
+      )
+      first += g.num_agents
+    return rng, keys
 
   def _group_weight(self, name: str) -> float:
     """The group's normalised share of the meta-gradient and the logs."""
@@ -417,6 +472,7 @@ class Population:
         state.meta_opt_state,
         state.step,
         state.agents,
+        state.rng,
         *schedule,
     )
 
@@ -427,7 +483,7 @@ class Population:
 
   def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
     """One meta-step for the whole population (one compiled program)."""
-    meta_params, opt_state, step, agents, logs = self._step(
+    meta_params, opt_state, step, agents, logs, rng = self._step(
         *self._step_args(state)
     )
     return (
@@ -436,6 +492,7 @@ class Population:
             meta_opt_state=opt_state,
             agents=agents,
             step=step,
+            rng=rng,
         ),
         logs,
     )
