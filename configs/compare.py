@@ -32,17 +32,18 @@ def get_config() -> config_dict.ConfigDict:
           num_seeds=5,  # per run; seeds seed .. seed + num_seeds - 1
           seed=0,
           total_env_steps=40_000,  # per seed and run
-          # The disco-eval loop of every run (configs/evaluate.py).
-          num_envs=2,
-          rollout_len=29,
-          batch_size=64,
-          replay_capacity=1024,
-          min_replay_size=64,
+          # The disco-eval loop of every run (configs/evaluate.py). None: each
+          # rule's own (PPO's on-policy loop with sample reuse), else the
+          # published notebook's.
+          num_envs=config_dict.placeholder(int),
+          rollout_len=config_dict.placeholder(int),
+          batch_size=config_dict.placeholder(int),
+          replay_capacity=config_dict.placeholder(int),
+          min_replay_size=config_dict.placeholder(int),
           iterations_per_call=50,
           last_episodes=500,  # final score: mean return of the last episodes
-          # Per-rule changes of the disco-eval settings, e.g. PPO's on-policy
-          # loop: "ppo:num_envs=4,rollout_len=128,replay_capacity=0,
-          # batch_size=4,update_epochs=4,num_minibatches=4".
+          # Per-rule changes of the disco-eval settings, e.g.
+          # "ppo:num_envs=8,rollout_len=32,batch_size=8,learning_rate=1e-3".
           rule_overrides=(),
           # Statistics.
           test="welch",  # welch | mann_whitney | bootstrap | permutation

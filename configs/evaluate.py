@@ -8,7 +8,8 @@ value on the command line, e.g.::
 
 The defaults are the published evaluation notebook's: Disco103 on Catch 8x8,
 2 environments x 29 steps per iteration, a replay of 1024 trajectories and
-learner batches of 64.
+learner batches of 64 (a rule registered with its own loop, such as PPO,
+uses that one unless the loop settings are given).
 """
 
 from ml_collections import config_dict
@@ -35,18 +36,21 @@ def get_config() -> config_dict.ConfigDict:
           total_env_steps=40_000,  # per seed; rounded up to whole calls
           num_seeds=1,
           seed=0,  # seeds seed .. seed + num_seeds - 1 run together (vmapped)
-          num_envs=2,
-          rollout_len=29,
-          batch_size=64,
-          replay_capacity=1024,  # 0: no replay, learn on each rollout
-          min_replay_size=64,
+          # The training loop. None: the rule's own (its registry entry;
+          # PPO: purejaxrl's 4 envs x 128 steps, no replay, 4 epochs x 4
+          # minibatches), else the published notebook's: 2 envs x 29 steps,
+          # a replay of 1024 trajectories, batches of 64 from 64 stored.
+          num_envs=config_dict.placeholder(int),
+          rollout_len=config_dict.placeholder(int),
+          batch_size=config_dict.placeholder(int),
+          # 0: no replay, learn on each rollout (batch_size = num_envs).
+          replay_capacity=config_dict.placeholder(int),
+          min_replay_size=config_dict.placeholder(int),
           # Sample reuse: passes over each learner batch, each in
           # num_minibatches learner steps on a shuffled split of its
-          # trajectories (batch_size must be divisible by it). PPO's loop:
-          # num_envs=4, rollout_len=128, replay_capacity=0, batch_size=4,
-          # update_epochs=4, num_minibatches=4.
-          update_epochs=1,
-          num_minibatches=1,
+          # trajectories (batch_size must be divisible by it).
+          update_epochs=config_dict.placeholder(int),
+          num_minibatches=config_dict.placeholder(int),
           learning_rate=config_dict.placeholder(float),  # None: rule's default
           # Transitions the losses average over: "valid" (every transition with a
           # valid target) or "published" (as the published DiscoRL agent: not

@@ -57,12 +57,17 @@ def test_default_config_matches_the_notebook():
   assert config.env == "catch" and dict(config.env_settings) == dict(
       rows=8, columns=8
   )
+  # The loop settings default to the rule's loop; Disco103 has the
+  # notebook's, LoopConfig's defaults.
+  assert all(config[k] is None for k in registry.LOOP_KEYS)
+  assert not registry.get_entry("disco103").loop
+  notebook = loop_lib.LoopConfig()
   assert (
-      config.num_envs,
-      config.rollout_len,
-      config.batch_size,
-      config.replay_capacity,
-      config.min_replay_size,
+      notebook.num_envs,
+      notebook.rollout_len,
+      notebook.batch_size,
+      notebook.replay_capacity,
+      notebook.min_replay_size,
   ) == (2, 29, 64, 1024, 64)
   assert config.total_env_steps == 40_000 and config.learning_rate is None
   assert config.output_dir == "" and config.overwrite is False
@@ -160,27 +165,52 @@ def test_end_to_end_writes_outputs(tmp_path):
 
 
 def test_ppo_with_sample_reuse_end_to_end(tmp_path):
-  """``disco-eval --config.rule=ppo`` on its on-policy loop: 2 epochs x 2
-  minibatches per rollout, the learning rate annealed over the run."""
+  """``disco-eval --config.rule=ppo`` trains on PPO's registered loop (no
+  replay, 4 epochs) where the command line sets nothing: here 2 envs x 5
+  steps in 2 minibatches, the learning rate annealed over the run."""
   config = tiny_config(
       tmp_path,
       rule="ppo",
-      replay_capacity=0,
-      min_replay_size=0,
       batch_size=2,
-      update_epochs=2,
+      replay_capacity=None,
+      min_replay_size=None,
       num_minibatches=2,
       learning_rate=None,
   )
   plan = evaluate.build(config)
-  assert plan.iterations == 20 and plan.loop_config.num_updates(20) == 80
+  assert plan.loop_config == loop_lib.LoopConfig(
+      num_envs=2,
+      rollout_len=5,
+      batch_size=2,
+      replay_capacity=0,
+      min_replay_size=0,
+      update_epochs=4,
+      num_minibatches=2,
+  )
+  assert plan.iterations == 20 and plan.loop_config.num_updates(20) == 160
   summary = evaluate.evaluate(config, log=lambda _: None, progress=False)
-  assert summary["rule"] == "ppo" and summary["learner_steps"] == 80
+  assert summary["rule"] == "ppo" and summary["learner_steps"] == 160
   saved = json.loads((tmp_path / "run" / "config.json").read_text())
-  assert saved["config"]["update_epochs"] == 2
+  assert saved["config"]["update_epochs"] == 4
+  assert saved["config"]["replay_capacity"] == 0
   assert saved["rule_settings"]["anneal_learning_rate"] is True
   metrics = analysis.read_metrics_csv(tmp_path / "run" / "metrics.csv")
   assert np.isfinite(metrics["learner/total_loss"]).all()
+
+
+def test_rules_bring_their_loop_unless_it_is_set(tmp_path):
+  config = evaluate.default_config()
+  config.update(output_dir=str(tmp_path / "run"), total_env_steps=1000)
+  config.rule = "ppo"
+  assert evaluate.build(config).loop_config == loop_lib.LoopConfig(
+      **registry.PPO_LOOP
+  )
+  config.rule = "actor_critic"
+  assert evaluate.build(config).loop_config == loop_lib.LoopConfig()
+  config.update(rule="ppo", num_envs=8, batch_size=8)
+  assert evaluate.build(config).loop_config == loop_lib.LoopConfig(
+      **dict(registry.PPO_LOOP, num_envs=8, batch_size=8)
+  )
 
 
 @pytest.mark.parametrize(
@@ -349,7 +379,7 @@ def test_flags_override_the_config_file():
       ]
   )
   assert (config.update_epochs, config.num_minibatches) == (4, 4)
-  assert (_parse([]).update_epochs, _parse([]).num_minibatches) == (1, 1)
+  assert (_parse([]).update_epochs, _parse([]).num_minibatches) == (None, None)
 
 
 @pytest.mark.parametrize(

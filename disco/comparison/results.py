@@ -190,16 +190,7 @@ class Results:
       references: Mapping[str, Any] | None = None,
   ) -> dict[str, np.ndarray]:
     """``{rule: [num_seeds, num_envs]}`` final returns (or normalised)."""
-    out = {}
-    for rule in self.rules:
-      columns = []
-      for env in self.envs:
-        x = self.runs[rule, env].final_scores()
-        columns.append(
-            normalization.normalize(x, env, references) if normalized else x
-        )
-      out[rule] = np.stack(columns, axis=1)
-    return out
+    return self._per_rule(Run.final_scores, normalized, references)
 
   def curves(
       self,
@@ -208,11 +199,18 @@ class Results:
       references: Mapping[str, Any] | None = None,
   ) -> dict[str, np.ndarray]:
     """``{rule: [num_seeds, num_envs, num_points]}`` learning curves."""
+    return self._per_rule(
+        lambda run: run.curve_at(points), normalized, references
+    )
+
+  def _per_rule(self, scores_of, normalized, references):
+    """``{rule: scores_of(run) [num_seeds, ...] stacked over the envs on
+    axis 1}``, normalised per environment if ``normalized``."""
     out = {}
     for rule in self.rules:
       columns = []
       for env in self.envs:
-        x = self.runs[rule, env].curve_at(points)
+        x = scores_of(self.runs[rule, env])
         columns.append(
             normalization.normalize(x, env, references) if normalized else x
         )

@@ -249,10 +249,6 @@ def make(env_id: str, batch_size: int, **settings: Any) -> GymnaxEnvironment:
   return GymnaxEnvironment(batch_size, package_env, params, name)
 
 
-def _factory(env_id: str) -> Callable[..., base.Environment]:
-  return functools.partial(make, env_id)
-
-
 @functools.cache
 def env_specs() -> (
     dict[str, tuple[Callable[..., base.Environment], dict[str, Any]]]
@@ -266,5 +262,8 @@ def env_specs() -> (
   specs = {}
   for env_id in DISCRETE_IDS:
     ctor, fields = _defaults(env_id)
-    specs[PREFIX + env_id] = (_factory(env_id), {**ctor, **fields})
+    specs[PREFIX + env_id] = (
+        functools.partial(make, env_id),
+        {**ctor, **fields},
+    )
   return specs

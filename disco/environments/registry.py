@@ -181,20 +181,15 @@ register_env(
     jittable=False,
     description="dm_env Catch stepped from a host loop",
 )
-for _name, (_make, _settings) in lpg_grid.ENV_SPECS.items():
-  register_env(
-      _name,
-      _make,
-      _settings,
-      description="LPG grid world (Oh et al. 2020, Appendix A.1)",
-  )
-for _name, (_make, _settings) in delayed_chain.ENV_SPECS.items():
-  register_env(
-      _name,
-      _make,
-      _settings,
-      description="delayed chain MDP (Oh et al. 2020, Appendix A.3)",
-  )
+for _specs, _description in (
+    (lpg_grid.ENV_SPECS, "LPG grid world (Oh et al. 2020, Appendix A.1)"),
+    (
+        delayed_chain.ENV_SPECS,
+        "delayed chain MDP (Oh et al. 2020, Appendix A.3)",
+    ),
+):
+  for _name, (_make, _settings) in _specs.items():
+    register_env(_name, _make, _settings, description=_description)
 for _suite, _description in (
     (gymnax_envs, "gymnax"),
     (xminigrid_envs, "XLand-MiniGrid"),

@@ -309,10 +309,6 @@ def make(env_id: str, batch_size: int, **settings: Any) -> XMiniGridEnvironment:
   return XMiniGridEnvironment(batch_size, package_env, params, name)
 
 
-def _factory(env_id: str) -> Callable[..., base.Environment]:
-  return functools.partial(make, env_id)
-
-
 @functools.cache
 def env_specs() -> (
     dict[str, tuple[Callable[..., base.Environment], dict[str, Any]]]
@@ -321,4 +317,7 @@ def env_specs() -> (
 
   Imports xminigrid (but builds no environment and reads no file).
   """
-  return {PREFIX + i: (_factory(i), dict(_defaults(i))) for i in ENV_IDS}
+  return {
+      PREFIX + i: (functools.partial(make, i), dict(_defaults(i)))
+      for i in ENV_IDS
+  }

@@ -27,7 +27,7 @@ their parameters; process 0 gathers the metrics and writes the rest.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 import dataclasses
 import math
 from pathlib import Path
@@ -121,39 +121,27 @@ def plan_iterations(
   return math.ceil(needed / num_calls), num_calls
 
 
-def _loop_config(config: config_dict.ConfigDict) -> loop_lib.LoopConfig:
-  num_envs = common.check_int(config.num_envs, "num_envs", 1)
-  replay_capacity = common.check_int(
-      config.replay_capacity, "replay_capacity", 0
-  )
-  if replay_capacity and replay_capacity < num_envs:
-    raise UsageError(
-        f"replay_capacity ({replay_capacity}) must be >= num_envs "
-        f"({num_envs}): each iteration inserts num_envs trajectories at once "
-        "(or use replay_capacity=0 for no replay)."
-    )
+def _loop_config(
+    config: config_dict.ConfigDict, recommended: Mapping[str, int]
+) -> loop_lib.LoopConfig:
+  """The loop: ``config``'s settings, else the rule's ``recommended`` ones,
+  else ``LoopConfig``'s defaults (the published notebook's)."""
+  defaults = loop_lib.LoopConfig()
+  values = {}
+  for key in rule_registry.LOOP_KEYS:
+    value = config[key]
+    if value is None:
+      value = recommended.get(key, getattr(defaults, key))
+    low = 0 if key in ("replay_capacity", "min_replay_size") else 1
+    values[key] = common.check_int(value, key, low)
   try:
-    return loop_lib.LoopConfig(
-        num_envs=num_envs,
-        rollout_len=common.check_int(config.rollout_len, "rollout_len", 2),
-        batch_size=common.check_int(config.batch_size, "batch_size", 1),
-        replay_capacity=replay_capacity,
-        min_replay_size=common.check_int(
-            config.min_replay_size, "min_replay_size", 0
-        ),
-        update_epochs=common.check_int(
-            config.update_epochs, "update_epochs", 1
-        ),
-        num_minibatches=common.check_int(
-            config.num_minibatches, "num_minibatches", 1
-        ),
-    )
+    return loop_lib.LoopConfig(**values)
   except ValueError as e:
     raise UsageError(f"Invalid loop settings: {common.one_line(e)}") from None
 
 
 def _make_env(
-    config: config_dict.ConfigDict, num_seeds: int, seed: int
+    config: config_dict.ConfigDict, num_envs: int, num_seeds: int, seed: int
 ) -> tuple[env_base.Environment, dict[str, Any]]:
   try:
     entry = env_registry.get_entry(config.env)
@@ -172,7 +160,7 @@ def _make_env(
     if "seed" in entry.settings:
       env_settings.setdefault("seed", seed)
   try:
-    env = env_registry.make_env(config.env, config.num_envs, **env_settings)
+    env = env_registry.make_env(config.env, num_envs, **env_settings)
   except (ValueError, TypeError) as e:
     raise UsageError(f"Bad env settings: {common.one_line(e)}") from None
   return env, env_settings
@@ -211,7 +199,6 @@ def build(
   common.check_bool(config.overwrite, "overwrite")
   if config.learning_rate is not None:
     common.check_number(config.learning_rate, "learning_rate", positive=True)
-  loop_config = _loop_config(config)
   seeds = list(range(seed, seed + num_seeds))
   if num_seeds < jax.process_count():
     raise UsageError(
@@ -220,9 +207,13 @@ def build(
         "seeds, so give at least one per process."
     )
   local_seeds = distributed.split(seeds)[jax.process_index()]
-  env, env_settings = _make_env(config, len(local_seeds), local_seeds[0])
-
   rule = common.resolve_rule(config.rule, config.weights)
+  loop_config = _loop_config(
+      config, rule_registry.get_entry(rule.settings.rule).loop
+  )
+  env, env_settings = _make_env(
+      config, loop_config.num_envs, len(local_seeds), local_seeds[0]
+  )
   if rule.source == "random":
     log(
         f"Warning: rule {config.rule!r} has meta-parameters and none were "
@@ -302,6 +293,7 @@ def write_config(plan: Plan) -> None:
       output_dir=str(out),
       env_settings=plan.env_settings,
       learning_rate=plan.rule.settings.learning_rate,
+      **dataclasses.asdict(cfg),
   )
   common.write_json(
       out / "config.json",

@@ -6,7 +6,6 @@ from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from disco import ops
 from disco import types
@@ -77,10 +76,7 @@ class ActorCritic(base.UpdateRule):
     self._ema_eps = moving_average_eps
 
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
-    return dict(
-        logits=base.logits_spec(num_actions),
-        v=types.ArraySpec((self._num_bins,), np.float32),
-    )
+    return base.policy_value_spec(num_actions, self._num_bins)
 
   def init_rule_state(
       self, rng: jax.Array, params: types.Params

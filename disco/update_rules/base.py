@@ -59,6 +59,17 @@ def logits_spec(num_actions: int) -> types.ArraySpec:
   return types.ArraySpec((num_actions,), np.float32)
 
 
+def policy_value_spec(
+    num_actions: int, value_size: int = 1
+) -> dict[str, types.ArraySpec]:
+  """Per-state outputs of a policy-and-value network: ``logits [A]`` and
+  ``v [value_size]`` (1: a scalar value; more: a categorical value's bins)."""
+  return dict(
+      logits=logits_spec(num_actions),
+      v=types.ArraySpec((value_size,), np.float32),
+  )
+
+
 @dataclasses.dataclass(frozen=True)
 class ActingContext:
   """What a rule may use to choose actions beyond the network's outputs.

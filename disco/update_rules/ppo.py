@@ -36,7 +36,6 @@ from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import rlax
 
 from disco import ops
@@ -78,10 +77,7 @@ class PPO(base.UpdateRule):
     self._clip_value = clip_value
 
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
-    return dict(
-        logits=base.logits_spec(num_actions),
-        v=types.ArraySpec((1,), np.float32),
-    )
+    return base.policy_value_spec(num_actions)
 
   def init_rule_state(
       self, rng: jax.Array, params: types.Params

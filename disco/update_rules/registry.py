@@ -73,6 +73,17 @@ OPTIONAL_DEFAULTS = dict(
     loss_mask="valid",
 )
 
+# The fields of disco.training.loop.LoopConfig a rule may recommend.
+LOOP_KEYS = (
+    "num_envs",
+    "rollout_len",
+    "batch_size",
+    "replay_capacity",
+    "min_replay_size",
+    "update_epochs",
+    "num_minibatches",
+)
+
 # (path or None, expected meta-parameter shapes) -> checked meta-parameters.
 PretrainedLoader = Callable[[Any, types.MetaParams], types.MetaParams]
 
@@ -90,6 +101,10 @@ class RuleEntry:
     pretrained: for an entry that stands for trained meta-parameters, a loader
       ``(path or None, expected) -> meta_params`` (``None``: the default file).
     description: one line for listings.
+    loop: the training loop the rule is meant for, as fields of
+      ``disco.training.loop.LoopConfig`` (e.g. PPO's on-policy rollouts with
+      sample reuse); the launchers use them where the user sets none. Empty:
+      the published evaluation notebook's loop.
   """
 
   name: str
@@ -97,6 +112,7 @@ class RuleEntry:
   settings: Mapping[str, Any]
   pretrained: PretrainedLoader | None = None
   description: str = ""
+  loop: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 _REGISTRY: dict[str, RuleEntry] = {}
@@ -120,6 +136,7 @@ def register_rule(
     *,
     pretrained: PretrainedLoader | None = None,
     description: str = "",
+    loop: Mapping[str, int] | None = None,
 ) -> RuleEntry:
   """Registers a rule under ``name``.
 
@@ -132,6 +149,8 @@ def register_rule(
     pretrained: loader of trained meta-parameters, if the entry stands for
       them.
     description: one line for listings.
+    loop: the rule's training loop (``RuleEntry.loop``), if not the
+      published notebook's.
 
   Returns:
     The entry.
@@ -155,12 +174,19 @@ def register_rule(
         f"may have {', '.join(OPTIONAL_DEFAULTS)}, rule_kwargs and "
         f"hyper_params; got {sorted(settings)}."
     )
+  loop = dict(loop or {})
+  if set(loop) - set(LOOP_KEYS):
+    raise ValueError(
+        f"The loop of rule {name!r} may set {', '.join(LOOP_KEYS)}; got "
+        f"{sorted(loop)}."
+    )
   entry = RuleEntry(
       name=name,
       make=make,
       settings=copy.deepcopy(settings),
       pretrained=pretrained,
       description=description,
+      loop=loop,
   )
   _REGISTRY[name] = entry
   return entry
@@ -284,6 +310,17 @@ PPO_SETTINGS = dict(
     adam_eps=1e-5,
     anneal_learning_rate=True,
 )
+# purejaxrl's CartPole loop: 4 envs x 128 steps, no replay, 4 epochs x 4
+# minibatches per rollout.
+PPO_LOOP = dict(
+    num_envs=4,
+    rollout_len=128,
+    batch_size=4,
+    replay_capacity=0,
+    min_replay_size=0,
+    update_epochs=4,
+    num_minibatches=4,
+)
 for _name, _make, _settings, _description in (
     ("disco", disco.Disco, DISCO_SETTINGS, "the Disco meta-network rule"),
     (
@@ -298,7 +335,6 @@ for _name, _make, _settings, _description in (
         dict(learning_rate=5e-4, network=SMALL_NETWORK),
         "REINFORCE with a learned baseline",
     ),
-    ("ppo", ppo.PPO, PPO_SETTINGS, "PPO: clipped surrogate, GAE"),
     ("mpo", mpo.MPO, ONE_STEP_DUAL_RULE, "discrete MPO with an exact E-step"),
     (
         "spo",
@@ -308,6 +344,13 @@ for _name, _make, _settings, _description in (
     ),
 ):
   register_rule(_name, _make, _settings, description=_description)
+register_rule(
+    "ppo",
+    ppo.PPO,
+    PPO_SETTINGS,
+    description="PPO: clipped surrogate, GAE",
+    loop=PPO_LOOP,
+)
 
 register_rule(
     "disco103",

@@ -66,7 +66,6 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from disco import ops
 from disco import types
@@ -267,10 +266,7 @@ class SPO(ml.DualRule):
     self.root_dirichlet_fraction = float(root_dirichlet_fraction)
 
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
-    return dict(
-        logits=base.logits_spec(num_actions),
-        v=types.ArraySpec((1,), np.float32),
-    )
+    return base.policy_value_spec(num_actions)
 
   # ------------------------------------------------------------- searching
   def search_temperature(self, rule_state: types.RuleState | None) -> jax.Array:
