@@ -4,6 +4,10 @@ Disco103 on Catch 8x8, 2 environments x 29 steps per iteration, a replay of
 1024 trajectories (learning from 64), batches of 64, learning rate 1e-2.
 
   python benchmarks/eval_throughput.py --iterations 20 --seeds 1
+  python benchmarks/eval_throughput.py --compute_dtype bfloat16
+
+``--compute_dtype`` sets the agent network's compute dtype
+(``NetConfig.compute_dtype``; float32 parameters and outputs either way).
 
 Phases (every call runs the same ``--iterations``, so the loop compiles once):
   1. the first call from fresh states (compiles, then runs);
@@ -32,6 +36,7 @@ import numpy as np
 from disco import agent as agent_lib
 from disco import weights
 from disco.environments import registry
+from disco.networks import agent_nets
 from disco.training import loop as loop_lib
 from disco.update_rules import registry as rule_registry
 
@@ -76,12 +81,19 @@ def main(argv=None) -> float:
       default=None,
       help="Disco103 file (default: found or downloaded)",
   )
+  parser.add_argument(
+      "--compute_dtype",
+      default=agent_nets.COMPUTE_DTYPES[0],
+      choices=agent_nets.COMPUTE_DTYPES,
+      help="the agent network's compute dtype",
+  )
   args = parser.parse_args(argv)
   if min(args.iterations, args.seeds, args.timed_calls) < 1:
     parser.error("--iterations, --seeds and --timed_calls must be >= 1")
 
   settings = rule_registry.default_settings("disco")
   settings.learning_rate = NOTEBOOK["learning_rate"]
+  settings.network.compute_dtype = args.compute_dtype
   env = registry.make_env(
       "catch",
       NOTEBOOK["num_envs"],
@@ -108,6 +120,7 @@ def main(argv=None) -> float:
   print(
       f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}); "
       f"seeds={args.seeds}, iterations per call={n}, "
+      f"compute_dtype={args.compute_dtype}, "
       f"{config.env_steps_per_iteration} env steps per iteration"
   )
 

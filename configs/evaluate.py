@@ -58,12 +58,15 @@ def get_config() -> config_dict.ConfigDict:
           loss_mask=config_dict.placeholder(str),
           # Overrides of the rule's agent network (None: the rule's setting);
           # e.g. conv_channels=(16,) puts a convolutional torso in front of the
-          # dense one for image-like observations such as MinAtar's.
+          # dense one for image-like observations such as MinAtar's, and
+          # compute_dtype="bfloat16" computes the network in bfloat16
+          # (float32 parameters and outputs; for GPUs and TPUs).
           network=dict(
               dense=config_dict.placeholder(tuple),
               conv_channels=config_dict.placeholder(tuple),
               model_lstm_size=config_dict.placeholder(int),
               model_head_hiddens=config_dict.placeholder(tuple),
+              compute_dtype=config_dict.placeholder(str),
           ),
           iterations_per_call=50,  # iterations per compiled call
           last_episodes=500,  # final score: mean return of the last episodes

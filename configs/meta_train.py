@@ -56,6 +56,10 @@ def get_config() -> config_dict.ConfigDict:
                   head_w_init_std=1e-2,
                   model_lstm_size=256,
                   model_head_hiddens=(256,),
+                  # "bfloat16": the agents' networks compute in bfloat16
+                  # (float32 parameters and outputs; for GPUs and TPUs). The
+                  # meta-network, value function and losses stay float32.
+                  compute_dtype="float32",
               ),
               learning_rate=5e-4,
               max_abs_update=1.0,

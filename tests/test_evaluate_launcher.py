@@ -235,6 +235,10 @@ def test_rules_bring_their_loop_unless_it_is_set(tmp_path):
         (dict(rule="actor_critic", weights="/tmp/x.npz"), "no meta-parameters"),
         (dict(num_minibatches=3), "divisible by num_minibatches"),
         (dict(update_epochs=0), "update_epochs"),
+        (
+            dict(network=dict(compute_dtype="float16")),
+            "compute_dtype 'float16'; use one of float32, bfloat16",
+        ),
     ],
 )
 def test_bad_settings_are_usage_errors(tmp_path, overrides, match):
@@ -518,6 +522,30 @@ def test_network_overrides_and_observations_they_cannot_take(tmp_path):
   with pytest.raises(common.UsageError, match=r"image-like.*\[4\]") as info:
     evaluate.build(config)
   _assert_one_line(str(info.value))
+
+
+def test_bfloat16_network_from_the_command_line(tmp_path):
+  """``--config.network.compute_dtype=bfloat16``: the agent network computes
+  in bfloat16, and training runs with finite losses and float32
+  parameters."""
+  config = _parse(["--config.network.compute_dtype=bfloat16"])
+  assert config.network.compute_dtype == "bfloat16"
+  config = tiny_config(
+      tmp_path,
+      network=dict(compute_dtype=config.network.compute_dtype),
+      total_env_steps=100,
+      num_seeds=1,
+  )
+  plan = evaluate.build(config)
+  assert plan.agent.net_config.compute_dtype == "bfloat16"
+  summary = evaluate.evaluate(config, log=lambda _: None, progress=False)
+  assert summary["learner_steps"] == 9
+  metrics = analysis.read_metrics_csv(tmp_path / "run" / "metrics.csv")
+  losses = metrics["learner/total_loss"]
+  assert np.isfinite(losses[~np.isnan(losses)]).all()
+  assert not np.isnan(losses).all()
+  saved = weights.load_meta_params(tmp_path / "run" / "params_seed3.npz")
+  assert {v.dtype for v in jax.tree.leaves(saved)} == {np.dtype(np.float32)}
 
 
 def _diverge_seeds(monkeypatch, which):

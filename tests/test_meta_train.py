@@ -315,6 +315,10 @@ def _train_from_argv(args, tmp_path):
         (["--config.init_meta_params=missing.npz"], "does not exist"),
         (["--config.meta_optimizer=lamb"], "Unknown meta_optimizer"),
         (
+            ["--config.agent.network.compute_dtype=float16"],
+            "Bad agent settings: .*compute_dtype 'float16'",
+        ),
+        (
             ["--config.key_scheme=numpy"],
             "config.key_scheme: Unknown key_scheme",
         ),
