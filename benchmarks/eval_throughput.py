@@ -52,11 +52,67 @@ NOTEBOOK = dict(
 )
 
 
+def build(weights_path=None, seeds=1, network=None, sizes=None):
+  """``(loop, fresh seed states, Disco103 meta-parameters)`` at the
+  notebook's settings (``sizes`` replaces some of ``NOTEBOOK``, ``network``
+  some of the agent network's settings)."""
+  s = dict(NOTEBOOK, **(sizes or {}))
+  settings = rule_registry.default_settings("disco")
+  settings.learning_rate = s["learning_rate"]
+  settings.network.update(network or {})
+  env = registry.make_env(
+      "catch", s["num_envs"], rows=s["rows"], columns=s["columns"]
+  )
+  agent = agent_lib.make_agent(settings, env.num_actions)
+  meta_params = weights.load_disco103(
+      weights_path,
+      expected=jax.eval_shape(
+          agent.rule.init_meta_params, jax.random.PRNGKey(0)
+      ),
+  )
+  config = loop_lib.LoopConfig(
+      num_envs=s["num_envs"],
+      rollout_len=s["rollout_len"],
+      batch_size=s["batch_size"],
+      replay_capacity=s["replay_capacity"],
+      min_replay_size=s["min_replay_size"],
+  )
+  loop = loop_lib.EvalLoop(agent, env, config)
+  return loop, loop.init_seeds(list(range(seeds))), meta_params
+
+
 def _timed_run(loop, states, meta_params, iterations):
   start = time.perf_counter()
   states, metrics = loop.run(states, meta_params, iterations)
   jax.block_until_ready(states)
   return states, metrics, time.perf_counter() - start
+
+
+def warm_up(loop, fresh, meta_params, iterations):
+  """Compiles the loop and fills the replay: ``(states, seconds of the
+  first call, seconds of the same call compiled)``."""
+  states, _, first = _timed_run(loop, fresh, meta_params, iterations)
+  _, _, again = _timed_run(loop, fresh, meta_params, iterations)
+  config = loop.config
+  warm_iterations = math.ceil(config.min_replay_size / config.num_envs)
+  for _ in range(max(0, math.ceil(warm_iterations / iterations) - 1)):
+    states, _, _ = _timed_run(loop, states, meta_params, iterations)
+  return states, first, again
+
+
+def timed_call(loop, states, meta_params, iterations):
+  """One call of ``iterations`` with a learner step in each (per seed):
+  ``(states, metrics, seconds)``."""
+  before = np.asarray(states.learner_steps).sum()
+  states, metrics, seconds = _timed_run(loop, states, meta_params, iterations)
+  learner_steps = int(np.asarray(states.learner_steps).sum() - before)
+  expected = iterations * np.asarray(states.learner_steps).size
+  if learner_steps != expected:
+    raise RuntimeError(
+        f"expected {expected} learner steps in a timed call, got "
+        f"{learner_steps}: the replay was not warm."
+    )
+  return states, metrics, seconds
 
 
 def main(argv=None) -> float:
@@ -91,31 +147,10 @@ def main(argv=None) -> float:
   if min(args.iterations, args.seeds, args.timed_calls) < 1:
     parser.error("--iterations, --seeds and --timed_calls must be >= 1")
 
-  settings = rule_registry.default_settings("disco")
-  settings.learning_rate = NOTEBOOK["learning_rate"]
-  settings.network.compute_dtype = args.compute_dtype
-  env = registry.make_env(
-      "catch",
-      NOTEBOOK["num_envs"],
-      rows=NOTEBOOK["rows"],
-      columns=NOTEBOOK["columns"],
+  loop, fresh, meta_params = build(
+      args.weights, args.seeds, network=dict(compute_dtype=args.compute_dtype)
   )
-  agent = agent_lib.make_agent(settings, env.num_actions)
-  meta_params = weights.load_disco103(
-      args.weights,
-      expected=jax.eval_shape(
-          agent.rule.init_meta_params, jax.random.PRNGKey(0)
-      ),
-  )
-  config = loop_lib.LoopConfig(
-      num_envs=NOTEBOOK["num_envs"],
-      rollout_len=NOTEBOOK["rollout_len"],
-      batch_size=NOTEBOOK["batch_size"],
-      replay_capacity=NOTEBOOK["replay_capacity"],
-      min_replay_size=NOTEBOOK["min_replay_size"],
-  )
-  loop = loop_lib.EvalLoop(agent, env, config)
-  fresh = loop.init_seeds(list(range(args.seeds)))
+  config = loop.config
   n = args.iterations
   print(
       f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}); "
@@ -124,27 +159,15 @@ def main(argv=None) -> float:
       f"{config.env_steps_per_iteration} env steps per iteration"
   )
 
-  states, _, first = _timed_run(loop, fresh, meta_params, n)
-  _, _, again = _timed_run(loop, fresh, meta_params, n)
+  states, first, again = warm_up(loop, fresh, meta_params, n)
   compile_time = max(0.0, first - again)
   print(
       f"first call: {first:.2f} s; same call compiled: {again:.2f} s; "
       f"compile time: {compile_time:.2f} s"
   )
-
-  warm_iterations = math.ceil(config.min_replay_size / config.num_envs)
-  for _ in range(max(0, math.ceil(warm_iterations / n) - 1)):
-    states, _, _ = _timed_run(loop, states, meta_params, n)
   elapsed = []
   for _ in range(args.timed_calls):
-    before = np.asarray(states.learner_steps).sum()
-    states, metrics, seconds = _timed_run(loop, states, meta_params, n)
-    learner_steps = int(np.asarray(states.learner_steps).sum() - before)
-    if learner_steps != n * args.seeds:
-      raise RuntimeError(
-          f"expected {n * args.seeds} learner steps in a timed call, got "
-          f"{learner_steps}: the replay was not warm."
-      )
+    states, metrics, seconds = timed_call(loop, states, meta_params, n)
     elapsed.append(seconds)
   median = float(np.median(elapsed))
   env_steps = n * args.seeds * config.env_steps_per_iteration

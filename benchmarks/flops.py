@@ -147,7 +147,12 @@ def compiled_flops(fn, *args, **kwargs) -> dict[str, Any]:
   """``{"cost_analysis": ..., "matmul": ..., "by_op": {...}}`` of
   ``jax.jit(fn)`` compiled for ``args`` (arrays or shape structs)."""
   jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-  compiled = jitted.lower(*args, **kwargs).compile()
+  return lowered_flops(jitted.lower(*args, **kwargs))
+
+
+def lowered_flops(lowered) -> dict[str, Any]:
+  """``compiled_flops`` of a lowered program (``jax.stages.Lowered``)."""
+  compiled = lowered.compile()
   analysis = compiled.cost_analysis()
   if isinstance(analysis, (list, tuple)):  # older JAX: one per device
     analysis = analysis[0]
@@ -182,9 +187,12 @@ def compiled_memory(compiled) -> float | None:
 
 
 # ------------------------------------------------------------ programs ----
-def eval_learner_step(batch_size: int = 64, rollout_len: int = 29, rows=8):
+def eval_learner_step(
+    batch_size: int = 64, rollout_len: int = 29, rows=8, network=None
+):
   """``(fn, args)``: the evaluation notebook's learner step (Disco103
-  shapes, random meta-parameters: the FLOPs do not depend on values)."""
+  shapes, random meta-parameters: the FLOPs do not depend on values);
+  ``network`` replaces some of the agent network's settings."""
   from disco import agent as agent_lib
   from disco.environments import registry
   from disco.training import acting
@@ -192,6 +200,7 @@ def eval_learner_step(batch_size: int = 64, rollout_len: int = 29, rows=8):
 
   settings = rule_registry.default_settings("disco")
   settings.learning_rate = 1e-2
+  settings.network.update(network or {})
   env = registry.make_env("catch", batch_size, rows=rows, columns=rows)
   agent = agent_lib.make_agent(settings, env.num_actions)
   rng = jax.random.PRNGKey(0)
@@ -207,7 +216,7 @@ def eval_learner_step(batch_size: int = 64, rollout_len: int = 29, rows=8):
 
 
 def meta_step(inner_steps: int = 2, remat: bool = False, max_unrolled=2):
-  """``(fn, args)``: the meta-training notebook's meta-step."""
+  """The meta-training notebook's meta-step, lowered."""
   import tempfile
 
   from disco.launch import meta_train as mt
@@ -219,13 +228,7 @@ def meta_step(inner_steps: int = 2, remat: bool = False, max_unrolled=2):
   config.num_devices = 1
   config.output_dir = tempfile.mkdtemp(prefix="flops-")
   plan = mt.build(config)
-  state = mt.abstract_state(plan.population, plan.rule)
-  return plan.population._step, (
-      state.meta_params,
-      state.meta_opt_state,
-      state.step,
-      state.agents,
-  )
+  return plan.population.lower(mt.abstract_state(plan.population, plan.rule))
 
 
 def _print(name: str, flops: dict[str, Any], breakdown: int) -> None:
@@ -261,8 +264,9 @@ def main(argv=None) -> dict[str, float]:
     _print("eval learner step", flops, args.breakdown)
     results["learner_step"] = flops
   if args.only in (None, "meta_step"):
-    fn, step_args = meta_step(args.inner_steps, args.remat, args.max_unrolled)
-    flops = compiled_flops(fn, *step_args)
+    flops = lowered_flops(
+        meta_step(args.inner_steps, args.remat, args.max_unrolled)
+    )
     _print(
         f"meta-step ({args.inner_steps} inner steps, remat={args.remat}, "
         f"max_unrolled={args.max_unrolled})",

@@ -74,29 +74,38 @@ def _peak_device_bytes(devices) -> int | None:
   return max(peaks) if peaks else None
 
 
-def run_one(args, inner_steps: int) -> dict:
-  """Builds the population, times its meta-steps; returns the numbers."""
+def build(args, inner_steps: int):
+  """``(plan, initial state)`` of the population that ``args`` describe."""
   import jax
 
   from disco.launch import meta_train as mt
 
   config = _config(args, inner_steps)
-  plan = mt.build(config, log=lambda _: None)
+  plan = mt.build(config)
   os.rmdir(config.output_dir)  # nothing is written there
   state = mt.initial_state(plan)
   jax.block_until_ready(state)
+  return plan, state
+
+
+def timed_step(plan, state):
+  """One meta-step: ``(state, logs, seconds)``."""
+  import jax
 
   start = time.perf_counter()
   state, logs = plan.population.step(state)
   jax.block_until_ready((state, logs))
-  first = time.perf_counter() - start
+  return state, logs, time.perf_counter() - start
 
+
+def run_one(args, inner_steps: int) -> dict:
+  """Builds the population, times its meta-steps; returns the numbers."""
+  plan, state = build(args, inner_steps)
+  state, logs, first = timed_step(plan, state)
   times = []
   for _ in range(args.steps):
-    start = time.perf_counter()
-    state, logs = plan.population.step(state)
-    jax.block_until_ready((state, logs))
-    times.append(time.perf_counter() - start)
+    state, logs, seconds = timed_step(plan, state)
+    times.append(seconds)
   steady = sum(times) / len(times)
   return dict(
       inner_steps=inner_steps,
@@ -144,7 +153,8 @@ def _report(r: dict) -> None:
   )
 
 
-def main(argv=None) -> float:
+def arg_parser() -> argparse.ArgumentParser:
+  """The command line (also read by ``published_compare.py --meta``)."""
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument(
       "--steps", type=int, default=5, help="timed meta-steps after the first"
@@ -184,6 +194,11 @@ def main(argv=None) -> float:
       help="tiny networks (a smoke test of this script)",
   )
   parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+  return parser
+
+
+def main(argv=None) -> float:
+  parser = arg_parser()
   args = parser.parse_args(argv)
   try:
     sweep = [int(x) for x in args.inner_steps.split(",") if x.strip()]

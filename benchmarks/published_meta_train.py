@@ -38,22 +38,20 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 from pathlib import Path
 import pickle
-import sys
 import time
-import types
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+import published_notebook as nb
 
 from disco import parity
 from disco import weights as weights_lib
 
 NOTEBOOK = "colabs/meta_train.ipynb"
+FILENAME = "<meta_train.ipynb>"
 CSV_COLUMNS = (
     "meta_step",
     "rewards",
@@ -88,46 +86,6 @@ FULL = dict(
 )
 
 
-class NotebookError(RuntimeError):
-  """The notebook does not have the expected cells or lines."""
-
-
-def _code_cells(published: Path) -> list[str]:
-  path = published / NOTEBOOK
-  if not path.is_file():
-    raise NotebookError(f"{path} not found: pass the published code's folder.")
-  cells = json.loads(path.read_text())["cells"]
-  return ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-
-
-def _cell(cells: list[str], title: str) -> str:
-  found = [c for c in cells if f"# @title {title}" in c]
-  if len(found) != 1:
-    raise NotebookError(f"expected one notebook cell titled {title!r}.")
-  return found[0]
-
-
-def _replace(source: str, old: str, new: str) -> str:
-  if source.count(old) != 1:
-    raise NotebookError(f"expected exactly one {old!r} in the notebook cell.")
-  return source.replace(old, new)
-
-
-def _without_shell_lines(source: str) -> str:
-  return "\n".join(
-      line for line in source.splitlines() if not line.lstrip().startswith("!")
-  )
-
-
-def _device_put_replicated(tree, devices):
-  """JAX 0.10 removed ``jax.device_put_replicated``; ``pmap`` takes one
-  stacked copy per device instead. (The notebook's meta-update then compiles
-  on its first two calls, as the second one passes ``pmap``'s outputs.)"""
-  return jax.tree.map(
-      lambda x: jnp.stack([jnp.asarray(x)] * len(devices)), tree
-  )
-
-
 def notebook_namespace(
     published: Path,
     settings: dict[str, Any],
@@ -143,36 +101,24 @@ def notebook_namespace(
   keys by ``1 + seed`` and ``4 + seed``, and the initial meta-parameters by
   Disco103 when ``init == 'disco103'``.
   """
-  if str(published) not in sys.path:
-    sys.path.insert(0, str(published))
-  if not hasattr(jax, "device_put_replicated"):
-    jax.device_put_replicated = _device_put_replicated
-  cells = _code_cells(published)
+  ns = nb.namespace(published, "published_meta_train_notebook")
+  cells = nb.code_cells(published, NOTEBOOK)
   s = settings
-  # Dataclasses defined by the cells need their module in sys.modules.
-  module = types.ModuleType("published_meta_train_notebook")
-  sys.modules[module.__name__] = module
-  ns: dict[str, Any] = module.__dict__
 
-  install = _without_shell_lines(_cell(cells, "Install the package."))
-  weights_cell = _without_shell_lines(_cell(cells, "Download and unpack"))
-  weights_cell = _replace(
-      weights_cell, "f'/content/{disco_103_fname}'", repr(str(weights))
-  )
-  agent_cell = _cell(cells, "Configure a simple MLP agent.")
-  agent_cell = _replace(agent_cell, "dense=(512, 512)", f"dense={s['dense']}")
-  agent_cell = _replace(
+  agent_cell = nb.cell(cells, "Configure a simple MLP agent.")
+  agent_cell = nb.replace(agent_cell, "dense=(512, 512)", f"dense={s['dense']}")
+  agent_cell = nb.replace(
       agent_cell,
       "head_mlp_hiddens=(256,)",
       f"head_mlp_hiddens={s['head_mlp_hiddens']}",
   )
-  agent_cell = _replace(
+  agent_cell = nb.replace(
       agent_cell, "lstm_size=256", f"lstm_size={s['lstm_size']}"
   )
-  agent_cell = _replace(
+  agent_cell = nb.replace(
       agent_cell, "jax.random.PRNGKey(1)", f"jax.random.PRNGKey({1 + seed})"
   )
-  config_cell = _cell(cells, "Meta training config")
+  config_cell = nb.cell(cells, "Meta training config")
   for old, new in (
       ("num_steps = 800", f"num_steps = {num_steps}"),
       ("num_agents = 2", f"num_agents = {s['num_agents']}"),
@@ -185,26 +131,28 @@ def notebook_namespace(
       ("jax.random.PRNGKey(4)", f"jax.random.PRNGKey({4 + seed})"),
       ("dense=(256, 256)", f"dense={s['value_dense']}"),
   ):
-    config_cell = _replace(config_cell, old, new)
+    config_cell = nb.replace(config_cell, old, new)
   if init == "disco103":
-    config_cell = _replace(
+    config_cell = nb.replace(
         config_cell,
         "update_rule_params = random_update_rule_params  #",
         "update_rule_params = disco_103_params  #",
     )
   elif init != "random":
-    raise NotebookError(f"init must be 'random' or 'disco103', got {init!r}.")
-  for source in (
-      install,
-      weights_cell,
+    raise nb.NotebookError(
+        f"init must be 'random' or 'disco103', got {init!r}."
+    )
+  nb.run_cells(
+      ns,
+      *nb.setup_cells(cells, weights),
       agent_cell,
-      _cell(cells, "Helper functions for interacting"),
-      _cell(cells, "Meta training agent"),
-      _cell(cells, "Calculate meta gradients"),
-      _cell(cells, "Meta update step"),
-  ):
-    exec(compile(source, "<meta_train.ipynb>", "exec"), ns)
-  return ns, config_cell, _cell(cells, "Run meta-training")
+      nb.cell(cells, "Helper functions for interacting"),
+      nb.cell(cells, "Meta training agent"),
+      nb.cell(cells, "Calculate meta gradients"),
+      nb.cell(cells, "Meta update step"),
+      filename=FILENAME,
+  )
+  return ns, config_cell, nb.cell(cells, "Run meta-training")
 
 
 def _unreplicate(tree):
@@ -226,7 +174,7 @@ class Notebook:
     self._loop_cell = loop_cell
     if capture_agents:
       self._capture_agents()
-    exec(compile(config_cell, "<meta_train.ipynb>", "exec"), ns)
+    nb.run_cells(ns, config_cell, filename=FILENAME)
     self.initial_rng = np.asarray(ns["rng"])
     update = ns["jitted_meta_update"]
 
@@ -302,7 +250,7 @@ class Notebook:
     tmp.replace(path)
 
   def run(self):
-    exec(compile(self._loop_cell, "<meta_train.ipynb>", "exec"), self.ns)
+    nb.run_cells(self.ns, self._loop_cell, filename=FILENAME)
 
 
 def _namespace(args):
