@@ -373,3 +373,26 @@ def test_group_names_must_be_unique(tmp_path):
     type(plan.population)(
         [group, group], plan.population.config, plan.population.meta_optimizer
     )
+
+
+def test_plot_draws_every_group_including_names_with_slashes():
+  rows = [
+      {
+          "meta_step": step,
+          "rewards": 0.1,
+          "pos_reward_frac": 0.2,
+          "neg_reward_frac": 0.1,
+          "meta_loss": 0.0,
+          "pg_loss": 0.0,
+          **{
+              f"{g}/{k}": 0.0
+              for g in ("catch-5x5", "gymnax/CartPole-v1")
+              for k in ("rewards", "pos_reward_frac", "neg_reward_frac")
+          },
+          "catch-5x5/inner/rewards": 0.0,
+      }
+      for step in (1, 2)
+  ]
+  rewards_fig, _ = history_lib.MetricsHistory(rows).plot()
+  labels = {line.get_label() for line in rewards_fig.axes[0].get_lines()}
+  assert labels == {"population", "catch-5x5", "gymnax/CartPole-v1"}

@@ -197,12 +197,13 @@ class MetricsHistory:
     return tuple(figs)
 
   def _groups(self) -> list[str]:
+    """Group names: the prefixes of ``<group>/rewards`` columns (a group's
+    name may itself hold ``/``, e.g. ``gymnax/CartPole-v1``)."""
+    suffix = "/rewards"
     return sorted(
-        {
-            k.split("/", 1)[0]
-            for k in self.columns
-            if k.endswith("/rewards") and "/inner/" not in k
-        }
+        k[: -len(suffix)]
+        for k in self.columns
+        if k.endswith(suffix) and "/inner/" not in k
     )
 
   def _draw_rewards(self, fig) -> None:
