@@ -308,15 +308,7 @@ def test_ppo_solves_cartpole_with_purejaxrls_settings():
   """purejaxrl's CartPole-v1 setting (500k env steps, 3 seeds): every seed
   ends near the maximum return of 500, as purejaxrl's PPO does (about a
   minute here)."""
-  config = loop_lib.LoopConfig(
-      num_envs=4,
-      rollout_len=128,
-      batch_size=4,
-      replay_capacity=0,
-      min_replay_size=0,
-      update_epochs=4,
-      num_minibatches=4,
-  )
+  config = loop_lib.LoopConfig(**registry.PPO_LOOP)
   metrics = _learn(
       "gymnax/CartPole-v1",
       {},
