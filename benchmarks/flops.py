@@ -28,9 +28,11 @@ import argparse
 import collections
 import json
 import re
+import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%(\S+) \(.*\{$")
@@ -46,34 +48,34 @@ def _dims(shape: str) -> list[int] | None:
   return [int(d) for d in m.group(1).split(",") if d]
 
 
-def _attr(rest: str, name: str) -> str | None:
+def attr(rest: str, name: str) -> str | None:
   m = re.search(name + r"=(\{[^}]*\}|[^,\s]+)", rest)
   return m.group(1) if m else None
 
 
-def _callees(rest: str) -> list[str]:
+def callees(rest: str) -> list[str]:
   names = []
   for key in ("calls", "to_apply", "body", "branch_computations"):
-    value = _attr(rest, key)
+    value = attr(rest, key)
     if value:
       names += _OPERAND.findall(value)
   for key in ("true_computation", "false_computation"):
-    value = _attr(rest, key)
+    value = attr(rest, key)
     if value:
       names.append(value.lstrip("%"))
   return names
 
 
-def _clean_op_name(op_name: str) -> str:
+def clean_op_name(op_name: str) -> str:
   op_name = re.sub(r"^jit\([^)]*\)/", "", op_name)
   for noise in ("while/body/", "closed_call/", "checkpoint/", "remat/"):
     op_name = op_name.replace(noise, "")
   return op_name
 
 
-def hlo_matmul_flops(hlo_text: str) -> tuple[float, dict[str, float]]:
-  """Matrix-product FLOPs of an optimised HLO module, loops multiplied by
-  their trip counts, and the same FLOPs by (cleaned) JAX op name."""
+def parse_hlo(hlo_text: str) -> tuple[dict[str, list[tuple]], str]:
+  """The computations of an optimised HLO module, ``{name: [(instruction,
+  shape, opcode, rest of the line)]}``, and the entry computation's name."""
   comps: dict[str, list[tuple[str, str, str, str]]] = {}
   entry, current = None, None
   for line in hlo_text.splitlines():
@@ -89,24 +91,36 @@ def hlo_matmul_flops(hlo_text: str) -> tuple[float, dict[str, float]]:
     m = _INSTRUCTION.match(line)
     if m:
       comps[current].append(m.groups())
+  return comps, entry
 
-  shapes = {}
-  for instrs in comps.values():
-    for name, shape, _, _ in instrs:
-      shapes[name] = shape
+
+def dot_flops(shape: str, rest: str, shapes: dict[str, str]) -> float:
+  """FLOPs of one ``dot`` instruction (output shape and operands line)."""
+  lhs = _OPERAND.findall(rest.split(")")[0])[0]
+  lhs_dims = _dims(shapes.get(lhs, "")) or []
+  contract = attr(rest, "lhs_contracting_dims") or "{}"
+  k = int(np.prod([lhs_dims[int(i)] for i in re.findall(r"\d+", contract)]))
+  return 2.0 * np.prod(_dims(shape) or []) * k
+
+
+def instruction_shapes(comps) -> dict[str, str]:
+  """``{instruction: shape}`` over every computation of ``parse_hlo``."""
+  return {n: shape for instrs in comps.values() for n, shape, _, _ in instrs}
+
+
+def hlo_matmul_flops(hlo_text: str) -> tuple[float, dict[str, float]]:
+  """Matrix-product FLOPs of an optimised HLO module, loops multiplied by
+  their trip counts, and the same FLOPs by (cleaned) JAX op name."""
+  comps, entry = parse_hlo(hlo_text)
+  shapes = instruction_shapes(comps)
 
   def own_dots(comp):
     out = []
     for _, shape, op, rest in comps[comp]:
       if op != "dot":
         continue
-      lhs = _OPERAND.findall(rest.split(")")[0])[0]
-      lhs_dims = _dims(shapes.get(lhs, "")) or []
-      contract = _attr(rest, "lhs_contracting_dims") or "{}"
-      k = int(np.prod([lhs_dims[int(i)] for i in re.findall(r"\d+", contract)]))
-      out_dims = _dims(shape) or []
-      op_name = _attr(rest, "op_name") or '"?"'
-      out.append((2.0 * np.prod(out_dims) * k, _clean_op_name(op_name[1:-1])))
+      op_name = attr(rest, "op_name") or '"?"'
+      out.append((dot_flops(shape, rest, shapes), clean_op_name(op_name[1:-1])))
     return out
 
   memo: dict[str, collections.Counter] = {}
@@ -118,12 +132,12 @@ def hlo_matmul_flops(hlo_text: str) -> tuple[float, dict[str, float]]:
     for flops, name in own_dots(comp):
       total[name] += flops
     for _, _, op, rest in comps[comp]:
-      callees = [c for c in _callees(rest) if c in comps]
-      if not callees:
+      called = [c for c in callees(rest) if c in comps]
+      if not called:
         continue
       if op == "while":
         trip = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', rest)
-        body = _attr(rest, "body").lstrip("%")
+        body = attr(rest, "body").lstrip("%")
         total.update(
             {
                 k: v * (int(trip.group(1)) if trip else 1)
@@ -131,10 +145,10 @@ def hlo_matmul_flops(hlo_text: str) -> tuple[float, dict[str, float]]:
             }
         )
       elif op == "conditional":
-        branches = [count(c) for c in callees]
+        branches = [count(c) for c in called]
         total.update(max(branches, key=lambda c: sum(c.values())))
       else:
-        for c in callees:
+        for c in called:
           total.update(count(c))
     memo[comp] = total
     return total
@@ -184,6 +198,25 @@ def compiled_memory(compiled) -> float | None:
       + stats.temp_size_in_bytes
       - stats.alias_size_in_bytes
   )
+
+
+class Matmul:
+  """GFLOP/s of one square float32 matrix product, compiled once: the
+  reference the benchmarks state their achieved GFLOP/s against."""
+
+  def __init__(self, size: int = 4096):
+    self.size = size
+    self._a = jax.random.normal(jax.random.PRNGKey(0), (size, size))
+    self._dot = jax.jit(jnp.dot)
+    self._dot(self._a, self._a).block_until_ready()
+
+  def gflops(self, reps: int) -> float:
+    seconds = []
+    for _ in range(reps):
+      start = time.perf_counter()
+      self._dot(self._a, self._a).block_until_ready()
+      seconds.append(time.perf_counter() - start)
+    return 2 * self.size**3 / float(np.median(seconds)) / 1e9
 
 
 # ------------------------------------------------------------ programs ----

@@ -56,7 +56,6 @@ import time
 import eval_throughput
 import flops
 import jax
-import jax.numpy as jnp
 import meta_train_step
 import numpy as np
 import published_meta_train
@@ -86,24 +85,6 @@ LEAN_BATCHES = 4
 
 def _median(xs) -> float:
   return float(np.median(xs))
-
-
-class Matmul:
-  """GFLOP/s of one square float32 matrix product, compiled once."""
-
-  def __init__(self, size: int):
-    self.size = size
-    self._a = jax.random.normal(jax.random.PRNGKey(0), (size, size))
-    self._dot = jax.jit(jnp.dot)
-    self._dot(self._a, self._a).block_until_ready()
-
-  def gflops(self, reps: int) -> float:
-    seconds = []
-    for _ in range(reps):
-      start = time.perf_counter()
-      self._dot(self._a, self._a).block_until_ready()
-      seconds.append(time.perf_counter() - start)
-    return 2 * self.size**3 / _median(seconds) / 1e9
 
 
 class Rounds:
@@ -320,7 +301,7 @@ def _eval_setup(args):
 
 def eval_compare(args) -> dict[str, float]:
   ours, notebook, lean, gflop = _eval_setup(args)
-  matmul = Matmul(args.matmul_size)
+  matmul = flops.Matmul(args.matmul_size)
   n = args.iterations
   table = Rounds(
       dict(ours=gflop["ours"])
@@ -410,7 +391,7 @@ def _meta_setup(args):
 
 def meta_compare(args) -> dict[str, float]:
   ours, notebook, gflop = _meta_setup(args)
-  matmul = Matmul(args.matmul_size)
+  matmul = flops.Matmul(args.matmul_size)
   table = Rounds(
       dict(ours=gflop["ours"])
       | (dict(notebook=gflop["published"]) if notebook else {}),

@@ -535,21 +535,10 @@ def pairwise_table(
         ComparisonRow(
             rule_a=a,
             rule_b=b,
-            test=r.test,
-            statistic=r.statistic,
-            p_value=r.p_value,
             p_holm=float(ph),
             reject=bool(ph <= alpha),
             alpha=alpha,
-            effect_size=r.effect_size,
-            effect_size_name=r.effect_size_name,
-            hedges_g=r.hedges_g,
-            mean_a=r.mean_a,
-            mean_b=r.mean_b,
-            n_a=r.n_a,
-            n_b=r.n_b,
-            seeds_needed=r.seeds_needed,
-            warning=r.warning,
+            **dataclasses.asdict(r),
         )
     )
   return rows

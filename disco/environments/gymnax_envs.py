@@ -183,19 +183,10 @@ class GymnaxEnvironment(suite_utils.SuiteEnvironment):
   actions [B] int32)`` steps every stream with gymnax's own ``step`` (which
   resets finished episodes) and maps its ``terminated``/``truncated`` flags
   to LAST with discount 0/1.
-
-  Attributes:
-    package_env: the gymnax environment object.
   """
 
-  def __init__(self, batch_size: int, package_env: Any, params: Any, name: str):
-    self.package_env = package_env
-    super().__init__(
-        batch_size,
-        params,
-        num_actions=package_env.action_space(params).n,
-        name=name,
-    )
+  def _num_package_actions(self) -> int:
+    return self.package_env.action_space(self.package_params).n
 
   def _reset_stream(self, params, key):
     obs, env_state = self.package_env.reset(key, params)

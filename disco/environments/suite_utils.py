@@ -134,8 +134,9 @@ def first_timestep(observation: types.Array) -> types.EnvTimestep:
 class SuiteEnvironment(base.Environment, abc.ABC):
   """``B`` streams of a package's pure, single-stream environment.
 
-  Subclasses implement ``_reset_stream`` and ``_step_stream`` for one stream
-  (they are vmapped over the ``B`` streams and jitted here). ``reset(rng)``
+  Subclasses implement ``_num_package_actions``, and ``_reset_stream`` and
+  ``_step_stream`` for one stream (they are vmapped over the ``B`` streams
+  and jitted here). ``reset(rng)``
   returns ``(SuiteState, EnvTimestep)`` with step_type FIRST and observations
   ``[B, *observation_spec().shape]`` float32; ``step(state, actions [B])``
   advances every stream. Both are pure and jitted, so they compose with
@@ -143,6 +144,7 @@ class SuiteEnvironment(base.Environment, abc.ABC):
 
   Attributes:
     name: the environment's disco name, e.g. ``"gymnax/CartPole-v1"``.
+    package_env: the package's environment object.
     params: the package's parameters ``reset`` gives every stream
       (unbatched, canonical arrays).
     package_params: the same parameters as the package built them (Python
@@ -151,7 +153,7 @@ class SuiteEnvironment(base.Environment, abc.ABC):
 
   is_jittable = True
 
-  def __init__(self, batch_size: int, params: Any, num_actions: int, name: str):
+  def __init__(self, batch_size: int, package_env: Any, params: Any, name: str):
     if (
         isinstance(batch_size, bool)
         or not isinstance(batch_size, numbers.Integral)
@@ -162,15 +164,20 @@ class SuiteEnvironment(base.Environment, abc.ABC):
       )
     self.batch_size = int(batch_size)
     self.name = name
+    self.package_env = package_env
     self.package_params = params
     self.params = canonical_params(params)
-    self._num_actions = int(num_actions)
+    self._num_actions = int(self._num_package_actions())
     self._reset = jax.jit(jax.vmap(self._reset_one))
     self._step = jax.jit(jax.vmap(self._step_one))
     obs = jax.eval_shape(
         self._reset_stream, self.params, jax.random.PRNGKey(0)
     )[1]
     self._observation_shape = tuple(jnp.shape(obs))
+
+  @abc.abstractmethod
+  def _num_package_actions(self) -> int:
+    """The number of discrete actions of ``package_env`` (at ``params``)."""
 
   @abc.abstractmethod
   def _reset_stream(

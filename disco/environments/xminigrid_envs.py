@@ -224,19 +224,10 @@ class XMiniGridEnvironment(suite_utils.SuiteEnvironment):
   actions [B] int32)`` steps every stream and resets finished ones. The
   package state kept per stream is xminigrid's ``TimeStep`` (which holds its
   ``State``); ``state.params`` holds the (XLand: per-stream) ruleset.
-
-  Attributes:
-    package_env: the xminigrid environment object.
   """
 
-  def __init__(self, batch_size: int, package_env: Any, params: Any, name: str):
-    self.package_env = package_env
-    super().__init__(
-        batch_size,
-        params,
-        num_actions=package_env.num_actions(params),
-        name=name,
-    )
+  def _num_package_actions(self) -> int:
+    return self.package_env.num_actions(self.package_params)
 
   def _reset_stream(self, params, key):
     timestep = self.package_env.reset(params, key)

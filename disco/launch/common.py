@@ -425,6 +425,12 @@ def steady_state(times: Sequence[float]) -> tuple[float | None, float | None]:
   return steady, max(0.0, times[0] - steady)
 
 
+def processes_text(preposition: str) -> str:
+  """``" <preposition> N processes"`` in a multi-process run, else ``""``."""
+  processes = jax.process_count()
+  return f" {preposition} {processes} processes" if processes > 1 else ""
+
+
 def run_record() -> dict[str, Any]:
   """Versions and devices, saved with every run."""
   import disco

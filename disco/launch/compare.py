@@ -40,6 +40,8 @@ UsageError = common.UsageError
 PROGRAM = "disco-compare"
 CONFIG_NAME = "compare"
 RUNS_DIR = "runs"
+# The disco-eval settings every run of a comparison shares.
+SHARED_KEYS = ("weights", "imports", "num_seeds", "seed", "total_env_steps")
 # The disco-eval settings a comparison passes on (and rule_overrides may set).
 EVAL_KEYS = (
     "num_envs",
@@ -123,15 +125,10 @@ class Cell:
   ) -> config_dict.ConfigDict:
     """The ``disco-eval`` config of this run."""
     eval_config = evaluate.default_config()
-    values = {k: config[k] for k in EVAL_KEYS}
+    values = {k: config[k] for k in (*SHARED_KEYS, *EVAL_KEYS)}
     values.update(
         rule=self.rule,
-        weights=config.weights,
-        imports=config.imports,
         env=self.env,
-        num_seeds=config.num_seeds,
-        seed=config.seed,
-        total_env_steps=config.total_env_steps,
         output_dir=str(self.output_dir),
         overwrite=True,
     )

@@ -324,11 +324,10 @@ def run(
   cfg = plan.loop_config
   report = log  # every process reports its own seeds' divergence
   log = distributed.main_only(log)
-  processes = jax.process_count()
   log(
       f"Evaluating {plan.label} on {plan.config.env} {plan.env_settings} with "
       f"seeds {plan.seeds}"
-      + (f" over {processes} processes" if processes > 1 else "")
+      + common.processes_text("over")
       + f"; writing to {plan.output_dir}"
   )
   log(

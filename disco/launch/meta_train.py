@@ -463,8 +463,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
       f"{g.name}: {g.num_agents}" for g in groups if g.num_agents % len(devices)
   ]
   if bad:
-    processes = jax.process_count()
-    where = f" of {processes} processes" if processes > 1 else ""
+    where = common.processes_text("of")
     raise UsageError(
         f"Every group's num_agents must split evenly over the "
         f"{len(devices)} device(s){where} ({', '.join(bad)}): use multiples "
@@ -717,11 +716,10 @@ def run(
   if main:
     history.write_csv(csv_path)
   start = int(jax.device_get(state.step))
-  processes = jax.process_count()
   log(
       f"Meta-training a {RULE} rule (init: {config.init_meta_params}) on "
       f"{plan.groups_text()} over {len(plan.population.devices)} device(s)"
-      + (f" of {processes} processes" if processes > 1 else "")
+      + common.processes_text("of")
       + f"; {config.batch_size} envs per agent, rollouts of "
       f"{config.rollout_len}, {config.inner_steps} inner step(s); meta-steps "
       f"{start} -> {num_steps}; writing to {out}"
