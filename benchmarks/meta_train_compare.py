@@ -22,7 +22,9 @@ Three commands:
   ``<run>/eval``.
 * ``report``: per run (folders ``<label>-s<k>``), the meta-step at which the
   20-step moving average of the reward per step first passes each
-  threshold, the final average and the evaluation; one PNG of the curves::
+  threshold, the final average and the evaluation; per label the median
+  crossing (a run that never passed counts as later than all that did);
+  one PNG of the curves::
 
     python benchmarks/meta_train_compare.py report /tmp/runs \
         --plot docs/meta_train_compare.png
@@ -192,7 +194,9 @@ def report(args) -> None:
           r[f"cross_{t}"] for r in table if r["run"].startswith(label + "-s")
       ]
       passed = [h for h in hits if h is not None]
-      median = np.median(passed) if len(passed) == len(hits) else None
+      # A run that never passed counts as later than every run that did.
+      median = float(np.median([np.inf if h is None else h for h in hits]))
+      median = None if np.isinf(median) else median
       medians[label, t] = median
       print(
           f"{label}: median meta-step passing +{t}: {_fmt(median, '.0f')} "
