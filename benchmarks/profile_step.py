@@ -2,6 +2,7 @@
 
   python benchmarks/profile_step.py                   # both programs
   python benchmarks/profile_step.py --only learner_step --top 20
+  python benchmarks/profile_step.py --only meta_step --num_agents 16
   python benchmarks/profile_step.py --tiny --calls 2  # smoke test
 
 Runs each program (``flops.py``'s: the published evaluation notebook's
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import glob
 import os
 import tempfile
@@ -222,11 +224,12 @@ def learner_step(tiny: bool):
   return compiled.as_text(), run
 
 
-def meta_step(tiny: bool):
-  """``(HLO text, run)`` of the meta-training notebook's meta-step."""
+def meta_step(tiny: bool, num_agents: int = 2):
+  """``(HLO text, run)`` of the meta-training notebook's meta-step
+  (``num_agents`` agents)."""
   import meta_train_step
 
-  argv = ["--tiny"] if tiny else []
+  argv = ["--tiny"] * tiny + [f"--num_agents={num_agents}"]
   plan, state = meta_train_step.build(
       meta_train_step.arg_parser().parse_args(argv), inner_steps=2
   )
@@ -247,13 +250,19 @@ def main(argv=None) -> dict[str, dict[str, float]]:
   parser.add_argument(
       "--only", choices=("learner_step", "meta_step"), default=None
   )
+  parser.add_argument(
+      "--num_agents", type=int, default=2, help="agents in the meta-step"
+  )
   parser.add_argument("--matmul_size", type=int, default=4096)
   parser.add_argument("--tiny", action="store_true", help="smoke-test sizes")
   args = parser.parse_args(argv)
   if args.calls < 1:
     parser.error("--calls must be >= 1")
   matmul = flops.Matmul(args.matmul_size)
-  programs = {"learner_step": learner_step, "meta_step": meta_step}
+  programs = {
+      "learner_step": learner_step,
+      "meta_step": functools.partial(meta_step, num_agents=args.num_agents),
+  }
   results = {}
   for name, build in programs.items():
     if args.only in (None, name):
