@@ -136,8 +136,8 @@ class SuiteEnvironment(base.Environment, abc.ABC):
 
   Subclasses implement ``_num_package_actions``, and ``_reset_stream`` and
   ``_step_stream`` for one stream (they are vmapped over the ``B`` streams
-  and jitted here). ``reset(rng)``
-  returns ``(SuiteState, EnvTimestep)`` with step_type FIRST and observations
+  and jitted here). ``reset(rng)`` returns ``(SuiteState, EnvTimestep)``
+  with step_type FIRST and observations
   ``[B, *observation_spec().shape]`` float32; ``step(state, actions [B])``
   advances every stream. Both are pure and jitted, so they compose with
   ``jit``/``vmap``/``scan`` and the state can be copied.
