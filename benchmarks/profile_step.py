@@ -119,20 +119,20 @@ def instructions(hlo_text: str) -> dict[str, Instruction]:
 def traced(run, calls: int) -> tuple[dict[str, list[float]], float]:
   """Runs ``run()`` ``calls`` times under the profiler: ``({event name:
   [count, total seconds]}, wall seconds)``."""
-  trace_dir = tempfile.mkdtemp(prefix="disco-profile-")
-  start = time.perf_counter()
-  with jax.profiler.trace(trace_dir):
-    for _ in range(calls):
-      run()
-  wall = time.perf_counter() - start
-  (path,) = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
   events: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
-  for plane in jax.profiler.ProfileData.from_file(path).planes:
-    for line in plane.lines:
-      for event in line.events:
-        e = events[event.name]
-        e[0] += 1
-        e[1] += event.duration_ns * 1e-9
+  with tempfile.TemporaryDirectory(prefix="disco-profile-") as trace_dir:
+    start = time.perf_counter()
+    with jax.profiler.trace(trace_dir):
+      for _ in range(calls):
+        run()
+    wall = time.perf_counter() - start
+    (path,) = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
+    for plane in jax.profiler.ProfileData.from_file(path).planes:
+      for line in plane.lines:
+        for event in line.events:
+          e = events[event.name]
+          e[0] += 1
+          e[1] += event.duration_ns * 1e-9
   return events, wall
 
 
@@ -181,10 +181,7 @@ def report(
     )
   overall = total_flops / busy / 1e9
   summary["matmul_rate_share"] = (
-      sum(r[1].flops * r[2] for r in rows)
-      / 1e9
-      / sum(r[3] for r in rows if r[1].flops)
-      / matmul
+      total_flops / 1e9 / sum(r[3] for r in rows if r[1].flops) / matmul
   )
   summary["overall_share"] = overall / matmul
   print(
