@@ -241,20 +241,29 @@ class Agent:
     logs = {k: jnp.mean(v) for k, v in {**logs_no_meta, **logs_meta}.items()}
     return total, dict(total_loss=total, **logs)
 
-  def loss_gradients(
+  def learner_update(
       self,
       rng: jax.Array,
       rollout: types.ActorRollout,
       learner_state: types.LearnerState,
       meta_params: types.MetaParams,
       is_meta_training: bool = False,
-  ) -> tuple[types.Params, types.Logs, dict[str, Any], types.RuleState]:
-    """The gradient of the learner step's loss on a ``[T+1, B]`` rollout
-    with respect to the agent parameters, before the optimiser.
+  ) -> types.LearnerUpdate:
+    """One update of the agent on a ``[T+1, B]`` rollout: the gradient of
+    the loss, then ``apply_gradients``.
 
-    Arguments as ``learner_step_with_meta_out``. Returns ``(grads, logs,
-    meta_out, new_rule_state)``; with ``axis_name`` the gradients are
-    averaged over that axis.
+    Args:
+      rng: random key for the rule.
+      rollout: time-major rollout from the actor.
+      learner_state: parameters, optimiser state and rule state.
+      meta_params: the rule's meta-parameters (``{}`` for hand-designed).
+      is_meta_training: whether meta-gradients flow through the loss targets
+        (must be a Python bool: it changes the program).
+
+    Returns:
+      The new learner state, scalar logs, the rule's ``meta_out`` (its loss
+      targets) and the gradients (with ``axis_name``, averaged over that
+      axis).
     """
     # One forward pass serves both the rule's targets and the gradient.
     # Rules whose losses read per-action outputs only at the taken actions
@@ -286,7 +295,15 @@ class Agent:
     (grads,) = unroll_vjp(out_grads)
     if self.axis_name is not None:
       grads = jax.lax.pmean(grads, axis_name=self.axis_name)
-    return grads, logs, meta_out, new_rule_state
+    new_state, update_logs = self.apply_gradients(
+        learner_state, grads, new_rule_state
+    )
+    return types.LearnerUpdate(
+        learner_state=new_state,
+        logs=dict(logs, **update_logs),
+        meta_out=meta_out,
+        grads=grads,
+    )
 
   def apply_gradients(
       self,
@@ -309,43 +326,12 @@ class Agent:
     )
     return new_state, logs
 
-  def learner_step_with_meta_out(
-      self,
-      rng: jax.Array,
-      rollout: types.ActorRollout,
-      learner_state: types.LearnerState,
-      meta_params: types.MetaParams,
-      is_meta_training: bool = False,
-  ) -> tuple[types.LearnerState, types.Logs, dict[str, Any]]:
-    """One update of the agent on a ``[T+1, B]`` rollout:
-    ``loss_gradients`` then ``apply_gradients``.
-
-    Args:
-      rng: random key for the rule.
-      rollout: time-major rollout from the actor.
-      learner_state: parameters, optimiser state and rule state.
-      meta_params: the rule's meta-parameters (``{}`` for hand-designed).
-      is_meta_training: whether meta-gradients flow through the loss targets
-        (must be a Python bool: it changes the program).
-
-    Returns:
-      ``(new_learner_state, logs, meta_out)`` with scalar logs and the rule's
-      ``meta_out`` (its loss targets).
-    """
-    grads, logs, meta_out, new_rule_state = self.loss_gradients(
-        rng, rollout, learner_state, meta_params, is_meta_training
-    )
-    new_state, update_logs = self.apply_gradients(
-        learner_state, grads, new_rule_state
-    )
-    return new_state, dict(logs, **update_logs), meta_out
-
   def learner_step(
       self, *args: Any, **kwargs: Any
   ) -> tuple[types.LearnerState, types.Logs]:
-    """``learner_step_with_meta_out`` without the rule's ``meta_out``."""
-    new_state, logs, _ = self.learner_step_with_meta_out(*args, **kwargs)
-    return new_state, logs
+    """``learner_update``'s new learner state and logs."""
+    update = self.learner_update(*args, **kwargs)
+    return update.learner_state, update.logs
 
 
 def make_agent(

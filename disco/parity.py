@@ -283,21 +283,23 @@ def _rollout_from(
   )
 
 
-def _adam_state(
-    agent_opt,
-    params,
-    prefix: str,
+def _params_with_adam(
+    optimizer: optax.GradientTransformation,
+    name: str,
     inputs: dict[str, Any],
     fx: dict[str, np.ndarray],
-):
-  """The agent optimiser's state with Adam's moments from the fixture."""
-  state = agent_opt.init(params)
+) -> dict[str, Any]:
+  """``params`` (the fixture's ``{name}_params``) and ``opt_state``:
+  ``optimizer``'s state with Adam's moments from the fixture."""
+  params = jax.tree.map(jnp.asarray, inputs[f"{name}_params"])
+  prefix = f"{name}_opt_state"
   adam = optax.ScaleByAdamState(
       count=jnp.asarray(fx[f"inputs{SEP}{prefix}_count"]),
       mu=jax.tree.map(jnp.asarray, inputs[f"{prefix}_mu"]),
       nu=jax.tree.map(jnp.asarray, inputs[f"{prefix}_nu"]),
   )
-  return (adam,) + tuple(state[1:])
+  state = optimizer.init(params)
+  return dict(params=params, opt_state=(adam,) + tuple(state[1:]))
 
 
 def _rule_state_from(tree: dict[str, Any]) -> dict[str, Any]:
@@ -333,12 +335,8 @@ def _run_learner_step(
 
   @jax.jit
   def step(rng, rollout, state, meta_params):
-    # ``Agent.learner_step`` in its two parts, keeping the gradients.
-    grads, logs, _, rule_state = agent.loss_gradients(
-        rng, rollout, state, meta_params, False
-    )
-    new_state, update_logs = agent.apply_gradients(state, grads, rule_state)
-    return new_state, dict(logs, **update_logs), grads
+    update = agent.learner_update(rng, rollout, state, meta_params)
+    return update.learner_state, update.logs, update.grads
 
   new_state, logs, grads = step(
       jax.random.PRNGKey(0),
@@ -373,20 +371,12 @@ def _run_meta_gradient(
   valid = _rollout_from(inputs["valid_rollout"])
   agent = agent_lib.make_agent(settings, num_actions=train.logits.shape[-1])
   value_fn = value_function.ValueFunction(value_function.ValueFnConfig())
-  params = jax.tree.map(jnp.asarray, inputs["learner_params"])
   learner = types.LearnerState(
-      params=params,
-      opt_state=_adam_state(
-          agent.optimizer, params, "learner_opt_state", inputs, fx
-      ),
+      **_params_with_adam(agent.optimizer, "learner", inputs, fx),
       rule_state=_rule_state_from(inputs["meta_state"]),
   )
-  v_params = jax.tree.map(jnp.asarray, inputs["value_params"])
   value_state = value_function.ValueState(
-      params=v_params,
-      opt_state=_adam_state(
-          value_fn._optimizer, v_params, "value_opt_state", inputs, fx
-      ),
+      **_params_with_adam(value_fn._optimizer, "value", inputs, fx),
       adv_ema_state=_ema_state(inputs["value_adv_ema_state"]),
       td_ema_state=_ema_state(inputs["value_td_ema_state"]),
   )

@@ -242,3 +242,21 @@ class LearnerState:
   params: Params
   opt_state: ArrayTree
   rule_state: RuleState
+
+
+@chex.dataclass(frozen=True)
+class LearnerUpdate:
+  """What one learner step computes (``disco.agent.Agent.learner_update``).
+
+  Attributes:
+    learner_state: the updated learner state.
+    logs: scalar logs of the loss and the optimiser step.
+    meta_out: the rule's loss targets (``UpdateRule.unroll_meta_net``).
+    grads: the gradient of the loss with respect to the agent parameters,
+      before the optimiser.
+  """
+
+  learner_state: LearnerState
+  logs: Logs
+  meta_out: ArrayTree
+  grads: Params

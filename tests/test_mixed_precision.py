@@ -114,10 +114,10 @@ def test_learner_step_keeps_float32_params_and_a_float32_rule():
       agent_outs={"logits": out["logits"]},
       logits=out["logits"],
   )
-  step = jax.jit(agent.learner_step_with_meta_out, static_argnums=4)
-  new_state, logs, meta_out = step(
+  update = jax.jit(agent.learner_update, static_argnums=4)(
       jax.random.PRNGKey(2), rollout, state, meta_params, False
   )
+  new_state, logs, meta_out = update.learner_state, update.logs, update.meta_out
   for before, after in zip(
       jax.tree.leaves(state), jax.tree.leaves(new_state), strict=True
   ):

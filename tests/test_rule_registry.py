@@ -34,9 +34,6 @@ class ImmediateReward(base.UpdateRule):
   def flat_output_spec(self, num_actions):
     return dict(logits=base.logits_spec(num_actions))
 
-  def init_rule_state(self, rng, params):
-    return {}
-
   def unroll_meta_net(self, inputs, context):
     return dict(adv=inputs.rewards), context.rule_state
 

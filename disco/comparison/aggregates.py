@@ -52,6 +52,9 @@ class Interval:
   low: float
   high: float
 
+  def __str__(self) -> str:
+    return f"{self.estimate:.3f} [{self.low:.3f}, {self.high:.3f}]"
+
   def contains(self, value: float) -> bool:
     return self.low <= value <= self.high
 
@@ -109,45 +112,48 @@ class ImprovementProbability:
 
 
 @dataclasses.dataclass(frozen=True)
-class PerformanceProfile:
-  """Fraction of runs (or of environments) scoring above each threshold.
+class Band:
+  """A rule's pointwise confidence band over ``P`` points.
 
   Attributes:
     rule: the rule's name.
-    taus: thresholds ``[num_taus]``.
-    fraction: ``[num_taus]`` fraction with a score ``> tau``.
-    low: ``[num_taus]`` lower bounds of the intervals.
-    high: ``[num_taus]`` upper bounds of the intervals.
+    low: ``[P]`` lower bounds of the intervals.
+    high: ``[P]`` upper bounds of the intervals.
     confidence: coverage of the intervals.
   """
 
   rule: str
-  taus: np.ndarray
-  fraction: np.ndarray
   low: np.ndarray
   high: np.ndarray
   confidence: float
 
 
 @dataclasses.dataclass(frozen=True)
-class SampleEfficiencyCurve:
-  """IQM over seeds and environments at each evaluation point.
+class PerformanceProfile(Band):
+  """Fraction of runs (or of environments) scoring above each threshold,
+  with its ``Band``.
 
   Attributes:
-    rule: the rule's name.
-    points: ``[num_points]`` x values (e.g. environment steps).
-    iqm: ``[num_points]`` IQM of the scores at each point.
-    low: ``[num_points]`` lower bounds of the intervals.
-    high: ``[num_points]`` upper bounds of the intervals.
-    confidence: coverage of the intervals.
+    taus: thresholds ``[P]``.
+    fraction: ``[P]`` fraction with a score ``> tau``.
   """
 
-  rule: str
+  taus: np.ndarray
+  fraction: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleEfficiencyCurve(Band):
+  """IQM over seeds and environments at each evaluation point, with its
+  ``Band``.
+
+  Attributes:
+    points: ``[P]`` x values (e.g. environment steps).
+    iqm: ``[P]`` IQM of the scores at each point.
+  """
+
   points: np.ndarray
   iqm: np.ndarray
-  low: np.ndarray
-  high: np.ndarray
-  confidence: float
 
 
 # ------------------------------------------------------------ helpers ----

@@ -82,10 +82,6 @@ def file_name(env: str) -> str:
   return re.sub(r"[^A-Za-z0-9_.-]+", "_", env).strip("_")
 
 
-def _interval(x: aggregates.Interval) -> str:
-  return f"{x.estimate:.3f} [{x.low:.3f}, {x.high:.3f}]"
-
-
 def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
   return [
       "| " + " | ".join(header) + " |",
@@ -149,11 +145,7 @@ def write_report(
       aggregates.probability_of_improvement(scores, **kw) if multi else {}
   )
   test_kw = dict(
-      test=settings.test,
-      alpha=settings.alpha,
-      power=settings.power,
-      reps=settings.reps,
-      seed=settings.seed,
+      kw, test=settings.test, alpha=settings.alpha, power=settings.power
   )
   tests = {}
   if multi:
@@ -282,10 +274,10 @@ def _markdown(
       [
           [
               r,
-              _interval(a.iqm),
-              _interval(a.mean),
-              _interval(a.median),
-              _interval(a.optimality_gap),
+              str(a.iqm),
+              str(a.mean),
+              str(a.median),
+              str(a.optimality_gap),
           ]
           for r, a in agg.items()
       ],
@@ -294,7 +286,7 @@ def _markdown(
     lines += ["", "## Probability of improvement P(X > Y)", ""]
     lines += _markdown_table(
         ["X", "Y", "P(X > Y)"],
-        [[x, y, _interval(p.probability)] for (x, y), p in improvement.items()],
+        [[x, y, str(p.probability)] for (x, y), p in improvement.items()],
     )
   for name, rows_ in tests.items():
     lines += ["", f"## Pairwise tests: {name}", ""]

@@ -27,6 +27,7 @@ from typing import Any
 
 from ml_collections import config_dict
 
+from disco.comparison import aggregates
 from disco.comparison import normalization
 from disco.comparison import report as report_lib
 from disco.comparison import results as results_lib
@@ -40,6 +41,13 @@ UsageError = common.UsageError
 PROGRAM = "disco-compare"
 CONFIG_NAME = "compare"
 RUNS_DIR = "runs"
+
+
+def default_config() -> config_dict.ConfigDict:
+  """The config of ``configs/compare.py``."""
+  return common.load_config(CONFIG_NAME)
+
+
 # The disco-eval settings every run of a comparison shares.
 SHARED_KEYS = ("weights", "imports", "num_seeds", "seed", "total_env_steps")
 # The disco-eval settings a comparison passes on (and rule_overrides may set).
@@ -59,11 +67,6 @@ OVERRIDE_KEYS = (
     "update_epochs",
     "num_minibatches",
 )
-
-
-def default_config() -> config_dict.ConfigDict:
-  """The config of ``configs/compare.py``."""
-  return common.load_config(CONFIG_NAME)
 
 
 def parse_spec(spec: str, what: str) -> tuple[str, dict[str, Any]]:
@@ -374,11 +377,7 @@ def write(
       f"statistics.json and {len(stats['figures'])} figures beside it."
   )
   for rule, agg in stats["aggregates"].items():
-    iqm = agg["iqm"]
-    log(
-        f"{rule}: IQM normalised score {iqm['estimate']:.3f} "
-        f"[{iqm['low']:.3f}, {iqm['high']:.3f}]"
-    )
+    log(f"{rule}: IQM normalised score {aggregates.Interval(**agg['iqm'])}")
   return stats
 
 

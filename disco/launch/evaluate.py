@@ -105,6 +105,18 @@ class Plan:
     """Environment steps per seed of the whole run."""
     return self.iterations * self.loop_config.env_steps_per_iteration
 
+  @property
+  def schedule(self) -> dict[str, int]:
+    """How the run's iterations split into compiled calls, and its
+    environment steps (the ``run`` record of ``config.json``)."""
+    return dict(
+        iterations=self.iterations,
+        num_calls=self.num_calls,
+        iterations_per_call=self.iterations_per_call,
+        env_steps_per_iteration=self.loop_config.env_steps_per_iteration,
+        env_steps_per_seed=self.env_steps,
+    )
+
 
 def plan_iterations(
     total_env_steps: int, env_steps_per_iteration: int, iterations_per_call: int
@@ -264,6 +276,26 @@ def build(
 # ------------------------------------------------------------- running ----
 
 
+def write_config(plan: Plan) -> None:
+  """Creates ``output_dir`` and writes ``config.json`` (before training)."""
+  out = common.make_dir(plan.output_dir)
+  resolved = plan.config.to_dict()
+  resolved.update(
+      output_dir=str(out),
+      env_settings=plan.env_settings,
+      learning_rate=plan.rule.settings.learning_rate,
+      **dataclasses.asdict(plan.loop_config),
+  )
+  common.write_json(
+      out / "config.json",
+      dict(
+          config=resolved,
+          rule_settings=plan.rule.settings.to_dict(),
+          run=dict(seeds=plan.seeds, **plan.schedule, **common.run_record()),
+      ),
+  )
+
+
 @dataclasses.dataclass(frozen=True)
 class RunResult:
   """What ``run`` returns.
@@ -282,35 +314,6 @@ class RunResult:
   call_times: list[float]
   learner_steps_per_call: list[int]
   wall_time: float
-
-
-def write_config(plan: Plan) -> None:
-  """Creates ``output_dir`` and writes ``config.json`` (before training)."""
-  cfg = plan.loop_config
-  out = common.make_dir(plan.output_dir)
-  resolved = plan.config.to_dict()
-  resolved.update(
-      output_dir=str(out),
-      env_settings=plan.env_settings,
-      learning_rate=plan.rule.settings.learning_rate,
-      **dataclasses.asdict(cfg),
-  )
-  common.write_json(
-      out / "config.json",
-      dict(
-          config=resolved,
-          rule_settings=plan.rule.settings.to_dict(),
-          run=dict(
-              seeds=plan.seeds,
-              iterations=plan.iterations,
-              num_calls=plan.num_calls,
-              iterations_per_call=plan.iterations_per_call,
-              env_steps_per_iteration=cfg.env_steps_per_iteration,
-              env_steps_per_seed=plan.env_steps,
-              **common.run_record(),
-          ),
-      ),
-  )
 
 
 def run(

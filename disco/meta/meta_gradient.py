@@ -78,13 +78,14 @@ def inner_updates(
   def step(carry, inputs):
     learner, value_state = carry
     rollout, rng = inputs
-    new_learner, logs, meta_out = agent.learner_step_with_meta_out(
+    update = agent.learner_update(
         rng, rollout, learner, meta_params, is_meta_training=True
     )
     # The value function learns about the policy that produced the update.
     logits = agent.unroll(learner.params, rollout.observations)["logits"]
     new_value_state, value_logs = value_fn.update(value_state, rollout, logits)
-    return (new_learner, new_value_state), (dict(logs, **value_logs), meta_out)
+    logs = dict(update.logs, **value_logs)
+    return (update.learner_state, new_value_state), (logs, update.meta_out)
 
   if remat:
     step = jax.checkpoint(step)

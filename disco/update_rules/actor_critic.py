@@ -13,19 +13,14 @@ from disco.update_rules import base
 from disco.value_fns import categorical
 from disco.value_fns import ema as ema_lib
 from disco.value_fns import losses
-from disco.value_fns import returns
 
 # Hyper-parameters of the published actor-critic setting.
 ACTOR_CRITIC_HYPER_PARAMS = dict(
-    discount_factor=0.997,
-    td_lambda=0.95,
-    entropy_cost=0.2,
-    pg_cost=1.0,
-    value_cost=0.5,
+    base.PUBLISHED_RETURNS, entropy_cost=0.2, pg_cost=1.0, value_cost=0.5
 )
 
 
-class ActorCritic(base.UpdateRule):
+class ActorCritic(base.MovingAverageRule):
   """Policy gradient with a learned (scalar or categorical) state value.
 
   The defaults are the published actor-critic baseline's: a categorical value
@@ -58,7 +53,7 @@ class ActorCritic(base.UpdateRule):
       moving_average_decay: float = 0.99,
       moving_average_eps: float = 1e-6,
   ):
-    super().__init__(hyper_params)
+    super().__init__(hyper_params, moving_average_decay, moving_average_eps)
     if normalize_td and categorical_value:
       raise ValueError(
           "normalize_td needs a scalar value head: set categorical_value=False "
@@ -72,8 +67,6 @@ class ActorCritic(base.UpdateRule):
     )
     self._normalize_adv = normalize_adv
     self._normalize_td = normalize_td
-    self._ema_decay = moving_average_decay
-    self._ema_eps = moving_average_eps
 
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
     return base.policy_value_spec(num_actions, self._num_bins)
@@ -90,32 +83,16 @@ class ActorCritic(base.UpdateRule):
       self, inputs: base.Inputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     inputs.check_shapes()
-    rule_state, hyper_params = context.rule_state, self.hyper_params
-    outs = returns.estimate_on(
-        inputs,
-        self._head,
-        value_key="v",
-        discount=hyper_params["discount_factor"],
-        lambda_=hyper_params["td_lambda"],
-    )
-    outs, adv_ema, td_ema = returns.normalize(
-        outs,
-        rule_state["adv_ema_state"],
-        rule_state["td_ema_state"],
-        ema_decay=self._ema_decay,
-        ema_eps=self._ema_eps,
-        axis_name=context.axis_name,
+    outs, rule_state = self.normalized_returns(
+        inputs, context, self._head, value_key="v"
     )
     meta_out = dict(
+        advs=outs.normalized_adv if self._normalize_adv else outs.adv,
+        tds=outs.normalized_td if self._normalize_td else outs.td,
         raw_advs=outs.adv,
-        normalized_advs=outs.normalized_adv,
         values=outs.value,
-        tds=outs.td,
-        normalized_tds=outs.normalized_td,
     )
-    return meta_out, dict(
-        rule_state, adv_ema_state=adv_ema, td_ema_state=td_ema
-    )
+    return meta_out, rule_state
 
   def agent_loss(
       self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
@@ -124,8 +101,7 @@ class ActorCritic(base.UpdateRule):
     inputs.check_shapes()
     hyper_params = self.hyper_params
     logits = inputs.agent_out["logits"][:-1]
-    advs = meta_out["normalized_advs" if self._normalize_adv else "raw_advs"]
-    tds = meta_out["normalized_tds" if self._normalize_td else "tds"]
+    advs, tds = meta_out["advs"], meta_out["tds"]
     value_loss = losses.value_loss_from_td(
         inputs.agent_out["v"][:-1], jax.lax.stop_gradient(tds), self._head
     )

@@ -43,6 +43,8 @@ import numpy as np
 
 from disco import ops
 from disco import types
+from disco.value_fns import categorical
+from disco.value_fns import returns
 
 Array = jax.Array
 Inputs = types.UpdateRuleInputs
@@ -53,6 +55,11 @@ LossAndLogs = tuple[jax.Array, types.Logs]
 Specs = dict[str, types.ArraySpec]
 # (params, observations [T+1, B, ...]) -> agent outputs [T+1, B, ...].
 UnrollFn = Callable[[types.Params, types.ArrayTree], types.AgentOuts]
+# The discount and trace parameter of the published agents' returns (the
+# Disco103 setting and the published actor-critic).
+PUBLISHED_RETURNS = immutabledict.immutabledict(
+    discount_factor=0.997, td_lambda=0.95
+)
 
 
 def logits_spec(num_actions: int) -> types.ArraySpec:
@@ -175,17 +182,19 @@ class UpdateRule(abc.ABC):
     del rng
     return {}
 
-  @abc.abstractmethod
   def init_rule_state(
       self, rng: Array, params: types.Params
   ) -> types.RuleState:
-    """The rule's state at the start of an agent's lifetime.
+    """The rule's state at the start of an agent's lifetime (empty for a
+    stateless rule).
 
     Args:
       rng: random key.
       params: the agent's initial network parameters (e.g. to start a target
         network from).
     """
+    del rng, params
+    return {}
 
   @abc.abstractmethod
   def unroll_meta_net(
@@ -240,3 +249,72 @@ class UpdateRule(abc.ABC):
     are stored in the rollout (``ActorTimestep.extras``)."""
     del context
     return distrax.Softmax(logits=agent_out["logits"]).sample(seed=rng), None
+
+
+class MovingAverageRule(UpdateRule):
+  """A rule that normalises its advantages (and TD errors) with moving
+  averages kept in its state (``adv_ema_state``, optionally
+  ``td_ema_state``).
+
+  Args:
+    hyper_params: as ``UpdateRule``; ``discount_factor`` and ``td_lambda``
+      set the returns of ``normalized_returns``.
+    moving_average_decay: decay of the moving averages.
+    moving_average_eps: epsilon added to their standard deviation.
+  """
+
+  def __init__(
+      self,
+      hyper_params: Mapping[str, float] | None,
+      moving_average_decay: float,
+      moving_average_eps: float,
+  ):
+    super().__init__(hyper_params)
+    self._ema_decay = moving_average_decay
+    self._ema_eps = moving_average_eps
+
+  def normalized_returns(
+      self,
+      inputs: Inputs,
+      context: LearnerContext,
+      head: categorical.ValueHead,
+      *,
+      normalize_q_td: bool = False,
+      **estimate_kwargs,
+  ) -> tuple[types.ValueOuts, types.RuleState]:
+    """V-trace or Retrace (``returns.estimate_on``) on ``inputs`` with the
+    rule's ``discount_factor`` and ``td_lambda``, normalised
+    (``returns.normalize``) with the moving averages of ``context.rule_state``.
+
+    Args:
+      inputs: the rule's inputs.
+      context: the learner step's context.
+      head: how the value heads encode values.
+      normalize_q_td: normalise ``q_td`` rather than ``td``.
+      **estimate_kwargs: ``value_key``, ``q_key`` and ``target_out`` of
+        ``returns.estimate_on``.
+
+    Returns:
+      ``(outs, new_rule_state)``: the rule state with updated moving averages.
+    """
+    outs = returns.estimate_on(
+        inputs,
+        head,
+        discount=self.hyper_params["discount_factor"],
+        lambda_=self.hyper_params["td_lambda"],
+        **estimate_kwargs,
+    )
+    rule_state = context.rule_state
+    outs, adv_ema_state, td_ema_state = returns.normalize(
+        outs,
+        rule_state["adv_ema_state"],
+        rule_state.get("td_ema_state"),
+        normalize_q_td=normalize_q_td,
+        ema_decay=self._ema_decay,
+        ema_eps=self._ema_eps,
+        axis_name=context.axis_name,
+    )
+    new_state = dict(rule_state, adv_ema_state=adv_ema_state)
+    if td_ema_state is not None:
+      new_state["td_ema_state"] = td_ema_state
+    return outs, new_state

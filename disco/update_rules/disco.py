@@ -25,7 +25,6 @@ from disco.update_rules import base
 from disco.value_fns import categorical
 from disco.value_fns import ema as ema_lib
 from disco.value_fns import losses
-from disco.value_fns import returns
 
 # Hyper-parameters of the published Disco103 setting. (The published names of
 # two of them differ: ``value_fn_td_lambda`` is ``td_lambda`` here, and
@@ -33,14 +32,13 @@ from disco.value_fns import returns
 # ``target_update_tau = 1 - 0.9``, the weight of the new ones, as in every
 # rule of this package.) ``discount_factor`` discounts the Retrace targets.
 DISCO103_HYPER_PARAMS = dict(
+    base.PUBLISHED_RETURNS,
     pi_cost=1.0,
     y_cost=1.0,
     z_cost=1.0,
     value_cost=0.2,
     aux_policy_cost=1.0,
     target_update_tau=0.1,
-    td_lambda=0.95,
-    discount_factor=0.997,
 )
 
 
@@ -55,7 +53,7 @@ _kl = ops.categorical_kl
 _entropy = ops.softmax_entropy
 
 
-class Disco(base.UpdateRule):
+class Disco(base.MovingAverageRule):
   """Discovered update rule driven by a meta-network (e.g. Disco103).
 
   Args:
@@ -82,7 +80,7 @@ class Disco(base.UpdateRule):
       moving_average_eps: float = 1e-6,
       meta_regularizer_costs: dict[str, float] | None = None,
   ):
-    super().__init__(hyper_params)
+    super().__init__(hyper_params, moving_average_decay, moving_average_eps)
     self.meta_regularizer_costs = dict(
         META_REGULARIZER_COSTS, **(meta_regularizer_costs or {})
     )
@@ -93,8 +91,6 @@ class Disco(base.UpdateRule):
         categorical=True, max_abs_value=max_abs_value, nonlinear_transform=True
     )
     self._num_bins = num_bins
-    self._ema_decay = moving_average_decay
-    self._ema_eps = moving_average_eps
     self._meta_net = meta_nets.make_meta_net(self.net_config)
 
   # ------------------------------------------------------------------ specs
@@ -160,29 +156,6 @@ class Disco(base.UpdateRule):
     )
 
   # ---------------------------------------------------------------- targets
-  def _value_outs(
-      self, inputs: base.Inputs, target_out, context: base.LearnerContext
-  ) -> tuple[types.ValueOuts, types.EmaState, types.EmaState]:
-    """Retrace on the categorical ``q`` head, bootstrapping from the target
-    network's ``q`` (its state values weighted by the online policy)."""
-    outs = returns.estimate_on(
-        inputs,
-        self._q_head,
-        q_key="q",
-        target_out=target_out,
-        discount=self.hyper_params["discount_factor"],
-        lambda_=self.hyper_params["td_lambda"],
-    )
-    return returns.normalize(
-        outs,
-        context.rule_state["adv_ema_state"],
-        context.rule_state["td_ema_state"],
-        normalize_q_td=True,
-        ema_decay=self._ema_decay,
-        ema_eps=self._ema_eps,
-        axis_name=context.axis_name,
-    )
-
   def unroll_meta_net(
       self, inputs: base.Inputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
@@ -191,7 +164,16 @@ class Disco(base.UpdateRule):
     target_out = context.unroll_fn(
         rule_state["target_params"], inputs.observations
     )
-    value_outs, adv_ema, td_ema = self._value_outs(inputs, target_out, context)
+    # Retrace on the categorical q head, bootstrapping from the target
+    # network's q (its state values weighted by the online policy).
+    value_outs, rule_state = self.normalized_returns(
+        inputs,
+        context,
+        self._q_head,
+        normalize_q_td=True,
+        q_key="q",
+        target_out=target_out,
+    )
     meta_inputs = inputs.replace(
         extra_from_rule=dict(
             v_scalar=value_outs.value,
@@ -221,8 +203,6 @@ class Disco(base.UpdateRule):
     new_state = dict(
         rule_state,
         rnn_state=rnn_state,
-        adv_ema_state=adv_ema,
-        td_ema_state=td_ema,
         target_params=context.moved_target_params(
             self.hyper_params["target_update_tau"]
         ),

@@ -92,8 +92,7 @@ class MPO(ml.DualRule):
         hyper_params,
         init_log_temperature,
         init_log_alpha,
-        dual_lr,
-        dual_max_grad_norm,
+        ml.dual_optimizer(dual_lr, dual_max_grad_norm),
     )
     self._q_target = q_target
 

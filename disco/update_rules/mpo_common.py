@@ -162,8 +162,7 @@ class DualRule(base.UpdateRule):
       need ``target_update_tau``, ``epsilon`` and ``epsilon_policy``).
     init_log_temperature: initial raw temperature (softplus: 3.0 -> 3.05).
     init_log_alpha: initial raw trust-region dual.
-    dual_lr: Adam learning rate of the duals.
-    dual_max_grad_norm: global-norm clip of the dual gradient.
+    dual_optim: the optimiser of the duals (e.g. ``dual_optimizer``).
   """
 
   def __init__(
@@ -171,13 +170,12 @@ class DualRule(base.UpdateRule):
       hyper_params: Mapping[str, float] | None,
       init_log_temperature: float,
       init_log_alpha: float,
-      dual_lr: float,
-      dual_max_grad_norm: float,
+      dual_optim: optax.GradientTransformation,
   ):
     super().__init__(hyper_params)
     self._init_log_temperature = init_log_temperature
     self._init_log_alpha = init_log_alpha
-    self._dual_optimizer = dual_optimizer(dual_lr, dual_max_grad_norm)
+    self._dual_optimizer = dual_optim
 
   def init_rule_state(
       self, rng: jax.Array, params: types.Params

@@ -19,16 +19,13 @@ from disco.update_rules import base
 from disco.value_fns import categorical
 from disco.value_fns import ema as ema_lib
 from disco.value_fns import losses
-from disco.value_fns import returns
 
 POLICY_GRADIENT_HYPER_PARAMS = dict(
-    discount_factor=0.997,
-    td_lambda=1.0,
-    value_cost=0.5,
+    discount_factor=0.997, td_lambda=1.0, value_cost=0.5
 )
 
 
-class PolicyGradient(base.UpdateRule):
+class PolicyGradient(base.MovingAverageRule):
   """``-log pi(a|s) * A`` plus an entropy bonus.
 
   Args:
@@ -51,12 +48,10 @@ class PolicyGradient(base.UpdateRule):
       moving_average_decay: float = 0.99,
       moving_average_eps: float = 1e-6,
   ):
-    super().__init__(hyper_params)
+    super().__init__(hyper_params, moving_average_decay, moving_average_eps)
     self._entropy_cost = entropy_cost
     self._normalize_adv = normalize_adv
     self._pg_cost = pg_cost
-    self._ema_decay = moving_average_decay
-    self._ema_eps = moving_average_eps
 
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
     return base.policy_value_spec(num_actions)
@@ -71,27 +66,15 @@ class PolicyGradient(base.UpdateRule):
       self, inputs: base.Inputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     inputs.check_shapes()
-    rule_state, hyper_params = context.rule_state, self.hyper_params
     if inputs.value_out is not None:
-      outs, adv_ema = inputs.value_out, rule_state["adv_ema_state"]
+      outs, rule_state = inputs.value_out, context.rule_state
     else:
-      outs = returns.estimate_on(
-          inputs,
-          categorical.ValueHead(),
-          value_key="v",
-          discount=hyper_params["discount_factor"],
-          lambda_=hyper_params["td_lambda"],
-      )
-      outs, adv_ema, _ = returns.normalize(
-          outs,
-          rule_state["adv_ema_state"],
-          ema_decay=self._ema_decay,
-          ema_eps=self._ema_eps,
-          axis_name=context.axis_name,
+      outs, rule_state = self.normalized_returns(
+          inputs, context, categorical.ValueHead(), value_key="v"
       )
     advs = outs.normalized_adv if self._normalize_adv else outs.adv
     meta_out = dict(pi=advs, tds=outs.td, raw_advs=outs.adv)
-    return meta_out, dict(rule_state, adv_ema_state=adv_ema)
+    return meta_out, rule_state
 
   def agent_loss(
       self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool

@@ -79,12 +79,6 @@ class PPO(base.UpdateRule):
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
     return base.policy_value_spec(num_actions)
 
-  def init_rule_state(
-      self, rng: jax.Array, params: types.Params
-  ) -> types.RuleState:
-    del rng, params
-    return {}
-
   def unroll_meta_net(
       self, inputs: base.Inputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:

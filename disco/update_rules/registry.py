@@ -310,14 +310,15 @@ PPO_SETTINGS = dict(
     adam_eps=1e-5,
     anneal_learning_rate=True,
 )
+# A loop without replay: each learner step trains on the fresh rollouts.
+NO_REPLAY = dict(replay_capacity=0, min_replay_size=0)
 # purejaxrl's CartPole loop: 4 envs x 128 steps, no replay, 4 epochs x 4
 # minibatches per rollout.
 PPO_LOOP = dict(
+    NO_REPLAY,
     num_envs=4,
     rollout_len=128,
     batch_size=4,
-    replay_capacity=0,
-    min_replay_size=0,
     update_epochs=4,
     num_minibatches=4,
 )

@@ -238,8 +238,7 @@ class SPO(ml.DualRule):
         hyper_params,
         init_log_temperature,
         init_log_alpha,
-        dual_lr,
-        dual_max_grad_norm,
+        ml.dual_optimizer(dual_lr, dual_max_grad_norm),
     )
     if resampling_mode not in RESAMPLING_MODES:
       raise ValueError(

@@ -51,6 +51,36 @@ def importance_weights(
   return jax.lax.stop_gradient(jnp.exp(log_pi_a - log_mu_a))
 
 
+_ACTION_VALUE_FIELDS = (
+    "qv_adv",
+    "q_value",
+    "target_q_value",
+    "q_target",
+    "q_td",
+)
+
+
+def _value_outs(
+    values: Array,
+    target_values: Array,
+    rho: Array,
+    adv: Array,
+    value_target: Array,
+    **action_values: Array,
+) -> types.ValueOuts:
+  """``ValueOuts`` of the given fields, with ``td = value_target -
+  values[:-1]``; ``action_values`` are ``_ACTION_VALUE_FIELDS``."""
+  return types.ValueOuts(
+      value=values,
+      target_value=target_values,
+      rho=rho,
+      adv=adv,
+      value_target=value_target,
+      td=value_target - values[:-1],
+      **action_values,
+  )
+
+
 def vtrace(
     rewards: Array,
     env_discounts: Array,
@@ -102,18 +132,9 @@ def vtrace(
 
   # No action values: placeholders of transition shape, as published.
   zeros = jnp.zeros_like(value_target)
-  return types.ValueOuts(
-      value=values,
-      target_value=target_values,
-      rho=rho,
-      adv=vt.pg_advantage,
-      value_target=value_target,
-      td=value_target - values[:-1],
-      qv_adv=zeros,
-      q_value=zeros,
-      target_q_value=zeros,
-      q_target=zeros,
-      q_td=zeros,
+  placeholders = dict.fromkeys(_ACTION_VALUE_FIELDS, zeros)
+  return _value_outs(
+      values, target_values, rho, vt.pg_advantage, value_target, **placeholders
   )
 
 
@@ -200,16 +221,15 @@ def retrace(
   q_target = q_target[1:]
 
   qv_adv = target_q_values - jnp.expand_dims(target_values, axis=2)
-  v_target = target_values[:-1] + clipped_rho * (q_target - target_values[:-1])
   adv = q_target - target_values[:-1]
+  v_target = target_values[:-1] + clipped_rho * adv
 
-  return types.ValueOuts(
-      value=values,
-      target_value=target_values,
-      rho=rho,
-      adv=adv,
-      value_target=v_target,
-      td=v_target - values[:-1],
+  return _value_outs(
+      values,
+      target_values,
+      rho,
+      adv,
+      v_target,
       qv_adv=qv_adv,
       q_value=q_values,
       target_q_value=target_q_values,
@@ -404,6 +424,9 @@ def estimate_on(
   return estimate(
       rewards=inputs.rewards,
       env_discounts=1.0 - inputs.is_terminal,
+      truncated=inputs.truncated,
+      discount=discount,
+      lambda_=lambda_,
       actions=inputs.actions,
       pi_logits=pi_logits,
       mu_logits=inputs.behaviour_agent_out["logits"],
@@ -411,9 +434,6 @@ def estimate_on(
       q_values=q_values,
       target_values=target_values,
       target_q_values=target_q_values,
-      discount=discount,
-      lambda_=lambda_,
-      truncated=inputs.truncated,
   )
 
 
