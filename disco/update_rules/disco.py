@@ -160,9 +160,8 @@ class Disco(base.MovingAverageRule):
       self, inputs: base.Inputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     inputs.check_shapes()
-    rule_state = context.rule_state
     target_out = context.unroll_fn(
-        rule_state["target_params"], inputs.observations
+        context.rule_state["target_params"], inputs.observations
     )
     # Retrace on the categorical q head, bootstrapping from the target
     # network's q (its state values weighted by the online policy).
