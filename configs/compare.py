@@ -60,5 +60,9 @@ def get_config() -> config_dict.ConfigDict:
           # sweep; aggregate with run_dirs or a last call without shard).
           shard="",
           output_dir="",  # '' -> runs/compare-<UTC timestamp>
+          # Compiled programs are kept on disk and reused by later runs:
+          # '' -> $JAX_COMPILATION_CACHE_DIR or ~/.cache/disco/jax (under
+          # $XDG_CACHE_HOME if set), a folder, or 'off'.
+          compilation_cache="",
       )
   )

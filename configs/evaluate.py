@@ -72,6 +72,10 @@ def get_config() -> config_dict.ConfigDict:
           last_episodes=500,  # final score: mean return of the last episodes
           output_dir="",  # '' -> runs/eval-<rule>-<UTC timestamp>
           overwrite=False,  # allow writing into a folder holding another run
+          # Compiled programs are kept on disk and reused by later runs:
+          # '' -> $JAX_COMPILATION_CACHE_DIR or ~/.cache/disco/jax (under
+          # $XDG_CACHE_HOME if set), a folder, or 'off'.
+          compilation_cache="",
           # Seeds spread over several processes (hosts), on jax.distributed:
           # start the same command in every process; each trains a contiguous
           # block of the seeds and process 0 writes the outputs. enabled=True

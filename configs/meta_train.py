@@ -108,6 +108,10 @@ def get_config() -> config_dict.ConfigDict:
           keep_checkpoints=3,
           resume=False,  # continue from the latest checkpoint in output_dir
           log_every=1,  # meta-steps between metrics rows / progress updates
+          # Compiled programs are kept on disk and reused by later runs:
+          # '' -> $JAX_COMPILATION_CACHE_DIR or ~/.cache/disco/jax (under
+          # $XDG_CACHE_HOME if set), a folder, or 'off'.
+          compilation_cache="",
           # Stop (exit status 3) after this many meta-steps in a row whose
           # meta-update was skipped for a non-finite meta-gradient.
           max_consecutive_skips=10,

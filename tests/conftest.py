@@ -42,6 +42,9 @@ if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
   jax.config.update("jax_compilation_cache_dir", str(REPO_DIR / ".jax_cache"))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+# As the launchers (which the tests start as subprocesses sharing this
+# folder): a bound, so that reads and writes take the cache's file lock.
+jax.config.update("jax_compilation_cache_max_size", 4 * 2**30)
 
 
 # --------------------------------------------------------- rollouts ----

@@ -41,6 +41,7 @@ from ml_collections import config_dict
 from ml_collections import config_flags
 import numpy as np
 
+from disco import compile_cache
 from disco import configs as configs_pkg
 from disco import weights as weights_lib
 from disco.update_rules import base as rule_base
@@ -594,7 +595,9 @@ def run_launcher(
 
   Parses ``--config`` (default: ``configs/<config_name>.py``) and its
   overrides (``prepare``: see ``parse_config_flags``), then calls
-  ``body(config)``. A ``UsageError`` (while parsing or
+  ``body(config)`` with the persistent compilation cache that
+  ``config.compilation_cache`` names (`disco.compile_cache`), then prints what
+  it saved. A ``UsageError`` (while parsing or
   from ``body``) prints one line and exits with status 2, ``Diverged`` one
   line and status 3; Ctrl-C and SIGTERM raise ``KeyboardInterrupt`` in
   ``body`` (which may save its state) and exit with status 130.
@@ -624,13 +627,19 @@ def run_launcher(
       logging.set_verbosity(logging.WARNING)
     # SIGTERM (e.g. a scheduler's pre-emption) is handled like Ctrl-C.
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    config = flags.FLAGS.config
+    cache_folder = compile_cache.enable(
+        config.get("compilation_cache", ""), program
+    )
+    compile_stats = compile_cache.CompileStats()
     try:
       if len(argv) > 1:
         raise UsageError(
             f"Unexpected argument(s) {list(argv[1:])}: settings "
             "are given as --config.<key>=<value>."
         )
-      body(flags.FLAGS.config)
+      body(config)
+      print(compile_stats.describe(cache_folder))
     except UsageError as e:
       fail(program, e)
     except Diverged as e:

@@ -1,0 +1,130 @@
+r"""Cold and warm starts of the launchers with the persistent compilation cache.
+
+Each launcher runs twice in a fresh process with the same settings and a cache
+folder that starts empty: the first run (cold) compiles every program and
+fills the cache, the second (warm) loads them. For each run it prints the
+programs compiled and loaded, the seconds spent in XLA (compiling, or loading
+from the cache), the launcher's own estimate of the first call's extra time
+(``compile_time_s`` in ``summary.json``: first call minus a steady call) and
+the wall time of the whole process::
+
+  python benchmarks/compile_cache.py                 # all three launchers
+  python benchmarks/compile_cache.py --only meta_train --repeats 2
+
+The settings are the launchers' defaults (Disco103 on Catch 8x8; the published
+meta-training settings; Disco103 against actor-critic on Catch), cut to a few
+calls so that the start dominates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+LAUNCHERS = {
+    "eval": (
+        "disco.launch.evaluate",
+        ["--config.total_env_steps=6000"],
+    ),
+    "meta_train": (
+        "disco.launch.meta_train",
+        ["--config.num_meta_steps=3", "--config.checkpoint_every=0"],
+    ),
+    "compare": (
+        "disco.launch.compare",
+        [
+            "--config.num_seeds=2",
+            "--config.total_env_steps=6000",
+            "--config.last_episodes=50",
+        ],
+    ),
+}
+
+_LINE = re.compile(
+    r"Compilation cache: .+; (\d+) programs loaded, (\d+) compiled "
+    r"\(([\d.]+) s in XLA\)"
+)
+
+
+def _launcher_compile_time(out: Path) -> float | None:
+  """``compile_time_s`` of the run's summary (compare: its first run)."""
+  for summary in sorted(out.rglob("summary.json")):
+    value = json.loads(summary.read_text()).get("compile_time_s")
+    if value is not None:
+      return value
+  return None
+
+
+def run_once(module: str, args: list[str], cache: Path, out: Path) -> dict:
+  env = dict(os.environ)
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)
+  start = time.perf_counter()
+  proc = subprocess.run(
+      [
+          sys.executable,
+          "-m",
+          module,
+          *args,
+          f"--config.output_dir={out}",
+          f"--config.compilation_cache={cache}",
+      ],
+      env=env,
+      capture_output=True,
+      text=True,
+  )
+  wall = time.perf_counter() - start
+  if proc.returncode != 0:
+    raise SystemExit(f"{module} failed:\n{proc.stderr[-3000:]}")
+  found = _LINE.search(proc.stdout)
+  if not found:
+    raise SystemExit(f"{module}: no compilation-cache line in its output")
+  loaded, compiled, xla = found.groups()
+  return dict(
+      loaded=int(loaded),
+      compiled=int(compiled),
+      xla_s=float(xla),
+      first_call_extra_s=_launcher_compile_time(out),
+      wall_s=wall,
+  )
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--only", choices=sorted(LAUNCHERS), action="append")
+  parser.add_argument(
+      "--repeats", type=int, default=1, help="cold/warm pairs per launcher"
+  )
+  flags = parser.parse_args()
+  names = flags.only or list(LAUNCHERS)
+  print(
+      "| launcher | start | programs compiled | programs loaded | XLA s |"
+      " first call minus steady, s | process wall s |"
+  )
+  print("|---|---|---|---|---|---|---|")
+  with tempfile.TemporaryDirectory() as tmp:
+    for repeat in range(flags.repeats):
+      for name in names:
+        module, args = LAUNCHERS[name]
+        cache = Path(tmp) / f"cache-{name}-{repeat}"
+        for start in ("cold", "warm"):
+          out = Path(tmp) / f"{name}-{repeat}-{start}"
+          r = run_once(module, args, cache, out)
+          extra = r["first_call_extra_s"]
+          print(
+              f"| {name} | {start} | {r['compiled']} | {r['loaded']} | "
+              f"{r['xla_s']:.1f} | "
+              f"{'-' if extra is None else f'{extra:.1f}'} | "
+              f"{r['wall_s']:.1f} |",
+              flush=True,
+          )
+
+
+if __name__ == "__main__":
+  main()

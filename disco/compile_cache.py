@@ -1,0 +1,175 @@
+"""The persistent compilation cache of the launchers, and what it saved.
+
+XLA compiles every program of a run (the training loop, the meta-step) before
+its first call: on a small CPU that takes tens of seconds, and every start of
+a launcher (a resume, each process of a multi-process run, each shard of a
+sweep) would pay it again. JAX can keep compiled programs on disk and load them
+in later processes; ``enable`` turns that on, by default in a per-user folder
+beside the weights cache:
+
+* ``$JAX_COMPILATION_CACHE_DIR`` if set (JAX's own variable), else
+* ``$XDG_CACHE_HOME/disco/jax`` (``~/.cache/disco/jax`` without it).
+
+The folder holds one file per compiled program, keyed by the program, the
+JAX/XLA versions, the compile options and the devices, so a changed program or
+an upgraded JAX simply misses. It is bounded (least recently used programs go
+first, ``MAX_BYTES``) and safe to share between processes: reads and writes
+take a file lock, and in a multi-process run only process 0 writes. Delete the
+folder to clear it.
+
+``CompileStats`` counts, through JAX's monitoring events, how many programs a
+process compiled and how many it loaded from the cache, and the seconds spent
+in XLA; the launchers print it as one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+import sys
+import tempfile
+
+import jax
+from jax.experimental.compilation_cache import compilation_cache as jax_cache
+import jax.monitoring
+
+from disco import weights as weights_lib
+
+# Values of the launchers' ``compilation_cache`` setting that turn it off.
+OFF_VALUES = ("off", "none", "false", "0")
+# The cache's size bound: beyond it the least recently used programs are
+# evicted (a meta-step at the published settings is about 10 MB on CPU).
+MAX_BYTES = 4 * 2**30
+ENV_VAR = "JAX_COMPILATION_CACHE_DIR"
+
+_HITS = "/jax/compilation_cache/cache_hits"
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+
+
+def default_dir() -> Path:
+  """``$JAX_COMPILATION_CACHE_DIR`` if set, else ``<cache>/disco/jax``."""
+  from_env = os.environ.get(ENV_VAR)
+  if from_env:
+    return Path(from_env).expanduser()
+  return weights_lib.cache_dir() / "jax"
+
+
+def resolve(setting: str | None) -> Path | None:
+  """The cache folder a launcher's ``compilation_cache`` setting names:
+  ``''`` (or None) is `default_dir`, ``'off'`` disables it (None), anything
+  else is a folder."""
+  setting = (setting or "").strip()
+  if setting.lower() in OFF_VALUES:
+    return None
+  return Path(setting).expanduser() if setting else default_dir()
+
+
+def _writable(folder: Path) -> str | None:
+  """None if ``folder`` can be created and written, else why not."""
+  try:
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
+      pass
+  except OSError as e:
+    return e.strerror or str(e)
+  return None
+
+
+def enable(setting: str | None, program: str) -> Path | None:
+  """Turns on JAX's persistent compilation cache for this process.
+
+  Args:
+    setting: the launcher's ``compilation_cache`` setting (see `resolve`).
+    program: the launcher's name, for the warning.
+
+  Returns:
+    The cache folder, or None when the setting disables the cache or the
+    folder cannot be written: then one warning line is printed to stderr and
+    the run goes on uncached.
+  """
+  folder = resolve(setting)
+  # JAX decides once per process whether the cache is used (at the first
+  # compilation); start that decision afresh under the new settings.
+  jax_cache.reset_cache()
+  if folder is None:
+    jax.config.update("jax_enable_compilation_cache", False)
+    return None
+  problem = _writable(folder)
+  if problem is not None:
+    print(
+        f"{program}: warning: the compilation cache folder {folder} cannot "
+        f"be written ({problem}); running without the cache (set "
+        "--config.compilation_cache to a writable folder, or to 'off').",
+        file=sys.stderr,
+    )
+    jax.config.update("jax_enable_compilation_cache", False)
+    return None
+  jax.config.update("jax_enable_compilation_cache", True)
+  jax.config.update("jax_compilation_cache_dir", str(folder))
+  # Every program is kept, however quick to compile: a launcher compiles
+  # dozens of small ones (initialisation, evaluation, logging) besides its
+  # loop, and together they are seconds on a small CPU.
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  # A bound turns on the cache's file lock (reads and writes of several
+  # processes sharing the folder) and its LRU eviction.
+  jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+  return folder
+
+
+@dataclasses.dataclass
+class CompileStats:
+  """Counts this process's compilations from the moment it is created.
+
+  Attributes:
+    programs: programs handed to XLA (compiled, or loaded from the cache).
+    hits: of those, loaded from the persistent cache.
+    backend_seconds: seconds in XLA (compiling, or loading from the cache).
+  """
+
+  programs: int = 0
+  hits: int = 0
+  backend_seconds: float = 0.0
+
+  def __post_init__(self):
+    jax.monitoring.register_event_listener(self._on_event)
+    jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+
+  def _on_event(self, event: str, **_) -> None:
+    if event == _HITS:
+      self.hits += 1
+
+  def _on_duration(self, event: str, seconds: float, **_) -> None:
+    if event == _BACKEND_COMPILE:
+      self.programs += 1
+      self.backend_seconds += seconds
+
+  def close(self) -> None:
+    """Stops counting."""
+    jax.monitoring.unregister_event_listener(self._on_event)
+    jax.monitoring.unregister_event_duration_listener(self._on_duration)
+
+  @property
+  def compiled(self) -> int:
+    """Programs compiled by XLA (not found in the cache)."""
+    return self.programs - self.hits
+
+  def as_dict(self) -> dict[str, float | int]:
+    return dict(
+        programs_compiled=self.compiled,
+        programs_from_cache=self.hits,
+        xla_seconds=round(self.backend_seconds, 3),
+    )
+
+  def describe(self, folder: Path | None) -> str:
+    """One line: where the cache is and what it saved."""
+    if folder is None:
+      return (
+          f"Compilation cache: off; {self.compiled} programs compiled "
+          f"({self.backend_seconds:.1f} s in XLA)."
+      )
+    return (
+        f"Compilation cache: {folder}; {self.hits} programs loaded, "
+        f"{self.compiled} compiled ({self.backend_seconds:.1f} s in XLA)."
+    )
