@@ -266,6 +266,10 @@ def test_ppo_gets_its_own_loop(tmp_path):
         (["--config.envs=('catch', 'pongg')"], "Unknown environment 'pongg'"),
         (["--config.envs=('catch:rowz=5',)"], "did you mean 'rows'"),
         (["--config.num_seeds=1"], "too few for the welch test"),
+        (
+            ["--config.rules=('actor_critic',)", "--config.num_seeds=1"],
+            "bootstrap intervals.*at least 2",
+        ),
         (["--config.test=mann_whitney", "--config.num_seeds=3"], "at least 4"),
         (
             ["--config.envs=('lpg/sparse',)"],

@@ -454,8 +454,10 @@ def sample_efficiency_curves(
     scores: ``{rule: [num_seeds, num_envs, num_points]}``.
     points: ``[num_points]`` x values, e.g. environment steps (default
       ``0 .. num_points - 1``).
-    reps: bootstrap replications (seeds are resampled once per replication
-      for all points, so the curve's intervals are jointly consistent).
+    reps: bootstrap replications. ``rliable`` draws the seeds of a
+      replication independently for every environment and every point, so
+      the band is pointwise: each point's interval has the nominal
+      coverage, not the whole curve's.
     confidence: coverage of the intervals.
     seed: seed of the bootstrap.
 

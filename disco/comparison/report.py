@@ -23,9 +23,12 @@ from collections.abc import Mapping
 import dataclasses
 import datetime
 import json
+import math
 from pathlib import Path
 import re
 from typing import Any
+
+import numpy as np
 
 from disco.comparison import aggregates
 from disco.comparison import normalization
@@ -77,6 +80,29 @@ def check(
       )
 
 
+def jsonable(x: Any) -> Any:
+  """``x`` as strict JSON values: containers as dicts and lists, NumPy
+  scalars and arrays as Python values, and NaN and +-inf (an undefined
+  statistic, an infinite effect size) as ``None``, i.e. ``null``; JSON has
+  no NaN or Infinity."""
+  if isinstance(x, Mapping):
+    return {str(k): jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple, np.ndarray)):
+    return [jsonable(v) for v in x]
+  if isinstance(x, (bool, np.bool_)):
+    return bool(x)
+  if isinstance(x, (int, np.integer)):
+    return int(x)
+  if isinstance(x, (float, np.floating)):
+    return float(x) if math.isfinite(x) else None
+  return x
+
+
+def json_text(x: Any) -> str:
+  """``x`` as strict JSON text (see ``jsonable``)."""
+  return json.dumps(jsonable(x), indent=2, allow_nan=False) + "\n"
+
+
 def file_name(env: str) -> str:
   """A file or folder name for environment key ``env``."""
   return re.sub(r"[^A-Za-z0-9_.-]+", "_", env).strip("_")
@@ -120,7 +146,8 @@ def write_report(
   """Computes the statistics and writes the files into folder ``out``.
 
   Returns:
-    The statistics as a JSON-friendly dict (also in ``statistics.json``).
+    The statistics as JSON values (also in ``statistics.json``; NaN and
+    infinite values are ``None``).
 
   Raises:
     ValueError: see ``check``.
@@ -203,9 +230,8 @@ def write_report(
       ],
       figures=[Path(f).name for f in figures],
   )
-  (out / "statistics.json").write_text(
-      json.dumps(stats, indent=2, default=float) + "\n"
-  )
+  stats = jsonable(stats)
+  (out / "statistics.json").write_text(json_text(stats))
   (out / "report.md").write_text(
       _markdown(
           results, settings, raw, agg, improvement, tests, references, title

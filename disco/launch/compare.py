@@ -246,6 +246,23 @@ def _cells(config, output_dir: Path) -> list[Cell]:
   return cells
 
 
+def _check_seeds(
+    num_seeds: int, num_rules: int, settings: report_lib.Settings
+) -> None:
+  """The seed check of ``report.check``, before anything trains: every
+  report needs ``aggregates.MIN_SEEDS`` for its bootstrap intervals, and
+  one of several rules the test's ``min_seeds`` too."""
+  needed, what = aggregates.MIN_SEEDS, "the bootstrap intervals"
+  if num_rules > 1:
+    needed = max(needed, significance.min_seeds(settings.test, settings.alpha))
+    what = f"the {settings.test} test at alpha={settings.alpha} and {what}"
+  if num_seeds < needed:
+    raise UsageError(
+        f"config.num_seeds={num_seeds} is too few for {what}: use at least "
+        f"{needed}."
+    )
+
+
 def build(config: config_dict.ConfigDict) -> Plan:
   """Checks ``config`` (and every run's disco-eval config) before anything
   is trained.
@@ -279,13 +296,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
           "give config.run_dirs to aggregate)."
       )
     num_seeds = common.check_int(config.num_seeds, "num_seeds", 1)
-    needed = significance.min_seeds(settings.test, settings.alpha)
-    if len(config.rules) > 1 and num_seeds < max(2, needed):
-      raise UsageError(
-          f"config.num_seeds={num_seeds} is too few for the {settings.test} "
-          f"test at alpha={settings.alpha} and bootstrap intervals: use at "
-          f"least {max(2, needed)}."
-      )
+    _check_seeds(num_seeds, len(config.rules), settings)
     cells = _cells(config, output_dir)
     for cell in cells:  # every run's settings, checked before training
       try:
