@@ -163,6 +163,58 @@ def test_statistics_of_constant_samples_are_strict_json():
   }
 
 
+def test_rows_carry_the_welch_interval_of_the_difference():
+  a, b = _shifted_samples(n=6, shift=1.0)
+  (row,) = significance.pairwise_table(
+      {"a": a, "b": b}, test="mann_whitney", confidence=0.9
+  )
+  expected = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.9)
+  assert (row.diff_low, row.diff_high) == pytest.approx(
+      (expected.low, expected.high)
+  )
+  assert row.diff_low < row.mean_a - row.mean_b < row.diff_high
+  assert row.confidence == 0.9
+  wide = significance.run_test(a, b, confidence=0.99)
+  assert wide.diff_high - wide.diff_low > row.diff_high - row.diff_low
+  assert "[" in significance.format_table([row])
+
+
+def test_min_effect_sets_the_seeds_needed():
+  a, b = _shifted_samples(n=10, shift=3.0)
+  observed = significance.run_test(a, b)
+  assert observed.warning is None  # a large observed effect: enough seeds
+  planned = significance.run_test(a, b, min_effect=0.5)
+  assert planned.seeds_needed == 64  # Cohen's table, d = 0.5
+  assert planned.min_effect == 0.5
+  assert "minimum effect of interest of |g|=0.5" in planned.warning
+  same = significance.run_test(a, a.copy(), min_effect=1.0)
+  assert same.seeds_needed == 17
+  assert "effect size is 0" not in same.warning
+  with pytest.raises(ValueError, match="min_effect"):
+    significance.run_test(a, b, min_effect=0.0)
+
+
+def test_apply_holm_over_several_tables():
+  rng = np.random.default_rng(12)
+  tables = {
+      env: significance.pairwise_table(
+          {r: rng.normal(i * shift, 1.0, 6) for i, r in enumerate("xyz")}
+      )
+      for env, shift in (("e1", 1.0), ("e2", 0.3))
+  }
+  joint = significance.apply_holm(tables, alpha=0.05)
+  flat = [r for rows in tables.values() for r in rows]
+  np.testing.assert_allclose(
+      [r.p_holm for rows in joint.values() for r in rows],
+      significance.holm_bonferroni([r.p_value for r in flat]),
+  )
+  for name in tables:
+    for separate, together in zip(tables[name], joint[name], strict=True):
+      assert together.p_holm >= separate.p_holm
+      assert together.reject == (together.p_holm <= 0.05)
+      assert together.p_value == separate.p_value
+
+
 def test_holm_bonferroni_hand_example():
   # Sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, max(0.04*1, 0.06)=0.06.
   adjusted = significance.holm_bonferroni([0.01, 0.04, 0.03, 0.005])
@@ -423,6 +475,27 @@ def test_sample_efficiency_bands_draw_seeds_per_point():
   )["r"]
   assert curve.iqm[0] == curve.iqm[1]
   assert (curve.low[0], curve.high[0]) != (curve.low[1], curve.high[1])
+
+
+def _band_widths(x, task_bootstrap):
+  kw = dict(reps=REPS, seed=1, task_bootstrap=task_bootstrap)
+  curve = aggregates.sample_efficiency_curves({"r": x}, **kw)["r"]
+  profile = aggregates.performance_profiles({"r": x[..., 0]}, **kw)["r"]
+  return (
+      float(np.mean(curve.high - curve.low)),
+      float(np.mean(profile.high - profile.low)),
+  )
+
+
+def test_task_bootstrap_widens_profiles_and_curves():
+  rng = np.random.default_rng(13)
+  # Environments of very different difficulty: resampling them matters.
+  offsets = np.array([0.0, 0.3, 0.6, 0.9])[:, None]
+  x = rng.normal(0.0, 0.05, (6, 4, 3)) + offsets
+  seeds_only = _band_widths(x, task_bootstrap=False)
+  with_tasks = _band_widths(x, task_bootstrap=True)
+  assert with_tasks[0] > 2 * seeds_only[0]
+  assert with_tasks[1] > 1.2 * seeds_only[1]
 
 
 def test_aggregate_input_errors():

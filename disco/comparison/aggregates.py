@@ -347,8 +347,10 @@ def aggregate_metrics(
     confidence: coverage of the intervals.
     seed: seed of the bootstrap.
     gamma: the optimality-gap threshold (1.0: the reference score).
-    task_bootstrap: also resample environments (the uncertainty of a new
-      set of environments rather than of new seeds).
+    task_bootstrap: also resample environments (``rliable``'s task
+      bootstrap: the uncertainty of a new set of environments as well as of
+      new seeds; wider intervals). ``probability_of_improvement`` has no
+      such option in ``rliable``.
 
   Returns:
     ``{rule: AggregateResult}`` in the order of ``scores``.
@@ -449,6 +451,7 @@ def performance_profiles(
     reps: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    task_bootstrap: bool = False,
 ) -> dict[str, PerformanceProfile]:
   """Score distributions (performance profiles) with pointwise intervals.
 
@@ -461,6 +464,7 @@ def performance_profiles(
     reps: bootstrap replications.
     confidence: coverage of the intervals.
     seed: seed of the bootstrap.
+    task_bootstrap: also resample environments (see ``aggregate_metrics``).
 
   Returns:
     ``{rule: PerformanceProfile}``.
@@ -479,6 +483,7 @@ def performance_profiles(
           use_score_distribution=use_score_distribution,
           reps=int(reps),
           confidence_interval_size=confidence,
+          task_bootstrap=task_bootstrap,
       )
     low, high = np.asarray(cis[rule], np.float64)
     results[rule] = PerformanceProfile(
@@ -499,6 +504,7 @@ def sample_efficiency_curves(
     reps: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    task_bootstrap: bool = False,
 ) -> dict[str, SampleEfficiencyCurve]:
   """IQM with intervals at every evaluation point of a learning curve.
 
@@ -512,6 +518,7 @@ def sample_efficiency_curves(
       coverage, not the whole curve's.
     confidence: coverage of the intervals.
     seed: seed of the bootstrap.
+    task_bootstrap: also resample environments (see ``aggregate_metrics``).
 
   Returns:
     ``{rule: SampleEfficiencyCurve}``.
@@ -538,7 +545,7 @@ def sample_efficiency_curves(
   results = {}
   for rule, x in scores.items():
     point, interval = _interval_estimate(
-        x, iqm_per_point, reps, confidence, seed
+        x, iqm_per_point, reps, confidence, seed, task_bootstrap
     )
     results[rule] = SampleEfficiencyCurve(
         rule=rule,

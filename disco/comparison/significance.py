@@ -73,8 +73,9 @@ class TestResult:
 
   Attributes:
     test: one of ``TESTS``.
-    statistic: the test statistic: Welch's t, U of ``a``, or the difference
-      of means ``mean(a) - mean(b)`` (bootstrap and permutation).
+    statistic: the test statistic: Welch's t (Welch and bootstrap; NaN when
+      neither sample varies), U of ``a``, or the difference of means
+      ``mean(a) - mean(b)`` (permutation).
     p_value: two-sided p-value.
     n_a: seeds of ``a``.
     n_b: seeds of ``b``.
@@ -486,16 +487,17 @@ def _mean_difference(x, y, axis=-1):
   return np.mean(x, axis=axis) - np.mean(y, axis=axis)
 
 
-def _bootstrap(
-    a: np.ndarray, b: np.ndarray, reps: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-  """Efron and Tibshirani's (1993) algorithm 16.2: resample each sample,
-  shifted to the pooled mean, and compare the resamples' Welch t."""
-  batch, n_a, n_b = a.shape[0], a.shape[1], b.shape[1]
-  observed = _welch_t(a, b)  # [B]
-  pooled = np.concatenate([a, b], axis=1).mean(axis=1, keepdims=True)
-  null_a = a - a.mean(axis=1, keepdims=True) + pooled
-  null_b = b - b.mean(axis=1, keepdims=True) + pooled
+def _bootstrap_extreme(
+    null_a: np.ndarray,
+    null_b: np.ndarray,
+    observed: np.ndarray,
+    reps: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+  """``[B]`` resamples of ``null_a`` ``[B, n_a]`` and ``null_b`` ``[B,
+  n_b]`` (each resampled separately) whose |Welch t| reaches
+  ``|observed|``."""
+  batch, n_a, n_b = null_a.shape[0], null_a.shape[1], null_b.shape[1]
   idx_a = rng.integers(0, n_a, size=(batch, reps, n_a))
   idx_b = rng.integers(0, n_b, size=(batch, reps, n_b))
   boot_a = np.take_along_axis(null_a[:, None, :], idx_a, axis=2)
@@ -514,12 +516,29 @@ def _bootstrap(
         diff / se,
         np.where(diff == 0, 0.0, np.inf),
     )
-  # A small tolerance so that float noise around an exact tie still counts.
-  # (Rows where neither sample varies get the fallback below.)
-  with np.errstate(invalid="ignore"):
+    # A small tolerance so that float noise around an exact tie still
+    # counts. (Rows where neither sample varies get a fallback.)
     tol = 1e-9 * np.maximum(1.0, np.abs(observed))
-    extreme = np.count_nonzero(
+    return np.count_nonzero(
         np.abs(t) >= (np.abs(observed) - tol)[:, None], axis=1
+    )
+
+
+def _bootstrap(
+    a: np.ndarray, b: np.ndarray, reps: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+  """Efron and Tibshirani's (1993) algorithm 16.2: resample each sample,
+  shifted to the pooled mean, and compare the resamples' Welch t."""
+  observed = _welch_t(a, b)  # [B]
+  pooled = np.concatenate([a, b], axis=1).mean(axis=1, keepdims=True)
+  null_a = a - a.mean(axis=1, keepdims=True) + pooled
+  null_b = b - b.mean(axis=1, keepdims=True) + pooled
+  extreme = np.empty(len(a))
+  step = max(1, 4_000_000 // (reps * (a.shape[1] + b.shape[1])))
+  for i in range(0, len(a), step):
+    rows = slice(i, i + step)
+    extreme[rows] = _bootstrap_extreme(
+        null_a[rows], null_b[rows], observed[rows], reps, rng
     )
   p = (1.0 + extreme) / (1.0 + reps)
   return _no_variance_fallback(a, b, observed, p, reps, rng)
@@ -777,6 +796,8 @@ def pairwise_table(
     reps: int = 10000,
     seed: int = 0,
     pairs: Sequence[tuple[str, str]] | None = None,
+    confidence: float = 0.95,
+    min_effect: float | None = None,
 ) -> list[ComparisonRow]:
   """Tests every pair of rules and corrects for multiple comparisons.
 
@@ -792,9 +813,13 @@ def pairwise_table(
     seed: seed of those tests (the same for every pair).
     pairs: ``(a, b)`` pairs to test; by default each unordered pair once, in
       the order of ``scores``.
+    confidence: level of the interval of each difference of means.
+    min_effect: the a-priori minimum effect of interest (|Hedges' g|) of the
+      seeds-needed estimate; ``None``: the observed |g|.
 
   Returns:
-    One ``ComparisonRow`` per pair.
+    One ``ComparisonRow`` per pair, Holm-corrected over the table (see
+    ``apply_holm`` for a family of several tables).
   """
   if len(scores) < 2:
     raise ValueError(
@@ -819,6 +844,8 @@ def pairwise_table(
               power=power,
               reps=reps,
               seed=seed,
+              confidence=confidence,
+              min_effect=min_effect,
           )
       )
     except ValueError as e:
@@ -839,12 +866,46 @@ def pairwise_table(
   return rows
 
 
+def apply_holm(
+    tables: Mapping[str, Sequence[ComparisonRow]], alpha: float = 0.05
+) -> dict[str, list[ComparisonRow]]:
+  """Holm-Bonferroni over every row of several tables at once.
+
+  ``pairwise_table`` corrects within one table (one environment); this
+  treats all rows of ``tables`` (e.g. every environment's) as one family,
+  which controls the family-wise error rate over all of them at ``alpha``
+  (at the cost of power).
+
+  Args:
+    tables: ``{name: rows}`` of ``pairwise_table``.
+    alpha: the family-wise significance level.
+
+  Returns:
+    ``{name: rows}`` with ``p_holm``, ``reject`` and ``alpha`` over the whole
+    family.
+  """
+  _check_probability("alpha", alpha)
+  flat = [r for rows in tables.values() for r in rows]
+  adjusted = iter(holm_bonferroni([r.p_value for r in flat]))
+  out = {}
+  for name, rows in tables.items():
+    out[name] = []
+    for r in rows:
+      p = float(next(adjusted))
+      out[name].append(
+          dataclasses.replace(r, p_holm=p, reject=bool(p <= alpha), alpha=alpha)
+      )
+  return out
+
+
 def format_table(rows: Sequence[ComparisonRow]) -> str:
-  """The rows as a fixed-width text table, warnings listed underneath."""
+  """The rows as a fixed-width text table (two-sided tests; ``diff`` is
+  ``mean a - mean b`` with its Welch interval), warnings listed
+  underneath."""
   header = (
       f"{'rule a':<16} {'rule b':<16} {'test':<12} {'stat':>9} "
       f"{'p':>8} {'p_holm':>8} {'reject':>6} {'effect':>8} "
-      f"{'seeds':>6}"
+      f"{'seeds':>6}  diff [interval]"
   )
   lines = [header, "-" * len(header)]
   notes = []
@@ -854,8 +915,17 @@ def format_table(rows: Sequence[ComparisonRow]) -> str:
         f"{row.rule_a:<16.16} {row.rule_b:<16.16} {row.test:<12} "
         f"{row.statistic:>9.3g} {row.p_value:>8.3g} {row.p_holm:>8.3g} "
         f"{'yes' if row.reject else 'no':>6} {row.effect_size:>8.3g} "
-        f"{needed:>6}"
+        f"{needed:>6}  {difference_text(row)}"
     )
     if row.warning:
       notes.append(f"{row.rule_a} vs {row.rule_b}: {row.warning}")
   return "\n".join(lines + notes)
+
+
+def difference_text(row: ComparisonRow | TestResult) -> str:
+  """``mean_a - mean_b [low, high]`` (``n/a`` ends when undefined)."""
+  ends = ", ".join(
+      "n/a" if math.isnan(x) else f"{x:.3g}"
+      for x in (row.diff_low, row.diff_high)
+  )
+  return f"{row.mean_a - row.mean_b:.3g} [{ends}]"
