@@ -266,9 +266,9 @@ def approximate_coverage(
   sqrt(n E)`` where ``(xbar - mu) sqrt(n E) / s`` is t-distributed with
   ``E (n - 1)`` degrees of freedom, which gives
   ``P(|T_{E(n-1)}| <= z sqrt((n-1)/n))``: 76% for a nominal 95% with 2
-  seeds on 4 environments, 85% with 3, 90% with 5, 93% with 10. Simulated
-  coverage of normal scores (``calibration.interval_coverage``) is about
-  one point lower for the mean and near it for the IQM and median
+  seeds on 4 environments, 85% with 3, 90% with 5, 93% with 10. The
+  simulated coverage of the mean, IQM and median of normal scores
+  (``calibration.interval_coverage``) is within 2 points of it
   (``BENCHMARKS.md``).
   """
   if num_seeds < 2 or num_envs < 1:
