@@ -45,10 +45,19 @@ def get_config() -> config_dict.ConfigDict:
           # Per-rule changes of the disco-eval settings, e.g.
           # "ppo:num_envs=8,rollout_len=32,batch_size=8,learning_rate=1e-3".
           rule_overrides=(),
-          # Statistics.
+          # Statistics. Every test is two-sided (null: no difference).
           test="welch",  # welch | mann_whitney | bootstrap | permutation
           alpha=0.05,
+          # One Holm-Bonferroni family over every environment's table (and
+          # the all-environments one) rather than one per table.
+          holm_across_envs=False,
           power=0.8,  # target power of the seeds-needed estimate
+          # The a-priori minimum effect of interest (|Hedges' g|) of the
+          # seeds-needed estimate; None: the observed effect.
+          min_effect=config_dict.placeholder(float),
+          confidence=0.95,  # level of every interval
+          # rliable's task bootstrap: intervals also resample environments.
+          task_bootstrap=False,
           bootstrap_reps=2000,
           num_points=20,  # evaluation points of the sample-efficiency curves
           # Normalisation entries for environments the table lacks (or to

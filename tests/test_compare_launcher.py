@@ -155,6 +155,65 @@ def test_report_results_and_figures(sweep):
   for rule in RULES:
     iqm = stats["aggregates"][rule]["iqm"]
     assert iqm["low"] <= iqm["estimate"] <= iqm["high"]
+  # Strict JSON: no NaN or Infinity (undefined or infinite values are null).
+  assert _strict_json((out / "statistics.json").read_text()) == stats
+  assert "two-sided" in report
+  # 3 seeds on 2 environments: the intervals cover about 82%, and say so.
+  coverage = stats["interval_coverage"][RULES[0]]
+  assert coverage["approximate"] == pytest.approx(0.815, abs=0.005)
+  assert "covers about 82%, not 95%" in report
+  assert "mean a - mean b [95% interval]" in report
+
+
+def _strict_json(text):
+  def refuse(name):
+    raise ValueError(f"{name} is not JSON")
+
+  return json.loads(text, parse_constant=refuse)
+
+
+def test_statistics_settings(sweep, tmp_path):
+  runs = sorted(
+      str(p.parent) for p in (sweep["out"] / "runs").rglob("summary.json")
+  )
+  base = [
+      f"--config.run_dirs={tuple(runs)}",
+      "--config.bootstrap_reps=50",
+      "--config.num_points=5",
+  ]
+  stats = compare.compare(
+      _config(
+          [
+              *base,
+              "--config.confidence=0.8",
+              "--config.task_bootstrap=True",
+              "--config.min_effect=0.5",
+              "--config.holm_across_envs=True",
+              f"--config.output_dir={tmp_path / 'agg'}",
+          ]
+      ),
+      log=lambda _: None,
+  )
+  report = (tmp_path / "agg" / "report.md").read_text()
+  assert "80% stratified-bootstrap intervals" in report
+  assert "environments resampled too" in report
+  assert "over all tables together" in report
+  assert "minimum effect of interest |g|=0.5" in report
+  assert stats["aggregates"][RULES[0]]["confidence"] == 0.8
+  rows = [r for table in stats["tests"].values() for r in table]
+  assert all(r["seeds_needed"] == 64 for r in rows)
+  from disco.comparison import significance
+
+  p_holm = significance.holm_bonferroni([r["p_value"] for r in rows])
+  assert [r["p_holm"] for r in rows] == pytest.approx(list(p_holm))
+  assert all(r["confidence"] == 0.8 for r in rows)
+  # The same runs at the defaults: narrower task-free intervals at 80%
+  # than the task bootstrap's, Holm within each table.
+  default = sweep["stats"]
+  for table, rows_ in default["tests"].items():
+    assert [r["p_holm"] for r in rows_] == pytest.approx(
+        list(significance.holm_bonferroni([r["p_value"] for r in rows_]))
+    ), table
 
 
 def test_aggregates_existing_run_folders(sweep, tmp_path):
@@ -266,6 +325,10 @@ def test_ppo_gets_its_own_loop(tmp_path):
         (["--config.envs=('catch', 'pongg')"], "Unknown environment 'pongg'"),
         (["--config.envs=('catch:rowz=5',)"], "did you mean 'rows'"),
         (["--config.num_seeds=1"], "too few for the welch test"),
+        (
+            ["--config.rules=('actor_critic',)", "--config.num_seeds=1"],
+            "bootstrap intervals.*at least 2",
+        ),
         (["--config.test=mann_whitney", "--config.num_seeds=3"], "at least 4"),
         (
             ["--config.envs=('lpg/sparse',)"],
@@ -284,6 +347,10 @@ def test_ppo_gets_its_own_loop(tmp_path):
             "unknown setting",
         ),
         (["--config.shard=3/3"], "0 <= i < n"),
+        (["--config.confidence=95"], "confidence must be in"),
+        (["--config.alpha=1.5"], "alpha must be in"),
+        (["--config.min_effect=-0.5"], "min_effect must be a number > 0"),
+        (["--config.test=bootstrap", "--config.num_seeds=2"], "at least 3"),
         (
             [
                 "--config.envs=('catch:rows=5,columns=5', 'catch:columns=5,rows=5')"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from scipy import stats
 
 from disco.comparison import aggregates
+from disco.comparison import report
 from disco.comparison import significance
 
 REPS = 200  # bootstrap replications: small, these tests only check behaviour
@@ -88,6 +90,131 @@ def test_permutation_is_exact_for_small_samples():
   assert result.p_value == pytest.approx(2 / 70)
 
 
+def test_bootstrap_test_is_studentized():
+  """The issue's example: the raw-difference bootstrap gave p = 1e-4 where
+  Welch gives 0.2; resampling Welch's t keeps the two close."""
+  a, b = [0.1, 0.3, 0.2], [0.5, 0.9, 0.7]
+  welch = significance.run_test(a, b, "welch")
+  boot = significance.run_test(a, b, "bootstrap", reps=2000)
+  assert welch.p_value > 0.01
+  assert boot.p_value > 0.01
+  assert boot.statistic == pytest.approx(welch.statistic)
+
+
+def test_bootstrap_false_positive_rate_at_five_seeds():
+  # Old (unstudentized) test: 0.12 here; alpha + 3 standard errors is 0.088.
+  rng = np.random.default_rng(11)
+  trials, alpha = 300, 0.05
+  rejected = sum(
+      significance.run_test(
+          rng.normal(size=5), rng.normal(size=5), "bootstrap", reps=200, seed=i
+      ).p_value
+      <= alpha
+      for i in range(trials)
+  )
+  assert rejected / trials <= alpha + 3 * math.sqrt(
+      alpha * (1 - alpha) / trials
+  )
+
+
+def test_bootstrap_refuses_two_seeds():
+  with pytest.raises(ValueError, match="at least 3 seeds per rule"):
+    significance.run_test([0.1, 0.3], [0.5, 0.9], "bootstrap")
+
+
+def test_mann_whitney_with_ties_is_exact():
+  # All 70 splits of the 8 values: 10 give a |U - 8| of at least 6.
+  a, b = [1.0, 1.0, 1.0, 1.0], [1.0, 0.95, 0.9, 0.8]
+  result = significance.run_test(a, b, "mann_whitney")
+  assert result.p_value == pytest.approx(10 / 70)
+  assert result.statistic == 14.0
+
+
+@pytest.mark.parametrize("test", ["welch", "bootstrap"])
+def test_constant_samples_fall_back_to_the_exact_permutation_test(test):
+  result = significance.run_test([1.0, 1.0, 1.0], [0.0, 0.0, 0.0], test)
+  # Welch's t is 0/0 scaled: undefined. Of the 20 splits of the six values,
+  # 2 separate them as much as observed.
+  assert math.isnan(result.statistic)
+  assert result.p_value == pytest.approx(2 / 20)
+  assert "no variance" in result.warning.lower()
+  same = significance.run_test([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], test)
+  assert same.p_value == 1.0
+
+
+def _strict_json(text):
+  def refuse(name):
+    raise ValueError(f"{name} is not JSON")
+
+  return json.loads(text, parse_constant=refuse)
+
+
+def test_statistics_of_constant_samples_are_strict_json():
+  rows = significance.pairwise_table(
+      {"a": [1.0, 1.0, 1.0], "b": [0.0, 0.0, 0.0]}
+  )
+  text = report.json_text({"tests": [r.as_dict() for r in rows]})
+  row = _strict_json(text)["tests"][0]
+  assert row["statistic"] is None  # Welch's t is undefined
+  assert row["hedges_g"] is None  # infinite
+  assert row["p_value"] == pytest.approx(0.1)
+  assert report.jsonable({"x": (np.float64(2.0), np.int64(3), -math.inf)}) == {
+      "x": [2.0, 3, None]
+  }
+
+
+def test_rows_carry_the_welch_interval_of_the_difference():
+  a, b = _shifted_samples(n=6, shift=1.0)
+  (row,) = significance.pairwise_table(
+      {"a": a, "b": b}, test="mann_whitney", confidence=0.9
+  )
+  expected = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.9)
+  assert (row.diff_low, row.diff_high) == pytest.approx(
+      (expected.low, expected.high)
+  )
+  assert row.diff_low < row.mean_a - row.mean_b < row.diff_high
+  assert row.confidence == 0.9
+  wide = significance.run_test(a, b, confidence=0.99)
+  assert wide.diff_high - wide.diff_low > row.diff_high - row.diff_low
+  assert "[" in significance.format_table([row])
+
+
+def test_min_effect_sets_the_seeds_needed():
+  a, b = _shifted_samples(n=10, shift=3.0)
+  observed = significance.run_test(a, b)
+  assert observed.warning is None  # a large observed effect: enough seeds
+  planned = significance.run_test(a, b, min_effect=0.5)
+  assert planned.seeds_needed == 64  # Cohen's table, d = 0.5
+  assert planned.min_effect == 0.5
+  assert "minimum effect of interest of |g|=0.5" in planned.warning
+  same = significance.run_test(a, a.copy(), min_effect=1.0)
+  assert same.seeds_needed == 17
+  assert "effect size is 0" not in same.warning
+  with pytest.raises(ValueError, match="min_effect"):
+    significance.run_test(a, b, min_effect=0.0)
+
+
+def test_apply_holm_over_several_tables():
+  rng = np.random.default_rng(12)
+  tables = {
+      env: significance.pairwise_table(
+          {r: rng.normal(i * shift, 1.0, 6) for i, r in enumerate("xyz")}
+      )
+      for env, shift in (("e1", 1.0), ("e2", 0.3))
+  }
+  joint = significance.apply_holm(tables, alpha=0.05)
+  flat = [r for rows in tables.values() for r in rows]
+  np.testing.assert_allclose(
+      [r.p_holm for rows in joint.values() for r in rows],
+      significance.holm_bonferroni([r.p_value for r in flat]),
+  )
+  for name in tables:
+    for separate, together in zip(tables[name], joint[name], strict=True):
+      assert together.p_holm >= separate.p_holm
+      assert together.reject == (together.p_holm <= 0.05)
+      assert together.p_value == separate.p_value
+
+
 def test_holm_bonferroni_hand_example():
   # Sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, max(0.04*1, 0.06)=0.06.
   adjusted = significance.holm_bonferroni([0.01, 0.04, 0.03, 0.005])
@@ -141,7 +268,8 @@ def test_underpowered_comparison_warns_with_seeds_needed():
     "test,n,alpha,needed",
     [
         ("welch", 1, 0.05, 2),
-        ("bootstrap", 1, 0.05, 2),
+        ("bootstrap", 2, 0.05, 3),
+        ("bootstrap", 3, 0.01, 4),
         ("mann_whitney", 3, 0.05, 4),
         ("permutation", 3, 0.05, 4),
         ("mann_whitney", 4, 0.01, 5),
@@ -335,6 +463,39 @@ def test_sample_efficiency_curves():
     assert curve.iqm[i] == pytest.approx(aggregates.iqm(scores["r"][..., i]))
   with pytest.raises(ValueError, match="points"):
     aggregates.sample_efficiency_curves(scores, points=[0, 1], reps=REPS)
+
+
+def test_sample_efficiency_bands_draw_seeds_per_point():
+  # Two identical points: seeds drawn once per replication for all points
+  # would give them identical intervals; rliable draws them per point.
+  rng = np.random.default_rng(9)
+  column = rng.normal(0.5, 0.2, (5, 2, 1))
+  curve = aggregates.sample_efficiency_curves(
+      {"r": np.concatenate([column, column], axis=2)}, reps=REPS
+  )["r"]
+  assert curve.iqm[0] == curve.iqm[1]
+  assert (curve.low[0], curve.high[0]) != (curve.low[1], curve.high[1])
+
+
+def _band_widths(x, task_bootstrap):
+  kw = dict(reps=REPS, seed=1, task_bootstrap=task_bootstrap)
+  curve = aggregates.sample_efficiency_curves({"r": x}, **kw)["r"]
+  profile = aggregates.performance_profiles({"r": x[..., 0]}, **kw)["r"]
+  return (
+      float(np.mean(curve.high - curve.low)),
+      float(np.mean(profile.high - profile.low)),
+  )
+
+
+def test_task_bootstrap_widens_profiles_and_curves():
+  rng = np.random.default_rng(13)
+  # Environments of very different difficulty: resampling them matters.
+  offsets = np.array([0.0, 0.3, 0.6, 0.9])[:, None]
+  x = rng.normal(0.0, 0.05, (6, 4, 3)) + offsets
+  seeds_only = _band_widths(x, task_bootstrap=False)
+  with_tasks = _band_widths(x, task_bootstrap=True)
+  assert with_tasks[0] > 2 * seeds_only[0]
+  assert with_tasks[1] > 1.2 * seeds_only[1]
 
 
 def test_aggregate_input_errors():

@@ -7,10 +7,14 @@ environments:
   stratified-bootstrap intervals (IQM, mean, median, optimality gap),
   the probability of improvement of every pair of rules, performance
   profiles and sample-efficiency curves (``aggregates``, i.e. ``rliable``);
-* pairwise tests of the raw final returns on every environment and of the
-  per-seed mean normalised score over environments, Holm-Bonferroni
-  corrected, with effect sizes and the seeds a test would need for the
-  target power (``significance``);
+* pairwise two-sided tests of the raw final returns on every environment
+  and of the per-seed mean normalised score over environments,
+  Holm-Bonferroni corrected (per table, or over all tables), with the
+  difference of means and its interval, effect sizes and the seeds a test
+  would need for the target power (``significance``);
+* beside the aggregate intervals, their approximate actual coverage where
+  few seeds make it fall short of the nominal level
+  (``aggregates.coverage_note``);
 
 and writes ``report.md``, ``results.csv`` (``Results.write_csv``),
 ``statistics.json`` and the figures ``aggregates.png``, ``profiles.png``,
@@ -23,9 +27,12 @@ from collections.abc import Mapping
 import dataclasses
 import datetime
 import json
+import math
 from pathlib import Path
 import re
 from typing import Any
+
+import numpy as np
 
 from disco.comparison import aggregates
 from disco.comparison import normalization
@@ -40,12 +47,24 @@ class Settings:
   """How a comparison's statistics are computed.
 
   Attributes:
-    test: the pairwise test (``significance.TESTS``).
-    alpha: the family-wise significance level of each table.
+    test: the pairwise test (``significance.TESTS``); every test is
+      two-sided.
+    alpha: the family-wise significance level of each table (of all tables
+      together with ``holm_across_envs``).
     power: target power of the seeds-needed estimate.
     reps: bootstrap replications (intervals, bootstrap/permutation tests).
     seed: seed of every resampling.
     num_points: evaluation points of the sample-efficiency curves.
+    confidence: level of every interval (aggregates, profiles, curves,
+      probability of improvement, differences of means).
+    task_bootstrap: ``rliable``'s task bootstrap: the aggregate, profile and
+      curve intervals also resample environments.
+    min_effect: the a-priori minimum effect of interest, as |Hedges' g|:
+      the seeds-needed estimate is for it rather than for the observed
+      effect (Colas et al. recommend fixing it before the experiment).
+    holm_across_envs: one Holm-Bonferroni family of every row of every
+      pairwise table (each environment's and the all-environments one)
+      rather than one family per table.
   """
 
   test: str = significance.DEFAULT_TEST
@@ -54,6 +73,21 @@ class Settings:
   reps: int = 2000
   seed: int = 0
   num_points: int = 20
+  confidence: float = 0.95
+  task_bootstrap: bool = False
+  min_effect: float | None = None
+  holm_across_envs: bool = False
+
+
+def required_seeds(settings: Settings, num_rules: int) -> tuple[int, str]:
+  """``(seeds per rule, what needs them)``: every report needs
+  ``aggregates.MIN_SEEDS`` for its bootstrap intervals, and with several
+  rules the test's ``significance.min_seeds`` too."""
+  needed, what = aggregates.MIN_SEEDS, "the bootstrap intervals"
+  if num_rules > 1:
+    needed = max(needed, significance.min_seeds(settings.test, settings.alpha))
+    what = f"the {settings.test} test at alpha={settings.alpha} and {what}"
+  return needed, what
 
 
 def check(
@@ -66,15 +100,37 @@ def check(
   few seeds for the test."""
   for env in results.envs:
     normalization.normalize(0.0, env, references)
+  needed, what = required_seeds(settings, len(results.rules))
   for rule in results.rules:
     n = len(results.runs[rule, results.envs[0]].seeds)
-    needed = significance.min_seeds(settings.test, settings.alpha)
-    if n < max(needed, aggregates.MIN_SEEDS):
+    if n < needed:
       raise ValueError(
-          f"Rule {rule!r} has {n} seed(s); the {settings.test} test at "
-          f"alpha={settings.alpha} and the bootstrap intervals need at least "
-          f"{max(needed, aggregates.MIN_SEEDS)} per rule: raise num_seeds."
+          f"Rule {rule!r} has {n} seed(s); {what} need at least {needed} "
+          "per rule: raise num_seeds."
       )
+
+
+def jsonable(x: Any) -> Any:
+  """``x`` as strict JSON values: containers as dicts and lists, NumPy
+  scalars and arrays as Python values, and NaN and +-inf (an undefined
+  statistic, an infinite effect size) as ``None``, i.e. ``null``; JSON has
+  no NaN or Infinity."""
+  if isinstance(x, Mapping):
+    return {str(k): jsonable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple, np.ndarray)):
+    return [jsonable(v) for v in x]
+  if isinstance(x, (bool, np.bool_)):
+    return bool(x)
+  if isinstance(x, (int, np.integer)):
+    return int(x)
+  if isinstance(x, (float, np.floating)):
+    return float(x) if math.isfinite(x) else None
+  return x
+
+
+def json_text(x: Any) -> str:
+  """``x`` as strict JSON text (see ``jsonable``)."""
+  return json.dumps(jsonable(x), indent=2, allow_nan=False) + "\n"
 
 
 def file_name(env: str) -> str:
@@ -105,6 +161,7 @@ def _test_rows(rows: list[significance.ComparisonRow]) -> list[list[str]]:
             "yes" if r.reject else "no",
             f"{r.effect_size_name} {r.effect_size:.2f}",
             needed,
+            significance.difference_text(r),
         ]
     )
   return out
@@ -120,7 +177,8 @@ def write_report(
   """Computes the statistics and writes the files into folder ``out``.
 
   Returns:
-    The statistics as a JSON-friendly dict (also in ``statistics.json``).
+    The statistics as JSON values (also in ``statistics.json``; NaN and
+    infinite values are ``None``).
 
   Raises:
     ValueError: see ``check``.
@@ -128,24 +186,31 @@ def write_report(
   check(results, settings, references)
   out = Path(out)
   out.mkdir(parents=True, exist_ok=True)
-  kw = dict(reps=settings.reps, seed=settings.seed)
+  kw = dict(
+      reps=settings.reps, seed=settings.seed, confidence=settings.confidence
+  )
+  task_kw = dict(kw, task_bootstrap=settings.task_bootstrap)
   points = results.evaluation_points(settings.num_points)
   results.write_csv(out / "results.csv", points, references)
   raw = results.final_scores()
   scores = results.final_scores(normalized=True, references=references)
-  agg = aggregates.aggregate_metrics(scores, **kw)
-  profiles = aggregates.performance_profiles(scores, **kw)
+  agg = aggregates.aggregate_metrics(scores, **task_kw)
+  profiles = aggregates.performance_profiles(scores, **task_kw)
   curves = aggregates.sample_efficiency_curves(
       results.curves(points, normalized=True, references=references),
       points,
-      **kw,
+      **task_kw,
   )
   multi = len(results.rules) > 1
   improvement = (
       aggregates.probability_of_improvement(scores, **kw) if multi else {}
   )
   test_kw = dict(
-      kw, test=settings.test, alpha=settings.alpha, power=settings.power
+      kw,
+      test=settings.test,
+      alpha=settings.alpha,
+      power=settings.power,
+      min_effect=settings.min_effect,
   )
   tests = {}
   if multi:
@@ -163,6 +228,8 @@ def write_report(
               **test_kw,
           )
       )
+    if settings.holm_across_envs:
+      tests = significance.apply_holm(tests, settings.alpha)
 
   figures = [
       plots.plot_aggregate_intervals(agg, out / "aggregates.png"),
@@ -192,6 +259,7 @@ def write_report(
       final_returns={r: x.tolist() for r, x in raw.items()},
       normalized_final_scores={r: x.tolist() for r, x in scores.items()},
       aggregates={r: dataclasses.asdict(a) for r, a in agg.items()},
+      interval_coverage={r: _coverage(a, settings) for r, a in agg.items()},
       probability_of_improvement=[
           dict(x=x, y=y, **dataclasses.asdict(p.probability))
           for (x, y), p in improvement.items()
@@ -203,9 +271,8 @@ def write_report(
       ],
       figures=[Path(f).name for f in figures],
   )
-  (out / "statistics.json").write_text(
-      json.dumps(stats, indent=2, default=float) + "\n"
-  )
+  stats = jsonable(stats)
+  (out / "statistics.json").write_text(json_text(stats))
   (out / "report.md").write_text(
       _markdown(
           results, settings, raw, agg, improvement, tests, references, title
@@ -213,6 +280,28 @@ def write_report(
       + "\n"
   )
   return stats
+
+
+def _coverage(
+    agg: aggregates.AggregateResult, settings: Settings
+) -> dict[str, Any]:
+  """The nominal and approximate actual coverage of a rule's intervals
+  (``aggregates.approximate_coverage``; ``None`` with the task bootstrap,
+  which is not calibrated), and the report's note when it falls short."""
+  return dict(
+      nominal=settings.confidence,
+      approximate=None
+      if settings.task_bootstrap
+      else aggregates.approximate_coverage(
+          agg.num_seeds, agg.num_envs, settings.confidence
+      ),
+      note=aggregates.coverage_note(
+          agg.num_seeds,
+          agg.num_envs,
+          settings.confidence,
+          settings.task_bootstrap,
+      ),
+  )
 
 
 def _markdown(
@@ -226,10 +315,25 @@ def _markdown(
       "",
       f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC. "
       f"Rules: {', '.join(f'{r} ({n} seeds)' for r, n in seeds.items())}. "
-      f"Environments: {', '.join(results.envs)}. Intervals are 95% "
-      f"stratified-bootstrap intervals ({settings.reps} resamples); tests "
-      f"are {settings.test} at alpha={settings.alpha}, Holm-Bonferroni "
-      "corrected within each table.",
+      f"Environments: {', '.join(results.envs)}. Intervals are "
+      f"{settings.confidence:.0%} stratified-bootstrap intervals "
+      f"({settings.reps} resamples"
+      + (", environments resampled too" if settings.task_bootstrap else "")
+      + f"); tests are two-sided {settings.test} tests (null hypothesis: no "
+      f"difference) at alpha={settings.alpha}, Holm-Bonferroni corrected "
+      + (
+          "over all tables together"
+          if settings.holm_across_envs
+          else "within each table"
+      )
+      + "; seeds needed: for "
+      + (
+          f"{settings.power:.0%} power to detect the minimum effect of "
+          f"interest |g|={settings.min_effect:g}"
+          if settings.min_effect is not None
+          else f"{settings.power:.0%} power at the observed effect size"
+      )
+      + ".",
       "",
       "## Final returns (mean of the last episodes; mean over seeds, "
       "per-seed values)",
@@ -269,8 +373,9 @@ def _markdown(
       ],
   )
   lines += ["", "## Aggregates of the normalised scores", ""]
+  notes = {r: _coverage(a, settings)["note"] for r, a in agg.items()}
   lines += _markdown_table(
-      ["rule", "IQM", "mean", "median", "optimality gap"],
+      ["rule", "IQM", "mean", "median", "optimality gap", "coverage"],
       [
           [
               r,
@@ -278,10 +383,19 @@ def _markdown(
               str(a.mean),
               str(a.median),
               str(a.optimality_gap),
+              notes[r] or f"about {settings.confidence:.0%}",
           ]
           for r, a in agg.items()
       ],
   )
+  if any(notes.values()):
+    lines += [
+        "",
+        "With few seeds the bootstrap intervals are too narrow: the "
+        "coverage column is the approximate actual coverage of the "
+        "intervals of a mean (normal scores; README, 'Interval coverage'). "
+        "Add seeds for intervals that keep their nominal level.",
+    ]
   if improvement:
     lines += ["", "## Probability of improvement P(X > Y)", ""]
     lines += _markdown_table(
@@ -301,6 +415,7 @@ def _markdown(
             f"reject at {settings.alpha}",
             "effect size",
             "seeds needed",
+            f"mean a - mean b [{settings.confidence:.0%} interval]",
         ],
         _test_rows(rows_),
     )

@@ -246,6 +246,25 @@ def _cells(config, output_dir: Path) -> list[Cell]:
   return cells
 
 
+def _check_seeds(
+    num_seeds: int, num_rules: int, settings: report_lib.Settings
+) -> None:
+  """``report.check``'s seed check, before anything trains."""
+  needed, what = report_lib.required_seeds(settings, num_rules)
+  if num_seeds < needed:
+    raise UsageError(
+        f"config.num_seeds={num_seeds} is too few for {what}: use at least "
+        f"{needed}."
+    )
+
+
+def _probability(value: Any, name: str) -> float:
+  value = common.check_number(value, name)
+  if not 0.0 < value < 1.0:
+    raise UsageError(f"config.{name} must be in (0, 1), got {value!r}.")
+  return value
+
+
 def build(config: config_dict.ConfigDict) -> Plan:
   """Checks ``config`` (and every run's disco-eval config) before anything
   is trained.
@@ -260,13 +279,22 @@ def build(config: config_dict.ConfigDict) -> Plan:
         f"Unknown config.test {config.test!r}; use one of "
         f"{', '.join(significance.TESTS)}."
     )
+  min_effect = config.min_effect
+  if min_effect is not None:
+    min_effect = common.check_number(min_effect, "min_effect", positive=True)
   settings = report_lib.Settings(
       test=config.test,
-      alpha=common.check_number(config.alpha, "alpha", positive=True),
-      power=common.check_number(config.power, "power", positive=True),
+      alpha=_probability(config.alpha, "alpha"),
+      power=_probability(config.power, "power"),
       reps=common.check_int(config.bootstrap_reps, "bootstrap_reps", 10),
       seed=common.check_int(config.seed, "seed", 0),
       num_points=common.check_int(config.num_points, "num_points", 2),
+      confidence=_probability(config.confidence, "confidence"),
+      task_bootstrap=common.check_bool(config.task_bootstrap, "task_bootstrap"),
+      min_effect=min_effect,
+      holm_across_envs=common.check_bool(
+          config.holm_across_envs, "holm_across_envs"
+      ),
   )
   references = _references(config.references)
   output_dir = common.output_dir(config.output_dir, "compare")
@@ -279,13 +307,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
           "give config.run_dirs to aggregate)."
       )
     num_seeds = common.check_int(config.num_seeds, "num_seeds", 1)
-    needed = significance.min_seeds(settings.test, settings.alpha)
-    if len(config.rules) > 1 and num_seeds < max(2, needed):
-      raise UsageError(
-          f"config.num_seeds={num_seeds} is too few for the {settings.test} "
-          f"test at alpha={settings.alpha} and bootstrap intervals: use at "
-          f"least {max(2, needed)}."
-      )
+    _check_seeds(num_seeds, len(config.rules), settings)
     cells = _cells(config, output_dir)
     for cell in cells:  # every run's settings, checked before training
       try:
