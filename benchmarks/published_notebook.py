@@ -99,13 +99,28 @@ def _device_put_replicated(tree, devices):
   )
 
 
+def _device_put_sharded(shards, devices):
+  """Newer JAX removed ``jax.device_put_sharded`` too: ``pmap`` takes the
+  shards stacked on a leading axis."""
+  del devices
+  return jax.tree.map(
+      lambda *x: jnp.stack([jnp.asarray(y) for y in x]), *shards
+  )
+
+
 def namespace(published: Path, name: str) -> dict[str, Any]:
   """A fresh namespace (the globals of a module ``name``) in which
   ``disco_rl`` imports from ``published``, with the JAX 0.10 shim."""
   if str(published) not in sys.path:
     sys.path.insert(0, str(published))
-  if not hasattr(jax, "device_put_replicated"):
-    jax.device_put_replicated = _device_put_replicated
+  for name, shim in (
+      ("device_put_replicated", _device_put_replicated),
+      ("device_put_sharded", _device_put_sharded),
+  ):
+    try:
+      getattr(jax, name)
+    except AttributeError:  # removed, or deprecated to an error
+      setattr(jax, name, shim)
   # Dataclasses defined by the cells need their module in sys.modules.
   module = types.ModuleType(name)
   sys.modules[name] = module
