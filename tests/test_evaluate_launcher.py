@@ -680,3 +680,29 @@ def test_bad_rule_settings_are_usage_errors(tmp_path, overrides, match):
   with pytest.raises(common.UsageError, match=match) as info:
     evaluate.build(config)
   _assert_one_line(str(info.value))
+
+
+def test_disco103_without_a_replay_is_warned_about(tmp_path, disco103_path):
+  logged = []
+  config = tiny_config(
+      tmp_path,
+      rule="disco103",
+      weights=str(disco103_path),
+      replay_capacity=0,
+      min_replay_size=0,
+      batch_size=2,
+  )
+  evaluate.build(config, log=logged.append)
+  assert any("Disco103 learns nothing" in line for line in logged), logged
+  logged.clear()
+  evaluate.build(
+      tiny_config(tmp_path, rule="disco103", weights=str(disco103_path)),
+      log=logged.append,
+  )
+  assert not any("on-policy" in line for line in logged), logged
+  logged.clear()
+  evaluate.build(
+      tiny_config(tmp_path, replay_capacity=0, min_replay_size=0, batch_size=2),
+      log=logged.append,
+  )
+  assert not logged, logged  # actor-critic learns on-policy

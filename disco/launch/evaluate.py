@@ -266,6 +266,12 @@ def build(
         "given: using a random initialisation (use rule=disco103 or a .npz "
         "file for trained ones)."
     )
+  if rule.settings.rule == "disco103" and not loop_config.replay_capacity:
+    log(
+        "Warning: Disco103 learns nothing from fresh on-policy rollouts "
+        "(replay_capacity=0), even on Catch: give it a replay, e.g. the "
+        "default loop (BENCHMARKS.md, issue 30)."
+    )
   output_dir = _check_output_dir(config, rule.label)
   settings = rule.settings
   if config.learning_rate is not None:
