@@ -305,6 +305,7 @@ FIELDS = (
     "rule",
     "env",
     "env_steps",
+    "learner_steps",
     "seeds",
     "final_return",
     "ci_low",
@@ -386,6 +387,7 @@ def row(v: dict, folder: Path) -> dict:
       rule=v["rule"],
       env=v["env"],
       env_steps=int(np.asarray(r.metrics["env_steps"])[0, -1]),
+      learner_steps=int(np.asarray(r.metrics["learner_steps"])[0, -1]),
       seeds=len(scores),
       final_return=f"{scores.mean():.3f}",
       ci_low="" if ci is None else f"{ci[0]:.3f}",
@@ -402,10 +404,17 @@ def main(argv=None) -> None:
   parser.add_argument("--only", nargs="+", choices=VARIANT_NAMES)
   parser.add_argument("--seeds", type=int, default=2)
   parser.add_argument("--budget_scale", type=float, default=1.0)
+  parser.add_argument(
+      "--table_only",
+      action="store_true",
+      help="only write ablation.csv from the finished variants",
+  )
   args = parser.parse_args(argv)
   out = Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   chosen = [v for v in VARIANTS if not args.only or v["name"] in args.only]
+  if args.table_only:
+    chosen = []
   for v in chosen:
     folder = run(v, args.seeds, args.budget_scale, out)
     print(" | ".join(str(x) for x in row(v, folder).values()), flush=True)

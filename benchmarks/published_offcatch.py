@@ -141,6 +141,17 @@ def run_seed(args, seed: int) -> dict:
       "rng_key = jax.random.PRNGKey(0)",
       f"rng_key = jax.random.PRNGKey({seed})",
   )
+  if args.batch_size != 64:
+    # Batches of batch_size from the same 2 environments (the notebook's
+    # num_envs is batch_size // replay_ratio).
+    loop_cell = nb.replace(
+        loop_cell, "batch_size = 64", f"batch_size = {args.batch_size}"
+    )
+    loop_cell = nb.replace(
+        loop_cell,
+        "replay_ratio = 32",
+        f"replay_ratio = {args.batch_size // 2}",
+    )
   nb.run_cells(
       ns,
       *nb.setup_cells(cells, Path(args.weights)),
@@ -157,6 +168,7 @@ def run_seed(args, seed: int) -> dict:
       FILENAME,
   )
   steps_per_iteration = ns["num_envs"] * ns["rollout_len"]
+  partial = Path(args.out) / f"seed{seed}.partial.json"
   iterations = -(-args.env_steps // steps_per_iteration)
   chunk = 50
   while loop.done < iterations:
@@ -165,6 +177,15 @@ def run_seed(args, seed: int) -> dict:
     discounts = np.stack([np.asarray(x) for x in ns["all_discounts"]])
     returns, _ = episode_returns(rewards, discounts == 0, ns["num_envs"])
     recent = returns[-args.last_episodes :]
+    partial.write_text(
+        json.dumps(
+            dict(
+                seed=seed,
+                env_steps=int(loop.done * steps_per_iteration),
+                episode_returns=returns.tolist(),
+            )
+        )
+    )
     print(
         f"seed {seed}: {loop.done * steps_per_iteration} env steps, "
         f"{returns.size} episodes, recent mean return "
@@ -177,6 +198,7 @@ def run_seed(args, seed: int) -> dict:
       env=f"lpg/{args.layout}",
       env_steps=int(iterations * steps_per_iteration),
       learning_rate=args.learning_rate,
+      batch_size=args.batch_size,
       episode_returns=returns.tolist(),
       episode_end_steps=ends.tolist(),
       final_return=float(returns[-args.last_episodes :].mean()),
@@ -201,6 +223,12 @@ def main(argv=None) -> None:
   parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
   parser.add_argument("--learning_rate", type=float, default=1e-2)
   parser.add_argument("--last_episodes", type=int, default=100)
+  parser.add_argument(
+      "--batch_size",
+      type=int,
+      default=64,
+      help="learner batch (the notebook's 64; 8 costs about an eighth)",
+  )
   parser.add_argument("--out", default="benchmarks/results/offcatch/published")
   args = parser.parse_args(argv)
   if not Path(args.published, "disco_rl").is_dir():
@@ -215,7 +243,7 @@ def main(argv=None) -> None:
   out.mkdir(parents=True, exist_ok=True)
   for seed in args.seeds:
     path = out / f"seed{seed}.json"
-    if path.is_file():
+    if path.is_file():  # finished before
       result = json.loads(path.read_text())
     else:
       result = run_seed(args, seed)
