@@ -148,6 +148,25 @@ VARIANTS = (
         60_000,
         loop=dict(REPLAY, batch_size=8, min_replay_size=8),
     ),
+    # Learner steps, not the replay? The on-policy loop with 2 learner
+    # steps per rollout (2 passes): 1 per 64 env steps, as the replay's 1
+    # per 58.
+    variant(
+        "loop",
+        "d103_catch_on_policy_2_epochs",
+        "disco103",
+        CATCH,
+        60_000,
+        loop=dict(ON_POLICY, update_epochs=2),
+    ),
+    variant(
+        "loop",
+        "d103_dense_on_policy_4_epochs",
+        "disco103",
+        DENSE,
+        50_000,
+        loop=dict(ON_POLICY, update_epochs=4),
+    ),
     # The same, from a replay of only the last 8 trajectories (4
     # iterations): nearly fresh data, the same learner steps per env step.
     variant(
@@ -428,6 +447,18 @@ def main(argv=None) -> None:
     writer = csv.DictWriter(f, FIELDS)
     writer.writeheader()
     writer.writerows(rows)
+  print(
+      "\n| hypothesis | variant | env | env steps | learner steps | final "
+      "return (95% CI) | per seed | entropy |"
+  )
+  print("|---|---|---|---|---|---|---|---|")
+  for r in rows:
+    print(
+        f"| {r['hypothesis']} | `{r['variant']}` | {r['env']} | "
+        f"{r['env_steps']} | {r['learner_steps']} | {r['final_return']} "
+        f"[{r['ci_low']}, {r['ci_high']}] | {r['per_seed']} | "
+        f"{r['final_entropy']} |"
+    )
 
 
 if __name__ == "__main__":

@@ -693,13 +693,13 @@ def test_disco103_without_a_replay_is_warned_about(tmp_path, disco103_path):
       batch_size=2,
   )
   evaluate.build(config, log=logged.append)
-  assert any("Disco103 learns nothing" in line for line in logged), logged
+  assert any("without a replay" in line for line in logged), logged
   logged.clear()
   evaluate.build(
       tiny_config(tmp_path, rule="disco103", weights=str(disco103_path)),
       log=logged.append,
   )
-  assert not any("on-policy" in line for line in logged), logged
+  assert not any("without a replay" in line for line in logged), logged
   logged.clear()
   evaluate.build(
       tiny_config(tmp_path, replay_capacity=0, min_replay_size=0, batch_size=2),

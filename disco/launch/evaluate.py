@@ -268,9 +268,10 @@ def build(
     )
   if rule.settings.rule == "disco103" and not loop_config.replay_capacity:
     log(
-        "Warning: Disco103 learns nothing from fresh on-policy rollouts "
-        "(replay_capacity=0), even on Catch: give it a replay, e.g. the "
-        "default loop (BENCHMARKS.md, issue 30)."
+        "Warning: without a replay (replay_capacity=0) Disco103 gets one "
+        "learner step per rollout, and it learns by learner steps: Catch "
+        "8x8 is still unlearnt after 100k steps of 8x16 rollouts "
+        "(BENCHMARKS.md, issue 30). The default loop (a replay) is faster."
     )
   output_dir = _check_output_dir(config, rule.label)
   settings = rule.settings
