@@ -10,10 +10,12 @@ iteration, each rollout learnt from once). Every run goes into
 ``--out/<variant>``; finished runs (a ``summary.json``) are not repeated, so
 the script resumes where it stopped. ``--out/ablation.csv`` gets one row per
 variant: the final mean return (last ``LAST_EPISODES`` episodes of each seed,
-mean over seeds, 95% bootstrap interval), each seed's, and the policy
-entropy at the end (mean over the last tenth of the learner steps; the
-maximum, a uniform policy, is ``log A``: 2.20 on the LPG grid worlds, 1.10
-on MiniGrid's 3 actions... see ``ENTROPY_NOTE``).
+mean over seeds, 95% bootstrap interval), each seed's, the learner steps,
+and the policy entropy at the end (mean over the last tenth of the
+iterations; a uniform policy's is ``log A``: 2.197 on the LPG grid worlds,
+1.099 on Catch); ``--table_only`` rewrites it (and prints it as markdown)
+without training. ``MODIFIERS`` variants wrap the environment (the time
+limit as a termination, scaled rewards).
 """
 
 from __future__ import annotations

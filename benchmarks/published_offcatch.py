@@ -173,6 +173,9 @@ def run_seed(args, seed: int) -> dict:
   chunk = 50
   while loop.done < iterations:
     loop.run(min(chunk, iterations - loop.done))
+    # Only the rewards and discounts are needed of the logs the loop keeps.
+    ns["all_metrics"].clear()
+    ns["all_returns"].clear()
     rewards = np.stack([np.asarray(x) for x in ns["all_rewards"]])
     discounts = np.stack([np.asarray(x) for x in ns["all_discounts"]])
     returns, _ = episode_returns(rewards, discounts == 0, ns["num_envs"])
