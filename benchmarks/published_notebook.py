@@ -25,8 +25,10 @@ import time
 import types
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 class NotebookError(RuntimeError):
@@ -99,13 +101,49 @@ def _device_put_replicated(tree, devices):
   )
 
 
+def _device_put_sharded(shards, devices):
+  """Newer JAX removed ``jax.device_put_sharded`` too: ``pmap`` takes the
+  shards stacked on a leading axis."""
+  del devices
+  return jax.tree.map(
+      lambda *x: jnp.stack([jnp.asarray(y) for y in x]), *shards
+  )
+
+
+class _AnyArrayMeta(type):
+
+  def __instancecheck__(cls, x):
+    return isinstance(x, (jax.Array, np.ndarray, np.bool_, np.number))
+
+
+class _AnyArray(metaclass=_AnyArrayMeta):
+  """What ``chex.Array`` means to the published code: JAX arrays (traced
+  ones included), NumPy arrays and scalars."""
+
+
+def _chex_array_takes_tracers() -> bool:
+  seen = []
+  jax.eval_shape(lambda x: seen.append(isinstance(x, chex.Array)), 0.0)
+  return seen[0]
+
+
 def namespace(published: Path, name: str) -> dict[str, Any]:
   """A fresh namespace (the globals of a module ``name``) in which
   ``disco_rl`` imports from ``published``, with the JAX 0.10 shim."""
   if str(published) not in sys.path:
     sys.path.insert(0, str(published))
-  if not hasattr(jax, "device_put_replicated"):
-    jax.device_put_replicated = _device_put_replicated
+  if not _chex_array_takes_tracers():
+    # The published code asserts that traced arrays are ``chex.Array``s,
+    # which newer chex/JAX pairs no longer say.
+    chex.Array = _AnyArray
+  for name, shim in (
+      ("device_put_replicated", _device_put_replicated),
+      ("device_put_sharded", _device_put_sharded),
+  ):
+    try:
+      getattr(jax, name)
+    except AttributeError:  # removed, or deprecated to an error
+      setattr(jax, name, shim)
   # Dataclasses defined by the cells need their module in sys.modules.
   module = types.ModuleType(name)
   sys.modules[name] = module

@@ -52,6 +52,16 @@ def get_config() -> config_dict.ConfigDict:
           update_epochs=config_dict.placeholder(int),
           num_minibatches=config_dict.placeholder(int),
           learning_rate=config_dict.placeholder(float),  # None: rule's default
+          # Overrides of the rule's hyper-parameters (loss costs, discounts,
+          # ...), e.g. --config.hyper_params.entropy_cost=0.01; the keys are
+          # those of the rule the command line names, with its defaults.
+          hyper_params=dict(),
+          # The agent optimiser (None: the rule's setting): the elementwise
+          # clip of Adam's update direction and the clip of the gradients'
+          # global norm (0 turns either off), and Adam's epsilon.
+          max_abs_update=config_dict.placeholder(float),
+          max_grad_norm=config_dict.placeholder(float),
+          adam_eps=config_dict.placeholder(float),
           # Transitions the losses average over: "valid" (every transition with a
           # valid target) or "published" (as the published DiscoRL agent: not
           # those that start at an episode's last step). None: the rule's.
@@ -67,6 +77,10 @@ def get_config() -> config_dict.ConfigDict:
               model_lstm_size=config_dict.placeholder(int),
               model_head_hiddens=config_dict.placeholder(tuple),
               compute_dtype=config_dict.placeholder(str),
+              activation=config_dict.placeholder(str),  # "relu" or "tanh"
+              activate_final=config_dict.placeholder(bool),
+              separate_torsos=config_dict.placeholder(bool),
+              head_w_init_std=config_dict.placeholder(float),
           ),
           iterations_per_call=50,  # iterations per compiled call
           last_episodes=500,  # final score: mean return of the last episodes

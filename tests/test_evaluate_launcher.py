@@ -628,3 +628,81 @@ def test_non_finite_rule_files_are_refused(tmp_path):
       evaluate.build(tiny_config(tmp_path, **overrides))
     _assert_one_line(str(info.value))
   assert not (tmp_path / "run").exists()
+
+
+def test_hyper_params_and_optimiser_from_the_command_line(tmp_path):
+  config = _parse(
+      ["--config.rule=actor_critic", "--config.hyper_params.entropy_cost=0.01"]
+  )
+  assert config.hyper_params.entropy_cost == 0.01
+  assert config.hyper_params.value_cost == 0.5  # the rule's default
+  with pytest.raises(
+      common.UsageError,
+      match="Valid keys of config.hyper_params: discount_factor, entropy_cost",
+  ) as info:
+    _parse(["--config.rule=actor_critic", "--config.hyper_params.pi_cost=1"])
+  _assert_one_line(str(info.value))
+  # Disco103's own keys (the default rule).
+  assert _parse([]).hyper_params.target_update_tau == 0.1
+
+  config = tiny_config(
+      tmp_path, max_grad_norm=0.5, max_abs_update=0.0, adam_eps=1e-5
+  )
+  config.hyper_params = dict(entropy_cost=0.01, value_cost=0.5)
+  plan = evaluate.build(config)
+  assert plan.agent.rule.hyper_params["entropy_cost"] == 0.01
+  settings = plan.rule.settings
+  assert settings.hyper_params.entropy_cost == 0.01
+  assert (settings.max_grad_norm, settings.max_abs_update) == (0.5, None)
+  assert settings.adam_eps == 1e-5
+  evaluate.write_config(plan)
+  written = json.loads((plan.output_dir / "config.json").read_text())
+  assert written["rule_settings"]["hyper_params"]["entropy_cost"] == 0.01
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (
+            dict(hyper_params=dict(pi_cost=1.0)),
+            r"Unknown hyper_params \['pi_cost'\] for rule 'actor_critic': "
+            "valid keys are discount_factor, entropy_cost",
+        ),
+        (dict(max_grad_norm=-1.0), "max_grad_norm=-1.0 must be >= 0"),
+        (dict(adam_eps=0.0), "adam_eps"),
+        (dict(network=dict(activation="gelu")), "activation 'gelu'"),
+    ],
+)
+def test_bad_rule_settings_are_usage_errors(tmp_path, overrides, match):
+  config = tiny_config(tmp_path)
+  with config.unlocked():
+    config.update(overrides)
+  with pytest.raises(common.UsageError, match=match) as info:
+    evaluate.build(config)
+  _assert_one_line(str(info.value))
+
+
+def test_disco103_without_a_replay_is_warned_about(tmp_path, disco103_path):
+  logged = []
+  config = tiny_config(
+      tmp_path,
+      rule="disco103",
+      weights=str(disco103_path),
+      replay_capacity=0,
+      min_replay_size=0,
+      batch_size=2,
+  )
+  evaluate.build(config, log=logged.append)
+  assert any("without a replay" in line for line in logged), logged
+  logged.clear()
+  evaluate.build(
+      tiny_config(tmp_path, rule="disco103", weights=str(disco103_path)),
+      log=logged.append,
+  )
+  assert not any("without a replay" in line for line in logged), logged
+  logged.clear()
+  evaluate.build(
+      tiny_config(tmp_path, replay_capacity=0, min_replay_size=0, batch_size=2),
+      log=logged.append,
+  )
+  assert not logged, logged  # actor-critic learns on-policy

@@ -187,7 +187,9 @@ def _valid_rules_text() -> str:
   )
 
 
-def _is_path(name_or_path: str) -> bool:
+def is_rule_path(name_or_path: str) -> bool:
+  """Whether ``name_or_path`` names a rule file rather than a registered
+  rule."""
   return (
       name_or_path.endswith(".npz")
       or os.sep in name_or_path
@@ -342,7 +344,7 @@ def resolve_rule(name_or_path: str, weights: str | None = None) -> ResolvedRule:
     raise UsageError(f"No rule given: use {_valid_rules_text()}.")
   if name_or_path in registry.rule_names():
     return _resolve_named(name_or_path, weights)
-  if not _is_path(name_or_path):
+  if not is_rule_path(name_or_path):
     close = difflib.get_close_matches(name_or_path, registry.rule_names(), 3)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     raise UsageError(

@@ -178,6 +178,40 @@ def _make_env(
   return env, env_settings
 
 
+def _with_hyper_params(
+    rule: common.ResolvedRule, given: Any
+) -> common.ResolvedRule:
+  """``rule`` rebuilt with the hyper-parameters ``given`` overriding its
+  own (the same rule where they change nothing).
+
+  Raises:
+    UsageError: for a name the rule does not have.
+  """
+  given = common.as_dict(given or {}, "hyper_params")
+  own = rule.rule.hyper_params
+  unknown = sorted(set(given) - set(own))
+  if unknown:
+    raise UsageError(
+        f"Unknown hyper_params {unknown} for rule {rule.label!r}: valid "
+        f"keys are {', '.join(sorted(own)) or 'none'}."
+    )
+  changed = {k: v for k, v in given.items() if own[k] != v}
+  if not changed:
+    return rule
+  for key, value in changed.items():
+    common.check_number(value, f"hyper_params.{key}")
+  settings = rule.settings
+  settings.hyper_params = {
+      **common.as_dict(settings.hyper_params, ""),
+      **{k: float(v) for k, v in changed.items()},
+  }
+  try:
+    rebuilt = rule_registry.make_rule(settings)
+  except ValueError as e:
+    raise UsageError(common.one_line(e)) from None
+  return dataclasses.replace(rule, settings=settings, rule=rebuilt)
+
+
 def _check_output_dir(config: config_dict.ConfigDict, label: str) -> Path:
   out = common.output_dir(config.output_dir, f"eval-{label}")
   if (out / "config.json").exists() and not config.overwrite:
@@ -232,12 +266,30 @@ def build(
         "given: using a random initialisation (use rule=disco103 or a .npz "
         "file for trained ones)."
     )
+  if rule.settings.rule == "disco103" and not loop_config.replay_capacity:
+    log(
+        "Warning: without a replay (replay_capacity=0) Disco103 learns far "
+        "more slowly: Catch 8x8 is still unlearnt after 100k steps of 8x16 "
+        "rollouts, where the default loop (a replay) learns it by 60k "
+        "(BENCHMARKS.md, issue 30)."
+    )
   output_dir = _check_output_dir(config, rule.label)
   settings = rule.settings
   if config.learning_rate is not None:
     settings.learning_rate = float(config.learning_rate)
   if config.loss_mask is not None:
     settings.loss_mask = config.loss_mask
+  for key in ("max_abs_update", "max_grad_norm"):
+    if config[key] is not None:
+      value = common.check_number(config[key], key)
+      if value < 0:
+        raise UsageError(f"{key}={value} must be >= 0 (0: no clip).")
+      settings[key] = value or None
+  if config.adam_eps is not None:
+    settings.adam_eps = common.check_number(
+        config.adam_eps, "adam_eps", positive=True
+    )
+  rule = _with_hyper_params(rule, config.hyper_params)
   overrides = {
       k: v
       for k, v in common.as_dict(config.network, "network").items()
@@ -624,6 +676,27 @@ def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
     given = common.as_dict(config.env_settings or {}, "env_settings")
   with config.unlocked():
     config.env_settings = {**defaults, **given}
+  _prepare_hyper_params(config, argv)
+
+
+def _prepare_hyper_params(config: config_dict.ConfigDict, argv) -> None:
+  """Gives ``config.hyper_params`` the hyper-parameters of the rule the
+  command line names (a registered name), with their defaults, so that
+  ``--config.hyper_params.KEY=VALUE`` may set any of them and no other."""
+  name = common.override_value(argv, "rule") or config.rule
+  try:
+    if common.is_rule_path(name):
+      settings = common.resolve_rule(name).settings
+    else:
+      settings = rule_registry.default_settings(name)
+  except (ValueError, UsageError):  # build() reports it
+    return
+  defaults = common.as_dict(settings.hyper_params, "hyper_params")
+  given = common.as_dict(config.hyper_params or {}, "hyper_params")
+  with config.unlocked():
+    config.hyper_params = {
+        k: float(v) for k, v in {**defaults, **given}.items()
+    }
 
 
 def main() -> None:
