@@ -179,7 +179,7 @@ def _pes_pairs(key) -> jax.Array:
     )
     # Each particle's term of pes_gradient(acc, losses, sigma, n), times n.
     total += jax.vmap(
-        lambda a, l: estimators.pes_gradient(a[None], l[None], sigma, 1)
+        lambda a, loss: estimators.pes_gradient(a[None], loss[None], sigma, 1)
     )(acc, losses)
   return total.reshape(pairs, 2, 2).mean(1)
 
