@@ -584,6 +584,7 @@ def abstract_state(
       step=with_sharding(replicated)(shapes.step),
       rng=with_sharding(replicated)(shapes.rng),
       agents=jax.tree.map(with_sharding(sharded), shapes.agents),
+      estimator=jax.tree.map(with_sharding(replicated), shapes.estimator),
   )
 
 

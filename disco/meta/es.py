@@ -41,7 +41,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 import dataclasses
+import inspect
 
+from evosax import algorithms
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
@@ -50,6 +52,7 @@ from jax.sharding import PartitionSpec as P
 import numpy as np
 import optax
 
+from disco import ops
 from disco import types
 from disco.meta import divergence
 from disco.meta import estimators
@@ -66,8 +69,6 @@ OPEN_ES = "open_es"
 
 def strategy_names() -> list[str]:
   """evosax's distribution-based strategies, by name."""
-  from evosax import algorithms
-
   return sorted(algorithms.distribution_based_algorithms)
 
 
@@ -79,8 +80,6 @@ def check_strategy(name: str) -> str:
     return OPEN_ES
   names = strategy_names()
   if name not in names:
-    from evosax import algorithms
-
     kind = (
         "a population-based (genetic) algorithm, which has no mean to "
         "meta-train"
@@ -224,15 +223,47 @@ class ESPopulation:
         * self.es_config.population_size
     )
 
+  # ------------------------------------------------ evosax strategies
+  def _strategy(self, meta_params):
+    """The evosax strategy (not ``open_es``) over ``meta_params``' tree."""
+    cfg = self.es_config
+    cls = algorithms.distribution_based_algorithms[cfg.strategy]
+    accepted = inspect.signature(cls.__init__).parameters
+    kwargs = {}
+    if "use_antithetic_sampling" in accepted:
+      kwargs["use_antithetic_sampling"] = cfg.antithetic
+    if "std_schedule" in accepted:
+      kwargs["std_schedule"] = optax.constant_schedule(cfg.sigma)
+    template = jax.tree.map(
+        lambda x: jnp.zeros(jnp.shape(x), jnp.result_type(x)), meta_params
+    )
+    return cls(cfg.population_size, template, **kwargs)
+
+  def _strategy_params(self, strategy):
+    params = strategy.default_params
+    if hasattr(params, "std_init"):
+      params = params.replace(std_init=self.es_config.sigma)
+    return params
+
   def init(
       self, rng: jax.Array, meta_params: types.MetaParams
   ) -> population_lib.MetaTrainState:
+    """The initial state: with an evosax strategy (not ``open_es``), its
+    state (centred on ``meta_params``) is the estimator state."""
+    es_state = ()
+    if self.es_config.strategy != OPEN_ES:
+      strategy = self._strategy(meta_params)
+      rng, init_rng = jax.random.split(rng)
+      es_state = jax.jit(strategy.init)(
+          init_rng, meta_params, self._strategy_params(strategy)
+      )
     state = population_lib.MetaTrainState(
         meta_params=meta_params,
         meta_opt_state=self.meta_optimizer.init(meta_params),
         agents=(),
         step=jnp.zeros([], jnp.int32),
         rng=rng,
+        estimator=es_state,
     )
     return self.place(state)
 
@@ -255,12 +286,9 @@ class ESPopulation:
     local = members // len(self.devices)
     weights = self._weights()
 
-    def member(meta_params, index, noise_key, task_key):
-      """One member's fitness per group and logs; ``index`` global."""
-      z = estimators.member_noise(noise_key, meta_params, index, cfg.antithetic)
-      theta = estimators.perturb(meta_params, z, cfg.sigma)
-      # Antithetic task sampling: the pair's index picks the seeds.
-      pair = index // 2
+    def member(theta, pair, task_key):
+      """One member's fitness and per-group logs; ``pair`` picks the tasks
+      (antithetic task sampling: both members of a pair share them)."""
       fitness, logs = [], {}
       for i, (g, lp) in enumerate(zip(self.groups, self.loops, strict=True)):
         key = jax.random.fold_in(jax.random.fold_in(task_key, i), pair)
@@ -278,15 +306,15 @@ class ESPopulation:
             diverged=jnp.isnan(f).astype(jnp.int32),
         )
       total = sum(w * f for w, f in zip(weights, fitness, strict=True))
-      return z, total, logs
+      return total, logs
 
-    def per_device(meta_params, meta_opt_state, step, rng):
-      rng, step_key = jax.random.split(rng)
-      noise_key, task_key = jax.random.split(step_key)
-      index = jax.lax.axis_index(AXIS) * local + jnp.arange(local)
-      z, fitness, logs = jax.vmap(member, in_axes=(None, 0, None, None))(
-          meta_params, index, noise_key, task_key
-      )
+    def open_es(meta_params, meta_opt_state, index, noise_key, task_key):
+      def one(i):
+        z = estimators.member_noise(noise_key, meta_params, i, cfg.antithetic)
+        theta = estimators.perturb(meta_params, z, cfg.sigma)
+        return (z, *member(theta, i // 2, task_key))
+
+      z, fitness, logs = jax.vmap(one)(index)
       all_fitness = jax.lax.all_gather(fitness, AXIS, tiled=True)  # [M]
       losses = -all_fitness
       if cfg.rank_shaping:
@@ -302,6 +330,55 @@ class ESPopulation:
       meta_params, meta_opt_state, update_logs = estimators.apply_meta_update(
           self.meta_optimizer, grads, meta_opt_state, meta_params
       )
+      return meta_params, meta_opt_state, (), all_fitness, logs, update_logs
+
+    def evosax_step(meta_params, es_state, index, noise_key, task_key):
+      strategy = self._strategy(meta_params)
+      params = self._strategy_params(strategy)
+      ask_key, tell_key = jax.random.split(noise_key)
+      population, asked = strategy.ask(ask_key, es_state, params)
+      thetas = jax.tree.map(
+          lambda x: jax.lax.dynamic_slice_in_dim(x, index[0], local), population
+      )
+      # evosax's antithetic pairs are members i and i + M/2.
+      fitness, logs = jax.vmap(member, in_axes=(0, 0, None))(
+          thetas, index % (members // 2), task_key
+      )
+      all_fitness = jax.lax.all_gather(fitness, AXIS, tiled=True)
+      told, _ = strategy.tell(tell_key, population, -all_fitness, asked, params)
+      new_params = strategy.get_mean(told)
+      apply = ops.all_finite((new_params, told.mean))
+      update_norm = optax.tree.norm(
+          jax.tree.map(jnp.subtract, new_params, meta_params)
+      )
+      meta_params, es_state = jax.tree.map(
+          lambda new, old: jnp.where(apply, new, old),
+          (new_params, told),
+          (meta_params, es_state),
+      )
+      update_logs = {
+          "meta_update_norm": update_norm,
+          divergence.SKIPPED: jnp.logical_not(apply).astype(jnp.float32),
+      }
+      return meta_params, es_state, all_fitness, logs, update_logs
+
+    def per_device(meta_params, meta_opt_state, step, rng, es_state):
+      rng, step_key = jax.random.split(rng)
+      noise_key, task_key = jax.random.split(step_key)
+      index = jax.lax.axis_index(AXIS) * local + jnp.arange(local)
+      if cfg.strategy == OPEN_ES:
+        (
+            meta_params,
+            meta_opt_state,
+            es_state,
+            all_fitness,
+            logs,
+            update_logs,
+        ) = open_es(meta_params, meta_opt_state, index, noise_key, task_key)
+      else:
+        meta_params, es_state, all_fitness, logs, update_logs = evosax_step(
+            meta_params, es_state, index, noise_key, task_key
+        )
       finite = jnp.isfinite(all_fitness)
       mean_fitness = jnp.where(finite, all_fitness, 0).sum() / jnp.maximum(
           finite.sum(), 1
@@ -324,19 +401,25 @@ class ESPopulation:
         out[f"{g.name}/{divergence.DIVERGED}"] = jax.lax.psum(
             glogs["diverged"].sum(), AXIS
         )
-      return meta_params, meta_opt_state, step + 1, out, rng
+      return meta_params, meta_opt_state, step + 1, out, rng, es_state
 
     sharded = jax.shard_map(
         per_device,
         mesh=self.mesh,
-        in_specs=(P(), P(), P(), P()),
-        out_specs=(P(), P(), P(), P(), P()),
+        in_specs=(P(), P(), P(), P(), P()),
+        out_specs=(P(), P(), P(), P(), P(), P()),
         check_vma=False,
     )
     return jax.jit(sharded)
 
   def _step_args(self, state):
-    return (state.meta_params, state.meta_opt_state, state.step, state.rng)
+    return (
+        state.meta_params,
+        state.meta_opt_state,
+        state.step,
+        state.rng,
+        state.estimator,
+    )
 
   def lower(self, state: population_lib.MetaTrainState) -> jax.stages.Lowered:
     return self._step.lower(*self._step_args(state))
@@ -345,7 +428,7 @@ class ESPopulation:
       self, state: population_lib.MetaTrainState
   ) -> tuple[population_lib.MetaTrainState, types.Logs]:
     """One generation (one compiled program)."""
-    meta_params, opt_state, step, logs, rng = self._step(
+    meta_params, opt_state, step, logs, rng, es_state = self._step(
         *self._step_args(state)
     )
     return (
@@ -354,6 +437,7 @@ class ESPopulation:
             meta_opt_state=opt_state,
             step=step,
             rng=rng,
+            estimator=es_state,
         ),
         logs,
     )
