@@ -21,6 +21,8 @@ from disco.launch import meta_train as mt
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
 
+from meta_settings import TINY_FLAGS
+from meta_settings import run_launcher
 from meta_settings import tiny_config
 
 ES_SETTINGS = dict(
@@ -52,7 +54,9 @@ PES_SETTINGS = dict(
     # Perturbations large enough that a pair's tiny agents act differently.
     pes=dict(sigma=0.5, antithetic=True),
 )
-SETTINGS = {"es": ES_SETTINGS, "pes": PES_SETTINGS}
+# An evosax strategy by name: its own update and state (checkpointed).
+SNES_SETTINGS = dict(ES_SETTINGS, es=dict(ES_SETTINGS["es"], strategy="SNES"))
+SETTINGS = {"es": ES_SETTINGS, "pes": PES_SETTINGS, "snes": SNES_SETTINGS}
 
 
 def tree_equal(a, b) -> bool:
@@ -72,7 +76,7 @@ def _config(kind, **overrides):
   return config
 
 
-@pytest.fixture(scope="module", params=["es", "pes"])
+@pytest.fixture(scope="module", params=["es", "pes", "snes"])
 def run(request, tmp_path_factory):
   estimator = request.param
   out = tmp_path_factory.mktemp(estimator) / "straight"
@@ -104,6 +108,17 @@ def test_outputs_and_export(run):
   norms = history.column("meta_update_norm")
   assert np.all(norms > 0), norms
   assert history.column("meta_update_skipped").sum() == 0
+  if run["estimator"] == "snes":  # the strategy's state is checkpointed
+    plan = mt.build(_config("snes", output_dir=str(out.parent / "x")))
+    template = mt.abstract_state(plan.population, plan.rule)
+    restored = ckpt_lib.restore_latest(out / mt.CHECKPOINT_DIR, template)
+    assert int(restored.state.estimator.generation_counter) == 4
+    assert tree_equal(
+        plan.population.strategy_mean(
+            restored.state.estimator, restored.state.meta_params
+        ),
+        restored.state.meta_params,
+    )
   summary = json.loads((out / mt.SUMMARY_FILE).read_text())
   assert summary["meta_steps"] == 4
   # The export loads as disco-eval resolves it.
@@ -181,3 +196,20 @@ def test_bad_settings(estimator, overrides, match, tmp_path):
   config = _config(estimator, output_dir=str(tmp_path / "o"), **overrides)
   with pytest.raises(common.UsageError, match=match):
     mt.build(config)
+
+
+def test_bad_estimator_settings_exit_2_with_one_line(tmp_path):
+  for args, match in (
+      (["--config.estimator=evolve"], "Unknown estimator 'evolve'"),
+      (["--config.estimator=es", "--config.es.strategy=Nope"], "Nope"),
+      (
+          ["--config.estimator=es", "--config.es.population_size=3"],
+          "antithetic pairs",
+      ),
+  ):
+    result = run_launcher([*TINY_FLAGS, *args], cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, lines
+    assert lines[0].startswith("disco-meta-train: error: ")
+    assert match in lines[0]

@@ -239,6 +239,11 @@ class ESPopulation:
     )
     return cls(cfg.population_size, template, **kwargs)
 
+  def strategy_mean(self, es_state, like: types.MetaParams):
+    """The meta-parameters (a tree like ``like``) at an evosax strategy
+    state's mean."""
+    return self._strategy(like).get_mean(es_state)
+
   def _strategy_params(self, strategy):
     params = strategy.default_params
     if hasattr(params, "std_init"):
