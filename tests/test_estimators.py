@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from disco.meta import es
 from disco.meta import estimators
 
 # ------------------------------------------------------------- quadratic
@@ -197,3 +198,30 @@ def test_pes_is_unbiased_where_truncated_backprop_is_not():
   assert np.all(np.abs(truncated - full) > 0.3 * np.abs(full))
   # The estimate is informative: its error is small next to the gradient.
   assert np.all(stderr < 0.1 * np.abs(full))
+
+
+# ------------------------------------------------------- ES fitness
+
+
+def test_member_fitness_final_return_auc_and_divergence():
+  metrics = dict(
+      # [agents, iterations]: returns summed over the episodes that ended.
+      return_sum=jnp.asarray([[0.0, -1.0, 2.0, 4.0], [1.0, 1.0, 0.0, 2.0]]),
+      episodes=jnp.asarray([[1, 1, 2, 2], [1, 1, 1, 1]]),
+      diverged=jnp.zeros([2, 4], jnp.int32),
+  )
+  final = es.ESConfig(lifetime_iterations=4, final_iterations=2)
+  auc = es.ESConfig(lifetime_iterations=4, final_iterations=2, fitness="auc")
+  # Agent means (6/4 and 2/2 over the last two; 5/6 and 4/4 over all),
+  # normalised with random return -1 and span 2.
+  np.testing.assert_allclose(
+      es.member_fitness(metrics, final, -1.0, 2.0),
+      ((1.5 + 1) / 2 + (1 + 1) / 2) / 2,
+  )
+  np.testing.assert_allclose(
+      es.member_fitness(metrics, auc, -1.0, 2.0),
+      ((5 / 6 + 1) / 2 + (1 + 1) / 2) / 2,
+      rtol=1e-6,
+  )
+  diverged = dict(metrics, diverged=metrics["diverged"].at[1, 2].set(1))
+  assert np.isnan(es.member_fitness(diverged, final))
