@@ -128,6 +128,9 @@ def test_outputs_and_export(run):
   resolved = common.resolve_rule(str(out / mt.META_PARAMS_FILE))
   assert resolved.settings.rule == "disco"
   assert weights_lib.load_metadata(out / mt.META_PARAMS_FILE)["meta_step"] == 4
+  # ... and holds the meta-trained rule, not the initial one.
+  plan = mt.build(_config(run["estimator"], output_dir=str(out.parent / "y")))
+  assert not tree_equal(jax.device_get(plan.meta_params), resolved.meta_params)
 
 
 def test_resume_is_bit_exact(run, tmp_path):
