@@ -22,6 +22,11 @@ The run writes into ``output_dir``:
                         evaluates the discovered rule;
 * ``summary.json``     final metrics and timings.
 
+``--config.estimator`` picks the meta-gradient estimator: ``backprop``
+(through ``inner_steps`` learner updates; the default), ``es`` (evolution
+strategies over whole lifetimes, ``config.es``) or ``pes`` (persistent ES
+over truncations, ``config.pes``); see ``disco.meta.estimators``.
+
 Bad input ends the program with a one-line message on stderr and exit status
 2 before anything is trained. A run has three steps: ``build`` (check the
 config, build the population and the initial meta-parameters), ``run``
@@ -783,7 +788,8 @@ def run(
     history.write_csv(csv_path)
   start = int(jax.device_get(state.step))
   log(
-      f"Meta-training a {RULE} rule (init: {config.init_meta_params}) on "
+      f"Meta-training a {RULE} rule (init: {config.init_meta_params}, "
+      f"estimator: {config.estimator}) on "
       f"{plan.groups_text()} over {len(plan.population.devices)} device(s)"
       + common.processes_text("of")
       + f"; {config.batch_size} envs per agent, rollouts of "
