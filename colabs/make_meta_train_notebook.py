@@ -76,7 +76,13 @@ eval_min_replay_size = 64
 eval_iterations_per_call = 50
 eval_last_episodes = 500
 eval_network = {}  # overrides of the evaluation agent's network ({}: published)
-compare_with_initial_rule = True  # also evaluate the rule we started from"""
+compare_with_initial_rule = True  # also evaluate the rule we started from
+# Meta-training with evolution strategies (the last section; 0: skip it).
+es_generations = 20
+es_population_size = 8  # members: antithetic pairs
+es_sigma = 0.01
+es_lifetime_iterations = 64  # each member's agents train this long
+es_meta_learning_rate = 1e-2"""
 
 IMPORTS = """\
 import jax
@@ -260,6 +266,46 @@ for label, metrics in results.items():
         f"{s['learner_steps']} learner steps per seed")"""
 
 
+ES_MD = """\
+## Meta-training with evolution strategies
+
+The same population meta-trained by OpenAI-ES instead of backpropagation
+(`--config.estimator=es` on the command line): every generation perturbs
+the meta-parameters in `es_population_size / 2` antithetic pairs, each
+member trains fresh agents for a whole lifetime of `es_lifetime_iterations`
+iterations of the compiled evaluation loop (both members of a pair on the
+same environments and seeds), and its fitness is the normalised return of
+its agents' last episodes. The centred ranks of the fitnesses give the
+meta-gradient, which the same meta-optimiser applies. ES optimises the
+return at the end of a lifetime, which backpropagation through a few inner
+steps cannot see; its estimate is noisier, so it needs large populations
+(see the README's "Estimators")."""
+
+ES = """\
+es_config = config.copy_and_resolve_references()
+es_config.update(dict(
+    estimator='es', num_meta_steps=max(es_generations, 1),
+    meta_learning_rate=es_meta_learning_rate, output_dir=f'{out}-es',
+    checkpoint_every=0))
+es_config.es.update(dict(
+    population_size=es_population_size, sigma=es_sigma,
+    lifetime_iterations=es_lifetime_iterations,
+    final_iterations=min(8, es_lifetime_iterations)))
+if es_generations:
+  es_summary = meta_train.train(es_config, progress=False)
+  es_history = history_lib.MetricsHistory.read_csv(
+      f'{out}-es/metrics.csv')
+  fitness = es_history.column('fitness')
+  plt.figure(figsize=(5, 3))
+  plt.plot(es_history.steps, fitness)
+  plt.xlabel('generation')
+  plt.ylabel('mean member fitness')
+  plt.show()
+  print(f'ES: {len(es_history)} generations of {es_population_size} members;'
+        f' mean fitness {fitness[0]:+.3f} -> {fitness[-1]:+.3f}; exported '
+        f"{es_summary['meta_params_file']}")"""
+
+
 def build() -> nbformat.NotebookNode:
   return notebook_cells.notebook(
       INTRO,
@@ -271,6 +317,7 @@ def build() -> nbformat.NotebookNode:
           (PLOT_MD, PLOT),
           (EXPORT_MD, EXPORT),
           (EVAL_MD, EVAL),
+          (ES_MD, ES),
       ],
   )
 

@@ -90,6 +90,26 @@ def get_config() -> config_dict.ConfigDict:
           # compared with it step by step) or 'per_agent' (one key chain per
           # agent); see disco.meta.keys.
           key_scheme="published",
+          # How the meta-gradient is estimated: 'backprop' (through
+          # inner_steps learner updates; the published meta-trainer's), 'es'
+          # (evolution strategies over whole lifetimes; settings in es) or
+          # 'pes' (persistent ES over truncations of inner_steps updates;
+          # needs lifetime_meta_steps >= 1; settings in pes). See the README.
+          estimator="backprop",
+          es=dict(
+              # An evosax strategy's name; 'open_es' (OpenAI-ES) feeds the
+              # meta-optimiser.
+              strategy="open_es",
+              population_size=8,  # members: antithetic pairs, so even
+              sigma=0.01,  # perturbation standard deviation
+              lifetime_iterations=64,  # each member's agents' lifetime
+              # 'final_return' (last final_iterations' episodes) or 'auc'.
+              fitness="final_return",
+              final_iterations=8,
+              rank_shaping=True,  # centred ranks (False: raw returns)
+              antithetic=True,
+          ),
+          pes=dict(sigma=0.01, antithetic=True),
           num_meta_steps=800,  # total for the run (a resumed run continues to it)
           lifetime_meta_steps=0,  # reset each agent after this many (0: never)
           remat_inner_steps=False,  # recompute inner steps in the backward pass

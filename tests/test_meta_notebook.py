@@ -48,6 +48,11 @@ eval_iterations_per_call = 3
 eval_last_episodes = 5
 eval_network = dict(dense=(16,), model_lstm_size=8, model_head_hiddens=(8,))
 compare_with_initial_rule = True
+es_generations = 2
+es_population_size = 2
+es_sigma = 0.05
+es_lifetime_iterations = 2
+es_meta_learning_rate = 1e-2
 """
 
 
@@ -81,7 +86,8 @@ def test_meta_train_notebook_runs(tmp_path, monkeypatch):
   assert "Exported" in text and "'rule': 'disco'" in text
   assert "discovered (meta-step 3): mean return over the last 5" in text
   assert "initial (random): mean return" in text
-  assert images >= 3  # rewards, meta loss, evaluation curves
+  assert "ES: 2 generations of 2 members; mean fitness" in text
+  assert images >= 4  # rewards, meta loss, evaluation curves, ES fitness
   for name in (
       "metrics.csv",
       "rewards.png",

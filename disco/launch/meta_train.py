@@ -22,6 +22,11 @@ The run writes into ``output_dir``:
                         evaluates the discovered rule;
 * ``summary.json``     final metrics and timings.
 
+``--config.estimator`` picks the meta-gradient estimator: ``backprop``
+(through ``inner_steps`` learner updates; the default), ``es`` (evolution
+strategies over whole lifetimes, ``config.es``) or ``pes`` (persistent ES
+over truncations, ``config.pes``); see ``disco.meta.estimators``.
+
 Bad input ends the program with a one-line message on stderr and exit status
 2 before anything is trained. A run has three steps: ``build`` (check the
 config, build the population and the initial meta-parameters), ``run``
@@ -67,9 +72,12 @@ from disco.launch import common
 from disco.launch import distributed
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import divergence
+from disco.meta import es as es_lib
+from disco.meta import estimators as estimators_lib
 from disco.meta import history as history_lib
 from disco.meta import keys as keys_lib
 from disco.meta import meta_gradient as meta_gradient_lib
+from disco.meta import pes as pes_lib
 from disco.meta import population as population_lib
 from disco.meta import value_function
 from disco.networks import agent_nets
@@ -430,6 +438,67 @@ def _devices(config) -> list[jax.Device]:
   ]
 
 
+def _estimator(config) -> str:
+  try:
+    return estimators_lib.check_estimator(str(config.estimator))
+  except ValueError as e:
+    raise UsageError(f"config.estimator: {common.one_line(e)}") from None
+
+
+def _es_config(config) -> es_lib.ESConfig:
+  es = common.as_dict(config.es, "es")
+  try:
+    es["strategy"] = es_lib.check_strategy(str(es.get("strategy")))
+    return es_lib.ESConfig(**es)
+  except (TypeError, ValueError) as e:
+    raise UsageError(f"Bad es settings: {common.one_line(e)}") from None
+
+
+def _normalizers(groups, config) -> dict[str, tuple[float, float]]:
+  """``{group: (random return, reference - random)}`` where the
+  normalisation table has the group's environment (others: raw returns)."""
+  from disco.comparison import normalization
+
+  population = config.population
+  if isinstance(population, (dict, config_dict.ConfigDict)):
+    population = (population,)
+  out = {}
+  for g, spec in zip(groups, population, strict=True):
+    spec = common.as_dict(spec, "population")
+    key = normalization.env_key(spec["env"], spec.get("env_settings") or {})
+    try:
+      zero, one = normalization.normalize(np.array([0.0, 1.0]), key)
+    except ValueError:  # no entry (MissingReferenceError is a ValueError)
+      continue
+    out[g.name] = (-zero / (one - zero), 1.0 / (one - zero))
+  return out
+
+
+def _make_population(
+    config, estimator, groups, pop_config, meta_optimizer, devices
+):
+  """The population of ``estimator`` (``ValueError`` on bad settings)."""
+  if estimator == estimators_lib.ES:
+    return es_lib.ESPopulation(
+        groups,
+        pop_config,
+        _es_config(config),
+        meta_optimizer,
+        devices,
+        _normalizers(groups, config),
+    )
+  if estimator == estimators_lib.PES:
+    pes = common.as_dict(config.pes, "pes")
+    try:
+      pes_config = pes_lib.PESConfig(**pes)
+    except TypeError as e:
+      raise UsageError(f"Bad pes settings: {common.one_line(e)}") from None
+    return pes_lib.PESPopulation(
+        groups, pop_config, pes_config, meta_optimizer, devices
+    )
+  return population_lib.Population(groups, pop_config, meta_optimizer, devices)
+
+
 def build(config: config_dict.ConfigDict) -> Plan:
   """Checks ``config`` and builds the groups, population and initial
   meta-parameters (not the state; see ``initial_state``).
@@ -458,11 +527,12 @@ def build(config: config_dict.ConfigDict) -> Plan:
   output_dir = _check_output_dir(config)
   devices = _devices(config)
   settings = _agent_settings(config)
+  estimator = _estimator(config)
   groups = _make_groups(config, settings, _value_fn(config))
   bad = [
       f"{g.name}: {g.num_agents}" for g in groups if g.num_agents % len(devices)
   ]
-  if bad:
+  if bad and estimator != estimators_lib.ES:
     where = common.processes_text("of")
     raise UsageError(
         f"Every group's num_agents must split evenly over the "
@@ -470,8 +540,8 @@ def build(config: config_dict.ConfigDict) -> Plan:
         f"of {len(devices)} or set config.num_devices."
     )
   try:
-    population = population_lib.Population(
-        groups, pop_config, meta_optimizer, devices
+    population = _make_population(
+        config, estimator, groups, pop_config, meta_optimizer, devices
     )
   except ValueError as e:
     raise UsageError(common.one_line(e)) from None
@@ -519,6 +589,7 @@ def abstract_state(
       step=with_sharding(replicated)(shapes.step),
       rng=with_sharding(replicated)(shapes.rng),
       agents=jax.tree.map(with_sharding(sharded), shapes.agents),
+      estimator=jax.tree.map(with_sharding(replicated), shapes.estimator),
   )
 
 
@@ -717,7 +788,8 @@ def run(
     history.write_csv(csv_path)
   start = int(jax.device_get(state.step))
   log(
-      f"Meta-training a {RULE} rule (init: {config.init_meta_params}) on "
+      f"Meta-training a {RULE} rule (init: {config.init_meta_params}, "
+      f"estimator: {config.estimator}) on "
       f"{plan.groups_text()} over {len(plan.population.devices)} device(s)"
       + common.processes_text("of")
       + f"; {config.batch_size} envs per agent, rollouts of "

@@ -129,7 +129,8 @@ class MetaTrainState:
   """Everything a meta-training run needs to continue bit for bit.
 
   ``agents`` holds one stacked ``AgentState`` per group (leading axis: the
-  group's agents over all devices).
+  group's agents over all devices). ``estimator``: an estimator's own
+  replicated state (``disco.meta.estimators``; None for backprop).
   """
 
   meta_params: types.MetaParams
@@ -137,6 +138,7 @@ class MetaTrainState:
   agents: tuple[AgentState, ...]
   step: jax.Array
   rng: jax.Array  # the loop key (``disco.meta.keys``)
+  estimator: Any = None
 
 
 class Population:

@@ -1,0 +1,448 @@
+"""Meta-training with evolution strategies (``--config.estimator=es``).
+
+One *generation* (a meta-step) is one compiled program. The population's
+``population_size`` members are perturbed meta-parameters
+``theta + sigma * z_i`` in antithetic pairs (members ``2k`` and ``2k + 1``
+carry ``z`` and ``-z``). Every member trains fresh agents for a whole
+lifetime of ``lifetime_iterations`` iterations of the compiled evaluation
+loop (``disco.training.loop.EvalLoop``: an on-policy rollout of
+``rollout_len`` actor steps and one learner step per iteration): per group,
+``num_agents`` agents. Antithetic task sampling: both members of a pair train
+on the same environments with the same seeds (the same initial agents and
+acting keys); different pairs get different ones.
+
+A member's fitness is, per group, the mean over its agents of the normalised
+return (``(return - random) / (reference - random)`` from
+``disco.comparison.normalization``, raw where the environment has no entry)
+of the episodes that end in the last ``final_iterations`` iterations
+(``fitness='final_return'``) or in every iteration (``'auc'``: the area under
+the learning curve), averaged over the groups with their weights. A member
+whose agents diverge (non-finite learner state) gets a NaN fitness, which
+ranks worst: the meta-gradient stays finite. The meta-gradient is OpenAI-ES's
+(evosax ``Open_ES``'s formula) of the centred ranks of the members' losses
+(``-fitness``; ``rank_shaping=False``: of the raw losses), and the run's
+meta-optimiser applies it, as for the other estimators.
+
+Members are vmapped per device and sharded over the devices (``shard_map``);
+every device draws its members' noise from the replicated key, the fitness
+is gathered over the devices and the gradient summed over them. The state
+carries no agents between generations: the meta-parameters, the
+meta-optimiser state, the step and the key.
+
+Why not evosax's ``Open_ES.ask/tell``: they keep their own flat mean and
+optimiser state, whereas the meta-trainer keeps one meta-optimiser over the
+meta-parameter pytree for every estimator (one checkpoint format, one
+divergence policy), and the member noise must be computable per device from
+a member's index (for sharding and antithetic task sampling). The fitness
+shaping is evosax's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+import dataclasses
+import inspect
+
+from evosax import algorithms
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+import numpy as np
+import optax
+
+from disco import ops
+from disco import types
+from disco.meta import divergence
+from disco.meta import estimators
+from disco.meta import population as population_lib
+from disco.training import loop as loop_lib
+
+AXIS = population_lib.AXIS
+FINAL_RETURN, AUC = "final_return", "auc"
+FITNESSES = (FINAL_RETURN, AUC)
+
+
+OPEN_ES = "open_es"
+
+
+def strategy_names() -> list[str]:
+  """evosax's distribution-based strategies, by name."""
+  return sorted(algorithms.distribution_based_algorithms)
+
+
+def check_strategy(name: str) -> str:
+  """``name`` if evosax has a distribution-based strategy of that name
+  (``open_es``, the default, is OpenAI-ES); raises ``ValueError`` otherwise.
+  """
+  if name.lower() == OPEN_ES:
+    return OPEN_ES
+  names = strategy_names()
+  if name not in names:
+    kind = (
+        "a population-based (genetic) algorithm, which has no mean to "
+        "meta-train"
+        if name in algorithms.population_based_algorithms
+        else "not an evosax strategy"
+    )
+    raise ValueError(
+        f"ES strategy {name!r} is {kind}; use {OPEN_ES!r} or one of "
+        f"evosax's distribution-based strategies: {', '.join(names)}."
+    )
+  return name
+
+
+@dataclasses.dataclass(frozen=True)
+class ESConfig:
+  """Attributes:
+  strategy: ``open_es`` or an evosax distribution-based strategy's name.
+  population_size: members per generation (even: antithetic pairs).
+  sigma: standard deviation of the perturbations.
+  lifetime_iterations: evaluation-loop iterations of a member's agents.
+  fitness: ``final_return`` or ``auc`` (see the module docstring).
+  final_iterations: the last iterations whose episodes count as the final
+    return.
+  rank_shaping: centred-rank fitness shaping (False: raw losses).
+  antithetic: antithetic pairs of perturbations (False: independent ones;
+    the pairs still share their tasks).
+  """
+
+  strategy: str = OPEN_ES
+  population_size: int = 8
+  sigma: float = 0.01
+  lifetime_iterations: int = 64
+  fitness: str = FINAL_RETURN
+  final_iterations: int = 8
+  rank_shaping: bool = True
+  antithetic: bool = True
+
+  def __post_init__(self):
+    if self.population_size < 2 or self.population_size % 2:
+      raise ValueError(
+          f"ES needs antithetic pairs: population_size must be even and >= 2,"
+          f" got {self.population_size}."
+      )
+    if not self.sigma > 0:
+      raise ValueError(f"ES sigma must be > 0, got {self.sigma}.")
+    if self.fitness not in FITNESSES:
+      raise ValueError(
+          f"Unknown ES fitness {self.fitness!r}; use one of "
+          f"{', '.join(FITNESSES)}."
+      )
+    if self.lifetime_iterations < 1:
+      raise ValueError("ES lifetime_iterations must be >= 1.")
+    if not 1 <= self.final_iterations <= self.lifetime_iterations:
+      raise ValueError(
+          f"ES final_iterations must be in [1, lifetime_iterations="
+          f"{self.lifetime_iterations}], got {self.final_iterations}."
+      )
+
+
+def member_fitness(
+    metrics: Mapping[str, jax.Array],
+    config: ESConfig,
+    offset: float = 0.0,
+    scale: float = 1.0,
+) -> jax.Array:
+  """One member's fitness on one group from its agents' loop metrics
+  ``{name: [agents, iterations]}``: the mean over agents of the normalised
+  mean return (``(return - offset) / scale``) of the counted iterations'
+  episodes; NaN if any agent diverged."""
+  returns, episodes = metrics["return_sum"], metrics["episodes"]
+  if config.fitness == FINAL_RETURN:
+    returns = returns[:, -config.final_iterations :]
+    episodes = episodes[:, -config.final_iterations :]
+  mean = returns.sum(1) / jnp.maximum(episodes.sum(1), 1)
+  fitness = ((mean - offset) / scale).mean()
+  diverged = metrics["diverged"].any() | ~jnp.isfinite(fitness)
+  return jnp.where(diverged, jnp.nan, fitness)
+
+
+class ESPopulation:
+  """Builds and runs the ES generation program.
+
+  Args:
+    groups: agent groups (``num_agents``: agents per member and group).
+    config: the population settings (``rollout_len``, ``key_scheme``).
+    es_config: ES settings.
+    meta_optimizer: optax transformation of the meta-parameters.
+    devices: devices to shard members across (default: ``jax.devices()``).
+    normalizers: ``{group name: (random return, reference - random)}``
+      (groups absent: raw returns).
+  """
+
+  def __init__(
+      self,
+      groups: Sequence[population_lib.AgentGroup],
+      config: population_lib.PopulationConfig,
+      es_config: ESConfig,
+      meta_optimizer: optax.GradientTransformation,
+      devices: Sequence[jax.Device] | None = None,
+      normalizers: Mapping[str, tuple[float, float]] | None = None,
+  ):
+    self.groups = tuple(groups)
+    self.config = config
+    self.es_config = es_config
+    self.meta_optimizer = meta_optimizer
+    self.devices = tuple(devices or jax.devices())
+    self.normalizers = dict(normalizers or {})
+    if es_config.population_size % len(self.devices):
+      raise ValueError(
+          f"ES population_size {es_config.population_size} does not split "
+          f"evenly over {len(self.devices)} devices; use a multiple of "
+          f"{len(self.devices)}."
+      )
+    self.loops = tuple(
+        loop_lib.EvalLoop(
+            g.agent,
+            g.env,
+            loop_lib.LoopConfig(
+                num_envs=g.env.batch_size,
+                rollout_len=config.rollout_len + 1,
+                batch_size=g.env.batch_size,
+                replay_capacity=0,
+                min_replay_size=0,
+            ),
+        )
+        for g in self.groups
+    )
+    self.num_agents = es_config.population_size  # members, for logs
+    self.mesh = Mesh(np.asarray(self.devices), (AXIS,))
+    self._step = self._build_step()
+
+  def env_steps_per_generation(self) -> int:
+    """Environment steps of one generation (all members and agents)."""
+    per_member = sum(
+        g.num_agents * lp.config.env_steps_per_iteration
+        for g, lp in zip(self.groups, self.loops, strict=True)
+    )
+    return (
+        per_member
+        * self.es_config.lifetime_iterations
+        * self.es_config.population_size
+    )
+
+  # ------------------------------------------------ evosax strategies
+  def _strategy(self, meta_params):
+    """The evosax strategy (not ``open_es``) over ``meta_params``' tree."""
+    cfg = self.es_config
+    cls = algorithms.distribution_based_algorithms[cfg.strategy]
+    accepted = inspect.signature(cls.__init__).parameters
+    kwargs = {}
+    if "use_antithetic_sampling" in accepted:
+      kwargs["use_antithetic_sampling"] = cfg.antithetic
+    if "std_schedule" in accepted:
+      kwargs["std_schedule"] = optax.constant_schedule(cfg.sigma)
+    template = jax.tree.map(
+        lambda x: jnp.zeros(jnp.shape(x), jnp.result_type(x)), meta_params
+    )
+    return cls(cfg.population_size, template, **kwargs)
+
+  def strategy_mean(self, es_state, like: types.MetaParams):
+    """The meta-parameters (a tree like ``like``) at an evosax strategy
+    state's mean."""
+    return self._strategy(like).get_mean(es_state)
+
+  def _strategy_params(self, strategy):
+    params = strategy.default_params
+    if hasattr(params, "std_init"):
+      params = params.replace(std_init=self.es_config.sigma)
+    return params
+
+  def init(
+      self, rng: jax.Array, meta_params: types.MetaParams
+  ) -> population_lib.MetaTrainState:
+    """The initial state: with an evosax strategy (not ``open_es``), its
+    state (centred on ``meta_params``) is the estimator state."""
+    es_state = ()
+    if self.es_config.strategy != OPEN_ES:
+      strategy = self._strategy(meta_params)
+      rng, init_rng = jax.random.split(rng)
+      es_state = jax.jit(strategy.init)(
+          init_rng, meta_params, self._strategy_params(strategy)
+      )
+    state = population_lib.MetaTrainState(
+        meta_params=meta_params,
+        meta_opt_state=self.meta_optimizer.init(meta_params),
+        agents=(),
+        step=jnp.zeros([], jnp.int32),
+        rng=rng,
+        estimator=es_state,
+    )
+    return self.place(state)
+
+  def place(
+      self, state: population_lib.MetaTrainState
+  ) -> population_lib.MetaTrainState:
+    replicated = NamedSharding(self.mesh, P())
+    return jax.device_put(state, replicated)
+
+  def _weights(self) -> list[float]:
+    w = [
+        float(g.num_agents if g.weight is None else g.weight)
+        for g in self.groups
+    ]
+    return [x / sum(w) for x in w]
+
+  def _build_step(self):
+    cfg = self.es_config
+    members = cfg.population_size
+    local = members // len(self.devices)
+    weights = self._weights()
+
+    def member(theta, pair, task_key):
+      """One member's fitness and per-group logs; ``pair`` picks the tasks
+      (antithetic task sampling: both members of a pair share them)."""
+      fitness, logs = [], {}
+      for i, (g, lp) in enumerate(zip(self.groups, self.loops, strict=True)):
+        key = jax.random.fold_in(jax.random.fold_in(task_key, i), pair)
+        states = jax.vmap(lp.init)(jax.random.split(key, g.num_agents))
+        _, metrics = lp._run_impl(states, theta, cfg.lifetime_iterations)
+        offset, scale = self.normalizers.get(g.name, (0.0, 1.0))
+        f = member_fitness(metrics, cfg, offset, scale)
+        fitness.append(f)
+        returns = metrics["return_sum"].sum(0) / jnp.maximum(
+            metrics["episodes"].sum(0), 1
+        )
+        logs[g.name] = dict(
+            fitness=f,
+            final_return=returns[-cfg.final_iterations :].mean(),
+            diverged=jnp.isnan(f).astype(jnp.int32),
+        )
+      total = sum(w * f for w, f in zip(weights, fitness, strict=True))
+      return total, logs
+
+    def open_es(meta_params, meta_opt_state, index, noise_key, task_key):
+      def one(i):
+        z = estimators.member_noise(noise_key, meta_params, i, cfg.antithetic)
+        theta = estimators.perturb(meta_params, z, cfg.sigma)
+        return (z, *member(theta, i // 2, task_key))
+
+      z, fitness, logs = jax.vmap(one)(index)
+      all_fitness = jax.lax.all_gather(fitness, AXIS, tiled=True)  # [M]
+      losses = -all_fitness
+      if cfg.rank_shaping:
+        shaped = estimators.centered_ranks(losses)
+      else:
+        shaped = losses
+      mine = jax.lax.dynamic_slice_in_dim(
+          shaped, jax.lax.axis_index(AXIS) * local, local
+      )
+      grads = jax.lax.psum(
+          estimators.es_gradient(z, mine, cfg.sigma, members), AXIS
+      )
+      meta_params, meta_opt_state, update_logs = estimators.apply_meta_update(
+          self.meta_optimizer, grads, meta_opt_state, meta_params
+      )
+      return meta_params, meta_opt_state, (), all_fitness, logs, update_logs
+
+    def evosax_step(meta_params, es_state, index, noise_key, task_key):
+      strategy = self._strategy(meta_params)
+      params = self._strategy_params(strategy)
+      ask_key, tell_key = jax.random.split(noise_key)
+      population, asked = strategy.ask(ask_key, es_state, params)
+      thetas = jax.tree.map(
+          lambda x: jax.lax.dynamic_slice_in_dim(x, index[0], local), population
+      )
+      # evosax's antithetic pairs are members i and i + M/2.
+      fitness, logs = jax.vmap(member, in_axes=(0, 0, None))(
+          thetas, index % (members // 2), task_key
+      )
+      all_fitness = jax.lax.all_gather(fitness, AXIS, tiled=True)
+      told, _ = strategy.tell(tell_key, population, -all_fitness, asked, params)
+      new_params = strategy.get_mean(told)
+      apply = ops.all_finite((new_params, told.mean))
+      update_norm = optax.tree.norm(
+          jax.tree.map(jnp.subtract, new_params, meta_params)
+      )
+      meta_params, es_state = jax.tree.map(
+          lambda new, old: jnp.where(apply, new, old),
+          (new_params, told),
+          (meta_params, es_state),
+      )
+      update_logs = {
+          "meta_update_norm": update_norm,
+          divergence.SKIPPED: jnp.logical_not(apply).astype(jnp.float32),
+      }
+      return meta_params, es_state, all_fitness, logs, update_logs
+
+    def per_device(meta_params, meta_opt_state, step, rng, es_state):
+      rng, step_key = jax.random.split(rng)
+      noise_key, task_key = jax.random.split(step_key)
+      index = jax.lax.axis_index(AXIS) * local + jnp.arange(local)
+      if cfg.strategy == OPEN_ES:
+        (
+            meta_params,
+            meta_opt_state,
+            es_state,
+            all_fitness,
+            logs,
+            update_logs,
+        ) = open_es(meta_params, meta_opt_state, index, noise_key, task_key)
+      else:
+        meta_params, es_state, all_fitness, logs, update_logs = evosax_step(
+            meta_params, es_state, index, noise_key, task_key
+        )
+      finite = jnp.isfinite(all_fitness)
+      mean_fitness = jnp.where(finite, all_fitness, 0).sum() / jnp.maximum(
+          finite.sum(), 1
+      )
+      out = dict(
+          update_logs,
+          meta_loss=-mean_fitness,
+          fitness=mean_fitness,
+          best_fitness=jnp.nanmax(all_fitness),
+          **{divergence.DIVERGED: members - finite.sum()},
+      )
+      for g in self.groups:
+        glogs = logs[g.name]
+        ok = jnp.isfinite(glogs["fitness"])
+        count = jnp.maximum(jax.lax.psum(ok.sum(), AXIS), 1)
+        for k in ("fitness", "final_return"):
+          out[f"{g.name}/{k}"] = (
+              jax.lax.psum(jnp.where(ok, glogs[k], 0).sum(), AXIS) / count
+          )
+        out[f"{g.name}/{divergence.DIVERGED}"] = jax.lax.psum(
+            glogs["diverged"].sum(), AXIS
+        )
+      return meta_params, meta_opt_state, step + 1, out, rng, es_state
+
+    sharded = jax.shard_map(
+        per_device,
+        mesh=self.mesh,
+        in_specs=(P(), P(), P(), P(), P()),
+        out_specs=(P(), P(), P(), P(), P(), P()),
+        check_vma=False,
+    )
+    return jax.jit(sharded)
+
+  def _step_args(self, state):
+    return (
+        state.meta_params,
+        state.meta_opt_state,
+        state.step,
+        state.rng,
+        state.estimator,
+    )
+
+  def lower(self, state: population_lib.MetaTrainState) -> jax.stages.Lowered:
+    return self._step.lower(*self._step_args(state))
+
+  def step(
+      self, state: population_lib.MetaTrainState
+  ) -> tuple[population_lib.MetaTrainState, types.Logs]:
+    """One generation (one compiled program)."""
+    meta_params, opt_state, step, logs, rng, es_state = self._step(
+        *self._step_args(state)
+    )
+    return (
+        state.replace(
+            meta_params=meta_params,
+            meta_opt_state=opt_state,
+            step=step,
+            rng=rng,
+            estimator=es_state,
+        ),
+        logs,
+    )

@@ -1,0 +1,205 @@
+"""Meta-gradient estimators: the pieces every estimator shares.
+
+The meta-trainer turns a population of agents and the current
+meta-parameters into a meta-gradient for one meta-optimiser, with one of
+three estimators (``--config.estimator``):
+
+* ``backprop``: truncated backpropagation through ``inner_steps`` learner
+  updates (``disco.meta.population``; the published meta-trainer's).
+* ``es``: evolution strategies (``disco.meta.es``): antithetic pairs of
+  perturbed meta-parameters, each member training fresh agents for a whole
+  lifetime; the gradient of the rank-shaped fitness (OpenAI-ES).
+* ``pes``: persistent evolution strategies (``disco.meta.pes``; Vicol et al.
+  2021): truncated unrolls of ``inner_steps`` learner updates, each particle
+  accumulating its perturbations over its agent's lifetime.
+
+This module holds what they share, as pure functions over any
+meta-parameter pytree: member noise (antithetic pairs are members ``2k`` and
+``2k + 1``: ``z`` and ``-z``), the ES and PES gradient formulas, rank-based
+fitness shaping (evosax's), and the meta-update that skips non-finite
+updates. All gradients are of a *loss* (lower is better): the meta-optimiser
+descends them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from evosax.core import fitness_shaping
+import jax
+import jax.numpy as jnp
+import optax
+
+from disco import ops
+from disco import types
+from disco.meta import divergence
+
+BACKPROP, ES, PES = "backprop", "es", "pes"
+ESTIMATORS = (BACKPROP, ES, PES)
+
+
+def check_estimator(name: str) -> str:
+  if name not in ESTIMATORS:
+    raise ValueError(
+        f"Unknown estimator {name!r}; use one of {', '.join(ESTIMATORS)}."
+    )
+  return name
+
+
+def tree_normal(key: jax.Array, tree: Any) -> Any:
+  """Standard normal noise shaped like ``tree`` (one key per leaf)."""
+  leaves, treedef = jax.tree.flatten(tree)
+  keys = jax.random.split(key, max(len(leaves), 1))
+  return jax.tree.unflatten(
+      treedef,
+      [
+          jax.random.normal(k, jnp.shape(x), jnp.result_type(x))
+          for k, x in zip(keys, leaves, strict=False)
+      ],
+  )
+
+
+def member_noise(
+    key: jax.Array, tree: Any, index: jax.Array, antithetic: bool = True
+) -> Any:
+  """Member ``index``'s unit noise ``z`` shaped like ``tree``.
+
+  Antithetic: members ``2k`` and ``2k + 1`` draw ``z`` and ``-z`` from the
+  pair's key ``fold_in(key, k)``; otherwise every member draws its own.
+  Computed from the member's global index alone, so any device can draw
+  any member's noise (jit- and vmap-friendly: ``index`` may be traced).
+  """
+  if not antithetic:
+    return tree_normal(jax.random.fold_in(key, index), tree)
+  z = tree_normal(jax.random.fold_in(key, index // 2), tree)
+  sign = 1 - 2 * (index % 2)
+  return jax.tree.map(lambda x: x * sign.astype(x.dtype), z)
+
+
+def perturb(params: Any, noise: Any, scale: float | jax.Array) -> Any:
+  """``params + scale * noise`` leaf by leaf."""
+  return jax.tree.map(lambda p, z: p + scale * z.astype(p.dtype), params, noise)
+
+
+def weighted_sum(stacked: Any, weights: jax.Array) -> Any:
+  """``sum_i weights[i] * stacked[i]`` for a tree of ``[N, ...]`` leaves."""
+  return jax.tree.map(
+      lambda x: jnp.tensordot(weights.astype(x.dtype), x, axes=1), stacked
+  )
+
+
+def centered_ranks(losses: jax.Array) -> jax.Array:
+  """Rank-based fitness shaping of ``[N]`` losses (lower is better): centred
+  ranks in ``[-0.5, 0.5]``, the best -0.5. A NaN (a diverged member) ranks
+  worst. evosax's ``centered_rank_fitness_shaping_fn``."""
+  return fitness_shaping.centered_rank_fitness_shaping_fn(
+      None, losses, None, None
+  )
+
+
+def es_gradient(
+    noise: Any, weights: jax.Array, sigma: float, count: int | jax.Array
+) -> Any:
+  """OpenAI-ES: ``sum_i w_i z_i / (count * sigma)``, an estimate of the
+  gradient of the expected loss at the unperturbed parameters when ``w``
+  are the losses of ``params + sigma * z_i`` (or their shaped ranks: then
+  of a rank transform of it). ``noise``: ``[N, ...]`` unit noise; ``count``:
+  the number of members (``N``, or all devices' when ``noise`` holds one
+  device's share and the caller sums the results)."""
+  return jax.tree.map(
+      lambda g: g / (count * sigma), weighted_sum(noise, weights)
+  )
+
+
+def pes_gradient(
+    accumulated: Any, losses: jax.Array, sigma: float, count: int | jax.Array
+) -> Any:
+  """PES (Vicol et al. 2021, Algorithm 2):
+  ``sum_i xi_i L_i / (count * sigma^2)``, with ``xi_i`` ``[N, ...]`` particle
+  ``i``'s perturbations (``sigma * z``) summed since its lifetime began
+  (this truncation's included) and ``L_i`` its loss on this truncation."""
+  return jax.tree.map(
+      lambda g: g / (count * sigma**2), weighted_sum(accumulated, losses)
+  )
+
+
+def pes_truncation(
+    unroll: Any,
+    meta_params: Any,
+    states: Any,
+    accumulated: Any,
+    key: jax.Array,
+    index: jax.Array,
+    sigma: float,
+    antithetic: bool = True,
+) -> tuple[Any, Any, jax.Array, Any]:
+  """One truncation of every particle (vmapped over the ``[N]`` leading axis
+  of ``states``, ``accumulated`` and ``index``, the particles' global
+  indices).
+
+  Particle ``i`` draws ``eps_i = sigma * member_noise(key, ., i)``, adds it to
+  its accumulated perturbation and runs ``unroll(meta_params + eps_i,
+  state_i) -> (state_i, loss_i, aux_i)``.
+
+  Returns ``(states, accumulated, losses [N], aux)``; the PES gradient is
+  ``pes_gradient(accumulated, losses, sigma, N)``.
+  """
+
+  def one(state, acc, i):
+    z = member_noise(key, meta_params, i, antithetic)
+    eps = jax.tree.map(lambda x: sigma * x, z)
+    acc = jax.tree.map(jnp.add, acc, eps)
+    state, loss, aux = unroll(perturb(meta_params, eps, 1.0), state)
+    return state, acc, loss, aux
+
+  return jax.vmap(one)(states, accumulated, index)
+
+
+def pair_all(mask: jax.Array) -> jax.Array:
+  """``[N]`` -> whether both members of each antithetic pair hold ``mask``,
+  per member (``N`` even; pairs ``2k, 2k + 1``)."""
+  both = mask.reshape(-1, 2).all(axis=1)
+  return jnp.repeat(both, 2)
+
+
+def where_rows(mask: jax.Array, on: Any, off: Any) -> Any:
+  """Per row ``i`` of ``[N, ...]`` trees: ``on[i]`` where ``mask[i]``, else
+  ``off[i]`` (``off`` may be a scalar such as 0 for every leaf)."""
+
+  def pick(a, b):
+    m = mask.reshape((-1,) + (1,) * (jnp.ndim(a) - 1))
+    return jnp.where(m, a, b)
+
+  if isinstance(off, (int, float)):
+    return jax.tree.map(lambda a: pick(a, jnp.full_like(a, off)), on)
+  return jax.tree.map(pick, on, off)
+
+
+def apply_meta_update(
+    meta_optimizer: optax.GradientTransformation,
+    meta_grads: types.MetaParams,
+    meta_opt_state: Any,
+    meta_params: types.MetaParams,
+) -> tuple[types.MetaParams, Any, types.Logs]:
+  """One meta-optimiser step, skipped (meta-parameters and optimiser state
+  unchanged) when the gradient, the update or the new state is not finite.
+
+  Returns the new meta-parameters, optimiser state and logs
+  (``meta_grad_norm``, ``meta_update_norm``, ``skipped_update``).
+  """
+  updates, new_opt_state = meta_optimizer.update(
+      meta_grads, meta_opt_state, meta_params
+  )
+  new_meta_params = optax.apply_updates(meta_params, updates)
+  apply = ops.all_finite((meta_grads, new_meta_params, new_opt_state))
+  meta_params, meta_opt_state = jax.tree.map(
+      lambda new, old: jnp.where(apply, new, old),
+      (new_meta_params, new_opt_state),
+      (meta_params, meta_opt_state),
+  )
+  logs = {
+      "meta_grad_norm": optax.tree.norm(meta_grads),
+      "meta_update_norm": optax.tree.norm(updates),
+      divergence.SKIPPED: jnp.logical_not(apply).astype(jnp.float32),
+  }
+  return meta_params, meta_opt_state, logs
