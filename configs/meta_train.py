@@ -52,6 +52,9 @@ def get_config() -> config_dict.ConfigDict:
           # The rule to meta-train: a registered rule with meta-parameters
           # (disco, lpg, ta_lpg; configs/meta_train_lpg.py sets up LPG).
           rule="disco",
+          # Overrides of the rule's own settings (its factory's keyword
+          # arguments; dicts are merged one level deep).
+          rule_kwargs={},
           # The agents (trained by the rule being meta-learned).
           agent=dict(
               network=dict(

@@ -25,6 +25,9 @@ LPG_ENVS = ("dense", "sparse", "long_horizon", "longer_horizon", "long_dense")
 def get_config():
   config = common.load_config("meta_train")
   config.rule = "lpg"
+  # The meta-network's GRU (256, the rule's default): tests shrink it with
+  # --config.rule_kwargs.net.hidden_size=8.
+  config.rule_kwargs = dict(net=dict(hidden_size=256))
   config.population = tuple(
       dict(env=f"lpg/{name}", env_settings={}, num_agents=1)
       for name in LPG_ENVS

@@ -380,6 +380,15 @@ def _agent_settings(config) -> config_dict.ConfigDict:
     if "loss_mask" in agent_cfg:
       settings.loss_mask = str(agent_cfg["loss_mask"])
     agent_nets.make_net_config(settings.network.to_dict())
+    # config.rule_kwargs: overrides of the rule's own settings (one level of
+    # dicts merged, e.g. {'net': {'hidden_size': 16}}).
+    kwargs = settings.rule_kwargs.to_dict()
+    for key, value in common.as_dict(config.rule_kwargs, "rule_kwargs").items():
+      if isinstance(value, dict) and isinstance(kwargs.get(key), dict):
+        value = {**kwargs[key], **value}
+      kwargs[key] = value
+    settings.rule_kwargs = kwargs
+    rule_registry.make_rule(settings)
   except (TypeError, ValueError, KeyError) as e:
     raise UsageError(f"Bad agent settings: {common.one_line(e)}") from None
   return settings
