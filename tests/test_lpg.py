@@ -299,7 +299,7 @@ def test_lifetimes_restart_agents(lifetime_population):
   history, logs = lifetime_population
   assert np.isfinite(logs["meta_loss"])
   restarts = 0
-  for before, after in zip(history, history[1:]):
+  for before, after in zip(history[:-1], history[1:], strict=True):
     for i in range(2):
       lifetime = int(before.lifetime[i])
       assert 2 <= lifetime <= 5
@@ -406,7 +406,7 @@ def test_meta_gradient_matches_finite_differences():
           tree,
           [
               jax.random.normal(key, x.shape, jnp.float64)
-              for key, x in zip(keys, leaves)
+              for key, x in zip(keys, leaves, strict=True)
           ],
       )
       plus = jax.tree.map(lambda p, d: p + eps * d, meta_params, direction)
@@ -414,7 +414,9 @@ def test_meta_gradient_matches_finite_differences():
       numeric = (loss(plus) - loss(minus)) / (2 * eps)
       analytic = sum(
           jnp.vdot(g, d)
-          for g, d in zip(jax.tree.leaves(grads), jax.tree.leaves(direction))
+          for g, d in zip(
+              jax.tree.leaves(grads), jax.tree.leaves(direction), strict=True
+          )
       )
       assert abs(float(analytic)) > 1e-6
       np.testing.assert_allclose(analytic, numeric, rtol=1e-6)
