@@ -549,3 +549,26 @@ def test_meta_trained_lpg_rule_evaluates(exported_rule, tmp_path):
   assert result.returncode == 2
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and "does not fit rule 'ta_lpg'" in lines[0]
+
+
+def test_meta_train_impossible_lifetimes_one_line(tmp_path):
+  result = subprocess.run(
+      [
+          sys.executable,
+          "-m",
+          "disco.launch.meta_train",
+          f"--config={LPG_CONFIG}",
+          "--config.rule=ta_lpg",
+          "--config.lifetime_updates=(2,300)",
+          f"--config.output_dir={tmp_path / 'run'}",
+      ],
+      cwd=tmp_path,
+      env=subprocess_env(),
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert result.returncode == 2
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and "lifetime_updates=(2, 300) cannot hold" in lines[0]
+  assert not (tmp_path / "run").exists()

@@ -469,10 +469,8 @@ def _lifetime_updates(config) -> tuple[int, int] | None:
   if value is None or tuple(value) in ((), (0, 0)):
     return None
   value = tuple(value)
-  how = (
-      "use (low, high) with inner_steps <= low <= high (agent updates), or "
-      "(0, 0) for none"
-  )
+  inner = int(config.inner_steps)
+  how = f"use (low, high) with {inner} <= low <= high, or (0, 0) for none"
   if len(value) != 2 or not all(
       isinstance(v, (int, np.integer)) and not isinstance(v, bool)
       for v in value
@@ -481,12 +479,11 @@ def _lifetime_updates(config) -> tuple[int, int] | None:
         f"config.lifetime_updates={value!r} is not two integers: {how}."
     )
   low, high = int(value[0]), int(value[1])
-  inner = int(config.inner_steps)
   if not inner <= low <= high:
     raise UsageError(
-        f"config.lifetime_updates=({low}, {high}) cannot hold: every "
-        f"meta-step takes inner_steps={inner} agent updates, so lifetimes "
-        f"need inner_steps <= low <= high; {how}."
+        f"config.lifetime_updates=({low}, {high}) cannot hold: lifetimes "
+        f"count agent updates and every meta-step takes inner_steps={inner} "
+        f"of them; {how}."
     )
   if config.lifetime_meta_steps:
     raise UsageError(
