@@ -23,8 +23,9 @@ Both sides run the same work: ``--agents`` agents on the LPG grid world
 ``dense`` (tabular), ``--envs`` environments per agent, rollouts of
 ``--rollout_len`` steps, ``--inner_steps`` (K) agent updates per meta-step,
 a GRU of ``--gru`` units, one device. GROOVE also evaluates every agent on
-4 episodes per meta-step (part of its step); its agents are linear and use
-SGD, ours an MLP (``--agent_dense``) with Adam. Steps alternate, ours then
+4 episodes per meta-step (part of its step). Agents and value functions are
+linear on both sides (``configs/meta_train_lpg.py``; GROOVE's tabular
+setting), GROOVE's trained by SGD, ours by Adam. Steps alternate, ours then
 GROOVE's, each timed to completion after a compiling first call.
 """
 
@@ -154,7 +155,8 @@ def our_step(args, out_dir: Path):
   config.inner_steps = args.inner_steps
   config.lifetime_updates = (0, 0)
   config.rule_kwargs = dict(net=dict(hidden_size=args.gru))
-  config.agent.network.dense = tuple(args.agent_dense)
+  if args.agent_dense is not None:
+    config.agent.network.dense = tuple(args.agent_dense)
   config.seed = args.seed
   config.output_dir = str(out_dir)
   plan = mt.build(config)
@@ -176,7 +178,8 @@ def main():
   parser.add_argument("--rollout_len", type=int, default=20)
   parser.add_argument("--inner_steps", type=int, default=5)
   parser.add_argument("--gru", type=int, default=256)
-  parser.add_argument("--agent_dense", type=int, nargs="*", default=[32])
+  # Our agents' hidden layers (default: the config's, linear as GROOVE's).
+  parser.add_argument("--agent_dense", type=int, nargs="*", default=None)
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args()

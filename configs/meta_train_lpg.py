@@ -7,7 +7,9 @@ Starts from ``configs/meta_train.py`` and sets what LPG and GROOVE
 (github.com/EmptyJackson/groove, ``experiments/parse_args.py``) use where
 the published Disco setup has no equivalent: one agent on each of the grid
 worlds ``lpg/dense``, ``sparse``, ``long_horizon``, ``longer_horizon`` and
-``long_dense`` (tabular observations), 64 environments per agent, rollouts
+``long_dense`` (tabular observations), linear agents and value function (as
+GROOVE's tabular ones, with Adam(1e-2) for its SGD), 64 environments per
+agent, rollouts
 of 20 steps, K=5 agent updates per meta-step, a GRU of 256 (the rule's
 default), Adam(1e-4) on the meta-parameters with their gradient's global norm
 clipped at 0.5, and a value function with discount 0.99 and lambda 0.95.
@@ -36,16 +38,20 @@ def get_config():
   config.rollout_len = 20
   config.inner_steps = 5
   config.lifetime_updates = (10, 250)
+  # GROOVE's tabular agents and value critic are linear (with SGD at
+  # learning rates 40 and 4); ours are linear too, with Adam.
   config.agent.network = dict(
-      dense=(32,),
+      dense=(),
       head_w_init_std=1e-2,
       activate_final=True,
       separate_torsos=True,
       compute_dtype="float32",
   )
-  config.agent.learning_rate = 1e-3
+  config.agent.learning_rate = 1e-2
   config.agent.max_abs_update = None
   config.agent.loss_mask = "valid"
+  config.value_fn.dense = ()
+  config.value_fn.learning_rate = 1e-2
   config.value_fn.discount_factor = 0.99
   config.value_fn.td_lambda = 0.95
   config.entropy_cost = 0.0
