@@ -158,6 +158,8 @@ def our_step(args, out_dir: Path):
   if args.agent_dense is not None:
     config.agent.network.dense = tuple(args.agent_dense)
   config.seed = args.seed
+  if args.max_unrolled is not None:
+    config.max_unrolled_inner_steps = args.max_unrolled
   config.output_dir = str(out_dir)
   plan = mt.build(config)
   return plan.population.step, mt.initial_state(plan)
@@ -180,6 +182,8 @@ def main():
   parser.add_argument("--gru", type=int, default=256)
   # Our agents' hidden layers (default: the config's, linear as GROOVE's).
   parser.add_argument("--agent_dense", type=int, nargs="*", default=None)
+  # Our max_unrolled_inner_steps (default: the config's).
+  parser.add_argument("--max_unrolled", type=int, default=None)
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args()
