@@ -49,6 +49,12 @@ def get_config() -> config_dict.ConfigDict:
           batch_size=32,  # environments per agent
           rollout_len=16,  # actor steps per training rollout (validation: 2x)
           inner_steps=2,  # agent updates per meta-step
+          # The rule to meta-train: a registered rule with meta-parameters
+          # (disco, lpg, ta_lpg; configs/meta_train_lpg.py sets up LPG).
+          rule="disco",
+          # Overrides of the rule's own settings (its factory's keyword
+          # arguments; dicts are merged one level deep).
+          rule_kwargs={},
           # The agents (trained by the rule being meta-learned).
           agent=dict(
               network=dict(
@@ -81,6 +87,8 @@ def get_config() -> config_dict.ConfigDict:
           entropy_cost=1e-2,  # validation policy-entropy bonus of the meta-loss
           meta_optimizer="adam",  # adam | sgd | rmsprop
           meta_learning_rate=5e-4,
+          # Clip the meta-gradient's global norm to this first (None: no clip).
+          meta_max_grad_norm=None,
           # 'random' (initialised with init_seed), 'disco103' (the published
           # weights, fine-tuned) or the path of a .npz of Disco meta-parameters.
           init_meta_params="random",
@@ -112,6 +120,10 @@ def get_config() -> config_dict.ConfigDict:
           pes=dict(sigma=0.01, antithetic=True),
           num_meta_steps=800,  # total for the run (a resumed run continues to it)
           lifetime_meta_steps=0,  # reset each agent after this many (0: never)
+          # Or lifetimes in agent updates, drawn per agent log-uniformly from
+          # (low, high) at every start (GROOVE's all_vrandlife: (10, 250));
+          # (0, 0): none. Rules conditioned on the lifetime (ta_lpg) read it.
+          lifetime_updates=(0, 0),
           remat_inner_steps=False,  # recompute inner steps in the backward pass
           # Up to this many inner steps compile without a loop: about 1.5x faster
           # meta-steps, longer compiles (33 s for 2 inner steps, 63 s for 4).

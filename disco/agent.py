@@ -124,15 +124,23 @@ class Agent:
 
   # ------------------------------------------------------------------ state
   def initial_learner_state(
-      self, rng: jax.Array, observation: types.ArrayTree
+      self,
+      rng: jax.Array,
+      observation: types.ArrayTree,
+      lifetime: jax.Array | int | None = None,
   ) -> types.LearnerState:
-    """Fresh parameters, optimiser state and rule state."""
+    """Fresh parameters, optimiser state and rule state; with ``lifetime``
+    (the learner updates the agent will take), the rule is told it
+    (``UpdateRule.start_lifetime``)."""
     net_rng, rule_rng = jax.random.split(rng)
     params = self.init_params(net_rng, observation)
+    rule_state = self.rule.init_rule_state(rule_rng, params)
+    if lifetime is not None:
+      rule_state = self.rule.start_lifetime(rule_state, lifetime)
     return types.LearnerState(
         params=params,
         opt_state=self.optimizer.init(params),
-        rule_state=self.rule.init_rule_state(rule_rng, params),
+        rule_state=rule_state,
     )
 
   # ----------------------------------------------------------------- acting

@@ -300,14 +300,15 @@ def build(
       total_env_steps, loop_config.env_steps_per_iteration, per_call
   )
   try:
+    num_updates = loop_config.num_updates(iterations_per_call * num_calls)
     agent = agent_lib.make_agent(
-        settings,
-        env.num_actions,
-        rule=rule.rule,
-        num_updates=loop_config.num_updates(iterations_per_call * num_calls),
+        settings, env.num_actions, rule=rule.rule, num_updates=num_updates
     )
     agent.net_config.check_observation(env.observation_spec().shape)
-    loop = loop_lib.EvalLoop(agent, env, loop_config)
+    # The evaluation budget is the agents' lifetime (for rules that read it).
+    loop = loop_lib.EvalLoop(
+        agent, env, loop_config, lifetime=max(num_updates, 1)
+    )
   except ValueError as e:
     raise UsageError(common.one_line(e)) from None
   return Plan(

@@ -87,7 +87,7 @@ UsageError = common.UsageError
 
 PROGRAM = "disco-meta-train"
 CONFIG_NAME = "meta_train"
-RULE = "disco"
+RULE = "disco"  # the default rule
 RANDOM, DISCO103 = "random", "disco103"
 META_OPTIMIZERS = ("adam", "sgd", "rmsprop")
 CHECKPOINT_DIR = "checkpoints"
@@ -240,7 +240,9 @@ def _make_groups(config, settings, value_fn) -> list[population_lib.AgentGroup]:
   return groups
 
 
-def _meta_optimizer(name: str, learning_rate) -> optax.GradientTransformation:
+def _meta_optimizer(
+    name: str, learning_rate, max_grad_norm=None
+) -> optax.GradientTransformation:
   learning_rate = common.check_number(
       learning_rate, "meta_learning_rate", positive=True
   )
@@ -249,7 +251,13 @@ def _meta_optimizer(name: str, learning_rate) -> optax.GradientTransformation:
         f"Unknown meta_optimizer {name!r}; valid: "
         f"{', '.join(META_OPTIMIZERS)}."
     )
-  return getattr(optax, name)(learning_rate)
+  optimizer = getattr(optax, name)(learning_rate)
+  if max_grad_norm is None:
+    return optimizer
+  max_grad_norm = common.check_number(
+      max_grad_norm, "meta_max_grad_norm", positive=True
+  )
+  return optax.chain(optax.clip_by_global_norm(max_grad_norm), optimizer)
 
 
 def _checkpoint_steps(directory: Path) -> list[int]:
@@ -280,10 +288,13 @@ def _check_output_dir(config) -> Path:
   return out
 
 
-def load_initial_meta_params(init: str, rule, init_seed: int):
+def load_initial_meta_params(
+    init: str, rule, init_seed: int, rule_name: str = RULE
+):
   """``'random'`` (``rule.init_meta_params(PRNGKey(init_seed))``),
-  ``'disco103'`` or the path of a ``.npz`` of Disco meta-parameters; checked
-  against the rule's structure.
+  ``'disco103'`` (for the Disco rule) or the path of a ``.npz`` of
+  meta-parameters of rule ``rule_name``; checked against the rule's
+  structure.
 
   Raises:
     UsageError: unknown value, missing or mismatching file.
@@ -293,6 +304,12 @@ def load_initial_meta_params(init: str, rule, init_seed: int):
   if init == RANDOM:
     return jax.jit(rule.init_meta_params)(jax.random.PRNGKey(init_seed))
   if init == DISCO103:
+    if rule_name not in (RULE, DISCO103):
+      raise UsageError(
+          f"config.init_meta_params={DISCO103!r} holds Disco meta-parameters "
+          f"but config.rule={rule_name!r}: use 'random' or a .npz of "
+          f"{rule_name!r} meta-parameters."
+      )
     try:
       return weights_lib.load_disco103(expected=expected)
     except weights_lib.WeightsError as e:
@@ -315,19 +332,40 @@ def load_initial_meta_params(init: str, rule, init_seed: int):
           f"{path} holds trained agent parameters, not a rule's "
           "meta-parameters."
       )
-    if metadata.get("rule", RULE) not in (RULE, DISCO103):
+    same = {rule_name} | (
+        {RULE, DISCO103} if rule_name in (RULE, DISCO103) else set()
+    )
+    if metadata.get("rule", RULE) not in same:
       raise UsageError(
           f"{path} holds meta-parameters of rule {metadata['rule']!r}; "
-          f"meta-training learns a {RULE!r} rule."
+          f"this run meta-trains rule {rule_name!r} (config.rule)."
       )
     return weights_lib.load_meta_params(path, expected)
   except weights_lib.WeightsError as e:
     raise UsageError(f"config.init_meta_params: {common.one_line(e)}") from None
 
 
+def _rule_name(config) -> str:
+  """``config.rule``: a registered rule with meta-parameters."""
+  name = str(config.rule).strip()
+  try:
+    settings = rule_registry.default_settings(name)
+    rule = rule_registry.make_rule(settings)
+  except ValueError as e:
+    raise UsageError(f"config.rule: {common.one_line(e)}") from None
+  if not jax.tree.leaves(
+      jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
+  ):
+    raise UsageError(
+        f"config.rule={name!r} has no meta-parameters to meta-train: use a "
+        "rule with a meta-network (e.g. disco, lpg, ta_lpg)."
+    )
+  return name
+
+
 def _agent_settings(config) -> config_dict.ConfigDict:
-  """The Disco rule's default settings with ``config.agent``'s overrides."""
-  settings = rule_registry.default_settings(RULE)
+  """The rule's default settings with ``config.agent``'s overrides."""
+  settings = rule_registry.default_settings(_rule_name(config))
   agent_cfg = common.as_dict(config.agent, "agent")
   unknown = set(agent_cfg) - set(AGENT_KEYS)
   if unknown:
@@ -342,10 +380,23 @@ def _agent_settings(config) -> config_dict.ConfigDict:
     }
     for key in ("learning_rate", "max_abs_update"):
       if key in agent_cfg:
-        settings[key] = float(agent_cfg[key])
+        value = agent_cfg[key]
+        if key == "max_abs_update" and value is None:
+          settings[key] = None  # no elementwise clip
+        else:
+          settings[key] = float(value)
     if "loss_mask" in agent_cfg:
       settings.loss_mask = str(agent_cfg["loss_mask"])
     agent_nets.make_net_config(settings.network.to_dict())
+    # config.rule_kwargs: overrides of the rule's own settings (one level of
+    # dicts merged, e.g. {'net': {'hidden_size': 16}}).
+    kwargs = settings.rule_kwargs.to_dict()
+    for key, value in common.as_dict(config.rule_kwargs, "rule_kwargs").items():
+      if isinstance(value, dict) and isinstance(kwargs.get(key), dict):
+        value = {**kwargs[key], **value}
+      kwargs[key] = value
+    settings.rule_kwargs = kwargs
+    rule_registry.make_rule(settings)
   except (TypeError, ValueError, KeyError) as e:
     raise UsageError(f"Bad agent settings: {common.one_line(e)}") from None
   return settings
@@ -405,6 +456,7 @@ def _population_config(config) -> population_lib.PopulationConfig:
       lifetime_meta_steps=common.check_int(
           config.lifetime_meta_steps, "lifetime_meta_steps", 0
       ),
+      lifetime_updates=_lifetime_updates(config),
       key_scheme=_key_scheme(config.key_scheme),
       outer=meta_gradient_lib.OuterLossConfig(
           entropy_cost=common.check_number(config.entropy_cost, "entropy_cost"),
@@ -417,6 +469,37 @@ def _population_config(config) -> population_lib.PopulationConfig:
       ),
       faults=faults if any_fault else None,
   )
+
+
+def _lifetime_updates(config) -> tuple[int, int] | None:
+  """``config.lifetime_updates`` checked: None (off) or ``(low, high)``."""
+  value = config.lifetime_updates
+  if value is None or tuple(value) in ((), (0, 0)):
+    return None
+  value = tuple(value)
+  inner = int(config.inner_steps)
+  how = f"use (low, high) with {inner} <= low <= high, or (0, 0) for none"
+  if len(value) != 2 or not all(
+      isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+      for v in value
+  ):
+    raise UsageError(
+        f"config.lifetime_updates={value!r} is not two integers: {how}."
+    )
+  low, high = int(value[0]), int(value[1])
+  if not inner <= low <= high:
+    raise UsageError(
+        f"config.lifetime_updates=({low}, {high}) cannot hold: lifetimes "
+        f"count agent updates and every meta-step takes inner_steps={inner} "
+        f"of them; {how}."
+    )
+  if config.lifetime_meta_steps:
+    raise UsageError(
+        f"config.lifetime_updates=({low}, {high}) and "
+        f"config.lifetime_meta_steps={config.lifetime_meta_steps} both set "
+        "agents' lifetimes: set one of them (the other to 0)."
+    )
+  return low, high
 
 
 def _devices(config) -> list[jax.Device]:
@@ -522,7 +605,9 @@ def build(config: config_dict.ConfigDict) -> Plan:
   common.check_bool(config.resume, "resume")
   pop_config = _population_config(config)
   meta_optimizer = _meta_optimizer(
-      config.meta_optimizer, config.meta_learning_rate
+      config.meta_optimizer,
+      config.meta_learning_rate,
+      config.meta_max_grad_norm,
   )
   output_dir = _check_output_dir(config)
   devices = _devices(config)
@@ -549,7 +634,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
   meta_params = None
   if not resuming:
     meta_params = load_initial_meta_params(
-        config.init_meta_params, groups[0].agent.rule, init_seed
+        config.init_meta_params, groups[0].agent.rule, init_seed, settings.rule
     )
   elif str(config.init_meta_params) not in (RANDOM, DISCO103):
     # Fail early on a bad value even though the checkpoint supersedes it.
@@ -788,8 +873,8 @@ def run(
     history.write_csv(csv_path)
   start = int(jax.device_get(state.step))
   log(
-      f"Meta-training a {RULE} rule (init: {config.init_meta_params}, "
-      f"estimator: {config.estimator}) on "
+      f"Meta-training a {plan.settings.rule} rule (init: "
+      f"{config.init_meta_params}, estimator: {config.estimator}) on "
       f"{plan.groups_text()} over {len(plan.population.devices)} device(s)"
       + common.processes_text("of")
       + f"; {config.batch_size} envs per agent, rollouts of "

@@ -97,6 +97,12 @@ class PopulationConfig:
   inner_steps: learner steps per agent and meta-step.
   lifetime_meta_steps: meta-steps after which an agent starts a new
     lifetime (0: never).
+  lifetime_updates: ``(low, high)``: every agent draws its lifetime, in
+    learner updates, log-uniformly from ``[low, high]`` when it starts
+    (GROOVE's ``all_vrandlife``), tells it its rule
+    (``UpdateRule.start_lifetime``) and starts a new lifetime after the
+    last meta-step that fits in it (so it takes ``inner_steps * floor(
+    lifetime / inner_steps)`` updates). None: no drawn lifetimes.
   outer: outer-loss settings.
   faults: faults to inject, for tests only (None: none, and the compiled
     program holds no trace of them; any schedule: one program).
@@ -107,12 +113,25 @@ class PopulationConfig:
   rollout_len: int = 16
   inner_steps: int = 2
   lifetime_meta_steps: int = 0
+  lifetime_updates: tuple[int, int] | None = None
   outer: meta_gradient_lib.OuterLossConfig = meta_gradient_lib.OuterLossConfig()
   faults: divergence.FaultInjection | None = None
   key_scheme: str = keys_lib.PUBLISHED
 
   def __post_init__(self):
     keys_lib.check_scheme(self.key_scheme)
+    if self.lifetime_updates is not None:
+      low, high = self.lifetime_updates
+      if not self.inner_steps <= low <= high:
+        raise ValueError(
+            f"lifetime_updates {self.lifetime_updates} cannot hold: a "
+            f"meta-step takes inner_steps={self.inner_steps} updates, so "
+            "lifetimes need inner_steps <= low <= high."
+        )
+      if self.lifetime_meta_steps:
+        raise ValueError(
+            "Set lifetime_updates or lifetime_meta_steps, not both."
+        )
 
 
 @chex.dataclass(frozen=True)
@@ -122,6 +141,8 @@ class AgentState:
   actor: acting.ActorCarry
   age: jax.Array  # meta-steps into the current lifetime
   rng: jax.Array
+  # Learner updates of the current lifetime (with lifetime_updates only).
+  lifetime: jax.Array | None = None
 
 
 @chex.dataclass(frozen=True)
@@ -139,6 +160,12 @@ class MetaTrainState:
   step: jax.Array
   rng: jax.Array  # the loop key (``disco.meta.keys``)
   estimator: Any = None
+
+
+def draw_lifetime(rng: jax.Array, low: int, high: int) -> jax.Array:
+  """An integer in ``[low, high]``, log-uniformly: ``int32 []``."""
+  u = jax.random.uniform(rng, minval=np.log(low), maxval=np.log(high + 1.0))
+  return jnp.clip(jnp.floor(jnp.exp(u)), low, high).astype(jnp.int32)
 
 
 class Population:
@@ -194,12 +221,18 @@ class Population:
     )
     actor = acting.init_actor(group.env, env_rng)
     obs = jax.tree.map(lambda x: x[0], actor.timestep.observation)
+    lifetime = None
+    if self.config.lifetime_updates is not None:
+      lifetime = draw_lifetime(
+          jax.random.fold_in(learner_rng, 1), *self.config.lifetime_updates
+      )
     return AgentState(
-        learner=group.agent.initial_learner_state(learner_rng, obs),
+        learner=group.agent.initial_learner_state(learner_rng, obs, lifetime),
         value=group.value_fn.initial_state(value_rng, obs),
         actor=actor,
         age=jnp.zeros([], jnp.int32),
         rng=rng,
+        lifetime=lifetime,
     )
 
   def init(
@@ -333,6 +366,9 @@ class Population:
     restart = jnp.logical_not(finite)
     if cfg.lifetime_meta_steps:
       restart |= new_state.age >= cfg.lifetime_meta_steps
+    if cfg.lifetime_updates is not None:
+      # Restart after the last meta-step that fits in the lifetime.
+      restart |= (new_state.age + 1) * cfg.inner_steps > new_state.lifetime
     fresh = self._init_agent(group, reset_rng)
     new_state = jax.tree.map(
         lambda f, s: jnp.where(restart, f, s),

@@ -186,6 +186,8 @@ class EvalLoop:
     agent: the agent (rule, network, optimiser).
     env: a batched environment with ``batch_size == config.num_envs``.
     config: loop settings.
+    lifetime: the learner updates of the whole run, told to the rule when
+      its agents start (``UpdateRule.start_lifetime``; None: not told).
   """
 
   def __init__(
@@ -193,6 +195,7 @@ class EvalLoop:
       agent: agent_lib.Agent,
       env: env_base.Environment,
       config: LoopConfig,
+      lifetime: int | None = None,
   ):
     if env.batch_size != config.num_envs:
       raise ValueError(
@@ -213,6 +216,7 @@ class EvalLoop:
     self.agent = agent
     self.env = env
     self.config = config
+    self.lifetime = lifetime
     self._search_env = env if agent.rule.needs_env_copies else None
     self._actor_step = jax.jit(self._actor_step_impl)
     self._learn = jax.jit(self._learn_impl)
@@ -224,7 +228,9 @@ class EvalLoop:
     env_rng, learner_rng, loop_rng = jax.random.split(rng, 3)
     actor = acting.init_actor(self.env, env_rng)
     learner = self.agent.initial_learner_state(
-        learner_rng, jax.tree.map(lambda x: x[0], actor.timestep.observation)
+        learner_rng,
+        jax.tree.map(lambda x: x[0], actor.timestep.observation),
+        self.lifetime,
     )
     replay = None
     if self.config.replay_capacity:

@@ -18,6 +18,8 @@ A rule
   * may choose actions itself (``select_action``; the default samples from
     ``logits``). Rules that search over copies of the environment state set
     ``needs_env_copies = True``;
+  * may add terms to the outer loss of meta-training (``meta_regularizer``)
+    and read the lifetime of its agent (``start_lifetime``);
   * names the network outputs that rollouts keep for it
     (``behaviour_outputs``, by default only ``logits``).
 
@@ -225,10 +227,24 @@ class UpdateRule(abc.ABC):
     del meta_out
     return jnp.zeros_like(inputs.rewards), {}
 
+  def start_lifetime(
+      self, rule_state: types.RuleState, num_updates: Array | int
+  ) -> types.RuleState:
+    """The rule state of an agent about to live ``num_updates`` learner
+    updates (a meta-training agent's drawn lifetime, or an evaluation's
+    budget). Rules conditioned on the lifetime (TA-LPG) record it; the
+    default ignores it.
+    """
+    del num_updates
+    return rule_state
+
   def meta_regularizer(
       self, train_meta_out: MetaOut, valid_out: types.AgentOuts, actions: Array
   ) -> tuple[Array, types.Logs]:
-    """Rule-specific regularisers of the outer (meta) loss.
+    """Rule-specific terms of the outer (meta) loss: the one hook by which
+    any rule adds to the meta-objective (the meta-trainer adds the scalar
+    to its policy-gradient loss and logs the logs; it never branches on the
+    rule).
 
     Args:
       train_meta_out: ``meta_out`` of every inner step, ``[N, T, B, ...]``.

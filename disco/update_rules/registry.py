@@ -44,9 +44,11 @@ from disco import optimizers
 from disco import types
 from disco import weights
 from disco.networks import agent_nets
+from disco.networks import lpg_net
 from disco.update_rules import actor_critic
 from disco.update_rules import base
 from disco.update_rules import disco
+from disco.update_rules import lpg
 from disco.update_rules import mpo
 from disco.update_rules import policy_gradient
 from disco.update_rules import ppo
@@ -351,6 +353,39 @@ register_rule(
     PPO_SETTINGS,
     description="PPO: clipped surrogate, GAE",
     loop=PPO_LOOP,
+)
+
+# LPG's agents: separate policy and prediction torsos, as GROOVE's actor and
+# critic (32 hidden units as its non-tabular grid worlds; Adam there too).
+LPG_SETTINGS = dict(
+    learning_rate=1e-3,
+    network=agent_nets.network_settings(
+        (32,), activate_final=True, separate_torsos=True
+    ),
+    max_abs_update=None,
+    max_grad_norm=0.5,
+)
+register_rule(
+    "lpg",
+    lpg.LPG,
+    dict(
+        LPG_SETTINGS,
+        rule_kwargs=dict(net=dataclasses.asdict(lpg_net.LPGNetConfig())),
+    ),
+    description="Learned Policy Gradient (Oh et al. 2020)",
+)
+register_rule(
+    "ta_lpg",
+    lpg.LPG,
+    dict(
+        LPG_SETTINGS,
+        rule_kwargs=dict(
+            net=dataclasses.asdict(
+                lpg_net.LPGNetConfig(lifetime_conditioning=True)
+            )
+        ),
+    ),
+    description="temporally-aware LPG: conditioned on the agent's lifetime",
 )
 
 register_rule(
