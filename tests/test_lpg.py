@@ -572,3 +572,50 @@ def test_meta_train_impossible_lifetimes_one_line(tmp_path):
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and "lifetime_updates=(2, 300) cannot hold" in lines[0]
   assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("estimator", ["es", "pes"])
+def test_lpg_meta_trains_with_every_estimator(estimator, tmp_path):
+  """ES and PES improve LPG's meta-parameters as they do Disco's: the
+  exported rule moved away from its initialisation and is finite."""
+  overrides = dict(
+      lifetime_updates=(0, 0),
+      estimator=estimator,
+      meta_learning_rate=1e-2,
+      # Catch rewards every episode of 4 steps: a signal within the few
+      # steps of a tiny lifetime.
+      population=(
+          dict(env="catch", env_settings=dict(rows=5, columns=5), num_agents=2),
+      ),
+      rollout_len=8,
+      inner_steps=2,
+  )
+  if estimator == "es":
+    overrides["es"] = dict(
+        strategy="open_es",
+        population_size=2,
+        sigma=0.05,
+        lifetime_iterations=3,
+        fitness="final_return",
+        final_iterations=1,
+        rank_shaping=True,
+        antithetic=True,
+    )
+  else:
+    overrides.update(
+        lifetime_meta_steps=2, pes=dict(sigma=0.5, antithetic=True)
+    )
+  config = tiny_lpg_config(tmp_path / "run", **overrides)
+  # A large agent step, so that perturbed rules make the agents act
+  # differently (perturbations that change no action score alike and
+  # estimate a zero gradient).
+  config.agent.learning_rate = 0.5
+  initial = mt.initial_state(mt.build(config)).meta_params
+  summary = mt.train(config, log=lambda _: None, progress=False)
+  trained = weights_lib.load_meta_params(summary["meta_params_file"])
+  initial, trained = jax.tree.leaves(initial), jax.tree.leaves(trained)
+  assert len(initial) == len(trained)
+  assert any(
+      not np.allclose(np.asarray(a), np.asarray(b))
+      for a, b in zip(initial, trained, strict=True)
+  )
