@@ -1,5 +1,5 @@
-"""Shared test set-up: two host devices, XLA's cheap backend pipeline, a
-persistent JAX compilation cache and the shared folder.
+"""Shared test set-up: two host devices, a persistent JAX compilation cache
+and the shared folder.
 
 Compilation dominates the run time of these tests on CPU, so compiled
 programs are cached on disk in ``<repo>/.jax_cache`` (git-ignored) and reused
@@ -27,13 +27,6 @@ if "xla_force_host_platform_device_count" not in os.environ.get(
       os.environ.get("XLA_FLAGS", "")
       + " --xla_force_host_platform_device_count=2"
   ).strip()
-
-# The tests' programs are small and run a few times each, so XLA's backend
-# optimisations (LLVM's full pipeline) cost more than they save: without them
-# a test file takes about a third less CPU time, the short learning checks
-# included. The launcher subprocesses inherit it. Set
-# JAX_DISABLE_MOST_OPTIMIZATIONS=0 to test the optimised programs.
-os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 
 import jax
 import jax.numpy as jnp

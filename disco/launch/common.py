@@ -641,7 +641,8 @@ def run_launcher(
             "are given as --config.<key>=<value>."
         )
       body(config)
-      print(compile_stats.describe(cache_folder))
+      if jax.process_index() == 0:  # as the launchers' other output
+        print(compile_stats.describe(cache_folder))
     except UsageError as e:
       fail(program, e)
     except Diverged as e:

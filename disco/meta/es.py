@@ -43,7 +43,6 @@ from collections.abc import Mapping, Sequence
 import dataclasses
 import inspect
 
-from evosax import algorithms
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
@@ -67,9 +66,18 @@ FITNESSES = (FINAL_RETURN, AUC)
 OPEN_ES = "open_es"
 
 
+def _algorithms():
+  """evosax's strategies, imported on first use: importing them runs JAX
+  computations, which in a multi-process run must wait for
+  ``jax.distributed.initialize``."""
+  from evosax import algorithms
+
+  return algorithms
+
+
 def strategy_names() -> list[str]:
   """evosax's distribution-based strategies, by name."""
-  return sorted(algorithms.distribution_based_algorithms)
+  return sorted(_algorithms().distribution_based_algorithms)
 
 
 def check_strategy(name: str) -> str:
@@ -83,7 +91,7 @@ def check_strategy(name: str) -> str:
     kind = (
         "a population-based (genetic) algorithm, which has no mean to "
         "meta-train"
-        if name in algorithms.population_based_algorithms
+        if name in _algorithms().population_based_algorithms
         else "not an evosax strategy"
     )
     raise ValueError(
@@ -227,7 +235,7 @@ class ESPopulation:
   def _strategy(self, meta_params):
     """The evosax strategy (not ``open_es``) over ``meta_params``' tree."""
     cfg = self.es_config
-    cls = algorithms.distribution_based_algorithms[cfg.strategy]
+    cls = _algorithms().distribution_based_algorithms[cfg.strategy]
     accepted = inspect.signature(cls.__init__).parameters
     kwargs = {}
     if "use_antithetic_sampling" in accepted:
