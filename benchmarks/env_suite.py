@@ -33,55 +33,18 @@ import re
 
 import jax
 import jax.numpy as jnp
+import suite_settings as suite
 
 from disco.comparison import normalization
 from disco.comparison import results as results_lib
 from disco.environments import registry
-from disco.launch import evaluate
 from disco.training import analysis
 
-# (name, settings, env steps per seed, conv torso channels).
-SUITE = (
-    ("gymnax/CartPole-v1", {}, 200_000, ()),
-    ("gymnax/Breakout-MinAtar", {}, 300_000, (16,)),
-    ("gymnax/Asterix-MinAtar", {}, 300_000, (16,)),
-    ("gymnax/SpaceInvaders-MinAtar", {}, 300_000, (16,)),
-    ("gymnax/Freeway-MinAtar", {}, 300_000, (16,)),
-    ("xminigrid/MiniGrid-Empty-8x8", {}, 200_000, (16,)),
-    ("xminigrid/MiniGrid-DoorKey-5x5", {}, 300_000, (16,)),
-    ("lpg/dense", {}, 300_000, ()),
-    ("lpg/sparse", {}, 300_000, ()),
-    ("delayed_chain", {}, 100_000, ()),
-)
-LOOP = dict(
-    num_envs=8,
-    rollout_len=16,
-    batch_size=8,
-    replay_capacity=0,
-    min_replay_size=0,
-)
-# The published evaluation notebook's loop (the disco-eval default):
-# Disco103 learns nothing on the on-policy loop above, even on Catch 8x8, and
-# learns with a replay (BENCHMARKS.md, issue 30). "replay_batch8" is the same
-# loop with learner batches of 8 trajectories, at about the on-policy loop's
-# compute per learner step.
-LOOPS = dict(
-    on_policy=LOOP,
-    replay=dict(
-        num_envs=2,
-        rollout_len=29,
-        batch_size=64,
-        replay_capacity=1024,
-        min_replay_size=64,
-    ),
-    replay_batch8=dict(
-        num_envs=2,
-        rollout_len=29,
-        batch_size=8,
-        replay_capacity=1024,
-        min_replay_size=8,
-    ),
-)
+# The suite, its loops and the tuning grid live in suite_settings.py (shared
+# with offcatch_ablation.py).
+SUITE = suite.SUITE
+LOOP = suite.ON_POLICY
+LOOPS = suite.LOOPS
 LAST_EPISODES = 200
 
 
@@ -134,31 +97,19 @@ def run(
 ) -> Path:
   """Trains (unless done) and returns the run folder."""
   folder = out / _slug(rule) / _slug(env)
-  if (folder / results_lib.SUMMARY).is_file():
-    return folder
-  config = evaluate.default_config()
-  config.update(
-      dict(
-          rule=rule,
-          env=env,
-          total_env_steps=budget,
-          num_seeds=seeds,
-          last_episodes=LAST_EPISODES,
-          iterations_per_call=100,
-          output_dir=str(folder),
-          overwrite=True,
-          **(LOOP if loop is None else loop),
-      )
+  config = suite.eval_config(
+      rule,
+      env,
+      budget,
+      seeds,
+      folder,
+      LAST_EPISODES,
+      loop=LOOP if loop is None else loop,
+      network=dict(conv_channels=tuple(conv)) if conv else None,
+      hyper_params=hyper_params,
+      env_settings=settings,
   )
-  with config.unlocked():
-    config.hyper_params = dict(hyper_params or {})
-  config.env_settings = {**registry.get_entry(env).settings, **settings}
-  if conv:
-    config.network.conv_channels = tuple(conv)
-  plan = evaluate.build(config, log=lambda _: None)
-  evaluate.write_config(plan)
-  evaluate.write(plan, evaluate.run(plan, lambda _: None, True), lambda _: None)
-  return folder
+  return suite.run(config, folder)
 
 
 def main(argv=None) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
+import suite_settings as suite
 
 from disco import types
 from disco.comparison import results as results_lib
@@ -36,33 +37,15 @@ from disco.launch import evaluate
 from disco.training import analysis
 
 LAST_EPISODES = 100
-ON_POLICY = dict(
-    num_envs=8,
-    rollout_len=16,
-    batch_size=8,
-    replay_capacity=0,
-    min_replay_size=0,
-)
-# The published evaluation notebook's loop (the disco-eval default).
-REPLAY = dict(
-    num_envs=2,
-    rollout_len=29,
-    batch_size=64,
-    replay_capacity=1024,
-    min_replay_size=64,
-)
-# PPO's registered network (purejaxrl's), for the network swap.
-PPO_NET = dict(
-    dense=(64, 64), activation="tanh", activate_final=True, head_w_init_std=0.0
-)
-# The published actor-critic network (the registry's SMALL_NETWORK).
-SMALL_NET = dict(
-    dense=(64, 32, 32), model_lstm_size=64, model_head_hiddens=(64,)
-)
+# The loops and networks the environment suite uses (one place for them).
+ON_POLICY = suite.ON_POLICY
+REPLAY = suite.REPLAY
+PPO_NET = suite.PPO_NET
+SMALL_NET = suite.SMALL_NET
+MINIGRID_NET = suite.MINIGRID_NET
 DENSE = "lpg/dense"
 CATCH = "catch"
 EMPTY = "xminigrid/MiniGrid-Empty-8x8"
-MINIGRID_NET = dict(conv_channels=(16,))
 
 
 class Modified(env_base.Environment):
@@ -383,11 +366,7 @@ def run(v: dict, seeds: int, budget_scale: float, out: Path) -> Path:
   folder = out / v["name"]
   if (folder / results_lib.SUMMARY).is_file():
     return folder
-  config = _config(v, seeds, budget_scale, folder)
-  plan = evaluate.build(config, log=lambda _: None)
-  evaluate.write_config(plan)
-  evaluate.write(plan, evaluate.run(plan, lambda _: None, True), lambda _: None)
-  return folder
+  return suite.run(_config(v, seeds, budget_scale, folder), folder)
 
 
 def final_entropy(metrics: dict[str, np.ndarray]) -> float:

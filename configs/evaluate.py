@@ -70,7 +70,8 @@ def get_config() -> config_dict.ConfigDict:
           # e.g. conv_channels=(16,) puts a convolutional torso in front of the
           # dense one for image-like observations such as MinAtar's, and
           # compute_dtype="bfloat16" computes the network in bfloat16
-          # (float32 parameters and outputs; for GPUs and TPUs).
+          # (float32 parameters and outputs; for GPUs and TPUs);
+          # obs_embedding="minigrid" embeds MiniGrid/XLand tile and colour ids.
           network=dict(
               dense=config_dict.placeholder(tuple),
               conv_channels=config_dict.placeholder(tuple),
@@ -81,6 +82,10 @@ def get_config() -> config_dict.ConfigDict:
               activate_final=config_dict.placeholder(bool),
               separate_torsos=config_dict.placeholder(bool),
               head_w_init_std=config_dict.placeholder(float),
+              # "minigrid": embed MiniGrid/XLand tile and colour ids, then
+              # xland-minigrid's PPO convolutions (agent_nets.NetConfig).
+              obs_embedding=config_dict.placeholder(str),
+              obs_embedding_dim=config_dict.placeholder(int),
           ),
           iterations_per_call=50,  # iterations per compiled call
           last_episodes=500,  # final score: mean return of the last episodes

@@ -36,6 +36,16 @@ from disco.networks import action_models
 ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh}
 # Compute dtypes of the agent network; the first is the default.
 COMPUTE_DTYPES = ("float32", "bfloat16")
+# Observation embeddings (``NetConfig.obs_embedding``); the first is the
+# default (none: observations go to the torso as they are).
+OBS_EMBEDDINGS = ("none", "minigrid")
+# Id ranges of MiniGrid/XLand observations [H, W, 2] (tile id, colour id):
+# xminigrid.core.constants.NUM_TILES and NUM_COLORS of xminigrid 0.9.
+MINIGRID_NUM_TILES = 13
+MINIGRID_NUM_COLORS = 12
+# The convolutional encoder after the id embedding (xland-minigrid's PPO
+# baseline): 2x2 kernels, VALID padding, ReLU after each.
+MINIGRID_CONV_CHANNELS = (16, 32, 64)
 Outputs = dict[str, jax.Array]
 
 
@@ -67,6 +77,14 @@ class NetConfig:
       (parameters stored in float32, outputs cast back to float32; see
       ``compute_policy``). Faster on accelerators with bfloat16 matrix
       units (GPUs, TPUs); usually no faster, or slower, on CPUs.
+    obs_embedding: ``"none"`` (the default) or ``"minigrid"``: MiniGrid/XLand
+      observations ``[H, W, 2]`` hold integer tile and colour ids; each id
+      is embedded (``obs_embedding_dim`` features per channel, learnt
+      tables), the two embeddings are concatenated (``[H, W, 2 * dim]``) and
+      go through xland-minigrid's PPO encoder (``MINIGRID_CONV_CHANNELS``
+      2x2 VALID convolutions, ReLU, orthogonal init) before the dense
+      torso. Not with ``conv_channels``.
+    obs_embedding_dim: features of each id embedding (xland-minigrid: 16).
   """
 
   dense: Sequence[int] = (512, 512)
@@ -78,8 +96,24 @@ class NetConfig:
   activate_final: bool = False
   separate_torsos: bool = False
   compute_dtype: str = COMPUTE_DTYPES[0]
+  obs_embedding: str = OBS_EMBEDDINGS[0]
+  obs_embedding_dim: int = 16
 
   def __post_init__(self):
+    if self.obs_embedding not in OBS_EMBEDDINGS:
+      raise ValueError(
+          f"Unknown network obs_embedding {self.obs_embedding!r}; use one of "
+          f"{', '.join(OBS_EMBEDDINGS)}."
+      )
+    if self.obs_embedding != "none" and self.conv_channels:
+      raise ValueError(
+          f"network.obs_embedding={self.obs_embedding!r} brings its own "
+          "convolutional encoder: set network.conv_channels=()."
+      )
+    if int(self.obs_embedding_dim) < 1:
+      raise ValueError(
+          f"network.obs_embedding_dim={self.obs_embedding_dim} must be >= 1."
+      )
     if self.activation not in ACTIVATIONS:
       raise ValueError(
           f"Unknown network activation {self.activation!r}; use one of "
@@ -100,6 +134,15 @@ class NetConfig:
           f"{tuple(self.conv_channels)}) takes image-like observations "
           f"[H, W, C]; this environment's are {list(shape)}: set "
           "network.conv_channels=() to flatten them into the dense torso."
+      )
+    if self.obs_embedding == "minigrid" and (
+        len(shape) != 3 or shape[-1] != 2 or min(shape[:2]) < 4
+    ):
+      raise ValueError(
+          "network.obs_embedding='minigrid' takes MiniGrid/XLand "
+          "observations [H, W, 2] (tile and colour ids, H and W >= 4); this "
+          f"environment's are {list(shape)}: set network.obs_embedding="
+          "'none'."
       )
 
 
@@ -187,11 +230,14 @@ class AgentNet(hk.Module):
       self, observations: types.ArrayTree, name: str = "torso"
   ) -> jax.Array:
     leaves = jax.tree.leaves(observations)
-    if self._config.conv_channels:
+    prefix = "" if name == "torso" else f"{name}_"
+    if self._config.obs_embedding == "minigrid":
+      (ids,) = leaves  # [B, H, W, 2]; see NetConfig.check_observation
+      leaves = [minigrid_encoder(ids, self._config.obs_embedding_dim, prefix)]
+    elif self._config.conv_channels:
       (images,) = leaves  # [B, H, W, C]; see NetConfig.check_observation
       x = images
       for i, channels in enumerate(self._config.conv_channels):
-        prefix = "" if name == "torso" else f"{name}_"
         x = jax.nn.relu(
             hk.Conv2D(channels, kernel_shape=3, name=f"{prefix}conv_{i}")(x)
         )
@@ -220,6 +266,46 @@ class AgentNet(hk.Module):
       )(embedding)
       outputs[key] = out.reshape((embedding.shape[0],) + shape)
     return outputs
+
+
+def minigrid_encoder(ids: jax.Array, dim: int, prefix: str = "") -> jax.Array:
+  """Features of MiniGrid/XLand observations (called in a haiku transform).
+
+  Args:
+    ids: ``[B, H, W, 2]`` tile and colour ids (any numeric dtype; rounded
+      and clipped into their ranges).
+    dim: features of each id's embedding.
+    prefix: of the module names (one encoder per torso).
+
+  Returns:
+    ``[B, H - 3, W - 3, 64]``: the concatenated ``[B, H, W, 2 * dim]``
+    embeddings through ``MINIGRID_CONV_CHANNELS`` 2x2 VALID convolutions,
+    each followed by a ReLU.
+  """
+  ids = jnp.round(ids.astype(jnp.float32)).astype(jnp.int32)
+  tiles = jnp.clip(ids[..., 0], 0, MINIGRID_NUM_TILES - 1)
+  colours = jnp.clip(ids[..., 1], 0, MINIGRID_NUM_COLORS - 1)
+  x = jnp.concatenate(
+      [
+          hk.Embed(MINIGRID_NUM_TILES, dim, name=f"{prefix}tile_embed")(tiles),
+          hk.Embed(MINIGRID_NUM_COLORS, dim, name=f"{prefix}colour_embed")(
+              colours
+          ),
+      ],
+      axis=-1,
+  )
+  w_init = hk.initializers.Orthogonal(np.sqrt(2.0))
+  for i, channels in enumerate(MINIGRID_CONV_CHANNELS):
+    x = jax.nn.relu(
+        hk.Conv2D(
+            channels,
+            kernel_shape=2,
+            padding="VALID",
+            w_init=w_init,
+            name=f"{prefix}minigrid_conv_{i}",
+        )(x)
+    )
+  return x
 
 
 def network_settings(
