@@ -16,6 +16,8 @@ repeated, so an interrupted sweep continues where it stopped.
 
 from ml_collections import config_dict
 
+from disco.launch import common
+
 
 def get_config() -> config_dict.ConfigDict:
   return config_dict.ConfigDict(
@@ -45,6 +47,31 @@ def get_config() -> config_dict.ConfigDict:
           # Per-rule changes of the disco-eval settings, e.g.
           # "ppo:num_envs=8,rollout_len=32,batch_size=8,learning_rate=1e-3".
           rule_overrides=(),
+          # Per-rule hyper-parameters (loss costs, discounts, ...), e.g.
+          # --config.hyper_params.actor_critic.entropy_cost=0.01: every
+          # registered rule of config.rules gets its keys and defaults.
+          hyper_params=dict(),
+          # Every rule's agent-network changes (the keys of disco-eval's
+          # config.network; None: the rule's), e.g.
+          # --config.network.obs_embedding=minigrid.
+          network=common.load_config("evaluate").network,
+          # Tuning of baselines per environment: every point of ``grid``
+          # (learning_rate and the rule's hyper-parameters, e.g.
+          # "learning_rate=(3e-4,1e-3),entropy_cost=(0.01,0.2)") trains
+          # num_seeds seeds from ``seed`` (kept apart from the reported
+          # seeds); the point of the best mean normalised final return
+          # trains the reported seeds, as '<rule>-tuned' (and with
+          # keep_untuned the rule's own settings too). The choices and
+          # every point's score: tuning.csv and the report.
+          tune=dict(
+              rules=(),
+              grid="",
+              num_seeds=2,
+              seed=1000,
+              # None: config.total_env_steps.
+              total_env_steps=config_dict.placeholder(int),
+              keep_untuned=False,
+          ),
           # Statistics. Every test is two-sided (null: no difference).
           test="welch",  # welch | mann_whitney | bootstrap | permutation
           alpha=0.05,

@@ -12,6 +12,10 @@ Then ``output_dir`` gets ``report.md``, ``results.csv``,
 ``statistics.json`` and figures (``disco.comparison.report``). With
 ``run_dirs`` it only aggregates existing ``disco-eval`` folders; with
 ``shard="i/n"`` it runs every n-th run (for n processes sharing a sweep).
+``--config.hyper_params.<rule>.<key>=VALUE`` sets a rule's hyper-parameter
+and ``--config.network.<key>=VALUE`` every rule's agent network; ``tune``
+tunes baselines per environment on seeds kept apart from the reported ones
+(see ``configs/compare.py`` and ``Tuning``).
 Bad input ends the program with one line on stderr and exit status 2 before
 anything is trained.
 """
@@ -20,12 +24,17 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Sequence
+import csv
 import dataclasses
+import itertools
+import json
+import math
 from pathlib import Path
 import re
 from typing import Any
 
 from ml_collections import config_dict
+import numpy as np
 
 from disco.comparison import aggregates
 from disco.comparison import normalization
@@ -35,12 +44,18 @@ from disco.comparison import significance
 from disco.environments import registry as env_registry
 from disco.launch import common
 from disco.launch import evaluate
+from disco.update_rules import registry as rule_registry
 
 UsageError = common.UsageError
 
 PROGRAM = "disco-compare"
 CONFIG_NAME = "compare"
 RUNS_DIR = "runs"
+TUNING_DIR = "tuning"
+TUNING_CSV = "tuning.csv"
+TUNED_SUFFIX = "-tuned"
+# What a tuning grid may vary besides the rule's hyper-parameters.
+TUNABLE_SETTINGS = ("learning_rate",)
 
 
 def default_config() -> config_dict.ConfigDict:
@@ -112,6 +127,12 @@ class Cell:
     env_settings: its settings.
     overrides: the rule's changes of the disco-eval settings.
     output_dir: where the run writes.
+    hyper_params: the rule's hyper-parameter changes.
+    network: the agent-network changes (disco-eval's ``network`` keys).
+    label: the rule's name in the results (``<rule>-tuned`` for a tuned
+      baseline).
+    tuned: its settings are chosen by tuning (``Plan.tuning``) before it
+      runs.
   """
 
   rule: str
@@ -119,6 +140,14 @@ class Cell:
   env_settings: dict[str, Any]
   overrides: dict[str, Any]
   output_dir: Path
+  hyper_params: dict[str, Any] = dataclasses.field(default_factory=dict)
+  network: dict[str, Any] = dataclasses.field(default_factory=dict)
+  label: str = ""
+  tuned: bool = False
+
+  @property
+  def env_key(self) -> str:
+    return normalization.env_key(self.env, self.env_settings)
 
   def done(self) -> bool:
     return (self.output_dir / results_lib.SUMMARY).is_file()
@@ -138,9 +167,21 @@ class Cell:
     values.update(self.overrides)
     with eval_config.unlocked():
       eval_config.env_settings = dict(self.env_settings)
+      eval_config.hyper_params = dict(self.hyper_params)
       for key, value in values.items():
         eval_config[key] = value
+      for key, value in self.network.items():
+        eval_config.network[key] = value
     return eval_config
+
+  def build(self, config: config_dict.ConfigDict) -> evaluate.Plan:
+    """``evaluate.build`` of this run, under this cell's label."""
+    plan = evaluate.build(self.eval_config(config), log=lambda _: None)
+    if self.label and self.label != plan.label:
+      plan = dataclasses.replace(
+          plan, rule=dataclasses.replace(plan.rule, label=self.label)
+      )
+    return plan
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,10 +195,155 @@ class Plan:
   references: dict[str, normalization.ReferenceEntry]
   output_dir: Path
   shard: tuple[int, int]
+  tuning: Tuning | None = None
 
   def my_cells(self) -> list[Cell]:
     index, count = self.shard
     return self.cells[index::count]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+  """Baseline tuning: each of ``rules`` on each environment trains every
+  point of ``grid`` with the tuning seeds; the point with the best mean
+  normalised final return (the comparison's own score; first on ties)
+  sets the reported run's settings.
+
+  Attributes:
+    rules: the tuned rules.
+    grid: ``{setting: values}``: ``learning_rate`` or a hyper-parameter.
+    seeds: the tuning seeds (disjoint from the reported ones).
+    total_env_steps: per tuning seed.
+    keep_untuned: report each tuned rule with its own settings too.
+  """
+
+  rules: tuple[str, ...]
+  grid: dict[str, tuple[float, ...]]
+  seeds: tuple[int, ...]
+  total_env_steps: int
+  keep_untuned: bool
+
+  def points(self) -> list[dict[str, float]]:
+    """Every combination of the grid's values, in order."""
+    keys = list(self.grid)
+    return [
+        dict(zip(keys, values, strict=True))
+        for values in itertools.product(*(self.grid[k] for k in keys))
+    ]
+
+
+def point_name(point: dict[str, float]) -> str:
+  """A folder name for a grid point."""
+  return report_lib.file_name("_".join(f"{k}={v:g}" for k, v in point.items()))
+
+
+def _apply_point(cell: Cell, point: dict[str, float]) -> Cell:
+  """``cell`` with the settings of a grid point."""
+  overrides, hyper = dict(cell.overrides), dict(cell.hyper_params)
+  for key, value in point.items():
+    if key in TUNABLE_SETTINGS:
+      overrides[key] = value
+    else:
+      hyper[key] = value
+  return dataclasses.replace(cell, overrides=overrides, hyper_params=hyper)
+
+
+def _rule_hyper_params(rule: str) -> dict[str, float]:
+  """A rule's hyper-parameters with their defaults."""
+  if common.is_rule_path(rule):
+    settings = common.resolve_rule(rule).settings
+  else:
+    try:
+      settings = rule_registry.default_settings(rule)
+    except ValueError as e:
+      raise UsageError(common.one_line(e)) from None
+  return {
+      k: float(v)
+      for k, v in common.as_dict(settings.hyper_params, "hyper_params").items()
+  }
+
+
+def _grid(text: str) -> dict[str, tuple[float, ...]]:
+  """``"key=(v1,v2),key2=v"`` -> ``{key: (v1, v2), key2: (v,)}``."""
+  _, values = parse_spec(f"grid:{text}", "tune.grid")
+  grid = {}
+  for key, value in values.items():
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    if not items:
+      raise UsageError(
+          f"config.tune.grid: {key} has no values; give at least one, e.g. "
+          f"{key}=(0.01,0.1)."
+      )
+    try:
+      numbers = tuple(float(v) for v in items)
+    except (TypeError, ValueError):
+      raise UsageError(
+          f"config.tune.grid: {key}={value!r} must be numbers, e.g. "
+          f"{key}=(0.01,0.1)."
+      ) from None
+    if not all(math.isfinite(v) for v in numbers):
+      raise UsageError(f"config.tune.grid: {key}={value!r} must be finite.")
+    grid[key] = numbers
+  return grid
+
+
+def _tuning(config: config_dict.ConfigDict, seeds: range) -> Tuning | None:
+  """Checks ``config.tune``; None when nothing is tuned.
+
+  Raises:
+    UsageError: an unknown rule or setting, an empty grid or value list, or
+      tuning seeds that overlap the reported ones.
+  """
+  tune = config.tune
+  rules = tuple(tune.rules or ())
+  if not rules:
+    if tune.grid:
+      raise UsageError(
+          "config.tune.grid is given but config.tune.rules is empty: name "
+          "the rules to tune, e.g. --config.tune.rules=\"('actor_critic',)\"."
+      )
+    return None
+  for rule in rules:
+    if rule not in config.rules:
+      raise UsageError(
+          f"config.tune.rules: {rule!r} is not one of config.rules "
+          f"{list(config.rules)}."
+      )
+  if not str(tune.grid).strip():
+    raise UsageError(
+        "config.tune.grid is empty: give the settings to try, e.g. "
+        "--config.tune.grid='learning_rate=(3e-4,1e-3),entropy_cost="
+        "(0.01,0.2)'."
+    )
+  grid = _grid(tune.grid)
+  for rule in rules:
+    valid = (*TUNABLE_SETTINGS, *sorted(_rule_hyper_params(rule)))
+    unknown = sorted(set(grid) - set(valid))
+    if unknown:
+      raise UsageError(
+          f"config.tune.grid: unknown setting(s) {unknown} for rule "
+          f"{rule!r}; valid: {', '.join(valid)}."
+      )
+  num_seeds = common.check_int(tune.num_seeds, "tune.num_seeds", 1)
+  first = common.check_int(tune.seed, "tune.seed", 0)
+  tune_seeds = range(first, first + num_seeds)
+  overlap = sorted(set(tune_seeds) & set(seeds))
+  if overlap:
+    raise UsageError(
+        f"The tuning seeds {list(tune_seeds)} overlap the reported seeds "
+        f"{list(seeds)} (both {overlap}): set config.tune.seed to at least "
+        f"{seeds[-1] + 1}."
+    )
+  steps = tune.total_env_steps
+  if steps is None:
+    steps = config.total_env_steps
+  return Tuning(
+      rules=rules,
+      grid=grid,
+      seeds=tuple(tune_seeds),
+      total_env_steps=common.check_int(steps, "tune.total_env_steps", 1),
+      keep_untuned=common.check_bool(tune.keep_untuned, "tune.keep_untuned"),
+  )
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -197,7 +383,27 @@ def _label(rule: str) -> str:
   return Path(rule).stem if rule.endswith(".npz") else rule
 
 
-def _cells(config, output_dir: Path) -> list[Cell]:
+def _hyper_params(config) -> dict[str, dict[str, Any]]:
+  """``config.hyper_params`` as ``{rule: {key: value}}``.
+
+  Raises:
+    UsageError: for a rule that is not in ``config.rules``.
+  """
+  given = common.as_dict(config.hyper_params or {}, "hyper_params")
+  out = {}
+  for rule, values in given.items():
+    if rule not in config.rules:
+      raise UsageError(
+          f"config.hyper_params.{rule}: {rule!r} is not one of config.rules "
+          f"{list(config.rules)}."
+      )
+    out[rule] = common.as_dict(values or {}, f"hyper_params.{rule}")
+  return out
+
+
+def _cells(
+    config, output_dir: Path, tuning: Tuning | None = None
+) -> list[Cell]:
   overrides = {}
   for spec in config.rule_overrides:
     rule, values = parse_spec(spec, "rule override")
@@ -213,8 +419,20 @@ def _cells(config, output_dir: Path) -> list[Cell]:
           f"one of config.rules {list(config.rules)}."
       )
     overrides[rule] = values
+  hyper_params = _hyper_params(config)
+  network = {
+      k: v
+      for k, v in common.as_dict(config.network, "network").items()
+      if v is not None
+  }
+  tuned_rules = tuning.rules if tuning is not None else ()
   cells = []
   for rule in config.rules:
+    variants = [(_label(rule), False)]
+    if rule in tuned_rules:
+      variants = [(_label(rule) + TUNED_SUFFIX, True)]
+      if tuning.keep_untuned:
+        variants.insert(0, (_label(rule), False))
     for spec in config.envs:
       env, settings = parse_spec(spec, "environment")
       try:
@@ -226,24 +444,60 @@ def _cells(config, output_dir: Path) -> list[Cell]:
         ) from None
       full = {**entry.settings, **settings}
       key = normalization.env_key(env, full)
-      cell = Cell(
-          rule=rule,
-          env=env,
-          env_settings=full,
-          overrides=overrides.get(rule, {}),
-          output_dir=output_dir
-          / RUNS_DIR
-          / _label(rule)
-          / report_lib.file_name(key),
-      )
-      twin = next((c for c in cells if c.output_dir == cell.output_dir), None)
-      if twin is not None:
-        raise UsageError(
-            f"config.rules and config.envs give the run {rule} on {key} "
-            "twice: list every rule and environment once."
+      for label, tuned in variants:
+        cell = Cell(
+            rule=rule,
+            env=env,
+            env_settings=full,
+            overrides=overrides.get(rule, {}),
+            output_dir=output_dir
+            / RUNS_DIR
+            / label
+            / report_lib.file_name(key),
+            hyper_params=hyper_params.get(rule, {}),
+            network=network,
+            label=label,
+            tuned=tuned,
         )
-      cells.append(cell)
+        twin = next((c for c in cells if c.output_dir == cell.output_dir), None)
+        if twin is not None:
+          raise UsageError(
+              f"config.rules and config.envs give the run {rule} on {key} "
+              "twice: list every rule and environment once."
+          )
+        cells.append(cell)
   return cells
+
+
+def tuning_cells(plan: Plan, cell: Cell) -> list[tuple[dict, Cell]]:
+  """The grid points of a tuned ``cell``: ``[(point, Cell)]``, each trained
+  on the tuning seeds into ``output_dir/tuning/<rule>/<env>/<point>``."""
+  tuning = plan.tuning
+  out = []
+  for point in tuning.points():
+    tuned = _apply_point(cell, point)
+    out.append(
+        (
+            point,
+            dataclasses.replace(
+                tuned,
+                overrides=dict(
+                    tuned.overrides,
+                    seed=tuning.seeds[0],
+                    num_seeds=len(tuning.seeds),
+                    total_env_steps=tuning.total_env_steps,
+                ),
+                output_dir=plan.output_dir
+                / TUNING_DIR
+                / _label(cell.rule)
+                / report_lib.file_name(cell.env_key)
+                / point_name(point),
+                label=_label(cell.rule),
+                tuned=False,
+            ),
+        )
+    )
+  return out
 
 
 def _check_seeds(
@@ -307,9 +561,28 @@ def build(config: config_dict.ConfigDict) -> Plan:
           "give config.run_dirs to aggregate)."
       )
     num_seeds = common.check_int(config.num_seeds, "num_seeds", 1)
-    _check_seeds(num_seeds, len(config.rules), settings)
-    cells = _cells(config, output_dir)
-    for cell in cells:  # every run's settings, checked before training
+    seed = common.check_int(config.seed, "seed", 0)
+    tuning = _tuning(config, range(seed, seed + num_seeds))
+    num_labels = len(config.rules) + (
+        len(tuning.rules) if tuning and tuning.keep_untuned else 0
+    )
+    _check_seeds(num_seeds, num_labels, settings)
+    cells = _cells(config, output_dir, tuning)
+    plan = Plan(
+        config=config,
+        cells=cells,
+        run_dirs=run_dirs,
+        settings=settings,
+        references=references,
+        output_dir=output_dir,
+        shard=_shard(config.shard),
+        tuning=tuning,
+    )
+    checks = []
+    for cell in cells:
+      checks += [c for _, c in tuning_cells(plan, cell)] if cell.tuned else []
+      checks.append(cell)
+    for cell in checks:  # every run's settings, checked before training
       try:
         normalization.normalize(
             0.0, normalization.env_key(cell.env, cell.env_settings), references
@@ -319,7 +592,8 @@ def build(config: config_dict.ConfigDict) -> Plan:
             f"{common.one_line(e)} (or pass it as config.references: "
             "'env:random=R,reference=X,source=TEXT')"
         ) from None
-      evaluate.build(cell.eval_config(config), log=lambda _: None)
+      cell.build(config)
+    return plan
   return Plan(
       config=config,
       cells=cells,
@@ -347,20 +621,151 @@ def run(
       f"finished already; writing to {plan.output_dir}"
   )
   for i, cell in enumerate(todo):
+    if cell.tuned:
+      points = tuning_cells(plan, cell)
+      for j, (point, tuning_cell) in enumerate(points):
+        if tuning_cell.done():
+          continue
+        log(
+            f"[{i + 1}/{len(todo)}] tuning {cell.rule} on {cell.env} "
+            f"{cell.env_settings}: point {j + 1}/{len(points)} {point}, "
+            f"seeds {list(plan.tuning.seeds)}"
+        )
+        _train(plan, tuning_cell, progress)
+      choice = choose(plan, cell)
+      log(
+          f"Tuned {cell.rule} on {cell.env_key}: {choice['point']} (mean "
+          f"normalised score {common.fmt(choice['score'])} on the tuning "
+          "seeds)"
+      )
+      cell = _apply_point(cell, choice["point"])
     log(
-        f"[{i + 1}/{len(todo)}] {cell.rule} on {cell.env} "
+        f"[{i + 1}/{len(todo)}] {cell.label} on {cell.env} "
         f"{cell.env_settings}"
     )
-    eval_plan = evaluate.build(
-        cell.eval_config(plan.config), log=lambda _: None
-    )
-    evaluate.write_config(eval_plan)
-    evaluate.write(
-        eval_plan,
-        evaluate.run(eval_plan, lambda _: None, progress),
-        lambda _: None,
-    )
+    _train(plan, cell, progress)
   return [c.output_dir for c in plan.cells]
+
+
+def _train(plan: Plan, cell: Cell, progress: bool) -> None:
+  eval_plan = cell.build(plan.config)
+  evaluate.write_config(eval_plan)
+  evaluate.write(
+      eval_plan,
+      evaluate.run(eval_plan, lambda _: None, progress),
+      lambda _: None,
+  )
+
+
+def choose(plan: Plan, cell: Cell) -> dict[str, Any]:
+  """The grid point of a tuned ``cell`` (its tuning runs finished): the
+  best mean normalised final return over the tuning seeds (a point whose
+  seeds all diverged scores -inf; the first point wins ties).
+
+  Returns:
+    ``dict(rule, env, point, score, points)``; ``points`` lists every
+    point's ``dict(point, score, mean_return, per_seed)``.
+  """
+  points = []
+  for point, tuning_cell in tuning_cells(plan, cell):
+    try:
+      raw = results_lib.load_run(tuning_cell.output_dir).final_scores()
+      norm = normalization.normalize(raw, cell.env_key, plan.references)
+    except ValueError as e:
+      raise UsageError(common.one_line(e)) from None
+    finite = np.isfinite(norm)
+    points.append(
+        dict(
+            point=point,
+            score=float(norm[finite].mean()) if finite.any() else None,
+            mean_return=(
+                float(raw[np.isfinite(raw)].mean())
+                if np.isfinite(raw).any()
+                else None
+            ),
+            per_seed=[float(x) for x in raw],
+        )
+    )
+  scores = [-math.inf if p["score"] is None else p["score"] for p in points]
+  best = int(np.argmax(scores))
+  return dict(
+      rule=cell.rule,
+      label=cell.label,
+      env=cell.env_key,
+      point=points[best]["point"],
+      score=points[best]["score"],
+      seeds=list(plan.tuning.seeds),
+      total_env_steps=plan.tuning.total_env_steps,
+      points=points,
+  )
+
+
+def _write_tuning(
+    plan: Plan, choices: list[dict[str, Any]], stats: dict[str, Any]
+) -> None:
+  """``tuning.csv``, the ``tuning`` entry of ``statistics.json`` and the
+  tuning section of ``report.md``."""
+  keys = list(plan.tuning.grid)
+  with open(plan.output_dir / TUNING_CSV, "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(
+        ["rule", "env", *keys, "score", "mean_return", "per_seed", "chosen"]
+    )
+    for choice in choices:
+      for p in choice["points"]:
+        writer.writerow(
+            [
+                choice["rule"],
+                choice["env"],
+                *(p["point"][k] for k in keys),
+                "" if p["score"] is None else p["score"],
+                "" if p["mean_return"] is None else p["mean_return"],
+                " ".join(f"{x:g}" for x in p["per_seed"]),
+                int(p["point"] == choice["point"]),
+            ]
+        )
+  entry = dict(
+      rules=list(plan.tuning.rules),
+      grid={k: list(v) for k, v in plan.tuning.grid.items()},
+      seeds=list(plan.tuning.seeds),
+      total_env_steps=plan.tuning.total_env_steps,
+      keep_untuned=plan.tuning.keep_untuned,
+      choices=choices,
+  )
+  stats["tuning"] = entry
+  path = plan.output_dir / "statistics.json"
+  saved = json.loads(path.read_text())
+  saved["tuning"] = common.to_jsonable(entry)
+  path.write_text(report_lib.json_text(saved))
+  lines = [
+      "",
+      "## Tuned baselines",
+      "",
+      f"Each of {', '.join(plan.tuning.rules)} was tuned per environment: "
+      f"every point of the grid trained seeds {list(plan.tuning.seeds)} "
+      f"(kept apart from the reported seeds) for "
+      f"{plan.tuning.total_env_steps} environment steps; the point with the "
+      "best mean normalised final return trained the reported seeds, "
+      f"reported as `<rule>{TUNED_SUFFIX}`. Every point's score: "
+      f"`{TUNING_CSV}`.",
+      "",
+      f"| rule | environment | chosen | score | grid ({', '.join(keys)}: "
+      "score) |",
+      "|---|---|---|---|---|",
+  ]
+  for choice in choices:
+    chosen = ", ".join(f"{k}={v:g}" for k, v in choice["point"].items())
+    grid = "; ".join(
+        "/".join(f"{p['point'][k]:g}" for k in keys)
+        + f": {common.fmt(p['score'], 2)}"
+        for p in choice["points"]
+    )
+    lines.append(
+        f"| {choice['label']} | {choice['env']} | {chosen} | "
+        f"{common.fmt(choice['score'], 3)} | {grid} |"
+    )
+  with open(plan.output_dir / "report.md", "a") as f:
+    f.write("\n".join(lines) + "\n")
 
 
 def write(
@@ -394,6 +799,14 @@ def write(
     )
   except ValueError as e:
     raise UsageError(common.one_line(e)) from None
+  if plan.tuning is not None and plan.cells:
+    choices = [choose(plan, c) for c in plan.cells if c.tuned]
+    _write_tuning(plan, choices, stats)
+    for choice in choices:
+      log(
+          f"{choice['label']} on {choice['env']}: {choice['point']} "
+          f"(tuning score {common.fmt(choice['score'])}; {TUNING_CSV})"
+      )
   log(
       f"Report: {plan.output_dir / 'report.md'}; results.csv, "
       f"statistics.json and {len(stats['figures'])} figures beside it."
@@ -418,9 +831,39 @@ def compare(
   )
 
 
+def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
+  """Gives ``config.hyper_params`` an entry per rule of ``config.rules``
+  (as the command line names them) with that rule's hyper-parameters and
+  defaults, so that ``--config.hyper_params.<rule>.<key>=VALUE`` may set any
+  of them and no other (an unknown key: one line naming the valid ones)."""
+  rules = config.rules
+  text = common.override_value(argv, "rules")
+  if text is not None:
+    try:
+      rules = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+      return  # the flag parser reports it
+    rules = (rules,) if isinstance(rules, str) else rules
+  given = common.as_dict(config.hyper_params or {}, "hyper_params")
+  entries = {}
+  for rule in rules or ():
+    if not isinstance(rule, str) or not rule.isidentifier():
+      continue  # files: set their hyper-parameters in a config file
+    try:
+      defaults = _rule_hyper_params(rule)
+    except UsageError:  # build() reports it
+      continue
+    own = common.as_dict(given.get(rule) or {}, f"hyper_params.{rule}")
+    entries[rule] = {k: float(v) for k, v in {**defaults, **own}.items()}
+  with config.unlocked():
+    config.hyper_params = entries
+
+
 def main() -> None:
   """Console entry point (``disco-compare``)."""
-  common.run_launcher(PROGRAM, __doc__, CONFIG_NAME, compare)
+  common.run_launcher(
+      PROGRAM, __doc__, CONFIG_NAME, compare, prepare=prepare_config
+  )
 
 
 if __name__ == "__main__":
