@@ -4,6 +4,8 @@
   python benchmarks/env_suite.py --out /tmp/env_suite2 \
       --loop disco103=replay_batch8 \
       --hyper_params actor_critic.entropy_cost=0.01
+  python benchmarks/env_suite.py --out /tmp/env_suite3 --tuned \
+      --rules actor_critic --envs xminigrid/MiniGrid-Empty-8x8
 
 For every environment of ``SUITE`` (its budget of environment steps per
 seed, and for image-like observations a convolutional torso), each rule of
@@ -15,7 +17,15 @@ these budgets; ``--loop RULE=LOOP`` gives a rule another loop of ``LOOPS``,
 and ``--hyper_params RULE.KEY=VALUE`` changes a rule's hyper-parameter: see
 issue 30's section of BENCHMARKS.md for why Disco103 needs a replay and
 actor-critic a smaller entropy cost off Catch). Each run goes into ``--out/<rule>/<env>``; finished runs are
-not repeated. The script prints a markdown table: per environment and rule,
+not repeated. With ``--tuned`` the hand-designed rules of ``--rules``
+(``suite_settings.TUNE_RULES``) are also tuned per environment: every point
+of ``suite_settings.TUNE_GRID`` (learning rate x entropy cost) trains
+``TUNE_SEEDS`` seeds from ``TUNE_SEED`` (apart from the reported seeds 0,
+1, ...) for ``--tune_budget_scale`` of the budget into
+``--out/tuning/<rule>/<env>/<point>``; the best point (mean final return)
+trains the reported seeds into ``--out/<rule>-tuned/<env>``, a row beside
+the published-setting one, and ``--out/tuning.csv`` gets every point's
+score. The script prints a markdown table: per environment and rule,
 the final mean return (last 200 episodes, mean over seeds) with its 95%
 bootstrap interval, next to a uniform random policy's return (measured here
 over ``--random_steps`` steps per stream) and, where one is published, a
@@ -27,12 +37,16 @@ over seeds with a 95% band) into ``--out``.
 from __future__ import annotations
 
 import argparse
+import csv
+import itertools
 import json
+import math
 from pathlib import Path
 import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import suite_settings as suite
 
 from disco.comparison import normalization
@@ -94,9 +108,13 @@ def run(
     out: Path,
     loop: dict | None = None,
     hyper_params: dict | None = None,
+    folder: Path | None = None,
+    seed: int = 0,
+    learning_rate: float | None = None,
 ) -> Path:
-  """Trains (unless done) and returns the run folder."""
-  folder = out / _slug(rule) / _slug(env)
+  """Trains (unless done) and returns the run folder (default:
+  ``out/<rule>/<env>``)."""
+  folder = folder or out / _slug(rule) / _slug(env)
   config = suite.eval_config(
       rule,
       env,
@@ -108,8 +126,72 @@ def run(
       network=dict(conv_channels=tuple(conv)) if conv else None,
       hyper_params=hyper_params,
       env_settings=settings,
+      seed=seed,
+      learning_rate=learning_rate,
   )
   return suite.run(config, folder)
+
+
+def tune(
+    rule: str,
+    env: str,
+    settings: dict,
+    budget: int,
+    conv: tuple,
+    out: Path,
+    loop: dict | None,
+    hyper_params: dict | None,
+    rows: list[dict],
+) -> dict:
+  """Trains every point of ``suite.TUNE_GRID`` on the tuning seeds
+  (``suite.TUNE_SEED`` on, disjoint from the reported ones) into
+  ``out/tuning/<rule>/<env>/<point>``, appends each point's row to ``rows``
+  and returns the best point: the highest mean final return over the tuning
+  seeds (the same choice as the best mean normalised return, which is an
+  increasing affine function of it; environments without a reference
+  return can be tuned too)."""
+  keys = list(suite.TUNE_GRID)
+  best, best_score = None, -math.inf
+  for values in itertools.product(*(suite.TUNE_GRID[k] for k in keys)):
+    point = dict(zip(keys, values, strict=True))
+    name = "_".join(f"{k}={v:g}" for k, v in point.items())
+    hyper = dict(hyper_params or {})
+    hyper.update({k: v for k, v in point.items() if k != "learning_rate"})
+    folder = run(
+        rule,
+        env,
+        settings,
+        budget,
+        conv,
+        suite.TUNE_SEEDS,
+        out,
+        loop,
+        hyper,
+        folder=out / "tuning" / _slug(rule) / _slug(env) / _slug(name),
+        seed=suite.TUNE_SEED,
+        learning_rate=point.get("learning_rate"),
+    )
+    scores = results_lib.load_run(folder).final_scores()
+    score = float(np.nanmean(scores)) if np.isfinite(scores).any() else None
+    rows.append(
+        dict(
+            rule=rule,
+            env=env,
+            **point,
+            mean_return=score,
+            per_seed=" ".join(f"{x:.3f}" for x in scores),
+            seeds=f"{suite.TUNE_SEED}-{suite.TUNE_SEED + suite.TUNE_SEEDS - 1}",
+            env_steps=budget,
+        )
+    )
+    if score is not None and score > best_score:
+      best, best_score = point, score
+  points = rows[-math.prod(len(v) for v in suite.TUNE_GRID.values()) :]
+  if best is None:  # every point diverged: the first
+    best = {k: points[0][k] for k in keys}
+  for row in points:
+    row["chosen"] = int({k: row[k] for k in keys} == best)
+  return best
 
 
 def main(argv=None) -> None:
@@ -128,11 +210,29 @@ def main(argv=None) -> None:
   )
   parser.add_argument("--random_steps", type=int, default=5000)
   parser.add_argument(
+      "--tuned",
+      action="store_true",
+      help=(
+          "also tune the hand-designed rules of --rules (suite_settings."
+          "TUNE_RULES) per environment on the tuning seeds and report them, "
+          "as '<rule>-tuned', beside their published-setting rows"
+      ),
+  )
+  parser.add_argument(
+      "--tune_budget_scale",
+      type=float,
+      default=0.5,
+      help="each grid point's budget, as a fraction of the reported one",
+  )
+  parser.add_argument(
       "--loop",
       nargs="+",
       default=[],
       metavar="RULE=LOOP",
-      help=f"a rule's loop, one of {', '.join(LOOPS)} (default: on_policy)",
+      help=(
+          f"a rule's loop, one of {', '.join(LOOPS)} (default: on_policy; "
+          "own: the rule's registered loop)"
+      ),
   )
   parser.add_argument(
       "--hyper_params",
@@ -156,10 +256,10 @@ def main(argv=None) -> None:
     except ValueError:
       parser.error(f"--hyper_params {item}: use RULE.KEY=NUMBER")
   out = Path(args.out)
-  suite = {e[0]: e for e in SUITE}
-  rows, sources = [], {}
+  entries = {e[0]: e for e in SUITE}
+  rows, sources, tuning_rows, choices = [], {}, [], {}
   for env in args.envs:
-    _, settings, budget, conv = suite[env]
+    _, settings, budget, conv = entries[env]
     budget = int(budget * args.budget_scale)
     runs = {
         rule: results_lib.load_run(
@@ -177,6 +277,38 @@ def main(argv=None) -> None:
         )
         for rule in args.rules
     }
+    for rule in args.rules if args.tuned else ():
+      if rule not in suite.TUNE_RULES:
+        continue
+      point = tune(
+          rule,
+          env,
+          settings,
+          int(budget * args.tune_budget_scale),
+          conv,
+          out,
+          loops.get(rule),
+          hyper_params.get(rule),
+          tuning_rows,
+      )
+      choices[(rule, env)] = point
+      hyper = dict(hyper_params.get(rule) or {})
+      hyper.update({k: v for k, v in point.items() if k != "learning_rate"})
+      runs[f"{rule}-tuned"] = results_lib.load_run(
+          run(
+              rule,
+              env,
+              settings,
+              budget,
+              conv,
+              args.seeds,
+              out,
+              loops.get(rule),
+              hyper,
+              folder=out / _slug(f"{rule}-tuned") / _slug(env),
+              learning_rate=point.get("learning_rate"),
+          )
+      )
     analysis.plot_learning_curves(
         {rule: r.metrics for rule, r in runs.items()},
         path=out / f"curves_{_slug(env)}.png",
@@ -201,6 +333,9 @@ def main(argv=None) -> None:
 
       reference = "none published"
     for rule, r in runs.items():
+      point = choices.get((rule.removesuffix("-tuned"), env))
+      if rule.endswith("-tuned") and point:
+        rule = f"{rule} ({', '.join(f'{k}={v:g}' for k, v in point.items())})"
       scores = r.final_scores()
       ci = analysis.bootstrap_ci(scores)
       ci_text = "n/a" if ci is None else f"[{ci[0]:.2f}, {ci[1]:.2f}]"
@@ -220,6 +355,12 @@ def main(argv=None) -> None:
   for env, source in sources.items():
     print(f"- {env}: {source}")
   (out / "table.md").write_text("\n".join(rows) + "\n")
+  if tuning_rows:
+    with open(out / "tuning.csv", "w", newline="") as f:
+      writer = csv.DictWriter(f, fieldnames=list(tuning_rows[0]))
+      writer.writeheader()
+      writer.writerows(tuning_rows)
+    print(f"\nTuning: every grid point's score in {out / 'tuning.csv'}")
 
   (out / "settings.json").write_text(
       json.dumps(
@@ -227,6 +368,11 @@ def main(argv=None) -> None:
               loop=LOOP,
               loops=loops,
               hyper_params=hyper_params,
+              tuned=args.tuned,
+              tune_grid=suite.TUNE_GRID if args.tuned else None,
+              tune_seeds=suite.TUNE_SEEDS,
+              tune_seed=suite.TUNE_SEED,
+              tune_budget_scale=args.tune_budget_scale,
               last_episodes=LAST_EPISODES,
               suite=SUITE,
               seeds=args.seeds,

@@ -54,6 +54,7 @@ LOOPS = dict(
     on_policy=ON_POLICY,
     replay=REPLAY,
     replay_batch8=dict(REPLAY, batch_size=8, min_replay_size=8),
+    own={},  # the rule's registered loop (PPO's: 4 x 128, 4 epochs)
 )
 # The convolutional torso the suite gives MiniGrid (image-like ids).
 MINIGRID_NET = dict(conv_channels=(16,))
