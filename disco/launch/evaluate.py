@@ -204,6 +204,13 @@ def _with_rule_settings(
     rebuilt = rule_registry.make_rule(settings)
   except ValueError as e:
     raise UsageError(common.one_line(e)) from None
+  if rule.source == "random":  # a random initialisation of the new rule
+    return dataclasses.replace(
+        rule,
+        settings=settings,
+        rule=rebuilt,
+        meta_params=rebuilt.init_meta_params(jax.random.PRNGKey(0)),
+    )
   shapes = jax.tree.map(
       lambda x: (x.shape, x.dtype),
       jax.eval_shape(rebuilt.init_meta_params, jax.random.PRNGKey(0)),

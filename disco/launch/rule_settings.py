@@ -177,15 +177,20 @@ def _docstring_args(make: Callable[..., Any]) -> dict[str, str]:
     except StopIteration:
       continue
     names: list[str] = []
+    indent = None
     for line in lines[start + 1 :]:
       if not line.strip() or not line.startswith(" "):
         break
-      m = re.match(r"^ {2,4}([\w, ]+):\s*(.*)$", line)
-      if m and not line.startswith(" " * 5):
-        names = [n.strip() for n in m.group(1).split(",") if n.strip()]
-        for n in names:
-          meanings.setdefault(n, m.group(2).strip())
-      else:
+      depth = len(line) - len(line.lstrip())
+      indent = depth if indent is None else indent
+      if depth <= indent:  # a new argument: "name: text" or "a, b: text"
+        m = re.match(r"^\s*([\w, ]+):\s*(.*)$", line)
+        names = []
+        if m:
+          names = [n.strip() for n in m.group(1).split(",") if n.strip()]
+          for n in names:
+            meanings.setdefault(n, m.group(2).strip())
+      else:  # its text continues
         for n in names:
           meanings[n] = f"{meanings[n]} {line.strip()}"
     if meanings:
