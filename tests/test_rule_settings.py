@@ -14,6 +14,7 @@ from disco.launch import common
 from disco.launch import evaluate
 from disco.launch import meta_train
 from disco.launch import rule_settings
+from disco.launch.rule_settings import KEYS
 from disco.update_rules import actor_critic
 from disco.update_rules import registry
 
@@ -264,3 +265,20 @@ def test_disco_meta_train_rule_settings_reach_the_agents(tmp_path):
     assert "for rule 'disco'" in str(info.value) or "value_cost" in str(
         info.value
     )
+
+
+def test_resume_compares_rule_settings_with_their_defaults_filled_in():
+  """A run configured in code (overrides only) and the same run from the
+  command line (every default spelled out) resume each other; a changed
+  setting does not."""
+  saved = dict(meta_settings.tiny_config().to_dict())
+  current = _parse(meta_train, ["--config.rule_kwargs.num_bins=601"]).to_dict()
+  current.update({k: v for k, v in saved.items() if k not in KEYS})
+  assert (
+      current["hyper_params"]["value_cost"] == 0.2 and not saved["hyper_params"]
+  )
+  meta_train._check_same_config(saved, current, "x")
+  current["hyper_params"]["value_cost"] = 0.3
+  with pytest.raises(common.UsageError, match="hyper_params: saved") as info:
+    meta_train._check_same_config(saved, current, "x")
+  _one_line(str(info.value))

@@ -717,7 +717,24 @@ def export_meta_params(
 # ------------------------------------------------------------- running ----
 
 
+def _with_rule_defaults(config: dict) -> dict:
+  """``config`` (a saved one) with its ``hyper_params`` and ``rule_kwargs``
+  completed by the rule's defaults, so that a run configured with its
+  overrides only (in code, or saved before they were completed) compares
+  equal to the same run from the command line (where they are complete)."""
+  out = dict(config)
+  for key in rule_settings.KEYS:
+    try:
+      out[key] = rule_settings.completed(
+          str(config.get("rule")), config.get(key), key
+      )
+    except (ValueError, TypeError):  # an unknown rule: compared as saved
+      pass
+  return out
+
+
 def _check_same_config(saved: dict, current: dict, where) -> None:
+  saved, current = _with_rule_defaults(saved), _with_rule_defaults(current)
   diff = ckpt_lib.config_differences(saved, current, RESUMABLE_KEYS)
   if diff:
     raise UsageError(

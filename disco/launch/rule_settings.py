@@ -78,6 +78,26 @@ def _merged(own: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
   return out
 
 
+def completed(name: str, given: Any, key: str) -> dict[str, Any]:
+  """The ``key`` settings (``hyper_params`` or ``rule_kwargs``) of rule
+  ``name`` with those ``given`` over its defaults (hyper-parameters as
+  floats): what a config's overrides amount to, however many of the
+  defaults it spells out.
+
+  Raises:
+    ValueError: an unknown rule.
+  """
+  value = _merged(
+      _as_dict(registry.default_settings(name)[key]), _as_dict(given)
+  )
+  if key == "hyper_params":
+    value = {
+        k: float(v) if isinstance(v, (int, float)) else v
+        for k, v in value.items()
+    }
+  return value
+
+
 def factory_parameters(make: Callable[..., Any]) -> list[str]:
   """The keyword arguments of a rule's factory other than ``hyper_params``
   (the valid ``rule_kwargs``)."""
