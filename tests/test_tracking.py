@@ -12,6 +12,7 @@ from pathlib import Path
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
@@ -96,7 +97,19 @@ def test_csv_alone_writes_no_other_files(tmp_path):
 
 
 def _wandb_records(run_dir: Path) -> list:
-  """The records of an offline W&B run's ``.wandb`` file (a log of 32 KiB
+  """The records of an offline W&B run's ``.wandb`` file, once its ``exit``
+  record is there (W&B's service may write the file after ``finish``
+  returns)."""
+  for _ in range(600):
+    records = _read_wandb_file(run_dir)
+    if any(r.WhichOneof("record_type") == "exit" for r in records):
+      return records
+    time.sleep(0.1)
+  raise AssertionError(f"No complete W&B run in {run_dir}")
+
+
+def _read_wandb_file(run_dir: Path) -> list:
+  """The records of the ``.wandb`` file in ``run_dir`` (a log of 32 KiB
   blocks of records, each with a 7-byte header, after a 7-byte file
   header)."""
   from wandb.proto import wandb_internal_pb2
@@ -108,8 +121,8 @@ def _wandb_records(run_dir: Path) -> list:
       pos += block - pos % block
       continue
     _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-    if length == 0 and kind == 0:
-      break
+    if (length == 0 and kind == 0) or pos + 7 + length > len(data):
+      break  # the end, or a record still being written
     part += data[pos + 7 : pos + 7 + length]
     pos += 7 + length
     if kind in (1, 4):  # a whole record, or the last part of one
