@@ -96,6 +96,10 @@ def get_config() -> config_dict.ConfigDict:
           # sweep; aggregate with run_dirs or a last call without shard).
           shard="",
           output_dir="",  # '' -> runs/compare-<UTC timestamp>
+          # Where every run's metrics go besides its metrics.csv: 'csv',
+          # 'tensorboard' (<run>/tensorboard: tensorboard --logdir
+          # output_dir/runs shows them all), 'wandb' or a list of them.
+          tracking="csv",
           # Compiled programs are kept on disk and reused by later runs:
           # '' -> $JAX_COMPILATION_CACHE_DIR or ~/.cache/disco/jax (under
           # $XDG_CACHE_HOME if set), a folder, or 'off'.

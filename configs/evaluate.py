@@ -56,6 +56,11 @@ def get_config() -> config_dict.ConfigDict:
           # ...), e.g. --config.hyper_params.entropy_cost=0.01; the keys are
           # those of the rule the command line names, with its defaults.
           hyper_params=dict(),
+          # Overrides of the rule's other settings (its factory's keyword
+          # arguments), e.g. --config.rule_kwargs.clip_value=False; the keys
+          # are those of the rule the command line names, with its defaults
+          # (disco-eval --describe_rule=NAME lists them).
+          rule_kwargs=dict(),
           # The agent optimiser (None: the rule's setting): the elementwise
           # clip of Adam's update direction and the clip of the gradients'
           # global norm (0 turns either off), and Adam's epsilon.
@@ -90,6 +95,10 @@ def get_config() -> config_dict.ConfigDict:
           iterations_per_call=50,  # iterations per compiled call
           last_episodes=500,  # final score: mean return of the last episodes
           output_dir="",  # '' -> runs/eval-<rule>-<UTC timestamp>
+          # Where the metrics go besides metrics.csv: 'csv' (only there),
+          # 'tensorboard' (output_dir/tensorboard), 'wandb' (output_dir/wandb,
+          # offline unless WANDB_MODE=online) or a list, 'csv,tensorboard'.
+          tracking="csv",
           overwrite=False,  # allow writing into a folder holding another run
           # Compiled programs are kept on disk and reused by later runs:
           # '' -> $JAX_COMPILATION_CACHE_DIR or ~/.cache/disco/jax (under

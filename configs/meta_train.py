@@ -52,8 +52,14 @@ def get_config() -> config_dict.ConfigDict:
           # The rule to meta-train: a registered rule with meta-parameters
           # (disco, lpg, ta_lpg; configs/meta_train_lpg.py sets up LPG).
           rule="disco",
-          # Overrides of the rule's own settings (its factory's keyword
-          # arguments; dicts are merged one level deep).
+          # Overrides of the rule's settings, as in disco-eval: its
+          # hyper-parameters (loss costs, discounts), e.g.
+          # --config.hyper_params.value_cost=0.5, and its factory's keyword
+          # arguments (dicts merged one level deep), e.g.
+          # --config.rule_kwargs.num_bins=51. The keys are those of the rule
+          # the command line names, with its defaults (disco-meta-train
+          # --describe_rule=NAME lists them).
+          hyper_params={},
           rule_kwargs={},
           # The agents (trained by the rule being meta-learned).
           agent=dict(
@@ -140,6 +146,10 @@ def get_config() -> config_dict.ConfigDict:
           keep_checkpoints=3,
           resume=False,  # continue from the latest checkpoint in output_dir
           log_every=1,  # meta-steps between metrics rows / progress updates
+          # Where the metrics rows go besides metrics.csv: 'csv' (only there),
+          # 'tensorboard' (output_dir/tensorboard), 'wandb' (output_dir/wandb,
+          # offline unless WANDB_MODE=online) or a list, 'csv,tensorboard'.
+          tracking="csv",
           # Compiled programs are kept on disk and reused by later runs:
           # '' -> $JAX_COMPILATION_CACHE_DIR or ~/.cache/disco/jax (under
           # $XDG_CACHE_HOME if set), a folder, or 'off'.

@@ -68,6 +68,25 @@ def step_fields(not_last, truncated=None) -> dict:
   )
 
 
+def assert_copies_step_alike(env, actions, copies: int = 3) -> None:
+  """Copies of a batched environment state stacked along a new axis 1 (as
+  SPO's search holds them) step exactly like the original; ``actions``
+  ``[B]``."""
+  state, _ = env.reset(jax.random.PRNGKey(5))
+  for _ in range(3):
+    state, _ = env.step(state, actions)
+  expected = jax.device_get(env.step(state, actions))
+  stacked = jax.tree.map(lambda x: jnp.stack([x] * copies, axis=1), state)
+  stepped = jax.vmap(env.step, in_axes=(1, None), out_axes=1)(stacked, actions)
+  stepped = jax.device_get(stepped)
+  for k in range(copies):
+    jax.tree.map(
+        np.testing.assert_array_equal,
+        jax.tree.map(lambda x, k=k: x[:, k], stepped),
+        expected,
+    )
+
+
 # --------------------------------------------------- shared folder ----
 def on_ci() -> bool:
   return os.environ.get("CI", "").strip().lower() == "true"

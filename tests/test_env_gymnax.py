@@ -14,6 +14,8 @@ from disco import types
 from disco.environments import gymnax_envs
 from disco.environments import suite_utils
 
+from conftest import assert_copies_step_alike
+
 B = 2  # streams
 SEEDS = 2  # vmapped rollouts
 STEPS = 100  # steps per scanned rollout
@@ -303,21 +305,7 @@ def test_cartpole_fallen_pole_is_last_with_discount_zero():
 
 def test_state_copies_step_alike():
   env = gymnax_envs.make("Breakout-MinAtar", B)
-  state, _ = env.reset(jax.random.PRNGKey(5))
-  actions = jnp.array([0, 2], jnp.int32)
-  for _ in range(3):
-    state, _ = env.step(state, actions)
-  expected = jax.device_get(env.step(state, actions))
-  # Three copies along a new axis 1, stepped like SPO's search steps them.
-  copies = jax.tree.map(lambda x: jnp.stack([x] * 3, axis=1), state)
-  stepped = jax.vmap(env.step, in_axes=(1, None), out_axes=1)(copies, actions)
-  stepped = jax.device_get(stepped)
-  for k in range(3):
-    jax.tree.map(
-        np.testing.assert_array_equal,
-        jax.tree.map(lambda x, k=k: x[:, k], stepped),
-        expected,
-    )
+  assert_copies_step_alike(env, jnp.array([0, 2], jnp.int32))
 
 
 def test_streams_use_the_parameters_in_their_state():

@@ -14,6 +14,8 @@ from disco import types
 from disco.environments import suite_utils
 from disco.environments import xminigrid_envs
 
+from conftest import assert_copies_step_alike
+
 B = 2  # streams
 SEEDS = 2  # vmapped rollouts
 STEPS = 100  # steps per scanned rollout
@@ -322,17 +324,4 @@ def test_empty_step_limit_is_a_truncation():
 
 def test_state_copies_step_alike():
   env = xminigrid_envs.make("MiniGrid-Empty-8x8", B)
-  state, _ = env.reset(jax.random.PRNGKey(5))
-  actions = jnp.array([0, 1], jnp.int32)
-  for _ in range(3):
-    state, _ = env.step(state, actions)
-  expected = jax.device_get(env.step(state, actions))
-  copies = jax.tree.map(lambda x: jnp.stack([x] * 3, axis=1), state)
-  stepped = jax.vmap(env.step, in_axes=(1, None), out_axes=1)(copies, actions)
-  stepped = jax.device_get(stepped)
-  for k in range(3):
-    jax.tree.map(
-        np.testing.assert_array_equal,
-        jax.tree.map(lambda x, k=k: x[:, k], stepped),
-        expected,
-    )
+  assert_copies_step_alike(env, jnp.array([0, 1], jnp.int32))

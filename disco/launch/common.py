@@ -43,7 +43,9 @@ import numpy as np
 
 from disco import compile_cache
 from disco import configs as configs_pkg
+from disco import tracking
 from disco import weights as weights_lib
+from disco.launch import rule_settings
 from disco.update_rules import base as rule_base
 from disco.update_rules import registry
 
@@ -138,6 +140,14 @@ def as_dict(value: Any, name: str) -> dict[str, Any]:
   if isinstance(value, dict):
     return dict(value)
   raise UsageError(f"config.{name} must be a dict, got {value!r}.")
+
+
+def check_tracking(spec: Any) -> tuple[str, ...]:
+  """The backends of ``config.tracking`` (``disco.tracking``), checked."""
+  try:
+    return tracking.parse(spec)
+  except tracking.TrackingError as e:
+    raise UsageError(f"config.tracking: {one_line(e)}") from None
 
 
 def import_modules(names: str) -> None:
@@ -586,6 +596,22 @@ def _raise_interrupt(signum, frame):
   raise KeyboardInterrupt("SIGTERM")
 
 
+def print_rule_settings(
+    program: str, config: config_dict.ConfigDict, names: str | None
+) -> None:
+  """Prints the settings of the rules ``names`` (comma-separated; None:
+  every rule) after importing ``config.imports``; an unknown name fails with
+  exit status 2."""
+  try:
+    import_modules(config.get("imports", ""))
+    wanted = None
+    if names is not None:
+      wanted = [n.strip() for n in names.split(",") if n.strip()]
+    print(rule_settings.describe(wanted))
+  except (UsageError, ValueError) as e:
+    fail(program, e)
+
+
 def run_launcher(
     program: str,
     doc: str,
@@ -621,7 +647,26 @@ def run_launcher(
     except UsageError as e:
       fail(program, e)
 
+  if "describe_rule" not in flags.FLAGS:
+    flags.DEFINE_boolean(
+        "list_rules",
+        False,
+        "Print every registered rule's settings (default, meaning) and exit.",
+    )
+    flags.DEFINE_string(
+        "describe_rule",
+        None,
+        "Print the settings of these rules (comma-separated names) and exit.",
+    )
+
   def main(argv: Sequence[str]) -> None:
+    if flags.FLAGS.list_rules or flags.FLAGS.describe_rule:
+      print_rule_settings(
+          program,
+          flags.FLAGS.config,
+          None if flags.FLAGS.list_rules else flags.FLAGS.describe_rule,
+      )
+      return
     if not flags.FLAGS["verbosity"].present:
       # Keep the output to this program's own lines (JAX, orbax and
       # matplotlib log INFO messages through absl otherwise); --verbosity=0

@@ -64,7 +64,14 @@ def default_config() -> config_dict.ConfigDict:
 
 
 # The disco-eval settings every run of a comparison shares.
-SHARED_KEYS = ("weights", "imports", "num_seeds", "seed", "total_env_steps")
+SHARED_KEYS = (
+    "weights",
+    "imports",
+    "num_seeds",
+    "seed",
+    "total_env_steps",
+    "tracking",
+)
 # The disco-eval settings a comparison passes on (and rule_overrides may set).
 EVAL_KEYS = (
     "num_envs",

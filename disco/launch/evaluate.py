@@ -41,11 +41,13 @@ import numpy as np
 import tqdm
 
 from disco import agent as agent_lib
+from disco import tracking
 from disco import weights as weights_lib
 from disco.environments import base as env_base
 from disco.environments import registry as env_registry
 from disco.launch import common
 from disco.launch import distributed
+from disco.launch import rule_settings
 from disco.training import analysis
 from disco.training import loop as loop_lib
 from disco.update_rules import registry as rule_registry
@@ -178,37 +180,49 @@ def _make_env(
   return env, env_settings
 
 
-def _with_hyper_params(
-    rule: common.ResolvedRule, given: Any
+def _with_rule_settings(
+    rule: common.ResolvedRule, hyper_params: Any, rule_kwargs: Any
 ) -> common.ResolvedRule:
-  """``rule`` rebuilt with the hyper-parameters ``given`` overriding its
-  own (the same rule where they change nothing).
+  """``rule`` rebuilt with the ``hyper_params`` and ``rule_kwargs`` given
+  overriding its own (``rule_settings.apply``; the same rule where they
+  change nothing).
 
   Raises:
-    UsageError: for a name the rule does not have.
+    UsageError: for a setting the rule does not have, or rule_kwargs that
+      change the shapes of meta-parameters the rule already has.
   """
-  given = common.as_dict(given or {}, "hyper_params")
-  own = rule.rule.hyper_params
-  unknown = sorted(set(given) - set(own))
-  if unknown:
-    raise UsageError(
-        f"Unknown hyper_params {unknown} for rule {rule.label!r}: valid "
-        f"keys are {', '.join(sorted(own)) or 'none'}."
+  settings = rule.settings
+  try:
+    changed = rule_settings.apply(
+        settings, hyper_params, rule_kwargs, rule.label
     )
-  changed = {k: v for k, v in given.items() if own[k] != v}
+  except rule_settings.SettingsError as e:
+    raise UsageError(common.one_line(e)) from None
   if not changed:
     return rule
-  for key, value in changed.items():
-    common.check_number(value, f"hyper_params.{key}")
-  settings = rule.settings
-  settings.hyper_params = {
-      **common.as_dict(settings.hyper_params, ""),
-      **{k: float(v) for k, v in changed.items()},
-  }
   try:
     rebuilt = rule_registry.make_rule(settings)
   except ValueError as e:
     raise UsageError(common.one_line(e)) from None
+  if rule.source == "random":  # a random initialisation of the new rule
+    return dataclasses.replace(
+        rule,
+        settings=settings,
+        rule=rebuilt,
+        meta_params=rebuilt.init_meta_params(jax.random.PRNGKey(0)),
+    )
+  shapes = jax.tree.map(
+      lambda x: (x.shape, x.dtype),
+      jax.eval_shape(rebuilt.init_meta_params, jax.random.PRNGKey(0)),
+  )
+  given = jax.tree.map(lambda x: (np.shape(x), x.dtype), rule.meta_params)
+  if shapes != given:
+    raise UsageError(
+        f"config.rule_kwargs {common.to_jsonable(rule_kwargs)} change the "
+        f"shapes of the meta-parameters of {rule.label!r}, so its "
+        f"{rule.source} meta-parameters no longer fit: keep its network "
+        "settings."
+    )
   return dataclasses.replace(rule, settings=settings, rule=rebuilt)
 
 
@@ -233,6 +247,7 @@ def build(
   common.check_config_keys(config, default_config(), CONFIG_NAME)
   distributed.initialize(distributed.settings(config.distributed), PROGRAM)
   common.import_modules(config.imports)
+  common.check_tracking(config.tracking)
   total_env_steps = common.check_int(
       config.total_env_steps, "total_env_steps", 1
   )
@@ -289,7 +304,7 @@ def build(
     settings.adam_eps = common.check_number(
         config.adam_eps, "adam_eps", positive=True
     )
-  rule = _with_hyper_params(rule, config.hyper_params)
+  rule = _with_rule_settings(rule, config.hyper_params, config.rule_kwargs)
   overrides = {
       k: v
       for k, v in common.as_dict(config.network, "network").items()
@@ -572,6 +587,7 @@ def write(
   )
   if main:
     common.write_json(out / "summary.json", summary)
+    track(plan, metrics, summary)
 
   log(
       f"Learning curve (mean return over windows of {CURVE_EPISODES} "
@@ -608,6 +624,41 @@ def write(
       f"{', '.join(params_files)}"
   )
   return summary
+
+
+def track(
+    plan: Plan, metrics: dict[str, np.ndarray], summary: dict[str, Any]
+) -> None:
+  """Sends what ``metrics.csv`` and ``summary.json`` hold to the trackers
+  of ``config.tracking`` (nothing more for ``csv``): per iteration, every
+  metric of every seed as ``<metric>/seed_<k>`` against the environment
+  steps, then the summary's numbers."""
+  spec = plan.config.tracking
+  if tracking.parse(spec) == (tracking.CSV,):
+    return
+  rows = analysis.metrics_to_rows(metrics, plan.seeds)
+  with tracking.open_tracker(
+      spec,
+      plan.output_dir,
+      name=f"eval-{plan.label}-{plan.config.env}",
+      config=dict(
+          config=plan.config.to_dict(),
+          rule_settings=plan.rule.settings.to_dict(),
+      ),
+  ) as tracker:
+    _, iterations = analysis.num_seeds_and_iterations(metrics)
+    step = 0
+    for i in range(iterations):
+      values = {}
+      for row in rows[i::iterations]:  # seed-major: this iteration's rows
+        step = row.get(analysis.ENV_STEPS, i)
+        values.update(
+            (f"{k}/seed_{row[analysis.SEED]}", v)
+            for k, v in row.items()
+            if k not in (analysis.SEED, analysis.ITERATION)
+        )
+      tracker.scalars(step, values)
+    tracker.summary(summary, step)
 
 
 # ------------------------------------------------------------ listings ----
@@ -677,13 +728,14 @@ def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
     given = common.as_dict(config.env_settings or {}, "env_settings")
   with config.unlocked():
     config.env_settings = {**defaults, **given}
-  _prepare_hyper_params(config, argv)
+  _prepare_rule_settings(config, argv)
 
 
-def _prepare_hyper_params(config: config_dict.ConfigDict, argv) -> None:
-  """Gives ``config.hyper_params`` the hyper-parameters of the rule the
-  command line names (a registered name), with their defaults, so that
-  ``--config.hyper_params.KEY=VALUE`` may set any of them and no other."""
+def _prepare_rule_settings(config: config_dict.ConfigDict, argv) -> None:
+  """Gives ``config.hyper_params`` and ``config.rule_kwargs`` the settings
+  of the rule the command line names, with their defaults, so that
+  ``--config.hyper_params.KEY=VALUE`` and ``--config.rule_kwargs.KEY=VALUE``
+  may set any of them and no other (``rule_settings.prepare``)."""
   name = common.override_value(argv, "rule") or config.rule
   try:
     if common.is_rule_path(name):
@@ -692,12 +744,7 @@ def _prepare_hyper_params(config: config_dict.ConfigDict, argv) -> None:
       settings = rule_registry.default_settings(name)
   except (ValueError, UsageError):  # build() reports it
     return
-  defaults = common.as_dict(settings.hyper_params, "hyper_params")
-  given = common.as_dict(config.hyper_params or {}, "hyper_params")
-  with config.unlocked():
-    config.hyper_params = {
-        k: float(v) for k, v in {**defaults, **given}.items()
-    }
+  rule_settings.prepare(config, settings)
 
 
 def main() -> None:

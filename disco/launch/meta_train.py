@@ -66,10 +66,12 @@ import optax
 import tqdm
 
 from disco import agent as agent_lib
+from disco import tracking
 from disco import weights as weights_lib
 from disco.environments import registry as env_registry
 from disco.launch import common
 from disco.launch import distributed
+from disco.launch import rule_settings
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import divergence
 from disco.meta import es as es_lib
@@ -119,6 +121,7 @@ RESUMABLE_KEYS = (
     "distributed",
     "max_consecutive_skips",
     "debug",
+    "tracking",
 )
 
 
@@ -388,15 +391,17 @@ def _agent_settings(config) -> config_dict.ConfigDict:
     if "loss_mask" in agent_cfg:
       settings.loss_mask = str(agent_cfg["loss_mask"])
     agent_nets.make_net_config(settings.network.to_dict())
-    # config.rule_kwargs: overrides of the rule's own settings (one level of
-    # dicts merged, e.g. {'net': {'hidden_size': 16}}).
-    kwargs = settings.rule_kwargs.to_dict()
-    for key, value in common.as_dict(config.rule_kwargs, "rule_kwargs").items():
-      if isinstance(value, dict) and isinstance(kwargs.get(key), dict):
-        value = {**kwargs[key], **value}
-      kwargs[key] = value
-    settings.rule_kwargs = kwargs
+    # The rule's own settings (rule_settings: one level of dicts merged,
+    # e.g. rule_kwargs={'net': {'hidden_size': 16}}).
+    rule_settings.apply(
+        settings,
+        common.as_dict(config.hyper_params, "hyper_params"),
+        common.as_dict(config.rule_kwargs, "rule_kwargs"),
+        settings.rule,
+    )
     rule_registry.make_rule(settings)
+  except rule_settings.SettingsError as e:
+    raise UsageError(common.one_line(e)) from None
   except (TypeError, ValueError, KeyError) as e:
     raise UsageError(f"Bad agent settings: {common.one_line(e)}") from None
   return settings
@@ -592,6 +597,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
   common.check_config_keys(config, default_config(), CONFIG_NAME)
   distributed.initialize(distributed.settings(config.distributed), PROGRAM)
   common.import_modules(config.imports)
+  common.check_tracking(config.tracking)
   for key, minimum in (
       ("num_meta_steps", 1),
       ("checkpoint_every", 0),
@@ -689,13 +695,18 @@ def export_meta_params(
     path: str | Path, meta_params, settings, meta_step: int, **extra
 ) -> Path:
   """Saves meta-parameters with the metadata ``disco-eval`` resolves them by
-  (``rule``, ``rule_kwargs``, ``meta_step`` and any ``extra``)."""
+  (``rule``, ``rule_kwargs``, ``meta_step``, the rule's ``hyper_params``
+  in ``settings`` where they differ from its defaults, and any ``extra``)."""
   metadata = dict(
       common.to_jsonable(extra),
       rule=settings.rule,
       rule_kwargs=common.to_jsonable(settings.rule_kwargs),
       meta_step=int(meta_step),
   )
+  hyper_params = common.to_jsonable(settings.hyper_params)
+  defaults = rule_registry.default_settings(settings.rule).hyper_params
+  if hyper_params != common.to_jsonable(defaults):
+    metadata["settings"] = dict(hyper_params=hyper_params)
   return weights_lib.save_meta_params(
       path,
       jax.tree.map(np.asarray, jax.device_get(meta_params)),
@@ -706,7 +717,24 @@ def export_meta_params(
 # ------------------------------------------------------------- running ----
 
 
+def _with_rule_defaults(config: dict) -> dict:
+  """``config`` (a saved one) with its ``hyper_params`` and ``rule_kwargs``
+  completed by the rule's defaults, so that a run configured with its
+  overrides only (in code, or saved before they were completed) compares
+  equal to the same run from the command line (where they are complete)."""
+  out = dict(config)
+  for key in rule_settings.KEYS:
+    try:
+      out[key] = rule_settings.completed(
+          str(config.get("rule")), config.get(key), key
+      )
+    except (ValueError, TypeError):  # an unknown rule: compared as saved
+      pass
+  return out
+
+
 def _check_same_config(saved: dict, current: dict, where) -> None:
+  saved, current = _with_rule_defaults(saved), _with_rule_defaults(current)
   diff = ckpt_lib.config_differences(saved, current, RESUMABLE_KEYS)
   if diff:
     raise UsageError(
@@ -872,6 +900,15 @@ def run(
   if main:
     history.write_csv(csv_path)
   start = int(jax.device_get(state.step))
+  # config.tracking's other destinations of the metrics rows (process 0).
+  tracker = tracking.Tracker()
+  if main and common.check_tracking(config.tracking) != (tracking.CSV,):
+    tracker = tracking.open_tracker(
+        config.tracking,
+        out,
+        name=f"meta-train-{out.resolve().name}",
+        config=dict(config=plan.resolved_config()),
+    )
   log(
       f"Meta-training a {plan.settings.rule} rule (init: "
       f"{config.init_meta_params}, estimator: {config.estimator}) on "
@@ -937,6 +974,7 @@ def run(
           row.update(record.totals())
           if main:
             history.append_csv(csv_path, row)
+            tracker.scalars(k, row)
           else:
             history.append(row)
           bar.set_postfix(
@@ -978,6 +1016,7 @@ def run(
       )
     checkpoints = [manager.path(s) for s in manager.all_steps()]
     manager.close()
+    tracker.close()
   if stopped:
     raise common.Diverged(_diverged_message(record, step, checkpoints))
   return RunResult(
@@ -1073,9 +1112,24 @@ def train(
   return write(plan, run(plan, log, progress), log)
 
 
+def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
+  """Gives ``config.hyper_params`` and ``config.rule_kwargs`` every setting
+  of the rule the command line (or the config file) names, with its
+  default, so that ``--config.hyper_params.KEY=VALUE`` and
+  ``--config.rule_kwargs.KEY=VALUE`` may set any of them and no other."""
+  name = common.override_value(argv, "rule") or config.get("rule")
+  try:
+    settings = rule_registry.default_settings(str(name))
+  except ValueError:  # build() reports it
+    return
+  rule_settings.prepare(config, settings)
+
+
 def main() -> None:
   """Console entry point (``disco-meta-train``)."""
-  common.run_launcher(PROGRAM, __doc__, CONFIG_NAME, train)
+  common.run_launcher(
+      PROGRAM, __doc__, CONFIG_NAME, train, prepare=prepare_config
+  )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,6 @@ import inspect
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 import numpy as np
 import optax
 
@@ -167,7 +165,7 @@ def member_fitness(
   return jnp.where(diverged, jnp.nan, fitness)
 
 
-class ESPopulation:
+class ESPopulation(population_lib.MetaStepProgram):
   """Builds and runs the ES generation program.
 
   Args:
@@ -179,6 +177,8 @@ class ESPopulation:
     normalizers: ``{group name: (random return, reference - random)}``
       (groups absent: raw returns).
   """
+
+  inputs = ("meta_params", "meta_opt_state", "step", "rng", "estimator")
 
   def __init__(
       self,
@@ -280,24 +280,12 @@ class ESPopulation:
     )
     return self.place(state)
 
-  def place(
-      self, state: population_lib.MetaTrainState
-  ) -> population_lib.MetaTrainState:
-    replicated = NamedSharding(self.mesh, P())
-    return jax.device_put(state, replicated)
-
-  def _weights(self) -> list[float]:
-    w = [
-        float(g.num_agents if g.weight is None else g.weight)
-        for g in self.groups
-    ]
-    return [x / sum(w) for x in w]
-
   def _build_step(self):
     cfg = self.es_config
     members = cfg.population_size
     local = members // len(self.devices)
-    weights = self._weights()
+    shares = population_lib.group_weights(self.groups)
+    weights = [shares[g.name] for g in self.groups]
 
     def member(theta, pair, task_key):
       """One member's fitness and per-group logs; ``pair`` picks the tasks
@@ -340,8 +328,10 @@ class ESPopulation:
       grads = jax.lax.psum(
           estimators.es_gradient(z, mine, cfg.sigma, members), AXIS
       )
-      meta_params, meta_opt_state, update_logs = estimators.apply_meta_update(
-          self.meta_optimizer, grads, meta_opt_state, meta_params
+      meta_params, meta_opt_state, update_logs = (
+          population_lib.apply_meta_update(
+              self.meta_optimizer, grads, meta_opt_state, meta_params
+          )
       )
       return meta_params, meta_opt_state, (), all_fitness, logs, update_logs
 
@@ -414,43 +404,13 @@ class ESPopulation:
         out[f"{g.name}/{divergence.DIVERGED}"] = jax.lax.psum(
             glogs["diverged"].sum(), AXIS
         )
-      return meta_params, meta_opt_state, step + 1, out, rng, es_state
+      fields = dict(
+          meta_params=meta_params,
+          meta_opt_state=meta_opt_state,
+          step=step + 1,
+          rng=rng,
+          estimator=es_state,
+      )
+      return fields, out
 
-    sharded = jax.shard_map(
-        per_device,
-        mesh=self.mesh,
-        in_specs=(P(), P(), P(), P(), P()),
-        out_specs=(P(), P(), P(), P(), P(), P()),
-        check_vma=False,
-    )
-    return jax.jit(sharded)
-
-  def _step_args(self, state):
-    return (
-        state.meta_params,
-        state.meta_opt_state,
-        state.step,
-        state.rng,
-        state.estimator,
-    )
-
-  def lower(self, state: population_lib.MetaTrainState) -> jax.stages.Lowered:
-    return self._step.lower(*self._step_args(state))
-
-  def step(
-      self, state: population_lib.MetaTrainState
-  ) -> tuple[population_lib.MetaTrainState, types.Logs]:
-    """One generation (one compiled program)."""
-    meta_params, opt_state, step, logs, rng, es_state = self._step(
-        *self._step_args(state)
-    )
-    return (
-        state.replace(
-            meta_params=meta_params,
-            meta_opt_state=opt_state,
-            step=step,
-            rng=rng,
-            estimator=es_state,
-        ),
-        logs,
-    )
+    return self._jit_step(per_device, self.inputs)

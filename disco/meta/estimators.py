@@ -28,11 +28,6 @@ from typing import Any
 from evosax.core import fitness_shaping
 import jax
 import jax.numpy as jnp
-import optax
-
-from disco import ops
-from disco import types
-from disco.meta import divergence
 
 BACKPROP, ES, PES = "backprop", "es", "pes"
 ESTIMATORS = (BACKPROP, ES, PES)
@@ -173,33 +168,3 @@ def where_rows(mask: jax.Array, on: Any, off: Any) -> Any:
   if isinstance(off, (int, float)):
     return jax.tree.map(lambda a: pick(a, jnp.full_like(a, off)), on)
   return jax.tree.map(pick, on, off)
-
-
-def apply_meta_update(
-    meta_optimizer: optax.GradientTransformation,
-    meta_grads: types.MetaParams,
-    meta_opt_state: Any,
-    meta_params: types.MetaParams,
-) -> tuple[types.MetaParams, Any, types.Logs]:
-  """One meta-optimiser step, skipped (meta-parameters and optimiser state
-  unchanged) when the gradient, the update or the new state is not finite.
-
-  Returns the new meta-parameters, optimiser state and logs
-  (``meta_grad_norm``, ``meta_update_norm``, ``skipped_update``).
-  """
-  updates, new_opt_state = meta_optimizer.update(
-      meta_grads, meta_opt_state, meta_params
-  )
-  new_meta_params = optax.apply_updates(meta_params, updates)
-  apply = ops.all_finite((meta_grads, new_meta_params, new_opt_state))
-  meta_params, meta_opt_state = jax.tree.map(
-      lambda new, old: jnp.where(apply, new, old),
-      (new_meta_params, new_opt_state),
-      (meta_params, meta_opt_state),
-  )
-  logs = {
-      "meta_grad_norm": optax.tree.norm(meta_grads),
-      "meta_update_norm": optax.tree.norm(updates),
-      divergence.SKIPPED: jnp.logical_not(apply).astype(jnp.float32),
-  }
-  return meta_params, meta_opt_state, logs

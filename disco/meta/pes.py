@@ -86,7 +86,7 @@ class Particle:
   perturbation: types.MetaParams
 
 
-class PESPopulation:
+class PESPopulation(population_lib.MetaStepProgram):
   """Builds and runs the PES meta-step.
 
   Args:
@@ -169,19 +169,6 @@ class PESPopulation:
     )
     return self.place(state)
 
-  def place(
-      self, state: population_lib.MetaTrainState
-  ) -> population_lib.MetaTrainState:
-    replicated = NamedSharding(self.mesh, P())
-    sharded = NamedSharding(self.mesh, P(AXIS))
-    return state.replace(
-        meta_params=jax.device_put(state.meta_params, replicated),
-        meta_opt_state=jax.device_put(state.meta_opt_state, replicated),
-        step=jax.device_put(state.step, replicated),
-        rng=jax.device_put(state.rng, replicated),
-        agents=jax.device_put(state.agents, sharded),
-    )
-
   # ------------------------------------------------------- one particle
   def _truncation(self, group, theta, particle: Particle):
     """``inner_steps`` updates with ``theta``: (particle, loss, logs)."""
@@ -224,11 +211,8 @@ class PESPopulation:
   def _build_step(self):
     pcfg = self.pes_config
     lifetime = self.config.lifetime_meta_steps
-    weights = [
-        float(g.num_agents if g.weight is None else g.weight)
-        for g in self.groups
-    ]
-    weights = [w / sum(weights) for w in weights]
+    shares = population_lib.group_weights(self.groups)
+    weights = [shares[g.name] for g in self.groups]
 
     def per_device(meta_params, meta_opt_state, step, agents, rng):
       rng, step_key = jax.random.split(rng)
@@ -280,8 +264,10 @@ class PESPopulation:
         logs[f"{g.name}/{divergence.DIVERGED}"] = jax.lax.psum(
             jnp.logical_not(finite).sum(), AXIS
         )
-      meta_params, meta_opt_state, update_logs = estimators.apply_meta_update(
-          self.meta_optimizer, grads, meta_opt_state, meta_params
+      meta_params, meta_opt_state, update_logs = (
+          population_lib.apply_meta_update(
+              self.meta_optimizer, grads, meta_opt_state, meta_params
+          )
       )
       logs.update(update_logs)
       logs[divergence.DIVERGED] = sum(
@@ -292,43 +278,13 @@ class PESPopulation:
             w * logs[f"{g.name}/{k}"]
             for w, g in zip(weights, self.groups, strict=True)
         )
-      return meta_params, meta_opt_state, step + 1, tuple(new_agents), logs, rng
+      fields = dict(
+          meta_params=meta_params,
+          meta_opt_state=meta_opt_state,
+          step=step + 1,
+          agents=tuple(new_agents),
+          rng=rng,
+      )
+      return fields, logs
 
-    sharded = jax.shard_map(
-        per_device,
-        mesh=self.mesh,
-        in_specs=(P(), P(), P(), P(AXIS), P()),
-        out_specs=(P(), P(), P(), P(AXIS), P(), P()),
-        check_vma=False,
-    )
-    return jax.jit(sharded)
-
-  def _step_args(self, state):
-    return (
-        state.meta_params,
-        state.meta_opt_state,
-        state.step,
-        state.agents,
-        state.rng,
-    )
-
-  def lower(self, state: population_lib.MetaTrainState) -> jax.stages.Lowered:
-    return self._step.lower(*self._step_args(state))
-
-  def step(
-      self, state: population_lib.MetaTrainState
-  ) -> tuple[population_lib.MetaTrainState, types.Logs]:
-    """One meta-step: one truncation of every particle (one program)."""
-    meta_params, opt_state, step, agents, logs, rng = self._step(
-        *self._step_args(state)
-    )
-    return (
-        state.replace(
-            meta_params=meta_params,
-            meta_opt_state=opt_state,
-            agents=agents,
-            step=step,
-            rng=rng,
-        ),
-        logs,
-    )
+    return self._jit_step(per_device, self.inputs)

@@ -168,7 +168,118 @@ def draw_lifetime(rng: jax.Array, low: int, high: int) -> jax.Array:
   return jnp.clip(jnp.floor(jnp.exp(u)), low, high).astype(jnp.int32)
 
 
-class Population:
+def group_weights(groups: Sequence[AgentGroup]) -> dict[str, float]:
+  """Each group's normalised share of the meta-gradient and of the logs:
+  its ``weight``, else its number of agents, over the sum."""
+  raw = {
+      g.name: float(g.num_agents if g.weight is None else g.weight)
+      for g in groups
+  }
+  total = sum(raw.values())
+  return {name: w / total for name, w in raw.items()}
+
+
+def apply_meta_update(
+    meta_optimizer: optax.GradientTransformation,
+    meta_grads: types.MetaParams,
+    meta_opt_state: Any,
+    meta_params: types.MetaParams,
+) -> tuple[types.MetaParams, Any, types.Logs]:
+  """One meta-optimiser step, skipped (meta-parameters and optimiser state
+  unchanged) when the gradient, the update or the new state is not finite.
+
+  Returns the new meta-parameters, optimiser state and logs
+  (``meta_grad_norm``, ``meta_update_norm``, ``skipped_update``).
+  """
+  updates, new_opt_state = meta_optimizer.update(
+      meta_grads, meta_opt_state, meta_params
+  )
+  new_meta_params = optax.apply_updates(meta_params, updates)
+  apply = ops.all_finite((meta_grads, new_meta_params, new_opt_state))
+  meta_params, meta_opt_state = jax.tree.map(
+      lambda new, old: jnp.where(apply, new, old),
+      (new_meta_params, new_opt_state),
+      (meta_params, meta_opt_state),
+  )
+  logs = {
+      "meta_grad_norm": optax.tree.norm(meta_grads),
+      "meta_update_norm": optax.tree.norm(updates),
+      divergence.SKIPPED: jnp.logical_not(apply).astype(jnp.float32),
+  }
+  return meta_params, meta_opt_state, logs
+
+
+class MetaStepProgram:
+  """A meta-step compiled over a ``MetaTrainState`` (what every estimator's
+  population shares).
+
+  Subclasses set ``mesh``, ``inputs`` (the ``MetaTrainState`` fields the
+  program takes, in order) and ``_step`` (from ``_jit_step``): a function
+  of ``_step_args(state)`` returning ``(fields, logs)``, where ``fields``
+  maps ``MetaTrainState`` field names to their new values.
+  """
+
+  mesh: Mesh
+  inputs: tuple[str, ...] = (
+      "meta_params",
+      "meta_opt_state",
+      "step",
+      "agents",
+      "rng",
+  )
+  _step: Any
+
+  def _step_args(self, state: MetaTrainState) -> tuple[Any, ...]:
+    return tuple(getattr(state, name) for name in self.inputs)
+
+  def _jit_step(self, per_device, outputs: Sequence[str], extra_in_specs=()):
+    """``per_device`` (one device's part, taking the ``inputs`` then any
+    extra arguments, and returning ``(fields, logs)`` with ``outputs`` as
+    the fields) over ``mesh``, jitted: agents sharded, the rest
+    replicated."""
+
+    def spec(name):
+      return P(AXIS) if name == "agents" else P()
+
+    sharded = jax.shard_map(
+        per_device,
+        mesh=self.mesh,
+        in_specs=tuple(spec(f) for f in self.inputs) + tuple(extra_in_specs),
+        out_specs=({f: spec(f) for f in outputs}, P()),
+        check_vma=False,
+    )
+    return jax.jit(sharded)
+
+  def place(self, state: MetaTrainState) -> MetaTrainState:
+    """Shards agents over the devices and replicates the rest.
+
+    With several processes, every process must pass the same values (e.g.
+    meta-parameters loaded from a file); it keeps the shards of its own
+    devices.
+    """
+    replicated = NamedSharding(self.mesh, P())
+    sharded = NamedSharding(self.mesh, P(AXIS))
+    return state.replace(
+        meta_params=jax.device_put(state.meta_params, replicated),
+        meta_opt_state=jax.device_put(state.meta_opt_state, replicated),
+        step=jax.device_put(state.step, replicated),
+        rng=jax.device_put(state.rng, replicated),
+        estimator=jax.device_put(state.estimator, replicated),
+        agents=jax.device_put(state.agents, sharded),
+    )
+
+  def lower(self, state: MetaTrainState) -> jax.stages.Lowered:
+    """The meta-step program for ``state``, lowered (e.g. for XLA's
+    ``compile().cost_analysis()``: FLOPs and bytes of one device's part)."""
+    return self._step.lower(*self._step_args(state))
+
+  def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
+    """One meta-step (one compiled program)."""
+    fields, logs = self._step(*self._step_args(state))
+    return state.replace(**fields), logs
+
+
+class Population(MetaStepProgram):
   """Builds and runs the meta-training program.
 
   Args:
@@ -211,6 +322,7 @@ class Population:
       if g.agent.axis_name is not None or g.value_fn.axis_name is not None:
         raise ValueError("Population agents must be built with axis_name=None.")
     self.num_agents = sum(g.num_agents for g in self.groups)
+    self._weights = group_weights(self.groups)
     self.mesh = Mesh(np.asarray(self.devices), (AXIS,))
     self._step = self._build_step()
 
@@ -274,23 +386,6 @@ class Population:
       )
       stacked = stacked.replace(age=jnp.asarray(ages, jnp.int32))
     return stacked
-
-  def place(self, state: MetaTrainState) -> MetaTrainState:
-    """Shards agents over the devices and replicates the rest.
-
-    With several processes, every process must pass the same values (e.g.
-    meta-parameters loaded from a file); it keeps the shards of its own
-    devices.
-    """
-    replicated = NamedSharding(self.mesh, P())
-    sharded = NamedSharding(self.mesh, P(AXIS))
-    return state.replace(
-        meta_params=jax.device_put(state.meta_params, replicated),
-        meta_opt_state=jax.device_put(state.meta_opt_state, replicated),
-        step=jax.device_put(state.step, replicated),
-        rng=jax.device_put(state.rng, replicated),
-        agents=jax.device_put(state.agents, sharded),
-    )
 
   # ------------------------------------------------------------ one agent
   def _agent_meta_step(
@@ -415,7 +510,7 @@ class Population:
         # the pmean below), times its weight; a group without any finite
         # agent makes the meta-gradient NaN, so the update is skipped.
         mean = functools.partial(finite_mean, finite=finite, group=group)
-        weight = self._group_weight(group.name)
+        weight = self._weights[group.name]
         grad_sum = jax.tree.map(lambda g, m=mean, w=weight: m(g) * w, grads)
         grad_sums = (
             grad_sum
@@ -434,44 +529,25 @@ class Population:
         meta_grads = divergence.poison(
             meta_grads, divergence.at_meta_steps(step, schedule[0])
         )
-      updates, new_opt_state = self.meta_optimizer.update(
-          meta_grads, meta_opt_state, meta_params
+      meta_params, meta_opt_state, logs = apply_meta_update(
+          self.meta_optimizer, meta_grads, meta_opt_state, meta_params
       )
-      new_meta_params = optax.apply_updates(meta_params, updates)
-      apply = ops.all_finite((meta_grads, new_meta_params, new_opt_state))
-      meta_params, meta_opt_state = jax.tree.map(
-          lambda new, old: jnp.where(apply, new, old),
-          (new_meta_params, new_opt_state),
-          (meta_params, meta_opt_state),
-      )
-      logs = {
-          "meta_grad_norm": optax.tree.norm(meta_grads),
-          "meta_update_norm": optax.tree.norm(updates),
-          divergence.SKIPPED: jnp.logical_not(apply).astype(jnp.float32),
-          divergence.DIVERGED: 0,
-      }
+      logs[divergence.DIVERGED] = 0
       for name, glogs in group_logs.items():
         logs.update({f"{name}/{k}": v for k, v in glogs.items()})
         logs[divergence.DIVERGED] += glogs[divergence.DIVERGED]
         for k in ("meta_loss", "rewards", "pos_rewards", "neg_rewards"):
-          logs[k] = logs.get(k, 0.0) + glogs[k] * (self._group_weight(name))
-      return (
-          meta_params,
-          meta_opt_state,
-          step + 1,
-          tuple(new_agents),
-          logs,
-          rng,
+          logs[k] = logs.get(k, 0.0) + glogs[k] * self._weights[name]
+      fields = dict(
+          meta_params=meta_params,
+          meta_opt_state=meta_opt_state,
+          step=step + 1,
+          agents=tuple(new_agents),
+          rng=rng,
       )
+      return fields, logs
 
-    sharded = jax.shard_map(
-        per_device,
-        mesh=self.mesh,
-        in_specs=(P(), P(), P(), P(AXIS), P()) + ((P(), P()) if faults else ()),
-        out_specs=(P(), P(), P(), P(AXIS), P(), P()),
-        check_vma=False,
-    )
-    return jax.jit(sharded)
+    return self._jit_step(per_device, self.inputs, (P(), P()) if faults else ())
 
   def _agent_keys(self, rng: jax.Array):
     """``(next loop key, per group: this device's agents' keys or None)``;
@@ -493,44 +569,8 @@ class Population:
       first += g.num_agents
     return rng, keys
 
-  def _group_weight(self, name: str) -> float:
-    """The group's normalised share of the meta-gradient and the logs."""
-    weights = {
-        g.name: float(g.num_agents if g.weight is None else g.weight)
-        for g in self.groups
-    }
-    return weights[name] / sum(weights.values())
-
   def _step_args(self, state: MetaTrainState) -> tuple[Any, ...]:
     schedule = ()
     if self.config.faults is not None:
       schedule = self.config.faults.schedule()
-    return (
-        state.meta_params,
-        state.meta_opt_state,
-        state.step,
-        state.agents,
-        state.rng,
-        *schedule,
-    )
-
-  def lower(self, state: MetaTrainState) -> jax.stages.Lowered:
-    """The meta-step program for ``state``, lowered (e.g. for XLA's
-    ``compile().cost_analysis()``: FLOPs and bytes of one device's part)."""
-    return self._step.lower(*self._step_args(state))
-
-  def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
-    """One meta-step for the whole population (one compiled program)."""
-    meta_params, opt_state, step, agents, logs, rng = self._step(
-        *self._step_args(state)
-    )
-    return (
-        MetaTrainState(
-            meta_params=meta_params,
-            meta_opt_state=opt_state,
-            agents=agents,
-            step=step,
-            rng=rng,
-        ),
-        logs,
-    )
+    return super()._step_args(state) + tuple(schedule)

@@ -1,0 +1,285 @@
+"""A rule's settings from the launchers' flags, and their listing.
+
+Every registered rule has two groups of settings (``update_rules.registry``):
+
+* ``hyper_params``: its loss coefficients and discounts (numbers), e.g.
+  ``--config.hyper_params.entropy_cost=0.01``;
+* ``rule_kwargs``: the other keyword arguments of its factory (switches,
+  sizes, nested settings such as LPG's ``net``), e.g.
+  ``--config.rule_kwargs.clip_value=False``.
+
+``disco-eval`` and ``disco-meta-train`` take both, the same way: ``prepare``
+gives the config every setting of the rule the command line names with its
+default (so the flags may set any of them and an unknown key is a one-line
+error listing the valid ones), and ``apply`` puts them into the rule's agent
+settings. ``describe`` lists every rule's settings with their defaults and
+meanings (``disco-eval --list_rules``, ``--describe_rule=NAME``), read from
+the registry and the rules' factories.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+import inspect
+import re
+from typing import Any
+
+from ml_collections import config_dict
+
+from disco.update_rules import registry
+
+KEYS = ("hyper_params", "rule_kwargs")
+# The agent optimiser's settings a rule's entry gives (disco-eval:
+# --config.KEY, disco-meta-train: --config.agent.KEY), with their meanings.
+AGENT_KEYS = {
+    "learning_rate": "the agents' Adam learning rate",
+    "max_abs_update": "elementwise clip of Adam's update (None: off)",
+    "max_grad_norm": "clip of the gradients' global norm (None: off)",
+    "adam_eps": "Adam's epsilon",
+    "anneal_learning_rate": "anneal the learning rate linearly to 0",
+    "loss_mask": "transitions the losses average over: valid or published",
+}
+# What the hyper-parameters the rules share mean (rule-specific ones are
+# described by their rule's module).
+HYPER_PARAM_MEANINGS = {
+    "discount_factor": "discount gamma of the returns",
+    "td_lambda": "lambda of the TD(lambda) / V-trace returns",
+    "gae_lambda": "lambda of GAE",
+    "entropy_cost": "weight of the policy-entropy bonus",
+    "value_cost": "weight of the value loss",
+    "pg_cost": "weight of the policy-gradient loss",
+    "clip_epsilon": "PPO's ratio (and value) clip",
+    "target_update_tau": "Polyak step of the target network",
+    "epsilon": "KL bound of the E-step (temperature dual)",
+    "epsilon_policy": "KL bound of the policy update (alpha dual)",
+    "q_cost": "weight of the Q loss",
+    "vf_coef": "weight of the value loss",
+    "pi_cost": "weight of the policy loss towards the meta-network's target",
+    "y_cost": "weight of the y-prediction loss",
+    "z_cost": "weight of the z-prediction loss",
+    "aux_policy_cost": "weight of the auxiliary policy-prediction loss",
+    "agent_target_coeff": "weight of the y-prediction loss (LPG's kappa)",
+}
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+  if isinstance(value, config_dict.ConfigDict):
+    return value.to_dict()
+  return dict(value or {})
+
+
+def _merged(own: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+  """``own`` with ``given`` over it, dicts merged one level deep."""
+  out = dict(own)
+  for key, value in given.items():
+    if isinstance(value, dict) and isinstance(out.get(key), dict):
+      value = {**out[key], **value}
+    out[key] = value
+  return out
+
+
+def completed(name: str, given: Any, key: str) -> dict[str, Any]:
+  """The ``key`` settings (``hyper_params`` or ``rule_kwargs``) of rule
+  ``name`` with those ``given`` over its defaults (hyper-parameters as
+  floats): what a config's overrides amount to, however many of the
+  defaults it spells out.
+
+  Raises:
+    ValueError: an unknown rule.
+  """
+  value = _merged(
+      _as_dict(registry.default_settings(name)[key]), _as_dict(given)
+  )
+  if key == "hyper_params":
+    value = {
+        k: float(v) if isinstance(v, (int, float)) else v
+        for k, v in value.items()
+    }
+  return value
+
+
+def factory_parameters(make: Callable[..., Any]) -> list[str]:
+  """The keyword arguments of a rule's factory other than ``hyper_params``
+  (the valid ``rule_kwargs``)."""
+  return [
+      name
+      for name, p in inspect.signature(make).parameters.items()
+      if name != "hyper_params"
+      and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+  ]
+
+
+def prepare(
+    config: config_dict.ConfigDict, settings: config_dict.ConfigDict | None
+) -> None:
+  """Gives ``config.hyper_params`` and ``config.rule_kwargs`` every setting
+  of the rule whose agent ``settings`` are given, with its default; values
+  the config already has stay (so a key the rule lacks is reported later).
+  Hyper-parameters become floats (a flag may then give ``1`` or ``0.5``)."""
+  if settings is None:
+    return
+  with config.unlocked():
+    for key in KEYS:
+      if key not in config:
+        continue
+      given = _as_dict(config[key])
+      value = _merged(_as_dict(settings[key]), given)
+      if key == "hyper_params":
+        value = {
+            k: float(v) if isinstance(v, (int, float)) else v
+            for k, v in value.items()
+        }
+      config[key] = value
+
+
+class SettingsError(ValueError):
+  """An unknown or bad rule setting (one line)."""
+
+
+def apply(
+    settings: config_dict.ConfigDict,
+    hyper_params: Any,
+    rule_kwargs: Any,
+    label: str,
+) -> bool:
+  """Updates the agent ``settings`` with the ``hyper_params`` and
+  ``rule_kwargs`` given (dicts of ``rule_kwargs`` merged one level deep);
+  returns whether anything changed.
+
+  Raises:
+    SettingsError: for a key the rule (``label`` in the message) does not
+      have, naming the valid ones, or a hyper-parameter that is not a
+      finite number.
+  """
+  before = settings.to_dict()
+  given = _as_dict(hyper_params)
+  own = _as_dict(settings.hyper_params)
+  unknown = sorted(set(given) - set(own))
+  if unknown:
+    raise SettingsError(
+        f"Unknown hyper_params {unknown} for rule {label!r}: valid keys are "
+        f"{', '.join(sorted(own)) or 'none'}."
+    )
+  for key, value in given.items():
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value != value
+        or abs(value) == float("inf")
+    ):
+      raise SettingsError(
+          f"config.hyper_params.{key} must be a finite number, got {value!r}."
+      )
+  settings.hyper_params = {**own, **{k: float(v) for k, v in given.items()}}
+  given = _as_dict(rule_kwargs)
+  valid = factory_parameters(registry.get_entry(settings.rule).make)
+  unknown = sorted(set(given) - set(valid))
+  if unknown:
+    raise SettingsError(
+        f"Unknown rule_kwargs {unknown} for rule {label!r}: valid keys are "
+        f"{', '.join(valid) or 'none'}."
+    )
+  settings.rule_kwargs = _merged(_as_dict(settings.rule_kwargs), given)
+  return settings.to_dict() != before
+
+
+# ------------------------------------------------------------- listing ----
+
+
+def _docstring_args(make: Callable[..., Any]) -> dict[str, str]:
+  """``{argument: meaning}`` from the ``Args:`` section of the docstring of
+  ``make`` (or of its ``__init__``); ``a, b: text`` gives both names."""
+  meanings: dict[str, str] = {}
+  for doc in (inspect.getdoc(make), inspect.getdoc(make.__init__)):
+    lines = (doc or "").splitlines()
+    try:
+      start = next(i for i, ln in enumerate(lines) if ln.strip() == "Args:")
+    except StopIteration:
+      continue
+    names: list[str] = []
+    indent = None
+    for line in lines[start + 1 :]:
+      if not line.strip() or not line.startswith(" "):
+        break
+      depth = len(line) - len(line.lstrip())
+      indent = depth if indent is None else indent
+      if depth <= indent:  # a new argument: "name: text" or "a, b: text"
+        m = re.match(r"^\s*([\w, ]+):\s*(.*)$", line)
+        names = []
+        if m:
+          names = [n.strip() for n in m.group(1).split(",") if n.strip()]
+          for n in names:
+            meanings.setdefault(n, m.group(2).strip())
+      else:  # its text continues
+        for n in names:
+          meanings[n] = f"{meanings[n]} {line.strip()}"
+    if meanings:
+      break
+  return {k: v.replace("``", "").rstrip(".") for k, v in meanings.items()}
+
+
+def _text(value: Any) -> str:
+  if isinstance(value, float):
+    return f"{value:g}"
+  if isinstance(value, str):
+    return value
+  return repr(value)
+
+
+def rows(name: str) -> list[tuple[str, str, str]]:
+  """``(setting, default, meaning)`` of every setting of rule ``name``.
+
+  Raises:
+    ValueError: an unknown rule.
+  """
+  entry = registry.get_entry(name)
+  settings = registry.default_settings(name)
+  out = []
+  for key, value in sorted(_as_dict(settings.hyper_params).items()):
+    out.append(
+        (
+            f"hyper_params.{key}",
+            _text(value),
+            HYPER_PARAM_MEANINGS.get(key, "a coefficient of the rule's loss"),
+        )
+    )
+  meanings = _docstring_args(entry.make)
+  kwargs = _as_dict(settings.rule_kwargs)
+  for key in factory_parameters(entry.make):
+    meaning = meanings.get(key, "")
+    if key not in kwargs:  # None by default: no flag can set it
+      continue
+    value = kwargs[key]
+    if isinstance(value, dict):
+      for sub, sub_value in value.items():
+        out.append((f"rule_kwargs.{key}.{sub}", _text(sub_value), meaning))
+    else:
+      out.append((f"rule_kwargs.{key}", _text(value), meaning))
+  for key, meaning in AGENT_KEYS.items():
+    out.append((key, _text(settings[key]), meaning))
+  return out
+
+
+def describe(names: Iterable[str] | None = None) -> str:
+  """A table (rule, setting, default, meaning) of the settings of the rules
+  ``names`` (default: every registered rule).
+
+  Raises:
+    ValueError: an unknown rule.
+  """
+  names = list(registry.rule_names() if names is None else names)
+  table = [("rule", "setting", "default", "meaning")]
+  for name in names:
+    table.extend((name, *row) for row in rows(name))
+  widths = [max(len(r[i]) for r in table) for i in range(3)]
+  lines = [
+      "  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True))
+      + f"  {r[3]}"
+      for r in table
+  ]
+  return "\n".join(ln.rstrip() for ln in lines) + (
+      "\n\nSet them with --config.hyper_params.KEY=VALUE and "
+      "--config.rule_kwargs.KEY=VALUE (disco-eval, disco-meta-train); the "
+      "agent optimiser's with --config.KEY=VALUE (disco-eval) or "
+      "--config.agent.KEY=VALUE (disco-meta-train)."
+  )
