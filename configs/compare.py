@@ -51,6 +51,9 @@ def get_config() -> config_dict.ConfigDict:
           # --config.hyper_params.actor_critic.entropy_cost=0.01: every
           # registered rule of config.rules gets its keys and defaults.
           hyper_params=dict(),
+          # Per-rule other settings of the rule's factory (switches, sizes),
+          # e.g. --config.rule_kwargs.ppo.normalize_advantages=False.
+          rule_kwargs=dict(),
           # Every rule's agent-network changes (the keys of disco-eval's
           # config.network; None: the rule's), e.g.
           # --config.network.obs_embedding=minigrid.

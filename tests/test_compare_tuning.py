@@ -187,3 +187,23 @@ def test_unknown_hyper_parameter_flag_exits_2(tmp_path):
   (line,) = result.stderr.strip().splitlines()
   assert "config.hyper_params.ppo.entropy" in line
   assert "clip_epsilon, discount_factor, entropy_cost" in line
+
+
+def test_per_rule_settings_reach_each_rules_runs(tmp_path):
+  config = _config(
+      [
+          "--config.rules=('actor_critic', 'ppo')",
+          "--config.envs=('catch:rows=5,columns=5',)",
+          "--config.hyper_params.ppo.clip_epsilon=0.1",
+          "--config.rule_kwargs.ppo.normalize_advantages=False",
+          "--config.hyper_params.actor_critic.entropy_cost=0.03",
+          f"--config.output_dir={tmp_path}",
+      ]
+  )
+  plan = compare.build(config)
+  settings = {c.label: c.build(config).rule.settings for c in plan.cells}
+  assert settings["ppo"].hyper_params.clip_epsilon == 0.1
+  assert settings["ppo"].rule_kwargs.normalize_advantages is False
+  assert settings["actor_critic"].hyper_params.entropy_cost == 0.03
+  assert settings["ppo"].hyper_params.entropy_cost == 0.01  # its default
+  assert settings["actor_critic"].rule_kwargs.normalize_adv is False

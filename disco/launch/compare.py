@@ -44,6 +44,7 @@ from disco.comparison import significance
 from disco.environments import registry as env_registry
 from disco.launch import common
 from disco.launch import evaluate
+from disco.launch import rule_settings
 from disco.update_rules import registry as rule_registry
 
 UsageError = common.UsageError
@@ -135,6 +136,7 @@ class Cell:
     overrides: the rule's changes of the disco-eval settings.
     output_dir: where the run writes.
     hyper_params: the rule's hyper-parameter changes.
+    rule_kwargs: the rule's other settings (``rule_settings``).
     network: the agent-network changes (disco-eval's ``network`` keys).
     label: the rule's name in the results (``<rule>-tuned`` for a tuned
       baseline).
@@ -148,6 +150,7 @@ class Cell:
   overrides: dict[str, Any]
   output_dir: Path
   hyper_params: dict[str, Any] = dataclasses.field(default_factory=dict)
+  rule_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
   network: dict[str, Any] = dataclasses.field(default_factory=dict)
   label: str = ""
   tuned: bool = False
@@ -175,6 +178,7 @@ class Cell:
     with eval_config.unlocked():
       eval_config.env_settings = dict(self.env_settings)
       eval_config.hyper_params = dict(self.hyper_params)
+      eval_config.rule_kwargs = dict(self.rule_kwargs)
       for key, value in values.items():
         eval_config[key] = value
       for key, value in self.network.items():
@@ -390,21 +394,22 @@ def _label(rule: str) -> str:
   return Path(rule).stem if rule.endswith(".npz") else rule
 
 
-def _hyper_params(config) -> dict[str, dict[str, Any]]:
-  """``config.hyper_params`` as ``{rule: {key: value}}``.
+def _per_rule(config, key: str) -> dict[str, dict[str, Any]]:
+  """``config.<key>`` (``hyper_params`` or ``rule_kwargs``) as ``{rule:
+  {setting: value}}``.
 
   Raises:
     UsageError: for a rule that is not in ``config.rules``.
   """
-  given = common.as_dict(config.hyper_params or {}, "hyper_params")
+  given = common.as_dict(config.get(key) or {}, key)
   out = {}
   for rule, values in given.items():
     if rule not in config.rules:
       raise UsageError(
-          f"config.hyper_params.{rule}: {rule!r} is not one of config.rules "
+          f"config.{key}.{rule}: {rule!r} is not one of config.rules "
           f"{list(config.rules)}."
       )
-    out[rule] = common.as_dict(values or {}, f"hyper_params.{rule}")
+    out[rule] = common.as_dict(values or {}, f"{key}.{rule}")
   return out
 
 
@@ -426,7 +431,8 @@ def _cells(
           f"one of config.rules {list(config.rules)}."
       )
     overrides[rule] = values
-  hyper_params = _hyper_params(config)
+  hyper_params = _per_rule(config, "hyper_params")
+  rule_kwargs = _per_rule(config, "rule_kwargs")
   network = {
       k: v
       for k, v in common.as_dict(config.network, "network").items()
@@ -462,6 +468,7 @@ def _cells(
             / label
             / report_lib.file_name(key),
             hyper_params=hyper_params.get(rule, {}),
+            rule_kwargs=rule_kwargs.get(rule, {}),
             network=network,
             label=label,
             tuned=tuned,
@@ -839,10 +846,12 @@ def compare(
 
 
 def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
-  """Gives ``config.hyper_params`` an entry per rule of ``config.rules``
-  (as the command line names them) with that rule's hyper-parameters and
-  defaults, so that ``--config.hyper_params.<rule>.<key>=VALUE`` may set any
-  of them and no other (an unknown key: one line naming the valid ones)."""
+  """Gives ``config.hyper_params`` and ``config.rule_kwargs`` an entry per
+  registered rule of ``config.rules`` (as the command line names them) with
+  that rule's settings and defaults (``rule_settings.completed``), so that
+  ``--config.hyper_params.<rule>.<key>=VALUE`` and
+  ``--config.rule_kwargs.<rule>.<key>=VALUE`` may set any of them and no
+  other (an unknown key: one line naming the valid ones)."""
   rules = config.rules
   text = common.override_value(argv, "rules")
   if text is not None:
@@ -851,19 +860,18 @@ def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
     except (ValueError, SyntaxError):
       return  # the flag parser reports it
     rules = (rules,) if isinstance(rules, str) else rules
-  given = common.as_dict(config.hyper_params or {}, "hyper_params")
-  entries = {}
-  for rule in rules or ():
-    if not isinstance(rule, str) or not rule.isidentifier():
-      continue  # files: set their hyper-parameters in a config file
-    try:
-      defaults = _rule_hyper_params(rule)
-    except UsageError:  # build() reports it
-      continue
-    own = common.as_dict(given.get(rule) or {}, f"hyper_params.{rule}")
-    entries[rule] = {k: float(v) for k, v in {**defaults, **own}.items()}
   with config.unlocked():
-    config.hyper_params = entries
+    for key in rule_settings.KEYS:
+      given = common.as_dict(config.get(key) or {}, key)
+      entries = {}
+      for rule in rules or ():
+        if not isinstance(rule, str) or not rule.isidentifier():
+          continue  # files: set their settings in a config file
+        try:
+          entries[rule] = rule_settings.completed(rule, given.get(rule), key)
+        except ValueError:  # an unknown rule: build() reports it
+          continue
+      config[key] = entries
 
 
 def main() -> None:
