@@ -36,7 +36,7 @@ def test_generation_is_deterministic_under_a_key():
   jax.tree.map(np.testing.assert_array_equal, a, b)
   assert any(
       not np.array_equal(x, y)
-      for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(c))
+      for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(c), strict=True)
   )
 
 
