@@ -56,6 +56,8 @@ import numpy as np
 
 from disco.environments import base as env_base
 
+# "No return yet": a finite sentinel (checkpoints refuse non-finite values).
+NO_RETURN = float(np.finfo(np.float32).min)
 NONE, UNIFORM, PLR, GROOVE = "none", "uniform", "plr", "groove"
 KINDS = (NONE, UNIFORM, PLR, GROOVE)
 SCORE_FNS = ("pvl", "max_mc")
@@ -172,6 +174,8 @@ class LifetimeEnd:
     score: the lifetime's PLR score (or the meta-rule's return, GROOVE).
     reference: GROOVE's reference return of the lifetime (else unused).
     ended: bool, which entries are ended lifetimes (the rest are ignored).
+  A score or reference of ``NO_RETURN`` or NaN (no episode ended, or a
+  diverged agent) leaves the buffer as it is.
   """
 
   level: Any
@@ -299,6 +303,7 @@ class LevelSampler:
 
     def one(state, end):
       valid = end.ended & jnp.isfinite(end.score) & jnp.isfinite(end.reference)
+      valid &= (end.score > NO_RETURN) & (end.reference > NO_RETURN)
       clock = state.clock + end.ended.astype(jnp.int32)
       same = jax.tree.leaves(
           jax.tree.map(
@@ -377,3 +382,92 @@ class LevelSampler:
           ),
       )
     return logs
+
+
+# ------------------------------------------------- an agent's lifetime ----
+
+
+@chex.dataclass(frozen=True)
+class ReferenceState:
+  """GROOVE's reference agent, trained beside a meta-training agent on the
+  same level: its learner and actor and the mean return of the episodes
+  that ended in its last meta-step (``NO_RETURN`` before any)."""
+
+  learner: Any
+  actor: Any
+  last_return: jax.Array
+
+
+@chex.dataclass(frozen=True)
+class LevelTrack:
+  """What an agent's lifetime tracks about its level.
+
+  Attributes:
+    level: the lifetime's level.
+    slot: int32 ``[]`` its buffer slot (-1: fresh).
+    replay: bool ``[]`` whether it was replayed.
+    score_sum, score_count: float32 ``[]`` PLR's per-meta-step scores.
+    max_return: float32 ``[]`` best episode return so far (``NO_RETURN``:
+      none yet).
+    last_return: float32 ``[]`` mean return of the episodes that ended in
+      the last meta-step with any (``NO_RETURN``: none yet).
+    reference: GROOVE's ``ReferenceState`` (else None).
+  """
+
+  level: Any
+  slot: jax.Array
+  replay: jax.Array
+  score_sum: jax.Array
+  score_count: jax.Array
+  max_return: jax.Array
+  last_return: jax.Array
+  reference: Any = None
+
+
+def new_track(draw: Draw, reference: ReferenceState | None = None):
+  """A lifetime's fresh ``LevelTrack`` on ``draw``'s level."""
+  return LevelTrack(
+      level=draw.level,
+      slot=jnp.asarray(draw.slot, jnp.int32),
+      replay=jnp.asarray(draw.replay, bool),
+      score_sum=jnp.zeros([], jnp.float32),
+      score_count=jnp.zeros([], jnp.float32),
+      max_return=jnp.full([], NO_RETURN, jnp.float32),
+      last_return=jnp.full([], NO_RETURN, jnp.float32),
+      reference=reference,
+  )
+
+
+def best_episode_return(actor: Any, rollout: Any) -> jax.Array:
+  """The best return of the episodes ending in a ``[T, B]`` rollout that
+  continues ``actor``'s running episodes (``NO_RETURN``: none ended):
+  ``[]``."""
+
+  def step(ret, x):
+    reward, done = x
+    ret = ret + reward
+    return jnp.where(done, 0.0, ret), jnp.where(done, ret, NO_RETURN)
+
+  _, ended = jax.lax.scan(
+      step, actor.episode_return, (rollout.rewards, rollout.is_last)
+  )
+  return ended.max()
+
+
+def step_score(
+    score_fn: str, value_outs: Any, max_return: jax.Array
+) -> jax.Array:
+  """One meta-step's PLR score from value estimates on a rollout.
+
+  Args:
+    score_fn: ``pvl`` (mean of the positive advantages, ``[T, B]``) or
+      ``max_mc`` (mean of ``max_return - V(s_t)``; with no episode ended yet
+      the value itself stands for ``max_return``, scoring 0).
+    value_outs: ``types.ValueOuts`` of the rollout.
+    max_return: the lifetime's best episode return so far.
+  """
+  if score_fn == "pvl":
+    return jnp.maximum(value_outs.adv, 0.0).mean()
+  values = value_outs.value[:-1]
+  best = jnp.where(max_return > NO_RETURN, max_return, values)
+  return (best - values).mean()
