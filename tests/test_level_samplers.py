@@ -1,5 +1,7 @@
 """Level samplers: uniform, PLR and GROOVE buffers (no meta-training)."""
 
+import shutil
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,7 +9,14 @@ import pytest
 
 from disco.environments import base
 from disco.environments import registry
+from disco.launch import common
+from disco.launch import meta_train as mt
+from disco.meta import checkpoints as ckpt_lib
 from disco.meta import level_samplers as ls
+
+from meta_settings import TINY_FLAGS
+from meta_settings import run_launcher
+from meta_settings import tiny_config
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +183,108 @@ def test_bad_settings(kw, match):
 def test_env_without_levels():
   with pytest.raises(base.LevelsUnsupportedError, match="has no levels"):
     ls.LevelSampler(ls.SamplerConfig(), registry.make_env("catch", 1))
+
+
+# ------------------------------------------------------ meta-training ----
+
+LEVELS = (
+    dict(env="lpg/random", env_settings=dict(mode="small"), num_agents=2),
+)
+
+
+def _level_config(out, **sampler):
+  config = tiny_config(
+      output_dir=str(out),
+      num_meta_steps=4,
+      checkpoint_every=2,
+      lifetime_meta_steps=2,
+      population=LEVELS,
+  )
+  config.level_sampler.update(
+      dict(dict(kind="plr", buffer_size=4, min_fill=0.25), **sampler)
+  )
+  return config
+
+
+@pytest.fixture(scope="module")
+def plr_run(tmp_path_factory):
+  out = tmp_path_factory.mktemp("plr") / "run"
+  plan = mt.build(_level_config(out))
+  result = mt.run(plan, log=lambda _: None, progress=False)
+  return dict(out=out, result=result)
+
+
+def test_plr_meta_training_fills_the_buffer_and_logs(plr_run):
+  result = plr_run["result"]
+  levels = jax.device_get(result.state.levels[0])
+  # Two agents, staggered lifetimes of 2 meta-steps: one ends per step.
+  assert int(levels.clock) == 4 and int(levels.draws) == 4
+  assert int(levels.filled.sum()) >= 3
+  history = result.history
+  for column in ("replay_fraction", "buffer_fill", "score_mean", "size"):
+    assert f"lpg/random/levels/{column}" in history.columns
+  sizes = history.column("lpg/random/levels/size")
+  assert np.all((sizes >= 4) & (sizes <= 6))
+  # The agents play their drawn levels.
+  agents = jax.device_get(result.state.agents[0])
+  np.testing.assert_array_equal(
+      agents.actor.env_state.level.size[:, 0], agents.levels.level.size
+  )
+
+
+def test_sampler_state_survives_kill_and_resume_bit_for_bit(plr_run, tmp_path):
+  src, out = plr_run["out"], tmp_path / "resumed"
+  out.mkdir()
+  shutil.copy(src / mt.CONFIG_FILE, out / mt.CONFIG_FILE)
+  shutil.copy(src / mt.METRICS_FILE, out / mt.METRICS_FILE)
+  (out / mt.CHECKPOINT_DIR).mkdir()
+  shutil.copytree(src / mt.CHECKPOINT_DIR / "2", out / mt.CHECKPOINT_DIR / "2")
+  config = _level_config(out)
+  config.resume = True
+  mt.train(config, log=lambda _: None, progress=False)
+  plan = mt.build(_level_config(tmp_path / "x"))
+  template = mt.abstract_state(plan.population, plan.rule)
+  x = ckpt_lib.restore_latest(out / mt.CHECKPOINT_DIR, template)
+  y = ckpt_lib.restore_latest(src / mt.CHECKPOINT_DIR, template)
+  assert x.step == y.step == 4
+  assert int(jax.device_get(x.state.levels[0].clock)) == 4
+  for u, v in zip(
+      jax.tree.leaves(jax.device_get(x.state)),
+      jax.tree.leaves(jax.device_get(y.state)),
+      strict=True,
+  ):
+    np.testing.assert_array_equal(u, v)
+  assert (out / mt.METRICS_FILE).read_text() == (
+      src / mt.METRICS_FILE
+  ).read_text()
+
+
+@pytest.mark.parametrize(
+    "sampler, overrides, match",
+    [
+        (dict(kind="curriculum"), {}, "kind='curriculum' is unknown"),
+        (dict(score_fn="regret"), {}, "score_fn='regret' is unknown"),
+        (
+            {},
+            dict(population=(dict(env="catch", num_agents=2),)),
+            "'catch' has none",
+        ),
+        (dict(buffer_size=1), {}, "smaller than the population"),
+        ({}, dict(lifetime_meta_steps=0), "never start one"),
+        ({}, dict(estimator="pes"), "estimator='backprop' only"),
+    ],
+)
+def test_bad_input(sampler, overrides, match, tmp_path):
+  config = _level_config(tmp_path / "o", **sampler)
+  config.update(overrides)
+  with pytest.raises(common.UsageError, match=match):
+    mt.build(config)
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path):
+  result = run_launcher(
+      [*TINY_FLAGS, "--config.level_sampler.kind=plrr"], cwd=tmp_path
+  )
+  assert result.returncode == 2, result.stderr[-2000:]
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and "kind='plrr' is unknown" in lines[0], lines
