@@ -608,6 +608,9 @@ def _attach_level_samplers(config, groups, settings, estimator, pop_config):
       ref_settings.network = settings.network.to_dict()
       for key in ("learning_rate", "max_abs_update", "loss_mask"):
         ref_settings[key] = settings[key]
+      if "anneal_learning_rate" in ref_settings:
+        # A constant learning rate: lifetimes differ and restart mid-run.
+        ref_settings.anneal_learning_rate = False
       try:
         reference = agent_lib.make_agent(ref_settings, g.env.num_actions)
       except (TypeError, ValueError) as e:
