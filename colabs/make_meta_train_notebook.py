@@ -47,6 +47,11 @@ num_meta_steps = 200
 # environments, observation shapes and action counts, e.g. add
 # dict(env='delayed_chain', num_agents=2) or
 # dict(env='gymnax/CartPole-v1', num_agents=2, weight=0.5).
+# Random grid-world levels with a curriculum: a group
+# dict(env='lpg/random', env_settings=dict(mode='small'), num_agents=2),
+# then config.level_sampler.kind = 'uniform', 'plr' or 'groove' and
+# config.lifetime_meta_steps > 0 in the next cell (README: "Levels and
+# curricula").
 population = (
     dict(env='catch', env_settings=dict(rows=5, columns=5), num_agents=2),
 )

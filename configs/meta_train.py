@@ -124,6 +124,24 @@ def get_config() -> config_dict.ConfigDict:
               antithetic=True,
           ),
           pes=dict(sigma=0.01, antithetic=True),
+          # Curricula over levels (environments with levels: lpg/random,
+          # delayed_chain): 'none' (the environments' own resets), 'uniform',
+          # 'plr' or 'groove' (disco/meta/level_samplers.py). Every group's
+          # agents then draw a level at each new lifetime (needs
+          # lifetime_meta_steps or lifetime_updates; backprop estimator).
+          level_sampler=dict(
+              kind="none",
+              buffer_size=4000,  # PLR/GROOVE levels kept (>= the population)
+              replay_prob=0.95,
+              score_fn="pvl",  # PLR: 'pvl' (positive value loss) | 'max_mc'
+              transform="rank",  # 'rank' | 'power'
+              temperature=0.3,
+              staleness_coef=0.3,
+              min_fill=0.5,  # buffer fraction filled before replays start
+              # GROOVE's reference rule, trained beside each agent on its
+              # level: 'actor_critic' | 'ppo'.
+              reference_rule="actor_critic",
+          ),
           num_meta_steps=800,  # total for the run (a resumed run continues to it)
           lifetime_meta_steps=0,  # reset each agent after this many (0: never)
           # Or lifetimes in agent updates, drawn per agent log-uniformly from

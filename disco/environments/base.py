@@ -14,6 +14,18 @@ Two kinds exist:
   * host environments (``is_jittable = False``): Python objects that keep their
     own state (``state`` is ignored and may be ``None``); they are driven from
     a host loop.
+
+Levels. A jittable environment may also expose *levels*: a level is a pytree
+of arrays holding the parameters that one lifetime's ``reset`` fixes (a grid
+world's size, walls and objects; a chain's length), with the same shapes and
+dtypes for every level, so that levels can be stored in buffers, stacked and
+passed through ``jit``/``vmap``. Such an environment sets ``has_levels =
+True`` and implements ``sample_level(rng)`` (a random level of its
+generator) and ``reset(rng, level)`` (a lifetime on that level; ``level=None``
+draws one with ``sample_level``); ``level_features(level)`` names a few
+scalars of a level for logs. Curricula (``disco.meta.level_samplers``) use
+only this protocol. ``require_levels`` turns a missing protocol into one clear
+error.
 """
 
 from __future__ import annotations
@@ -26,6 +38,22 @@ from dm_env import specs
 from disco import types
 
 EnvState = Any
+Level = Any
+
+
+class LevelsUnsupportedError(ValueError):
+  """An environment without levels was asked for levels."""
+
+
+def require_levels(env: Environment, name: str = "") -> None:
+  """Raises ``LevelsUnsupportedError`` unless ``env`` exposes levels."""
+  if not getattr(env, "has_levels", False):
+    label = name or type(env).__name__
+    raise LevelsUnsupportedError(
+        f"Environment {label!r} has no levels (it does not implement "
+        "sample_level/reset(rng, level)); use one that does, e.g. "
+        "lpg/random or delayed_chain, or set level_sampler.kind='none'."
+    )
 
 
 class Environment(abc.ABC):
@@ -51,6 +79,18 @@ class Environment(abc.ABC):
   @abc.abstractmethod
   def action_spec(self) -> specs.BoundedArray:
     """Spec of a single (unbatched) discrete action: int32, shape ()."""
+
+  has_levels: bool = False
+
+  def sample_level(self, rng: types.Array) -> Level:
+    """A random level (only where ``has_levels``)."""
+    del rng
+    require_levels(self)
+
+  def level_features(self, level: Level) -> dict[str, types.Array]:
+    """Scalars describing ``level`` (for logs); none by default."""
+    del level
+    return {}
 
   @property
   def num_actions(self) -> int:

@@ -43,6 +43,15 @@ Observations (float32):
     the first action), then 20 distractor bits drawn afresh, each a fair
     coin, at every step.
 
+Levels (``disco.environments.base``): a ``ChainLevel`` fixes a lifetime's
+chain length, whether its rewards are noisy and how many distractor bits it
+shows. ``sample_level`` draws the length from the variant's range and keeps
+the variant's noise and distractors, except in the ``random`` variant, which
+draws all three (length in [5, 50], noisy with probability 1/2, 0 to 20
+distractor bits) and observes the one-hot of the chain state followed by 20
+bits, of which the level's first ``distractors`` are fair coins drawn afresh
+at every step and the others 0.
+
 Caveat: only the first action of an episode matters, and with auto-reset that
 action is taken at an observation delivered by a LAST timestep. A learner
 that drops transitions starting at a LAST step (``loss_mask="published"`` in
@@ -104,7 +113,11 @@ VARIANTS: dict[str, ChainVariant] = {
     "state_distraction": ChainVariant(
         "State Distraction", 5, 30, distractor_bits=20
     ),
+    # Not in A.3: every level draws its length in [5, 50], its noise and
+    # 0..20 distractor bits (levels for curricula).
+    "random": ChainVariant("Random", 5, 50, distractor_bits=20),
 }
+RANDOM = "random"
 
 
 def check_settings(batch_size: Any, variant: Any, chain_length: Any) -> None:
@@ -137,6 +150,16 @@ def check_settings(batch_size: Any, variant: Any, chain_length: Any) -> None:
 
 
 @chex.dataclass(frozen=True)
+class ChainLevel:
+  """A delayed-chain level: int32 ``length``, bool ``noisy``, int32
+  ``distractors`` (random bits shown; the ``random`` variant only)."""
+
+  length: types.Array
+  noisy: types.Array
+  distractors: types.Array
+
+
+@chex.dataclass(frozen=True)
 class ChainState:
   """State of ``B`` delayed-chain streams.
 
@@ -148,6 +171,8 @@ class ChainState:
       (False before it).
     length: ``[B]`` int32 chain length ``N`` of the lifetime.
     rng: ``[B, ...]`` one PRNG key per stream (used for the next step).
+    noisy: ``[B]`` bool, whether the lifetime's rewards are noisy.
+    distractors: ``[B]`` int32 distractor bits shown (``random`` variant).
   """
 
   start: types.Array
@@ -155,9 +180,16 @@ class ChainState:
   rewarding: types.Array
   length: types.Array
   rng: types.Array
+  noisy: types.Array
+  distractors: types.Array
 
 
-def _observe(start, depth, rewarding, rng, variant):
+def _observe(start, depth, rewarding, rng, variant, distractors=None):
+  if variant.name == VARIANTS[RANDOM].name:
+    tabular = _observe(start, depth, rewarding, rng, _TABULAR_RANDOM)
+    noise = jax.random.bernoulli(rng, 0.5, (variant.distractor_bits,))
+    noise &= jnp.arange(variant.distractor_bits) < distractors
+    return jnp.concatenate([tabular, noise.astype(jnp.float32)])
   if variant.distractor_bits:
     noise = jax.random.bernoulli(rng, 0.5, (variant.distractor_bits,))
     relevant = jnp.stack([start == 1, rewarding & (depth > 0)])
@@ -169,16 +201,25 @@ def _observe(start, depth, rewarding, rng, variant):
   return jax.nn.one_hot(index, 2 + 2 * chain_states, dtype=jnp.float32)
 
 
-def _reset_stream(rng, length, variant):
+def _reset_stream(rng, level, variant):
+  length = level.length
   next_rng, start_rng, obs_rng = jax.random.split(rng, 3)
   start = jax.random.randint(start_rng, (), 0, NUM_ACTIONS, jnp.int32)
   depth = jnp.zeros((), jnp.int32)
   rewarding = jnp.zeros((), bool)
   state = ChainState(
-      start=start, depth=depth, rewarding=rewarding, length=length, rng=next_rng
+      start=start,
+      depth=depth,
+      rewarding=rewarding,
+      length=length,
+      rng=next_rng,
+      noisy=level.noisy,
+      distractors=level.distractors,
   )
   timestep = types.EnvTimestep(
-      observation=_observe(start, depth, rewarding, obs_rng, variant),
+      observation=_observe(
+          start, depth, rewarding, obs_rng, variant, level.distractors
+      ),
       reward=jnp.zeros((), jnp.float32),
       step_type=jnp.asarray(types.FIRST, jnp.int32),
       discount=jnp.ones((), jnp.float32),
@@ -194,9 +235,11 @@ def _step_stream(state, action, variant):
   depth = state.depth + 1
   done = depth >= state.length
   final = jnp.where(rewarding, 1.0, -1.0)
-  noise = 0.0
-  if variant.noisy_rewards:
-    noise = jnp.where(jax.random.bernoulli(noise_rng), 1.0, -1.0)
+  noise = jnp.where(
+      state.noisy,
+      jnp.where(jax.random.bernoulli(noise_rng), 1.0, -1.0),
+      0.0,
+  )
   reward = jnp.where(done, final, noise).astype(jnp.float32)
   # A finished episode restarts at once; the timestep keeps its reward and
   # LAST but shows the next episode's start state.
@@ -207,15 +250,13 @@ def _step_stream(state, action, variant):
   )
   depth = jnp.where(done, 0, depth)
   rewarding = rewarding & ~done
-  new_state = ChainState(
-      start=start,
-      depth=depth,
-      rewarding=rewarding,
-      length=state.length,
-      rng=next_rng,
+  new_state = state.replace(
+      start=start, depth=depth, rewarding=rewarding, rng=next_rng
   )
   timestep = types.EnvTimestep(
-      observation=_observe(start, depth, rewarding, obs_rng, variant),
+      observation=_observe(
+          start, depth, rewarding, obs_rng, variant, state.distractors
+      ),
       reward=reward,
       step_type=jnp.where(done, types.LAST, types.MID).astype(jnp.int32),
       discount=jnp.where(done, 0.0, 1.0).astype(jnp.float32),
@@ -237,6 +278,7 @@ class DelayedChain(base.Environment):
   """
 
   is_jittable = True
+  has_levels = True
 
   def __init__(
       self,
@@ -262,30 +304,59 @@ class DelayedChain(base.Environment):
     self.variant = VARIANTS[variant]
     self.chain_length = None if chain_length is None else int(chain_length)
     self._reset = jax.jit(self._reset_fn)
+    self._sample = jax.jit(self._sample_level)
     self._step = jax.jit(
         jax.vmap(functools.partial(_step_stream, variant=self.variant))
     )
 
-  def _reset_fn(self, rng):
-    length_rng, stream_rng = jax.random.split(rng)
+  def _sample_level(self, rng):
+    # The length comes from ``rng`` itself (as before levels existed).
+    length_rng = rng
+    noise_rng, bits_rng = (jax.random.fold_in(rng, i) for i in (1, 2))
+    v = self.variant
     if self.chain_length is None:
       length = jax.random.randint(
-          length_rng,
-          (),
-          self.variant.min_length,
-          self.variant.max_length + 1,
-          jnp.int32,
+          length_rng, (), v.min_length, v.max_length + 1, jnp.int32
       )
     else:
       length = jnp.asarray(self.chain_length, jnp.int32)
+    if self.variant_name == RANDOM:
+      noisy = jax.random.bernoulli(noise_rng)
+      bits = jax.random.randint(
+          bits_rng, (), 0, v.distractor_bits + 1, jnp.int32
+      )
+    else:
+      noisy = jnp.asarray(v.noisy_rewards)
+      bits = jnp.asarray(v.distractor_bits, jnp.int32)
+    return ChainLevel(length=length, noisy=noisy, distractors=bits)
+
+  def _reset_fn(self, rng, level=None):
+    length_rng, stream_rng = jax.random.split(rng)
+    if level is None:
+      level = self._sample_level(length_rng)
     return jax.vmap(
         functools.partial(_reset_stream, variant=self.variant),
         in_axes=(0, None),
-    )(jax.random.split(stream_rng, self.batch_size), length)
+    )(jax.random.split(stream_rng, self.batch_size), level)
 
-  def reset(self, rng: types.Array) -> tuple[ChainState, types.EnvTimestep]:
-    """Starts a lifetime: ``B`` first episodes from one key."""
-    return self._reset(rng)
+  def sample_level(self, rng: types.Array) -> ChainLevel:
+    """A random level: the variant's range of lengths (``random``: its
+    noise and distractor bits too)."""
+    return self._sample(rng)
+
+  def level_features(self, level: ChainLevel) -> dict[str, types.Array]:
+    return dict(
+        length=level.length.astype(jnp.float32),
+        noisy=level.noisy.astype(jnp.float32),
+        distractors=level.distractors.astype(jnp.float32),
+    )
+
+  def reset(
+      self, rng: types.Array, level: ChainLevel | None = None
+  ) -> tuple[ChainState, types.EnvTimestep]:
+    """Starts a lifetime: ``B`` first episodes from one key (on ``level``;
+    None: one drawn from the key)."""
+    return self._reset(rng, level)
 
   def step(
       self, state: ChainState, actions: types.Array
@@ -296,6 +367,12 @@ class DelayedChain(base.Environment):
     return self._step(state, actions)
 
   def observation_spec(self) -> specs.Array:
+    if self.variant_name == RANDOM:
+      return specs.Array(
+          (2 * self.variant.max_length + self.variant.distractor_bits,),
+          np.float32,
+          name="state_one_hot_and_bits",
+      )
     if self.variant.distractor_bits:
       return specs.Array(
           (2 + self.variant.distractor_bits,), np.float32, name="bits"
@@ -307,6 +384,10 @@ class DelayedChain(base.Environment):
   def action_spec(self) -> specs.BoundedArray:
     return specs.BoundedArray((), np.int32, 0, NUM_ACTIONS - 1, name="action")
 
+
+_TABULAR_RANDOM = dataclasses.replace(
+    VARIANTS[RANDOM], name="Random (tabular part)", distractor_bits=0
+)
 
 CHAIN_SETTINGS: dict[str, Any] = dict(variant="short", chain_length=None)
 

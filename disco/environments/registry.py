@@ -6,7 +6,8 @@ Register your own with ``register_env``; the launchers then accept its name
 (``disco-eval --config.env=<name>``; ``--config.env=list`` lists them).
 
 Registered here: Catch (jittable and ``dm_env``), the LPG grid worlds
-(``lpg/<layout>``) and delayed chain of Oh et al. (2020), every
+(``lpg/<layout>``) and delayed chain of Oh et al. (2020), random grid-world
+levels (``lpg/random``, see ``lpg_levels``), every
 discrete-action gymnax environment (``gymnax/<id>``) and the XLand-MiniGrid
 environments (``xminigrid/<id>``). The suites' packages are imported only
 when one of their environments is built or its settings are read.
@@ -26,6 +27,7 @@ from disco.environments import catch_dm_env
 from disco.environments import delayed_chain
 from disco.environments import gymnax_envs
 from disco.environments import lpg_grid
+from disco.environments import lpg_levels
 from disco.environments import xminigrid_envs
 
 
@@ -138,6 +140,13 @@ def is_jittable(name: str) -> bool:
   return get_entry(name).jittable
 
 
+def level_env_names() -> tuple[str, ...]:
+  """The registered environments known to expose levels (``has_levels``)."""
+  return tuple(
+      n for n, e in _REGISTRY.items() if getattr(e.make, "has_levels", False)
+  )
+
+
 def make_env(name: str, batch_size: int, **settings: Any) -> base.Environment:
   """Builds ``batch_size`` streams of environment ``name``.
 
@@ -183,6 +192,10 @@ register_env(
 )
 for _specs, _description in (
     (lpg_grid.ENV_SPECS, "LPG grid world (Oh et al. 2020, Appendix A.1)"),
+    (
+        lpg_levels.ENV_SPECS,
+        "random LPG grid-world levels (GROOVE's random modes)",
+    ),
     (
         delayed_chain.ENV_SPECS,
         "delayed chain MDP (Oh et al. 2020, Appendix A.3)",

@@ -78,6 +78,7 @@ from disco.meta import es as es_lib
 from disco.meta import estimators as estimators_lib
 from disco.meta import history as history_lib
 from disco.meta import keys as keys_lib
+from disco.meta import level_samplers
 from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import pes as pes_lib
 from disco.meta import population as population_lib
@@ -562,6 +563,75 @@ def _normalizers(groups, config) -> dict[str, tuple[float, float]]:
   return out
 
 
+def _attach_level_samplers(config, groups, settings, estimator, pop_config):
+  """The groups with ``config.level_sampler``'s samplers (UsageError on a
+  bad setting, an environment without levels, a buffer smaller than the
+  population, no lifetimes or another estimator than backprop)."""
+  spec = common.as_dict(config.level_sampler, "level_sampler")
+  try:
+    sampler_config = level_samplers.SamplerConfig(**spec)
+  except (TypeError, ValueError) as e:
+    raise UsageError(f"config.{common.one_line(e)}") from None
+  if sampler_config.kind == level_samplers.NONE:
+    return groups
+  if estimator != estimators_lib.BACKPROP:
+    raise UsageError(
+        f"config.level_sampler.kind={sampler_config.kind!r} works with "
+        f"estimator='backprop' only, not {estimator!r}: set "
+        "level_sampler.kind='none' or estimator='backprop'."
+    )
+  if not pop_config.lifetime_meta_steps and pop_config.lifetime_updates is None:
+    raise UsageError(
+        "config.level_sampler draws a level at each new lifetime, but agents "
+        "never start one: set lifetime_meta_steps or lifetime_updates."
+    )
+  total = sum(g.num_agents for g in groups)
+  if sampler_config.buffered and sampler_config.buffer_size < total:
+    raise UsageError(
+        f"config.level_sampler.buffer_size={sampler_config.buffer_size} is "
+        f"smaller than the population ({total} agents): use a buffer of at "
+        f"least {total} levels."
+    )
+  population = config.population
+  if isinstance(population, (dict, config_dict.ConfigDict)):
+    population = (population,)
+  out = []
+  for g, spec_g in zip(groups, population, strict=True):
+    env_name = common.as_dict(spec_g, "population")["env"]
+    if not getattr(g.env, "has_levels", False):
+      raise UsageError(
+          f"config.level_sampler needs environments with levels, but "
+          f"{env_name!r} has none; use "
+          f"{', '.join(env_registry.level_env_names())} or set "
+          "level_sampler.kind='none'."
+      )
+    reference = None
+    if sampler_config.kind == level_samplers.GROOVE:
+      ref_settings = rule_registry.default_settings(
+          sampler_config.reference_rule
+      )
+      ref_settings.network = settings.network.to_dict()
+      for key in ("learning_rate", "max_abs_update", "loss_mask"):
+        ref_settings[key] = settings[key]
+      if "anneal_learning_rate" in ref_settings:
+        # A constant learning rate: lifetimes differ and restart mid-run.
+        ref_settings.anneal_learning_rate = False
+      try:
+        reference = agent_lib.make_agent(ref_settings, g.env.num_actions)
+      except (TypeError, ValueError) as e:
+        raise UsageError(
+            f"config.level_sampler.reference_rule: {common.one_line(e)}"
+        ) from None
+    out.append(
+        dataclasses.replace(
+            g,
+            level_sampler=level_samplers.LevelSampler(sampler_config, g.env),
+            reference_agent=reference,
+        )
+    )
+  return out
+
+
 def _make_population(
     config, estimator, groups, pop_config, meta_optimizer, devices
 ):
@@ -620,6 +690,9 @@ def build(config: config_dict.ConfigDict) -> Plan:
   settings = _agent_settings(config)
   estimator = _estimator(config)
   groups = _make_groups(config, settings, _value_fn(config))
+  groups = _attach_level_samplers(
+      config, groups, settings, estimator, pop_config
+  )
   bad = [
       f"{g.name}: {g.num_agents}" for g in groups if g.num_agents % len(devices)
   ]
@@ -681,6 +754,7 @@ def abstract_state(
       rng=with_sharding(replicated)(shapes.rng),
       agents=jax.tree.map(with_sharding(sharded), shapes.agents),
       estimator=jax.tree.map(with_sharding(replicated), shapes.estimator),
+      levels=jax.tree.map(with_sharding(replicated), shapes.levels),
   )
 
 

@@ -32,6 +32,13 @@ the meta-optimiser state unchanged. A healthy step computes what it would
 without these checks (XLA may fuse its operations differently around them,
 which can change results in the last bits).
 
+Levels (``AgentGroup.level_sampler``): an agent starting a lifetime draws
+its level from the group's sampler and its environment restarts on it; when
+the lifetime ends, its score goes to the sampler (see
+``disco.meta.level_samplers``). The sampler's state is replicated: each
+device draws for its agents, the ended lifetimes are gathered from every
+device and every device applies the same update.
+
 Random keys follow ``PopulationConfig.key_scheme`` (``disco.meta.keys``): by
 default the published notebook's, so that a run can be compared with it step
 by step.
@@ -59,11 +66,14 @@ from disco import types
 from disco.environments import base as env_base
 from disco.meta import divergence
 from disco.meta import keys as keys_lib
+from disco.meta import level_samplers
 from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import value_function
 from disco.training import acting
 
 AXIS = "devices"
+# fold_in salts of the level keys (they leave every other key unchanged).
+_LEVEL_SALT, _REFERENCE_SALT = 0x1E7E1, 0x4EFE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +89,11 @@ class AgentGroup:
     weight: the group's share of the meta-gradient (the weights of all
       groups are normalised to sum to 1); None: ``num_agents``, i.e. every
       agent counts the same.
+    level_sampler: draws each lifetime's level (None: the environment's own
+      resets); needs lifetimes (``lifetime_meta_steps`` or
+      ``lifetime_updates``).
+    reference_agent: GROOVE's reference agent (a hand-designed rule), trained
+      beside every agent on its level (GROOVE samplers only).
   """
 
   name: str
@@ -87,6 +102,8 @@ class AgentGroup:
   value_fn: value_function.ValueFunction
   num_agents: int
   weight: float | None = None
+  level_sampler: level_samplers.LevelSampler | None = None
+  reference_agent: agent_lib.Agent | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +160,8 @@ class AgentState:
   rng: jax.Array
   # Learner updates of the current lifetime (with lifetime_updates only).
   lifetime: jax.Array | None = None
+  # The lifetime's level and its scores (with a level sampler only).
+  levels: level_samplers.LevelTrack | None = None
 
 
 @chex.dataclass(frozen=True)
@@ -160,6 +179,8 @@ class MetaTrainState:
   step: jax.Array
   rng: jax.Array  # the loop key (``disco.meta.keys``)
   estimator: Any = None
+  # Per group: its level sampler's state (None without); None: no samplers.
+  levels: Any = None
 
 
 def draw_lifetime(rng: jax.Array, low: int, high: int) -> jax.Array:
@@ -265,6 +286,7 @@ class MetaStepProgram:
         step=jax.device_put(state.step, replicated),
         rng=jax.device_put(state.rng, replicated),
         estimator=jax.device_put(state.estimator, replicated),
+        levels=jax.device_put(state.levels, replicated),
         agents=jax.device_put(state.agents, sharded),
     )
 
@@ -289,6 +311,8 @@ class Population(MetaStepProgram):
     meta_optimizer: optax transformation of the meta-parameters.
     devices: devices to shard agents across (default: ``jax.devices()``).
   """
+
+  inputs = MetaStepProgram.inputs + ("levels",)
 
   def __init__(
       self,
@@ -327,12 +351,36 @@ class Population(MetaStepProgram):
     self._step = self._build_step()
 
   # ------------------------------------------------------------------ init
-  def _init_agent(self, group: AgentGroup, rng: jax.Array) -> AgentState:
+  def _init_agent(
+      self,
+      group: AgentGroup,
+      rng: jax.Array,
+      draw: level_samplers.Draw | None = None,
+  ) -> AgentState:
+    """A fresh agent; with a level sampler, on ``draw``'s level (None: a
+    fresh level drawn from ``rng``)."""
+    sampler = group.level_sampler
+    if sampler is not None and draw is None:
+      draw = sampler.draw(sampler.init(), jax.random.fold_in(rng, _LEVEL_SALT))
     env_rng, learner_rng, value_rng, rng = keys_lib.split_agent_key(
         self.config.key_scheme, rng
     )
-    actor = acting.init_actor(group.env, env_rng)
+    level = None if draw is None else draw.level
+    actor = acting.init_actor(group.env, env_rng, level)
     obs = jax.tree.map(lambda x: x[0], actor.timestep.observation)
+    track = None
+    if sampler is not None:
+      reference = None
+      if group.reference_agent is not None:
+        ref_rng = jax.random.fold_in(learner_rng, _REFERENCE_SALT)
+        reference = level_samplers.ReferenceState(
+            learner=group.reference_agent.initial_learner_state(ref_rng, obs),
+            actor=acting.init_actor(
+                group.env, jax.random.fold_in(env_rng, _REFERENCE_SALT), level
+            ),
+            last_return=jnp.full([], level_samplers.NO_RETURN, jnp.float32),
+        )
+      track = level_samplers.new_track(draw, reference)
     lifetime = None
     if self.config.lifetime_updates is not None:
       lifetime = draw_lifetime(
@@ -345,6 +393,7 @@ class Population(MetaStepProgram):
         age=jnp.zeros([], jnp.int32),
         rng=rng,
         lifetime=lifetime,
+        levels=track,
     )
 
   def init(
@@ -372,8 +421,18 @@ class Population(MetaStepProgram):
         agents=tuple(agents),
         step=jnp.zeros([], jnp.int32),
         rng=loop_rng,
+        levels=self._init_levels(),
     )
     return self.place(state)
+
+  def _init_levels(self):
+    """Per group its sampler's initial state (None: no samplers at all)."""
+    if all(g.level_sampler is None for g in self.groups):
+      return None
+    return tuple(
+        None if g.level_sampler is None else g.level_sampler.init()
+        for g in self.groups
+    )
 
   def _init_group(self, group: AgentGroup, rngs: jax.Array) -> AgentState:
     """The group's agents from their keys ``[num_agents, 2]``."""
@@ -394,8 +453,10 @@ class Population(MetaStepProgram):
       meta_params,
       state: AgentState,
       keys: keys_lib.AgentKeys | None = None,
+      draw: level_samplers.Draw | None = None,
   ):
-    """``keys``: the agent's keys (None: from its own chain)."""
+    """``keys``: the agent's keys (None: from its own chain); ``draw``: the
+    level a new lifetime would start on (with a level sampler)."""
     cfg = self.config
     rng = state.rng
     if keys is None:
@@ -414,16 +475,24 @@ class Population(MetaStepProgram):
           length,
       )
 
+    tracking = group.level_sampler is not None
+
     def train_rollout(actor, key):
       actor, r = rollout(actor, key, cfg.rollout_len)
+      best = level_samplers.best_episode_return(actor, r) if tracking else 0
       actor, stats = acting.episode_stats(actor, r)
+      if tracking:
+        stats = dict(stats, best_return=best)
       return actor, (r, stats)
 
     actor, (train, stats) = jax.lax.scan(
         train_rollout, state.actor, jax.random.split(act_rng, cfg.inner_steps)
     )
     actor, valid = rollout(actor, act_rng, 2 * cfg.rollout_len)
-    actor, _ = acting.episode_stats(actor, valid)
+    valid_best = None
+    if tracking:
+      valid_best = level_samplers.best_episode_return(actor, valid)
+    actor, valid_stats = acting.episode_stats(actor, valid)
 
     grads, (learner, value, train_logs, meta_logs) = (
         meta_gradient_lib.meta_gradient(
@@ -464,13 +533,105 @@ class Population(MetaStepProgram):
     if cfg.lifetime_updates is not None:
       # Restart after the last meta-step that fits in the lifetime.
       restart |= (new_state.age + 1) * cfg.inner_steps > new_state.lifetime
-    fresh = self._init_agent(group, reset_rng)
+    end = None
+    if tracking:
+      track, end = self._track_level(
+          group,
+          state,
+          act_rng,
+          stats,
+          valid_stats,
+          jnp.maximum(stats["best_return"].max(), valid_best),
+          valid,
+          restart,
+      )
+      new_state = new_state.replace(levels=track)
+    fresh = self._init_agent(group, reset_rng, draw)
+    if not tracking:
+      # The environment streams go on into the new lifetime.
+      fresh = fresh.replace(actor=new_state.actor)
     new_state = jax.tree.map(
-        lambda f, s: jnp.where(restart, f, s),
-        fresh.replace(actor=new_state.actor),
-        new_state,
+        lambda f, s: jnp.where(restart, f, s), fresh, new_state
     )
-    return grads, new_state, logs, finite
+    return grads, new_state, logs, finite, end
+
+  def _track_level(
+      self, group, state, act_rng, stats, valid_stats, best, valid, restart
+  ):
+    """The agent's level track after this meta-step, and what its lifetime
+    tells the sampler if it ends here (``LifetimeEnd``, one agent)."""
+    sampler = group.level_sampler
+    track = state.levels
+    episodes = stats["episodes"].sum() + valid_stats["episodes"]
+    total = stats["return_sum"].sum() + valid_stats["return_sum"]
+    mean_return = total / jnp.maximum(episodes, 1)
+    track = track.replace(
+        max_return=jnp.maximum(track.max_return, best),
+        last_return=jnp.where(episodes > 0, mean_return, track.last_return),
+    )
+    if sampler.config.kind == level_samplers.PLR:
+      outs, _, _, _ = group.value_fn.value_outs(
+          state.value, valid, valid.logits
+      )
+      score = level_samplers.step_score(
+          sampler.config.score_fn, outs, track.max_return
+      )
+      track = track.replace(
+          score_sum=track.score_sum + score,
+          score_count=track.score_count + 1,
+      )
+    reference_return = jnp.zeros([], jnp.float32)
+    if track.reference is not None:
+      ref = self._reference_step(group, track.reference, act_rng)
+      track = track.replace(reference=ref)
+      reference_return = ref.last_return
+    if sampler.config.kind == level_samplers.GROOVE:
+      # Without ended episodes (NO_RETURN) the sampler skips the lifetime.
+      score = track.last_return
+    else:
+      score = track.score_sum / jnp.maximum(track.score_count, 1)
+    end = level_samplers.LifetimeEnd(
+        level=track.level,
+        slot=track.slot,
+        score=score,
+        reference=reference_return,
+        ended=restart,
+    )
+    return track, end
+
+  def _reference_step(self, group, ref, act_rng):
+    """``inner_steps`` updates of GROOVE's reference agent on its level."""
+    cfg, agent = self.config, group.reference_agent
+    rng = jax.random.fold_in(act_rng, _REFERENCE_SALT)
+
+    def update(carry, key):
+      learner, actor = carry
+      act_key, learn_key = jax.random.split(key)
+      actor, r = acting.unroll_actor(
+          agent,
+          group.env,
+          learner.params,
+          learner.rule_state,
+          actor,
+          act_key,
+          cfg.rollout_len,
+      )
+      actor, stats = acting.episode_stats(actor, r)
+      learner, _ = agent.learner_step(learn_key, r, learner, {})
+      return (learner, actor), stats
+
+    (learner, actor), stats = jax.lax.scan(
+        update,
+        (ref.learner, ref.actor),
+        jax.random.split(rng, cfg.inner_steps),
+    )
+    episodes = stats["episodes"].sum()
+    mean_return = stats["return_sum"].sum() / jnp.maximum(episodes, 1)
+    return ref.replace(
+        learner=learner,
+        actor=actor,
+        last_return=jnp.where(episodes > 0, mean_return, ref.last_return),
+    )
 
   # ------------------------------------------------------------- the step
   def _build_step(self):
@@ -487,12 +648,22 @@ class Population(MetaStepProgram):
       scale = group.num_agents / jax.lax.psum(finite.sum(), AXIS)
       return share * scale.astype(share.dtype)
 
-    def per_device(meta_params, meta_opt_state, step, agents, rng, *schedule):
+    def per_device(
+        meta_params, meta_opt_state, step, agents, rng, levels, *schedule
+    ):
       grad_sums, new_agents, group_logs = None, [], {}
+      level_rng = jax.random.fold_in(rng, _LEVEL_SALT)
+      new_levels = None if levels is None else list(levels)
       rng, agent_keys = self._agent_keys(rng)
       for i, (group, group_state, keys) in enumerate(
           zip(self.groups, agents, agent_keys, strict=True)
       ):
+        sampler, draws = group.level_sampler, None
+        if sampler is not None:
+          draw_rng = jax.random.fold_in(
+              jax.random.fold_in(level_rng, i), jax.lax.axis_index(AXIS)
+          )
+          draws = sampler.draw_many(levels[i], draw_rng, local[group.name])
         if i == 0 and faults:
           first = jnp.arange(local[group.name]) == 0
           hit = divergence.at_meta_steps(step, schedule[1])
@@ -503,9 +674,9 @@ class Population(MetaStepProgram):
                   params=divergence.poison(learner.params, first & hit)
               )
           )
-        grads, new_state, logs, finite = jax.vmap(
+        grads, new_state, logs, finite, ends = jax.vmap(
             functools.partial(self._agent_meta_step, group, meta_params)
-        )(group_state, keys)
+        )(group_state, keys, draws)
         # The group's mean over its finite agents (over all devices after
         # the pmean below), times its weight; a group without any finite
         # agent makes the meta-gradient NaN, so the update is skipped.
@@ -524,6 +695,11 @@ class Population(MetaStepProgram):
         group_logs[group.name][divergence.DIVERGED] = jax.lax.psum(
             jnp.logical_not(finite).sum(), AXIS
         )
+        if sampler is not None:
+          new_levels[i], level_logs = self._update_levels(
+              group, levels[i], ends, draws, new_state
+          )
+          group_logs[group.name].update(level_logs)
       meta_grads = jax.lax.pmean(grad_sums, AXIS)
       if faults:
         meta_grads = divergence.poison(
@@ -544,10 +720,30 @@ class Population(MetaStepProgram):
           step=step + 1,
           agents=tuple(new_agents),
           rng=rng,
+          levels=None if new_levels is None else tuple(new_levels),
       )
       return fields, logs
 
     return self._jit_step(per_device, self.inputs, (P(), P()) if faults else ())
+
+  def _update_levels(self, group, sampler_state, ends, draws, agents):
+    """The sampler state after this meta-step's ended lifetimes (gathered
+    from every device, so every device computes the same), and its logs
+    (``levels/...``: the sampler's statistics and the mean features of the
+    agents' current levels)."""
+    sampler = group.level_sampler
+    gather = functools.partial(jax.lax.all_gather, axis_name=AXIS, tiled=True)
+    all_ends = jax.tree.map(gather, ends)
+    state = sampler.update(sampler_state, all_ends)
+    state = sampler.count_draws(
+        state, jax.tree.map(gather, draws), all_ends.ended
+    )
+    logs = {f"levels/{k}": v for k, v in sampler.stats(state).items()}
+    features = jax.vmap(group.env.level_features)(agents.levels.level)
+    for k, v in features.items():
+      logs[f"levels/{k}"] = jax.lax.pmean(v.mean(), AXIS)
+    logs["levels/ended"] = all_ends.ended.sum().astype(jnp.float32)
+    return state, logs
 
   def _agent_keys(self, rng: jax.Array):
     """``(next loop key, per group: this device's agents' keys or None)``;

@@ -23,8 +23,15 @@ class ActorCarry:
   episode_length: jax.Array  # [B]
 
 
-def init_actor(env: env_base.Environment, rng: jax.Array) -> ActorCarry:
-  env_state, timestep = env.reset(rng)
+def init_actor(
+    env: env_base.Environment, rng: jax.Array, level: Any = None
+) -> ActorCarry:
+  """A new lifetime's carry; ``level``: the level to reset to (environments
+  with levels only; None: the environment's own reset)."""
+  if level is None:
+    env_state, timestep = env.reset(rng)
+  else:
+    env_state, timestep = env.reset(rng, level)
   batch = env.batch_size
   return ActorCarry(
       env_state=env_state,
