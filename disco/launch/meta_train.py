@@ -665,7 +665,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
       meta_params=meta_params,
       output_dir=output_dir,
   )
-  validation = _validation(plan)
+  validation = make_validation(plan)
   if validation is not None and not validation.settings.in_process:
     validation = None  # checked for disco-validate; off in this process
   return dataclasses.replace(plan, validation=validation)
@@ -697,7 +697,7 @@ def _export_run_params(
   )
 
 
-def _validation(
+def make_validation(
     plan: Plan, block: Any = None
 ) -> validation_lib.Validation | None:
   """The run's held-out validation (``block``: its settings, default

@@ -359,15 +359,15 @@ class Validator:
     self.settings = settings
     self.run_dir = Path(run_dir)
     self.references = compare.parse_references(settings.references)
-    resolved = common.ResolvedRule(
-        label="validation",
-        settings=rule_settings,
-        rule=rule,
-        meta_params=None,
-        source="file",
-    )
     self.plans: dict[str, evaluate.Plan] = {}
     for i, env in enumerate(settings.envs):
+      resolved = common.ResolvedRule(
+          label=f"validation on {env.key}",
+          settings=rule_settings,
+          rule=rule,
+          meta_params=None,
+          source="file",
+      )
       where = f"config.validation.envs[{i}] ({env.key})"
       try:
         normalization.normalize(0.0, env.key, self.references)
