@@ -279,9 +279,7 @@ def _result(step, aggregate, score=0.5):
 
 
 def test_record_keeps_the_best_and_each_step_once(tmp_path):
-  settings = val.parse_settings(
-      dict(val.default_config(), **VALIDATION, every=2)
-  )
+  settings = val.parse_settings(dict(val.default_config(), **VALIDATION))
   saved = []
 
   def export(path, params, step, **extra):
@@ -302,9 +300,7 @@ def test_record_keeps_the_best_and_each_step_once(tmp_path):
   assert sorted(record.validated_steps()) == [0, 2, 4, 6, 8]
   assert len(record.rows()) == 10
   # A record with other settings refuses the folder.
-  other = val.parse_settings(
-      dict(val.default_config(), **VALIDATION, seed=7, every=2)
-  )
+  other = val.parse_settings(dict(val.default_config(), **VALIDATION, seed=7))
   with pytest.raises(common.UsageError, match="seed: saved 1000, now 7"):
     val.Record(tmp_path, other, export)
 

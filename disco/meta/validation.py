@@ -214,6 +214,8 @@ def parse_settings(block: Any, where: str = "validation") -> Settings:
   Raises:
     UsageError: a bad value, naming the key and the fix.
   """
+  if isinstance(block, dict):  # placeholders (None) as in a config file
+    block = config_dict.ConfigDict(block)
   cfg = common.as_dict(block, where)
   valid = set(default_config())
   if set(cfg) != valid:
