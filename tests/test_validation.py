@@ -460,9 +460,10 @@ def _train_from_argv(args):
     ],
 )
 def test_bad_validation_input(args, match, tmp_path):
+  given = {a.split("=")[0] for a in args}
   flags_ = [
       *TINY_FLAGS,
-      *VALIDATION_FLAGS,
+      *(f for f in VALIDATION_FLAGS if f.split("=")[0] not in given),
       "--config.validation.every=2",
       f"--config.output_dir={tmp_path / 'o'}",
   ]
