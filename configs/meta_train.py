@@ -29,6 +29,7 @@ CartPole::
 from ml_collections import config_dict
 
 from disco.launch import distributed
+from disco.launch import validation
 
 
 def get_config() -> config_dict.ConfigDict:
@@ -168,6 +169,20 @@ def get_config() -> config_dict.ConfigDict:
           # 'tensorboard' (output_dir/tensorboard), 'wandb' (output_dir/wandb,
           # offline unless WANDB_MODE=online) or a list, 'csv,tensorboard'.
           tracking="csv",
+          # Held-out validation (disco/launch/validation.py, default_config):
+          # every `every` meta-steps (0: off; disco-validate RUN_DIR --follow
+          # validates the checkpoints from another process instead), fresh
+          # agents of num_seeds seeds (from seed) are trained by the current
+          # meta-parameters for total_env_steps on each of `envs` (dicts:
+          # env, env_settings, optionally total_env_steps) by the disco-eval
+          # loop (num_envs, rollout_len, ...: None is the rule's own);
+          # their final returns (last_episodes) are normalised as
+          # disco-compare does (references: entries for environments the
+          # table lacks) into validation.csv and validation.png, and the best
+          # meta-parameters go to best_meta_params.npz. E.g.
+          # --config.validation.every=50 --config.validation.envs="({'env':
+          # 'delayed_chain'}, {'env': 'gymnax/CartPole-v1'})"
+          validation=validation.default_config(),
           # Compiled programs are kept on disk and reused by later runs:
           # '' -> $JAX_COMPILATION_CACHE_DIR or ~/.cache/disco/jax (under
           # $XDG_CACHE_HOME if set), a folder, or 'off'.

@@ -366,9 +366,11 @@ def _shard(text: str) -> tuple[int, int]:
   return int(m.group(1)), int(m.group(2))
 
 
-def _references(
+def parse_references(
     specs: Sequence[str],
 ) -> dict[str, normalization.ReferenceEntry]:
+  """``config.references`` (``"env:random=R,reference=X,source=TEXT"``) as
+  normalisation entries."""
   out = {}
   for spec in specs:
     env, values = parse_spec(spec, "reference")
@@ -564,7 +566,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
           config.holm_across_envs, "holm_across_envs"
       ),
   )
-  references = _references(config.references)
+  references = parse_references(config.references)
   output_dir = common.output_dir(config.output_dir, "compare")
   run_dirs = [Path(p).expanduser() for p in config.run_dirs]
   cells = []

@@ -237,9 +237,17 @@ def _check_output_dir(config: config_dict.ConfigDict, label: str) -> Path:
 
 
 def build(
-    config: config_dict.ConfigDict, log: Callable[[str], None] = print
+    config: config_dict.ConfigDict,
+    log: Callable[[str], None] = print,
+    rule: common.ResolvedRule | None = None,
 ) -> Plan:
   """Checks ``config`` and builds the rule, environment, agent and loop.
+
+  ``rule``, if given, is used instead of resolving ``config.rule`` (e.g. a
+  rule being meta-trained, validated with changing meta-parameters: they are
+  an argument of the compiled loop, so ``run`` takes a plan whose
+  ``rule.meta_params`` are replaced without recompiling); its settings are
+  copied, not changed.
 
   Raises:
     UsageError: for any bad setting, with a one-line explanation.
@@ -268,7 +276,12 @@ def build(
         "seeds, so give at least one per process."
     )
   local_seeds = distributed.split(seeds)[jax.process_index()]
-  rule = common.resolve_rule(config.rule, config.weights)
+  if rule is None:
+    rule = common.resolve_rule(config.rule, config.weights)
+  else:
+    rule = dataclasses.replace(
+        rule, settings=rule.settings.copy_and_resolve_references()
+    )
   loop_config = _loop_config(
       config, rule_registry.get_entry(rule.settings.rule).loop
   )

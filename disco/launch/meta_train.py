@@ -20,7 +20,13 @@ The run writes into ``output_dir``:
 * ``meta_params.npz``  the final meta-parameters, with metadata naming the
                         rule, so ``disco-eval --config.rule=<dir>/meta_params.npz``
                         evaluates the discovered rule;
-* ``summary.json``     final metrics and timings.
+* ``summary.json``     final metrics and timings;
+* with ``config.validation`` (``every`` > 0): ``validation.csv``,
+                        ``validation.png`` and ``best_meta_params.npz``
+                        (the meta-parameters with the best score on the
+                        held-out environments; ``disco.launch.validation``).
+                        ``disco-validate RUN_DIR --follow`` validates the
+                        checkpoints from another process instead.
 
 ``--config.estimator`` picks the meta-gradient estimator: ``backprop``
 (through ``inner_steps`` learner updates; the default), ``es`` (evolution
@@ -51,6 +57,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import dataclasses
+import functools
 import json
 from pathlib import Path
 import sys
@@ -72,6 +79,7 @@ from disco.environments import registry as env_registry
 from disco.launch import common
 from disco.launch import distributed
 from disco.launch import rule_settings
+from disco.launch import validation as validation_lib
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import divergence
 from disco.meta import es as es_lib
@@ -123,6 +131,9 @@ RESUMABLE_KEYS = (
     "max_consecutive_skips",
     "debug",
     "tracking",
+    # Validation only reads the meta-parameters; its rows are checked
+    # against the settings they were made with (validation.json).
+    "validation",
 )
 
 
@@ -144,6 +155,8 @@ class Plan:
   population: population_lib.Population
   meta_params: Any  # initial meta-parameters (None when resuming)
   output_dir: Path
+  # Held-out validation in this process (None: off, validation.every=0).
+  validation: validation_lib.Validation | None = None
 
   @property
   def rule(self):
@@ -723,7 +736,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
           f"Meta-parameter file {path} "
           "(config.init_meta_params) does not exist."
       )
-  return Plan(
+  plan = Plan(
       config=config,
       settings=settings,
       groups=groups,
@@ -731,6 +744,66 @@ def build(config: config_dict.ConfigDict) -> Plan:
       meta_params=meta_params,
       output_dir=output_dir,
   )
+  validation = make_validation(plan)
+  if validation is not None and not validation.settings.in_process:
+    validation = None  # checked for disco-validate; off in this process
+  return dataclasses.replace(plan, validation=validation)
+
+
+def exporter(plan: Plan) -> Callable[..., Path]:
+  """``export(path, meta_params, meta_step, **extra)``: writes
+  meta-parameters as this run's ``meta_params.npz`` is written."""
+  return functools.partial(
+      _export_run_params,
+      settings=plan.settings,
+      config=plan.config,
+      groups=plan.groups,
+  )
+
+
+def _export_run_params(
+    path, meta_params, meta_step, *, settings, config, groups, **extra
+) -> Path:
+  return export_meta_params(
+      path,
+      meta_params,
+      settings,
+      meta_step,
+      source=PROGRAM,
+      init_meta_params=str(config.init_meta_params),
+      population=[dict(name=g.name, num_agents=g.num_agents) for g in groups],
+      **extra,
+  )
+
+
+def make_validation(
+    plan: Plan, block: Any = None
+) -> validation_lib.Validation | None:
+  """The run's held-out validation (``block``: its settings, default
+  ``config.validation``); None when it has no held-out environments.
+
+  Raises:
+    UsageError: bad settings, an environment or budget that cannot run, or
+      rows in the run folder made with other settings.
+  """
+  block = plan.config.validation if block is None else block
+  settings = validation_lib.parse_settings(block)
+  if not settings.envs:
+    return None
+  if settings.in_process and jax.process_count() > 1:
+    raise UsageError(
+        "config.validation.every > 0 validates in the meta-training "
+        "process, which a multi-process run does not support: set "
+        "validation.every=0 and follow the checkpoints with disco-validate "
+        f"{plan.output_dir} --follow."
+    )
+  validator = validation_lib.Validator(
+      settings, plan.settings, plan.rule, plan.output_dir
+  )
+  record = validation_lib.Record(
+      plan.output_dir, settings, exporter(plan), write=distributed.is_main()
+  )
+  return validation_lib.Validation(validator, record)
 
 
 def abstract_state(
@@ -996,6 +1069,13 @@ def run(
   resolved = plan.resolved_config()
   corrupt_at = _debug(config)["corrupt_checkpoint_at_step"]
 
+  def validate(state, k: int) -> None:
+    # Reads the meta-parameters only; steps validated already are skipped.
+    if plan.validation is not None and plan.validation.settings.due(
+        k, num_steps
+    ):
+      plan.validation(state.meta_params, k, log)
+
   def save(state) -> Path:
     path = manager.save(
         state,
@@ -1030,6 +1110,7 @@ def run(
             dynamic_ncols=True,
         ) as bar,
     ):
+      validate(state, start)
       for k in range(start + 1, num_steps + 1):
         t0 = time.perf_counter()
         new_state, logs = plan.population.step(state)
@@ -1069,6 +1150,9 @@ def run(
           save(state)
         if preempted:
           raise distributed.Preempted(f"SIGTERM: stopped at meta-step {k}")
+        if record.last_update_applied:
+          validate(state, k)
+          watchdog.beat()
     completed = not stopped
   finally:
     step = int(jax.device_get(state.step))
@@ -1112,23 +1196,13 @@ def write(
 ) -> dict[str, Any]:
   """Exports the meta-parameters, plots the curves and writes the summary
   (process 0 only; every process returns the summary)."""
-  out, config, history = plan.output_dir, plan.config, result.history
+  out, history = plan.output_dir, result.history
   main, log = distributed.is_main(), distributed.main_only(log)
   final_step = int(jax.device_get(result.state.step))
   export_path = out / META_PARAMS_FILE
   try:
     if main:
-      export_meta_params(
-          export_path,
-          result.state.meta_params,
-          plan.settings,
-          final_step,
-          source=PROGRAM,
-          init_meta_params=str(config.init_meta_params),
-          population=[
-              dict(name=g.name, num_agents=g.num_agents) for g in plan.groups
-          ],
-      )
+      exporter(plan)(export_path, result.state.meta_params, final_step)
   except weights_lib.NonFiniteError as e:  # the meta-step never lets this be
     raise common.Diverged(common.one_line(e)) from None
   if main and len(history):
@@ -1152,6 +1226,8 @@ def write(
       checkpoints=[str(p) for p in result.checkpoints],
       divergence=result.divergence.totals(),
   )
+  if plan.validation is not None:
+    summary["validation"] = validation_lib.summary(plan.validation.record)
   if main:
     common.write_json(out / SUMMARY_FILE, summary)
   fmt = common.fmt

@@ -1,0 +1,703 @@
+"""Meta-validation: train fresh agents with the current meta-parameters on
+held-out environments, score them, and keep the best rule.
+
+A meta-training run (``disco-meta-train``, ``config.validation``) or a
+process following its checkpoints (``disco-validate RUN_DIR --follow``)
+validates meta-parameters like this: on every held-out environment, agents
+of ``num_seeds`` seeds are trained from scratch for ``total_env_steps`` by
+the ``disco-eval`` loop (``disco.launch.evaluate``: ``build`` once per
+environment, so its loop compiles once; the meta-parameters are an argument
+of the compiled program, never a constant); each seed's final return (the
+mean of its last ``last_episodes`` episodes) is normalised as
+``disco-compare`` normalises it (``disco.comparison.normalization``: 0 is the
+uniform random policy, 1 the reference), and the aggregate score of the
+meta-parameters is the interquartile mean of all ``seeds x environments``
+normalised scores (``disco.comparison.aggregates.iqm``, disco-compare's
+headline aggregate; NaN if a seed diverged or finished no episode).
+
+The run folder gets (``Record``):
+
+* ``validation.csv``: one row per meta-step, environment and seed:
+  ``meta_step, env, seed, return, normalized_score, aggregate`` (rewritten
+  whole and atomically at every validation, so a kill never leaves half a
+  row);
+* ``validation.png``: the aggregate and every environment's mean normalised
+  score against the meta-step;
+* ``best_meta_params.npz``: the meta-parameters with the best aggregate so
+  far, in the format of ``meta_params.npz`` (``disco-eval
+  --config.rule=<run>/best_meta_params.npz``), its metadata adding
+  ``validation_score`` and ``validation_envs``;
+* ``validation.json``: the validation settings the rows were made with (a
+  later validation with other settings is refused rather than mixed in).
+
+A meta-step that ``validation.csv`` already holds is never validated again:
+a resumed run (which repeats the meta-steps after its checkpoint bit for bit)
+neither loses nor duplicates rows, and the best rule survives a kill (it is
+written before the rows that name it). Writers take a file lock, so a
+follower and the run itself may validate the same folder.
+
+Validation only reads the meta-parameters: the meta-training computation is
+the same with and without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+import csv
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import filelock
+import jax
+from ml_collections import config_dict
+import numpy as np
+
+from disco import files
+from disco import weights as weights_lib
+from disco.comparison import aggregates
+from disco.comparison import normalization
+from disco.environments import registry as env_registry
+from disco.launch import common
+from disco.launch import compare
+from disco.launch import evaluate
+from disco.training import analysis
+
+UsageError = common.UsageError
+
+CSV_FILE = "validation.csv"
+PLOT_FILE = "validation.png"
+BEST_FILE = "best_meta_params.npz"
+SETTINGS_FILE = "validation.json"
+LOCK_FILE = ".validation.lock"
+COLUMNS = (
+    "meta_step",
+    "env",
+    "seed",
+    "return",
+    "normalized_score",
+    "aggregate",
+)
+ENV_KEYS = ("env", "env_settings", "total_env_steps")
+# The disco-eval loop settings a validation may set (None: the rule's own
+# loop, else the published notebook's; see configs/evaluate.py).
+LOOP_KEYS = (
+    "num_envs",
+    "rollout_len",
+    "batch_size",
+    "replay_capacity",
+    "min_replay_size",
+    "update_epochs",
+    "num_minibatches",
+)
+
+
+def default_config() -> dict[str, Any]:
+  """The ``validation`` block of ``configs/meta_train.py`` (off)."""
+  return dict(
+      every=0,
+      envs=(),
+      num_seeds=2,
+      seed=1000,
+      total_env_steps=20_000,
+      last_episodes=100,
+      iterations_per_call=50,
+      at_start=True,
+      references=(),
+      **{k: config_dict.placeholder(int) for k in LOOP_KEYS},
+  )
+
+
+# ------------------------------------------------------------ settings ----
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldOutEnv:
+  """One held-out environment.
+
+  Attributes:
+    env: its registry name.
+    env_settings: its settings (the registered defaults with the given ones).
+    key: its normalisation key (``normalization.env_key``), the ``env``
+      column of ``validation.csv``.
+    total_env_steps: the agents' budget per seed.
+  """
+
+  env: str
+  env_settings: dict[str, Any]
+  key: str
+  total_env_steps: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """``config.validation``, checked (see ``default_config``)."""
+
+  every: int
+  envs: tuple[HeldOutEnv, ...]
+  num_seeds: int
+  seed: int
+  last_episodes: int
+  iterations_per_call: int
+  at_start: bool
+  loop: dict[str, int]
+  references: tuple[str, ...]
+
+  @property
+  def in_process(self) -> bool:
+    """Whether meta-training validates as it goes (``every > 0``)."""
+    return self.every > 0
+
+  @property
+  def seeds(self) -> list[int]:
+    return list(range(self.seed, self.seed + self.num_seeds))
+
+  def record(self) -> dict[str, Any]:
+    """What the rows depend on (all but ``every``, ``at_start`` and
+    ``iterations_per_call``), as JSON."""
+    return common.to_jsonable(
+        dict(
+            envs=[
+                dict(env=e.key, total_env_steps=e.total_env_steps)
+                for e in self.envs
+            ],
+            num_seeds=self.num_seeds,
+            seed=self.seed,
+            last_episodes=self.last_episodes,
+            loop=self.loop,
+            references=list(self.references),
+        )
+    )
+
+  def due(self, step: int, final_step: int) -> bool:
+    """Whether meta-training validates the meta-parameters after ``step``
+    meta-steps: every ``every``, at the end, and at 0 with ``at_start``."""
+    if not self.in_process:
+      return False
+    if step == 0:
+      return self.at_start
+    return step % self.every == 0 or step == final_step
+
+
+def _held_out_env(spec: Any, where: str, total_env_steps: int) -> HeldOutEnv:
+  spec = common.as_dict(spec, where)
+  unknown = set(spec) - set(ENV_KEYS)
+  if unknown or "env" not in spec:
+    raise UsageError(
+        f"config.{where} must have keys env, env_settings (optional) and "
+        f"total_env_steps (optional: this environment's budget); got "
+        f"{sorted(spec)}."
+    )
+  name = str(spec["env"])
+  try:
+    entry = env_registry.get_entry(name)
+  except ValueError as e:
+    raise UsageError(f"config.{where}: {common.one_line(e)}") from None
+  given = common.as_dict(
+      spec.get("env_settings") or {}, f"{where}.env_settings"
+  )
+  steps = spec.get("total_env_steps", total_env_steps)
+  return HeldOutEnv(
+      env=name,
+      env_settings={**entry.settings, **given},
+      key=normalization.env_key(name, {**entry.settings, **given}),
+      total_env_steps=common.check_int(steps, f"{where}.total_env_steps", 1),
+  )
+
+
+def parse_settings(block: Any, where: str = "validation") -> Settings:
+  """``config.validation`` checked (environments by name and settings; the
+  rest is checked by ``Validator``).
+
+  Raises:
+    UsageError: a bad value, naming the key and the fix.
+  """
+  if isinstance(block, dict):  # placeholders (None) as in a config file
+    block = config_dict.ConfigDict(block)
+  cfg = common.as_dict(block, where)
+  valid = set(default_config())
+  if set(cfg) != valid:
+    unknown, missing = sorted(set(cfg) - valid), sorted(valid - set(cfg))
+    raise UsageError(
+        f"config.{where} has unknown key(s) {unknown} / lacks {missing}; "
+        f"valid keys: {', '.join(sorted(valid))}."
+    )
+  every = common.check_int(cfg["every"], f"{where}.every", 0)
+  total = common.check_int(
+      cfg["total_env_steps"], f"{where}.total_env_steps", 1
+  )
+  envs = cfg["envs"]
+  if isinstance(envs, (dict, config_dict.ConfigDict)):
+    envs = (envs,)
+  if not isinstance(envs, (list, tuple)):
+    raise UsageError(
+        f"config.{where}.envs must be a tuple of held-out environments like "
+        "{'env': 'delayed_chain'}, got " + repr(envs) + "."
+    )
+  held_out = tuple(
+      _held_out_env(spec, f"{where}.envs[{i}]", total)
+      for i, spec in enumerate(envs)
+  )
+  keys = [e.key for e in held_out]
+  twice = sorted({k for k in keys if keys.count(k) > 1})
+  if twice:
+    raise UsageError(
+        f"config.{where}.envs lists {', '.join(twice)} more than once: list "
+        "every held-out environment once."
+    )
+  if every and not held_out:
+    raise UsageError(
+        f"config.{where}.every={every} but config.{where}.envs is empty: "
+        "give held-out environments, e.g. --config.validation.envs="
+        "\"({'env': 'delayed_chain'},)\", or set every=0."
+    )
+  loop = {}
+  for key in LOOP_KEYS:
+    if cfg[key] is not None:
+      low = 0 if key in ("replay_capacity", "min_replay_size") else 1
+      loop[key] = common.check_int(cfg[key], f"{where}.{key}", low)
+  references = cfg["references"]
+  if isinstance(references, str):
+    references = (references,)
+  return Settings(
+      every=every,
+      envs=held_out,
+      num_seeds=common.check_int(cfg["num_seeds"], f"{where}.num_seeds", 1),
+      seed=common.check_int(cfg["seed"], f"{where}.seed", 0),
+      last_episodes=common.check_int(
+          cfg["last_episodes"], f"{where}.last_episodes", 1
+      ),
+      iterations_per_call=common.check_int(
+          cfg["iterations_per_call"], f"{where}.iterations_per_call", 1
+      ),
+      at_start=common.check_bool(cfg["at_start"], f"{where}.at_start"),
+      loop=loop,
+      references=tuple(str(r) for r in references),
+  )
+
+
+# ----------------------------------------------------------- validating ----
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+  """The validation of one meta-step's meta-parameters.
+
+  Attributes:
+    meta_step: the meta-step.
+    returns: ``{env key: [S]}`` final returns per seed.
+    normalized: ``{env key: [S]}`` their normalised scores.
+    aggregate: IQM of all normalised scores (NaN if any is NaN).
+  """
+
+  meta_step: int
+  returns: dict[str, np.ndarray]
+  normalized: dict[str, np.ndarray]
+  aggregate: float
+
+  def rows(self, seeds: Sequence[int]) -> list[dict[str, Any]]:
+    return [
+        dict(
+            meta_step=self.meta_step,
+            env=env,
+            seed=int(seed),
+            **{
+                "return": float(self.returns[env][i]),
+                "normalized_score": float(self.normalized[env][i]),
+                "aggregate": self.aggregate,
+            },
+        )
+        for env in self.returns
+        for i, seed in enumerate(seeds)
+    ]
+
+  def text(self) -> str:
+    means = ", ".join(
+        f"{env} {common.fmt(float(np.mean(x)))}"
+        for env, x in self.normalized.items()
+    )
+    return (
+        f"IQM normalised score {common.fmt(self.aggregate)} (mean per "
+        f"environment: {means})"
+    )
+
+
+def aggregate_score(normalized: Mapping[str, np.ndarray]) -> float:
+  """IQM of every seed's normalised score on every environment (NaN if one
+  is not finite: a diverged seed, or one without a finished episode)."""
+  scores = np.stack([np.asarray(x, np.float64) for x in normalized.values()])
+  if not np.all(np.isfinite(scores)):
+    return math.nan
+  return aggregates.iqm(scores.T)
+
+
+class Validator:
+  """The held-out environments' ``disco-eval`` plans for one rule, built
+  (and checked) once; ``validate`` trains them with given meta-parameters.
+
+  Args:
+    settings: the checked validation settings.
+    rule_settings: the agent settings of the rule being meta-trained (its
+      network, learning rate and rule settings: the validation agents are
+      the meta-training agents).
+    rule: the rule (whose meta-parameters ``validate`` gets).
+    run_dir: the meta-training run's folder.
+
+  Raises:
+    UsageError: an environment, loop or budget that cannot run (e.g. fewer
+      environment steps than one iteration, or too few for one agent
+      update), or an environment without a normalisation reference.
+  """
+
+  def __init__(
+      self,
+      settings: Settings,
+      rule_settings: config_dict.ConfigDict,
+      rule: Any,
+      run_dir: Path,
+  ):
+    self.settings = settings
+    self.run_dir = Path(run_dir)
+    self.references = compare.parse_references(settings.references)
+    self.plans: dict[str, evaluate.Plan] = {}
+    for i, env in enumerate(settings.envs):
+      resolved = common.ResolvedRule(
+          label=f"validation on {env.key}",
+          settings=rule_settings,
+          rule=rule,
+          meta_params=None,
+          source="file",
+      )
+      where = f"config.validation.envs[{i}] ({env.key})"
+      try:
+        normalization.normalize(0.0, env.key, self.references)
+      except ValueError as e:
+        raise UsageError(
+            f"{where}: {common.one_line(e)} (or give it as "
+            "config.validation.references: "
+            "'env:random=R,reference=X,source=TEXT')"
+        ) from None
+      try:
+        plan = evaluate.build(
+            self._eval_config(env), log=lambda _: None, rule=resolved
+        )
+      except UsageError as e:
+        raise UsageError(f"{where}: {common.one_line(e)}") from None
+      self._check_budget(plan, env, where)
+      self.plans[env.key] = plan
+
+  def _eval_config(self, env: HeldOutEnv) -> config_dict.ConfigDict:
+    s = self.settings
+    config = evaluate.default_config()
+    with config.unlocked():
+      config.env_settings = dict(env.env_settings)
+    config.update(
+        rule="validation",
+        env=env.env,
+        total_env_steps=env.total_env_steps,
+        num_seeds=s.num_seeds,
+        seed=s.seed,
+        iterations_per_call=s.iterations_per_call,
+        last_episodes=s.last_episodes,
+        output_dir=str(self.run_dir),  # nothing is written there
+        overwrite=True,
+        **s.loop,
+    )
+    return config
+
+  @staticmethod
+  def _check_budget(plan: evaluate.Plan, env: HeldOutEnv, where: str) -> None:
+    loop = plan.loop_config
+    per_iteration = loop.env_steps_per_iteration
+    if env.total_env_steps < per_iteration:
+      raise UsageError(
+          f"{where}: total_env_steps={env.total_env_steps} is fewer than one "
+          f"iteration of the loop ({loop.num_envs} envs x "
+          f"{loop.rollout_len} steps = {per_iteration}): raise "
+          "total_env_steps or shrink the loop (config.validation.num_envs, "
+          "rollout_len)."
+      )
+    if loop.num_updates(plan.iterations) < 1:
+      raise UsageError(
+          f"{where}: total_env_steps={env.total_env_steps} ends before the "
+          f"agents' first update (the replay first needs min_replay_size="
+          f"{loop.min_replay_size} trajectories of {loop.num_envs} per "
+          "iteration): raise total_env_steps or lower "
+          "config.validation.min_replay_size."
+      )
+
+  def validate(
+      self,
+      meta_params: Any,
+      meta_step: int,
+      progress: bool = False,
+      log: Callable[[str], None] = lambda _: None,
+  ) -> StepResult:
+    """Trains fresh agents with ``meta_params`` on every held-out
+    environment (every seed at once) and scores them."""
+    meta_params = jax.device_get(meta_params)
+    returns, normalized = {}, {}
+    for key, plan in self.plans.items():
+      plan = dataclasses.replace(
+          plan, rule=dataclasses.replace(plan.rule, meta_params=meta_params)
+      )
+      result = evaluate.run(plan, log=log, progress=progress)
+      scores = analysis.final_scores(
+          result.metrics, self.settings.last_episodes
+      )
+      returns[key] = scores
+      normalized[key] = normalization.normalize(scores, key, self.references)
+    return StepResult(
+        meta_step=int(meta_step),
+        returns=returns,
+        normalized=normalized,
+        aggregate=aggregate_score(normalized),
+    )
+
+
+# --------------------------------------------------------------- record ----
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+  """The rows of a ``validation.csv`` (``[]`` if there is none)."""
+  if not path.is_file():
+    return []
+  with open(path, newline="") as f:
+    rows = list(csv.DictReader(f))
+  out = []
+  for r in rows:
+    out.append(
+        dict(
+            meta_step=int(r["meta_step"]),
+            env=r["env"],
+            seed=int(r["seed"]),
+            **{
+                k: float(r[k])
+                for k in ("return", "normalized_score", "aggregate")
+            },
+        )
+    )
+  return out
+
+
+def _write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+  with files.atomic_write(path, "w", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(COLUMNS)
+    for r in rows:
+      writer.writerow(
+          [repr(r[c]) if isinstance(r[c], float) else r[c] for c in COLUMNS]
+      )
+
+
+def plot(rows: Sequence[Mapping[str, Any]], path: Path | None = None):
+  """The aggregate and each environment's mean normalised score against the
+  meta-step (saved at ``path`` if given); returns the figure."""
+  from matplotlib import figure as figure_lib
+  from matplotlib.backends import backend_agg
+
+  fig = figure_lib.Figure(figsize=(7, 4), dpi=100)
+  backend_agg.FigureCanvasAgg(fig)
+  ax = fig.subplots()
+  steps = sorted({r["meta_step"] for r in rows})
+  for env in dict.fromkeys(r["env"] for r in rows):
+    means = [
+        np.mean(
+            [
+                r["normalized_score"]
+                for r in rows
+                if r["env"] == env and r["meta_step"] == s
+            ]
+        )
+        for s in steps
+    ]
+    ax.plot(steps, means, marker=".", alpha=0.7, label=env)
+  agg = {r["meta_step"]: r["aggregate"] for r in rows}
+  ax.plot(
+      steps,
+      [agg[s] for s in steps],
+      color="black",
+      linewidth=2,
+      marker="o",
+      label="IQM (all)",
+  )
+  finite = [s for s in steps if math.isfinite(agg[s])]
+  if finite:
+    best = max(finite, key=lambda s: agg[s])
+    ax.plot([best], [agg[best]], "r*", markersize=14, label="best")
+  ax.set_xlabel("meta-step")
+  ax.set_ylabel("normalised score (0: random, 1: reference)")
+  ax.set_title("Validation on held-out environments")
+  ax.legend(fontsize=8)
+  if path is not None:
+    fig.savefig(path, bbox_inches="tight")
+  return fig
+
+
+Exporter = Callable[..., Path]  # (path, meta_params, meta_step, **extra)
+
+
+class Record:
+  """The validation outputs of a run folder (see the module docstring).
+
+  Args:
+    run_dir: the meta-training run's folder.
+    settings: the validation settings (checked against ``validation.json``
+      when the folder already holds validation rows).
+    export: ``export(path, meta_params, meta_step, **metadata)`` writes a
+      meta-parameter file as the run's ``meta_params.npz`` is written.
+    write: whether this process writes (process 0).
+
+  Raises:
+    UsageError: the folder's rows were made with other settings.
+  """
+
+  def __init__(
+      self,
+      run_dir: Path,
+      settings: Settings,
+      export: Exporter,
+      write: bool = True,
+  ):
+    self.run_dir = Path(run_dir)
+    self.settings = settings
+    self.export = export
+    self.write = write
+    self.csv_path = self.run_dir / CSV_FILE
+    self.plot_path = self.run_dir / PLOT_FILE
+    self.best_path = self.run_dir / BEST_FILE
+    self.settings_path = self.run_dir / SETTINGS_FILE
+    self.check_settings()
+
+  def check_settings(self) -> None:
+    if not self.settings_path.is_file():
+      return
+    try:
+      saved = json.loads(self.settings_path.read_text())
+    except ValueError as e:
+      raise UsageError(
+          f"{self.settings_path} is unreadable ({e}): move it aside with "
+          f"{CSV_FILE} and {BEST_FILE}."
+      ) from None
+    current = self.settings.record()
+    diff = [
+        f"{k}: saved {saved.get(k)!r}, now {current[k]!r}"
+        for k in current
+        if saved.get(k) != current[k]
+    ]
+    if diff:
+      raise UsageError(
+          f"{self.csv_path} was made with other validation settings "
+          f"({'; '.join(diff)}): use those, or move {CSV_FILE}, {BEST_FILE} "
+          f"and {SETTINGS_FILE} aside to start a new validation history."
+      )
+
+  def rows(self) -> list[dict[str, Any]]:
+    return read_rows(self.csv_path)
+
+  def validated_steps(self) -> set[int]:
+    return {r["meta_step"] for r in self.rows()}
+
+  def best(self) -> tuple[int, float] | None:
+    """``(meta_step, aggregate)`` of ``best_meta_params.npz``, if any."""
+    if not self.best_path.is_file():
+      return None
+    try:
+      metadata = weights_lib.load_metadata(self.best_path)
+      return int(metadata["meta_step"]), float(metadata["validation_score"])
+    except (weights_lib.WeightsError, KeyError, TypeError, ValueError):
+      return None
+
+  def _lock(self) -> filelock.FileLock:
+    self.run_dir.mkdir(parents=True, exist_ok=True)
+    return filelock.FileLock(str(self.run_dir / LOCK_FILE))
+
+  def add(self, result: StepResult, meta_params: Any) -> bool:
+    """Records ``result`` (unless its meta-step is recorded already); saves
+    ``meta_params`` as the best rule first if its aggregate beats the best
+    so far. Returns whether it did."""
+    if not self.write:
+      return False
+    with self._lock():
+      self.check_settings()
+      rows = self.rows()
+      if result.meta_step in {r["meta_step"] for r in rows}:
+        return False
+      best = self.best()
+      new_best = math.isfinite(result.aggregate) and (
+          best is None or result.aggregate > best[1]
+      )
+      if new_best:
+        self.export(
+            self.best_path,
+            meta_params,
+            result.meta_step,
+            validation_score=result.aggregate,
+            validation_envs=[e.key for e in self.settings.envs],
+            validation_seeds=self.settings.seeds,
+        )
+      rows = sorted(
+          rows + result.rows(self.settings.seeds),
+          key=lambda r: r["meta_step"],
+      )
+      if not self.settings_path.is_file():
+        common.write_json(self.settings_path, self.settings.record())
+      _write_rows(self.csv_path, rows)
+      plot(rows, self.plot_path)
+    return new_best
+
+  def describe(self, result: StepResult, new_best: bool) -> str:
+    best = self.best()
+    if new_best:
+      tail = f"new best: saved {self.best_path}"
+    elif best is not None:
+      tail = f"best so far {common.fmt(best[1])} at meta-step {best[0]}"
+    else:
+      tail = "no best yet"
+    return (
+        f"Validation at meta-step {result.meta_step}: {result.text()}; {tail}."
+    )
+
+
+class Validation:
+  """A validator and a run folder's record together: what meta-training
+  and the follower call."""
+
+  def __init__(self, validator: Validator, record: Record):
+    self.validator = validator
+    self.record = record
+
+  @property
+  def settings(self) -> Settings:
+    return self.validator.settings
+
+  def __call__(
+      self,
+      meta_params: Any,
+      meta_step: int,
+      log: Callable[[str], None] = print,
+      progress: bool = False,
+  ) -> StepResult | None:
+    """Validates and records ``meta_params`` (of ``meta_step``) unless the
+    record holds that meta-step already (then returns None)."""
+    if meta_step in self.record.validated_steps():
+      return None
+    meta_params = jax.device_get(meta_params)
+    result = self.validator.validate(meta_params, meta_step, progress)
+    new_best = self.record.add(result, meta_params)
+    log(self.record.describe(result, new_best))
+    return result
+
+
+def summary(record: Record) -> dict[str, Any]:
+  """The validation part of a run's ``summary.json``."""
+  best = record.best()
+  return dict(
+      csv=str(record.csv_path),
+      validated_meta_steps=sorted(record.validated_steps()),
+      best_meta_step=None if best is None else best[0],
+      best_score=None if best is None else best[1],
+      best_meta_params_file=str(record.best_path) if best else None,
+  )
