@@ -68,7 +68,9 @@ def runs(tmp_path_factory):
   root = tmp_path_factory.mktemp("validation")
   lines = []
   with_summary = mt.train(
-      config_with(root / "with"), log=lines.append, progress=False
+      config_with(root / "with", tracking="tensorboard"),
+      log=lines.append,
+      progress=False,
   )
   mt.train(
       config_with(root / "without", validation=False),
@@ -97,6 +99,22 @@ def test_validation_never_changes_meta_training(runs):
     for name in a[k]:
       np.testing.assert_array_equal(a[k][name], b[k][name])  # bitwise
   assert not (off / val.CSV_FILE).exists()
+
+
+def test_validation_scores_are_tracked(runs):
+  from tensorboard.backend.event_processing import event_accumulator
+
+  acc = event_accumulator.EventAccumulator(
+      str(runs["on"] / "tensorboard"), size_guidance={"scalars": 0}
+  )
+  acc.Reload()
+  rows = val.read_rows(runs["on"] / val.CSV_FILE)
+  want = {r["meta_step"]: r["aggregate"] for r in rows}
+  got = {e.step: e.value for e in acc.Scalars("validation/aggregate")}
+  assert got.keys() == want.keys() == {0, 2, 4}
+  for step, value in want.items():
+    assert got[step] == pytest.approx(value, rel=1e-6, abs=1e-7)
+  assert "validation/catch/6x6/normalized_score" in acc.Tags()["scalars"]
 
 
 def test_validation_outputs(runs):

@@ -1074,7 +1074,9 @@ def run(
     if plan.validation is not None and plan.validation.settings.due(
         k, num_steps
     ):
-      plan.validation(state.meta_params, k, log)
+      result = plan.validation(state.meta_params, k, log)
+      if result is not None:
+        tracker.scalars(k, result.scalars())
 
   def save(state) -> Path:
     path = manager.save(

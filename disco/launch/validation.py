@@ -297,6 +297,15 @@ class StepResult:
   normalized: dict[str, np.ndarray]
   aggregate: float
 
+  def scalars(self) -> dict[str, float]:
+    """What a tracker records: ``validation/aggregate`` and, per
+    environment, its mean normalised score and mean return."""
+    out = {"validation/aggregate": float(self.aggregate)}
+    for key, scores in self.normalized.items():
+      out[f"validation/{key}/normalized_score"] = float(np.mean(scores))
+      out[f"validation/{key}/return"] = float(np.mean(self.returns[key]))
+    return out
+
   def rows(self, seeds: Sequence[int]) -> list[dict[str, Any]]:
     return [
         dict(
