@@ -569,7 +569,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
   references = parse_references(config.references)
   output_dir = common.output_dir(config.output_dir, "compare")
   run_dirs = [Path(p).expanduser() for p in config.run_dirs]
-  cells = []
+  cells, tuning = [], None
   if not run_dirs:
     if not config.rules or not config.envs:
       raise UsageError(
@@ -584,16 +584,17 @@ def build(config: config_dict.ConfigDict) -> Plan:
     )
     _check_seeds(num_seeds, num_labels, settings)
     cells = _cells(config, output_dir, tuning)
-    plan = Plan(
-        config=config,
-        cells=cells,
-        run_dirs=run_dirs,
-        settings=settings,
-        references=references,
-        output_dir=output_dir,
-        shard=_shard(config.shard),
-        tuning=tuning,
-    )
+  plan = Plan(
+      config=config,
+      cells=cells,
+      run_dirs=run_dirs,
+      settings=settings,
+      references=references,
+      output_dir=output_dir,
+      shard=_shard(config.shard),
+      tuning=tuning,
+  )
+  if not run_dirs:
     checks = []
     for cell in cells:
       checks += [c for _, c in tuning_cells(plan, cell)] if cell.tuned else []
@@ -609,16 +610,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
             "'env:random=R,reference=X,source=TEXT')"
         ) from None
       cell.build(config)
-    return plan
-  return Plan(
-      config=config,
-      cells=cells,
-      run_dirs=run_dirs,
-      settings=settings,
-      references=references,
-      output_dir=output_dir,
-      shard=_shard(config.shard),
-  )
+  return plan
 
 
 # ------------------------------------------------------------- running ----

@@ -64,6 +64,7 @@ from disco.launch import common
 from disco.launch import compare
 from disco.launch import evaluate
 from disco.training import analysis
+from disco.update_rules import registry as rule_registry
 
 UsageError = common.UsageError
 
@@ -83,15 +84,7 @@ COLUMNS = (
 ENV_KEYS = ("env", "env_settings", "total_env_steps")
 # The disco-eval loop settings a validation may set (None: the rule's own
 # loop, else the published notebook's; see configs/evaluate.py).
-LOOP_KEYS = (
-    "num_envs",
-    "rollout_len",
-    "batch_size",
-    "replay_capacity",
-    "min_replay_size",
-    "update_epochs",
-    "num_minibatches",
-)
+LOOP_KEYS = rule_registry.LOOP_KEYS
 
 
 def default_config() -> dict[str, Any]:
