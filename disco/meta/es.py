@@ -354,10 +354,8 @@ class ESPopulation(population_lib.MetaStepProgram):
       update_norm = optax.tree.norm(
           jax.tree.map(jnp.subtract, new_params, meta_params)
       )
-      meta_params, es_state = jax.tree.map(
-          lambda new, old: jnp.where(apply, new, old),
-          (new_params, told),
-          (meta_params, es_state),
+      meta_params, es_state = ops.tree_where(
+          apply, (new_params, told), (meta_params, es_state)
       )
       update_logs = {
           "meta_update_norm": update_norm,

@@ -29,6 +29,8 @@ from evosax.core import fitness_shaping
 import jax
 import jax.numpy as jnp
 
+from disco import ops
+
 BACKPROP, ES, PES = "backprop", "es", "pes"
 ESTIMATORS = (BACKPROP, ES, PES)
 
@@ -161,10 +163,6 @@ def where_rows(mask: jax.Array, on: Any, off: Any) -> Any:
   """Per row ``i`` of ``[N, ...]`` trees: ``on[i]`` where ``mask[i]``, else
   ``off[i]`` (``off`` may be a scalar such as 0 for every leaf)."""
 
-  def pick(a, b):
-    m = mask.reshape((-1,) + (1,) * (jnp.ndim(a) - 1))
-    return jnp.where(m, a, b)
-
   if isinstance(off, (int, float)):
-    return jax.tree.map(lambda a: pick(a, jnp.full_like(a, off)), on)
-  return jax.tree.map(pick, on, off)
+    off = jax.tree.map(lambda a: jnp.full_like(a, off), on)
+  return ops.tree_where(mask, on, off)

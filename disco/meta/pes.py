@@ -234,7 +234,7 @@ class PESPopulation(population_lib.MetaStepProgram):
             pcfg.antithetic,
         )
         new = new.replace(perturbation=accumulated)
-        finite = jax.vmap(ops.all_finite)(new.learner) & jnp.isfinite(loss)
+        finite = jax.vmap(ops.all_finite)((new.learner, loss))
         pair_ok = estimators.pair_all(finite)
         count = jax.lax.psum(pair_ok.sum(), AXIS)
         safe_loss = jnp.where(pair_ok, loss, 0.0)

@@ -217,8 +217,8 @@ def apply_meta_update(
   )
   new_meta_params = optax.apply_updates(meta_params, updates)
   apply = ops.all_finite((meta_grads, new_meta_params, new_opt_state))
-  meta_params, meta_opt_state = jax.tree.map(
-      lambda new, old: jnp.where(apply, new, old),
+  meta_params, meta_opt_state = ops.tree_where(
+      apply,
       (new_meta_params, new_opt_state),
       (meta_params, meta_opt_state),
   )
@@ -521,11 +521,13 @@ class Population(MetaStepProgram):
     new_state = state.replace(
         learner=learner, value=value, actor=actor, age=state.age + 1, rng=rng
     )
-    finite = (
-        ops.all_finite((grads, learner, value))
-        & jnp.isfinite(meta_logs["meta_loss"])
-        & jnp.isfinite(train_logs["total_loss"])
-    )
+    finite = ops.all_finite((
+        grads,
+        learner,
+        value,
+        meta_logs["meta_loss"],
+        train_logs["total_loss"],
+    ))
     # A diverged agent starts a new lifetime, as an expired one does.
     restart = jnp.logical_not(finite)
     if cfg.lifetime_meta_steps:
@@ -550,9 +552,7 @@ class Population(MetaStepProgram):
     if not tracking:
       # The environment streams go on into the new lifetime.
       fresh = fresh.replace(actor=new_state.actor)
-    new_state = jax.tree.map(
-        lambda f, s: jnp.where(restart, f, s), fresh, new_state
-    )
+    new_state = ops.tree_where(restart, fresh, new_state)
     return grads, new_state, logs, finite, end
 
   def _track_level(
