@@ -521,13 +521,8 @@ class Population(MetaStepProgram):
     new_state = state.replace(
         learner=learner, value=value, actor=actor, age=state.age + 1, rng=rng
     )
-    finite = ops.all_finite((
-        grads,
-        learner,
-        value,
-        meta_logs["meta_loss"],
-        train_logs["total_loss"],
-    ))
+    losses = (meta_logs["meta_loss"], train_logs["total_loss"])
+    finite = ops.all_finite((grads, learner, value, losses))
     # A diverged agent starts a new lifetime, as an expired one does.
     restart = jnp.logical_not(finite)
     if cfg.lifetime_meta_steps:
