@@ -1,6 +1,7 @@
-"""PPO on CartPole-v1: this harness's ``ppo`` rule against purejaxrl's PPO.
+"""PPO on gymnax: this harness's ``ppo`` rule against purejaxrl's PPO.
 
   python benchmarks/ppo_vs_purejaxrl.py --purejaxrl PATH [--seeds 3]
+  python benchmarks/ppo_vs_purejaxrl.py --purejaxrl PATH --env Breakout-MinAtar
 
 ``PATH`` is a checkout of https://github.com/luchris429/purejaxrl (it is not
 on PyPI); its ``purejaxrl/ppo.py`` is imported from there, never copied. Both
@@ -9,7 +10,8 @@ steps per update, 4 epochs x 4 minibatches, Adam(2.5e-4, eps 1e-5) annealed
 to 0, gradients clipped to global norm 0.5, gamma 0.99, GAE lambda 0.95, clip
 0.2, entropy 0.01, value 0.5, separate 64x64 tanh actor and critic, 500k env
 steps) and the same number of vmapped seeds, each run as one compiled
-program. The runs alternate (ours, theirs, ours, ...) ``--repeats`` times.
+program. ``--env`` picks another gymnax environment with the same settings
+(purejaxrl's ``ppo.py`` flattens image observations, as our MLP torso does). The runs alternate (ours, theirs, ours, ...) ``--repeats`` times.
 
 Prints, for both: the final return of every seed (mean over the last
 ``--last_episodes`` episodes, counted alike for both), the compile time (the
@@ -54,7 +56,7 @@ from disco.training import analysis
 from disco.training import loop as loop_lib
 from disco.update_rules import registry as rule_registry
 
-ENV = "CartPole-v1"
+ENV = "CartPole-v1"  # the default --env
 # purejaxrl's published PPO settings for CartPole-v1 (purejaxrl/ppo.py).
 PUREJAXRL_CONFIG = {
     "LR": 2.5e-4,
@@ -219,6 +221,9 @@ def main(argv=None) -> dict[str, float]:
   )
   parser.add_argument("--seeds", type=int, default=3, help="vmapped seeds")
   parser.add_argument(
+      "--env", default=ENV, help="gymnax environment name (CartPole-v1)"
+  )
+  parser.add_argument(
       "--total_env_steps",
       type=int,
       default=PUREJAXRL_CONFIG["TOTAL_TIMESTEPS"],
@@ -245,7 +250,9 @@ def main(argv=None) -> dict[str, float]:
   repeats = 1 if args.no_timing else args.repeats
   if min(args.seeds, repeats, args.last_episodes) < 1:
     parser.error("--seeds, --repeats and --last_episodes must be >= 1")
-  config = dict(PUREJAXRL_CONFIG, TOTAL_TIMESTEPS=args.total_env_steps)
+  config = dict(
+      PUREJAXRL_CONFIG, TOTAL_TIMESTEPS=args.total_env_steps, ENV_NAME=args.env
+  )
   seeds = list(range(args.seeds))
   runners = {
       "ours": ours_runner(config, seeds),
@@ -256,7 +263,7 @@ def main(argv=None) -> dict[str, float]:
       ),
   }
   print(
-      f"PPO on {ENV}: {args.seeds} vmapped seeds, {config['NUM_ENVS']} envs x "
+      f"PPO on {args.env}: {args.seeds} vmapped seeds, {config['NUM_ENVS']} envs x "
       f"{config['NUM_STEPS']} steps per update, {config['UPDATE_EPOCHS']} "
       f"epochs x {config['NUM_MINIBATCHES']} minibatches, "
       f"{args.total_env_steps} env steps per seed; devices: {jax.devices()}"
