@@ -35,6 +35,7 @@ from disco.environments import base as env_base
 from disco.environments import registry
 from disco.launch import evaluate
 from disco.training import analysis
+from disco.update_rules import registry as rule_registry
 
 LAST_EPISODES = 100
 # The loops and networks the environment suite uses (one place for them).
@@ -223,6 +224,25 @@ VARIANTS = (
         DENSE,
         100_000,
         network=PPO_NET,
+    ),
+    # Loop swap: PPO's loop (4 epochs x 4 minibatches of 4 x 128 rollouts:
+    # 4x the learner steps per env step) for the other rules.
+    variant(
+        "loop",
+        "ac_dense_ent0.01_ppo_loop",
+        "actor_critic",
+        DENSE,
+        100_000,
+        hyper_params=dict(entropy_cost=0.01),
+        loop=rule_registry.PPO_LOOP,
+    ),
+    variant(
+        "loop",
+        "d103_dense_ppo_loop",
+        "disco103",
+        DENSE,
+        100_000,
+        loop=rule_registry.PPO_LOOP,
     ),
     # Optimiser: PPO's gradient clipping and Adam epsilon.
     variant(
