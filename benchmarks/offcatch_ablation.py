@@ -418,6 +418,23 @@ def row(v: dict, folder: Path) -> dict:
   )
 
 
+def table_rows(out: Path) -> list[dict]:
+  """Every finished variant's row, not only this call's: from its run
+  folder, else the row ``ablation.csv`` already holds (the CSV is
+  committed, the run folders are not), so that no earlier result is lost."""
+  kept = {}
+  if (out / "ablation.csv").is_file():
+    with open(out / "ablation.csv", newline="") as f:
+      kept = {r["variant"]: r for r in csv.DictReader(f)}
+  rows = []
+  for v in VARIANTS:
+    if (out / v["name"] / results_lib.SUMMARY).is_file():
+      rows.append(row(v, out / v["name"]))
+    elif v["name"] in kept:
+      rows.append(kept[v["name"]])
+  return rows + [r for name, r in kept.items() if name not in VARIANT_NAMES]
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--out", default="benchmarks/results/offcatch")
@@ -438,12 +455,7 @@ def main(argv=None) -> None:
   for v in chosen:
     folder = run(v, args.seeds, args.budget_scale, out)
     print(" | ".join(str(x) for x in row(v, folder).values()), flush=True)
-  # The table holds every finished variant, not only this call's.
-  rows = [
-      row(v, out / v["name"])
-      for v in VARIANTS
-      if (out / v["name"] / results_lib.SUMMARY).is_file()
-  ]
+  rows = table_rows(out)
   with open(out / "ablation.csv", "w", newline="") as f:
     writer = csv.DictWriter(f, FIELDS)
     writer.writeheader()
