@@ -11,7 +11,8 @@ to 0, gradients clipped to global norm 0.5, gamma 0.99, GAE lambda 0.95, clip
 0.2, entropy 0.01, value 0.5, separate 64x64 tanh actor and critic, 500k env
 steps) and the same number of vmapped seeds, each run as one compiled
 program. ``--env`` picks another gymnax environment with the same settings
-(purejaxrl's ``ppo.py`` flattens image observations, as our MLP torso does). The runs alternate (ours, theirs, ours, ...) ``--repeats`` times.
+(purejaxrl's ``ppo.py`` flattens image observations, as our MLP torso
+does). The runs alternate (ours, theirs, ours, ...) ``--repeats`` times.
 
 Prints, for both: the final return of every seed (mean over the last
 ``--last_episodes`` episodes, counted alike for both), the compile time (the
