@@ -2,6 +2,8 @@
 
   python benchmarks/offcatch_ablation.py --out benchmarks/results/offcatch \\
       [--only NAME ...] [--seeds 2] [--budget_scale 1.0]
+  python benchmarks/offcatch_ablation.py --out benchmarks/results/offcatch \\
+      --curves NAME ... [--published_dir DIR] [--curves_png PATH]
 
 Each *variant* tests one hypothesis: a rule on an environment trained
 through the ``disco-eval`` steps with some settings changed from a
@@ -15,15 +17,20 @@ and the policy entropy at the end (mean over the last tenth of the
 iterations; a uniform policy's is ``log A``: 2.197 on the LPG grid worlds,
 1.099 on Catch); ``--table_only`` rewrites it (and prints it as markdown)
 without training. ``MODIFIERS`` variants wrap the environment (the time
-limit as a termination, scaled rewards).
+limit as a termination, scaled rewards). ``--curves`` draws each seed's
+learning curve of finished variants, beside the seeds of the published
+code's runs (``published_offcatch.py``'s ``--out`` folder), and trains
+nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 from pathlib import Path
+import re
 
 import jax.numpy as jnp
 import numpy as np
@@ -113,6 +120,18 @@ def variant(hypothesis, name, rule, env, steps, **overrides):
   )
 
 
+# Episode ends as this package treats them (the time limit a truncation,
+# the "valid" loss mask) and as the published agent does (every episode end
+# a termination, the "published" mask), and each change alone.
+EPISODE_ENDS = (
+    ("", {}),
+    (
+        "_published_ends",
+        dict(time_limit_terminates=True, loss_mask="published"),
+    ),
+    ("_published_mask", dict(loss_mask="published")),
+    ("_time_limit_terminates", dict(time_limit_terminates=True)),
+)
 # (hypothesis, name, rule, env, env steps per seed, config overrides).
 VARIANTS = (
     # Baselines: the environment suite's settings at a shorter budget.
@@ -170,6 +189,26 @@ VARIANTS = (
         DENSE,
         100_000,
         loop=dict(REPLAY, batch_size=8, min_replay_size=8),
+    ),
+    # Budget and episode ends: Disco103 with the replay (batches of 8) for
+    # 300k steps (5172 learner steps), beside the published code on the same
+    # environment and loop (published_offcatch.py --batch_size 8
+    # --env_steps 300000); with our episode ends, the published agent's, and
+    # each of its two changes alone (EPISODE_ENDS). Seeds in blocks of two
+    # ("_seeds23": seeds 2 and 3).
+    *(
+        variant(
+            "episode ends",
+            f"d103_dense_replay_batch8_300k{suffix}{block}",
+            "disco103",
+            DENSE,
+            300_000,
+            loop=dict(REPLAY, batch_size=8, min_replay_size=8),
+            **changes,
+            **({"seed": first} if first else {}),
+        )
+        for suffix, changes in EPISODE_ENDS
+        for first, block in ((0, ""), (2, "_seeds23"), (4, "_seeds45"))
     ),
     # Learning rate (Disco103's registered 1e-2 is the Catch notebook's;
     # the published agent's default is 3e-4).
@@ -435,6 +474,101 @@ def table_rows(out: Path) -> list[dict]:
   return rows + [r for name, r in kept.items() if name not in VARIANT_NAMES]
 
 
+def published_metrics(path: Path) -> dict[str, np.ndarray]:
+  """The per-iteration ``episodes``, ``return_sum`` and ``env_steps``
+  (``[1, N]``, as ``analysis`` reads a run's metrics) of a
+  ``published_offcatch.py`` seed file, from its episodes' returns and the
+  environment step at which each ended."""
+  seed = json.loads(path.read_text())
+  ends = np.asarray(seed["episode_end_steps"], np.int64)
+  returns = np.asarray(seed["episode_returns"], np.float64)
+  steps = np.unique(ends)
+  index = np.searchsorted(steps, ends)
+  return dict(
+      episodes=np.bincount(index, minlength=steps.size)[None],
+      return_sum=np.bincount(index, returns, minlength=steps.size)[None],
+      env_steps=steps[None],
+  )
+
+
+def plot_curves(
+    out: Path,
+    names: list[str],
+    published: Path | None,
+    path: Path,
+    onset: float,
+) -> None:
+  """Draws each seed's learning curve (mean return of its last 100 episodes
+  against environment steps) of the variants ``names`` and of the published
+  code's seeds (``published/seed<k>.json``) into ``path``, and prints a
+  markdown row per setting (seed blocks such as ``_seeds23`` merged into
+  their setting): each seed's final value, how many ended at or above
+  ``onset`` and when each first reached it (over a full window of
+  episodes), and the mean with its 95%
+  bootstrap interval."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  # setting -> [(seed, metrics [1, N] of that seed)], in drawing order.
+  settings: dict[str, list] = {}
+  for name in names:
+    finished = results_lib.load_run(out / name)
+    for i, seed in enumerate(finished.seeds):
+      metrics = {
+          k: np.asarray(v)[i : i + 1] for k, v in finished.metrics.items()
+      }
+      key = re.sub(r"_seeds\d+$", "", name)
+      settings.setdefault(key, []).append((seed, metrics))
+  seed_files = sorted(published.glob("seed*.json")) if published else []
+  for seed_file in [f for f in seed_files if ".partial" not in f.name]:
+    seed = int(seed_file.stem.removeprefix("seed"))
+    settings.setdefault("published code", []).append(
+        (seed, published_metrics(seed_file))
+    )
+  fig, ax = plt.subplots(figsize=(8, 4.5))
+  print(
+      f"| setting | seeds | final per seed | ended >= {onset:g} | first "
+      f"reached {onset:g} (env steps) | mean (95% CI) |\n|---|---|---|---|---|---|"
+  )
+  for i, (key, seeds) in enumerate(settings.items()):
+    finals, reached_at = [], []
+    for j, (_, metrics) in enumerate(seeds):
+      curve = analysis.return_curve(metrics, LAST_EPISODES)[0]
+      steps = np.asarray(metrics["env_steps"])[0]
+      # Only full windows of LAST_EPISODES episodes count.
+      full = np.cumsum(np.asarray(metrics["episodes"])[0]) >= LAST_EPISODES
+      reached = np.flatnonzero((curve >= onset) & full)
+      finals.append(curve[-1])
+      reached_at.append(
+          f"{steps[reached[0]] / 1e3:.0f}k" if reached.size else "-"
+      )
+      ax.plot(
+          steps / 1e3,
+          curve,
+          color=f"C{i % 10}",
+          lw=1,
+          label=key if j == 0 else None,
+      )
+    finals = np.asarray(finals)
+    ci = analysis.bootstrap_ci(finals)
+    interval = "" if ci is None else f" [{ci[0]:.2f}, {ci[1]:.2f}]"
+    print(
+        f"| `{key}` | {' '.join(str(s) for s, _ in seeds)} | "
+        f"{' '.join(f'{x:.2f}' for x in finals)} | "
+        f"{int((finals >= onset).sum())} of {finals.size} | "
+        f"{' '.join(reached_at)} | {finals.mean():.2f}{interval} |"
+    )
+  ax.set_xlabel("environment steps (thousands)")
+  ax.set_ylabel(f"mean return, last {LAST_EPISODES} episodes")
+  ax.legend(fontsize=7)
+  ax.grid(alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
 def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--out", default="benchmarks/results/offcatch")
@@ -446,8 +580,37 @@ def main(argv=None) -> None:
       action="store_true",
       help="only write ablation.csv from the finished variants",
   )
+  parser.add_argument(
+      "--curves",
+      nargs="+",
+      default=[],
+      choices=VARIANT_NAMES,
+      metavar="VARIANT",
+      help="finished variants whose seeds' curves go into --curves_png",
+  )
+  parser.add_argument(
+      "--published_dir",
+      default=None,
+      help="a published_offcatch.py --out folder to draw beside them",
+  )
+  parser.add_argument("--curves_png", default=None)
+  parser.add_argument(
+      "--onset",
+      type=float,
+      default=2.0,
+      help="with --curves: print when each seed's curve first reached this",
+  )
   args = parser.parse_args(argv)
   out = Path(args.out)
+  if args.curves:
+    plot_curves(
+        out,
+        args.curves,
+        Path(args.published_dir) if args.published_dir else None,
+        Path(args.curves_png or out / "curves.png"),
+        args.onset,
+    )
+    return
   out.mkdir(parents=True, exist_ok=True)
   chosen = [v for v in VARIANTS if not args.only or v["name"] in args.only]
   if args.table_only:

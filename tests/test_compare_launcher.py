@@ -38,7 +38,7 @@ TINY = [
 ]
 
 
-def _tiny_with(args):
+def tiny_with(args):
   """TINY with ``args`` replacing its flags of the same names (a repeated
   tuple flag would extend the tuple)."""
   names = {a.partition("=")[0] for a in args}
@@ -283,7 +283,7 @@ def test_one_environment_with_two_settings_gives_two_runs(tmp_path):
   envs = ("delayed_chain:chain_length=3", "delayed_chain:chain_length=4")
   plan = compare.build(
       _config(
-          _tiny_with(
+          tiny_with(
               [f"--config.envs={envs}", f"--config.output_dir={tmp_path}"]
           )
       )
@@ -300,7 +300,7 @@ def test_ppo_gets_its_own_loop(tmp_path):
   keep one learner step per batch."""
   plan = compare.build(
       _config(
-          _tiny_with(
+          tiny_with(
               [
                   "--config.rules=('actor_critic', 'ppo')",
                   "--config.rule_overrides=('ppo:update_epochs=2,"
@@ -363,7 +363,7 @@ def test_ppo_gets_its_own_loop(tmp_path):
 def test_bad_input_is_one_line(args, match, tmp_path):
   with pytest.raises(common.UsageError, match=match) as info:
     compare.compare(
-        _config(_tiny_with([*args, f"--config.output_dir={tmp_path / 'x'}"])),
+        _config(tiny_with([*args, f"--config.output_dir={tmp_path / 'x'}"])),
         log=lambda _: None,
     )
   assert "\n" not in str(info.value)

@@ -19,21 +19,15 @@ from disco.comparison import results as results_lib
 from disco.launch import common
 from disco.launch import compare
 
-TINY = [
-    "--config.rules=('actor_critic',)",
-    "--config.envs=('catch:rows=5,columns=5',)",
-    "--config.num_seeds=3",
-    "--config.total_env_steps=1200",
-    "--config.num_envs=4",
-    "--config.rollout_len=6",
-    "--config.batch_size=4",
-    "--config.replay_capacity=0",
-    "--config.min_replay_size=0",
-    "--config.iterations_per_call=10",
-    "--config.last_episodes=20",
-    "--config.bootstrap_reps=50",
-    "--config.num_points=5",
-]
+import test_compare_launcher
+
+# test_compare_launcher's tiny grid, with one rule and one environment.
+TINY = test_compare_launcher.tiny_with(
+    [
+        "--config.rules=('actor_critic',)",
+        "--config.envs=('catch:rows=5,columns=5',)",
+    ]
+)
 TUNE = [
     "--config.tune.rules=('actor_critic',)",
     "--config.tune.grid=learning_rate=(1e-4,3e-2)",
