@@ -3,7 +3,7 @@
   python benchmarks/offcatch_ablation.py --out benchmarks/results/offcatch \\
       [--only NAME ...] [--seeds 2] [--budget_scale 1.0]
   python benchmarks/offcatch_ablation.py --out benchmarks/results/offcatch \\
-      --curves NAME ... [--published_dir DIR] [--curves_png PATH]
+      --curves NAME ... [--published_dir DIR] [--curves_png PATH] [--onset 2]
 
 Each *variant* tests one hypothesis: a rule on an environment trained
 through the ``disco-eval`` steps with some settings changed from a
@@ -504,8 +504,7 @@ def plot_curves(
   markdown row per setting (seed blocks such as ``_seeds23`` merged into
   their setting): each seed's final value, how many ended at or above
   ``onset`` and when each first reached it (over a full window of
-  episodes), and the mean with its 95%
-  bootstrap interval."""
+  episodes), and the mean with its 95% bootstrap interval."""
   import matplotlib  # pylint: disable=g-import-not-at-top
 
   matplotlib.use("Agg")
