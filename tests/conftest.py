@@ -46,6 +46,45 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 # folder): a bound, so that reads and writes take the cache's file lock.
 jax.config.update("jax_compilation_cache_max_size", 4 * 2**30)
 
+# ------------------------------------------------- XLA optimisation ----
+# Most tests compile a program, run it a few times at tiny sizes and check
+# what it computes; XLA's cheap pipeline (``jax_disable_most_optimizations``:
+# backend optimisation level 0, no expensive LLVM passes) compiles a
+# meta-step in about half the time (BENCHMARKS.md, "CI"). It changes float
+# rounding, not semantics. Tests marked ``xla_optimized`` (or ``slow``)
+# compile with the full pipeline users get: the parity checks against the
+# published implementation, comparisons of two programs bit for bit, and the
+# learning checks, whose run time the cheap pipeline lengthens. Launcher and
+# notebook subprocesses inherit the level through the environment variable.
+# ``JAX_DISABLE_MOST_OPTIMIZATIONS=0 python -m pytest`` runs every test at
+# the full pipeline.
+OPTIMIZATION_ENV = "JAX_DISABLE_MOST_OPTIMIZATIONS"
+CHEAP_XLA = os.environ.get(OPTIMIZATION_ENV, "1").strip().lower() not in (
+    "0",
+    "false",
+)
+
+
+def set_cheap_xla(cheap: bool) -> None:
+  """Compiles what follows with XLA's cheap pipeline, or its full one, in
+  this process and the subprocesses it starts. Programs compiled at the
+  other level are dropped from JAX's in-memory caches, so that no test runs
+  a program compiled for another (the persistent cache keys on the level)."""
+  if jax.config.read("jax_disable_most_optimizations") != cheap:
+    jax.clear_caches()
+  jax.config.update("jax_disable_most_optimizations", cheap)
+  os.environ[OPTIMIZATION_ENV] = "1" if cheap else "0"
+
+
+set_cheap_xla(CHEAP_XLA)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+  # Before the test's fixtures are set up, so that they compile at its level.
+  full = any(item.get_closest_marker(m) for m in ("xla_optimized", "slow"))
+  set_cheap_xla(CHEAP_XLA and not full)
+
 
 # --------------------------------------------------------- rollouts ----
 def step_fields(not_last, truncated=None) -> dict:

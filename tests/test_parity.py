@@ -22,6 +22,9 @@ from disco.networks import meta_nets
 from disco.update_rules import actor_critic
 from disco.update_rules import disco as disco_rule
 
+# At the XLA pipeline users get: these pin the numbers they compute.
+pytestmark = pytest.mark.xla_optimized
+
 FIXTURES = (
     "actor_critic_learner_step_s0.npz",
     "disco_meta_net_s0.npz",

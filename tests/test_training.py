@@ -474,6 +474,7 @@ def test_text_curve_rows_and_bars():
   assert lines[-1].startswith(f"{3000:>9d}")
 
 
+@pytest.mark.xla_optimized  # its run time, not its compile, dominates
 def test_disco103_learns_catch_short(disco103_path):
   """Short CI version of the Disco103 learning check (the full one, Catch 8x8
   with the published notebook's settings, is benchmarks/disco103_catch.py and

@@ -329,6 +329,7 @@ def test_vtrace_matches_numpy(seed, lam):
     np.testing.assert_array_equal(getattr(out, field), np.zeros((T, B)))
 
 
+@pytest.mark.xla_optimized  # two programs compared bit for bit
 def test_vtrace_matches_direct_rlax_per_sequence():
   d = _random_rollout(5)
   out = returns.vtrace(
