@@ -8,6 +8,7 @@ when it is missing).
 from __future__ import annotations
 
 import nbformat
+import pytest
 
 import conftest
 
@@ -44,6 +45,9 @@ def test_eval_notebook_is_valid_and_up_to_date(monkeypatch):
   )
 
 
+# A learning run (its run time dominates), at the pipeline of
+# test_compare_notebook.py's, whose Catch programs it shares.
+@pytest.mark.xla_optimized
 def test_eval_notebook_runs(disco103_path, monkeypatch):
   conftest.require_python3_kernel()
   nb = nbformat.read(EVAL_NOTEBOOK, as_version=4)
