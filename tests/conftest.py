@@ -49,8 +49,9 @@ jax.config.update("jax_compilation_cache_max_size", 4 * 2**30)
 # ------------------------------------------------- XLA optimisation ----
 # Most tests compile a program, run it a few times at tiny sizes and check
 # what it computes; XLA's cheap pipeline (``jax_disable_most_optimizations``:
-# backend optimisation level 0, no expensive LLVM passes) compiles a
-# meta-step in about half the time (BENCHMARKS.md, "CI"). It changes float
+# backend optimisation level 0, no expensive LLVM passes) takes 40-57% less
+# CPU time to compile a meta-step (BENCHMARKS.md, "Where the meta-step's
+# cold compile goes"; the whole suite: "CI"). It changes float
 # rounding, not semantics. Tests marked ``xla_optimized`` (or ``slow``)
 # compile with the full pipeline users get: the parity checks against the
 # published implementation, comparisons of two programs bit for bit, and the
