@@ -35,6 +35,15 @@ TINY_FLAGS = [
 ]
 
 
+# The rule of the tests of meta-training machinery that does not depend on
+# the rule (sharding, group weights, lifetimes, divergence handling): LPG
+# with a GRU of 8, whose tiny meta-step traces and compiles about 2.6x faster
+# than Disco's (16 s against 42 s of CPU). Disco's own meta-step is tested
+# by test_parity, test_disco_rule, test_meta_train and the notebook.
+TINY_LPG = dict(rule="lpg", rule_kwargs=dict(net=dict(hidden_size=8)))
+TINY_LPG_FLAGS = ["--config.rule=lpg", "--config.rule_kwargs.net.hidden_size=8"]
+
+
 def tiny_config(**overrides) -> config_dict.ConfigDict:
   """The default meta-training config at ``TINY`` sizes, with overrides."""
   config = mt.default_config()

@@ -42,6 +42,8 @@ from disco.launch import meta_train as mt
 from disco.training import analysis
 
 from meta_settings import TINY_FLAGS
+from meta_settings import TINY_LPG
+from meta_settings import TINY_LPG_FLAGS
 from meta_settings import tiny_config
 import test_evaluate_launcher as eval_tests
 
@@ -67,8 +69,11 @@ EVAL_KEYS = (
     "learning_rate",
     "output_dir",
 )
+# The tiny LPG rule of meta_settings: what is tested here (processes,
+# sharding, kills and resumes) does not depend on the rule.
 RUN_FLAGS = (
     *TINY_FLAGS,
+    *TINY_LPG_FLAGS,
     "--config.num_meta_steps=4",
     "--config.checkpoint_every=2",
 )
@@ -278,6 +283,7 @@ def test_two_processes_resume_and_match_one_process(
     here = tmp_path / f"devices{num_devices}"
     mt.train(
         tiny_config(
+            **TINY_LPG,
             num_meta_steps=4,
             checkpoint_every=2,
             num_devices=num_devices,
@@ -310,6 +316,7 @@ def test_resume_two_process_checkpoint_in_one_process(
   lines = []
   summary = mt.train(
       tiny_config(
+          **TINY_LPG,
           num_meta_steps=4,
           checkpoint_every=2,
           num_devices=1,

@@ -4,10 +4,11 @@ meta-updates are skipped and, too many in a row, stop the run with exit
 status 3; checkpoints and exports stay finite; a resumed run falls back past
 a damaged checkpoint.
 
-The runs share one plan (one traced program); it is the program of
-``test_population.py``'s poisoned population too (the ``MIXED`` groups with
-fault injection, whose schedule is an argument of the program), so it
-compiles once.
+The runs share one plan (one traced program, with the tiny LPG rule of
+``meta_settings``: the machinery under test does not depend on the rule); it
+is the program of ``test_population.py``'s poisoned population too (the
+``MIXED`` groups with fault injection, whose schedule is an argument of the
+program), so it compiles once.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
 
 from meta_settings import MIXED
+from meta_settings import TINY_LPG
 from meta_settings import subprocess_env
 from meta_settings import tiny_config
 
@@ -41,6 +43,7 @@ NO_FAULTS = dict(
 
 def faulty_config(output_dir, **debug):
   return tiny_config(
+      **TINY_LPG,
       output_dir=str(output_dir),
       population=MIXED,
       lifetime_meta_steps=2,

@@ -15,6 +15,7 @@ from disco.meta import checkpoints as ckpt_lib
 from disco.meta import level_samplers as ls
 
 from meta_settings import TINY_FLAGS
+from meta_settings import TINY_LPG
 from meta_settings import run_launcher
 from meta_settings import tiny_config
 
@@ -194,6 +195,7 @@ LEVELS = (
 
 def _level_config(out, **sampler):
   config = tiny_config(
+      **TINY_LPG,
       output_dir=str(out),
       num_meta_steps=4,
       checkpoint_every=2,

@@ -1,5 +1,6 @@
 """The ``es`` and ``pes`` estimators in the meta-training launcher, end to
-end on Catch at tiny sizes: outputs, export, bit-exact resume and bad input.
+end on Catch at tiny sizes (with the tiny LPG rule of ``meta_settings``):
+outputs, export, bit-exact resume and bad input.
 
 One run per estimator (4 meta-steps, checkpoints at 2 and 4) is shared by
 the tests of that estimator; the resumed run reuses its compiled program
@@ -22,6 +23,7 @@ from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
 
 from meta_settings import TINY_FLAGS
+from meta_settings import TINY_LPG
 from meta_settings import run_launcher
 from meta_settings import tiny_config
 
@@ -70,7 +72,7 @@ def tree_equal(a, b) -> bool:
 
 
 def _config(kind, **overrides):
-  config = tiny_config()
+  config = tiny_config(**TINY_LPG)
   config.update(SETTINGS[kind])
   config.agent.learning_rate = 0.05
   config.update(overrides)
@@ -134,7 +136,7 @@ def test_outputs_and_export(run):
   assert summary["meta_steps"] == 4
   # The export loads as disco-eval resolves it.
   resolved = common.resolve_rule(str(out / mt.META_PARAMS_FILE))
-  assert resolved.settings.rule == "disco"
+  assert resolved.settings.rule == TINY_LPG["rule"]
   assert weights_lib.load_metadata(out / mt.META_PARAMS_FILE)["meta_step"] == 4
   # ... and holds the meta-trained rule, not the initial one.
   plan = mt.build(_config(run["estimator"], output_dir=str(out.parent / "y")))

@@ -2,6 +2,8 @@
 
 The test session has two host devices (``conftest.py`` forces them), so the
 same population runs on one device and sharded over two in this process.
+The populations use the tiny LPG rule of ``meta_settings``: nothing tested
+here depends on the rule, and its meta-step compiles faster than Disco's.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from disco.meta import keys as keys_lib
 from disco.meta import population as population_lib
 
 from meta_settings import MIXED
+from meta_settings import TINY_LPG
 from meta_settings import tiny_config
 
 
@@ -29,6 +32,11 @@ def _capture(lr):
       lambda p: jax.tree.map(jnp.zeros_like, p),
       lambda g, s, p=None: (jax.tree.map(lambda x: -lr * x, g), g),
   )
+
+
+def _counts(opt_state) -> list[int]:
+  """The update counts ``[N]`` of a row of optimiser states."""
+  return [int(x) for x in np.asarray(optax.tree.get(opt_state, "count"))]
 
 
 def _max_rel(a, b) -> float:
@@ -52,6 +60,7 @@ def mixed(tmp_path_factory):
   assert len(jax.devices()) >= 2, "conftest.py forces two host devices"
   plan = mt.build(
       tiny_config(
+          **TINY_LPG,
           output_dir=str(tmp_path_factory.mktemp("pop") / "b"),
           lifetime_meta_steps=2,
           population=MIXED,
@@ -153,10 +162,7 @@ def test_lifetime_reset_at_configured_age(mixed):
   assert ages == [[[0, 1], [0, 1]], [[1, 0], [1, 0]], [[0, 1], [0, 1]]]
   for field in ("learner", "value"):
     counts = [
-        [
-            [int(x) for x in np.asarray(getattr(a, field).opt_state[0].count)]
-            for a in s[2].agents
-        ]
+        [_counts(getattr(a, field).opt_state) for a in s[2].agents]
         for s in mixed["states"][1:]
     ]
     assert counts == [[[1, 0], [1, 0]], [[0, 1], [0, 1]]], field
@@ -186,6 +192,7 @@ def test_population_of_different_environments(tmp_path):
   the ``mixed`` population.)"""
   plan = mt.build(
       tiny_config(
+          **TINY_LPG,
           output_dir=str(tmp_path / "h"),
           num_devices=1,
           population=(
@@ -223,6 +230,7 @@ def poisoned(mixed, tmp_path_factory):
   catch-5x5 agent diverges at meta-step 1, the meta-gradient at 2. The same
   program as ``test_divergence.py``'s runs."""
   config = tiny_config(
+      **TINY_LPG,
       output_dir=str(tmp_path_factory.mktemp("pop") / "p"),
       lifetime_meta_steps=2,
       population=MIXED,
@@ -260,7 +268,7 @@ def test_diverged_agent_is_left_out_and_restarted(mixed, poisoned):
   # fresh, finite parameters and optimiser state.
   catch5 = state.agents[0]
   assert [int(x) for x in catch5.age] == [0, 0]
-  assert [int(x) for x in catch5.learner.opt_state[0].count] == [0, 0]
+  assert _counts(catch5.learner.opt_state) == [0, 0]
   assert all(
       np.isfinite(np.asarray(x)).all()
       for x in jax.tree.leaves(catch5.learner.params)

@@ -4,8 +4,9 @@ rule, the same loop as ``disco-eval``, unchanged meta-training, resume and
 bad input (tiny settings throughout).
 
 The expensive pieces are shared: two 4-step meta-training runs (with and
-without validation every 2 meta-steps on a held-out Catch 6x6) serve every
-test; the held-out loop compiles once per process (persistent cache).
+without validation every 2 meta-steps on a held-out Catch 6x6, with the tiny
+LPG rule of ``meta_settings``: validation does not depend on the rule) serve
+every test; the held-out loop compiles once per process (persistent cache).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from disco.launch import validate as validate_launcher
 from disco.launch import validation as val
 
 from meta_settings import TINY_FLAGS
+from meta_settings import TINY_LPG
 from meta_settings import run_launcher
 from meta_settings import subprocess_env
 from meta_settings import tiny_config
@@ -51,7 +53,11 @@ VALIDATION_FLAGS = [
 
 def config_with(out, validation=True, **overrides):
   config = tiny_config(
-      num_meta_steps=4, checkpoint_every=2, output_dir=str(out), **overrides
+      **TINY_LPG,
+      num_meta_steps=4,
+      checkpoint_every=2,
+      output_dir=str(out),
+      **overrides,
   )
   if validation:
     config.validation.update(VALIDATION, every=2)
@@ -143,10 +149,14 @@ def test_validation_outputs(runs):
   assert metadata["meta_step"] == best_step
   assert metadata["validation_score"] == by_step[best_step]
   assert metadata["validation_envs"] == ["catch/6x6"]
-  assert metadata["rule"] == "disco" and metadata["source"] == mt.PROGRAM
+  assert (
+      metadata["rule"] == TINY_LPG["rule"] and metadata["source"] == mt.PROGRAM
+  )
   # disco-eval takes it as it takes meta_params.npz.
   resolved = common.resolve_rule(str(on / val.BEST_FILE))
-  assert resolved.settings.rule == "disco" and resolved.source == "file"
+  assert (
+      resolved.settings.rule == TINY_LPG["rule"] and resolved.source == "file"
+  )
   assert (on / val.PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert runs["summary"]["validation"]["validated_meta_steps"] == [0, 2, 4]
   assert runs["summary"]["validation"]["best_meta_step"] == best_step
