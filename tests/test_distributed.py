@@ -338,7 +338,8 @@ def test_resume_two_process_checkpoint_in_one_process(
 def test_sigterm_stops_every_process_at_one_checkpoint(tmp_path):
   """SIGTERM to process 1 (a scheduler's pre-emption): both processes stop
   at the same meta-step, after a checkpoint of it, with status 130."""
-  out, port, steps = tmp_path / "run", free_port(), 200
+  # Far more meta-steps than run before the signal arrives.
+  out, port, steps = tmp_path / "run", free_port(), 100_000
   commands = [
       meta_train_command(
           out,
