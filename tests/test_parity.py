@@ -193,6 +193,21 @@ def test_companion_gradients_only_from_an_identical_copy(tmp_path):
   assert not parity.has_gradients(parity.with_companion_gradients(path, fx))
 
 
+def test_checks_run_at_full_float32_matmul_precision(monkeypatch, tmp_path):
+  """The fixtures hold float32 products; on GPUs JAX's default is TF32."""
+  seen = []
+
+  def load(path):
+    seen.append(jax.config.jax_default_matmul_precision)
+    return {"kind": np.array("unknown")}
+
+  monkeypatch.setattr(parity, "load_fixture", load)
+  report = parity.check_fixture(tmp_path / "f.npz")
+  assert "unsupported fixture kind" in report.error
+  assert seen == ["highest"]
+  assert jax.config.jax_default_matmul_precision != "highest"
+
+
 def test_meta_train_steps_parity():
   """Four consecutive meta-steps of our population (two agents, small
   networks) from the notebook's initial state and keys give the published
