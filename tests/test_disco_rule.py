@@ -451,3 +451,80 @@ def test_looped_and_rematerialised_inner_steps_keep_the_meta_gradient(
   assert optax.tree.norm(
       jax.tree.map(jnp.subtract, got, want)
   ) <= 1e-5 * optax.tree.norm(want)
+
+
+# ------------------------------------------------------------- lifetime ----
+
+
+def test_lifetime_inputs_reach_the_disco_meta_net():
+  """``net.lifetime_conditioning`` gives the Disco meta-network TA-LPG's
+  inputs: the agent's progress n / N and log N, from a rule state that
+  counts its updates. Off (Disco103), the rule keeps no lifetime."""
+  settings = registry.default_settings("disco")
+  settings.network = dict(
+      dense=(8,), model_lstm_size=8, model_head_hiddens=(8,)
+  )
+  net = dict(prediction_size=8, hidden_size=8, meta_hidden_size=8)
+  settings.rule_kwargs.net = dict(net, lifetime_conditioning=True)
+  agent = agent_lib.make_agent(settings, num_actions=3)
+  plain = disco_rule.Disco(net=net)
+  assert "lifetime" not in plain.init_rule_state(jax.random.PRNGKey(0), {})
+  assert plain.start_lifetime({}, 10) == {}
+  # Two more inputs of the backward LSTM (and of the meta-LSTM's embedding).
+  widths = [
+      {
+          k: v["w"].shape[0]
+          for k, v in jax.eval_shape(
+              rule.init_meta_params, jax.random.PRNGKey(0)
+          ).items()
+          if k
+          in ("lstm/lstm/linear", "lstm/~/meta_lstm/~unroll/mlp_2/~/linear_0")
+      }
+      for rule in (plain, agent.rule)
+  ]
+  assert set(widths[0]) == set(widths[1]) and len(widths[0]) == 2
+  assert all(widths[1][k] == widths[0][k] + 2 for k in widths[0])
+
+  rng = np.random.default_rng(4)
+  obs = jnp.asarray(rng.random((T + 1, B, 5, 5, 1)) < 0.2, jnp.float32)
+  params = agent.init_params(jax.random.PRNGKey(0), obs[0, 0])
+  meta_params = _random_meta_params(agent.rule, seed=2)
+  rule_state = agent.rule.init_rule_state(jax.random.PRNGKey(0), params)
+  assert float(rule_state["lifetime"]) == 250
+  rollout = types.ActorRollout(
+      observations=obs,
+      actions=jnp.asarray(rng.integers(0, 3, (T + 1, B)), jnp.int32),
+      rewards=jnp.asarray(rng.normal(size=(T + 1, B)), jnp.float32),
+      **conftest.step_fields(np.ones((T + 1, B), bool)),
+      agent_outs=agent.unroll(params, obs),
+      logits=agent.unroll(params, obs)["logits"],
+  )
+
+  @jax.jit
+  def step(rule_state):
+    state = types.LearnerState(
+        params=params,
+        opt_state=agent.optimizer.init(params),
+        rule_state=rule_state,
+    )
+    new_state, _ = agent.learner_step(
+        jax.random.PRNGKey(1), rollout, state, meta_params, False
+    )
+    return new_state
+
+  young = agent.rule.start_lifetime(rule_state, 100)
+  after = step(young)
+  assert int(after.rule_state["num_updates"]) == 1
+  np.testing.assert_allclose(
+      agent.rule.lifetime_inputs(after.rule_state),
+      [0.01, np.log(100.0)],
+      rtol=1e-6,
+  )
+  for other in (
+      dict(young, num_updates=jnp.array(90, jnp.int32)),
+      agent.rule.start_lifetime(rule_state, 10),
+  ):
+    changed = jax.tree.map(
+        lambda a, b: not np.allclose(a, b), step(other).params, after.params
+    )
+    assert any(jax.tree.leaves(changed))

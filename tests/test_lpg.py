@@ -26,6 +26,7 @@ from disco.meta import population as population_lib
 from disco.meta import value_function
 from disco.networks import lpg_net
 from disco.training import acting
+from disco.update_rules import base
 from disco.update_rules import lpg
 from disco.update_rules import registry
 
@@ -210,7 +211,7 @@ def test_lifetime_inputs_reach_the_network():
   meta_params = rule.init_meta_params(jax.random.PRNGKey(0))
   inputs = rule_inputs(3)
   state = rule.init_rule_state(jax.random.PRNGKey(0), {})
-  assert float(state["lifetime"]) == lpg.DEFAULT_LIFETIME
+  assert float(state["lifetime"]) == base.DEFAULT_LIFETIME
 
   def targets(state):
     context = lpg_context(meta_params, state)
@@ -232,8 +233,6 @@ def test_lifetime_inputs_reach_the_network():
 
 
 def lpg_context(meta_params, rule_state):
-  from disco.update_rules import base
-
   return base.LearnerContext(
       meta_params=meta_params,
       params={},

@@ -114,6 +114,7 @@ def test_export_round_trip(straight_run, tmp_path):
       num_bins=601,
       moving_average_decay=0.99,
       moving_average_eps=1e-6,
+      default_lifetime=250,
   )
   resolved = common.resolve_rule(str(path))
   settings, params = resolved.settings, resolved.meta_params

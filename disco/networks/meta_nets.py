@@ -112,6 +112,11 @@ def disco103_input_option() -> MetaNetInputOption:
   return MetaNetInputOption(base=base, action_conditional=action_conditional)
 
 
+# The ``extra_from_rule`` entry of the lifetime inputs
+# (``MetaNetConfig.lifetime_conditioning``).
+LIFETIME_KEY = "lifetime"
+
+
 @dataclasses.dataclass(frozen=True)
 class MetaNetConfig:
   """Sizes and initialisation of the Disco meta-network (Disco103 defaults)."""
@@ -132,6 +137,21 @@ class MetaNetConfig:
   input_option: MetaNetInputOption = dataclasses.field(
       default_factory=disco103_input_option
   )
+  # The agent's lifetime as two more per-transition inputs, as TA-LPG's
+  # (Jackson et al. 2024): its progress n / N and log N, N in agent updates
+  # (``extra_from_rule/lifetime``, ``[T, B, 2]``). Off for Disco103, whose
+  # weights do not take them.
+  lifetime_conditioning: bool = False
+
+  def resolved_input_option(self) -> MetaNetInputOption:
+    """``input_option``, with the lifetime inputs when conditioning."""
+    if not self.lifetime_conditioning:
+      return self.input_option
+    return dataclasses.replace(
+        self.input_option,
+        base=self.input_option.base
+        + (_spec(f"extra_from_rule/{LIFETIME_KEY}"),),
+    )
 
 
 def _truncated_normal(stddev: float | None):
@@ -278,7 +298,7 @@ class MetaLSTM(hk.Module):
     z_net = _mlp(c.meta_pred_embedding_size)
     features, _ = build_features(
         inputs,
-        c.input_option,
+        c.resolved_input_option(),
         y_net,
         z_net,
         _action_conv_net(c.meta_policy_channels),
@@ -324,7 +344,7 @@ class DiscoMetaNet(hk.Module):
 
     features, per_action = build_features(
         inputs,
-        c.input_option,
+        c.resolved_input_option(),
         _mlp(c.embedding_size),
         _mlp(c.embedding_size),
         _action_conv_net(c.policy_channels),

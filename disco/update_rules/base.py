@@ -334,3 +334,57 @@ class MovingAverageRule(UpdateRule):
     if td_ema_state is not None:
       new_state["td_ema_state"] = td_ema_state
     return outs, new_state
+
+
+# Lifetime (agent updates) of an agent whose rule was never told one: GROOVE's
+# longest meta-training lifetime (all_vrandlife, 5 * 50).
+DEFAULT_LIFETIME = 250
+
+
+class LifetimeConditioning:
+  """Mixin for rules whose meta-network may read the agent's lifetime
+  (TA-LPG; Jackson et al. 2024).
+
+  A rule that mixes it in sets ``self.lifetime_conditioning`` and calls
+  ``_set_default_lifetime``. When conditioning, its state counts the agent's
+  updates ``n`` (``num_updates``) and holds its lifetime ``N`` in updates
+  (``lifetime``: meta-training draws it, evaluation passes its budget,
+  through ``start_lifetime``); ``lifetime_inputs`` gives the meta-network
+  ``n / N`` and ``log N``, and ``counted`` advances ``n`` by one update.
+  """
+
+  lifetime_conditioning: bool
+
+  def _set_default_lifetime(self, default_lifetime: int) -> None:
+    if int(default_lifetime) < 1:
+      raise ValueError(
+          f"default_lifetime must be >= 1 agent update, got {default_lifetime}."
+      )
+    self._default_lifetime = int(default_lifetime)
+
+  def initial_lifetime_state(self) -> types.RuleState:
+    """The lifetime entries of a fresh rule state (none unless
+    conditioning): a lifetime of ``default_lifetime`` updates."""
+    return self.start_lifetime({}, self._default_lifetime)
+
+  def start_lifetime(
+      self, rule_state: types.RuleState, num_updates: Array | int
+  ) -> types.RuleState:
+    if not self.lifetime_conditioning:
+      return rule_state
+    return dict(
+        rule_state,
+        num_updates=jnp.zeros([], jnp.int32),
+        lifetime=jnp.asarray(num_updates, jnp.float32),
+    )
+
+  def lifetime_inputs(self, rule_state: types.RuleState) -> Array:
+    """``[2]``: the agent's progress ``n / N`` and ``log N``."""
+    lifetime = jnp.maximum(rule_state["lifetime"], 1.0)
+    progress = rule_state["num_updates"].astype(jnp.float32) / lifetime
+    return jnp.stack([progress, jnp.log(lifetime)])
+
+  @staticmethod
+  def counted(rule_state: types.RuleState) -> types.RuleState:
+    """``rule_state`` one agent update later."""
+    return dict(rule_state, num_updates=rule_state["num_updates"] + 1)

@@ -53,7 +53,7 @@ _kl = ops.categorical_kl
 _entropy = ops.softmax_entropy
 
 
-class Disco(base.MovingAverageRule):
+class Disco(base.LifetimeConditioning, base.MovingAverageRule):
   """Discovered update rule driven by a meta-network (e.g. Disco103).
 
   Args:
@@ -64,6 +64,9 @@ class Disco(base.MovingAverageRule):
     moving_average_decay: EMA decay for advantage / TD normalisation.
     moving_average_eps: EMA normalisation epsilon.
     meta_regularizer_costs: overrides of ``META_REGULARIZER_COSTS``.
+    default_lifetime: the lifetime (agent updates) of an agent that
+      ``start_lifetime`` was not called for (``net.lifetime_conditioning``
+      only).
   """
 
   # z, aux_pi and q enter the losses at the taken action only.
@@ -79,6 +82,7 @@ class Disco(base.MovingAverageRule):
       moving_average_decay: float = 0.99,
       moving_average_eps: float = 1e-6,
       meta_regularizer_costs: dict[str, float] | None = None,
+      default_lifetime: int = base.DEFAULT_LIFETIME,
   ):
     super().__init__(hyper_params, moving_average_decay, moving_average_eps)
     self.meta_regularizer_costs = dict(
@@ -92,6 +96,11 @@ class Disco(base.MovingAverageRule):
     )
     self._num_bins = num_bins
     self._meta_net = meta_nets.make_meta_net(self.net_config)
+    self._set_default_lifetime(default_lifetime)
+
+  @property
+  def lifetime_conditioning(self) -> bool:
+    return self.net_config.lifetime_conditioning
 
   # ------------------------------------------------------------------ specs
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
@@ -134,8 +143,23 @@ class Disco(base.MovingAverageRule):
             qv_adv=per_action,
             normalized_qv_adv=per_action,
             target_out=agent_out,
+            **self._lifetime_extra(None, (t, b)),
         ),
     )
+
+  def _lifetime_extra(
+      self, rule_state: types.RuleState | None, lead_shape: tuple[int, int]
+  ) -> dict[str, jax.Array]:
+    """``extra_from_rule``'s lifetime entry ``[T, B, 2]`` from the rule
+    state (zeros for None); none unless conditioning."""
+    if not self.lifetime_conditioning:
+      return {}
+    x = (
+        jnp.zeros([2])
+        if rule_state is None
+        else self.lifetime_inputs(rule_state)
+    )
+    return {meta_nets.LIFETIME_KEY: jnp.broadcast_to(x, lead_shape + (2,))}
 
   def init_meta_params(self, rng: jax.Array) -> types.MetaParams:
     params, _ = self._meta_net.init(rng, self._example_inputs())
@@ -153,6 +177,7 @@ class Disco(base.MovingAverageRule):
         adv_ema_state=ema_lib.ema_init(),
         td_ema_state=ema_lib.ema_init(),
         target_params=params,
+        **self.initial_lifetime_state(),
     )
 
   # ---------------------------------------------------------------- targets
@@ -182,6 +207,7 @@ class Disco(base.MovingAverageRule):
             qv_adv=value_outs.qv_adv,
             normalized_qv_adv=value_outs.normalized_qv_adv,
             target_out=target_out,
+            **self._lifetime_extra(rule_state, inputs.rewards.shape),
         )
     )
     meta_out, rnn_state = self._meta_net.apply(
@@ -206,6 +232,8 @@ class Disco(base.MovingAverageRule):
             self.hyper_params["target_update_tau"]
         ),
     )
+    if self.lifetime_conditioning:
+      new_state = self.counted(new_state)
     return meta_out, new_state
 
   # ----------------------------------------------------------------- losses

@@ -52,12 +52,8 @@ META_REGULARIZER_COSTS = dict(
     target_l2_coeff=1e-3,  # beta_3
 )
 
-# Lifetime (agent updates) of an agent nobody gave one: GROOVE's longest
-# meta-training lifetime (all_vrandlife, 5 * 50).
-DEFAULT_LIFETIME = 250
 
-
-class LPG(base.UpdateRule):
+class LPG(base.LifetimeConditioning, base.UpdateRule):
   """The LPG rule (TA-LPG with ``net.lifetime_conditioning``).
 
   Args:
@@ -75,7 +71,7 @@ class LPG(base.UpdateRule):
       hyper_params: Mapping[str, float] | None = None,
       net: lpg_net.LPGNetConfig | dict[str, Any] | None = None,
       meta_regularizer_costs: dict[str, float] | None = None,
-      default_lifetime: int = DEFAULT_LIFETIME,
+      default_lifetime: int = base.DEFAULT_LIFETIME,
   ):
     super().__init__(hyper_params)
     costs = dict(meta_regularizer_costs or {})
@@ -92,11 +88,7 @@ class LPG(base.UpdateRule):
         net["embedding_sizes"] = tuple(net["embedding_sizes"])
       net = lpg_net.LPGNetConfig(**net)
     self.net_config = net or lpg_net.LPGNetConfig()
-    if int(default_lifetime) < 1:
-      raise ValueError(
-          f"default_lifetime must be >= 1 agent update, got {default_lifetime}."
-      )
-    self._default_lifetime = int(default_lifetime)
+    self._set_default_lifetime(default_lifetime)
     self._net = lpg_net.make_lpg_net(self.net_config)
 
   @property
@@ -127,26 +119,7 @@ class LPG(base.UpdateRule):
       self, rng: jax.Array, params: types.Params
   ) -> types.RuleState:
     del rng, params
-    if not self.lifetime_conditioning:
-      return {}
-    return self.start_lifetime({}, self._default_lifetime)
-
-  def start_lifetime(
-      self, rule_state: types.RuleState, num_updates: jax.Array | int
-  ) -> types.RuleState:
-    if not self.lifetime_conditioning:
-      return rule_state
-    return dict(
-        rule_state,
-        num_updates=jnp.zeros([], jnp.int32),
-        lifetime=jnp.asarray(num_updates, jnp.float32),
-    )
-
-  def lifetime_inputs(self, rule_state: types.RuleState) -> jax.Array:
-    """``[2]``: the agent's progress ``n / N`` and ``log N``."""
-    lifetime = jnp.maximum(rule_state["lifetime"], 1.0)
-    progress = rule_state["num_updates"].astype(jnp.float32) / lifetime
-    return jnp.stack([progress, jnp.log(lifetime)])
+    return self.initial_lifetime_state()
 
   # ---------------------------------------------------------------- targets
   def unroll_meta_net(
@@ -170,7 +143,7 @@ class LPG(base.UpdateRule):
     rule_state = context.rule_state
     if self.lifetime_conditioning:
       args += (self.lifetime_inputs(rule_state),)
-      rule_state = dict(rule_state, num_updates=rule_state["num_updates"] + 1)
+      rule_state = self.counted(rule_state)
     meta_out = self._net.apply(context.meta_params, None, *args)
     del meta_out["core"]
     return meta_out, rule_state

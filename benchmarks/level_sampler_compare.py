@@ -1,0 +1,202 @@
+r"""Uniform vs PLR vs GROOVE level sampling for meta-training LPG (issue 28).
+
+Meta-trains the LPG rule (``configs/meta_train_lpg.py``) on random LPG grid
+worlds (``lpg/random``, mode ``small``), one run per level sampler and
+seed, each validated on held-out environments as it trains: the
+hand-designed grid world ``lpg/dense`` and Breakout-MinAtar. Then reports
+the validation scores per sampler.
+
+  python benchmarks/level_sampler_compare.py run --root /work/runs/levels
+  python benchmarks/level_sampler_compare.py report /work/runs/levels \
+      --out benchmarks/results/level_sampler_compare
+
+``run`` starts (or continues, with ``resume=True``) every run in turn, in
+``<root>/<kind>-s<seed>``; runs that have reached ``--steps`` are skipped,
+so the command can be killed and started again. ``report`` writes
+``table.md`` (the last validation's IQM score per run, mean per sampler),
+``validation.csv`` (every run's validation rows) and ``validation.png``.
+
+The scale fits a 2-core CPU (``--steps`` meta-steps of 4 agents x 32
+environments, rollouts of 20, K=5, a GRU of 64): far smaller than GROOVE's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+import subprocess
+import sys
+
+import numpy as np
+
+KINDS = ("uniform", "plr", "groove")
+# Held-out environments. lpg/dense is not in the normalisation table:
+# uniform random -0.40 and PPO 22.1 at 100k steps (BENCHMARKS.md, "Off
+# Catch").
+HELD_OUT = "({'env': 'lpg/dense'}, {'env': 'gymnax/Breakout-MinAtar'})"
+REFERENCES = "('lpg/dense:random=-0.40,reference=22.1,source=PPO 100k',)"
+
+
+def run_flags(kind: str, seed: int, args) -> list[str]:
+  return [
+      "--config=configs/meta_train_lpg.py",
+      "--config.population=({'env': 'lpg/random', 'env_settings': "
+      f"{{'mode': 'small'}}, 'num_agents': {args.agents}}},)",
+      f"--config.batch_size={args.envs}",
+      f"--config.rule_kwargs.net.hidden_size={args.gru}",
+      f"--config.lifetime_updates=({args.lifetime[0]},{args.lifetime[1]})",
+      f"--config.level_sampler.kind={kind}",
+      f"--config.level_sampler.buffer_size={args.buffer}",
+      "--config.level_sampler.min_fill=0.1",
+      f"--config.num_meta_steps={args.steps}",
+      f"--config.seed={100 + seed}",
+      f"--config.init_seed={200 + seed}",
+      f"--config.checkpoint_every={args.validate_every}",
+      f"--config.validation.every={args.validate_every}",
+      f"--config.validation.envs={HELD_OUT}",
+      f"--config.validation.references={REFERENCES}",
+      "--config.validation.num_seeds=2",
+      f"--config.validation.total_env_steps={args.validation_steps}",
+      "--config.resume=True",
+  ]
+
+
+def finished_steps(run_dir: Path) -> int:
+  metrics = run_dir / "metrics.csv"
+  if not metrics.is_file():
+    return 0
+  rows = metrics.read_text().splitlines()[1:]
+  return int(rows[-1].split(",")[0]) if rows else 0
+
+
+def run(args) -> None:
+  root = Path(args.root)
+  for seed in range(args.seeds):
+    for kind in args.kinds.split(","):
+      out = root / f"{kind}-s{seed}"
+      if finished_steps(out) >= args.steps:
+        print(f"{out.name}: done", flush=True)
+        continue
+      out.mkdir(parents=True, exist_ok=True)
+      command = [
+          sys.executable,
+          "-m",
+          "disco.launch.meta_train",
+          *run_flags(kind, seed, args),
+          f"--config.output_dir={out}",
+      ]
+      print(f"{out.name}: {' '.join(command[3:])}", flush=True)
+      with open(out / "log.txt", "a") as log:
+        subprocess.run(command, stdout=log, stderr=log, check=True)
+
+
+def read_validation(root: Path) -> list[dict]:
+  rows = []
+  for run_dir in sorted(root.glob("*-s*")):
+    path = run_dir / "validation.csv"
+    if not path.is_file():
+      continue
+    kind, seed = run_dir.name.rsplit("-s", 1)
+    with open(path) as f:
+      for r in csv.DictReader(f):
+        rows.append(dict(r, kind=kind, run_seed=seed))
+  return rows
+
+
+def report(args) -> None:
+  from matplotlib import pyplot as plt
+
+  rows = read_validation(Path(args.root))
+  if not rows:
+    raise SystemExit(f"no validation.csv under {args.root}")
+  out = Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  with open(out / "validation.csv", "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+
+  # Per run: aggregate (IQM) per validated meta-step; per env: mean score.
+  runs: dict[tuple[str, str], dict[int, dict]] = {}
+  for r in rows:
+    step = runs.setdefault((r["kind"], r["run_seed"]), {}).setdefault(
+        int(r["meta_step"]), {"aggregate": float(r["aggregate"]), "envs": {}}
+    )
+    step["envs"].setdefault(r["env"], []).append(float(r["normalized_score"]))
+  envs = sorted({r["env"] for r in rows})
+  lines = [
+      "| sampler | seeds | meta-steps | aggregate at the start | aggregate "
+      "at the end | best | "
+      + " | ".join(f"{e} at the end" for e in envs)
+      + " |",
+      "|---" * (5 + len(envs)) + "|",
+  ]
+  fig, ax = plt.subplots(figsize=(6, 4))
+  colours = dict(zip(KINDS, ("C0", "C1", "C2"), strict=True))
+  for kind in KINDS:
+    mine = [v for (k, _), v in sorted(runs.items()) if k == kind]
+    if not mine:
+      continue
+    first = [v[min(v)]["aggregate"] for v in mine]
+    last = [v[max(v)]["aggregate"] for v in mine]
+    best = [max(s["aggregate"] for s in v.values()) for v in mine]
+    per_env = [
+        np.mean([np.mean(v[max(v)]["envs"].get(e, [np.nan])) for v in mine])
+        for e in envs
+    ]
+    steps = sorted({max(v) for v in mine})
+    lines.append(
+        f"| {kind} | {len(mine)} | {'/'.join(map(str, steps))} | "
+        f"{np.mean(first):.3f} | {np.mean(last):.3f} "
+        f"(runs: {', '.join(f'{x:.3f}' for x in last)}) | "
+        f"{np.mean(best):.3f} | "
+        + " | ".join(f"{x:.3f}" for x in per_env)
+        + " |"
+    )
+    for i, v in enumerate(mine):
+      xs = sorted(v)
+      ax.plot(
+          xs,
+          [v[x]["aggregate"] for x in xs],
+          color=colours[kind],
+          alpha=0.8,
+          label=kind if i == 0 else None,
+      )
+  ax.set_xlabel("meta-step")
+  ax.set_ylabel("validation IQM score (0: random, 1: reference)")
+  ax.set_title("LPG on lpg/random levels: held-out validation")
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(out / "validation.png", dpi=100)
+  (out / "table.md").write_text("\n".join(lines) + "\n")
+  print("\n".join(lines))
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  sub = parser.add_subparsers(dest="command", required=True)
+  p = sub.add_parser("run")
+  p.add_argument("--root", required=True)
+  p.add_argument("--seeds", type=int, default=3)
+  p.add_argument("--kinds", default=",".join(KINDS))
+  p.add_argument("--steps", type=int, default=1000)
+  p.add_argument("--agents", type=int, default=4)
+  p.add_argument("--envs", type=int, default=32)
+  p.add_argument("--gru", type=int, default=64)
+  p.add_argument("--lifetime", type=int, nargs=2, default=(10, 50))
+  p.add_argument("--buffer", type=int, default=200)
+  p.add_argument("--validate_every", type=int, default=250)
+  p.add_argument("--validation_steps", type=int, default=20_000)
+  p = sub.add_parser("report")
+  p.add_argument("root")
+  p.add_argument("--out", required=True)
+  args = parser.parse_args()
+  if args.command == "run":
+    run(args)
+  else:
+    report(args)
+
+
+if __name__ == "__main__":
+  main()
