@@ -104,6 +104,17 @@ def read_validation(root: Path) -> list[dict]:
   return rows
 
 
+def training_summary(run_dir: Path) -> tuple[float, float]:
+  """The reward per step over the last 100 meta-steps of a run, and its
+  sampler's final replay fraction (NaN without one)."""
+  with open(run_dir / "metrics.csv") as f:
+    rows = list(csv.DictReader(f))
+  rewards = [float(r["rewards"]) for r in rows[-100:]]
+  replay = [k for k in rows[-1] if k.endswith("levels/replay_fraction")]
+  fraction = float(rows[-1][replay[0]]) if replay else float("nan")
+  return float(np.mean(rewards)), fraction
+
+
 def report(args) -> None:
   from matplotlib import pyplot as plt
 
@@ -132,6 +143,11 @@ def report(args) -> None:
       + " |",
       "|---" * (5 + len(envs)) + "|",
   ]
+  training = [
+      "| sampler | training reward per step, last 100 meta-steps | "
+      "replay fraction at the end |",
+      "|---|---|---|",
+  ]
   fig, ax = plt.subplots(figsize=(6, 4))
   colours = dict(zip(KINDS, ("C0", "C1", "C2"), strict=True))
   for kind in KINDS:
@@ -154,6 +170,18 @@ def report(args) -> None:
         + " | ".join(f"{x:.3f}" for x in per_env)
         + " |"
     )
+    summaries = [
+        training_summary(Path(args.root) / f"{k}-s{seed}")
+        for (k, seed) in sorted(runs)
+        if k == kind
+    ]
+    training.append(
+        f"| {kind} | "
+        + ", ".join(f"{r:.3f}" for r, _ in summaries)
+        + " | "
+        + ", ".join(f"{f:.2f}" for _, f in summaries)
+        + " |"
+    )
     for i, v in enumerate(mine):
       xs = sorted(v)
       ax.plot(
@@ -169,8 +197,9 @@ def report(args) -> None:
   ax.legend()
   fig.tight_layout()
   fig.savefig(out / "validation.png", dpi=100)
-  (out / "table.md").write_text("\n".join(lines) + "\n")
-  print("\n".join(lines))
+  text = "\n".join(lines) + "\n\n" + "\n".join(training) + "\n"
+  (out / "table.md").write_text(text)
+  print(text)
 
 
 def main() -> None:
