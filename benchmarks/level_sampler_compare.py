@@ -13,7 +13,9 @@ the validation scores per sampler.
 ``run`` starts (or continues, with ``resume=True``) every run in turn, in
 ``<root>/<kind>-s<seed>``; runs that have reached ``--steps`` are skipped,
 so the command can be killed and started again. ``report`` writes
-``table.md`` (the last validation's IQM score per run, mean per sampler),
+``table.md`` (per sampler: the validation IQM score at the start, at the
+end and at its best; each held-out environment's score at the end; the
+training reward per step and the replay fraction),
 ``validation.csv`` (every run's validation rows) and ``validation.png``.
 
 The scale fits a 2-core CPU (``--steps`` meta-steps of 4 agents x 32
