@@ -24,15 +24,20 @@ TINY = dict(
     ),
     value_fn=dict(dense=(8, 8)),
 )
-TINY_FLAGS = [
-    "--config.batch_size=2",
-    "--config.rollout_len=3",
-    "--config.inner_steps=1",
-    "--config.agent.network.dense=(16,)",
-    "--config.agent.network.model_lstm_size=8",
-    "--config.agent.network.model_head_hiddens=(8,)",
-    "--config.value_fn.dense=(8,8)",
-]
+
+
+def as_flags(settings: dict, prefix: str = "--config") -> list[str]:
+  """Launcher flags that set the (nested) ``settings``."""
+  flags = []
+  for key, value in settings.items():
+    if isinstance(value, dict):
+      flags += as_flags(value, f"{prefix}.{key}")
+    else:
+      flags.append(f"{prefix}.{key}={value}")
+  return flags
+
+
+TINY_FLAGS = as_flags(TINY)
 
 
 # The rule of the tests of meta-training machinery that does not depend on
@@ -41,7 +46,7 @@ TINY_FLAGS = [
 # than Disco's (16 s against 42 s of CPU). Disco's own meta-step is tested
 # by test_parity, test_disco_rule, test_meta_train and the notebook.
 TINY_LPG = dict(rule="lpg", rule_kwargs=dict(net=dict(hidden_size=8)))
-TINY_LPG_FLAGS = ["--config.rule=lpg", "--config.rule_kwargs.net.hidden_size=8"]
+TINY_LPG_FLAGS = as_flags(TINY_LPG)
 
 
 def tiny_config(**overrides) -> config_dict.ConfigDict:
