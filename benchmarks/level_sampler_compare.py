@@ -32,6 +32,9 @@ import sys
 
 import numpy as np
 
+from disco.launch import validation as validation_lib
+from disco.meta import history as history_lib
+
 KINDS = ("uniform", "plr", "groove")
 # Held-out environments. lpg/dense is not in the normalisation table:
 # uniform random -0.40 and PPO 22.1 at 100k steps (BENCHMARKS.md, "Off
@@ -64,12 +67,17 @@ def run_flags(kind: str, seed: int, args) -> list[str]:
   ]
 
 
-def finished_steps(run_dir: Path) -> int:
+def read_history(run_dir: Path) -> history_lib.MetricsHistory:
+  """A run's ``metrics.csv`` (empty before its first meta-step)."""
   metrics = run_dir / "metrics.csv"
   if not metrics.is_file():
-    return 0
-  rows = metrics.read_text().splitlines()[1:]
-  return int(rows[-1].split(",")[0]) if rows else 0
+    return history_lib.MetricsHistory()
+  return history_lib.MetricsHistory.read_csv(metrics)
+
+
+def finished_steps(run_dir: Path) -> int:
+  steps = read_history(run_dir).steps
+  return int(steps[-1]) if len(steps) else 0
 
 
 def run(args) -> None:
@@ -96,25 +104,19 @@ def run(args) -> None:
 def read_validation(root: Path) -> list[dict]:
   rows = []
   for run_dir in sorted(root.glob("*-s*")):
-    path = run_dir / "validation.csv"
-    if not path.is_file():
-      continue
     kind, seed = run_dir.name.rsplit("-s", 1)
-    with open(path) as f:
-      for r in csv.DictReader(f):
-        rows.append(dict(r, kind=kind, run_seed=seed))
+    for r in validation_lib.read_rows(run_dir / validation_lib.CSV_FILE):
+      rows.append(dict(r, kind=kind, run_seed=seed))
   return rows
 
 
 def training_summary(run_dir: Path) -> tuple[float, float]:
   """The reward per step over the last 100 meta-steps of a run, and its
   sampler's final replay fraction (NaN without one)."""
-  with open(run_dir / "metrics.csv") as f:
-    rows = list(csv.DictReader(f))
-  rewards = [float(r["rewards"]) for r in rows[-100:]]
-  replay = [k for k in rows[-1] if k.endswith("levels/replay_fraction")]
-  fraction = float(rows[-1][replay[0]]) if replay else float("nan")
-  return float(np.mean(rewards)), fraction
+  history = read_history(run_dir)
+  replay = [c for c in history.columns if c.endswith("levels/replay_fraction")]
+  fraction = history.column(replay[0])[-1] if replay else np.nan
+  return float(np.mean(history.column("rewards")[-100:])), float(fraction)
 
 
 def report(args) -> None:
@@ -134,9 +136,9 @@ def report(args) -> None:
   runs: dict[tuple[str, str], dict[int, dict]] = {}
   for r in rows:
     step = runs.setdefault((r["kind"], r["run_seed"]), {}).setdefault(
-        int(r["meta_step"]), {"aggregate": float(r["aggregate"]), "envs": {}}
+        r["meta_step"], {"aggregate": r["aggregate"], "envs": {}}
     )
-    step["envs"].setdefault(r["env"], []).append(float(r["normalized_score"]))
+    step["envs"].setdefault(r["env"], []).append(r["normalized_score"])
   envs = sorted({r["env"] for r in rows})
   lines = [
       "| sampler | seeds | meta-steps | aggregate at the start | aggregate "
