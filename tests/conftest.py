@@ -2,8 +2,13 @@
 and the shared folder.
 
 Compilation dominates the run time of these tests on CPU, so compiled
-programs are cached on disk in ``<repo>/.jax_cache`` (git-ignored) and reused
-across runs. Set ``JAX_COMPILATION_CACHE_DIR`` to use another folder.
+programs are cached on disk and reused across runs, and across checkouts and
+clean clones on the same machine: in ``$XDG_CACHE_HOME/disco/jax-tests``
+(``~/.cache/disco/jax-tests``), beside the launchers' own cache folder, or in
+``$JAX_COMPILATION_CACHE_DIR`` when set. The variable is exported, so the
+launcher and notebook processes the tests start share the folder. Programs
+are keyed by their HLO, compile options and JAX version, so a changed
+program misses; delete the folder to clear it.
 
 The golden fixtures and the Disco103 weights live in a ``shared`` folder beside
 the checkout (``<repo>/../shared``). Tests that need them skip with a clear
@@ -33,13 +38,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from disco import compile_cache
+from disco import weights
+
 REPO_DIR = Path(__file__).resolve().parents[1]
 SHARED_DIR = REPO_DIR.parent / "shared"
 DISCO103_FILENAME = "disco_103.npz"
 
 # ------------------------------------------------ compilation cache ----
-if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-  jax.config.update("jax_compilation_cache_dir", str(REPO_DIR / ".jax_cache"))
+TEST_CACHE_DIR = Path(
+    os.environ.setdefault(
+        compile_cache.ENV_VAR, str(weights.cache_dir() / "jax-tests")
+    )
+)
+jax.config.update("jax_compilation_cache_dir", str(TEST_CACHE_DIR))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 # As the launchers (which the tests start as subprocesses sharing this
@@ -228,10 +240,6 @@ def run_notebook(nb, monkeypatch) -> tuple[str, int]:
   the number of PNG images it displayed."""
   import nbclient
 
-  if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-    monkeypatch.setenv(
-        "JAX_COMPILATION_CACHE_DIR", str(REPO_DIR / ".jax_cache")
-    )
   client = nbclient.NotebookClient(
       nb,
       timeout=600,

@@ -8,7 +8,6 @@ from pathlib import Path
 import subprocess
 import sys
 
-import jax
 from ml_collections import config_dict
 
 from disco.launch import meta_train as mt
@@ -79,13 +78,9 @@ MIXED = (
 
 
 def subprocess_env(**extra) -> dict[str, str]:
-  """The environment of a launcher subprocess: this session's compilation
-  cache, CPU."""
+  """The environment of a launcher subprocess (which inherits the session's
+  compilation cache folder through it, tests/conftest.py), on CPU."""
   env = dict(os.environ)
-  env.setdefault(
-      "JAX_COMPILATION_CACHE_DIR",
-      str(jax.config.jax_compilation_cache_dir or REPO_DIR / ".jax_cache"),
-  )
   env["JAX_PLATFORMS"] = "cpu"
   env.update(extra)
   return env

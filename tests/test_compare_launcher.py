@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-from pathlib import Path
 import shutil
 import subprocess
 import sys
@@ -58,16 +56,6 @@ def _config(argv):
   return fv.config
 
 
-def _env():
-  return dict(
-      os.environ,
-      JAX_COMPILATION_CACHE_DIR=os.environ.get(
-          "JAX_COMPILATION_CACHE_DIR",
-          str(Path(__file__).resolve().parents[1] / ".jax_cache"),
-      ),
-  )
-
-
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
   """A sweep killed after its first run finished, then resumed."""
@@ -84,7 +72,6 @@ def sweep(tmp_path_factory):
       stdout=subprocess.PIPE,
       stderr=subprocess.PIPE,
       text=True,
-      env=_env(),
   )
   first = out / "runs" / "actor_critic" / "catch_5x5" / "summary.json"
   deadline = time.time() + 600
@@ -381,7 +368,6 @@ def test_command_line_error_exits_2(tmp_path):
       capture_output=True,
       text=True,
       cwd=tmp_path,
-      env=_env(),
       timeout=300,
   )
   assert result.returncode == 2

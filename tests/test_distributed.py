@@ -47,7 +47,6 @@ from meta_settings import TINY_LPG_FLAGS
 from meta_settings import tiny_config
 import test_evaluate_launcher as eval_tests
 
-REPO_DIR = Path(__file__).resolve().parents[1]
 # Bounds on whole processes (compiling included), so that a test fails
 # instead of hanging when a process does not end.
 PROCESS_TIMEOUT_S = 600
@@ -117,10 +116,6 @@ class Processes:
   def __init__(self, commands: Sequence[Sequence[str]], folder: Path):
     folder.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    env.setdefault(
-        "JAX_COMPILATION_CACHE_DIR",
-        str(jax.config.jax_compilation_cache_dir or REPO_DIR / ".jax_cache"),
-    )
     env.update(
         JAX_PLATFORMS="cpu",
         XLA_FLAGS="--xla_force_host_platform_device_count=1",

@@ -53,7 +53,6 @@ def installed(tmp_path_factory):
   )
   assert result.returncode == 0, result.stderr[-3000:]
   env = dict(os.environ, PYTHONPATH=str(target))
-  env.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO_DIR / ".jax_cache"))
   return target, env
 
 

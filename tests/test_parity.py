@@ -50,8 +50,8 @@ def _describe(report: parity.Report) -> str:
 
 
 @pytest.mark.parametrize("name", FIXTURES)
-def test_fixture_parity(name, fixtures_dir, request):
-  path = fixtures_dir / name
+def test_fixture_parity(name, fixtures_dir, require_shared_path, request):
+  path = require_shared_path(fixtures_dir / name, f"the fixture {name}")
   weights_path = None
   if name.startswith("disco"):
     weights_path = request.getfixturevalue("disco103_path")
