@@ -99,6 +99,39 @@ def pytest_runtest_setup(item):
   set_cheap_xla(CHEAP_XLA and not full)
 
 
+# -------------------------------------------------------- file order ----
+# The longest test files, longest first (test-seconds of a profile,
+# BENCHMARKS.md "CI"). pytest-xdist hands whole files to its two workers
+# (``--dist loadfile``) in collection order, so a long file collected last
+# (alphabetically, test_population.py or test_validation.py) kept one worker
+# busy while the other sat idle; longest first leaves the short files to
+# even out the end. Within a file the order is unchanged.
+LONGEST_FILES_FIRST = (
+    "test_population.py",
+    "test_distributed.py",
+    "test_parity.py",
+    "test_meta_notebook.py",
+    "test_meta_train.py",
+    "test_validation.py",
+    "test_disco_rule.py",
+    "test_training.py",
+    "test_meta_estimators.py",
+    "test_compare_notebook.py",
+    "test_lpg.py",
+    "test_mpo_spo.py",
+    "test_packaging.py",
+    "test_notebooks.py",
+    "test_level_samplers.py",
+    "test_episode_boundaries.py",
+    "test_divergence.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+  rank = {name: i for i, name in enumerate(LONGEST_FILES_FIRST)}
+  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 # --------------------------------------------------------- rollouts ----
 def step_fields(not_last, truncated=None) -> dict:
   """``step_types`` and ``discounts`` of an ``ActorRollout`` from a bool
