@@ -102,10 +102,11 @@ def pytest_runtest_setup(item):
 # -------------------------------------------------------- file order ----
 # The longest test files, longest first (test-seconds of a profile,
 # BENCHMARKS.md "CI"). pytest-xdist hands whole files to its two workers
-# (``--dist loadfile``) in collection order, so a long file collected last
-# (alphabetically, test_population.py or test_validation.py) kept one worker
-# busy while the other sat idle; longest first leaves the short files to
-# even out the end. Within a file the order is unchanged.
+# (``--dist loadfile``) in collection order (``--no-loadscope-reorder`` in
+# pyproject.toml; its default orders files by their number of tests), so a
+# long file handed out last kept one worker busy while the other sat idle;
+# longest first leaves the short files to even out the end. Within a file
+# the order is unchanged.
 LONGEST_FILES_FIRST = (
     "test_population.py",
     "test_distributed.py",
@@ -124,6 +125,11 @@ LONGEST_FILES_FIRST = (
     "test_level_samplers.py",
     "test_episode_boundaries.py",
     "test_divergence.py",
+    "test_mixed_precision.py",
+    "test_env_xminigrid.py",
+    "test_evaluate_launcher.py",
+    "test_tracking.py",
+    "test_compare_launcher.py",
 )
 
 

@@ -41,7 +41,10 @@ def test_fixtures_of_a_marked_test_compile_at_its_level(
   assert level_of_module_fixture == (False, "0")
 
 
-def test_longest_files_first_names_test_files():
+def test_longest_files_first_names_test_files(pytestconfig):
   # A renamed file would silently fall back to the alphabetical order.
   for name in conftest.LONGEST_FILES_FIRST:
     assert (conftest.REPO_DIR / "tests" / name).is_file(), name
+  # Without it, pytest-xdist reorders the files by their number of tests.
+  if pytestconfig.pluginmanager.hasplugin("xdist"):
+    assert pytestconfig.getoption("loadscopereorder") is False
