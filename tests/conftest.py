@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 import os
 from pathlib import Path
+import time
 
 # Two host devices for the whole session (set before JAX starts), so that
 # sharded code runs on several devices in-process; a caller's own XLA_FLAGS
@@ -46,17 +47,50 @@ SHARED_DIR = REPO_DIR.parent / "shared"
 DISCO103_FILENAME = "disco_103.npz"
 
 # ------------------------------------------------ compilation cache ----
-TEST_CACHE_DIR = Path(
-    os.environ.setdefault(
-        compile_cache.ENV_VAR, str(weights.cache_dir() / "jax-tests")
-    )
-)
+# The folder and its settings, in this process and, through the environment
+# (JAX reads ``JAX_<OPTION>`` at import), in every JAX process the tests
+# start: launchers, notebook kernels, scripts that never enable the cache
+# themselves. Every writer must use the same size bound. A writer without
+# one skips the cache's file lock and writes no access-time file, and every
+# bounded writer after it then fails on the missing file ("Error writing
+# persistent compilation cache entry"), so its programs are never stored.
+CACHE_SETTINGS = {
+    compile_cache.ENV_VAR: str(weights.cache_dir() / "jax-tests"),
+    "JAX_COMPILATION_CACHE_MAX_SIZE": str(compile_cache.MAX_BYTES),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.1",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+}
+for _name, _value in CACHE_SETTINGS.items():
+  os.environ.setdefault(_name, _value)
+TEST_CACHE_DIR = Path(os.environ[compile_cache.ENV_VAR])
 jax.config.update("jax_compilation_cache_dir", str(TEST_CACHE_DIR))
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
-jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-# As the launchers (which the tests start as subprocesses sharing this
-# folder): a bound, so that reads and writes take the cache's file lock.
-jax.config.update("jax_compilation_cache_max_size", 4 * 2**30)
+jax.config.update(
+    "jax_compilation_cache_max_size",
+    int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]),
+)
+jax.config.update(
+    "jax_persistent_cache_min_compile_time_secs",
+    float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
+)
+jax.config.update(
+    "jax_persistent_cache_min_entry_size_bytes",
+    int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
+)
+
+
+def repair_cache_folder(folder: Path) -> int:
+  """Gives every program in ``folder`` without an access-time file one (as
+  an unbounded writer leaves them); returns how many it repaired."""
+  repaired = 0
+  for program in folder.glob("*-cache"):
+    atime = program.with_name(program.name[: -len("cache")] + "atime")
+    if not atime.exists():
+      atime.write_bytes(time.time_ns().to_bytes(8, "little"))
+      repaired += 1
+  return repaired
+
+
+repair_cache_folder(TEST_CACHE_DIR)
 
 # ------------------------------------------------- XLA optimisation ----
 # Most tests compile a program, run it a few times at tiny sizes and check

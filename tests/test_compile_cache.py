@@ -15,6 +15,8 @@ import pytest
 from disco import compile_cache
 from disco import weights
 
+import conftest
+
 _LINE = re.compile(
     r"Compilation cache: (?P<folder>.+); (?P<hits>\d+) programs loaded, "
     r"(?P<compiled>\d+) compiled"
@@ -141,3 +143,33 @@ def test_second_launcher_process_compiles_nothing_new(tmp_path):
   assert second, warm.stdout
   assert int(second["compiled"]) == 0, warm.stdout
   assert int(second["hits"]) >= int(first["compiled"])
+
+
+def test_processes_the_tests_start_share_the_bounded_cache():
+  # A JAX process that never enables the cache itself (a script, a kernel)
+  # still writes to the tests' folder with the same bound (conftest.py).
+  result = subprocess.run(
+      [
+          sys.executable,
+          "-c",
+          "import jax; c = jax.config; print(c.jax_compilation_cache_dir, "
+          "c.jax_compilation_cache_max_size)",
+      ],
+      capture_output=True,
+      text=True,
+      timeout=120,
+  )
+  assert result.returncode == 0, result.stderr
+  folder, bound = result.stdout.split()
+  assert Path(folder) == conftest.TEST_CACHE_DIR
+  assert int(bound) == compile_cache.MAX_BYTES
+
+
+def test_repair_gives_unbounded_writers_programs_an_access_time(tmp_path):
+  (tmp_path / "jit_f-abc-cache").write_bytes(b"program")
+  (tmp_path / "jit_g-def-cache").write_bytes(b"program")
+  (tmp_path / "jit_g-def-atime").write_bytes(b"12345678")
+  assert conftest.repair_cache_folder(tmp_path) == 1
+  assert (tmp_path / "jit_f-abc-atime").stat().st_size == 8
+  assert (tmp_path / "jit_g-def-atime").read_bytes() == b"12345678"
+  assert conftest.repair_cache_folder(tmp_path) == 0
