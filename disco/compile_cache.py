@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 import sys
 import tempfile
+import time
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
@@ -76,6 +77,25 @@ def _writable(folder: Path) -> str | None:
   return None
 
 
+def repair(folder: Path) -> int:
+  """Gives every program in ``folder`` that lacks an access-time file one;
+  returns how many it repaired.
+
+  A JAX process without a size bound (JAX's default: a script that sets
+  only ``$JAX_COMPILATION_CACHE_DIR``) stores programs without the
+  access-time files that bounded processes read when they scan the folder
+  for eviction; each bounded write then fails ("Error writing persistent
+  compilation cache entry") and its program is never stored.
+  """
+  repaired = 0
+  for stored in Path(folder).glob("*-cache"):
+    atime = stored.with_name(stored.name.removesuffix("cache") + "atime")
+    if not atime.exists():
+      atime.write_bytes(time.time_ns().to_bytes(8, "little"))
+      repaired += 1
+  return repaired
+
+
 def enable(setting: str | None, program: str) -> Path | None:
   """Turns on JAX's persistent compilation cache for this process.
 
@@ -115,6 +135,7 @@ def enable(setting: str | None, program: str) -> Path | None:
   # A bound turns on the cache's file lock (reads and writes of several
   # processes sharing the folder) and its LRU eviction.
   jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+  repair(folder)
   return folder
 
 

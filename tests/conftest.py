@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable
 import os
 from pathlib import Path
-import time
 
 # Two host devices for the whole session (set before JAX starts), so that
 # sharded code runs on several devices in-process; a caller's own XLA_FLAGS
@@ -53,7 +52,8 @@ DISCO103_FILENAME = "disco_103.npz"
 # themselves. Every writer must use the same size bound. A writer without
 # one skips the cache's file lock and writes no access-time file, and every
 # bounded writer after it then fails on the missing file ("Error writing
-# persistent compilation cache entry"), so its programs are never stored.
+# persistent compilation cache entry"), so its programs are never stored
+# (``compile_cache.repair`` mends a folder left so).
 CACHE_SETTINGS = {
     compile_cache.ENV_VAR: str(weights.cache_dir() / "jax-tests"),
     "JAX_COMPILATION_CACHE_MAX_SIZE": str(compile_cache.MAX_BYTES),
@@ -78,19 +78,7 @@ jax.config.update(
 )
 
 
-def repair_cache_folder(folder: Path) -> int:
-  """Gives every program in ``folder`` without an access-time file one (as
-  an unbounded writer leaves them); returns how many it repaired."""
-  repaired = 0
-  for program in folder.glob("*-cache"):
-    atime = program.with_name(program.name[: -len("cache")] + "atime")
-    if not atime.exists():
-      atime.write_bytes(time.time_ns().to_bytes(8, "little"))
-      repaired += 1
-  return repaired
-
-
-repair_cache_folder(TEST_CACHE_DIR)
+compile_cache.repair(TEST_CACHE_DIR)
 
 # ------------------------------------------------- XLA optimisation ----
 # Most tests compile a program, run it a few times at tiny sizes and check

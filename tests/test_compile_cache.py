@@ -165,11 +165,17 @@ def test_processes_the_tests_start_share_the_bounded_cache():
   assert int(bound) == compile_cache.MAX_BYTES
 
 
-def test_repair_gives_unbounded_writers_programs_an_access_time(tmp_path):
+def test_repair_gives_unbounded_writers_programs_an_access_time(
+    tmp_path, restore_jax_cache_config
+):
   (tmp_path / "jit_f-abc-cache").write_bytes(b"program")
   (tmp_path / "jit_g-def-cache").write_bytes(b"program")
   (tmp_path / "jit_g-def-atime").write_bytes(b"12345678")
-  assert conftest.repair_cache_folder(tmp_path) == 1
+  assert compile_cache.repair(tmp_path) == 1
   assert (tmp_path / "jit_f-abc-atime").stat().st_size == 8
   assert (tmp_path / "jit_g-def-atime").read_bytes() == b"12345678"
-  assert conftest.repair_cache_folder(tmp_path) == 0
+  assert compile_cache.repair(tmp_path) == 0
+  # The launchers repair the folder they enable.
+  (tmp_path / "jit_h-ghi-cache").write_bytes(b"program")
+  assert compile_cache.enable(str(tmp_path), "test") == tmp_path
+  assert (tmp_path / "jit_h-ghi-atime").exists()
