@@ -54,30 +54,16 @@ DISCO103_FILENAME = "disco_103.npz"
 # bounded writer after it then fails on the missing file ("Error writing
 # persistent compilation cache entry"), so its programs are never stored
 # (``compile_cache.repair`` mends a folder left so).
-CACHE_SETTINGS = {
-    compile_cache.ENV_VAR: str(weights.cache_dir() / "jax-tests"),
-    "JAX_COMPILATION_CACHE_MAX_SIZE": str(compile_cache.MAX_BYTES),
-    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.1",
-    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+CACHE_SETTINGS = {  # option: value unless its JAX_<OPTION> variable is set
+    "jax_compilation_cache_dir": str(weights.cache_dir() / "jax-tests"),
+    "jax_compilation_cache_max_size": compile_cache.MAX_BYTES,
+    "jax_persistent_cache_min_compile_time_secs": 0.1,
+    "jax_persistent_cache_min_entry_size_bytes": 0,
 }
-for _name, _value in CACHE_SETTINGS.items():
-  os.environ.setdefault(_name, _value)
-TEST_CACHE_DIR = Path(os.environ[compile_cache.ENV_VAR])
-jax.config.update("jax_compilation_cache_dir", str(TEST_CACHE_DIR))
-jax.config.update(
-    "jax_compilation_cache_max_size",
-    int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"]),
-)
-jax.config.update(
-    "jax_persistent_cache_min_compile_time_secs",
-    float(os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"]),
-)
-jax.config.update(
-    "jax_persistent_cache_min_entry_size_bytes",
-    int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
-)
-
-
+for _option, _value in CACHE_SETTINGS.items():
+  _value = type(_value)(os.environ.setdefault(_option.upper(), str(_value)))
+  jax.config.update(_option, _value)
+TEST_CACHE_DIR = Path(jax.config.jax_compilation_cache_dir)
 compile_cache.repair(TEST_CACHE_DIR)
 
 # ------------------------------------------------- XLA optimisation ----
