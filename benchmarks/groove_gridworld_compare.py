@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from disco import types
 from disco.environments import lpg_grid
 
 # Our move index (``lpg_grid.MOVES``) of GROOVE's actions 0-4: up, down,
@@ -66,7 +67,7 @@ def rollout(env: lpg_grid.LpgGridWorld, steps: int, seed: int):
         next_position=next_state.position,
         next_present=next_state.present,
         reward=ts.reward,
-        last=ts.step_type == 2,
+        last=ts.step_type == types.LAST,
         terminated=ts.discount == 0,
     )
 
