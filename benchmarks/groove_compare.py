@@ -2,6 +2,7 @@ r"""Time per LPG meta-step: ours against GROOVE's, interleaved in one run.
 
   python benchmarks/groove_compare.py                       # ours only
   python benchmarks/groove_compare.py --groove=PATH         # both
+  python benchmarks/groove_compare.py --groove=PATH --estimator=es
 
 ``PATH`` is a checkout of github.com/EmptyJackson/groove. It is copied to a
 temporary folder and patched there (never in place) for current
@@ -10,8 +11,15 @@ run (``GROOVE_PATCHES``):
 
 * ``util/jax.py``: ``jax.config`` replaces ``from jax.config import config``
   (removed from JAX);
-* ``util/data.py``, ``models/optim.py``: the ``evosax`` imports become
-  placeholders (only its ES path uses them; the meta-gradient path does not);
+* ``util/data.py``: the ``evosax`` type imports (annotations only) become
+  placeholders;
+* ``models/optim.py``: GROOVE calls evosax < 0.2's ``OpenES(popsize,
+  pholder_params, opt_name, lrate_*, sigma_*, ...)`` with ``initialize``,
+  ``ask`` and ``tell(x, fitness, state, params)``; an adapter with those
+  calls over evosax 0.3's ``Open_ES`` replaces the import
+  (``EVOSAX_ADAPTER``: the same OpenAI-ES, learning rate and sigma decays
+  as optax schedules, GROOVE's own pairwise rank fitness passed through
+  unshaped; ``mean_decay``, 0 in GROOVE, is not supported);
 * ``models/lpg.py``: ``nn.GRUCell`` is given its ``features`` (flax >= 0.7
   requires it);
 * gymnax 1.0: ``GridWorld`` gets ``is_terminated`` (its ``is_terminal``,
@@ -26,7 +34,18 @@ a GRU of ``--gru`` units, one device. GROOVE also evaluates every agent on
 4 episodes per meta-step (part of its step). Agents and value functions are
 linear on both sides (``configs/meta_train_lpg.py``; GROOVE's tabular
 setting), GROOVE's trained by SGD, ours by Adam. Steps alternate, ours then
-GROOVE's, each timed to completion after a compiling first call.
+GROOVE's, each timed to completion after two untimed calls (the first compiles;
+GROOVE's ES step compiles again on the second).
+
+``--estimator=es`` times one ES generation instead: ``--agents`` antithetic
+pairs (GROOVE's ``--use_es``: ``2 x num_agents`` candidates; ours
+``es.population_size = 2 x agents``), each member training one fresh agent
+on ``dense`` for a lifetime of ``--lifetime`` updates (``--envs``
+environments, rollouts of 20). GROOVE then evaluates every member's agent on
+one episode per environment (500 steps on ``dense``) and draws new levels
+(its train loop's ``sample``); ours takes the fitness from the episodes of
+the lifetime's last 8 iterations. The environment steps of a generation are
+printed for both.
 """
 
 from __future__ import annotations
@@ -45,6 +64,8 @@ import jax
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+# GROOVE evaluates an ES member's agent on one whole episode of ``dense``.
+DENSE_EPISODE_STEPS = 500
 
 # (file, regular expression, replacement) applied to a copy of GROOVE.
 GROOVE_PATCHES = (
@@ -61,7 +82,7 @@ GROOVE_PATCHES = (
     (
         "models/optim.py",
         r"from evosax import OpenES",
-        "OpenES = None  # evosax: ES only",
+        "from models.evosax_adapter import OpenES",
     ),
     (
         "environments/gridworld/gridworld.py",
@@ -82,9 +103,52 @@ GROOVE_PATCHES = (
 )
 
 
+# models/evosax_adapter.py of the patched copy (see the docstring).
+EVOSAX_ADAPTER = '''"""evosax < 0.2's OpenES calls, as GROOVE makes them, on evosax 0.3."""
+import jax
+import optax
+from evosax.algorithms import Open_ES
+from evosax.core.fitness_shaping import identity_fitness_shaping_fn
+
+
+class OpenES:
+    def __init__(self, popsize, maximize, pholder_params, opt_name, lrate_init,
+                 lrate_decay, lrate_limit, sigma_init, sigma_decay,
+                 sigma_limit, mean_decay):
+        if mean_decay:
+            raise ValueError("mean_decay is not supported by the adapter")
+        self.popsize = popsize
+        self.sign = -1.0 if maximize else 1.0  # evosax 0.3 minimises
+        self.pholder_params = pholder_params
+        lrate = optax.exponential_decay(
+            lrate_init, 1, lrate_decay, end_value=lrate_limit)
+        sigma = optax.exponential_decay(
+            sigma_init, 1, sigma_decay, end_value=sigma_limit)
+        optimizer = {"adam": optax.adam, "sgd": optax.sgd}[opt_name](lrate)
+        self.es = Open_ES(popsize, pholder_params, optimizer=optimizer,
+                          std_schedule=sigma,
+                          fitness_shaping_fn=identity_fitness_shaping_fn)
+
+    @property
+    def default_params(self):
+        return self.es.default_params
+
+    def initialize(self, rng, params):
+        return self.es.init(rng, self.pholder_params, params)
+
+    def ask(self, rng, state, params):
+        return self.es.ask(rng, state, params)
+
+    def tell(self, x, fitness, state, params):
+        return self.es.tell(
+            jax.random.PRNGKey(0), x, self.sign * fitness, state, params)[0]
+'''
+
+
 def patched_groove(source: Path, dest: Path) -> Path:
   """A patched copy of GROOVE at ``dest``."""
   shutil.copytree(source, dest, ignore=shutil.ignore_patterns(".git"))
+  (dest / "models" / "evosax_adapter.py").write_text(EVOSAX_ADAPTER)
   for name, pattern, repl in GROOVE_PATCHES:
     path = dest / name
     text, n = re.subn(pattern, repl, path.read_text())
@@ -104,8 +168,14 @@ def groove_step(groove: Path, args):
   parse_args = importlib.import_module("experiments.parse_args").parse_args
   meta = importlib.import_module("meta.meta")
   level_sampler_lib = importlib.import_module("environments.level_sampler")
+  es = args.estimator == "es"
+  if es:  # this run's lifetime in GROOVE's tables (read when sampling)
+    grid = importlib.import_module("environments.gridworld.configs")
+    grid.ENV_MODE_LIFETIME["dense"] = lambda _: args.lifetime
+    grid.ENV_MODE_LIFETIME_MAX["dense"] = args.lifetime
   gargs = parse_args(
       [
+          *(["--use_es"] if es else []),
           "--env_mode=dense",
           f"--env_workers={args.envs}",
           f"--num_agents={args.agents}",
@@ -121,34 +191,45 @@ def groove_step(groove: Path, args):
   sampler = level_sampler_lib.LevelSampler(gargs)
   buffer = sampler.initialize_buffer(buffer_rng)
   _, agents, critics = sampler.initial_sample(
-      agent_rng, buffer, args.agents, True
+      agent_rng, buffer, args.agents, not es
   )
   step_fn = meta.make_lpg_train_step(gargs, sampler)
 
   @jax.jit
   def step(carry):
     rng, train_state, agents, critics = carry
-    rng, key = jax.random.split(rng)
+    rng, key, sample_key = jax.random.split(rng, 3)
     train_state, agents, critics, metrics = step_fn(
         rng=key,
         lpg_train_state=train_state,
         agent_states=agents,
         value_critic_states=critics,
     )
+    if es:  # every lifetime ended: GROOVE's loop draws new levels
+      _, agents, critics = sampler.sample(sample_key, None, agents, critics)
     return (rng, train_state, agents, critics), metrics
 
   return step, (rng, train_state, agents, critics)
 
 
 def our_step(args, out_dir: Path):
-  """Our population's meta-step and initial state (configs/meta_train_lpg)."""
+  """Our population's meta-step, initial state and (ES) env steps per
+  generation (configs/meta_train_lpg)."""
   from disco.launch import common
   from disco.launch import meta_train as mt
 
   config = common.load_config_file(REPO / "configs" / "meta_train_lpg.py", None)
+  es = args.estimator == "es"
   config.population = (
-      dict(env="lpg/dense", env_settings={}, num_agents=args.agents),
+      dict(
+          env="lpg/dense", env_settings={}, num_agents=1 if es else args.agents
+      ),
   )
+  if es:
+    config.estimator = "es"
+    config.es.population_size = 2 * args.agents
+    config.es.lifetime_iterations = args.lifetime
+    config.es.final_iterations = min(8, args.lifetime)
   config.num_devices = 1
   config.batch_size = args.envs
   config.rollout_len = args.rollout_len
@@ -162,7 +243,8 @@ def our_step(args, out_dir: Path):
     config.max_unrolled_inner_steps = args.max_unrolled
   config.output_dir = str(out_dir)
   plan = mt.build(config)
-  return plan.population.step, mt.initial_state(plan)
+  steps = plan.population.env_steps_per_generation() if es else None
+  return plan.population.step, mt.initial_state(plan), steps
 
 
 def timed(fn, carry):
@@ -175,6 +257,11 @@ def timed(fn, carry):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--groove", type=Path, default=None)
+  parser.add_argument(
+      "--estimator", choices=("backprop", "es"), default="backprop"
+  )
+  # ES: each member's lifetime in agent updates.
+  parser.add_argument("--lifetime", type=int, default=50)
   parser.add_argument("--agents", type=int, default=8)
   parser.add_argument("--envs", type=int, default=64)
   parser.add_argument("--rollout_len", type=int, default=20)
@@ -191,7 +278,7 @@ def main():
   with tempfile.TemporaryDirectory() as tmp:
     tmp = Path(tmp)
     steps = {}
-    ours, state = our_step(args, tmp / "ours")
+    ours, state, env_steps = our_step(args, tmp / "ours")
     steps["ours"] = [lambda s: ours(s), state, []]
     if args.groove is not None:
       if not (args.groove / "models" / "lpg.py").is_file():
@@ -202,16 +289,33 @@ def main():
     compile_s = {}
     for name, entry in steps.items():
       entry[1], compile_s[name] = timed(entry[0], entry[1])
+      # GROOVE's ES step retraces once (its state's dtypes settle).
+      entry[1], _ = timed(entry[0], entry[1])
     for _ in range(args.steps):
       for entry in steps.values():
         entry[1], seconds = timed(entry[0], entry[1])
         entry[2].append(seconds)
 
-  print(
-      f"LPG meta-step: {args.agents} agents x {args.envs} envs, rollouts of "
-      f"{args.rollout_len}, K={args.inner_steps}, GRU {args.gru}; "
-      f"{jax.devices()[0].platform}, {args.steps} interleaved steps"
-  )
+  if args.estimator == "es":
+    groove_steps = (
+        2
+        * args.agents
+        * args.envs
+        * (args.lifetime * args.rollout_len + DENSE_EPISODE_STEPS)
+    )
+    print(
+        f"LPG ES generation: {2 * args.agents} members x {args.envs} envs, "
+        f"lifetimes of {args.lifetime} updates, rollouts of "
+        f"{args.rollout_len}, GRU {args.gru}; env steps per generation: "
+        f"ours {env_steps}, GROOVE {groove_steps}; "
+        f"{jax.devices()[0].platform}, {args.steps} interleaved steps"
+    )
+  else:
+    print(
+        f"LPG meta-step: {args.agents} agents x {args.envs} envs, rollouts of "
+        f"{args.rollout_len}, K={args.inner_steps}, GRU {args.gru}; "
+        f"{jax.devices()[0].platform}, {args.steps} interleaved steps"
+    )
   print("| code | compile + first step (s) | median s / meta-step |")
   print("|---|---|---|")
   for name, entry in steps.items():

@@ -21,6 +21,15 @@ the efficiency is ``t_compute / (t_compute + t_comm(N))`` (no overlap of
 communication and compute assumed), printed for ``--hosts`` at
 ``--bandwidth_gbit`` and ``--latency_us``.
 
+``--estimator es`` sweeps evolution strategies instead: "agents" are then
+ES members (antithetic pairs, so the total must be even), one agent each,
+trained for ``--es_lifetime`` iterations of the evaluation loop per
+generation; the table adds env steps and member lifetimes per second (per
+device and in all):
+
+  python benchmarks/meta_train_scaling.py --estimator es --agents_per_device 2,4
+  python benchmarks/meta_train_scaling.py --estimator es --agents_per_device 2,4 --processes 2
+
 ``--processes P`` runs the sweep in ``P`` processes of this machine, joined
 by ``jax.distributed`` (Gloo collectives over local TCP), each with
 ``--devices_per_process`` host devices: the model's one measured data point
@@ -52,9 +61,14 @@ def _config(args, agents: int, process_id: int | None, port: int | None):
       dict(
           env="catch",
           env_settings=dict(rows=args.rows, columns=args.rows),
-          num_agents=agents,
+          num_agents=1 if args.estimator == "es" else agents,
       ),
   )
+  if args.estimator == "es":
+    config.estimator = "es"
+    config.es.population_size = agents
+    config.es.lifetime_iterations = args.es_lifetime
+    config.es.final_iterations = min(8, args.es_lifetime)
   config.batch_size = args.batch_size
   config.rollout_len = args.rollout_len
   config.inner_steps = args.inner_steps
@@ -165,6 +179,10 @@ def sweep(args, process_id: int | None = None, port: int | None = None):
       meta_bytes = sum(x.size * x.dtype.itemsize for x in leaves)
       params = sum(x.size for x in leaves)
       allreduce_s = _allreduce_seconds(plan.population, state.meta_params)
+    if args.estimator == "es":
+      env_steps = plan.population.env_steps_per_generation()
+    else:
+      env_steps = None
     rows.append(
         dict(
             per_device=per_device,
@@ -173,6 +191,7 @@ def sweep(args, process_id: int | None = None, port: int | None = None):
             steady=steady,
             per_agent=steady / per_device,
             flops=flops,
+            env_steps=env_steps,
         )
     )
     del state, plan
@@ -182,9 +201,27 @@ def sweep(args, process_id: int | None = None, port: int | None = None):
   print(
       f"{devices} {kind} device(s) in {jax.process_count()} process(es); "
       f"Catch {args.rows}x{args.rows}, {args.batch_size} envs x "
-      f"{args.rollout_len} steps, {args.inner_steps} inner step(s)"
+      + (
+          f"{args.rollout_len + 1} steps, ES members of one agent, lifetimes "
+          f"of {args.es_lifetime} iterations"
+          if args.estimator == "es"
+          else f"{args.rollout_len} steps, {args.inner_steps} inner step(s)"
+      )
       + (" (tiny networks)" if args.tiny else "")
   )
+  if args.estimator == "es":
+    print(
+        f"{'members/device':>14} {'members':>8} {'s/generation':>13} "
+        f"{'lifetimes/s':>12} {'lifetimes/s/device':>19} "
+        f"{'env steps/s':>12} {'env steps/s/device':>19}"
+    )
+    for r in rows:
+      lives, steps = r["agents"] / r["steady"], r["env_steps"] / r["steady"]
+      print(
+          f"{r['per_device']:>14} {r['agents']:>8} {r['steady']:>13.3f} "
+          f"{lives:>12.3f} {lives / devices:>19.3f} {steps:>12.0f} "
+          f"{steps / devices:>19.0f}"
+      )
   best = min(r["per_agent"] for r in rows)
   busy = next(r for r in rows if r["per_agent"] <= 1.1 * best)
   print(
@@ -280,6 +317,18 @@ def main(argv=None):
   parser.add_argument("--rollout_len", type=int, default=16)
   parser.add_argument("--inner_steps", type=int, default=2)
   parser.add_argument("--rows", type=int, default=5, help="Catch rows/columns")
+  parser.add_argument(
+      "--estimator",
+      choices=("backprop", "es"),
+      default="backprop",
+      help="backprop: agents per device; es: ES members per device",
+  )
+  parser.add_argument(
+      "--es_lifetime",
+      type=int,
+      default=16,
+      help="ES: iterations of the evaluation loop per member lifetime",
+  )
   parser.add_argument(
       "--num_devices",
       type=int,

@@ -1,0 +1,181 @@
+r"""Meta-steps to a threshold for each meta-gradient estimator (issue 26).
+
+  python benchmarks/estimator_threshold.py run --root DIR [--estimators backprop,pes,es]
+  python benchmarks/estimator_threshold.py report DIR --out OUT
+
+``run`` meta-trains from random meta-parameters on the published settings
+(``configs/meta_train.py``: Catch 5x5, 2 agents x 32 environments, rollouts
+of 16, 2 inner steps, Adam(5e-4)), one run per estimator and seed in
+``DIR/<estimator>-s<seed>``, validated on Catch 8x8 (2 seeds x 40k
+environment steps of ``disco-eval``'s loop) every ``--validate_every``
+meta-steps. ``pes`` uses 2 particles with lifetimes of ``--pes_lifetime``
+meta-steps; ``es`` the config's 8 members with lifetimes of 64 iterations,
+for ``--es_generations`` generations. Runs resume (``--config.resume``), and
+finished ones are skipped.
+
+``report`` writes ``table.md`` and ``rewards.csv`` (the training reward per
+step of every run and meta-step): per run, the first meta-step at which the
+20-step moving average of the training reward per actor step reaches
+``--threshold`` (+0.2; Catch 5x5's best is +0.25), the environment steps and
+seconds to it (meta-steps x the run's own environment steps and seconds per
+meta-step), and the Catch 8x8 validation return at the end. ES reports no
+training reward (its members' agents live inside one generation), so its
+runs are judged by the validation return alone (target 0.9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+import subprocess
+import sys
+
+import numpy as np
+
+from disco.launch import validation as validation_lib
+from disco.meta import history as history_lib
+
+WINDOW = 20
+VALIDATION = (
+    "--config.validation.envs=({'env': 'catch'},)",
+    "--config.validation.total_env_steps=40000",
+    "--config.validation.num_seeds=2",
+)
+# Environment steps of one meta-step on the published settings: backprop's
+# 2 agents' inner rollouts and validation rollouts, PES's 2 particles'
+# inner rollouts (``benchmarks/estimators.py``); ES's are in its summary.
+ENV_STEPS = {"backprop": 4096, "pes": 2048}
+
+
+def flags(estimator: str, seed: int, args) -> list[str]:
+  steps = args.es_generations if estimator == "es" else args.steps
+  every = args.es_validate_every if estimator == "es" else args.validate_every
+  out = [
+      f"--config.estimator={estimator}",
+      f"--config.seed={4 + seed}",
+      f"--config.init_seed={1 + seed}",
+      f"--config.num_meta_steps={steps}",
+      f"--config.checkpoint_every={every}",
+      f"--config.validation.every={every}",
+      *VALIDATION,
+      "--config.resume=True",
+  ]
+  if estimator == "pes":
+    out.append(f"--config.lifetime_meta_steps={args.pes_lifetime}")
+  return out
+
+
+def run(args) -> None:
+  root = Path(args.root)
+  for seed in range(args.seeds):
+    for estimator in args.estimators.split(","):
+      out = root / f"{estimator}-s{seed}"
+      if (out / "summary.json").is_file():
+        print(f"{out.name}: done", flush=True)
+        continue
+      out.mkdir(parents=True, exist_ok=True)
+      command = [
+          sys.executable,
+          "-m",
+          "disco.launch.meta_train",
+          *flags(estimator, seed, args),
+          f"--config.output_dir={out}",
+      ]
+      print(f"{out.name}: {' '.join(command[3:])}", flush=True)
+      with open(out / "log.txt", "a") as log:
+        subprocess.run(command, stdout=log, stderr=log, check=True)
+
+
+def first_crossing(
+    steps: np.ndarray, rewards: np.ndarray, threshold: float
+) -> int | None:
+  """The first meta-step where the trailing ``WINDOW``-step mean of the
+  reward reaches ``threshold`` (None if it never does)."""
+  if len(rewards) < WINDOW:
+    return None
+  mean = np.convolve(rewards, np.ones(WINDOW) / WINDOW, "valid")
+  hits = np.nonzero(mean >= threshold)[0]
+  return int(steps[hits[0] + WINDOW - 1]) if len(hits) else None
+
+
+def report(args) -> None:
+  root, out = Path(args.root), Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  table = [
+      f"| run | meta-steps run | first meta-step with the {WINDOW}-step "
+      f"mean reward >= {args.threshold:+g} | env steps to it | seconds to "
+      "it | reward, last 50 | Catch 8x8 return at the end (2 seeds) |",
+      "|---|---|---|---|---|---|---|",
+  ]
+  curves = []
+  for path in sorted(p for p in root.glob("*-s*") if p.is_dir()):
+    estimator = path.name.rsplit("-s", 1)[0]
+    history = history_lib.MetricsHistory.read_csv(path / "metrics.csv")
+    steps, rewards = history.steps, history.column("rewards")
+    summary_file = path / "summary.json"
+    summary = (
+        json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    )
+    seconds = summary.get("seconds_per_meta_step", np.nan)
+    hit = (
+        None
+        if np.isnan(rewards).all()
+        else first_crossing(steps, rewards, args.threshold)
+    )
+    rows = validation_lib.read_rows(path / validation_lib.CSV_FILE)
+    last = max((r["meta_step"] for r in rows), default=None)
+    final = [f"{r['return']:.2f}" for r in rows if r["meta_step"] == last]
+    env_steps = ENV_STEPS.get(estimator)
+    table.append(
+        f"| {path.name} | {int(steps[-1]) if len(steps) else 0} | "
+        + (
+            f"{hit} | {hit * env_steps:,} | "
+            + (f"{hit * seconds:.0f} | " if np.isfinite(seconds) else "- | ")
+            if hit is not None and env_steps
+            else "not reached | - | - | "
+        )
+        + (
+            f"{np.nanmean(rewards[-50:]):+.3f} | "
+            if not np.isnan(rewards).all()
+            else "n/a | "
+        )
+        + (f"{', '.join(final)} (meta-step {last})" if final else "-")
+        + " |"
+    )
+    curves += [
+        dict(run=path.name, meta_step=int(s), rewards=float(r))
+        for s, r in zip(steps, rewards, strict=True)
+    ]
+  with open(out / "rewards.csv", "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=("run", "meta_step", "rewards"))
+    writer.writeheader()
+    writer.writerows(curves)
+  text = "\n".join(table) + "\n"
+  (out / "table.md").write_text(text)
+  print(text)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  sub = parser.add_subparsers(dest="command", required=True)
+  p = sub.add_parser("run")
+  p.add_argument("--root", required=True)
+  p.add_argument("--estimators", default="backprop,pes,es")
+  p.add_argument("--seeds", type=int, default=3)
+  p.add_argument("--steps", type=int, default=1000)
+  p.add_argument("--validate_every", type=int, default=250)
+  p.add_argument("--pes_lifetime", type=int, default=100)
+  p.add_argument("--es_generations", type=int, default=300)
+  p.add_argument("--es_validate_every", type=int, default=25)
+  p = sub.add_parser("report")
+  p.add_argument("root")
+  p.add_argument("--out", required=True)
+  p.add_argument("--threshold", type=float, default=0.2)
+  args = parser.parse_args()
+  run(args) if args.command == "run" else report(args)
+
+
+if __name__ == "__main__":
+  main()
