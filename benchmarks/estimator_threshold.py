@@ -29,13 +29,11 @@ import argparse
 import csv
 import json
 from pathlib import Path
-import subprocess
-import sys
 
+import meta_runs
 import numpy as np
 
 from disco.launch import validation as validation_lib
-from disco.meta import history as history_lib
 
 WINDOW = 20
 VALIDATION = (
@@ -75,17 +73,7 @@ def run(args) -> None:
       if (out / "summary.json").is_file():
         print(f"{out.name}: done", flush=True)
         continue
-      out.mkdir(parents=True, exist_ok=True)
-      command = [
-          sys.executable,
-          "-m",
-          "disco.launch.meta_train",
-          *flags(estimator, seed, args),
-          f"--config.output_dir={out}",
-      ]
-      print(f"{out.name}: {' '.join(command[3:])}", flush=True)
-      with open(out / "log.txt", "a") as log:
-        subprocess.run(command, stdout=log, stderr=log, check=True)
+      meta_runs.meta_train(flags(estimator, seed, args), out)
 
 
 def first_crossing(
@@ -112,7 +100,7 @@ def report(args) -> None:
   curves = []
   for path in sorted(p for p in root.glob("*-s*") if p.is_dir()):
     estimator = path.name.rsplit("-s", 1)[0]
-    history = history_lib.MetricsHistory.read_csv(path / "metrics.csv")
+    history = meta_runs.read_history(path)
     steps, rewards = history.steps, history.column("rewards")
     summary_file = path / "summary.json"
     summary = (

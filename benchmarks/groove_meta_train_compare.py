@@ -51,12 +51,12 @@ import json
 import math
 import os
 from pathlib import Path
-import subprocess
 import sys
 import tempfile
 import time
 
 import groove_compare
+import meta_runs
 import numpy as np
 
 from disco import files
@@ -80,18 +80,6 @@ RETURN_COLUMN = "episode_return"
 
 def run_dir(root: Path, side: str, seed: int) -> Path:
   return root / f"{side}-s{seed}"
-
-
-def read_history(path: Path) -> history_lib.MetricsHistory:
-  metrics = path / "metrics.csv"
-  if not metrics.is_file():
-    return history_lib.MetricsHistory()
-  return history_lib.MetricsHistory.read_csv(metrics)
-
-
-def done_steps(path: Path) -> int:
-  steps = read_history(path).steps
-  return int(steps[-1]) if len(steps) else 0
 
 
 # ---------------------------------------------------------------- ours ----
@@ -134,22 +122,13 @@ def our_flags(seed: int, args) -> list[str]:
 
 
 def run_ours(seed: int, out: Path, args) -> None:
-  command = [
-      sys.executable,
-      "-m",
-      "disco.launch.meta_train",
-      *our_flags(seed, args),
-      f"--config.output_dir={out}",
-  ]
-  print(f"{out.name}: {' '.join(command[3:])}", flush=True)
-  with open(out / "log.txt", "a") as log:
-    subprocess.run(command, stdout=log, stderr=log, check=True)
+  meta_runs.meta_train(our_flags(seed, args), out)
 
 
 def our_training_returns(path: Path) -> tuple[np.ndarray, np.ndarray]:
   """Meta-steps and the training agents' mean episode return at each (NaN
   where no episode ended)."""
-  history = read_history(path)
+  history = meta_runs.read_history(path)
   env = [c for c in history.columns if c.endswith("/return_sum")][0][
       : -len("/return_sum")
   ]
@@ -289,7 +268,7 @@ def groove_run(args) -> None:
 
     carry = (rng, train_state, agents, critics)
     checkpoint = out / "carry.msgpack"
-    history = read_history(out)
+    history = meta_runs.read_history(out)
     rows = validation_lib.read_rows(out / validation_lib.CSV_FILE)
     start = 0
     if checkpoint.is_file():
@@ -340,10 +319,8 @@ def run_groove(seed: int, out: Path, args) -> None:
       f"--seed={seed}",
       *(f"--{k}={getattr(args, k)}" for k in SHARED),
   ]
-  print(f"{out.name}: {' '.join(command[2:])}", flush=True)
   env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
-  with open(out / "log.txt", "a") as log:
-    subprocess.run(command, stdout=log, stderr=log, check=True, env=env)
+  meta_runs.run_logged(command, out, env)
 
 
 # (name, type, default) of the settings both sides share.
@@ -371,10 +348,9 @@ def run(args) -> None:
   for seed in range(args.seeds):
     for side in sides:
       out = run_dir(root, side, seed)
-      if done_steps(out) >= args.steps:
+      if meta_runs.finished_steps(out) >= args.steps:
         print(f"{out.name}: done", flush=True)
         continue
-      out.mkdir(parents=True, exist_ok=True)
       (run_ours if side == "ours" else run_groove)(seed, out, args)
 
 
@@ -384,7 +360,7 @@ def run(args) -> None:
 def training_returns(path: Path, side: str) -> tuple[np.ndarray, np.ndarray]:
   if side == "ours":
     return our_training_returns(path)
-  history = read_history(path)
+  history = meta_runs.read_history(path)
   return history.steps, history.column(RETURN_COLUMN)
 
 
@@ -483,7 +459,7 @@ def _step_seconds(path: Path, side: str) -> float:
   """Seconds per meta-step after the compiling first one: GROOVE's median,
   ours as ``disco-meta-train`` reports it (its last session)."""
   if side == "groove":
-    return float(np.median(read_history(path).column("seconds")[1:]))
+    return float(np.median(meta_runs.read_history(path).column("seconds")[1:]))
   summary = path / "summary.json"  # written when a run ends
   if not summary.is_file():
     return math.nan

@@ -27,13 +27,11 @@ from __future__ import annotations
 import argparse
 import csv
 from pathlib import Path
-import subprocess
-import sys
 
+import meta_runs
 import numpy as np
 
 from disco.launch import validation as validation_lib
-from disco.meta import history as history_lib
 
 KINDS = ("uniform", "plr", "groove")
 # Held-out environments. lpg/dense is not in the normalisation table:
@@ -67,38 +65,15 @@ def run_flags(kind: str, seed: int, args) -> list[str]:
   ]
 
 
-def read_history(run_dir: Path) -> history_lib.MetricsHistory:
-  """A run's ``metrics.csv`` (empty before its first meta-step)."""
-  metrics = run_dir / "metrics.csv"
-  if not metrics.is_file():
-    return history_lib.MetricsHistory()
-  return history_lib.MetricsHistory.read_csv(metrics)
-
-
-def finished_steps(run_dir: Path) -> int:
-  steps = read_history(run_dir).steps
-  return int(steps[-1]) if len(steps) else 0
-
-
 def run(args) -> None:
   root = Path(args.root)
   for seed in range(args.seeds):
     for kind in args.kinds.split(","):
       out = root / f"{kind}-s{seed}"
-      if finished_steps(out) >= args.steps:
+      if meta_runs.finished_steps(out) >= args.steps:
         print(f"{out.name}: done", flush=True)
         continue
-      out.mkdir(parents=True, exist_ok=True)
-      command = [
-          sys.executable,
-          "-m",
-          "disco.launch.meta_train",
-          *run_flags(kind, seed, args),
-          f"--config.output_dir={out}",
-      ]
-      print(f"{out.name}: {' '.join(command[3:])}", flush=True)
-      with open(out / "log.txt", "a") as log:
-        subprocess.run(command, stdout=log, stderr=log, check=True)
+      meta_runs.meta_train(run_flags(kind, seed, args), out)
 
 
 def read_validation(root: Path) -> list[dict]:
@@ -113,7 +88,7 @@ def read_validation(root: Path) -> list[dict]:
 def training_summary(run_dir: Path) -> tuple[float, float]:
   """The reward per step over the last 100 meta-steps of a run, and its
   sampler's final replay fraction (NaN without one)."""
-  history = read_history(run_dir)
+  history = meta_runs.read_history(run_dir)
   replay = [c for c in history.columns if c.endswith("levels/replay_fraction")]
   fraction = history.column(replay[0])[-1] if replay else np.nan
   return float(np.mean(history.column("rewards")[-100:])), float(fraction)

@@ -9,6 +9,7 @@ import runpy
 import subprocess
 import sys
 
+import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -114,6 +115,40 @@ def test_backward_recurrence_resets_at_episode_ends():
   # Without the episode end, the later reward reaches the earlier steps.
   no_end = outputs(None)
   assert np.all(np.abs(outputs(None, reward_at=3)[:3] - no_end[:3]) > 0)
+
+
+def test_backward_gru_is_haikus_reset_gru_unrolled_backwards():
+  """BackwardGRU computes what hk.dynamic_unroll(hk.ResetCore(hk.GRU)) does
+  backwards in time, with the same parameters."""
+  t, b, i, h = 6, 3, 5, 8
+  keys = jax.random.split(jax.random.PRNGKey(3), 3)
+  x = jax.random.normal(keys[0], (t, b, i))
+  ends = jax.random.bernoulli(keys[1], 0.3, (t, b))
+
+  def ours(x, ends):
+    return lpg_net.BackwardGRU(h)(x, ends)
+
+  def haikus(x, ends):
+    core = hk.ResetCore(hk.GRU(h))
+    return hk.dynamic_unroll(
+        core, (x, ends), core.initial_state(batch_size=b), reverse=True
+    )[0]
+
+  ours, haikus = hk.transform(ours), hk.transform(haikus)
+  params = ours.init(keys[2], x, ends)
+  assert jax.tree.map(jnp.shape, params) == jax.tree.map(
+      jnp.shape, haikus.init(keys[2], x, ends)
+  )
+  # Biases too: the initial ones are zeros.
+  params = jax.tree.map(
+      lambda p: p + 0.1 * jax.random.normal(keys[2], p.shape), params
+  )
+  np.testing.assert_allclose(
+      ours.apply(params, None, x, ends),
+      haikus.apply(params, None, x, ends),
+      rtol=1e-5,
+      atol=1e-6,
+  )
 
 
 # ----------------------------------------------------------------- loss ----

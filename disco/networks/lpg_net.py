@@ -114,6 +114,57 @@ def lpg_features(
   return jnp.concatenate(parts, axis=-1)
 
 
+class BackwardGRU(hk.Module):
+  """A GRU run backwards in time that starts afresh at every episode end.
+
+  Haiku's ``hk.GRU`` maths and parameters (``w_i [I, 3H]``, ``w_h [H, 3H]``,
+  ``b [3H]``, created in that order), as ``hk.dynamic_unroll(
+  hk.ResetCore(hk.GRU(H)), (x, ends), zeros, reverse=True)`` computes them,
+  with the loop-invariant work taken out of the time loop: the inputs of all
+  steps are projected in one matmul, and the recurrent weights are split
+  once (per step, the split and the small input matmul cost more than 10% of
+  an LPG agent update on a CPU).
+  """
+
+  def __init__(self, hidden_size: int, name: str = "gru"):
+    super().__init__(name=name)
+    self.hidden_size = hidden_size
+
+  def __call__(self, x: jax.Array, ends: jax.Array) -> jax.Array:
+    """``x [T, B, I]``, ``ends [T, B]`` (transition t ended its episode:
+    the state from step t+1 is zeroed before step t reads it) -> the states
+    ``[T, B, H]``."""
+    hidden = self.hidden_size
+    w_i = hk.get_parameter(
+        "w_i",
+        [x.shape[-1], 3 * hidden],
+        x.dtype,
+        init=hk.initializers.VarianceScaling(),
+    )
+    w_h = hk.get_parameter(
+        "w_h",
+        [hidden, 3 * hidden],
+        x.dtype,
+        init=hk.initializers.VarianceScaling(),
+    )
+    b = hk.get_parameter("b", [3 * hidden], x.dtype, init=jnp.zeros)
+    w_h_zr, w_h_a = w_h[:, : 2 * hidden], w_h[:, 2 * hidden :]
+    gates_x = jnp.matmul(x, w_i) + b  # [T, B, 3H]
+    zr_x, a_x = gates_x[..., : 2 * hidden], gates_x[..., 2 * hidden :]
+
+    def step(state, inputs):
+      zr_x, a_x, end = inputs
+      state = jnp.where(end[:, None], jnp.zeros_like(state), state)
+      z, r = jnp.split(jax.nn.sigmoid(zr_x + state @ w_h_zr), 2, axis=-1)
+      a = jnp.tanh(a_x + (r * state) @ w_h_a)
+      state = (1 - z) * state + z * a
+      return state, state
+
+    initial = jnp.zeros((x.shape[1], hidden), x.dtype)
+    _, states = jax.lax.scan(step, initial, (zr_x, a_x, ends), reverse=True)
+    return states
+
+
 class LPGMetaNet(hk.Module):
   """Rollout features -> ``pi_hat [T, B]``, ``y_hat [T, B, P]``."""
 
@@ -138,16 +189,7 @@ class LPGMetaNet(hk.Module):
     x = lpg_features(
         c, rewards, terminal, episode_ends, pi_a, y_t, y_tp1, lifetime
     )
-    batch = rewards.shape[1]
-    # ResetCore zeroes the state carried in from step t+1 where transition t
-    # ended its episode, before step t reads it.
-    core = hk.ResetCore(hk.GRU(c.hidden_size))
-    h, _ = hk.dynamic_unroll(
-        core,
-        (x, episode_ends),
-        core.initial_state(batch_size=batch),
-        reverse=True,
-    )
+    h = BackwardGRU(c.hidden_size)(x, episode_ends)
     z = jax.nn.relu(h)
     pi_hat = hk.Linear(1, name="pi_hat")(z)[..., 0]
     y_hat_logits = hk.Linear(c.prediction_size, name="y_hat")(z)
