@@ -162,37 +162,45 @@ def patched_groove(source: Path, dest: Path) -> Path:
   return dest
 
 
-def groove_step(groove: Path, args):
-  """GROOVE's jitted meta-gradient step and its initial carry."""
-  sys.path.insert(0, str(groove))
-  parse_args = importlib.import_module("experiments.parse_args").parse_args
-  meta = importlib.import_module("meta.meta")
-  level_sampler_lib = importlib.import_module("environments.level_sampler")
-  es = args.estimator == "es"
-  if es:  # this run's lifetime in GROOVE's tables (read when sampling)
-    grid = importlib.import_module("environments.gridworld.configs")
-    grid.ENV_MODE_LIFETIME["dense"] = lambda _: args.lifetime
-    grid.ENV_MODE_LIFETIME_MAX["dense"] = args.lifetime
-  gargs = parse_args(
+def groove_settings(
+    parse_args,
+    mode: str,
+    *,
+    envs,
+    agents,
+    rollout_len,
+    inner_steps,
+    gru,
+    extra=(),
+):
+  """GROOVE's parsed arguments for ``agents`` agents on grid-world ``mode``
+  (``extra``: more of its flags)."""
+  return parse_args(
       [
-          *(["--use_es"] if es else []),
-          "--env_mode=dense",
-          f"--env_workers={args.envs}",
-          f"--num_agents={args.agents}",
+          *extra,
+          f"--env_mode={mode}",
+          f"--env_workers={envs}",
+          f"--num_agents={agents}",
           "--num_mini_batches=1",
-          f"--train_rollout_len={args.rollout_len}",
-          f"--num_agent_updates={args.inner_steps}",
-          f"--lpg_gru_width={args.gru}",
+          f"--train_rollout_len={rollout_len}",
+          f"--num_agent_updates={inner_steps}",
+          f"--lpg_gru_width={gru}",
       ]
   )
-  rng = jax.random.PRNGKey(args.seed)
-  rng, lpg_rng, buffer_rng, agent_rng = jax.random.split(rng, 4)
-  train_state = meta.create_lpg_train_state(lpg_rng, gargs)
-  sampler = level_sampler_lib.LevelSampler(gargs)
-  buffer = sampler.initialize_buffer(buffer_rng)
-  _, agents, critics = sampler.initial_sample(
-      agent_rng, buffer, args.agents, not es
-  )
+
+
+def set_groove_lifetime(mode: str, lifetime: int) -> None:
+  """Agent lifetimes of ``lifetime`` updates on grid-world ``mode``, in
+  GROOVE's tables (read when it samples levels and builds its ES step)."""
+  grid = importlib.import_module("environments.gridworld.configs")
+  grid.ENV_MODE_LIFETIME[mode] = lambda _: lifetime
+  grid.ENV_MODE_LIFETIME_MAX[mode] = lifetime
+
+
+def groove_jitted_step(meta, gargs, sampler, resample: bool):
+  """GROOVE's train step (its ``train.py`` loop body) on the carry ``(rng,
+  train_state, agents, critics)``; with ``resample``, agents whose lifetime
+  ended restart on new levels, as its loop does."""
   step_fn = meta.make_lpg_train_step(gargs, sampler)
 
   @jax.jit
@@ -205,10 +213,42 @@ def groove_step(groove: Path, args):
         agent_states=agents,
         value_critic_states=critics,
     )
-    if es:  # every lifetime ended: GROOVE's loop draws new levels
+    if resample:
       _, agents, critics = sampler.sample(sample_key, None, agents, critics)
     return (rng, train_state, agents, critics), metrics
 
+  return step
+
+
+def groove_step(groove: Path, args):
+  """GROOVE's jitted meta-gradient (or ES) step and its initial carry."""
+  sys.path.insert(0, str(groove))
+  parse_args = importlib.import_module("experiments.parse_args").parse_args
+  meta = importlib.import_module("meta.meta")
+  level_sampler_lib = importlib.import_module("environments.level_sampler")
+  es = args.estimator == "es"
+  if es:
+    set_groove_lifetime("dense", args.lifetime)
+  gargs = groove_settings(
+      parse_args,
+      "dense",
+      envs=args.envs,
+      agents=args.agents,
+      rollout_len=args.rollout_len,
+      inner_steps=args.inner_steps,
+      gru=args.gru,
+      extra=["--use_es"] if es else [],
+  )
+  rng = jax.random.PRNGKey(args.seed)
+  rng, lpg_rng, buffer_rng, agent_rng = jax.random.split(rng, 4)
+  train_state = meta.create_lpg_train_state(lpg_rng, gargs)
+  sampler = level_sampler_lib.LevelSampler(gargs)
+  buffer = sampler.initialize_buffer(buffer_rng)
+  _, agents, critics = sampler.initial_sample(
+      agent_rng, buffer, args.agents, not es
+  )
+  # ES: every lifetime ended, and GROOVE's loop draws new levels.
+  step = groove_jitted_step(meta, gargs, sampler, resample=es)
   return step, (rng, train_state, agents, critics)
 
 

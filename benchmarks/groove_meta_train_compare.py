@@ -142,18 +142,15 @@ def our_training_returns(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def groove_args(groove_lib, mode: str, args, num_agents: int):
-  return groove_lib["parse_args"](
-      [
-          f"--env_mode={mode}",
-          f"--env_workers={args.envs}",
-          f"--num_agents={num_agents}",
-          "--num_mini_batches=1",
-          f"--train_rollout_len={ROLLOUT_LEN}",
-          f"--num_agent_updates={K}",
-          f"--lpg_gru_width={args.gru}",
-          f"--lpg_learning_rate={args.meta_lr}",
-          f"--seed={args.seed}",
-      ]
+  return groove_compare.groove_settings(
+      groove_lib["parse_args"],
+      mode,
+      envs=args.envs,
+      agents=num_agents,
+      rollout_len=ROLLOUT_LEN,
+      inner_steps=K,
+      gru=args.gru,
+      extra=[f"--lpg_learning_rate={args.meta_lr}", f"--seed={args.seed}"],
   )
 
 
@@ -174,14 +171,14 @@ def groove_run(args) -> None:
         sampler=importlib.import_module("environments.level_sampler"),
         agents=importlib.import_module("agents.agents"),
         lpg_agent=importlib.import_module("agents.lpg_agent"),
-        grid=importlib.import_module("environments.gridworld.configs"),
     )
     train_mode = GROOVE_MODES[args.train]
-    # This run's agent lifetime (GROOVE reads its table when it samples).
-    lib["grid"].ENV_MODE_LIFETIME[train_mode] = lambda _: args.lifetime
+    groove_compare.set_groove_lifetime(train_mode, args.lifetime)
     gargs = groove_args(lib, train_mode, args, args.agents)
     sampler = lib["sampler"].LevelSampler(gargs)
-    step_fn = lib["meta"].make_lpg_train_step(gargs, sampler)
+    step = groove_compare.groove_jitted_step(
+        lib["meta"], gargs, sampler, resample=True
+    )
 
     rng = jax.random.PRNGKey(args.seed)
     rng, lpg_rng, agent_rng = jax.random.split(rng, 3)
@@ -189,19 +186,6 @@ def groove_run(args) -> None:
     _, agents, critics = sampler.initial_sample(
         agent_rng, None, args.agents, True
     )
-
-    @jax.jit
-    def step(carry):
-      rng, train_state, agents, critics = carry
-      rng, step_key, sample_key = jax.random.split(rng, 3)
-      train_state, agents, critics, metrics = step_fn(
-          rng=step_key,
-          lpg_train_state=train_state,
-          agent_states=agents,
-          value_critic_states=critics,
-      )
-      _, agents, critics = sampler.sample(sample_key, None, agents, critics)
-      return (rng, train_state, agents, critics), metrics
 
     held_args = groove_args(
         lib, GROOVE_MODES[args.held_out], args, args.validation_seeds
