@@ -122,8 +122,8 @@ class BackwardGRU(hk.Module):
   hk.ResetCore(hk.GRU(H)), (x, ends), zeros, reverse=True)`` computes them,
   with the loop-invariant work taken out of the time loop: the inputs of all
   steps are projected in one matmul, and the recurrent weights are split
-  once (per step, the split and the small input matmul cost more than 10% of
-  an LPG agent update on a CPU).
+  once (XLA left the split in the loop: 6% of an LPG ES generation in a CPU
+  profile, BENCHMARKS.md "ES generation against GROOVE's ES").
   """
 
   def __init__(self, hidden_size: int, name: str = "gru"):
