@@ -41,14 +41,19 @@ Dynamics (one stream):
     present, the agent on a uniformly drawn free cell without an object (the
     start cell is not given by the paper; a random start is our choice).
 
-Observations (float32), choice ``observation``:
-  * ``"tabular"``: a one-hot ``[F * 2**K]`` of the tabular state: which of the
+Observations, choice ``observation``:
+  * ``"tabular"``: a float32 one-hot ``[F * 2**K]`` of the tabular state: which of the
     ``F`` free cells the agent is on *and* which of the ``K`` objects are
     present. The paper's tabular agents index a table by state; with objects
     that disappear and respawn the agent's cell alone would not be Markov, so
     the presence bits are part of the state. Index: ``cell * 2**K + mask``
     with bit ``k`` of ``mask`` set when object ``k`` is present.
-  * ``"random_features"``: row ``cell * 2**K + mask`` of a fixed matrix
+  * ``"index"``: the same state as its int32 index ``cell * 2**K + mask``
+    (shape ``[]``; the spec is bounded in ``[0, F * 2**K - 1]``), for
+    networks that compute their first linear layer as a row gather
+    (``agent_nets.NetConfig.obs_embedding="one_hot"``): the same function as
+    on the one-hot vector, without building it.
+  * ``"random_features"``: float32 row ``cell * 2**K + mask`` of a fixed matrix
     ``[F * 2**K, feature_size]`` of i.i.d. standard normal entries drawn from
     ``feature_seed`` when the environment is built (the same for its whole
     life). The paper does not give the feature distribution; a standard
@@ -90,7 +95,7 @@ MOVES = np.array(
 )
 NUM_MOVES = len(MOVES)
 ACTION_SETS = {"move": NUM_MOVES, "move_and_collect": 2 * NUM_MOVES}
-OBSERVATIONS = ("tabular", "random_features")
+OBSERVATIONS = ("tabular", "index", "random_features")
 WALL, FLOOR = "#", "."
 
 
@@ -273,7 +278,9 @@ class _Tables:
     rewards, term_probs, respawn_probs: ``[K]`` float32 per object.
     max_steps: episode length.
     collect_actions: whether the 18-action set is used.
-    features: ``[F * 2**K, D]`` float32 observation rows, or None for one-hot.
+    features: ``[F * 2**K, D]`` float32 observation rows, or None for one-hot
+      or index observations.
+    index_observations: observations are the int32 state indices.
   """
 
   free: np.ndarray
@@ -285,6 +292,7 @@ class _Tables:
   max_steps: int
   collect_actions: bool
   features: np.ndarray | None
+  index_observations: bool = False
 
   @property
   def num_states(self) -> int:
@@ -327,6 +335,7 @@ def _make_tables(
       max_steps=layout.max_steps,
       collect_actions=action_set == "move_and_collect",
       features=features,
+      index_observations=observation == "index",
   )
 
 
@@ -382,11 +391,13 @@ def state_index(position, present, tables):
   cell = jnp.asarray(tables.cell_index)[position[0], position[1]]
   bits = jnp.left_shift(1, jnp.arange(present.shape[-1], dtype=jnp.int32))
   mask = jnp.sum(jnp.where(present, bits, 0))
-  return cell * (2 ** present.shape[-1]) + mask
+  return (cell * (2 ** present.shape[-1]) + mask).astype(jnp.int32)
 
 
 def _observe(position, present, tables):
   index = state_index(position, present, tables)
+  if tables.index_observations:
+    return index
   if tables.features is None:
     return jax.nn.one_hot(index, tables.num_states, dtype=jnp.float32)
   return jnp.asarray(tables.features)[index]
@@ -476,8 +487,8 @@ class LpgGridWorld(base.Environment):
   [B])`` advances every stream and restarts finished episodes (see the
   module docstring). Both are pure and jitted; the state can be copied.
 
-  Observations are ``[B, F * 2**K]`` (tabular) or ``[B, feature_size]``
-  (random features), float32. Actions are int32 in ``[0, 9)`` or ``[0, 18)``.
+  Observations are ``[B, F * 2**K]`` float32 (tabular), ``[B]`` int32
+  (index) or ``[B, feature_size]`` float32 (random features). Actions are int32 in ``[0, 9)`` or ``[0, 18)``.
   """
 
   is_jittable = True
@@ -497,7 +508,8 @@ class LpgGridWorld(base.Environment):
     Args:
       batch_size: number of streams ``B``.
       layout: a key of ``LAYOUTS`` (the A.1 table's layouts).
-      observation: ``"tabular"`` (one-hot state) or ``"random_features"``.
+      observation: ``"tabular"`` (one-hot state), ``"index"`` (the state's
+        int32 index) or ``"random_features"``.
       feature_size: length ``D`` of a random feature vector.
       feature_seed: seed of the random feature matrix (fixed for the
         environment's life).
@@ -586,6 +598,10 @@ class LpgGridWorld(base.Environment):
     return self._observe(state.position, state.present)
 
   def observation_spec(self) -> specs.Array:
+    if self.tables.index_observations:
+      return specs.BoundedArray(
+          (), np.int32, 0, self.num_states - 1, name="state_index"
+      )
     if self.tables.features is None:
       return specs.Array((self.num_states,), np.float32, name="state_one_hot")
     return specs.Array(

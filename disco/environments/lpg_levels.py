@@ -38,9 +38,11 @@ every level can be reached from the start.
 Dynamics follow ``lpg_grid`` (the 9-move action set; collecting by standing
 on an object's cell; termination and respawn per object; the time limit is
 a truncation), with one difference taken from GROOVE's levels: every episode
-starts on the level's start cell. Observation: a one-hot ``[G * G * 2**K]``
-over the agent's cell in the largest grid and the presence bits of the
-``K`` objects (absent objects of a level are never present).
+starts on the level's start cell. Observation (choice ``observation``): a
+float32 one-hot ``[G * G * 2**K]`` (``"tabular"``) over the agent's cell in
+the largest grid and the presence bits of the ``K`` objects (absent objects
+of a level are never present), or its int32 index ``[]`` (``"index"``, as
+``lpg_grid``'s: for networks that gather their first linear layer).
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ MODES: dict[str, LevelMode] = {
     "large": LevelMode(8, 10, 15, 2, 5, 250, 750),
     "all": LevelMode(4, 10, 15, 1, 5, 20, 750),
 }
+OBSERVATIONS = ("tabular", "index")
 
 
 @chex.dataclass(frozen=True)
@@ -217,15 +220,19 @@ class RandomGridState:
   level: GridLevel
 
 
-def _observe(position, present, g):
+def _observe(position, present, g, as_index):
+  """The one-hot ``[G * G * 2**K]`` of the state, or (``as_index``) its
+  int32 index ``[]``."""
   k = present.shape[-1]
   bits = jnp.left_shift(1, jnp.arange(k, dtype=jnp.int32))
   mask = jnp.sum(jnp.where(present, bits, 0))
-  index = (position[0] * g + position[1]) * (2**k) + mask
+  index = ((position[0] * g + position[1]) * (2**k) + mask).astype(jnp.int32)
+  if as_index:
+    return index
   return jax.nn.one_hot(index, g * g * 2**k, dtype=jnp.float32)
 
 
-def _reset_stream(rng, level, g):
+def _reset_stream(rng, level, g, as_index):
   present = level.active
   state = RandomGridState(
       position=level.start,
@@ -235,7 +242,7 @@ def _reset_stream(rng, level, g):
       level=level,
   )
   timestep = types.EnvTimestep(
-      observation=_observe(level.start, present, g),
+      observation=_observe(level.start, present, g, as_index),
       reward=jnp.zeros((), jnp.float32),
       step_type=jnp.asarray(types.FIRST, jnp.int32),
       discount=jnp.ones((), jnp.float32),
@@ -243,7 +250,7 @@ def _reset_stream(rng, level, g):
   return state, timestep
 
 
-def _step_stream(state, action, g):
+def _step_stream(state, action, g, as_index):
   level = state.level
   next_rng, term_rng, respawn_rng = jax.random.split(state.rng, 3)
   target = state.position + jnp.asarray(lpg_grid.MOVES)[action]
@@ -276,7 +283,7 @@ def _step_stream(state, action, g):
       rng=next_rng,
   )
   timestep = types.EnvTimestep(
-      observation=_observe(position, present, g),
+      observation=_observe(position, present, g, as_index),
       reward=reward.astype(jnp.float32),
       step_type=jnp.where(done, types.LAST, types.MID).astype(jnp.int32),
       discount=jnp.where(terminated, 0.0, 1.0).astype(jnp.float32),
@@ -289,34 +296,48 @@ class RandomGridWorld(base.Environment):
 
   ``reset(rng, level=None)`` starts a lifetime on ``level`` (None: a level
   drawn from ``rng``), shared by the ``B`` streams; ``step`` as in every
-  batched environment. Observations ``[B, G * G * 2**K]`` float32; 9
-  actions (``lpg_grid.MOVES``).
+  batched environment. Observations ``[B, G * G * 2**K]`` float32
+  (``observation="tabular"``) or ``[B]`` int32 state indices (``"index"``);
+  9 actions (``lpg_grid.MOVES``).
   """
 
   is_jittable = True
   has_levels = True
 
-  def __init__(self, batch_size: int, mode: str = "all"):
+  def __init__(
+      self, batch_size: int, mode: str = "all", observation: str = "tabular"
+  ):
     if mode not in MODES:
       raise ValueError(
           f"lpg/random setting mode={mode!r} is invalid; valid values: "
           f"{', '.join(MODES)}."
       )
+    if observation not in OBSERVATIONS:
+      raise ValueError(
+          f"lpg/random setting observation={observation!r} is invalid; "
+          f"valid values: {', '.join(OBSERVATIONS)}."
+      )
     lpg_grid.check_settings(batch_size, "dense", "tabular", 1, 0, None, "move")
     self.batch_size = int(batch_size)
     self.mode_name = mode
     self.mode = MODES[mode]
+    self.observation = observation
+    self._as_index = observation == "index"
     g = self.mode.max_size
     self._sample = jax.jit(functools.partial(sample_level, mode=self.mode))
     self._reset = jax.jit(self._reset_fn)
-    self._step = jax.jit(jax.vmap(functools.partial(_step_stream, g=g)))
+    self._step = jax.jit(
+        jax.vmap(functools.partial(_step_stream, g=g, as_index=self._as_index))
+    )
 
   def _reset_fn(self, rng, level=None):
     level_rng, stream_rng = jax.random.split(rng)
     if level is None:
       level = sample_level(level_rng, self.mode)
     return jax.vmap(
-        functools.partial(_reset_stream, g=self.mode.max_size),
+        functools.partial(
+            _reset_stream, g=self.mode.max_size, as_index=self._as_index
+        ),
         in_axes=(0, None),
     )(jax.random.split(stream_rng, self.batch_size), level)
 
@@ -349,7 +370,17 @@ class RandomGridWorld(base.Environment):
     chex.assert_shape(actions, (self.batch_size,))
     return self._step(state, actions)
 
+  @property
+  def num_states(self) -> int:
+    """Number of tabular states ``G * G * 2**K``."""
+    g, k = self.mode.max_size, self.mode.max_objects
+    return g * g * 2**k
+
   def observation_spec(self) -> specs.Array:
+    if self._as_index:
+      return specs.BoundedArray(
+          (), np.int32, 0, self.num_states - 1, name="state_index"
+      )
     g, k = self.mode.max_size, self.mode.max_objects
     return specs.Array((g * g * 2**k,), np.float32, name="state_one_hot")
 
@@ -360,5 +391,5 @@ class RandomGridWorld(base.Environment):
 
 
 ENV_SPECS: dict[str, tuple[Callable[..., base.Environment], dict[str, Any]]] = {
-    "lpg/random": (RandomGridWorld, dict(mode="all")),
+    "lpg/random": (RandomGridWorld, dict(mode="all", observation="tabular")),
 }
