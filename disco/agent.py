@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dm_env import specs
 import haiku as hk
 import jax
 import jax.numpy as jnp
@@ -348,6 +349,7 @@ def make_agent(
     rule: base.UpdateRule | None = None,
     axis_name: str | None = None,
     num_updates: int | None = None,
+    observation_spec: specs.Array | None = None,
 ) -> Agent:
   """The agent that ``settings`` describe (see ``update_rules.registry``).
 
@@ -361,9 +363,14 @@ def make_agent(
     num_updates: the optimiser steps of the whole run; needed (only) with
       ``anneal_learning_rate``, which decays the learning rate to 0 over them
       (e.g. ``LoopConfig.num_updates(num_iterations)``).
+    observation_spec: the environment's observation spec: the network is
+      checked against it and takes its state indices with
+      ``network.obs_embedding="one_hot"`` (``NetConfig.with_observation``).
+      None: not checked, and the network cannot take index observations.
 
   Raises:
-    ValueError: for an unknown rule or bad settings.
+    ValueError: for an unknown rule or bad settings, or a network that
+      cannot take ``observation_spec``'s observations.
   """
   if rule is None:
     rule = registry.make_rule(settings)
@@ -379,10 +386,13 @@ def make_agent(
           f"run, >= 1; got {num_updates}) or set anneal_learning_rate=False."
       )
     decay_steps = int(num_updates)
+  net_config = agent_nets.make_net_config(network)
+  if observation_spec is not None:
+    net_config = net_config.with_observation(observation_spec)
   return Agent(
       rule=rule,
       num_actions=num_actions,
-      net_config=agent_nets.make_net_config(network),
+      net_config=net_config,
       learning_rate=settings.learning_rate,
       max_abs_update=settings.max_abs_update,
       loss_mask=settings.get("loss_mask", "valid"),

@@ -16,6 +16,13 @@ observations to bfloat16 for the forward (and so backward) pass, and returns
 float32 outputs, so whatever reads the outputs (losses, targets, the
 meta-network) stays in float32. The default ``"float32"`` builds the network
 as without a policy.
+
+``NetConfig.obs_embedding="one_hot"`` takes state-index observations (one
+integer in ``[0, N)``, e.g. the ``lpg/*`` grid worlds with
+``observation="index"``) and computes the network's first linear layer as a
+row gather, ``one_hot(i) @ w + b == w[i] + b``: the same function, with the
+same parameters (names, shapes and initial values), as the network on the
+one-hot vectors, without building them (``IndexLinear``).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from collections.abc import Mapping, Sequence
 import dataclasses
 from typing import Any
 
+from dm_env import specs
 import haiku as hk
 import jax
 import jax.numpy as jnp
@@ -38,7 +46,7 @@ ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh}
 COMPUTE_DTYPES = ("float32", "bfloat16")
 # Observation embeddings (``NetConfig.obs_embedding``); the first is the
 # default (none: observations go to the torso as they are).
-OBS_EMBEDDINGS = ("none", "minigrid")
+OBS_EMBEDDINGS = ("none", "minigrid", "one_hot")
 # Id ranges of MiniGrid/XLand observations [H, W, 2] (tile id, colour id):
 # xminigrid.core.constants.NUM_TILES and NUM_COLORS of xminigrid 0.9.
 MINIGRID_NUM_TILES = 13
@@ -84,7 +92,21 @@ class NetConfig:
       go through xland-minigrid's PPO encoder (``MINIGRID_CONV_CHANNELS``
       2x2 VALID convolutions, ReLU, orthogonal init) before the dense
       torso. Not with ``conv_channels``.
+      ``"one_hot"``: state-index observations (one integer in
+      ``[0, num_states)``, shape ``[]`` or ``[1]``; e.g. ``lpg/*`` with
+      ``observation="index"``) are read as their one-hot vectors, with the
+      first linear layer (the torso's first layer, or with ``dense=()`` each
+      flat head) computed as a row gather from its ``[num_states, out]``
+      weights (``IndexLinear``): the same function and parameters as the
+      network on one-hot observations. Other (non-integer) observations go
+      to the torso as they are, as with ``"none"`` (a one-hot vector is its
+      own embedding), so held-out environments of any kind take the same
+      settings.
     obs_embedding_dim: features of each id embedding (xland-minigrid: 16).
+    num_states: the number of states of index observations (their spec's
+      maximum + 1), with ``obs_embedding="one_hot"``; not a network setting:
+      ``with_observation`` sets it from the environment's observation spec
+      (None: the observations are not state indices).
   """
 
   dense: Sequence[int] = (512, 512)
@@ -98,6 +120,7 @@ class NetConfig:
   compute_dtype: str = COMPUTE_DTYPES[0]
   obs_embedding: str = OBS_EMBEDDINGS[0]
   obs_embedding_dim: int = 16
+  num_states: int | None = None
 
   def __post_init__(self):
     if self.obs_embedding not in OBS_EMBEDDINGS:
@@ -109,6 +132,13 @@ class NetConfig:
       raise ValueError(
           f"network.obs_embedding={self.obs_embedding!r} brings its own "
           "convolutional encoder: set network.conv_channels=()."
+      )
+    if self.num_states is not None and (
+        self.obs_embedding != "one_hot" or int(self.num_states) < 1
+    ):
+      raise ValueError(
+          f"network num_states={self.num_states} is for state-index "
+          "observations (obs_embedding='one_hot', num_states >= 1)."
       )
     if int(self.obs_embedding_dim) < 1:
       raise ValueError(
@@ -125,25 +155,193 @@ class NetConfig:
           f"{', '.join(COMPUTE_DTYPES)}."
       )
 
-  def check_observation(self, shape: Sequence[int]) -> None:
-    """Raises ``ValueError`` if this network cannot take observations of
-    ``shape`` (one unbatched observation)."""
+  def check_observation(
+      self,
+      observation: specs.Array | Sequence[int],
+      where: str = "network",
+  ) -> None:
+    """Raises ``ValueError`` if this network cannot take the observations of
+    the spec ``observation`` (one unbatched observation; a bare shape stands
+    for float observations of that shape). ``where`` names these settings in
+    the messages."""
+    if isinstance(observation, specs.Array):
+      spec = observation
+    else:
+      spec = specs.Array(tuple(observation), np.float32)
+    shape = spec.shape
+    num_states = index_observation_size(spec)
+    if num_states is not None and self.obs_embedding != "one_hot":
+      raise ValueError(
+          "This environment's observations are state indices (integers in "
+          f"[0, {num_states})), which {where}.obs_embedding="
+          f"{self.obs_embedding!r} would read as numbers: set "
+          f"{where}.obs_embedding='one_hot' (or give the environment one-hot "
+          "observations, e.g. env_settings observation='tabular')."
+      )
+    if (
+        self.obs_embedding == "one_hot"
+        and num_states is None
+        and np.issubdtype(spec.dtype, np.integer)
+    ):
+      raise ValueError(
+          f"{where}.obs_embedding='one_hot' reads integer observations as one "
+          "state index (a scalar integer spec bounded in [0, N - 1], e.g. "
+          "lpg/* with env_settings observation='index'); this environment's "
+          f"are {np.dtype(spec.dtype).name} {list(shape)}: set "
+          f"{where}.obs_embedding='none'."
+      )
     if self.conv_channels and len(shape) != 3:
       raise ValueError(
-          f"The convolutional torso (network.conv_channels="
+          f"The convolutional torso ({where}.conv_channels="
           f"{tuple(self.conv_channels)}) takes image-like observations "
           f"[H, W, C]; this environment's are {list(shape)}: set "
-          "network.conv_channels=() to flatten them into the dense torso."
+          f"{where}.conv_channels=() to flatten them into the dense torso."
       )
     if self.obs_embedding == "minigrid" and (
         len(shape) != 3 or shape[-1] != 2 or min(shape[:2]) < 4
     ):
       raise ValueError(
-          "network.obs_embedding='minigrid' takes MiniGrid/XLand "
+          f"{where}.obs_embedding='minigrid' takes MiniGrid/XLand "
           "observations [H, W, 2] (tile and colour ids, H and W >= 4); this "
-          f"environment's are {list(shape)}: set network.obs_embedding="
+          f"environment's are {list(shape)}: set {where}.obs_embedding="
           "'none'."
       )
+
+  def with_observation(
+      self, observation: specs.Array, where: str = "network"
+  ) -> NetConfig:
+    """This config for the observations of spec ``observation``: checked
+    (``check_observation``) and, with ``obs_embedding="one_hot"``, with the
+    ``num_states`` of index observations (None for other observations).
+
+    Raises:
+      ValueError: if the network cannot take these observations.
+    """
+    self.check_observation(observation, where)
+    if self.obs_embedding != "one_hot":
+      return self
+    return dataclasses.replace(
+        self, num_states=index_observation_size(observation)
+    )
+
+
+def index_observation_size(spec: specs.Array) -> int | None:
+  """The number of states ``N`` of a state-index observation spec, else None.
+
+  A state index is one integer in ``[0, N)``: a ``BoundedArray`` of an
+  integer dtype, shape ``[]`` or ``[1]``, minimum 0 and maximum ``N - 1``
+  (``lpg/*`` grid worlds with ``observation="index"``).
+  """
+  if not isinstance(spec, specs.BoundedArray):
+    return None
+  if not np.issubdtype(spec.dtype, np.integer):
+    return None
+  if tuple(spec.shape) not in ((), (1,)):
+    return None
+  low, high = np.asarray(spec.minimum), np.asarray(spec.maximum)
+  if low.size != 1 or high.size != 1 or int(low.reshape(())) != 0:
+    return None
+  return int(high.reshape(())) + 1
+
+
+class IndexLinear(hk.Module):
+  """``hk.Linear`` on one-hot vectors, given their indices: a row gather.
+
+  ``IndexLinear(n, out)(i) == hk.Linear(out)(jax.nn.one_hot(i, n))`` for
+  every integer ``i`` (``[B]``), with the same parameters: ``w`` ``[n, out]``
+  (initialised as ``hk.Linear``'s on ``n`` inputs: ``w_init``, by default a
+  truncated normal of stddev ``1 / sqrt(n)``) and ``b`` ``[out]`` (zeros).
+  An index outside ``[0, n)`` reads a zero row, as its (all-zero) one-hot
+  vector does.
+  """
+
+  def __init__(
+      self,
+      num_states: int,
+      output_size: int,
+      w_init: hk.initializers.Initializer | None = None,
+      name: str | None = None,
+  ):
+    super().__init__(name=name)
+    self.num_states = int(num_states)
+    self.output_size = int(output_size)
+    self.w_init = w_init
+
+  def __call__(self, index: jax.Array) -> jax.Array:
+    """``[B]`` integer indices -> ``[B, output_size]``."""
+    w_init = self.w_init
+    if w_init is None:
+      w_init = hk.initializers.TruncatedNormal(1.0 / np.sqrt(self.num_states))
+    w = hk.get_parameter(
+        "w", [self.num_states, self.output_size], jnp.float32, init=w_init
+    )
+    b = hk.get_parameter("b", [self.output_size], jnp.float32, init=jnp.zeros)
+    # Negative indices would wrap around: send them out of range, where the
+    # gather fills a zero row.
+    index = jnp.where(index < 0, self.num_states, index)
+    return jnp.take(w, index, axis=0, mode="fill", fill_value=0) + b
+
+
+class IndexMLP(hk.Module):
+  """``hk.nets.MLP`` on one-hot vectors, given their indices.
+
+  The same layers, names and parameters as ``hk.nets.MLP(output_sizes, ...,
+  name=name)`` applied to ``jax.nn.one_hot(index, num_states)``; the first
+  layer is an ``IndexLinear`` (a gather), the others are ``hk.Linear``.
+  """
+
+  def __init__(
+      self,
+      num_states: int,
+      output_sizes: Sequence[int],
+      w_init: hk.initializers.Initializer | None = None,
+      activation=jax.nn.relu,
+      activate_final: bool = False,
+      name: str | None = None,
+  ):
+    super().__init__(name=name)
+    if not output_sizes:
+      raise ValueError("IndexMLP needs at least one layer.")
+    self.activation = activation
+    self.activate_final = activate_final
+    self.layers = (
+        IndexLinear(num_states, output_sizes[0], w_init, name="linear_0"),
+        *(
+            hk.Linear(size, w_init=w_init, name=f"linear_{i}")
+            for i, size in enumerate(output_sizes[1:], start=1)
+        ),
+    )
+
+  def __call__(self, index: jax.Array) -> jax.Array:
+    """``[B]`` integer indices -> ``[B, output_sizes[-1]]``."""
+    out = index
+    for i, layer in enumerate(self.layers):
+      out = layer(out)
+      if i < len(self.layers) - 1 or self.activate_final:
+        out = self.activation(out)
+    return out
+
+
+def state_indices(observations: types.ArrayTree, num_states: int) -> jax.Array:
+  """The ``[B]`` state indices of index observations ``[B]`` or ``[B, 1]``.
+
+  Raises:
+    ValueError: for observations that are not one integer per example.
+  """
+  leaves = jax.tree.leaves(observations)
+  index = leaves[0] if len(leaves) == 1 else None
+  if (
+      index is None
+      or not jnp.issubdtype(index.dtype, jnp.integer)
+      or not (index.ndim == 1 or (index.ndim == 2 and index.shape[1] == 1))
+  ):
+    got = [(str(x.dtype), list(x.shape)) for x in leaves]
+    raise ValueError(
+        "network.obs_embedding='one_hot' with num_states="
+        f"{num_states} takes integer state indices [B] or [B, 1]; got "
+        f"{got}."
+    )
+  return index.reshape(index.shape[:1])
 
 
 class AgentNet(hk.Module):
@@ -206,6 +404,11 @@ class AgentNet(hk.Module):
     outputs = self._head_pass({key: embedding for key in self._flat_spec})
     if self._model_spec:
       c = self._config
+      if c.num_states is not None and not c.dense:
+        # The embedding is the state index: the model reads its one-hot.
+        embedding = jax.nn.one_hot(
+            embedding, c.num_states, dtype=jnp.dtype(c.compute_dtype)
+        )
       root = action_models.root_state(embedding, c.model_lstm_size)
       model = action_models.make_action_model(
           self._model_spec,
@@ -229,8 +432,30 @@ class AgentNet(hk.Module):
   def _embedding_pass(
       self, observations: types.ArrayTree, name: str = "torso"
   ) -> jax.Array:
+    """The torso's output ``[B, ...]``; for index observations without a
+    torso (``dense=()``), the ``[B]`` state indices (the heads gather)."""
     leaves = jax.tree.leaves(observations)
     prefix = "" if name == "torso" else f"{name}_"
+    c = self._config
+    if c.num_states is not None:
+      index = state_indices(observations, c.num_states)
+      if not c.dense:
+        return index
+      return IndexMLP(
+          c.num_states,
+          tuple(c.dense),
+          activation=ACTIVATIONS[c.activation],
+          activate_final=c.activate_final,
+          name=name,
+      )(index)
+    if c.obs_embedding == "one_hot" and any(
+        jnp.issubdtype(x.dtype, jnp.integer) for x in leaves
+    ):
+      raise ValueError(
+          "network.obs_embedding='one_hot' got integer observations but no "
+          "num_states: build the network with NetConfig.with_observation("
+          "the environment's observation spec)."
+      )
     if self._config.obs_embedding == "minigrid":
       (ids,) = leaves  # [B, H, W, 2]; see NetConfig.check_observation
       leaves = [minigrid_encoder(ids, self._config.obs_embedding_dim, prefix)]
@@ -253,17 +478,24 @@ class AgentNet(hk.Module):
   def _head_pass(
       self, embeddings: Mapping[str, jax.Array]
   ) -> dict[str, jax.Array]:
-    """One linear head per flat output, on that output's embedding."""
+    """One linear head per flat output, on that output's embedding (a gather
+    for state indices, see ``_embedding_pass``)."""
+    c = self._config
     w_init = None
-    if self._config.head_w_init_std:
-      w_init = hk.initializers.TruncatedNormal(self._config.head_w_init_std)
+    if c.head_w_init_std:
+      w_init = hk.initializers.TruncatedNormal(c.head_w_init_std)
     outputs = {}
     for key in sorted(self._flat_spec):
-      embedding = hk.Flatten()(embeddings[key])
       shape = tuple(self._flat_spec[key].shape)
-      out = hk.nets.MLP(
-          (int(np.prod(shape)),), w_init=w_init, name="torso_head"
-      )(embedding)
+      size = int(np.prod(shape))
+      if c.num_states is not None and not c.dense:
+        embedding = embeddings[key]  # [B] state indices
+        out = IndexMLP(c.num_states, (size,), w_init, name="torso_head")(
+            embedding
+        )
+      else:
+        embedding = hk.Flatten()(embeddings[key])
+        out = hk.nets.MLP((size,), w_init=w_init, name="torso_head")(embedding)
       outputs[key] = out.reshape((embedding.shape[0],) + shape)
     return outputs
 
@@ -341,7 +573,10 @@ def make_net_config(settings: Mapping[str, Any]) -> NetConfig:
     ValueError: for unknown or missing keys, naming the valid ones.
   """
   settings = dict(settings)
-  valid = [f.name for f in dataclasses.fields(NetConfig)]
+  # num_states comes from the environment (NetConfig.with_observation).
+  valid = [
+      f.name for f in dataclasses.fields(NetConfig) if f.name != "num_states"
+  ]
   unknown = sorted(set(settings) - set(valid))
   if unknown:
     raise ValueError(
