@@ -330,9 +330,12 @@ def build(
   try:
     num_updates = loop_config.num_updates(iterations_per_call * num_calls)
     agent = agent_lib.make_agent(
-        settings, env.num_actions, rule=rule.rule, num_updates=num_updates
+        settings,
+        env.num_actions,
+        rule=rule.rule,
+        num_updates=num_updates,
+        observation_spec=env.observation_spec(),
     )
-    agent.net_config.check_observation(env.observation_spec().shape)
     # The evaluation budget is the agents' lifetime (for rules that read it).
     loop = loop_lib.EvalLoop(
         agent, env, loop_config, lifetime=max(num_updates, 1)

@@ -216,8 +216,13 @@ def _make_group(
     weight = common.check_number(weight, f"{where}.weight", positive=True)
   try:
     env = env_registry.make_env(env_name, batch_size, **env_settings)
-    agent = agent_lib.make_agent(settings, env.num_actions)
-    agent.net_config.check_observation(env.observation_spec().shape)
+    # Checked against the observations (and sized by them, for index
+    # observations): each group gets its own agent and value function.
+    spec = env.observation_spec()
+    agent = agent_lib.make_agent(
+        settings, env.num_actions, observation_spec=spec
+    )
+    group_value_fn = value_fn.with_observation(spec)
   except (ValueError, TypeError) as e:
     raise UsageError(
         f"Bad settings in config.{where}: {common.one_line(e)}"
@@ -226,7 +231,7 @@ def _make_group(
       name=_group_name(env_name, env),
       env=env,
       agent=agent,
-      value_fn=value_fn,
+      value_fn=group_value_fn,
       num_agents=num_agents,
       weight=weight,
   )
@@ -427,6 +432,8 @@ def _value_fn(config) -> value_function.ValueFunction:
     if "dense" in vf_cfg:
       vf_cfg["dense"] = tuple(vf_cfg["dense"])
     return value_function.ValueFunction(value_function.ValueFnConfig(**vf_cfg))
+  except ValueError as e:
+    raise UsageError(f"Bad value_fn settings: {common.one_line(e)}") from None
   except TypeError as e:
     valid = [f.name for f in dataclasses.fields(value_function.ValueFnConfig)]
     raise UsageError(
@@ -630,7 +637,11 @@ def _attach_level_samplers(config, groups, settings, estimator, pop_config):
         # A constant learning rate: lifetimes differ and restart mid-run.
         ref_settings.anneal_learning_rate = False
       try:
-        reference = agent_lib.make_agent(ref_settings, g.env.num_actions)
+        reference = agent_lib.make_agent(
+            ref_settings,
+            g.env.num_actions,
+            observation_spec=g.env.observation_spec(),
+        )
       except (TypeError, ValueError) as e:
         raise UsageError(
             f"config.level_sampler.reference_rule: {common.one_line(e)}"

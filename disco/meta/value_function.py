@@ -1,7 +1,10 @@
 """The meta-training value function: a separate state-value network whose
 normalised advantages drive the outer (meta) policy-gradient loss.
 
-It is its own small MLP (haiku name ``value_fn``), trained alongside the agent
+It is its own small MLP (haiku name ``value_fn``; an agent network with one
+flat output, so it takes what agent networks take: with
+``obs_embedding="one_hot"``, state-index observations, its first linear
+layer a gather), trained alongside the agent
 on the same rollouts with the agent optimiser (Adam with a constant
 denominator, clipping), and keeps EMA statistics of its advantages and TD
 errors. Values are predicted in signed-hyperbolic space.
@@ -18,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 
 import chex
+from dm_env import specs
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,10 +41,17 @@ _HEAD = categorical.ValueHead(nonlinear_transform=True)
 
 @dataclasses.dataclass(frozen=True)
 class ValueFnConfig:
-  """Settings of the meta-training value function (published defaults)."""
+  """Settings of the meta-training value function (published defaults).
+
+  ``obs_embedding`` is the network's (``agent_nets.NetConfig``): ``"none"``,
+  or ``"one_hot"`` for state-index observations (the same function as on
+  their one-hot vectors, computed as a gather; other observations go in as
+  they are).
+  """
 
   dense: tuple[int, ...] = (256, 256)
   head_w_init_std: float | None = 1e-2
+  obs_embedding: str = "none"
   learning_rate: float = 1e-3
   max_abs_update: float = 1.0
   discount_factor: float = 0.99
@@ -59,19 +70,40 @@ class ValueState:
 
 
 class ValueFunction:
-  """Value network, optimiser and EMA statistics (pure methods)."""
+  """Value network, optimiser and EMA statistics (pure methods).
+
+  Args:
+    config: its settings.
+    axis_name: if set, gradients and statistics are averaged over this
+      named axis.
+    observation_spec: the environment's observation spec: the network is
+      checked against it and, with ``obs_embedding="one_hot"``, takes its
+      state indices (see ``with_observation``). None: not checked, and the
+      network cannot take index observations.
+
+  Raises:
+    ValueError: for bad network settings, or a network that cannot take
+      ``observation_spec``'s observations.
+  """
 
   def __init__(
       self,
       config: ValueFnConfig = ValueFnConfig(),
       axis_name: str | None = None,
+      observation_spec: specs.Array | None = None,
   ):
     self.config = config
     self.axis_name = axis_name
+    net_config = agent_nets.NetConfig(
+        dense=tuple(config.dense),
+        head_w_init_std=config.head_w_init_std,
+        obs_embedding=config.obs_embedding,
+    )
+    if observation_spec is not None:
+      net_config = net_config.with_observation(observation_spec, "value_fn")
+    self.net_config = net_config
     self._net = agent_nets.make_network(
-        agent_nets.NetConfig(
-            dense=tuple(config.dense), head_w_init_std=config.head_w_init_std
-        ),
+        net_config,
         num_actions=1,
         flat_spec={"value": types.ArraySpec((1,), np.float32)},
         name="value_fn",
@@ -79,6 +111,11 @@ class ValueFunction:
     self._optimizer = optimizers.agent_optimizer(
         config.learning_rate, config.max_abs_update
     )
+
+  def with_observation(self, observation_spec: specs.Array) -> ValueFunction:
+    """This value function for one environment's observations (each agent
+    group gets its own: index observations size the network)."""
+    return ValueFunction(self.config, self.axis_name, observation_spec)
 
   def initial_state(
       self, rng: jax.Array, observation: types.ArrayTree
