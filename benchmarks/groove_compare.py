@@ -33,7 +33,9 @@ Both sides run the same work: ``--agents`` agents on the LPG grid world
 a GRU of ``--gru`` units, one device. GROOVE also evaluates every agent on
 4 episodes per meta-step (part of its step). Agents and value functions are
 linear on both sides (``configs/meta_train_lpg.py``; GROOVE's tabular
-setting), GROOVE's trained by SGD, ours by Adam. Steps alternate, ours then
+setting), GROOVE's trained by SGD, ours by Adam. Ours read the tabular
+states as indices, as the config does (the same function as GROOVE's
+one-hot vectors, the first linear layer a gather). Steps alternate, ours then
 GROOVE's, each timed to completion after two untimed calls (the first compiles;
 GROOVE's ES step compiles again on the second).
 
@@ -260,9 +262,13 @@ def our_step(args, out_dir: Path):
 
   config = common.load_config_file(REPO / "configs" / "meta_train_lpg.py", None)
   es = args.estimator == "es"
+  # The config's grid-world settings (tabular states as indices).
+  (dense,) = [g for g in config.population if g["env"] == "lpg/dense"]
   config.population = (
       dict(
-          env="lpg/dense", env_settings={}, num_agents=1 if es else args.agents
+          env="lpg/dense",
+          env_settings=dict(dense["env_settings"]),
+          num_agents=1 if es else args.agents,
       ),
   )
   if es:
