@@ -76,7 +76,9 @@ def get_config() -> config_dict.ConfigDict:
           # dense one for image-like observations such as MinAtar's, and
           # compute_dtype="bfloat16" computes the network in bfloat16
           # (float32 parameters and outputs; for GPUs and TPUs);
-          # obs_embedding="minigrid" embeds MiniGrid/XLand tile and colour ids.
+          # obs_embedding="minigrid" embeds MiniGrid/XLand tile and colour ids;
+          # "one_hot" reads state indices (lpg/* with env_settings
+          # observation="index") as one-hot vectors, its first layer a gather.
           network=dict(
               dense=config_dict.placeholder(tuple),
               conv_channels=config_dict.placeholder(tuple),
