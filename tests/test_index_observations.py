@@ -111,6 +111,33 @@ def test_index_network_gradients_match_the_one_hot_network(settings):
       assert np.all(np.abs(np.asarray(p["w"])).sum(-1) > 0), name
 
 
+@pytest.mark.parametrize("compute_dtype", ["float32", "bfloat16"])
+def test_index_network_with_per_action_outputs(compute_dtype):
+  """A shared torso with an action model: without a torso (``dense=()``)
+  the model reads the index's one-hot vector."""
+  config = agent_nets.NetConfig(
+      dense=(),
+      obs_embedding="one_hot",
+      model_lstm_size=4,
+      model_head_hiddens=(4,),
+      compute_dtype=compute_dtype,
+  )
+  model_spec = {"q": types.ArraySpec((1,), np.float32)}
+  index_net, one_hot_net = (
+      agent_nets.make_network(
+          config.with_observation(spec), A, FLAT_SPEC, model_spec
+      )
+      for spec in (INDEX_SPEC, ONE_HOT_SPEC)
+  )
+  one_hot = jax.nn.one_hot(INDICES, N, dtype=jnp.float32)
+  params = one_hot_net.init(jax.random.PRNGKey(1), one_hot)
+  jax.tree.map(
+      np.testing.assert_array_equal,
+      index_net.apply(params, INDICES),
+      one_hot_net.apply(params, one_hot),
+  )
+
+
 def test_out_of_range_indices_read_zero_rows_as_their_one_hot():
   index_net, one_hot_net, params = _nets(dense=(), separate_torsos=True)
   bad = jnp.asarray([-1, N, N + 4, -N], jnp.int32)
