@@ -36,7 +36,9 @@ reported seeds from 0, ``--compare_steps`` env steps each, the same
 network and loop for every rule but PPO, which keeps its own loop): the
 discovered rules, actor-critic tuned per environment (learning rate x
 entropy cost on seeds kept apart), PPO and Disco103, into
-``<root>/compare`` (finished runs are not repeated).
+``<root>/compare`` (finished runs are not repeated; should a variant's best
+rule change between two calls, ``compare`` stops and names the runs to
+delete). ``--shards`` disco-compare processes share the runs.
 
 ``report`` writes ``validation.png`` (every run's validation score),
 ``validation.csv``, ``table.md`` (per run: the score at the start, at the
@@ -127,7 +129,7 @@ def run_flags(variant: str, seed: int, args) -> list[str]:
         "--config.lifetime_updates=(10,250)",
         f"--config.num_meta_steps={args.disco_steps}",
     ]
-  raise SystemExit(f"unknown variant {variant!r}; known: {VARIANTS}")
+  raise ValueError(variant)
 
 
 def total_steps(variant: str, args) -> int:
@@ -144,6 +146,9 @@ def run_dirs(root: Path, variant: str) -> list[Path]:
 
 def run(args) -> None:
   root = Path(args.root)
+  unknown = set(args.variants.split(",")) - set(VARIANTS)
+  if unknown:
+    raise SystemExit(f"unknown variants {sorted(unknown)}; known: {VARIANTS}")
   only = set(args.only.split(",")) if args.only else None
   for seed in range(args.seeds):
     for variant in args.variants.split(","):
@@ -180,19 +185,30 @@ def compare(args) -> None:
   rules_dir = root / "rules"
   rules_dir.mkdir(parents=True, exist_ok=True)
   rules, overrides, chosen = [], [], {}
+  chosen_file = rules_dir / "chosen.json"
+  before = json.loads(chosen_file.read_text()) if chosen_file.is_file() else {}
   for variant in () if args.baselines_only else VARIANTS:
     best = best_rule(root, variant)
     if best is None:
       continue
     path = rules_dir / f"discovered_{variant}.npz"
-    shutil.copyfile(best[0], path)
     chosen[variant] = dict(source=str(best[0]), validation_score=best[1])
+    if before.get(variant, chosen[variant]) != chosen[variant]:
+      # disco-compare keeps finished runs: those of the earlier pick would
+      # stand for the new one.
+      raise SystemExit(
+          f"the best {variant} rule changed since the last comparison "
+          f"({before[variant]['source']} -> {best[0]}): delete "
+          f"{root / 'compare' / 'runs' / path.stem} and {chosen_file}, then "
+          "compare again"
+      )
+    shutil.copyfile(best[0], path)
     rules.append(str(path))
     overrides.append(f"{path}:learning_rate={args.agent_lr}")
   if not rules and not args.baselines_only:
     raise SystemExit(f"no validated run under {root}: run `run` first")
   if rules:
-    (rules_dir / "chosen.json").write_text(json.dumps(chosen, indent=2))
+    chosen_file.write_text(json.dumps(chosen, indent=2))
   rules += ["actor_critic", "ppo", "disco103"]
   loop = [f"--config.{k}={v}" for k, v in LOOP.items()]
   command = [
@@ -226,7 +242,7 @@ def compare(args) -> None:
         subprocess.Popen([*command, f"--config.shard={i}/{args.shards}"])
         for i in range(args.shards)
     ]
-    if any(p.wait() for p in shards):
+    if any([p.wait() for p in shards]):  # waits for every shard
       raise SystemExit("a disco-compare shard failed (its output is above)")
   subprocess.run(command, check=True)
 
