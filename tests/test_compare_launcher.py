@@ -225,27 +225,77 @@ def test_aggregates_existing_run_folders(sweep, tmp_path):
   assert stats["tests"] == sweep["stats"]["tests"]
 
 
-def test_a_diverged_seed_is_named_not_compared(sweep, tmp_path):
+def _copy_runs(sweep, tmp_path):
+  """Copies of the sweep's run folders (to be edited), sorted."""
   runs = []
   for p in sorted((sweep["out"] / "runs").rglob("summary.json")):
     runs.append(tmp_path / p.parent.relative_to(sweep["out"]))
     shutil.copytree(p.parent, runs[-1])
+  return runs
+
+
+def _aggregate(runs, tmp_path, *extra):
+  return compare.compare(
+      _config(
+          [
+              f"--config.run_dirs={tuple(str(r) for r in runs)}",
+              "--config.bootstrap_reps=50",
+              *extra,
+              f"--config.output_dir={tmp_path / 'agg'}",
+          ]
+      ),
+      log=lambda _: None,
+  )
+
+
+def test_a_diverged_seed_is_named_not_compared(sweep, tmp_path):
+  runs = _copy_runs(sweep, tmp_path)
   metrics = analysis.read_metrics_csv(runs[0] / "metrics.csv")
   metrics["diverged"][1, 2:] = 1
   analysis.write_metrics_csv(runs[0] / "metrics.csv", metrics)
   with pytest.raises(common.UsageError, match="Diverged") as info:
-    compare.compare(
-        _config(
-            [
-                f"--config.run_dirs={tuple(str(r) for r in runs)}",
-                f"--config.output_dir={tmp_path / 'agg'}",
-            ]
-        ),
-        log=lambda _: None,
-    )
+    _aggregate(runs, tmp_path)
   step = int(metrics["env_steps"][1, 2])
   assert f"seed {int(metrics['seed'][1, 0])} of " in str(info.value)
   assert f"at env step {step}" in str(info.value)
+
+
+def _no_episodes_until(run, seed_index, iterations):
+  """Moves the episodes one seed of ``run`` ended in its first
+  ``iterations`` iterations to the iteration after them."""
+  metrics = analysis.read_metrics_csv(run / "metrics.csv")
+  for name in ("episodes", "return_sum"):
+    x = metrics[name]
+    x[seed_index, iterations] += x[seed_index, :iterations].sum()
+    x[seed_index, :iterations] = 0
+  analysis.write_metrics_csv(run / "metrics.csv", metrics)
+  return metrics
+
+
+def test_curve_points_before_any_episode_ended_are_left_out(sweep, tmp_path):
+  # A budget short against the episodes: one seed ends its first episode
+  # after the first evaluation point (240 of 1200 env steps).
+  runs = _copy_runs(sweep, tmp_path)
+  metrics = _no_episodes_until(runs[0], 1, 12)
+  stats = _aggregate(runs, tmp_path, "--config.num_points=5")
+  first_end = int(metrics["env_steps"][1, 12])
+  points = stats["evaluation_points"]
+  assert points == [480, 720, 960, 1200] and points[0] >= first_end
+  with open(tmp_path / "agg" / "results.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert {int(r["env_steps"]) for r in rows} == set(points)
+  assert all(r["return"] for r in rows)
+
+
+def test_a_seed_that_ended_no_episode_is_named(sweep, tmp_path):
+  runs = _copy_runs(sweep, tmp_path)
+  metrics = analysis.read_metrics_csv(runs[1] / "metrics.csv")
+  for name in ("episodes", "return_sum"):
+    metrics[name][2] = 0
+  analysis.write_metrics_csv(runs[1] / "metrics.csv", metrics)
+  with pytest.raises(common.UsageError, match="raise total_env_steps") as info:
+    _aggregate(runs, tmp_path)
+  assert f"seed {int(metrics['seed'][2, 0])} of " in str(info.value)
 
 
 def test_sharded_processes_split_the_runs(tmp_path):

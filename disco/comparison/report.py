@@ -54,7 +54,8 @@ class Settings:
     power: target power of the seeds-needed estimate.
     reps: bootstrap replications (intervals, bootstrap/permutation tests).
     seed: seed of every resampling.
-    num_points: evaluation points of the sample-efficiency curves.
+    num_points: evaluation points of the sample-efficiency curves (less
+      those before every seed has ended an episode).
     confidence: level of every interval (aggregates, profiles, curves,
       probability of improvement, differences of means).
     task_bootstrap: ``rliable``'s task bootstrap: the aggregate, profile and
@@ -256,6 +257,7 @@ def write_report(
       rules=list(results.rules),
       envs=list(results.envs),
       settings=dataclasses.asdict(settings),
+      evaluation_points=points.tolist(),
       final_returns={r: x.tolist() for r, x in raw.items()},
       normalized_final_scores={r: x.tolist() for r, x in scores.items()},
       aggregates={r: dataclasses.asdict(a) for r, a in agg.items()},

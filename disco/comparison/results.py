@@ -163,6 +163,19 @@ class Results:
           "A diverged seed has no score to compare: change the rule's "
           "settings (e.g. a lower learning rate) or leave the run out."
       )
+    no_episodes = [
+        f"seed {seed} of {r.rule} on {r.env}"
+        for r in runs
+        for seed, n in zip(
+            r.seeds, np.asarray(r.metrics["episodes"]).sum(axis=1), strict=True
+        )
+        if n == 0
+    ]
+    if no_episodes:
+      raise RunError(
+          f"No episode ended in {', '.join(no_episodes)}, so it has no "
+          "score: raise total_env_steps (or shorten the episodes)."
+      )
     for rule in rules:
       counts = {len(grid[rule, e].seeds) for e in envs}
       if len(counts) > 1:
@@ -173,16 +186,32 @@ class Results:
     return cls(rules=rules, envs=envs, runs=grid)
 
   def evaluation_points(self, num_points: int) -> np.ndarray:
-    """``[P]`` environment steps shared by every run (up to the shortest)."""
+    """``[P]`` environment steps shared by every run: ``num_points`` evenly
+    spaced up to the shortest run's end, less those at which some seed has
+    not ended an episode yet (a budget short against the episodes).
+
+    Raises:
+      RunError: if no point is left.
+    """
     last = min(
         int(np.asarray(r.metrics["env_steps"])[0, -1])
         for r in self.runs.values()
     )
-    return np.unique(
+    points = np.unique(
         np.linspace(last / num_points, last, num_points)
         .round()
         .astype(np.int64)
     )
+    ended = np.ones(points.shape, bool)
+    for run in self.runs.values():
+      ended &= ~np.isnan(run.curve_at(points)).any(axis=0)
+    if not ended.any():
+      raise RunError(
+          f"Some seed has ended no episode by env step {last}, where the "
+          "shortest run ends, so no learning-curve point is shared: give "
+          "every run the same, longer total_env_steps."
+      )
+    return points[ended]
 
   def final_scores(
       self,
