@@ -131,7 +131,8 @@ class Results:
 
     Raises:
       RunError: if a pair is missing or given twice, the runs of a rule
-        have different numbers of seeds, or a seed diverged.
+        have different numbers of seeds, or a seed diverged or ended no
+        episode.
     """
     rules = tuple(dict.fromkeys(r.rule for r in runs))
     envs = tuple(dict.fromkeys(r.env for r in runs))
