@@ -101,16 +101,6 @@ def first_crossing(
   return int(steps[hits[0] + WINDOW - 1]) if len(hits) else None
 
 
-def first_validation(rows, target: float) -> int | None:
-  """The first meta-step whose validation return (mean over seeds) reaches
-  ``target`` (None if none does)."""
-  by_step = {}
-  for r in rows:
-    by_step.setdefault(r["meta_step"], []).append(r["return"])
-  hits = [s for s, x in sorted(by_step.items()) if np.mean(x) >= target]
-  return hits[0] if hits else None
-
-
 def report(args) -> None:
   root, out = Path(args.root), Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
@@ -143,7 +133,14 @@ def report(args) -> None:
     rows = validation_lib.read_rows(path / validation_lib.CSV_FILE)
     last = max((r["meta_step"] for r in rows), default=None)
     final = [f"{r['return']:.2f}" for r in rows if r["meta_step"] == last]
-    valid_hit = first_validation(rows, args.validation_target)
+    valid_hit = next(
+        (
+            s
+            for s, x in meta_runs.validation_means(path).items()
+            if x >= args.validation_target
+        ),
+        None,
+    )
     cells = [
         path.name,
         str(int(steps[-1]) if len(steps) else 0),

@@ -379,11 +379,7 @@ def report(args) -> None:
         continue
       seed = path.name.rsplit("-s", 1)[1]
       first, last = np.nanmean(returns[:50]), np.nanmean(returns[-250:])
-      rows = validation_lib.read_rows(path / validation_lib.CSV_FILE)
-      held = {}
-      for r in rows:
-        held.setdefault(r["meta_step"], []).append(r["return"])
-      held_mean = {s: float(np.mean(v)) for s, v in sorted(held.items())}
+      held_mean = meta_runs.validation_means(path)
       seconds = _step_seconds(path, side)
       table.append(
           f"| {side} | {seed} | {first:.2f} | {last:.2f} | "

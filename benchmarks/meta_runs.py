@@ -7,6 +7,9 @@ from pathlib import Path
 import subprocess
 import sys
 
+import numpy as np
+
+from disco.launch import validation as validation_lib
 from disco.meta import history as history_lib
 
 
@@ -16,6 +19,15 @@ def read_history(run_dir: Path) -> history_lib.MetricsHistory:
   if not metrics.is_file():
     return history_lib.MetricsHistory()
   return history_lib.MetricsHistory.read_csv(metrics)
+
+
+def validation_means(run_dir: Path) -> dict[int, float]:
+  """``{meta_step: mean return over the validation rows}`` of a run's
+  ``validation.csv``, in meta-step order (empty if it has none)."""
+  by_step = {}
+  for r in validation_lib.read_rows(run_dir / validation_lib.CSV_FILE):
+    by_step.setdefault(r["meta_step"], []).append(r["return"])
+  return {s: float(np.mean(x)) for s, x in sorted(by_step.items())}
 
 
 def finished_steps(run_dir: Path) -> int:
