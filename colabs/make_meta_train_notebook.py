@@ -87,7 +87,13 @@ es_generations = 20
 es_population_size = 8  # members: antithetic pairs
 es_sigma = 0.01
 es_lifetime_iterations = 64  # each member's agents train this long
-es_meta_learning_rate = 1e-2"""
+es_meta_learning_rate = 1e-2
+# LPO: a learned drift on PPO (configs/meta_train_lpo.py; 0: skip it).
+lpo_generations = 2
+lpo_population = None  # None: the config's (CartPole-v1, Breakout-MinAtar)
+lpo_rollout_len = 128
+lpo_population_size = 8
+lpo_lifetime_iterations = 32"""
 
 IMPORTS = """\
 import jax
@@ -101,6 +107,7 @@ from disco.launch import common
 from disco.launch import evaluate
 from disco.launch import meta_train
 from disco.meta import checkpoints
+from disco.meta import drift_distillation
 from disco.meta import history as history_lib
 from disco.training import analysis
 from disco.training import loop as loop_lib
@@ -311,6 +318,45 @@ if es_generations:
         f"{es_summary['meta_params_file']}")"""
 
 
+LPO_MD = """\
+## Discovery from PPO: a learned drift (LPO)
+
+Mirror learning writes a policy update as maximising `r A - f(r, A)`, with
+`r` the probability ratio against the acting policy, `A` the advantage and
+`f` a *drift* that is non-negative and flat at `r = 1`; PPO's clipping is one
+such drift. LPO (Lu et al. 2022) meta-learns `f`: a small network over
+features of `r` and `A` whose form keeps those conditions for any
+parameters, trained by ES on top of PPO's agent and loop, starting from
+PPO's drift (`configs/meta_train_lpo.py`; on the command line:
+`disco-meta-train --config=configs/meta_train_lpo.py`). Each member's agents
+train a whole PPO lifetime; the figure shows the drift it found beside PPO's
+and DPO's closed form."""
+
+LPO = """\
+lpo_config = common.load_config('meta_train_lpo')
+lpo_config.update(dict(
+    num_meta_steps=max(lpo_generations, 1), output_dir=f'{out}-lpo',
+    checkpoint_every=0, rollout_len=lpo_rollout_len))
+if lpo_population is not None:
+  lpo_config.population = lpo_population
+lpo_config.es.update(dict(
+    population_size=lpo_population_size,
+    lifetime_iterations=lpo_lifetime_iterations,
+    final_iterations=min(10, lpo_lifetime_iterations)))
+if lpo_generations:
+  lpo_summary = meta_train.train(lpo_config, progress=False)
+  lpo = common.resolve_rule(lpo_summary['meta_params_file'])
+  drifts = drift_distillation.standard_drifts()
+  drifts['LPO (learned)'] = (
+      lambda x, a: lpo.rule.drift_from_params(lpo.meta_params, x, a))
+  drift_distillation.plot_drifts(drifts, f'{out}-lpo/drifts.png')
+  plt.imshow(plt.imread(f'{out}-lpo/drifts.png'))
+  plt.axis('off')
+  plt.show()
+  print(f'LPO: {lpo_generations} generations of {lpo_population_size} '
+        f"members; exported {lpo_summary['meta_params_file']}")"""
+
+
 def build() -> nbformat.NotebookNode:
   return notebook_cells.notebook(
       INTRO,
@@ -323,6 +369,7 @@ def build() -> nbformat.NotebookNode:
           (EXPORT_MD, EXPORT),
           (EVAL_MD, EVAL),
           (ES_MD, ES),
+          (LPO_MD, LPO),
       ],
   )
 

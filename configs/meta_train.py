@@ -123,6 +123,11 @@ def get_config() -> config_dict.ConfigDict:
               final_iterations=8,
               rank_shaping=True,  # centred ranks (False: raw returns)
               antithetic=True,
+              # Passes over each rollout and learner steps per pass (PPO's
+              # sample reuse); None: the rule's loop (ppo, dpo, lpo: 4 x 4;
+              # others 1 x 1).
+              update_epochs=config_dict.placeholder(int),
+              num_minibatches=config_dict.placeholder(int),
           ),
           pes=dict(sigma=0.01, antithetic=True),
           # Curricula over levels (environments with levels: lpg/random,

@@ -53,6 +53,11 @@ es_population_size = 2
 es_sigma = 0.05
 es_lifetime_iterations = 2
 es_meta_learning_rate = 1e-2
+lpo_generations = 1
+lpo_population = (dict(env='catch', env_settings=dict(rows=5, columns=5)),)
+lpo_rollout_len = 8
+lpo_population_size = 2
+lpo_lifetime_iterations = 2
 """
 
 
@@ -87,7 +92,9 @@ def test_meta_train_notebook_runs(tmp_path, monkeypatch):
   assert "discovered (meta-step 3): mean return over the last 5" in text
   assert "initial (random): mean return" in text
   assert "ES: 2 generations of 2 members; mean fitness" in text
-  assert images >= 4  # rewards, meta loss, evaluation curves, ES fitness
+  assert "LPO: 1 generations of 2 members; exported" in text
+  # rewards, meta loss, evaluation curves, ES fitness, LPO drifts
+  assert images >= 5
   for name in (
       "metrics.csv",
       "rewards.png",

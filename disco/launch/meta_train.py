@@ -109,7 +109,13 @@ CONFIG_FILE, METRICS_FILE, SUMMARY_FILE = (
 )
 REWARDS_PLOT, LOSS_PLOT = "rewards.png", "meta_loss.png"
 META_PARAMS_FILE = "meta_params.npz"
-AGENT_KEYS = ("network", "learning_rate", "max_abs_update", "loss_mask")
+AGENT_KEYS = (
+    "network",
+    "learning_rate",
+    "max_abs_update",
+    "loss_mask",
+    "anneal_learning_rate",
+)
 GROUP_KEYS = ("env", "env_settings", "num_agents", "weight")
 DEBUG_KEYS = (
     "poison_meta_grad_at_steps",
@@ -184,6 +190,7 @@ def _make_group(
     batch_size: int,
     settings,
     value_fn,
+    num_updates: int | None,
 ) -> population_lib.AgentGroup:
   spec = common.as_dict(spec, where)
   unknown = set(spec) - set(GROUP_KEYS)
@@ -220,7 +227,10 @@ def _make_group(
     # observations): each group gets its own agent and value function.
     spec = env.observation_spec()
     agent = agent_lib.make_agent(
-        settings, env.num_actions, observation_spec=spec
+        settings,
+        env.num_actions,
+        num_updates=num_updates,
+        observation_spec=spec,
     )
     group_value_fn = value_fn.with_observation(spec)
   except (ValueError, TypeError) as e:
@@ -237,7 +247,12 @@ def _make_group(
   )
 
 
-def _make_groups(config, settings, value_fn) -> list[population_lib.AgentGroup]:
+def _make_groups(
+    config, settings, value_fn, num_updates=None
+) -> list[population_lib.AgentGroup]:
+  """The population's groups; ``num_updates``: the optimiser steps of an
+  agent's lifetime, where it is known before the run (ES), for agents that
+  anneal their learning rate over it."""
   population = config.population
   if isinstance(population, (dict, config_dict.ConfigDict)):
     population = (population,)
@@ -251,7 +266,7 @@ def _make_groups(config, settings, value_fn) -> list[population_lib.AgentGroup]:
   groups, names = [], set()
   for i, spec in enumerate(population):
     group = _make_group(
-        spec, f"population[{i}]", batch_size, settings, value_fn
+        spec, f"population[{i}]", batch_size, settings, value_fn, num_updates
     )
     name, k = group.name, 1
     while name in names:
@@ -409,6 +424,10 @@ def _agent_settings(config) -> config_dict.ConfigDict:
           settings[key] = float(value)
     if "loss_mask" in agent_cfg:
       settings.loss_mask = str(agent_cfg["loss_mask"])
+    if "anneal_learning_rate" in agent_cfg:
+      settings.anneal_learning_rate = common.check_bool(
+          agent_cfg["anneal_learning_rate"], "agent.anneal_learning_rate"
+      )
     agent_nets.make_net_config(settings.network.to_dict())
     # The rule's own settings (rule_settings: one level of dicts merged,
     # e.g. rule_kwargs={'net': {'hidden_size': 16}}).
@@ -554,8 +573,14 @@ def _estimator(config) -> str:
     raise UsageError(f"config.estimator: {common.one_line(e)}") from None
 
 
-def _es_config(config) -> es_lib.ESConfig:
+def _es_config(config, rule_name: str) -> es_lib.ESConfig:
+  """``config.es``; its ``update_epochs`` and ``num_minibatches`` default
+  (None) to the rule's loop (PPO's, DPO's and LPO's: 4 x 4)."""
   es = common.as_dict(config.es, "es")
+  loop = rule_registry.get_entry(rule_name).loop
+  for key in ("update_epochs", "num_minibatches"):
+    if es.get(key) is None:
+      es[key] = loop.get(key, 1)
   try:
     es["strategy"] = es_lib.check_strategy(str(es.get("strategy")))
     return es_lib.ESConfig(**es)
@@ -664,7 +689,7 @@ def _make_population(
     return es_lib.ESPopulation(
         groups,
         pop_config,
-        _es_config(config),
+        _es_config(config, str(config.rule).strip()),
         meta_optimizer,
         devices,
         _normalizers(groups, config),
@@ -713,7 +738,10 @@ def build(config: config_dict.ConfigDict) -> Plan:
   devices = _devices(config)
   settings = _agent_settings(config)
   estimator = _estimator(config)
-  groups = _make_groups(config, settings, _value_fn(config))
+  lifetime = None
+  if estimator == estimators_lib.ES:
+    lifetime = _es_config(config, settings.rule).lifetime_updates
+  groups = _make_groups(config, settings, _value_fn(config), lifetime)
   groups = _attach_level_samplers(
       config, groups, settings, estimator, pop_config
   )

@@ -49,6 +49,8 @@ HYPER_PARAM_MEANINGS = {
     "value_cost": "weight of the value loss",
     "pg_cost": "weight of the policy-gradient loss",
     "clip_epsilon": "PPO's ratio (and value) clip",
+    "dpo_alpha": "DPO drift's scale for positive advantages",
+    "dpo_beta": "DPO drift's scale for negative advantages (rollback)",
     "target_update_tau": "Polyak step of the target network",
     "epsilon": "KL bound of the E-step (temperature dual)",
     "epsilon_policy": "KL bound of the policy update (alpha dual)",

@@ -6,7 +6,9 @@ One *generation* (a meta-step) is one compiled program. The population's
 carry ``z`` and ``-z``). Every member trains fresh agents for a whole
 lifetime of ``lifetime_iterations`` iterations of the compiled evaluation
 loop (``disco.training.loop.EvalLoop``: an on-policy rollout of
-``rollout_len`` actor steps and one learner step per iteration): per group,
+``rollout_len`` actor steps and one learner step per iteration, or with
+``update_epochs`` and ``num_minibatches`` PPO's passes of minibatches over
+it): per group,
 ``num_agents`` agents. Antithetic task sampling: both members of a pair train
 on the same environments with the same seeds (the same initial agents and
 acting keys); different pairs get different ones.
@@ -112,6 +114,10 @@ class ESConfig:
   rank_shaping: centred-rank fitness shaping (False: raw losses).
   antithetic: antithetic pairs of perturbations (False: independent ones;
     the pairs still share their tasks).
+  update_epochs: passes over each rollout per iteration (sample reuse, as
+    PPO; ``disco.training.loop.LoopConfig``).
+  num_minibatches: learner steps per pass, each on a split of the rollout's
+    environments.
   """
 
   strategy: str = OPEN_ES
@@ -122,6 +128,8 @@ class ESConfig:
   final_iterations: int = 8
   rank_shaping: bool = True
   antithetic: bool = True
+  update_epochs: int = 1
+  num_minibatches: int = 1
 
   def __post_init__(self):
     if self.population_size < 2 or self.population_size % 2:
@@ -143,6 +151,13 @@ class ESConfig:
           f"ES final_iterations must be in [1, lifetime_iterations="
           f"{self.lifetime_iterations}], got {self.final_iterations}."
       )
+    if self.update_epochs < 1 or self.num_minibatches < 1:
+      raise ValueError("ES update_epochs and num_minibatches must be >= 1.")
+
+  @property
+  def lifetime_updates(self) -> int:
+    """Optimiser steps of a member's agent over its lifetime."""
+    return self.lifetime_iterations * self.update_epochs * self.num_minibatches
 
 
 def member_fitness(
@@ -211,6 +226,8 @@ class ESPopulation(population_lib.MetaStepProgram):
                 batch_size=g.env.batch_size,
                 replay_capacity=0,
                 min_replay_size=0,
+                update_epochs=es_config.update_epochs,
+                num_minibatches=es_config.num_minibatches,
             ),
         )
         for g in self.groups

@@ -49,6 +49,7 @@ from disco.update_rules import actor_critic
 from disco.update_rules import base
 from disco.update_rules import disco
 from disco.update_rules import lpg
+from disco.update_rules import mirror_learning
 from disco.update_rules import mpo
 from disco.update_rules import policy_gradient
 from disco.update_rules import ppo
@@ -352,6 +353,23 @@ register_rule(
     ppo.PPO,
     PPO_SETTINGS,
     description="PPO: clipped surrogate, GAE",
+    loop=PPO_LOOP,
+)
+# Mirror-learning rules (Lu et al. 2022) on PPO's agent and loop: DPO's
+# closed-form drift and LPO's learned one (meta-train it with the es
+# estimator: configs/meta_train_lpo.py).
+register_rule(
+    "dpo",
+    mirror_learning.DPO,
+    PPO_SETTINGS,
+    description="DPO: PPO with the discovered closed-form drift",
+    loop=PPO_LOOP,
+)
+register_rule(
+    "lpo",
+    mirror_learning.LPO,
+    PPO_SETTINGS,
+    description="LPO: PPO with a meta-learned drift network",
     loop=PPO_LOOP,
 )
 

@@ -1,0 +1,351 @@
+r"""Discovery from a strong algorithm: LPO's drift meta-learned from PPO (issue 47).
+
+  python benchmarks/lpo_discovery.py all --root /work/runs/lpo \
+      --out benchmarks/results/lpo_discovery
+
+``all`` runs the steps below in turn; each is a command of its own too
+(``run``, ``distill``, ``compare``, ``report``, all with ``--root``), and
+each skips what is finished, so the command resumes after a kill.
+
+``run`` meta-trains LPO (``configs/meta_train_lpo.py``: OpenAI-ES over the
+drift network, zero meta-parameters = PPO's drift to start) on CartPole-v1
+and Breakout-MinAtar, one run per seed in ``<root>/lpo-s<seed>``
+(``--seeds``): ``--members`` members a generation, each training one fresh
+PPO-style agent per environment for ``--lifetime`` iterations of 4
+environments x 128 steps, ``--generations`` generations. Every
+``--validate_every`` generations (and at 0) fresh agents trained by the
+current drift on the held-out SpaceInvaders-MinAtar (``--validation_seeds``
+seeds, ``--validation_steps`` env steps) score it, and the best goes to
+``best_meta_params.npz``.
+
+``distill`` takes the best validated rule over the seeds (the teacher) and
+fits two students to its drift over a grid of ``(r, A)``
+(``disco.meta.drift_distillation``): a network of ``--student_hidden``
+units and a closed form (``hidden_size=0``: linear in the 8 features inside
+the ReLU, fitted by least squares), written as rule files beside the
+teacher in ``<root>/rules`` with their agreement in ``distill.json``.
+
+``compare`` runs ``disco-compare`` on environments used neither in
+meta-training nor in validation (Asterix-MinAtar, Freeway-MinAtar,
+Acrobot-v1; ``--compare_seeds`` seeds, ``--compare_steps`` env steps each,
+PPO's loop for every rule): the discovered LPO, its two students, DPO, PPO
+at its registered defaults and PPO tuned per environment over
+``TUNE_GRID`` on seeds kept apart (``--tune_seeds``), into
+``<root>/compare``.
+
+``report`` writes to ``--out``: ``validation.csv`` and ``validation.png``
+(every run's held-out score by generation), ``fitness.png`` (the members'
+mean fitness), ``drifts.png`` (PPO, DPO, the learned drift and its students
+over ``(r, A)``), ``table.md`` and the comparison's report and figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+import shutil
+import subprocess
+import sys
+
+import meta_runs
+
+from disco import weights as weights_lib
+from disco.launch import validation as validation_lib
+
+TRAIN = ("gymnax/CartPole-v1", "gymnax/Breakout-MinAtar")
+VALIDATION = ("gymnax/SpaceInvaders-MinAtar",)
+HELD_OUT = (
+    "gymnax/Asterix-MinAtar",
+    "gymnax/Freeway-MinAtar",
+    "gymnax/Acrobot-v1",
+)
+# The agents' learning rate in meta-training (configs/meta_train_lpo.py):
+# LPO, its students and DPO are compared at it; PPO at its default and tuned.
+AGENT_LR = 1e-3
+TUNE_GRID = "learning_rate=(2.5e-4,1e-3,3e-3),entropy_cost=(0.0,0.01)"
+
+
+def run_dir(root: Path, seed: int) -> Path:
+  return root / f"lpo-s{seed}"
+
+
+def run_flags(seed: int, args) -> list[str]:
+  every = args.validate_every
+  return [
+      "--config=configs/meta_train_lpo.py",
+      f"--config.seed={100 + seed}",
+      f"--config.init_seed={200 + seed}",
+      f"--config.num_meta_steps={args.generations}",
+      f"--config.es.population_size={args.members}",
+      f"--config.es.lifetime_iterations={args.lifetime}",
+      f"--config.es.final_iterations={max(1, args.lifetime // 8)}",
+      f"--config.checkpoint_every={every}",
+      f"--config.validation.every={every}",
+      f"--config.validation.envs={tuple(dict(env=e) for e in VALIDATION)!r}",
+      f"--config.validation.num_seeds={args.validation_seeds}",
+      f"--config.validation.total_env_steps={args.validation_steps}",
+      "--config.resume=True",
+  ]
+
+
+def run(args) -> None:
+  root = Path(args.root)
+  for seed in range(args.seeds):
+    out = run_dir(root, seed)
+    if meta_runs.finished_steps(out) >= args.generations:
+      print(f"{out.name}: done", flush=True)
+      continue
+    meta_runs.meta_train(run_flags(seed, args), out)
+
+
+def validation_scores(path: Path) -> dict[int, float]:
+  rows = validation_lib.read_rows(path / validation_lib.CSV_FILE)
+  return {int(r["meta_step"]): float(r["aggregate"]) for r in rows}
+
+
+def best_rule(root: Path) -> tuple[Path, float, int]:
+  """The best validated meta-parameters over the seeds: (file, score,
+  generation)."""
+  best = None
+  for path in sorted(root.glob("lpo-s*")):
+    scores = validation_scores(path)
+    if not scores or not (path / "best_meta_params.npz").is_file():
+      continue
+    step = max(scores, key=scores.get)
+    if best is None or scores[step] > best[1]:
+      best = (path / "best_meta_params.npz", scores[step], step)
+  if best is None:
+    raise SystemExit(f"no validated run under {root}: run `run` first")
+  return best
+
+
+def distill(args) -> None:
+  import jax
+
+  from disco.meta import drift_distillation
+  from disco.update_rules import mirror_learning
+
+  root = Path(args.root)
+  rules = root / "rules"
+  rules.mkdir(parents=True, exist_ok=True)
+  source, score, step = best_rule(root)
+  teacher_file = rules / "lpo_discovered.npz"
+  metadata = weights_lib.load_metadata(source)
+  shutil.copyfile(source, teacher_file)
+  teacher = mirror_learning.LPO(**metadata.get("rule_kwargs", {}))
+  like = jax.eval_shape(teacher.init_meta_params, jax.random.PRNGKey(0))
+  teacher_params = weights_lib.load_meta_params(teacher_file, like)
+  report = dict(
+      teacher=dict(source=str(source), validation_score=score, generation=step)
+  )
+  for name, hidden in (
+      (f"lpo_student_h{args.student_hidden}", args.student_hidden),
+      ("lpo_closed_form", 0),
+  ):
+    kwargs = dict(metadata.get("rule_kwargs", {}), hidden_size=hidden)
+    student = mirror_learning.LPO(**kwargs)
+    params, agreement = drift_distillation.distill(
+        teacher, teacher_params, student
+    )
+    weights_lib.save_meta_params(
+        rules / f"{name}.npz",
+        jax.tree.map(lambda x: jax.device_get(x), params),
+        metadata=dict(
+            rule="lpo", rule_kwargs=kwargs, distilled_from=str(source)
+        ),
+    )
+    report[name] = dict(
+        hidden_size=hidden,
+        parameters=int(sum(x.size for x in jax.tree.leaves(params))),
+        **vars(agreement),
+    )
+    print(f"{name}: {report[name]}", flush=True)
+  (rules / "distill.json").write_text(json.dumps(report, indent=2) + "\n")
+
+
+def compare(args) -> None:
+  root = Path(args.root)
+  rules = root / "rules"
+  files = [
+      rules / "lpo_discovered.npz",
+      rules / f"lpo_student_h{args.student_hidden}.npz",
+      rules / "lpo_closed_form.npz",
+  ]
+  missing = [str(f) for f in files if not f.is_file()]
+  if missing:
+    raise SystemExit(f"missing rule files {missing}: run `distill` first")
+  names = [*map(str, files), "dpo", "ppo"]
+  overrides = [f"{f}:learning_rate={AGENT_LR}" for f in files]
+  overrides.append(f"dpo:learning_rate={AGENT_LR}")
+  command = [
+      sys.executable,
+      "-m",
+      "disco.launch.compare",
+      f"--config.rules={tuple(names)!r}",
+      f"--config.envs={HELD_OUT!r}",
+      f"--config.num_seeds={args.compare_seeds}",
+      f"--config.total_env_steps={args.compare_steps}",
+      "--config.last_episodes=100",
+      "--config.tune.rules=('ppo',)",
+      f"--config.tune.grid={TUNE_GRID}",
+      f"--config.tune.num_seeds={args.tune_seeds}",
+      f"--config.tune.total_env_steps={args.compare_steps}",
+      "--config.tune.keep_untuned=True",
+      f"--config.rule_overrides={tuple(overrides)!r}",
+      f"--config.output_dir={root / 'compare'}",
+  ]
+  print(" ".join(command[2:]), flush=True)
+  if args.shards > 1:
+    shards = [
+        subprocess.Popen([*command, f"--config.shard={i}/{args.shards}"])
+        for i in range(args.shards)
+    ]
+    if any([p.wait() for p in shards]):
+      raise SystemExit("a disco-compare shard failed (its output is above)")
+  subprocess.run(command, check=True)
+
+
+def _drift_figure(root: Path, out: Path, student_hidden: int) -> None:
+  import jax
+
+  from disco.meta import drift_distillation
+  from disco.update_rules import mirror_learning
+
+  drifts = drift_distillation.standard_drifts()
+  for name in (
+      "lpo_discovered",
+      f"lpo_student_h{student_hidden}",
+      "lpo_closed_form",
+  ):
+    path = root / "rules" / f"{name}.npz"
+    if not path.is_file():
+      continue
+    rule = mirror_learning.LPO(
+        **weights_lib.load_metadata(path).get("rule_kwargs", {})
+    )
+    like = jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
+    params = weights_lib.load_meta_params(path, like)
+    drifts[name.replace("lpo_", "LPO ")] = (
+        lambda x, a, rule=rule, params=params: rule.drift_from_params(
+            params, x, a
+        )
+    )
+  drift_distillation.plot_drifts(drifts, out / "drifts.png")
+
+
+def report(args) -> None:
+  from matplotlib import pyplot as plt
+
+  root, out = Path(args.root), Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  lines = [
+      "| run | generations | held-out score at 0 | at the end | best (generation) |",
+      "|---|---|---|---|---|",
+  ]
+  rows = []
+  fig, (ax_v, ax_f) = plt.subplots(1, 2, figsize=(11, 4))
+  for i, path in enumerate(sorted(root.glob("lpo-s*"))):
+    scores = validation_scores(path)
+    history = meta_runs.read_history(path)
+    if "fitness" in history.columns:
+      ax_f.plot(history.steps, history.column("fitness"), color=f"C{i}")
+    if not scores:
+      continue
+    for r in validation_lib.read_rows(path / validation_lib.CSV_FILE):
+      rows.append(dict(r, run=path.name))
+    steps = sorted(scores)
+    best = max(steps, key=scores.get)
+    lines.append(
+        f"| {path.name} | {meta_runs.finished_steps(path)} | "
+        f"{scores[steps[0]]:.3f} | {scores[steps[-1]]:.3f} | "
+        f"{scores[best]:.3f} ({best}) |"
+    )
+    ax_v.plot(
+        steps, [scores[s] for s in steps], "o-", color=f"C{i}", label=path.name
+    )
+  if not rows:
+    raise SystemExit(f"no validation.csv under {root}")
+  with open(out / "validation.csv", "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+  ax_v.set_xlabel("generation")
+  ax_v.set_ylabel("held-out score (0: random, 1: reference)")
+  ax_v.set_title("SpaceInvaders-MinAtar (validation)")
+  ax_v.legend()
+  ax_f.set_xlabel("generation")
+  ax_f.set_ylabel("members' mean fitness")
+  ax_f.set_title("CartPole-v1 + Breakout-MinAtar (training)")
+  fig.tight_layout()
+  fig.savefig(out / "validation.png", dpi=100)
+  plt.close(fig)
+  distilled = root / "rules" / "distill.json"
+  if distilled.is_file():
+    info = json.loads(distilled.read_text())
+    t = info.pop("teacher")
+    lines += [
+        "",
+        f"Teacher: {t['source']} (generation {t['generation']}, held-out "
+        f"score {t['validation_score']:.3f}).",
+        "",
+        "| student | parameters | drift RMSE | max abs | R^2 | teacher RMS |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, s in info.items():
+      lines.append(
+          f"| {name} | {s['parameters']} | {s['rmse']:.4f} | "
+          f"{s['max_abs']:.4f} | {s['r2']:.4f} | {s['teacher_scale']:.4f} |"
+      )
+    shutil.copyfile(distilled, out / "distill.json")
+  _drift_figure(root, out, args.student_hidden)
+  compared = root / "compare"
+  for name in ("report.md", "results.csv", "tuning.csv", "statistics.json"):
+    if (compared / name).is_file():
+      shutil.copyfile(compared / name, out / f"compare_{name}")
+  for figure in compared.glob("*.png"):
+    shutil.copyfile(figure, out / f"compare_{figure.name}")
+  text = "\n".join(lines) + "\n"
+  (out / "table.md").write_text(text)
+  print(text)
+
+
+def run_all(args) -> None:
+  run(args)
+  distill(args)
+  compare(args)
+  report(args)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  sub = parser.add_subparsers(dest="command", required=True)
+  commands = dict(
+      run=run, distill=distill, compare=compare, report=report, all=run_all
+  )
+  for name in commands:
+    p = sub.add_parser(name)
+    p.add_argument("--root", required=True)
+    p.add_argument("--student_hidden", type=int, default=16)
+    if name in ("run", "all"):
+      p.add_argument("--seeds", type=int, default=3)
+      p.add_argument("--generations", type=int, default=30)
+      p.add_argument("--members", type=int, default=16)
+      p.add_argument("--lifetime", type=int, default=64)
+      p.add_argument("--validate_every", type=int, default=10)
+      p.add_argument("--validation_seeds", type=int, default=2)
+      p.add_argument("--validation_steps", type=int, default=50_000)
+    if name in ("compare", "all"):
+      p.add_argument("--compare_seeds", type=int, default=5)
+      p.add_argument("--compare_steps", type=int, default=100_000)
+      p.add_argument("--tune_seeds", type=int, default=2)
+      p.add_argument("--shards", type=int, default=2)
+    if name in ("report", "all"):
+      p.add_argument("--out", default="benchmarks/results/lpo_discovery")
+  args = parser.parse_args()
+  commands[args.command](args)
+
+
+if __name__ == "__main__":
+  main()

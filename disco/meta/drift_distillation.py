@@ -1,0 +1,247 @@
+"""Distilling a learned drift (LPO) into a smaller one, and drawing drifts.
+
+A teacher ``LPO`` rule with meta-parameters is distilled into a student
+``LPO`` rule of the same feature layout and PPO term but another
+``hidden_size``: the student's drift network is fitted to the teacher's over
+a grid of ``(log r, A)`` (both networks before the ReLU, where the drift is
+smooth). ``hidden_size=0`` makes the student linear in its features, a
+closed form whose least-squares fit is exact (``numpy.linalg.lstsq``); other
+students are fitted with Adam. Either way the student is a normal LPO rule
+(its meta-parameters are exported like every rule's), and both keep the
+mirror-learning conditions by construction.
+
+The grid (``Grid``) covers the ratios and normalised advantages PPO-style
+updates see: ``log r`` in ``[-1, 1]`` (``r`` in ``[0.37, 2.7]``), ``A`` in
+``[-4, 4]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from disco import types
+from disco.update_rules import drift as drift_lib
+from disco.update_rules import mirror_learning
+
+# (log_r [...], advs [...]) -> drift [...]
+DriftFn = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """A grid of ``num_log_r x num_advs`` points of ``(log r, A)``."""
+
+  log_r_range: tuple[float, float] = (-1.0, 1.0)
+  advs_range: tuple[float, float] = (-4.0, 4.0)
+  num_log_r: int = 201
+  num_advs: int = 161
+
+  def points(self) -> tuple[jax.Array, jax.Array]:
+    """``(log_r, advs)``, each ``[num_log_r, num_advs]``."""
+    log_r = jnp.linspace(*self.log_r_range, self.num_log_r)
+    advs = jnp.linspace(*self.advs_range, self.num_advs)
+    return tuple(jnp.meshgrid(log_r, advs, indexing="ij"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+  """How close a student's drift is to its teacher's on a grid.
+
+  Attributes:
+    rmse: root mean squared difference of the drifts.
+    max_abs: largest absolute difference.
+    r2: ``1 - SSE / SST`` of the drift values (1: identical).
+    teacher_scale: the teacher's root mean square drift.
+  """
+
+  rmse: float
+  max_abs: float
+  r2: float
+  teacher_scale: float
+
+
+def check_compatible(
+    teacher: mirror_learning.LPO, student: mirror_learning.LPO
+) -> None:
+  """Raises ``ValueError`` (one line) if the student cannot stand for the
+  teacher: another feature layout, PPO term or clip."""
+  for name in ("features", "ppo_base"):
+    if getattr(teacher, name) != getattr(student, name):
+      raise ValueError(
+          f"Student and teacher differ in {name} ({getattr(student, name)!r} "
+          f"vs {getattr(teacher, name)!r}): give the student the teacher's."
+      )
+  eps_t = teacher.hyper_params["clip_epsilon"]
+  eps_s = student.hyper_params["clip_epsilon"]
+  if teacher.ppo_base and eps_t != eps_s:
+    raise ValueError(
+        f"Student and teacher differ in clip_epsilon ({eps_s} vs {eps_t}), "
+        "which sets their PPO term: give the student the teacher's."
+    )
+
+
+def _linear_fit(
+    student: mirror_learning.LPO,
+    log_r: jax.Array,
+    advs: jax.Array,
+    targets: jax.Array,
+) -> types.MetaParams:
+  features = drift_lib.FEATURES[student.features][0](log_r, advs)
+  x = np.asarray(features, np.float64).reshape(-1, features.shape[-1])
+  y = np.asarray(targets, np.float64).reshape(-1)
+  weights, *_ = np.linalg.lstsq(x, y, rcond=None)
+  like = student.init_meta_params(jax.random.PRNGKey(0))  # one [F, 1] leaf
+  return jax.tree.map(
+      lambda leaf: jnp.asarray(weights.reshape(leaf.shape), leaf.dtype), like
+  )
+
+
+def distill(
+    teacher: mirror_learning.LPO,
+    teacher_params: types.MetaParams,
+    student: mirror_learning.LPO,
+    *,
+    grid: Grid = Grid(),
+    steps: int = 3000,
+    learning_rate: float = 3e-3,
+    seed: int = 0,
+) -> tuple[types.MetaParams, Agreement]:
+  """Fits ``student``'s drift network to ``teacher``'s on ``grid``.
+
+  Args:
+    teacher: the teacher rule.
+    teacher_params: its meta-parameters.
+    student: the student rule (``check_compatible`` with the teacher).
+    grid: where to fit.
+    steps: Adam steps (students with hidden units).
+    learning_rate: Adam's learning rate.
+    seed: the student's initial parameters (hidden units).
+
+  Returns:
+    The student's meta-parameters and its agreement with the teacher (of the
+    drifts, after the ReLU) on ``grid``.
+  """
+  check_compatible(teacher, student)
+  log_r, advs = grid.points()
+  targets = teacher.drift_net(teacher_params, log_r, advs)
+  if student.hidden_size == 0:
+    params = _linear_fit(student, log_r, advs, targets)
+  else:
+    params = jax.tree.map(
+        lambda w: w.astype(jnp.float32),
+        mirror_learning.LPO(
+            hyper_params=student.hyper_params,
+            features=student.features,
+            hidden_size=student.hidden_size,
+            ppo_base=student.ppo_base,
+            init="random",
+        ).init_meta_params(jax.random.PRNGKey(seed)),
+    )
+    optimizer = optax.adam(learning_rate)
+
+    def loss(p):
+      return jnp.mean(jnp.square(student.drift_net(p, log_r, advs) - targets))
+
+    @jax.jit
+    def train(p):
+      def step(carry, _):
+        p, opt_state = carry
+        grads = jax.grad(loss)(p)
+        updates, opt_state = optimizer.update(grads, opt_state, p)
+        return (optax.apply_updates(p, updates), opt_state), None
+
+      (p, _), _ = jax.lax.scan(step, (p, optimizer.init(p)), None, steps)
+      return p
+
+    params = train(params)
+  return params, agreement(
+      lambda x, a: teacher.drift_from_params(teacher_params, x, a),
+      lambda x, a: student.drift_from_params(params, x, a),
+      grid,
+  )
+
+
+def agreement(teacher: DriftFn, student: DriftFn, grid: Grid = Grid()):
+  """``Agreement`` of two drift functions on ``grid``."""
+  log_r, advs = grid.points()
+  t = np.asarray(teacher(log_r, advs), np.float64)
+  s = np.asarray(student(log_r, advs), np.float64)
+  sse = float(np.sum(np.square(s - t)))
+  sst = float(np.sum(np.square(t - t.mean())))
+  return Agreement(
+      rmse=float(np.sqrt(np.mean(np.square(s - t)))),
+      max_abs=float(np.max(np.abs(s - t))),
+      r2=1.0 - sse / sst if sst > 0 else float(sse == 0.0),
+      teacher_scale=float(np.sqrt(np.mean(np.square(t)))),
+  )
+
+
+def plot_drifts(
+    drifts: Mapping[str, DriftFn],
+    path,
+    grid: Grid = Grid(),
+    advantages: tuple[float, ...] = (-1.0, 1.0),
+) -> None:
+  """Draws each drift ``f(r, A)`` as a map over ``(r, A)`` (top row) and the
+  objectives ``r A - f(r, A)`` against ``r`` at the given advantages
+  (bottom row) into ``path`` (PNG)."""
+  from matplotlib import pyplot as plt
+  from matplotlib import ticker
+
+  def log_axis(ax):
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(ticker.FixedLocator([0.5, 1.0, 2.0]))
+    ax.xaxis.set_major_formatter(ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+    ax.set_xlabel("r")
+
+  log_r, advs = grid.points()
+  r = np.exp(np.asarray(log_r[:, 0]))
+  a_axis = np.asarray(advs[0])
+  n = len(drifts)
+  fig, axes = plt.subplots(
+      2, max(n, len(advantages)), figsize=(3.2 * max(n, 2), 6.2), squeeze=False
+  )
+  values = {name: np.asarray(fn(log_r, advs)) for name, fn in drifts.items()}
+  top = max(float(np.quantile(v, 0.99)) for v in values.values()) or 1.0
+  for ax, (name, v) in zip(axes[0], values.items(), strict=False):
+    mesh = ax.pcolormesh(
+        r, a_axis, v.T, vmin=0.0, vmax=top, cmap="viridis", shading="auto"
+    )
+    log_axis(ax)
+    ax.set_title(name)
+    ax.set_ylabel("A")
+    fig.colorbar(mesh, ax=ax, label="drift f(r, A)")
+  for ax in axes[0][n:]:
+    ax.axis("off")
+  for ax, a in zip(axes[1], advantages, strict=False):
+    for name, fn in drifts.items():
+      adv = jnp.full_like(log_r[:, 0], a)
+      objective = r * a - np.asarray(fn(log_r[:, 0], adv))
+      ax.plot(r, objective, label=name)
+    log_axis(ax)
+    ax.axvline(1.0, color="grey", lw=0.5)
+    ax.set_title(f"objective r A - f at A = {a:g}")
+  for ax in axes[1][len(advantages) :]:
+    ax.axis("off")
+  axes[1][0].legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def standard_drifts(clip_epsilon: float = 0.2) -> dict[str, DriftFn]:
+  """PPO's and DPO's drifts (DPO at its published constants)."""
+  hp = mirror_learning.DPO_HYPER_PARAMS
+  return {
+      "PPO": lambda x, a: drift_lib.ppo_drift(x, a, clip_epsilon),
+      "DPO": lambda x, a: drift_lib.dpo_drift(
+          x, a, hp["dpo_alpha"], hp["dpo_beta"]
+      ),
+  }

@@ -1,0 +1,188 @@
+"""Mirror-learning rules on PPO's machinery: DPO and LPO (Lu et al. 2022).
+
+Both keep everything of ``disco.update_rules.ppo.PPO`` (GAE advantages
+normalised per learner step, the clipped value loss, the entropy bonus, the
+training loop's epochs and minibatches) and replace its clipped surrogate by
+``r * A - f(r, A)`` with a drift ``f`` from ``disco.update_rules.drift``, per
+transition ``[T, B]``:
+
+  ``policy loss = -(r A - f(r, A))``, ``r = exp(log pi(a|s) - log mu(a|s))``.
+
+The gradient flows through ``r`` inside ``f``. With ``f = ppo_drift`` the loss
+is PPO's: ``DriftRule`` itself uses it (the check that the machinery is
+PPO's).
+
+* ``DPO``: the published closed form, its constants ``dpo_alpha`` (2.0) and
+  ``dpo_beta`` (0.6) as hyper-parameters.
+* ``LPO``: a learned drift; its meta-parameters are the ``DriftNet``'s
+  (``features``, ``hidden_size``: 1,024 + 128 = 1,152 for the paper's 8
+  features and 128 units). The unroll hands them to the loss in
+  ``meta_out["drift_params"]``. ``ppo_base=True`` adds PPO's drift inside the
+  ReLU. ``init="zero_output"`` draws the hidden layer and zeroes the output
+  layer, so the drift starts at ``relu(f_PPO - 1e-4)``, (almost exactly)
+  PPO's; ``init="random"`` draws both layers. Not all-zero parameters: a
+  network without biases and with an odd activation is an even function of
+  its parameters there, ``net(theta) = net(-theta)``, so the two members of
+  every antithetic ES pair around 0 would be the same rule and the ES
+  gradient exactly 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import jax
+import jax.numpy as jnp
+import rlax
+
+from disco import ops
+from disco import types
+from disco.update_rules import base
+from disco.update_rules import drift as drift_lib
+from disco.update_rules import ppo
+
+DPO_HYPER_PARAMS = dict(ppo.PPO_HYPER_PARAMS, dpo_alpha=2.0, dpo_beta=0.6)
+LPO_INITS = ("zero_output", "random")
+
+
+class DriftRule(ppo.PPO):
+  """PPO with its clipped surrogate written as ``r A - f(r, A)``.
+
+  Subclasses set ``drift``; this class uses PPO's drift (the same update as
+  ``PPO``).
+
+  Args:
+    hyper_params: overrides of the class's ``default_hyper_params``.
+    normalize_advantages: normalise the advantages over each learner step's
+      batch.
+    clip_value: clip the value loss around the behaviour values.
+  """
+
+  def drift(
+      self, log_r: jax.Array, advs: jax.Array, meta_out: base.MetaOut
+  ) -> jax.Array:
+    """``f(r, A)`` per transition ``[T, B]``."""
+    del meta_out
+    return drift_lib.ppo_drift(log_r, advs, self.hyper_params["clip_epsilon"])
+
+  def agent_loss(
+      self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
+  ) -> base.LossAndLogs:
+    """``-(r A - f(r, A))`` minus the entropy bonus, ``[T, B]``."""
+    inputs.check_shapes()
+    if not backprop:
+      meta_out = jax.lax.stop_gradient(meta_out)
+    logits = inputs.agent_out["logits"][:-1]
+    actions = inputs.actions[:-1]
+    log_pi = rlax.batched_index(jax.nn.log_softmax(logits), actions)
+    log_mu = rlax.batched_index(
+        jax.nn.log_softmax(inputs.behaviour_agent_out["logits"][:-1]), actions
+    )
+    log_r = log_pi - log_mu
+    ratio = jnp.exp(log_r)
+    advs = jax.lax.stop_gradient(meta_out["pg_advs"])
+    drift = self.drift(log_r, advs, meta_out)
+    entropy = ops.softmax_entropy(logits)
+    loss = -(ratio * advs - drift) - self.hyper_params["entropy_cost"] * entropy
+    eps = self.hyper_params["clip_epsilon"]
+    logs = dict(
+        entropy=jnp.mean(entropy),
+        ratio=jnp.mean(ratio),
+        drift=jnp.mean(drift),
+        clip_fraction=jnp.mean(jnp.abs(ratio - 1.0) > eps),
+        approx_kl=jnp.mean(-log_r),
+        raw_advs=jnp.mean(meta_out["raw_advs"]),
+    )
+    return loss, logs
+
+
+class DPO(DriftRule):
+  """Discovered Policy Optimisation: ``drift.dpo_drift`` with the
+  hyper-parameters ``dpo_alpha`` and ``dpo_beta`` (and PPO's others)."""
+
+  default_hyper_params = DPO_HYPER_PARAMS
+
+  def drift(
+      self, log_r: jax.Array, advs: jax.Array, meta_out: base.MetaOut
+  ) -> jax.Array:
+    del meta_out
+    return drift_lib.dpo_drift(
+        log_r,
+        advs,
+        self.hyper_params["dpo_alpha"],
+        self.hyper_params["dpo_beta"],
+    )
+
+
+class LPO(DriftRule):
+  """Learned Policy Optimisation: a meta-learned drift network.
+
+  Args:
+    hyper_params: overrides of PPO's (``clip_epsilon`` also sets the PPO
+      term of the drift).
+    features: the drift network's input layout (``drift.FEATURES``).
+    hidden_size: its hidden units (0: linear in the features).
+    ppo_base: add PPO's drift inside the ReLU.
+    init: ``zero_output`` (the drift starts at PPO's with ``ppo_base``) or
+      ``random``.
+    normalize_advantages: normalise the advantages over each learner step's
+      batch.
+    clip_value: clip the value loss around the behaviour values.
+  """
+
+  def __init__(
+      self,
+      hyper_params: Mapping[str, float] | None = None,
+      features: str = "lu2022",
+      hidden_size: int = 128,
+      ppo_base: bool = True,
+      init: str = "zero_output",
+      normalize_advantages: bool = True,
+      clip_value: bool = True,
+  ):
+    super().__init__(hyper_params, normalize_advantages, clip_value)
+    if init not in LPO_INITS:
+      raise ValueError(
+          f"Unknown LPO init {init!r}; use one of {', '.join(LPO_INITS)}."
+      )
+    self.features = drift_lib.check_features(str(features))
+    self.hidden_size = int(hidden_size)
+    self.ppo_base = bool(ppo_base)
+    self.init = init
+    self._net = drift_lib.make_drift_net(self.features, self.hidden_size)
+
+  def init_meta_params(self, rng: jax.Array) -> types.MetaParams:
+    example = jnp.zeros([1])
+    params = self._net.init(rng, example, example)
+    if self.init == "zero_output":
+      output = drift_lib.output_layer_name(params)
+      params = dict(params)
+      params[output] = jax.tree.map(jnp.zeros_like, params[output])
+    return params
+
+  def drift_net(
+      self, meta_params: types.MetaParams, log_r: jax.Array, advs: jax.Array
+  ) -> jax.Array:
+    """The drift network's output (before the ReLU), the shape of
+    ``log_r``."""
+    return self._net.apply(meta_params, None, log_r, advs)
+
+  def drift_from_params(
+      self, meta_params: types.MetaParams, log_r: jax.Array, advs: jax.Array
+  ) -> jax.Array:
+    """The learned drift ``f(r, A)`` of ``meta_params``, any shape."""
+    eps = self.hyper_params["clip_epsilon"] if self.ppo_base else None
+    return drift_lib.lpo_drift(
+        self.drift_net(meta_params, log_r, advs), log_r, advs, eps
+    )
+
+  def unroll_meta_net(
+      self, inputs: base.Inputs, context: base.LearnerContext
+  ) -> tuple[base.MetaOut, types.RuleState]:
+    meta_out, rule_state = super().unroll_meta_net(inputs, context)
+    return dict(meta_out, drift_params=context.meta_params), rule_state
+
+  def drift(
+      self, log_r: jax.Array, advs: jax.Array, meta_out: base.MetaOut
+  ) -> jax.Array:
+    return self.drift_from_params(meta_out["drift_params"], log_r, advs)
