@@ -2,7 +2,7 @@
 
 Usage::
 
-  python -m disco.parity FIXTURE.npz [FIXTURE.npz ...] [--weights PATH]
+    python -m disco.parity FIXTURE.npz [FIXTURE.npz ...] [--weights PATH]
 
 For each fixture it prints its kind, the rule its updated parameters were
 checked by, the worst relative error and PASS/FAIL, and exits non-zero on any
