@@ -8,9 +8,11 @@ r"""Discovery from a strong algorithm: LPO's drift meta-learned from PPO (issue 
 each skips what is finished, so the command resumes after a kill.
 
 ``run`` meta-trains LPO (``configs/meta_train_lpo.py``: OpenAI-ES over the
-drift network, zero meta-parameters = PPO's drift to start) on CartPole-v1
-and Breakout-MinAtar, one run per seed in ``<root>/lpo-s<seed>``
-(``--seeds``): ``--members`` members a generation, each training one fresh
+drift, which starts at PPO's) on CartPole-v1 and Breakout-MinAtar, one run
+per variant (``--variants``, ``VARIANTS``: ``lpo``, the paper's drift
+network, and ``lpo_linear``, a drift linear in 12 features) and seed in
+``<root>/<variant>-s<seed>`` (``--seeds``): ``--members`` members a
+generation, each training one fresh
 PPO-style agent per environment for ``--lifetime`` iterations of 4
 environments x 128 steps, ``--generations`` generations. Every
 ``--validate_every`` generations (and at 0) fresh agents trained by the
@@ -18,7 +20,8 @@ current drift on the held-out SpaceInvaders-MinAtar (``--validation_seeds``
 seeds, ``--validation_steps`` env steps) score it, and the best goes to
 ``best_meta_params.npz``.
 
-``distill`` takes the best validated rule over the seeds (the teacher) and
+``distill`` takes the best validated ``lpo`` rule over the seeds (the
+teacher; the best ``lpo_linear`` rule goes beside it) and
 fits two students to its drift over a grid of ``(r, A)``
 (``disco.meta.drift_distillation``): a network of ``--student_hidden``
 units and a closed form (``hidden_size=0``: linear in the 8 features inside
@@ -28,7 +31,7 @@ teacher in ``<root>/rules`` with their agreement in ``distill.json``.
 ``compare`` runs ``disco-compare`` on environments used neither in
 meta-training nor in validation (Asterix-MinAtar, Freeway-MinAtar,
 Acrobot-v1; ``--compare_seeds`` seeds, ``--compare_steps`` env steps each,
-PPO's loop for every rule): the discovered LPO, its two students, DPO, PPO
+PPO's loop for every rule): the discovered rules, the students, DPO, PPO
 at its registered defaults and PPO tuned per environment over
 ``TUNE_GRID`` on seeds kept apart (``--tune_seeds``), into
 ``<root>/compare``.
@@ -67,14 +70,34 @@ AGENT_LR = 1e-3
 TUNE_GRID = "learning_rate=(2.5e-4,1e-3,3e-3),entropy_cost=(0.0,0.01)"
 
 
-def run_dir(root: Path, seed: int) -> Path:
-  return root / f"lpo-s{seed}"
+# Variants: extra flags over configs/meta_train_lpo.py. ``lpo``: the paper's
+# drift network (8 features, 128 tanh units, 1,152 meta-parameters);
+# ``lpo_linear``: a drift linear in the 12 ``signed`` features (12
+# meta-parameters, a small space ES searches quickly), with larger steps.
+VARIANTS = {
+    "lpo": [],
+    "lpo_linear": [
+        "--config.rule_kwargs.features=signed",
+        "--config.rule_kwargs.hidden_size=0",
+        "--config.es.sigma=0.3",
+        "--config.meta_learning_rate=0.1",
+    ],
+}
 
 
-def run_flags(seed: int, args) -> list[str]:
+def run_dir(root: Path, variant: str, seed: int) -> Path:
+  return root / f"{variant}-s{seed}"
+
+
+def run_dirs(root: Path, variant: str) -> list[Path]:
+  return sorted(root.glob(f"{variant}-s*"))
+
+
+def run_flags(variant: str, seed: int, args) -> list[str]:
   every = args.validate_every
   return [
       "--config=configs/meta_train_lpo.py",
+      *VARIANTS[variant],
       f"--config.seed={100 + seed}",
       f"--config.init_seed={200 + seed}",
       f"--config.num_meta_steps={args.generations}",
@@ -90,14 +113,23 @@ def run_flags(seed: int, args) -> list[str]:
   ]
 
 
+def _variants(args) -> list[str]:
+  names = args.variants.split(",")
+  unknown = sorted(set(names) - set(VARIANTS))
+  if unknown:
+    raise SystemExit(f"unknown variants {unknown}; known: {list(VARIANTS)}")
+  return names
+
+
 def run(args) -> None:
   root = Path(args.root)
-  for seed in range(args.seeds):
-    out = run_dir(root, seed)
-    if meta_runs.finished_steps(out) >= args.generations:
-      print(f"{out.name}: done", flush=True)
-      continue
-    meta_runs.meta_train(run_flags(seed, args), out)
+  for variant in _variants(args):
+    for seed in range(args.seeds):
+      out = run_dir(root, variant, seed)
+      if meta_runs.finished_steps(out) >= args.generations:
+        print(f"{out.name}: done", flush=True)
+        continue
+      meta_runs.meta_train(run_flags(variant, seed, args), out)
 
 
 def validation_scores(path: Path) -> dict[int, float]:
@@ -105,11 +137,11 @@ def validation_scores(path: Path) -> dict[int, float]:
   return {int(r["meta_step"]): float(r["aggregate"]) for r in rows}
 
 
-def best_rule(root: Path) -> tuple[Path, float, int]:
-  """The best validated meta-parameters over the seeds: (file, score,
-  generation)."""
+def best_rule(root: Path, variant: str) -> tuple[Path, float, int]:
+  """A variant's best validated meta-parameters over its seeds: (file,
+  score, generation)."""
   best = None
-  for path in sorted(root.glob("lpo-s*")):
+  for path in run_dirs(root, variant):
     scores = validation_scores(path)
     if not scores or not (path / "best_meta_params.npz").is_file():
       continue
@@ -117,8 +149,30 @@ def best_rule(root: Path) -> tuple[Path, float, int]:
     if best is None or scores[step] > best[1]:
       best = (path / "best_meta_params.npz", scores[step], step)
   if best is None:
-    raise SystemExit(f"no validated run under {root}: run `run` first")
+    raise SystemExit(
+        f"no validated {variant} run under {root}: run `run` first"
+    )
   return best
+
+
+def _choose(root: Path, variant: str, target: Path) -> dict:
+  """Copies the variant's best validated rule to ``target``; refuses when a
+  comparison exists for another pick (its finished runs would stand for the
+  new rule)."""
+  source, score, step = best_rule(root, variant)
+  chosen = dict(source=str(source), validation_score=score, generation=step)
+  record = target.with_suffix(".json")
+  if record.is_file() and json.loads(record.read_text()) != chosen:
+    runs = root / "compare" / "runs"
+    if runs.is_dir():
+      raise SystemExit(
+          f"the best {variant} rule changed since the last comparison "
+          f"({json.loads(record.read_text())['source']} -> {source}): delete "
+          f"{runs} and {record}, then run distill and compare again"
+      )
+  shutil.copyfile(source, target)
+  record.write_text(json.dumps(chosen, indent=2) + "\n")
+  return chosen
 
 
 def distill(args) -> None:
@@ -130,16 +184,14 @@ def distill(args) -> None:
   root = Path(args.root)
   rules = root / "rules"
   rules.mkdir(parents=True, exist_ok=True)
-  source, score, step = best_rule(root)
+  if run_dirs(root, "lpo_linear"):
+    _choose(root, "lpo_linear", rules / "lpo_linear_discovered.npz")
   teacher_file = rules / "lpo_discovered.npz"
-  metadata = weights_lib.load_metadata(source)
-  shutil.copyfile(source, teacher_file)
+  report = dict(teacher=_choose(root, "lpo", teacher_file))
+  metadata = weights_lib.load_metadata(teacher_file)
   teacher = mirror_learning.LPO(**metadata.get("rule_kwargs", {}))
   like = jax.eval_shape(teacher.init_meta_params, jax.random.PRNGKey(0))
   teacher_params = weights_lib.load_meta_params(teacher_file, like)
-  report = dict(
-      teacher=dict(source=str(source), validation_score=score, generation=step)
-  )
   for name, hidden in (
       (f"lpo_student_h{args.student_hidden}", args.student_hidden),
       ("lpo_closed_form", 0),
@@ -151,9 +203,11 @@ def distill(args) -> None:
     )
     weights_lib.save_meta_params(
         rules / f"{name}.npz",
-        jax.tree.map(lambda x: jax.device_get(x), params),
+        jax.device_get(params),
         metadata=dict(
-            rule="lpo", rule_kwargs=kwargs, distilled_from=str(source)
+            rule="lpo",
+            rule_kwargs=kwargs,
+            distilled_from=report["teacher"]["source"],
         ),
     )
     report[name] = dict(
@@ -165,14 +219,22 @@ def distill(args) -> None:
   (rules / "distill.json").write_text(json.dumps(report, indent=2) + "\n")
 
 
+def rule_files(root: Path, student_hidden: int) -> list[Path]:
+  """The discovered rules the comparison takes (the linear variant's where
+  it ran)."""
+  names = [
+      "lpo_discovered",
+      f"lpo_student_h{student_hidden}",
+      "lpo_closed_form",
+      "lpo_linear_discovered",
+  ]
+  files = [root / "rules" / f"{n}.npz" for n in names]
+  return [f for f in files if f.is_file() or "linear" not in f.name]
+
+
 def compare(args) -> None:
   root = Path(args.root)
-  rules = root / "rules"
-  files = [
-      rules / "lpo_discovered.npz",
-      rules / f"lpo_student_h{args.student_hidden}.npz",
-      rules / "lpo_closed_form.npz",
-  ]
+  files = rule_files(root, args.student_hidden)
   missing = [str(f) for f in files if not f.is_file()]
   if missing:
     raise SystemExit(f"missing rule files {missing}: run `distill` first")
@@ -214,12 +276,7 @@ def _drift_figure(root: Path, out: Path, student_hidden: int) -> None:
   from disco.update_rules import mirror_learning
 
   drifts = drift_distillation.standard_drifts()
-  for name in (
-      "lpo_discovered",
-      f"lpo_student_h{student_hidden}",
-      "lpo_closed_form",
-  ):
-    path = root / "rules" / f"{name}.npz"
+  for path in rule_files(root, student_hidden):
     if not path.is_file():
       continue
     rule = mirror_learning.LPO(
@@ -227,7 +284,7 @@ def _drift_figure(root: Path, out: Path, student_hidden: int) -> None:
     )
     like = jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
     params = weights_lib.load_meta_params(path, like)
-    drifts[name.replace("lpo_", "LPO ")] = (
+    drifts[path.stem.replace("lpo_", "LPO ").replace("_", " ")] = (
         lambda x, a, rule=rule, params=params: rule.drift_from_params(
             params, x, a
         )
@@ -246,11 +303,15 @@ def report(args) -> None:
   ]
   rows = []
   fig, (ax_v, ax_f) = plt.subplots(1, 2, figsize=(11, 4))
-  for i, path in enumerate(sorted(root.glob("lpo-s*"))):
+  paths = [(v, p) for v in VARIANTS for p in run_dirs(root, v)]
+  for variant, path in paths:
+    color = f"C{list(VARIANTS).index(variant)}"
     scores = validation_scores(path)
     history = meta_runs.read_history(path)
     if "fitness" in history.columns:
-      ax_f.plot(history.steps, history.column("fitness"), color=f"C{i}")
+      ax_f.plot(
+          history.steps, history.column("fitness"), color=color, alpha=0.7
+      )
     if not scores:
       continue
     for r in validation_lib.read_rows(path / validation_lib.CSV_FILE):
@@ -263,7 +324,12 @@ def report(args) -> None:
         f"{scores[best]:.3f} ({best}) |"
     )
     ax_v.plot(
-        steps, [scores[s] for s in steps], "o-", color=f"C{i}", label=path.name
+        steps,
+        [scores[s] for s in steps],
+        "o-",
+        color=color,
+        alpha=0.7,
+        label=variant if path == run_dirs(root, variant)[0] else None,
     )
   if not rows:
     raise SystemExit(f"no validation.csv under {root}")
@@ -290,13 +356,15 @@ def report(args) -> None:
         f"Teacher: {t['source']} (generation {t['generation']}, held-out "
         f"score {t['validation_score']:.3f}).",
         "",
-        "| student | parameters | drift RMSE | max abs | R^2 | teacher RMS |",
-        "|---|---|---|---|---|---|",
+        "| student | parameters | drift RMSE | max abs | R^2 of the drift "
+        "| R^2 of the network | teacher RMS |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, s in info.items():
       lines.append(
           f"| {name} | {s['parameters']} | {s['rmse']:.4f} | "
-          f"{s['max_abs']:.4f} | {s['r2']:.4f} | {s['teacher_scale']:.4f} |"
+          f"{s['max_abs']:.4f} | {s['r2']:.4f} | {s['net_r2']:.4f} | "
+          f"{s['teacher_scale']:.4f} |"
       )
     shutil.copyfile(distilled, out / "distill.json")
   _drift_figure(root, out, args.student_hidden)
@@ -329,6 +397,7 @@ def main() -> None:
     p.add_argument("--root", required=True)
     p.add_argument("--student_hidden", type=int, default=16)
     if name in ("run", "all"):
+      p.add_argument("--variants", default="lpo")
       p.add_argument("--seeds", type=int, default=3)
       p.add_argument("--generations", type=int, default=30)
       p.add_argument("--members", type=int, default=16)

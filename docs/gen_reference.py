@@ -197,12 +197,14 @@ def rules_page() -> str:
 
 
 def _meta_text(entry: Any) -> str:
-  from disco.update_rules import disco as disco_rule
-  from disco.update_rules import lpg
+  import jax
+
+  from disco.update_rules import registry
 
   if entry.pretrained is not None:
     return "published weights"
-  if issubclass(entry.make, (disco_rule.Disco, lpg.LPG)):
+  rule = registry.make_rule(registry.default_settings(entry.name))
+  if jax.tree.leaves(jax.eval_shape(rule.init_meta_params, jax.random.key(0))):
     return "meta-learned (random, a file, or meta-trained)"
   return "none"
 

@@ -58,12 +58,16 @@ class Agreement:
     max_abs: largest absolute difference.
     r2: ``1 - SSE / SST`` of the drift values (1: identical).
     teacher_scale: the teacher's root mean square drift.
+    net_r2: ``r2`` of the drift networks' outputs alone (without the PPO
+      term and the ReLU, which a student shares with its teacher and which
+      dominate ``r2`` when the learned part is small); NaN if not measured.
   """
 
   rmse: float
   max_abs: float
   r2: float
   teacher_scale: float
+  net_r2: float = float("nan")
 
 
 def check_compatible(
@@ -160,11 +164,17 @@ def distill(
       return p
 
     params = train(params)
-  return params, agreement(
+  drifts = agreement(
       lambda x, a: teacher.drift_from_params(teacher_params, x, a),
       lambda x, a: student.drift_from_params(params, x, a),
       grid,
   )
+  nets = agreement(
+      lambda x, a: teacher.drift_net(teacher_params, x, a),
+      lambda x, a: student.drift_net(params, x, a),
+      grid,
+  )
+  return params, dataclasses.replace(drifts, net_r2=nets.r2)
 
 
 def agreement(teacher: DriftFn, student: DriftFn, grid: Grid = Grid()):

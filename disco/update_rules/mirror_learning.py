@@ -98,7 +98,14 @@ class DriftRule(ppo.PPO):
 
 class DPO(DriftRule):
   """Discovered Policy Optimisation: ``drift.dpo_drift`` with the
-  hyper-parameters ``dpo_alpha`` and ``dpo_beta`` (and PPO's others)."""
+  hyper-parameters ``dpo_alpha`` and ``dpo_beta`` (and PPO's others).
+
+  Args:
+    hyper_params: overrides of ``DPO_HYPER_PARAMS``.
+    normalize_advantages: normalise the advantages over each learner step's
+      batch.
+    clip_value: clip the value loss around the behaviour values.
+  """
 
   default_hyper_params = DPO_HYPER_PARAMS
 
