@@ -234,7 +234,7 @@ def rule_files(root: Path, student_hidden: int) -> list[Path]:
 
 def compare(args) -> None:
   root = Path(args.root)
-  files = rule_files(root, args.student_hidden)
+  files = [] if args.baselines_only else rule_files(root, args.student_hidden)
   missing = [str(f) for f in files if not f.is_file()]
   if missing:
     raise SystemExit(f"missing rule files {missing}: run `distill` first")
@@ -410,6 +410,9 @@ def main() -> None:
       p.add_argument("--compare_steps", type=int, default=100_000)
       p.add_argument("--tune_seeds", type=int, default=2)
       p.add_argument("--shards", type=int, default=2)
+      # DPO and PPO (tuned) only, while the rules still train: a later
+      # comparison reuses their finished runs.
+      p.add_argument("--baselines_only", action="store_true")
     if name in ("report", "all"):
       p.add_argument("--out", default="benchmarks/results/lpo_discovery")
   args = parser.parse_args()

@@ -706,3 +706,18 @@ def test_disco103_without_a_replay_is_warned_about(tmp_path, disco103_path):
       log=logged.append,
   )
   assert not logged, logged  # actor-critic learns on-policy
+
+
+def test_array_settings_are_written_as_lists(tmp_path):
+  """gymnax's Acrobot-v1 parameters hold a JAX array (available_torque),
+  which disco-compare writes into each run's config.json."""
+  from disco.environments import registry as env_registry
+
+  settings = env_registry.get_entry("gymnax/Acrobot-v1").settings
+  common.write_json(tmp_path / "c.json", dict(env_settings=settings))
+  saved = json.loads((tmp_path / "c.json").read_text())
+  assert saved["env_settings"]["available_torque"] == [-1.0, 0.0, 1.0]
+  assert common.to_jsonable({"a": np.int64(2), "b": np.ones(2)}) == {
+      "a": 2,
+      "b": [1.0, 1.0],
+  }

@@ -397,9 +397,12 @@ def make_dir(path: Path) -> Path:
 
 
 def to_jsonable(x: Any) -> Any:
-  """Plain JSON values from configs, NumPy scalars, paths and containers."""
+  """Plain JSON values from configs, NumPy and JAX arrays and scalars (e.g.
+  gymnax's environment parameters), paths and containers."""
   if isinstance(x, config_dict.ConfigDict):
     x = x.to_dict()
+  if isinstance(x, (np.ndarray, jax.Array)):
+    return to_jsonable(np.asarray(x).tolist())
   if isinstance(x, dict):
     return {str(k): to_jsonable(v) for k, v in x.items()}
   if isinstance(x, (list, tuple)):
