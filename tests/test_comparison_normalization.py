@@ -177,3 +177,18 @@ def test_keys_with_settings_use_an_entry_only_where_it_holds():
       reference_return=200.0,
   )
   assert normalization.get_entry(mine.env, {mine.env: mine}) is mine
+
+
+def test_array_defaults_match_their_saved_lists():
+  """gymnax's Acrobot-v1 default available_torque is a JAX array; a run's
+  config.json holds it as a list: the same key (so the same reference)."""
+  from disco.environments import registry as env_registry
+
+  defaults = env_registry.get_entry("gymnax/Acrobot-v1").settings
+  as_saved = {k: np.asarray(v).tolist() for k, v in defaults.items()}
+  assert normalization.env_key("gymnax/Acrobot-v1", defaults) == (
+      "gymnax/Acrobot-v1"
+  )
+  assert normalization.env_key("gymnax/Acrobot-v1", as_saved) == (
+      "gymnax/Acrobot-v1"
+  )

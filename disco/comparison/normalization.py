@@ -326,8 +326,14 @@ def env_key(env: str, settings: Mapping[str, object] | None = None) -> str:
 
 
 def _plain(value: object) -> str:
-  """A comparable form of a setting (tuples and lists alike, as JSON)."""
-  return json.dumps(value, sort_keys=True, default=str)
+  """A comparable form of a setting (tuples, lists and arrays alike, as
+  JSON: an array default such as gymnax's Acrobot ``available_torque`` and
+  the list a saved config holds are the same setting)."""
+
+  def array_or_text(x):
+    return np.asarray(x).tolist() if hasattr(x, "__array__") else str(x)
+
+  return json.dumps(value, sort_keys=True, default=array_or_text)
 
 
 def get_entry(

@@ -547,7 +547,7 @@ def _save_params(
             rule_label=plan.label,
             seed=seed,
             env=plan.config.env,
-            env_settings=plan.env_settings,
+            env_settings=common.to_jsonable(plan.env_settings),
             network=plan.rule.settings.network.to_dict(),
         ),
     )
