@@ -30,7 +30,6 @@ import os
 from pathlib import Path
 import shutil
 import socket
-import stat
 import tempfile
 from typing import IO, Any
 
@@ -269,11 +268,3 @@ def clear_folder(folder: str | os.PathLike[str], keep: tuple[str, ...] = ()):
     else:
       path.unlink()
   fsync_folder(folder)
-
-
-def is_regular_folder(path: str | os.PathLike[str]) -> bool:
-  """Whether ``path`` is a folder (and not a link to one)."""
-  try:
-    return stat.S_ISDIR(os.lstat(path).st_mode)
-  except OSError:
-    return False
