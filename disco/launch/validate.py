@@ -108,20 +108,22 @@ def check_code_settings(
       m for m in _names(saved.get("imports")) if m not in _names(imports)
   ]
   given = _names(benchmark_paths)
-  files = [
+  rulesets = [
       p
       for p in _benchmark_paths(saved)
       if not any(_same_file(p, g) for g in given)
   ]
-  if not modules and not files:
+  if not modules and not rulesets:
     return
   what, flags_text = [], []
   if modules:
     what.append(f"imports module(s) {', '.join(modules)}")
     flags_text.append(f"--config.imports={','.join(_names(saved['imports']))}")
-  if files:
-    what.append(f"reads ruleset file(s) {', '.join(files)}")
-    flags_text.append(f"--config.benchmark_paths={','.join([*given, *files])}")
+  if rulesets:
+    what.append(f"reads ruleset file(s) {', '.join(rulesets)}")
+    flags_text.append(
+        f"--config.benchmark_paths={','.join([*given, *rulesets])}"
+    )
   raise UsageError(
       f"The run's config ({path}) {' and '.join(what)}; disco-validate loads "
       "no code or ruleset named only in a run folder. If you trust them, "
