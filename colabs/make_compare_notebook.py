@@ -87,7 +87,7 @@ config.update(dict(
     output_dir=output_dir))
 plan = compare.build(config)
 for cell in plan.cells:
-  status = 'finished' if cell.done() else 'to run'
+  status = 'finished' if cell.status(config)[0] else 'to run'
   print(f'{cell.rule} on {cell.env} {cell.env_settings}: {status}')"""
 
 RUN_MD = """\

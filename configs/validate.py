@@ -9,7 +9,9 @@ with the run's own ``config.validation`` settings (override any with
 ``--config.validation.<key>=<value>``), until the run ends; without
 ``--follow`` it validates the latest checkpoint once. The outputs are those
 of in-process validation: ``validation.csv``, ``validation.png`` and
-``best_meta_params.npz`` in the run's folder.
+``best_meta_params.npz`` in the run's folder. Modules and ruleset files the
+run's config names are loaded only when repeated on the command line
+(``--config.imports``, ``--config.benchmark_paths``).
 """
 
 from ml_collections import config_dict
@@ -26,6 +28,13 @@ def get_config() -> config_dict.ConfigDict:
           # Following: stop after this many seconds without a new checkpoint
           # (a run that was killed or diverged; 0: never).
           max_idle_seconds=3600.0,
+          # Code and ruleset files the run's config names are not loaded
+          # from its folder (someone else's config.json must not run code
+          # here): repeat the run's config.imports (comma-separated modules)
+          # and every XLand env_settings.benchmark_path (comma-separated
+          # files) to load them.
+          imports="",
+          benchmark_paths="",
           # Overrides of the run's config.validation (None: the run's value;
           # the keys: disco/launch/validation.py, default_config). `every`
           # picks the checkpoints: those at multiples of it (0: all).

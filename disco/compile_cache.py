@@ -15,7 +15,8 @@ JAX/XLA versions, the compile options and the devices, so a changed program or
 an upgraded JAX simply misses. It is bounded (least recently used programs go
 first, ``MAX_BYTES``) and safe to share between processes: reads and writes
 take a file lock, and in a multi-process run only process 0 writes. Delete the
-folder to clear it.
+folder to clear it. Since it holds native code that the process runs, a
+folder any user may write to gets a one-line warning.
 
 ``CompileStats`` counts, through JAX's monitoring events, how many programs a
 process compiled and how many it loaded from the cache, and the seconds spent
@@ -27,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
+import stat
 import sys
 import tempfile
 import time
@@ -77,6 +79,15 @@ def _writable(folder: Path) -> str | None:
   return None
 
 
+def world_writable(folder: Path) -> bool:
+  """Whether every user may add files to ``folder`` (even with the sticky
+  bit: they may still add programs of their own)."""
+  try:
+    return bool(folder.stat().st_mode & stat.S_IWOTH)
+  except OSError:
+    return False
+
+
 def repair(folder: Path) -> int:
   """Gives every program in ``folder`` that lacks an access-time file one;
   returns how many it repaired.
@@ -125,6 +136,14 @@ def enable(setting: str | None, program: str) -> Path | None:
     )
     jax.config.update("jax_enable_compilation_cache", False)
     return None
+  if world_writable(folder):
+    print(
+        f"{program}: warning: the compilation cache folder {folder} is "
+        "writable by every user, and it holds native programs this process "
+        f"runs: make it private (chmod o-w {folder}) or set "
+        "--config.compilation_cache to a folder of your own.",
+        file=sys.stderr,
+    )
   jax.config.update("jax_enable_compilation_cache", True)
   jax.config.update("jax_compilation_cache_dir", str(folder))
   # Every program is kept, however quick to compile: a launcher compiles

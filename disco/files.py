@@ -1,21 +1,84 @@
-"""Writing files so that a crash never leaves a half-written one behind."""
+"""The files of a run folder: written whole or not at all, by one process.
+
+Every file a launcher writes (``config.json``, ``summary.json``, the CSVs,
+``report.md``, ``statistics.json``, the figures and the ``.npz`` files) goes
+through ``atomic_write``: the content goes to a temporary file in the same
+folder, which is flushed and synced to disk, given the permissions of a
+normally created file (``0666`` less the umask, e.g. ``0644``), renamed over
+the target, and the folder itself is synced so that the rename survives a
+crash. A reader sees the old file or the new one, never a part of one; a full
+disk or a kill leaves the old file as it was (and at most a hidden
+``.<name>.*.tmp`` beside it, which the next write or an overwrite removes).
+
+``FolderLock`` makes one process the writer of an output folder: it holds an
+``fcntl`` lock (``filelock``) on a file in the folder for the whole run and
+records who holds it, so that a second process gets one line naming the
+first. The lock goes when the process ends, however it ends.
+
+``clear_folder`` empties an output folder for ``overwrite=True`` without
+leaving it (entries are unlinked, links are never followed).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 import contextlib
+import datetime
+import errno
+import json
 import os
 from pathlib import Path
+import shutil
+import socket
 import tempfile
-from typing import IO
+from typing import IO, Any
+
+import filelock
+
+LOCK_FILE = ".disco-lock"
+OWNER_SUFFIX = ".owner"
+_TMP_SUFFIX = ".tmp"
+
+
+def _current_umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
+# Read once, at import (single-threaded then): setting the umask to read it
+# would race with threads creating files later.
+_UMASK = _current_umask()
+
+
+def file_mode() -> int:
+  """The permissions of a file created now: ``0666`` less the umask."""
+  return 0o666 & ~_UMASK
+
+
+def fsync_folder(folder: str | os.PathLike[str]) -> None:
+  """Syncs ``folder``'s entries (a rename in it) to disk, where the platform
+  allows it."""
+  try:
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+  except OSError:
+    return
+  try:
+    os.fsync(fd)
+  except OSError as e:  # some file systems cannot sync a folder
+    if e.errno not in (errno.EINVAL, errno.EBADF, errno.ENOTSUP):
+      raise
+  finally:
+    os.close(fd)
 
 
 @contextlib.contextmanager
 def atomic_write(
     path: str | os.PathLike[str], mode: str = "wb", **open_kwargs
 ) -> Iterator[IO]:
-  """Opens a temporary file beside ``path``; on a clean exit it is flushed to
-  disk and renamed over ``path``, on an error it is deleted.
+  """Opens a temporary file beside ``path``; on a clean exit it is synced,
+  given mode ``0666 & ~umask`` and renamed over ``path`` (and the folder is
+  synced); on an error it is deleted and ``path`` is left as it was.
 
   Args:
     path: the file to write (its folder is created).
@@ -28,14 +91,180 @@ def atomic_write(
   path = Path(path).expanduser()
   path.parent.mkdir(parents=True, exist_ok=True)
   fd, tmp = tempfile.mkstemp(
-      prefix=f".{path.name}.", suffix=".tmp", dir=path.parent
+      prefix=f".{path.name}.", suffix=_TMP_SUFFIX, dir=path.parent
   )
   try:
     with os.fdopen(fd, mode, **open_kwargs) as f:
       yield f
       f.flush()
+      os.fchmod(f.fileno(), file_mode())
       os.fsync(f.fileno())
     os.replace(tmp, path)
   except BaseException:
     Path(tmp).unlink(missing_ok=True)
     raise
+  fsync_folder(path.parent)
+
+
+def write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+  """Writes ``data`` to ``path`` atomically (``atomic_write``)."""
+  with atomic_write(path) as f:
+    f.write(data)
+  return Path(path)
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> Path:
+  """Writes ``text`` (UTF-8) to ``path`` atomically (``atomic_write``)."""
+  return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | os.PathLike[str], data: Any, **dumps_kwargs) -> Path:
+  """Writes ``data`` as indented, key-sorted JSON (unless ``dumps_kwargs``
+  say otherwise) to ``path`` atomically."""
+  options = dict(indent=2, sort_keys=True, **dumps_kwargs)
+  return write_text(path, json.dumps(data, **options) + "\n")
+
+
+def save_figure(fig: Any, path: str | os.PathLike[str], **savefig_kwargs):
+  """Saves a matplotlib figure to ``path`` atomically (PNG unless
+  ``format`` says otherwise)."""
+  savefig_kwargs.setdefault("format", Path(path).suffix.lstrip(".") or "png")
+  with atomic_write(path) as f:
+    fig.savefig(f, **savefig_kwargs)
+  return Path(path)
+
+
+def append_line(path: str | os.PathLike[str], line: str) -> None:
+  """Appends ``line`` (which ends with a newline) to ``path`` with one
+  ``write`` on a file opened for appending, so that concurrent readers see
+  whole lines; a crash can still cut the last line short, so a file grown
+  this way must be rewritten whole (``atomic_write``) when a run resumes."""
+  data = line.encode("utf-8")
+  fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, file_mode())
+  try:
+    written = os.write(fd, data)
+    while written < len(data):  # a short write (a signal): write the rest
+      written += os.write(fd, data[written:])
+  finally:
+    os.close(fd)
+
+
+def is_disk_full(error: BaseException) -> bool:
+  """Whether ``error`` is an ``OSError`` for a full disk or quota."""
+  return isinstance(error, OSError) and error.errno in (
+      errno.ENOSPC,
+      getattr(errno, "EDQUOT", errno.ENOSPC),
+  )
+
+
+# ---------------------------------------------------------------- locks ----
+
+
+class FolderInUse(Exception):
+  """Another process holds the lock of an output folder."""
+
+
+def _owner_text(owner: dict[str, Any] | None) -> str:
+  if not owner:
+    return "another process (it did not record its name)"
+  return (
+      f"{owner.get('program', 'another program')} (pid {owner.get('pid')} "
+      f"on host {owner.get('host')}, since {owner.get('since')})"
+  )
+
+
+class FolderLock:
+  """The writer's lock of an output folder, held from ``acquire`` to
+  ``release`` (or the end of the process).
+
+  Args:
+    folder: the output folder (created).
+    program: the holder's name, recorded for the message a second process
+      gets.
+    name: the lock file's name in ``folder`` (one per kind of writer).
+
+  Raises:
+    FolderInUse: (from ``acquire``) another process holds it; the message is
+      one line naming that process (program, pid, host, since when).
+  """
+
+  def __init__(
+      self, folder: str | os.PathLike[str], program: str, name: str = LOCK_FILE
+  ):
+    self.folder = Path(folder).expanduser()
+    self.program = program
+    self.path = self.folder / name
+    self.owner_path = self.folder / (name + OWNER_SUFFIX)
+    self._lock: filelock.BaseFileLock | None = None
+
+  @property
+  def names(self) -> tuple[str, str]:
+    """The lock's own files (kept by ``clear_folder``)."""
+    return self.path.name, self.owner_path.name
+
+  def owner(self) -> dict[str, Any] | None:
+    """Who recorded holding the lock (None if nobody did)."""
+    try:
+      owner = json.loads(self.owner_path.read_text())
+    except (OSError, ValueError):
+      return None
+    return owner if isinstance(owner, dict) else None
+
+  def acquire(self) -> FolderLock:
+    self.folder.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(self.path), timeout=0)
+    try:
+      lock.acquire()
+    except filelock.Timeout:
+      raise FolderInUse(
+          f"{self.folder} is in use by {_owner_text(self.owner())}: one "
+          "process writes an output folder at a time; wait for it to end, "
+          "or choose another output folder."
+      ) from None
+    self._lock = lock
+    write_json(
+        self.owner_path,
+        dict(
+            program=self.program,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            since=datetime.datetime.now(datetime.UTC).strftime(
+                "%Y-%m-%d %H:%M:%S UTC"
+            ),
+        ),
+    )
+    return self
+
+  def release(self) -> None:
+    if self._lock is None:
+      return
+    with contextlib.suppress(OSError):
+      self.owner_path.unlink()
+    self._lock.release()
+    self._lock = None
+
+  @property
+  def held(self) -> bool:
+    return self._lock is not None
+
+  def __enter__(self) -> FolderLock:
+    return self if self.held else self.acquire()
+
+  def __exit__(self, *exc) -> None:
+    self.release()
+
+
+def clear_folder(folder: str | os.PathLike[str], keep: tuple[str, ...] = ()):
+  """Removes every entry of ``folder`` except the names in ``keep``: files
+  and links are unlinked (a link's target is left alone), sub-folders are
+  removed with their contents. Nothing outside ``folder`` is touched."""
+  folder = Path(folder)
+  for entry in os.scandir(folder):
+    if entry.name in keep:
+      continue
+    path = folder / entry.name
+    if entry.is_dir(follow_symlinks=False):
+      shutil.rmtree(path)
+    else:
+      path.unlink()
+  fsync_folder(folder)

@@ -13,6 +13,11 @@ loads with ``allow_pickle=False``.
 Parameters with non-finite values (NaN or infinity, e.g. from a run that
 diverged) are neither saved nor loaded: both raise ``WeightsError``.
 
+Loading reads a file once (``NpzFile``): the zip entries and every array's
+``.npy`` header first, checked against the expected shapes and a size bound
+(``MAX_BYTES``) before any data is decompressed, so a damaged or hostile file
+(a ``.npy``, a text file, a zip bomb) is one clear ``WeightsError``.
+
 ``load_disco103`` finds the published Disco103 weights (explicit path,
 ``$DISCO_WEIGHTS``, the user cache, a ``shared/weights`` folder beside the
 checkout, or a download into the cache) and always checks their sha256.
@@ -21,9 +26,11 @@ checkout, or a download into the cache) and always checks their sha256.
 from __future__ import annotations
 
 from collections.abc import Mapping
+import dataclasses
 import hashlib
 import http.client
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -45,6 +52,16 @@ DISCO103_FILENAME = "disco_103.npz"
 ENV_VAR = "DISCO_WEIGHTS"
 METADATA_KEY = "__disco_metadata__"
 DOWNLOAD_TIMEOUT_S = 30.0
+# Bounds on what a meta-parameter file may declare (checked from the zip
+# entries and the .npy headers before any data is decompressed): all arrays
+# together (when no expected shapes say more precisely), the metadata, and
+# the compression ratio of a large member (np.savez stores arrays
+# uncompressed; a trained network's floats barely compress).
+MAX_BYTES = 1 << 30
+MAX_METADATA_BYTES = 1 << 20
+_BOMB_MIN_BYTES = 1 << 24
+_BOMB_RATIO = 100
+_NPY_MAGIC = b"\x93NUMPY"
 
 
 class WeightsError(ValueError):
@@ -202,72 +219,236 @@ def save_meta_params(
   return path
 
 
-def _read_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-  """Every array of an ``.npz`` (metadata key included), errors explained."""
-  path = Path(path).expanduser()
-  if not path.is_file():
+@dataclasses.dataclass(frozen=True)
+class ArrayHeader:
+  """What an ``.npy`` member of an ``.npz`` declares in its header."""
+
+  shape: tuple[int, ...]
+  dtype: np.dtype
+  fortran_order: bool
+
+  @property
+  def nbytes(self) -> int:
+    return math.prod(self.shape) * self.dtype.itemsize
+
+
+def _member_key(name: str) -> str:
+  return name[: -len(".npy")] if name.endswith(".npy") else name
+
+
+def _refuse_other_formats(path: Path) -> None:
+  """Raises ``WeightsError`` for a file that is not a zip archive (one line
+  saying what it is instead)."""
+  with open(path, "rb") as f:
+    start = f.read(8)
+  if start.startswith(_NPY_MAGIC):
     raise WeightsError(
-        f"Meta-parameter file {path} does not exist (or is not a file): "
-        "check the path."
+        f"{path} is a single .npy array, not an .npz archive of "
+        "meta-parameters: save them with disco.weights.save_meta_params "
+        "(or np.savez with one 'module/name' key per array)."
     )
-  try:
-    with np.load(path, allow_pickle=False) as data:
-      return {k: data[k] for k in data.files}
-  except ValueError as e:
-    if zipfile.is_zipfile(path) and "pickle" in str(e):
+  if not zipfile.is_zipfile(path):
+    raise WeightsError(
+        f"{path} is not a valid .npz archive (not a zip file): it is "
+        "truncated or corrupt (e.g. an interrupted download or copy), or of "
+        "another format; delete it and save (save_meta_params) or download "
+        "it again."
+    )
+
+
+class NpzFile:
+  """An ``.npz`` opened once: its members' headers are read (and checked)
+  before any array data is decompressed.
+
+  Args:
+    path: the file.
+    max_bytes: bound on the bytes the arrays declare, all together, when no
+      expected shapes are given (the declared size of a member is checked
+      against its header, so this bounds the memory a load takes).
+
+  Raises:
+    WeightsError: a missing file, a file that is not a zip archive (a
+      ``.npy``, a text file...), a member that is not a numeric ``.npy``
+      array or whose size does not match its header, arrays declaring more
+      than ``max_bytes``, or a member that compresses implausibly well (a
+      zip bomb).
+  """
+
+  def __init__(self, path: str | os.PathLike[str], max_bytes: int = MAX_BYTES):
+    self.path = Path(path).expanduser()
+    self.max_bytes = max_bytes
+    if not self.path.is_file():
       raise WeightsError(
-          f"{path} contains a pickled (object) array, which is refused for "
-          "safety (allow_pickle=False). Meta-parameter files must hold "
-          "numeric arrays only: re-save them with save_meta_params."
-      ) from e
-    raise WeightsError(
-        f"{path} is not a valid .npz archive ({e}). The file is corrupt, "
-        "truncated or of another format: delete it and save or download it "
-        "again."
-    ) from e
-  except (zipfile.BadZipFile, OSError, EOFError) as e:
-    raise WeightsError(
-        f"{path} could not be read as an .npz archive "
+          f"Meta-parameter file {self.path} does not exist (or is not a "
+          "file): check the path."
+      )
+    try:
+      _refuse_other_formats(self.path)
+      self._zip = zipfile.ZipFile(self.path)
+    except OSError as e:
+      raise WeightsError(f"Cannot read {self.path}: {e}.") from e
+    except zipfile.BadZipFile as e:
+      raise self._corrupt(e) from e
+    try:
+      self.headers = self._read_headers()
+    except BaseException:
+      self.close()
+      raise
+
+  def _corrupt(self, e: BaseException) -> WeightsError:
+    return WeightsError(
+        f"{self.path} could not be read as an .npz archive "
         f"({type(e).__name__}: {e}). It is probably truncated or corrupt "
         "(e.g. an interrupted download or copy): delete it and save or "
         "download it again."
-    ) from e
+    )
+
+  def _read_header(self, info: zipfile.ZipInfo) -> ArrayHeader:
+    with self._zip.open(info) as f:
+      version = np.lib.format.read_magic(f)
+      if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+      elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+      else:
+        raise ValueError(f"unsupported .npy format version {version}")
+      offset = f.tell()
+    header = ArrayHeader(tuple(int(d) for d in shape), dtype, bool(fortran))
+    if dtype.hasobject:
+      raise WeightsError(
+          f"{self.path} contains a pickled (object) array "
+          f"({_member_key(info.filename)}), which is refused for safety. "
+          "Meta-parameter files must hold numeric arrays only: re-save them "
+          "with save_meta_params."
+      )
+    if header.nbytes != info.file_size - offset:
+      raise WeightsError(
+          f"{self.path}: array {_member_key(info.filename)} declares "
+          f"{header.nbytes} bytes ({dtype.name}{list(header.shape)}) but its "
+          f"member holds {info.file_size - offset}: the file is corrupt."
+      )
+    return header
+
+  def _read_headers(self) -> dict[str, ArrayHeader]:
+    headers, total = {}, 0
+    for info in self._zip.infolist():
+      key = _member_key(info.filename)
+      if not info.filename.endswith(".npy"):
+        raise WeightsError(
+            f"{self.path} holds {info.filename!r}, which is not an .npy "
+            "array: this is not a meta-parameter file."
+        )
+      if (
+          info.file_size > _BOMB_MIN_BYTES
+          and info.file_size > _BOMB_RATIO * max(info.compress_size, 1)
+      ):
+        raise WeightsError(
+            f"{self.path}: array {key} declares {info.file_size} bytes "
+            f"compressed into {info.compress_size} (a zip bomb, or not a "
+            "meta-parameter file): refused before decompressing it."
+        )
+      try:
+        headers[key] = self._read_header(info)
+      except (ValueError, EOFError, zipfile.BadZipFile, OSError) as e:
+        raise self._corrupt(e) from e
+      if key != METADATA_KEY:
+        total += headers[key].nbytes
+    if total > self.max_bytes:
+      raise WeightsError(
+          f"{self.path}: its arrays declare {total} bytes, more than the "
+          f"{self.max_bytes} a meta-parameter file may hold: refused before "
+          "decompressing them."
+      )
+    meta = headers.get(METADATA_KEY)
+    if meta is not None and (meta.shape or meta.nbytes > MAX_METADATA_BYTES):
+      raise WeightsError(
+          f"{self.path}: its metadata is not a short JSON string "
+          f"({meta.dtype.name}{list(meta.shape)}, {meta.nbytes} bytes)."
+      )
+    return headers
+
+  def close(self) -> None:
+    self._zip.close()
+
+  def __enter__(self) -> NpzFile:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  def _read_array(self, key: str) -> np.ndarray:
+    try:
+      with self._zip.open(key + ".npy") as f:
+        return np.lib.format.read_array(f, allow_pickle=False)
+    except (ValueError, EOFError, zipfile.BadZipFile, OSError) as e:
+      raise self._corrupt(e) from e
+
+  def metadata(self) -> dict[str, Any]:
+    """The metadata saved with the file (``{}`` if there is none)."""
+    if METADATA_KEY not in self.headers:
+      return {}
+    value = self._read_array(METADATA_KEY)
+    try:
+      metadata = json.loads(str(value))
+    except ValueError as e:
+      raise WeightsError(
+          f"Metadata in {self.path} is not valid JSON ({e}): the file is "
+          "corrupt or was not written by save_meta_params."
+      ) from e
+    if not isinstance(metadata, dict):
+      raise WeightsError(f"Metadata in {self.path} is not a JSON object.")
+    return metadata
+
+  def params(
+      self, expected: Mapping[str, Any] | None = None
+  ) -> dict[str, dict[str, np.ndarray]]:
+    """The parameters, checked against ``expected`` (keys, shapes and
+    dtypes, from the headers, before any data is decompressed) if given.
+
+    Raises:
+      WeightsError: a tree that does not match ``expected``, or arrays with
+        non-finite values.
+    """
+    keys = [k for k in self.headers if k != METADATA_KEY]
+    for key in keys:
+      module, sep, name = key.rpartition("/")
+      if not sep or not module or not name:
+        raise WeightsError(
+            f"Parameter key {key!r} in {self.path} is not of the form "
+            '"module/name" (haiku path joined with "/"): this is not a '
+            "meta-parameter file."
+        )
+    if expected is not None:
+      check_params_match(
+          {k: self.headers[k] for k in keys},
+          expected,
+          what=f"Meta-parameters in {self.path}",
+      )
+    flat = {k: self._read_array(k) for k in keys}
+    _non_finite(flat, self.path, "Refusing")
+    return unflatten_params(flat)
 
 
 def load_meta_params(
     path: str | os.PathLike[str],
     expected: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
-  """Loads params from ``path``; checks them against ``expected`` if given.
+  """Loads params from ``path``; checks them against ``expected`` if given
+  (before their data is read: ``NpzFile``).
 
   Raises:
     WeightsError: a missing or unreadable file, non-finite values, or a
       tree that does not match ``expected``.
   """
-  flat = _read_npz(path)
-  flat.pop(METADATA_KEY, None)
-  _non_finite(flat, Path(path).expanduser(), "Refusing")
-  params = unflatten_params(flat)
-  if expected is not None:
-    check_params_match(params, expected, what=f"Meta-parameters in {path}")
-  return params
+  with NpzFile(path) as npz:
+    return npz.params(expected)
 
 
 def load_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
-  """The metadata saved with ``path`` (``{}`` if there is none)."""
-  value = _read_npz(path).get(METADATA_KEY)
-  if value is None:
-    return {}
-  try:
-    metadata = json.loads(str(value))
-  except ValueError as e:
-    raise WeightsError(
-        f"Metadata in {path} is not valid JSON ({e}): the file is corrupt or "
-        "was not written by save_meta_params."
-    ) from e
-  if not isinstance(metadata, dict):
-    raise WeightsError(f"Metadata in {path} is not a JSON object.")
-  return metadata
+  """The metadata saved with ``path`` (``{}`` if there is none); no other
+  array is read."""
+  with NpzFile(path) as npz:
+    return npz.metadata()
 
 
 # --------------------------------------------------------------- Disco103 ----

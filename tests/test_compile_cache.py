@@ -70,6 +70,22 @@ def test_unwritable_folder_warns_once_and_runs_uncached(
   assert float(jax.jit(lambda x: x * 2)(jnp.float32(3))) == 6.0
 
 
+def test_a_world_writable_folder_is_warned_about(
+    tmp_path, capsys, restore_jax_cache_config
+):
+  folder = tmp_path / "shared"
+  folder.mkdir()
+  folder.chmod(0o1777)  # even with the sticky bit: anyone may add programs
+  assert compile_cache.enable(str(folder), "disco-eval") == folder
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1, err
+  assert err.startswith("disco-eval: warning: the compilation cache folder")
+  assert "writable by every user" in err
+  folder.chmod(0o755)
+  compile_cache.enable(str(folder), "disco-eval")
+  assert capsys.readouterr().err == ""
+
+
 def test_stats_count_compiled_and_loaded_programs(
     tmp_path, restore_jax_cache_config
 ):

@@ -284,6 +284,35 @@ def test_resume_rules(straight_run, tmp_path):
     )
 
 
+def test_resume_reads_the_config_of_the_checkpoint_when_config_json_is_damaged(
+    straight_run, tmp_path
+):
+  out = tmp_path / "run"
+  shutil.copytree(straight_run["out"], out)
+  config_file = out / mt.CONFIG_FILE
+  config_file.write_bytes(config_file.read_bytes()[:100])  # a full disk's
+  lines = []
+  summary = mt.train(
+      tiny_config(
+          num_meta_steps=4, output_dir=str(out), resume=True, checkpoint_every=2
+      ),
+      log=lines.append,
+      progress=False,
+  )
+  assert summary["meta_steps"] == 4
+  said = [line for line in lines if "config saved in checkpoint" in line]
+  assert len(said) == 1 and said[0].startswith(f"{config_file} is unreadable")
+  assert json.loads(config_file.read_text())["config"]["num_meta_steps"] == 4
+  # The checkpoint's config still guards the resume.
+  config_file.write_text("{")
+  with pytest.raises(common.UsageError, match=r"seed: saved 4, now 5"):
+    mt.train(
+        tiny_config(num_meta_steps=8, output_dir=str(out), resume=True, seed=5),
+        log=lambda _: None,
+        progress=False,
+    )
+
+
 # -------------------------------------------------------- bad input ----
 
 

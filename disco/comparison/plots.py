@@ -21,6 +21,7 @@ from matplotlib.backends import backend_agg
 import numpy as np
 from rliable import plot_utils
 
+from disco import files
 from disco.comparison import aggregates
 
 PathLike = str | os.PathLike[str]
@@ -43,10 +44,7 @@ def _new_figure(
 
 
 def _save(fig: figure_lib.Figure, path: PathLike) -> Path:
-  path = Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, bbox_inches="tight", format="png")
-  return path
+  return files.save_figure(fig, path, bbox_inches="tight", format="png")
 
 
 def _colors(names: Sequence[str]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from disco import files
 from disco.comparison import aggregates
 from disco.comparison import normalization
 from disco.comparison import plots
@@ -135,8 +136,10 @@ def json_text(x: Any) -> str:
 
 
 def file_name(env: str) -> str:
-  """A file or folder name for environment key ``env``."""
-  return re.sub(r"[^A-Za-z0-9_.-]+", "_", env).strip("_")
+  """A file or folder name for environment key ``env`` (or a rule's label):
+  letters, digits, ``_``, ``.`` and ``-`` only, never starting with ``.``
+  (so never ``..``); ``""`` when nothing is left."""
+  return re.sub(r"[^A-Za-z0-9_.-]+", "_", env).lstrip(".").strip("_")
 
 
 def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -274,12 +277,13 @@ def write_report(
       figures=[Path(f).name for f in figures],
   )
   stats = jsonable(stats)
-  (out / "statistics.json").write_text(json_text(stats))
-  (out / "report.md").write_text(
+  files.write_text(out / "statistics.json", json_text(stats))
+  files.write_text(
+      out / "report.md",
       _markdown(
           results, settings, raw, agg, improvement, tests, references, title
       )
-      + "\n"
+      + "\n",
   )
   return stats
 

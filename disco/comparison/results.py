@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from disco import files
 from disco.comparison import normalization
 from disco.training import analysis
 
@@ -256,7 +257,7 @@ class Results:
     """``results.csv``: one row per rule, environment, seed and evaluation
     point (the last point is the final score's run end)."""
     path = Path(path)
-    with path.open("w", newline="") as f:
+    with files.atomic_write(path, "w", newline="") as f:
       writer = csv.writer(f)
       writer.writerow(CSV_COLUMNS)
       for (rule, env), run in self.runs.items():

@@ -16,8 +16,9 @@ Every environment of xminigrid's registry is available as ``xminigrid/<id>``
     The file is in xminigrid's own format (a bz2-compressed pickle of a dict
     with ``goals`` ``[N, 5]``, ``rules`` ``[N, R, 7]``, ``init_tiles``
     ``[N, T, 2]`` and ``num_rules``, as ``xminigrid.benchmarks`` saves it).
-    disco never downloads benchmarks; loading a pickle runs code from it, so
-    only load files you trust.
+    disco never downloads benchmarks, and reads them without running code:
+    its unpickler (``load_benchmark``) rebuilds NumPy (and JAX) arrays in
+    dicts, lists and tuples and refuses anything else.
 
 Settings: ``height``, ``width``, ``view_size`` and ``max_steps`` (the step
 limit; ``None`` means xminigrid's default for the grid size, e.g.
@@ -41,15 +42,18 @@ environment is built, so ``import disco`` stays fast.
 
 from __future__ import annotations
 
+import bz2
 from collections.abc import Callable
 import dataclasses
 import functools
 import numbers
 import os
+import pickle
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from disco.environments import base
 from disco.environments import suite_utils
@@ -152,6 +156,80 @@ def _check_int(name: str, key: str, value: Any, minimum: int) -> None:
     )
 
 
+def _array_from_jax_pickle(fun, args, array_state, aval_state):
+  """What ``jax.Array`` pickles reconstruct with, as a NumPy array (``fun``
+  is itself one of the allowed NumPy constructors)."""
+  del aval_state
+  value = fun(*args)
+  value.__setstate__(array_state)
+  return value
+
+
+def _frombuffer(buffer, dtype, shape, order):
+  return np.frombuffer(buffer, dtype=dtype).reshape(shape, order=order)
+
+
+def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
+  """How pickle protocol 2 stores bytes (``_codecs.encode``), for Latin-1
+  only."""
+  if encoding != "latin1":
+    raise pickle.UnpicklingError(f"bytes in encoding {encoding!r}")
+  return text.encode("latin1")
+
+
+# (module, name) -> what the restricted unpickler gives for it: NumPy's
+# array, dtype and scalar constructors (under NumPy 1 and 2 module names),
+# JAX's array reconstruction (replaced by a NumPy one) and protocol 2's
+# bytes.
+_ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
+    ("_codecs", "encode"): _latin1_bytes,
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    ("jax._src.array", "_reconstruct_array"): _array_from_jax_pickle,
+}
+for _core in ("numpy.core", "numpy._core"):
+  _ALLOWED_GLOBALS.update(
+      {
+          (f"{_core}.multiarray", "_reconstruct"): np.zeros(0).__reduce__()[0],
+          (f"{_core}.multiarray", "scalar"): np.float32(0).__reduce__()[0],
+          (f"{_core}.numeric", "_frombuffer"): _frombuffer,
+      }
+  )
+
+
+class _ArrayUnpickler(pickle.Unpickler):
+  """Unpickles containers of NumPy arrays only: any other global (a
+  function, a class) is refused before it is looked up, so nothing in the
+  file can run."""
+
+  def find_class(self, module: str, name: str) -> Any:
+    found = _ALLOWED_GLOBALS.get((module, name))
+    if found is None:
+      raise pickle.UnpicklingError(
+          f"it refers to {module}.{name}, which a ruleset file has no use "
+          "for (only NumPy arrays are read; nothing in the file is run)"
+      )
+    return found
+
+
+def load_benchmark(path: str | os.PathLike[str]) -> dict[str, Any]:
+  """The dict of arrays of a benchmark file in xminigrid's format (a bz2
+  pickle), read without running code (``_ArrayUnpickler``).
+
+  Raises:
+    pickle.UnpicklingError: the file refers to anything but NumPy arrays.
+    OSError, EOFError, ValueError: not a bz2 stream, or a truncated one.
+  """
+  with bz2.open(path, "rb") as f:
+    raw = _ArrayUnpickler(f).load()
+  if not isinstance(raw, dict):
+    raise ValueError(f"it holds a {type(raw).__name__}, not a dict")
+  for key, value in raw.items():
+    if isinstance(value, np.ndarray) and value.dtype.hasobject:
+      raise ValueError(f"{key!r} is an object array, not numbers")
+  return raw
+
+
 def load_ruleset(
     benchmark_path: str | os.PathLike[str],
     ruleset_id: int,
@@ -161,7 +239,8 @@ def load_ruleset(
 
   Args:
     benchmark_path: a bz2-compressed pickle of a dict with ``goals``,
-      ``rules``, ``init_tiles`` and ``num_rules`` (never downloaded).
+      ``rules``, ``init_tiles`` and ``num_rules`` (never downloaded; read
+      without running code: ``load_benchmark``).
     ruleset_id: index of the ruleset in the file.
     name: environment name for error messages.
 
@@ -191,7 +270,7 @@ def load_ruleset(
         f"{name!r}: no such file."
     )
   try:
-    raw = benchmarks.load_bz2_pickle(os.fspath(benchmark_path))
+    raw = load_benchmark(os.fspath(benchmark_path))
     missing = [k for k in _BENCHMARK_KEYS if k not in raw]
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(

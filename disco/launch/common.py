@@ -7,7 +7,16 @@ A launcher is a config (``disco.configs.<name>``, i.e. the top-level
 
 * usage errors: bad input is a ``UsageError``, printed as one line with exit
   status 2 (``fail``); training that diverged raises ``Diverged``, printed as
-  one line with exit status 3;
+  one line with exit status 3; a full disk or an exhausted device memory is a
+  ``ResourceError`` (``resource_errors``), one line naming the resource and
+  how to continue, exit status 1;
+* signals: SIGINT and SIGTERM set a flag (``stop_requested``) that the
+  launchers check at safe points (``check_stop`` raises ``Stopped`` there),
+  never an exception in the middle of a write; ``signals_deferred`` marks a
+  save that a second signal must not cut short;
+* the output folder: one writer at a time (``claim_output_dir``, a
+  ``disco.files.FolderLock``) and ``overwrite=True`` emptying it first
+  (``empty_output_dir``);
 * config checks (``check_config_keys``, ``check_int``, ...), user modules that
   register rules or environments (``import_modules``);
 * rule resolution by registry name or file (``resolve_rule``);
@@ -18,12 +27,12 @@ A launcher is a config (``disco.configs.<name>``, i.e. the top-level
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+import contextlib
 import dataclasses
 import datetime
 import difflib
 import importlib
-import json
 import math
 import os
 from pathlib import Path
@@ -31,6 +40,7 @@ import re
 import runpy
 import signal
 import sys
+import threading
 from typing import Any, NoReturn
 
 from absl import app
@@ -43,6 +53,7 @@ import numpy as np
 
 from disco import compile_cache
 from disco import configs as configs_pkg
+from disco import files
 from disco import tracking
 from disco import weights as weights_lib
 from disco.launch import rule_settings
@@ -62,6 +73,20 @@ class Diverged(Exception):
 
 
 DIVERGED_EXIT = 3
+RESOURCE_EXIT = 1
+INTERRUPTED_EXIT = 130
+
+
+class ResourceError(Exception):
+  """The disk is full or the device's memory is exhausted; launchers print it
+  as one line (naming the resource and how to continue) and exit with status
+  ``RESOURCE_EXIT``."""
+
+
+class Stopped(KeyboardInterrupt):
+  """Raised at a safe point after SIGINT or SIGTERM asked the launcher to
+  stop (``check_stop``); launchers exit with status ``INTERRUPTED_EXIT``.
+  The signal handler itself never raises."""
 
 
 def one_line(message: Any) -> str:
@@ -311,15 +336,28 @@ def _resolve_file(path: Path) -> ResolvedRule:
         f"Rule file {path} does not exist: check the path (or "
         f"use {_valid_rules_text()})."
     )
+  # Read once: the metadata names the rule, whose shapes are checked
+  # against the arrays' headers before their data is read.
   try:
-    metadata = weights_lib.load_metadata(path)
+    npz = weights_lib.NpzFile(path)
   except weights_lib.WeightsError as e:
     raise UsageError(f"Cannot read rule file {path}: {one_line(e)}") from None
-  settings = _settings_from_metadata(path, metadata)
-  rule, expected = _build_rule(settings)
-  meta_params = _load_checked(
-      path, expected, f"Rule file {path} does not fit rule {settings.rule!r}"
-  )
+  with npz:
+    try:
+      metadata = npz.metadata()
+    except weights_lib.WeightsError as e:
+      raise UsageError(f"Cannot read rule file {path}: {one_line(e)}") from None
+    settings = _settings_from_metadata(path, metadata)
+    rule, expected = _build_rule(settings)
+    try:
+      meta_params = npz.params(expected)
+    except weights_lib.NonFiniteError as e:
+      raise UsageError(one_line(e)) from None
+    except weights_lib.WeightsError as e:
+      raise UsageError(
+          f"Rule file {path} does not fit rule {settings.rule!r}: "
+          f"{one_line(e)}"
+      ) from None
   return ResolvedRule(
       label=path.stem or "rule",
       settings=settings,
@@ -417,9 +455,59 @@ def to_jsonable(x: Any) -> Any:
 
 
 def write_json(path: Path, data: Any) -> None:
-  path.write_text(
-      json.dumps(to_jsonable(data), indent=2, sort_keys=True) + "\n"
-  )
+  """Writes ``data`` (``to_jsonable``) as JSON, atomically."""
+  files.write_json(path, to_jsonable(data))
+
+
+def claim_output_dir(
+    out: Path, program: str, name: str = files.LOCK_FILE
+) -> files.FolderLock:
+  """Creates ``out`` and takes its writer's lock (held until released or
+  the process ends).
+
+  Raises:
+    UsageError: another process holds it (one line naming that process), or
+      the folder cannot be created.
+  """
+  try:
+    return files.FolderLock(out, program, name).acquire()
+  except files.FolderInUse as e:
+    raise UsageError(str(e)) from None
+  except OSError as e:
+    raise UsageError(f"Cannot create output_dir {out}: {e}.") from None
+
+
+def _left_over(name: str) -> bool:
+  """A temporary file of an interrupted atomic write."""
+  return name.startswith(".") and name.endswith(".tmp")
+
+
+def empty_output_dir(out: Path, lock: files.FolderLock) -> list[str]:
+  """Empties ``out`` for ``overwrite=True`` (keeping ``lock``'s files);
+  returns the names removed. Only a folder that holds a run (its
+  ``config.json`` or ``summary.json``) or nothing but left-over temporary
+  files is emptied.
+
+  Raises:
+    UsageError: ``out`` holds other files: it is not a run folder.
+  """
+  entries = sorted(n for n in os.listdir(out) if n not in lock.names)
+  if not entries:
+    return []
+  holds_run = (out / "config.json").exists() or (out / "summary.json").exists()
+  if not holds_run and not all(_left_over(n) for n in entries):
+    raise UsageError(
+        f"output_dir {out} is not empty and holds no run (no config.json): "
+        "overwrite=True only empties run folders; choose an empty or new "
+        "folder."
+    )
+  try:
+    files.clear_folder(out, keep=lock.names)
+  except OSError as e:
+    raise UsageError(
+        f"Cannot empty output_dir {out} for overwrite=True: {e}."
+    ) from None
+  return entries
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
@@ -594,9 +682,136 @@ def override_value(argv: Sequence[str], key: str) -> str | None:
   return value
 
 
-def _raise_interrupt(signum, frame):
-  del signum, frame
-  raise KeyboardInterrupt("SIGTERM")
+# ---------------------------------------------------------------- signals --
+
+
+class _StopState:
+  """What the signal handler records (module-level: one per process)."""
+
+  def __init__(self):
+    self.event = threading.Event()
+    self.signal_name: str | None = None
+    self.deferring = 0
+    self.program = "disco"
+
+
+_STOP = _StopState()
+
+
+def _say(text: str) -> None:
+  # os.write, not print: a handler that prints while the main thread is
+  # printing would raise a "reentrant call" error.
+  try:
+    os.write(2, f"{_STOP.program}: {text}\n".encode())
+  except OSError:
+    pass
+
+
+def _on_signal(signum, frame) -> None:
+  del frame
+  name = signal.Signals(signum).name
+  if not _STOP.event.is_set():
+    _STOP.signal_name = name
+    _STOP.event.set()
+    _say(
+        f"{name} received: stopping at the next safe point (a run that "
+        "checkpoints saves first)."
+    )
+  elif _STOP.deferring or signum != signal.SIGINT:
+    _say(f"{name} received again: still stopping; ignored.")
+  else:  # Ctrl-C twice, outside a save: the user will not wait.
+    _say(f"{name} received again: stopping now.")
+    os._exit(INTERRUPTED_EXIT)  # every output file is written atomically
+
+
+def install_stop_handlers(program: str) -> None:
+  """SIGINT and SIGTERM set the stop flag (see ``check_stop``) instead of
+  raising where the program happens to be."""
+  _STOP.program = program
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, _on_signal)
+
+
+def stop_requested() -> bool:
+  """Whether SIGINT or SIGTERM asked this process to stop."""
+  return _STOP.event.is_set()
+
+
+def check_stop(where: str) -> None:
+  """A safe point: raises ``Stopped`` if a signal asked to stop."""
+  if _STOP.event.is_set():
+    raise Stopped(f"{_STOP.signal_name}: stopped {where}")
+
+
+def wait_for_stop(seconds: float) -> bool:
+  """Sleeps ``seconds`` or until a signal asks to stop; returns whether
+  one did."""
+  return _STOP.event.wait(seconds)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+  """A save that must finish: signals received meanwhile are only noted."""
+  _STOP.deferring += 1
+  try:
+    yield
+  finally:
+    _STOP.deferring -= 1
+
+
+# -------------------------------------------------------------- resources --
+
+
+def resource_problem(error: BaseException) -> str | None:
+  """``"disk"`` or ``"memory"`` when ``error`` (or its cause) is a full
+  disk or an exhausted device memory."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    text = str(error)
+    if files.is_disk_full(error) or "No space left on device" in text:
+      return "disk"
+    if "RESOURCE_EXHAUSTED" in text:
+      return "memory"
+    error = error.__cause__ or error.__context__
+  return None
+
+
+def resource_message(error: BaseException, hint: str) -> str | None:
+  """The one line for a full disk or exhausted device memory (None for
+  other errors); ``hint`` says how to continue."""
+  problem = resource_problem(error)
+  if problem == "disk":
+    where = getattr(error, "filename", None)
+    where = f" while writing {where}" if where else ""
+    return (
+        f"The disk is full (no space left on device{where}): free space on "
+        f"it, then {hint}"
+    )
+  if problem == "memory":
+    detail = one_line(error).split("RESOURCE_EXHAUSTED:", 1)[-1].strip()
+    return (
+        "Out of device memory (RESOURCE_EXHAUSTED: "
+        f"{detail[:160].rstrip(' .')}): lower the sizes (num_seeds, "
+        "batch_size, num_envs, the population) or free the device, then "
+        f"{hint}"
+    )
+  return None
+
+
+@contextlib.contextmanager
+def resource_errors(hint: str) -> Iterator[None]:
+  """Turns a full disk or an exhausted device memory into a
+  ``ResourceError`` whose one line ends with ``hint`` (how to continue)."""
+  try:
+    yield
+  except (ResourceError, UsageError, Diverged, KeyboardInterrupt):
+    raise
+  except Exception as e:
+    message = resource_message(e, hint)
+    if message is None:
+      raise
+    raise ResourceError(message) from None
 
 
 def print_rule_settings(
@@ -630,8 +845,10 @@ def run_launcher(
   ``config.compilation_cache`` names (`disco.compile_cache`), then prints what
   it saved. A ``UsageError`` (while parsing or
   from ``body``) prints one line and exits with status 2, ``Diverged`` one
-  line and status 3; Ctrl-C and SIGTERM raise ``KeyboardInterrupt`` in
-  ``body`` (which may save its state) and exit with status 130.
+  line and status 3, a ``ResourceError`` (or a full disk or exhausted device
+  memory that ``body`` did not name) one line and status 1. Ctrl-C and
+  SIGTERM set a flag that ``body`` checks at safe points (``check_stop``),
+  where it may save its state; the program then exits with status 130.
   """
   default_config = config_path(config_name)
   main_module = sys.modules.get("__main__")
@@ -675,8 +892,9 @@ def run_launcher(
       # matplotlib log INFO messages through absl otherwise); --verbosity=0
       # shows them.
       logging.set_verbosity(logging.WARNING)
-    # SIGTERM (e.g. a scheduler's pre-emption) is handled like Ctrl-C.
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    # SIGTERM (e.g. a scheduler's pre-emption) is handled like Ctrl-C: a
+    # flag checked at safe points.
+    install_stop_handlers(program)
     config = flags.FLAGS.config
     cache_folder = compile_cache.enable(
         config.get("compilation_cache", ""), program
@@ -695,7 +913,14 @@ def run_launcher(
       fail(program, e)
     except Diverged as e:
       fail(program, e, DIVERGED_EXIT)
+    except ResourceError as e:
+      fail(program, e, RESOURCE_EXIT)
     except KeyboardInterrupt:
-      sys.exit(130)
+      sys.exit(INTERRUPTED_EXIT)
+    except Exception as e:
+      message = resource_message(e, "run the same command again.")
+      if message is None:
+        raise
+      fail(program, message, RESOURCE_EXIT)
 
   app.run(main, flags_parser=flags_parser)

@@ -36,6 +36,7 @@ from typing import Any
 from ml_collections import config_dict
 import numpy as np
 
+from disco import files
 from disco.comparison import aggregates
 from disco.comparison import normalization
 from disco.comparison import report as report_lib
@@ -90,6 +91,37 @@ OVERRIDE_KEYS = (
     "update_epochs",
     "num_minibatches",
 )
+
+
+# Settings of a disco-eval run that do not change its results, or whose
+# effect is compared in the rule's resolved settings (``rule_settings``)
+# rather than as given.
+UNCOMPARED_KEYS = (
+    "hyper_params",
+    "rule_kwargs",
+    "output_dir",
+    "overwrite",
+    "tracking",
+    "compilation_cache",
+    "distributed",
+)
+
+
+def _json(x: Any) -> Any:
+  return json.loads(json.dumps(common.to_jsonable(x)))
+
+
+def settings_differences(saved: dict, current: dict) -> list[str]:
+  """``key: saved X, now Y`` for each setting of a disco-eval
+  ``config.json`` (its ``config`` with its ``rule_settings``) that differs,
+  except ``UNCOMPARED_KEYS``."""
+  saved, current = _json(saved), _json(current)
+  return [
+      f"{key}: saved {saved.get(key, '<absent>')!r}, now "
+      f"{current.get(key, '<absent>')!r}"
+      for key in sorted(set(saved) | set(current))
+      if key not in UNCOMPARED_KEYS and saved.get(key) != current.get(key)
+  ]
 
 
 def parse_spec(spec: str, what: str) -> tuple[str, dict[str, Any]]:
@@ -159,8 +191,40 @@ class Cell:
   def env_key(self) -> str:
     return normalization.env_key(self.env, self.env_settings)
 
-  def done(self) -> bool:
-    return (self.output_dir / results_lib.SUMMARY).is_file()
+  def status(self, config: config_dict.ConfigDict) -> tuple[bool, str | None]:
+    """``(finished, why not)``: finished when the folder holds a complete
+    ``summary.json`` and a ``config.json`` saying it ran with the settings
+    this comparison would run it with; ``why not`` names a damaged or stale
+    run (None for a run that never finished)."""
+    out = self.output_dir
+    if not (out / results_lib.SUMMARY).exists():
+      return False, None
+    try:
+      summary = json.loads((out / results_lib.SUMMARY).read_text())
+      if not isinstance(summary, dict) or "rule" not in summary:
+        raise ValueError("it is not a disco-eval summary")
+    except (OSError, ValueError) as e:
+      return (
+          False,
+          f"its {results_lib.SUMMARY} is damaged ({common.one_line(e)})",
+      )
+    try:
+      record = json.loads((out / "config.json").read_text())
+      saved = dict(record["config"], rule_settings=record["rule_settings"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      return False, f"its config.json is damaged ({common.one_line(e)})"
+    plan = self.build(config)
+    current = dict(
+        evaluate.resolved_config(plan),
+        rule_settings=plan.rule.settings.to_dict(),
+    )
+    diff = settings_differences(saved, current)
+    if diff:
+      more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""
+      return False, (
+          f"it ran with other settings ({'; '.join(diff[:3])}{more})"
+      )
+    return True, None
 
   def eval_config(
       self, config: config_dict.ConfigDict
@@ -393,7 +457,12 @@ def parse_references(
 
 
 def _label(rule: str) -> str:
-  return Path(rule).stem if rule.endswith(".npz") else rule
+  """A rule's name in the results and its folder name: a registered name,
+  or a rule file's stem, made safe as a file name (no ``/``, no leading
+  ``.``), so that every run folder stays inside ``output_dir``."""
+  if common.is_rule_path(rule):
+    rule = Path(rule).stem
+  return report_lib.file_name(rule) or "rule"
 
 
 def _per_rule(config, key: str) -> dict[str, dict[str, Any]]:
@@ -475,6 +544,7 @@ def _cells(
             label=label,
             tuned=tuned,
         )
+        _check_inside(cell.output_dir, output_dir, rule)
         twin = next((c for c in cells if c.output_dir == cell.output_dir), None)
         if twin is not None:
           raise UsageError(
@@ -483,6 +553,15 @@ def _cells(
           )
         cells.append(cell)
   return cells
+
+
+def _check_inside(folder: Path, output_dir: Path, rule: str) -> None:
+  root = output_dir.expanduser().resolve()
+  if not folder.expanduser().resolve().is_relative_to(root):
+    raise UsageError(
+        f"The run folder of rule {rule!r} ({folder}) would be outside "
+        f"output_dir {output_dir}: rename the rule file."
+    )
 
 
 def tuning_cells(plan: Plan, cell: Cell) -> list[tuple[dict, Cell]]:
@@ -616,24 +695,48 @@ def build(config: config_dict.ConfigDict) -> Plan:
 # ------------------------------------------------------------- running ----
 
 
+def _status(plan: Plan, cell: Cell) -> tuple[bool, str | None]:
+  """``Cell.status`` of ``cell`` as it runs: a tuned cell is finished when
+  its tuning runs are and its run has the settings they chose."""
+  if not cell.tuned:
+    return cell.status(plan.config)
+  for _, tuning_cell in tuning_cells(plan, cell):
+    if not tuning_cell.status(plan.config)[0]:
+      return False, None
+  return _apply_point(cell, choose(plan, cell)["point"]).status(plan.config)
+
+
 def run(
     plan: Plan, log: Callable[[str], None] = print, progress: bool = True
 ) -> list[Path]:
-  """Runs this process's unfinished runs; returns every run folder."""
-  todo = [c for c in plan.my_cells() if not c.done()]
-  done = len(plan.my_cells()) - len(todo)
+  """Runs this process's runs that have not finished with the settings of
+  the comparison (a damaged or stale run folder runs again, saying so);
+  returns every run folder."""
+  cells = plan.my_cells()
+  status = [_status(plan, c) for c in cells]
+  todo = [
+      c for c, (finished, _) in zip(cells, status, strict=True) if not finished
+  ]
   log(
       f"{len(plan.cells)} runs ({len(plan.config.rules)} rules x "
       f"{len(plan.config.envs)} environments, {plan.config.num_seeds} seeds "
-      f"each); this process: {len(plan.my_cells())}, of which {done} "
-      f"finished already; writing to {plan.output_dir}"
+      f"each); this process: {len(cells)}, of which "
+      f"{len(cells) - len(todo)} finished already; writing to "
+      f"{plan.output_dir}"
   )
+  for cell, (_, why) in zip(cells, status, strict=True):
+    if why is not None:
+      log(f"Running {cell.output_dir} again: {why}.")
   for i, cell in enumerate(todo):
+    common.check_stop(f"before run {i + 1} of {len(todo)}")
     if cell.tuned:
       points = tuning_cells(plan, cell)
       for j, (point, tuning_cell) in enumerate(points):
-        if tuning_cell.done():
+        finished, why = tuning_cell.status(plan.config)
+        if finished:
           continue
+        if why is not None:
+          log(f"Running {tuning_cell.output_dir} again: {why}.")
         log(
             f"[{i + 1}/{len(todo)}] tuning {cell.rule} on {cell.env} "
             f"{cell.env_settings}: point {j + 1}/{len(points)} {point}, "
@@ -647,6 +750,8 @@ def run(
           "seeds)"
       )
       cell = _apply_point(cell, choice["point"])
+      if cell.status(plan.config)[0]:
+        continue
     log(
         f"[{i + 1}/{len(todo)}] {cell.label} on {cell.env} "
         f"{cell.env_settings}"
@@ -656,13 +761,17 @@ def run(
 
 
 def _train(plan: Plan, cell: Cell, progress: bool) -> None:
+  """Trains ``cell`` into its folder (emptied first), holding its lock."""
   eval_plan = cell.build(plan.config)
-  evaluate.write_config(eval_plan)
-  evaluate.write(
-      eval_plan,
-      evaluate.run(eval_plan, lambda _: None, progress),
-      lambda _: None,
-  )
+  lock = evaluate.open_output(eval_plan, PROGRAM)
+  try:
+    evaluate.write(
+        eval_plan,
+        evaluate.run(eval_plan, lambda _: None, progress),
+        lambda _: None,
+    )
+  finally:
+    lock.release()
 
 
 def choose(plan: Plan, cell: Cell) -> dict[str, Any]:
@@ -714,7 +823,7 @@ def _write_tuning(
   """``tuning.csv``, the ``tuning`` entry of ``statistics.json`` and the
   tuning section of ``report.md``."""
   keys = list(plan.tuning.grid)
-  with open(plan.output_dir / TUNING_CSV, "w", newline="") as f:
+  with files.atomic_write(plan.output_dir / TUNING_CSV, "w", newline="") as f:
     writer = csv.writer(f)
     writer.writerow(
         ["rule", "env", *keys, "score", "mean_return", "per_seed", "chosen"]
@@ -744,7 +853,7 @@ def _write_tuning(
   path = plan.output_dir / "statistics.json"
   saved = json.loads(path.read_text())
   saved["tuning"] = common.to_jsonable(entry)
-  path.write_text(report_lib.json_text(saved))
+  files.write_text(path, report_lib.json_text(saved))
   lines = [
       "",
       "## Tuned baselines",
@@ -772,8 +881,18 @@ def _write_tuning(
         f"| {choice['label']} | {choice['env']} | {chosen} | "
         f"{common.fmt(choice['score'], 3)} | {grid} |"
     )
-  with open(plan.output_dir / "report.md", "a") as f:
-    f.write("\n".join(lines) + "\n")
+  report = plan.output_dir / "report.md"
+  files.write_text(report, report.read_text() + "\n".join(lines) + "\n")
+
+
+def _summary_complete(folder: Path) -> bool:
+  """Whether ``folder`` holds a ``summary.json`` that reads back whole."""
+  try:
+    return isinstance(
+        json.loads((folder / results_lib.SUMMARY).read_text()), dict
+    )
+  except (OSError, ValueError):
+    return False
 
 
 def write(
@@ -785,7 +904,7 @@ def write(
   """The statistics of the runs in ``run_dirs``. With ``wait_for_shards``,
   runs that other processes have not finished yet are not an error: nothing
   is written (None)."""
-  missing = [d for d in run_dirs if not (d / results_lib.SUMMARY).is_file()]
+  missing = [d for d in run_dirs if not _summary_complete(d)]
   if missing and wait_for_shards:
     log(
         f"{len(missing)} run(s) not finished yet (e.g. {missing[0]}): the "
@@ -829,14 +948,35 @@ def compare(
     log: Callable[[str], None] = print,
     progress: bool = True,
 ) -> dict[str, Any] | None:
-  """Builds, runs and reports a comparison; returns the statistics."""
+  """Builds, runs and reports a comparison; returns the statistics.
+
+  The process holds the lock of ``output_dir`` throughout (a sharded
+  process: the lock of its shard, then the folder's while it writes the
+  report, which a shard whose report another writes leaves to it), and the
+  lock of each run folder while it trains it.
+  """
   plan = build(config)
-  if plan.run_dirs:
-    return write(plan, plan.run_dirs, log)
-  common.make_dir(plan.output_dir)
-  return write(
-      plan, run(plan, log, progress), log, wait_for_shards=plan.shard[1] > 1
-  )
+  index, count = plan.shard
+  hint = "run the same command again: finished runs are kept."
+  if count == 1:
+    with common.claim_output_dir(plan.output_dir, PROGRAM):
+      with common.resource_errors(hint):
+        if plan.run_dirs:
+          return write(plan, plan.run_dirs, log)
+        return write(plan, run(plan, log, progress), log)
+  shard_lock = f"{files.LOCK_FILE}-shard-{index}-of-{count}"
+  with common.claim_output_dir(plan.output_dir, PROGRAM, shard_lock):
+    with common.resource_errors(hint):
+      run_dirs = run(plan, log, progress)
+      if not all(_summary_complete(d) for d in run_dirs):
+        return write(plan, run_dirs, log, wait_for_shards=True)
+      try:
+        report_lock = common.claim_output_dir(plan.output_dir, PROGRAM)
+      except UsageError as e:
+        log(f"Not writing the report: {common.one_line(e)}")
+        return None
+      with report_lock:
+        return write(plan, run_dirs, log, wait_for_shards=True)
 
 
 def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:

@@ -70,7 +70,7 @@ class Settings:
   step_timeout: int
 
 
-class Preempted(KeyboardInterrupt):
+class Preempted(common.Stopped):
   """Every process reached JAX's preemption sync point (after SIGTERM)."""
 
 
@@ -286,8 +286,8 @@ def barrier(name: str) -> None:
 def preempted(step: int) -> bool:
   """True at the same ``step`` in every process after a SIGTERM reached any
   of them: ``jax.distributed`` hands SIGTERM to JAX's preemption notifier.
-  Without it (one process) SIGTERM raises ``KeyboardInterrupt`` instead
-  (``common.run_launcher``), and this is False. Every process must call it
+  Without it (one process) SIGTERM sets the stop flag instead
+  (``common.check_stop``), and this is False. Every process must call it
   with the same steps."""
   return (
       jax.distributed.is_initialized()

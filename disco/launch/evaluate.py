@@ -8,7 +8,10 @@ r"""Meta-evaluation launcher: train agents with a fixed rule on an environment.
 ``--config.rule=list`` and ``--config.env=list`` print the registered rules
 and environments. The run writes ``config.json``, ``metrics.csv``,
 ``learning_curve.png``, ``params_seed<k>.npz`` and ``summary.json`` into
-``output_dir``. Bad input (a rule or weights file with non-finite values
+``output_dir``, each written whole or not at all (``disco.files``), holding
+the folder's lock for the whole run (a second process on the folder gets one
+line and exit status 2); ``--config.overwrite=True`` empties a folder that
+holds a run first. Bad input (a rule or weights file with non-finite values
 included) ends the program with a one-line message on stderr and exit status
 2. A seed whose agent diverges (non-finite parameters) is reported with the
 environment step where it did, and left out of the curves and final
@@ -41,6 +44,7 @@ import numpy as np
 import tqdm
 
 from disco import agent as agent_lib
+from disco import files
 from disco import tracking
 from disco import weights as weights_lib
 from disco.environments import base as env_base
@@ -228,12 +232,16 @@ def _with_rule_settings(
 
 def _check_output_dir(config: config_dict.ConfigDict, label: str) -> Path:
   out = common.output_dir(config.output_dir, f"eval-{label}")
-  if (out / "config.json").exists() and not config.overwrite:
+  _check_free(out, config.overwrite)
+  return out
+
+
+def _check_free(out: Path, overwrite: bool) -> None:
+  if (out / "config.json").exists() and not overwrite:
     raise UsageError(
         f"output_dir {out} already holds a run (config.json): choose another "
         "folder or pass --config.overwrite=True."
     )
-  return out
 
 
 def build(
@@ -360,24 +368,51 @@ def build(
 # ------------------------------------------------------------- running ----
 
 
-def write_config(plan: Plan) -> None:
-  """Creates ``output_dir`` and writes ``config.json`` (before training)."""
-  out = common.make_dir(plan.output_dir)
+def resolved_config(plan: Plan) -> dict[str, Any]:
+  """The config as ``config.json`` saves it: the settings given, with the
+  environment settings, learning rate and loop the run resolved."""
   resolved = plan.config.to_dict()
   resolved.update(
-      output_dir=str(out),
+      output_dir=str(plan.output_dir),
       env_settings=plan.env_settings,
       learning_rate=plan.rule.settings.learning_rate,
       **dataclasses.asdict(plan.loop_config),
   )
+  return common.to_jsonable(resolved)
+
+
+def write_config(plan: Plan) -> None:
+  """Creates ``output_dir`` and writes ``config.json`` (before training)."""
+  out = common.make_dir(plan.output_dir)
   common.write_json(
       out / "config.json",
       dict(
-          config=resolved,
+          config=resolved_config(plan),
           rule_settings=plan.rule.settings.to_dict(),
           run=dict(seeds=plan.seeds, **plan.schedule, **common.run_record()),
       ),
   )
+
+
+def open_output(plan: Plan, program: str = PROGRAM) -> files.FolderLock:
+  """Takes the lock of ``plan.output_dir`` (the writer's, held until
+  released), checks again under it that the folder is free, empties it for
+  ``overwrite=True`` and writes ``config.json``; returns the lock.
+
+  Raises:
+    UsageError: another process writes the folder, or it holds a run
+      (without overwrite), or other files (with overwrite).
+  """
+  lock = common.claim_output_dir(plan.output_dir, program)
+  try:
+    _check_free(plan.output_dir, plan.config.overwrite)
+    if plan.config.overwrite:
+      common.empty_output_dir(plan.output_dir, lock)
+    write_config(plan)
+  except BaseException:
+    lock.release()
+    raise
+  return lock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -450,6 +485,7 @@ def run(
     for call in range(plan.num_calls):
       if distributed.preempted(call):
         raise distributed.Preempted(f"SIGTERM: stopped before call {call}")
+      common.check_stop(f"before training call {call}")
       start = time.perf_counter()
       states, metrics = plan.loop.run(
           states, plan.rule.meta_params, plan.iterations_per_call
@@ -718,9 +754,17 @@ def evaluate(
   plan = build(config, log)
   # Every process has checked the output folder before process 0 writes.
   distributed.barrier("disco-eval: built")
-  if distributed.is_main():
-    write_config(plan)
-  summary = write(plan, run(plan, log, progress), log)
+  lock = open_output(plan) if distributed.is_main() else None
+  try:
+    distributed.barrier("disco-eval: output folder ready")
+    with common.resource_errors(
+        f"run the same command again with --config.overwrite=True "
+        f"(--config.output_dir={plan.output_dir} holds the unfinished run)."
+    ):
+      summary = write(plan, run(plan, log, progress), log)
+  finally:
+    if lock is not None:
+      lock.release()
   if summary["num_diverged_seeds"] == len(plan.seeds):
     raise common.Diverged(
         f"Every seed diverged ({_diverged_text(summary)}): their agents' "

@@ -314,15 +314,19 @@ def _check_output_dir(config) -> Path:
         "continue: pass --config.output_dir=<folder>."
     )
   out = common.output_dir(config.output_dir, "meta")
+  _check_free(out, config.resume)
+  return out
+
+
+def _check_free(out: Path, resume: bool) -> None:
   holds_run = (out / CONFIG_FILE).exists() or bool(
       _checkpoint_steps(out / CHECKPOINT_DIR)
   )
-  if holds_run and not config.resume:
+  if holds_run and not resume:
     raise UsageError(
         f"output_dir {out} already holds a meta-training run: pass "
         "--config.resume=True to continue it, or choose another folder."
     )
-  return out
 
 
 def load_initial_meta_params(
@@ -363,7 +367,11 @@ def load_initial_meta_params(
         "does not exist: check the path."
     )
   try:
-    metadata = weights_lib.load_metadata(path)
+    npz = weights_lib.NpzFile(path)  # read once: metadata, headers, arrays
+  except weights_lib.WeightsError as e:
+    raise UsageError(f"config.init_meta_params: {common.one_line(e)}") from None
+  try:
+    metadata = npz.metadata()
     if metadata.get("kind") == common.AGENT_PARAMS_KIND:
       raise UsageError(
           f"{path} holds trained agent parameters, not a rule's "
@@ -377,9 +385,11 @@ def load_initial_meta_params(
           f"{path} holds meta-parameters of rule {metadata['rule']!r}; "
           f"this run meta-trains rule {rule_name!r} (config.rule)."
       )
-    return weights_lib.load_meta_params(path, expected)
+    return npz.params(expected)
   except weights_lib.WeightsError as e:
     raise UsageError(f"config.init_meta_params: {common.one_line(e)}") from None
+  finally:
+    npz.close()
 
 
 def _rule_name(config) -> str:
@@ -930,22 +940,37 @@ def _check_same_config(saved: dict, current: dict, where) -> None:
     )
 
 
+def _read_saved_config(path: Path) -> tuple[dict | None, str | None]:
+  """``(the config saved in config.json, None)``, or ``(None, what is wrong
+  with the file)`` when it is missing or damaged (e.g. cut short by a full
+  disk)."""
+  if not path.exists():
+    return None, "missing"
+  try:
+    saved = json.loads(path.read_text())["config"]
+    if not isinstance(saved, dict):
+      raise TypeError("its 'config' is not an object")
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    return None, f"unreadable ({type(e).__name__}: {common.one_line(e)})"
+  return saved, None
+
+
 def _resume(plan: Plan, manager: ckpt_lib.CheckpointManager, log):
   """The newest readable checkpoint (``ckpt_lib.Restored``), or ``None``.
 
-  Damaged checkpoints newer than it are moved aside, saying so.
+  Damaged checkpoints newer than it are moved aside, saying so. The run's
+  config is checked against the one in ``config.json``, or, where that is
+  missing or damaged, the one saved in the checkpoint (saying so in one
+  line).
   """
   out, config = plan.output_dir, plan.resolved_config()
-  saved_config = None
-  if (out / CONFIG_FILE).is_file():
-    try:
-      saved_config = json.loads((out / CONFIG_FILE).read_text())["config"]
-    except (ValueError, KeyError, TypeError) as e:
-      raise UsageError(
-          f"{out / CONFIG_FILE} is unreadable ({e}): start a new "
-          "output folder."
-      ) from None
+  saved_config, problem = _read_saved_config(out / CONFIG_FILE)
   if manager.latest_step() is None:
+    if problem is not None and problem != "missing":
+      raise UsageError(
+          f"{out / CONFIG_FILE} is {problem} and there is no checkpoint to "
+          "read the run's config from: start a new output folder."
+      )
     if saved_config is not None:
       _check_same_config(saved_config, config, out / CONFIG_FILE)
     log(f"No checkpoint in {manager.directory}: starting a new run.")
@@ -961,6 +986,11 @@ def _resume(plan: Plan, manager: ckpt_lib.CheckpointManager, log):
         f"No readable checkpoint is left in {manager.directory} (the damaged "
         f"ones were moved aside to <step>{ckpt_lib.DAMAGED_SUFFIX}): start a "
         "new output folder."
+    )
+  if problem is not None:
+    log(
+        f"{out / CONFIG_FILE} is {problem}: resuming with the config saved in "
+        f"checkpoint {restored.path} (and rewriting {CONFIG_FILE})."
     )
   if restored.config is not None:
     _check_same_config(restored.config, config, restored.path)
@@ -1118,12 +1148,14 @@ def run(
         tracker.scalars(k, result.scalars())
 
   def save(state) -> Path:
-    path = manager.save(
-        state,
-        history=history.rows,
-        config=resolved,
-        extra=dict(csv_rows=len(history), divergence=record.to_json()),
-    )
+    # A second SIGINT/SIGTERM while saving does not cut the save short.
+    with common.signals_deferred():
+      path = manager.save(
+          state,
+          history=history.rows,
+          config=resolved,
+          extra=dict(csv_rows=len(history), divergence=record.to_json()),
+      )
     if main and corrupt_at and int(path.name) == corrupt_at:
       ckpt_lib.corrupt_for_tests(path)  # test-only fault injection
     return path
@@ -1184,20 +1216,30 @@ def run(
         if stopped:
           break
         preempted = distributed.preempted(k)
+        # A signal to this process alone (Ctrl-C; SIGTERM goes to JAX's
+        # preemption sync when there are several) saves only when it is the
+        # only process: a checkpoint is written by every process together.
+        stopping = preempted or (
+            common.stop_requested() and not distributed.is_multiprocess()
+        )
         if record.last_update_applied and (
-            preempted
+            stopping
             or (config.checkpoint_every and k % config.checkpoint_every == 0)
         ):
           save(state)
         if preempted:
           raise distributed.Preempted(f"SIGTERM: stopped at meta-step {k}")
+        common.check_stop(f"at meta-step {k}")
         if record.last_update_applied:
           validate(state, k)
           watchdog.beat()
     completed = not stopped
   finally:
     step = int(jax.device_get(state.step))
-    if step > start and record.last_update_applied:
+    failure = sys.exc_info()[1]
+    if failure is not None and common.resource_problem(failure) == "disk":
+      pass  # a full disk: an exit checkpoint cannot be written either
+    elif step > start and record.last_update_applied:
       try:
         path = save(state)
         if not completed:
@@ -1296,11 +1338,29 @@ def train(
   """Builds, runs (or resumes) and writes one meta-training run; returns the
   summary.
 
+  Holds the lock of the output folder throughout (in process 0): a second
+  process on the folder is refused with one line.
+
   Raises:
-    UsageError: for bad settings (before anything is trained).
+    UsageError: for bad settings (before anything is trained), or an output
+      folder another process writes.
+    common.ResourceError: the disk is full or the device memory exhausted.
   """
   plan = build(config)
-  return write(plan, run(plan, log, progress), log)
+  out = plan.output_dir
+  lock = None
+  if distributed.is_main():
+    lock = common.claim_output_dir(out, PROGRAM)
+  try:
+    _check_free(out, config.resume)  # again, now that no other process writes
+    with common.resource_errors(
+        f"continue with --config.resume=True --config.output_dir={out} (the "
+        "same command otherwise)."
+    ):
+      return write(plan, run(plan, log, progress), log)
+  finally:
+    if lock is not None:
+      lock.release()
 
 
 def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:

@@ -23,7 +23,12 @@ itself. The held-out loops compile once and are reused for every checkpoint.
 
 Bad input (no run folder, unknown held-out environments, a budget that
 cannot run, ...) ends the program with one line on stderr and exit status 2
-before anything is trained.
+before anything is trained. A run folder's config is data: modules it would
+import (``config.imports``) and XLand ruleset files it names
+(``env_settings.benchmark_path``) are refused unless the command line repeats
+them (``--config.imports``, ``--config.benchmark_paths``). One follower
+validates a run folder at a time (a second gets one line and exit status
+2).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from typing import Any
 
 from ml_collections import config_dict
 
+from disco import files
 from disco.launch import common
 from disco.launch import distributed
 from disco.launch import meta_train as mt
@@ -47,6 +53,10 @@ UsageError = common.UsageError
 
 PROGRAM = "disco-validate"
 CONFIG_NAME = "validate"
+# The follower's own lock in the run folder: one follower per run (beside
+# the run itself, which holds the folder's main lock; both write the
+# validation outputs under validation.LOCK_FILE).
+LOCK_FILE = files.LOCK_FILE + "-validate"
 
 
 def default_config() -> config_dict.ConfigDict:
@@ -61,13 +71,81 @@ def _read_json(path: Path) -> dict[str, Any]:
     raise UsageError(f"{path} is unreadable ({e}).") from None
 
 
-def run_config(run_dir: Path, overrides: Any) -> config_dict.ConfigDict:
-  """The meta-training config of the run in ``run_dir``, set up to read
-  its checkpoints in this one process, with ``overrides`` of its
-  ``validation`` block (None values keep the run's).
+def _names(text: Any) -> list[str]:
+  return [n.strip() for n in str(text or "").split(",") if n.strip()]
+
+
+def _benchmark_paths(tree: Any) -> list[str]:
+  """Every ``benchmark_path`` setting in a (saved) config."""
+  found = []
+  if isinstance(tree, dict):
+    for key, value in tree.items():
+      if key == "benchmark_path" and value:
+        found.append(str(value))
+      else:
+        found += _benchmark_paths(value)
+  elif isinstance(tree, (list, tuple)):
+    for value in tree:
+      found += _benchmark_paths(value)
+  return found
+
+
+def _same_file(a: str, b: str) -> bool:
+  return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+
+
+def check_code_settings(
+    saved: dict[str, Any], path: Path, imports: Any, benchmark_paths: Any
+) -> None:
+  """Refuses a saved config that names modules to import or ruleset files
+  to read unless the command line repeats each of them.
 
   Raises:
-    UsageError: not a run folder, or a config this version cannot read.
+    UsageError: one line naming what the saved config would load and the
+      flags that allow it.
+  """
+  modules = [
+      m for m in _names(saved.get("imports")) if m not in _names(imports)
+  ]
+  given = _names(benchmark_paths)
+  rulesets = [
+      p
+      for p in _benchmark_paths(saved)
+      if not any(_same_file(p, g) for g in given)
+  ]
+  if not modules and not rulesets:
+    return
+  what, flags_text = [], []
+  if modules:
+    what.append(f"imports module(s) {', '.join(modules)}")
+    flags_text.append(f"--config.imports={','.join(_names(saved['imports']))}")
+  if rulesets:
+    what.append(f"reads ruleset file(s) {', '.join(rulesets)}")
+    flags_text.append(
+        f"--config.benchmark_paths={','.join([*given, *rulesets])}"
+    )
+  raise UsageError(
+      f"The run's config ({path}) {' and '.join(what)}; disco-validate loads "
+      "no code or ruleset named only in a run folder. If you trust them, "
+      f"repeat them on the command line: {' '.join(flags_text)}."
+  )
+
+
+def run_config(
+    run_dir: Path,
+    overrides: Any,
+    imports: Any = "",
+    benchmark_paths: Any = "",
+) -> config_dict.ConfigDict:
+  """The meta-training config of the run in ``run_dir``, set up to read
+  its checkpoints in this one process, with ``overrides`` of its
+  ``validation`` block (None values keep the run's). Modules to import and
+  ruleset files to read that the saved config names are refused unless
+  ``imports`` and ``benchmark_paths`` (the command line's) repeat them.
+
+  Raises:
+    UsageError: not a run folder, a config this version cannot read, or
+      code or ruleset files named only in the folder.
   """
   path = run_dir / mt.CONFIG_FILE
   if not path.is_file():
@@ -78,6 +156,7 @@ def run_config(run_dir: Path, overrides: Any) -> config_dict.ConfigDict:
   saved = _read_json(path).get("config")
   if not isinstance(saved, dict):
     raise UsageError(f"{path} has no 'config': is it a disco-meta-train run?")
+  check_code_settings(saved, path, imports, benchmark_paths)
   config = mt.default_config()
   try:
     config.update(saved)
@@ -138,7 +217,12 @@ class Follower:
           f"{self.max_idle}."
       )
     self.log, self.progress = log, progress
-    run = run_config(self.run_dir, config.validation)
+    run = run_config(
+        self.run_dir,
+        config.validation,
+        config.imports,
+        config.benchmark_paths,
+    )
     self.every = validation_lib.parse_settings(run.validation).every
     with run.unlocked():
       run.validation.every = 0  # this process validates, not mt.run
@@ -254,7 +338,8 @@ class Follower:
             "(config.max_idle_seconds): stopping. Start again to go on."
         )
         return
-      time.sleep(self.poll)
+      common.wait_for_stop(self.poll)
+      common.check_stop("while following the run")
 
   def close(self) -> None:
     self.manager.close()
@@ -273,10 +358,15 @@ def validate(
   """
   follower = Follower(config, log, progress)
   try:
-    if follower.follow:
-      follower.follow_run()
-    else:
-      follower.once()
+    with common.claim_output_dir(follower.run_dir, PROGRAM, LOCK_FILE):
+      with common.resource_errors(
+          f"run disco-validate {follower.run_dir} again (validated "
+          "meta-steps are kept)."
+      ):
+        if follower.follow:
+          follower.follow_run()
+        else:
+          follower.once()
   finally:
     follower.close()
   record = follower.validation.record

@@ -534,7 +534,7 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path | None = None):
   ax.set_title("Validation on held-out environments")
   ax.legend(fontsize=8)
   if path is not None:
-    fig.savefig(path, bbox_inches="tight")
+    files.save_figure(fig, path, bbox_inches="tight")
   return fig
 
 

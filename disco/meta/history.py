@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 import csv
+import io
 import math
 import os
 from pathlib import Path
@@ -144,7 +145,12 @@ class MetricsHistory:
       self, path: str | os.PathLike[str], row: Mapping[str, Any]
   ) -> None:
     """Appends ``row`` to the history and to the CSV at ``path`` (which is
-    rewritten whole when it is missing or has other columns)."""
+    rewritten whole, atomically, when it is missing or has other columns).
+
+    The row is appended with one ``write`` (``files.append_line``), so a
+    reader never sees half a row while the run is alive; a crash can cut the
+    last row short, and a resumed run rewrites the file whole from the
+    checkpoint's history (``write_csv``), dropping it."""
     self.append(row)
     path = Path(path)
     header = None
@@ -155,10 +161,11 @@ class MetricsHistory:
     if header != columns:
       self.write_csv(path)
       return
-    with open(path, "a", newline="") as f:
-      csv.writer(f).writerow(
-          [_cell(self.rows[-1].get(c, math.nan)) for c in columns]
-      )
+    line = io.StringIO()
+    csv.writer(line).writerow(
+        [_cell(self.rows[-1].get(c, math.nan)) for c in columns]
+    )
+    files.append_line(path, line.getvalue())
 
   @classmethod
   def read_csv(cls, path: str | os.PathLike[str]) -> MetricsHistory:
@@ -191,8 +198,7 @@ class MetricsHistory:
       if title:
         fig.suptitle(title)
       if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, bbox_inches="tight")
+        files.save_figure(fig, path, bbox_inches="tight")
       figs.append(fig)
     return tuple(figs)
 

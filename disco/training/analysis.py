@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from disco import files
+
 Metrics = Mapping[str, np.ndarray]
 
 # Columns of the CSV that identify a row rather than hold a metric.
@@ -350,8 +352,7 @@ def plot_learning_curves(
   if results:
     ax.legend(loc="best")
   if path is not None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, bbox_inches="tight")
+    files.save_figure(fig, path, bbox_inches="tight")
   return fig
 
 
@@ -409,12 +410,11 @@ def write_metrics_csv(
     seeds: Sequence[int] | None = None,
 ) -> Path:
   """Writes ``metrics_to_rows(metrics, seeds)`` as CSV (floats exactly,
-  NaN as ``nan``)."""
+  NaN as ``nan``), atomically."""
   path = Path(path)
   rows = metrics_to_rows(metrics, seeds)
   columns = [SEED, ITERATION, *_scalar_names(metrics)]
-  path.parent.mkdir(parents=True, exist_ok=True)
-  with open(path, "w", newline="") as f:
+  with files.atomic_write(path, "w", newline="") as f:
     writer = csv.DictWriter(f, fieldnames=columns)
     writer.writeheader()
     for row in rows:

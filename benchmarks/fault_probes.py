@@ -1,0 +1,563 @@
+"""Run-folder fault probes (issue 45): what each launcher does, and leaves on
+disk, when its folder, its inputs, the disk, the device memory or a signal
+misbehave.
+
+  python benchmarks/fault_probes.py --checkout before=/tmp/old --checkout after=.
+  python benchmarks/fault_probes.py --probes npy zip_bomb   # some probes only
+
+Every probe runs the launchers from the command line (``python -m
+disco.launch.<launcher>``) in a fresh temporary folder, with the code of each
+``--checkout NAME=DIR`` first on ``PYTHONPATH`` (``DIR`` holds ``disco/`` and
+``configs/``; ``git archive <commit> | tar -x -C DIR`` makes one, then link
+``DIR/disco/configs`` to ``DIR/configs`` so that the older code reads its own
+configs), and prints one markdown table: per probe and checkout, the exit
+status, the lines on stderr (and how many of them are tracebacks), the peak
+memory of the process, and what was left on disk. Faults that cannot be made
+for real on a shared machine (a full disk, an exhausted device memory, a
+signal at a given moment) are injected by a small wrapper that patches one
+function of the process before the launcher starts (``tests/faults.py``); no
+shipped config has a switch for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import json
+import os
+from pathlib import Path
+import pickle
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import faults  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+EVAL_FLAGS = faults.TINY_EVAL_FLAGS
+COMPARE_FLAGS = faults.TINY_COMPARE_FLAGS
+META_FLAGS = (
+    "--config.rule=lpg",
+    "--config.rule_kwargs.net.hidden_size=8",
+    "--config.batch_size=2",
+    "--config.rollout_len=3",
+    "--config.inner_steps=1",
+    "--config.agent.network.dense=(16,)",
+    "--config.value_fn.dense=(8,8)",
+    "--config.num_meta_steps=2",
+    "--config.checkpoint_every=1",
+)
+
+
+class Runner:
+  """Runs launchers with one checkout's code."""
+
+  def __init__(self, code: Path):
+    self.code = code.resolve()
+
+  def env(self, **extra) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(self.code), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    env["JAX_PLATFORMS"] = "cpu"
+    env.update(extra)
+    return env
+
+  def run(
+      self,
+      launcher: str,
+      args,
+      cwd: Path,
+      fault: str | None = None,
+      extra_path: str | None = None,
+      wait: bool = True,
+  ):
+    """``(exit status, stderr, peak RSS in MB)`` of one launcher run (or the
+    ``Popen`` when not ``wait``)."""
+    command = faults.command(launcher, args, fault)
+    env = self.env()
+    if extra_path:
+      env["PYTHONPATH"] = extra_path + os.pathsep + env["PYTHONPATH"]
+    proc = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    if not wait:
+      return proc
+    return self.finish(proc)
+
+  @staticmethod
+  def finish(proc):
+    stderr = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, stderr, usage.ru_maxrss / 1024
+
+
+_PROGRESS = re.compile(r"^.*\[\d+:\d\d[<\]][^\]]*\]")
+_TMP = re.compile(r"/tmp/probe-[a-z_]+-[a-z0-9_]+")
+
+
+def _messages(stderr: str) -> list[str]:
+  """The lines of ``stderr`` without progress bars (tqdm's end with
+  ``[00:01<00:00, ...]``; a message may follow one on its line)."""
+  lines = (_PROGRESS.sub("", line) for line in stderr.splitlines())
+  return [line for line in lines if line.strip()]
+
+
+def _result(status, stderr, rss, disk: str) -> dict:
+  lines = _messages(stderr)
+  last = lines[-1] if lines else ""
+  return dict(
+      status=status,
+      lines=len(lines),
+      tracebacks=sum("Traceback" in line for line in lines),
+      rss=rss,
+      disk=disk,
+      last=last,
+  )
+
+
+def _valid_json(path: Path) -> str:
+  if not path.exists():
+    return "absent"
+  try:
+    json.loads(path.read_text())
+    return "valid"
+  except ValueError:
+    return f"INVALID ({path.stat().st_size} bytes)"
+
+
+# ---------------------------------------------------------------- probes ----
+
+
+def _crafted_run(tmp: Path, saved: dict) -> Path:
+  run = tmp / "someone-elses-run"
+  run.mkdir()
+  (run / "config.json").write_text(json.dumps(dict(config=saved)))
+  return run
+
+
+def probe_crafted_xland(r: Runner, tmp: Path) -> dict:
+  marker = tmp / "MARKER"
+
+  class Payload:
+
+    def __reduce__(self):
+      return (os.system, (f"touch {marker}",))
+
+  evil = tmp / "ruleset.bz2"
+  with bz2.open(evil, "wb") as f:
+    pickle.dump(dict(goals=Payload()), f)
+  run = _crafted_run(
+      tmp,
+      dict(
+          population=[
+              dict(
+                  env="xminigrid/XLand-MiniGrid-R1-9x9",
+                  env_settings=dict(benchmark_path=str(evil)),
+              )
+          ]
+      ),
+  )
+  out = r.run("validate", [str(run)], cwd=tmp)
+  return _result(*out, f"code ran (marker file): {marker.exists()}")
+
+
+def probe_crafted_imports(r: Runner, tmp: Path) -> dict:
+  marker = tmp / "MARKER"
+  run = _crafted_run(tmp, dict(imports="helper_rules"))
+  (run / "helper_rules.py").write_text(
+      f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+  )
+  out = r.run("validate", [str(run)], cwd=run)
+  return _result(*out, f"code ran (marker file): {marker.exists()}")
+
+
+def _eval(r, tmp, out, *extra, **kw):
+  return r.run(
+      "evaluate", [*EVAL_FLAGS, f"--config.output_dir={out}", *extra], tmp, **kw
+  )
+
+
+def probe_overwrite_fewer_seeds(r: Runner, tmp: Path) -> dict:
+  out = tmp / "run"
+  _eval(r, tmp, out)
+  result = _eval(r, tmp, out, "--config.num_seeds=1", "--config.overwrite=True")
+  left = sorted(p.name for p in out.glob("params_seed*.npz"))
+  return _result(
+      *result, f"seed files after the 1-seed rerun: {', '.join(left)}"
+  )
+
+
+def probe_npz_mode(r: Runner, tmp: Path) -> dict:
+  out = tmp / "run"
+  result = _eval(r, tmp, out, "--config.num_seeds=1")
+  modes = {
+      f"{p.stat().st_mode & 0o777:04o}"
+      for p in out.iterdir()
+      if p.suffix in (".npz", ".json", ".csv", ".png")
+  }
+  npz = out / "params_seed3.npz"
+  mode = f"{npz.stat().st_mode & 0o777:04o}" if npz.exists() else "absent"
+  return _result(
+      *result, f"params_seed3.npz mode {mode}; all outputs {sorted(modes)}"
+  )
+
+
+def _compare(r, tmp, out, *extra):
+  return r.run(
+      "compare",
+      [*COMPARE_FLAGS, f"--config.output_dir={out}", *extra],
+      tmp,
+  )
+
+
+def _cell(out: Path) -> Path:
+  return out / "runs" / "actor_critic" / "catch_5x5"
+
+
+def probe_compare_truncated_summary(r: Runner, tmp: Path) -> dict:
+  out = tmp / "sweep"
+  _compare(r, tmp, out)
+  summary = _cell(out) / "summary.json"
+  if summary.exists():
+    summary.write_bytes(summary.read_bytes()[:100])
+  result = _compare(r, tmp, out)
+  return _result(
+      *result,
+      f"cell summary.json {_valid_json(summary)}; report.md "
+      f"{'written' if (out / 'report.md').exists() else 'absent'}",
+  )
+
+
+def probe_compare_new_budget(r: Runner, tmp: Path) -> dict:
+  out = tmp / "sweep"
+  _compare(r, tmp, out)
+  result = _compare(r, tmp, out, "--config.total_env_steps=400")
+  summary = _cell(out) / "summary.json"
+  steps = (
+      json.loads(summary.read_text()).get("env_steps")
+      if summary.exists()
+      else None
+  )
+  return _result(
+      *result, f"reported run's env steps per seed: {steps} (asked 400)"
+  )
+
+
+def probe_compare_rule_path(r: Runner, tmp: Path) -> dict:
+  """A rule file given by a relative path with ``..`` segments and no
+  ``.npz`` suffix (its label was the path itself)."""
+  rule = tmp / "x" / "rulefile"
+  rule.parent.mkdir()
+  with open(rule, "wb") as f:
+    metadata = json.dumps(dict(rule="actor_critic"))
+    np.savez(f, __disco_metadata__=np.array(metadata))
+  cwd = tmp / "work" / "deep"
+  cwd.mkdir(parents=True)
+  out = tmp / "out" / "sweep"
+  result = r.run(
+      "compare",
+      [
+          *COMPARE_FLAGS,
+          f"--config.output_dir={out}",
+          "--config.rules=('../../x/rulefile',)",
+      ],
+      cwd,
+  )
+  escaped = sorted(
+      str(p.parent.relative_to(tmp))
+      for p in tmp.rglob("summary.json")
+      if not p.resolve().is_relative_to(out.resolve())
+  )
+  return _result(
+      *result, f"run folders outside output_dir: {', '.join(escaped) or 'none'}"
+  )
+
+
+def _rule_file_probe(r: Runner, tmp: Path, path: Path) -> dict:
+  out = tmp / "run"
+  result = _eval(r, tmp, out, f"--config.rule={path}")
+  return _result(
+      *result, f"output folder: {'created' if out.exists() else 'none'}"
+  )
+
+
+def probe_npy(r: Runner, tmp: Path) -> dict:
+  path = tmp / "rule.npy"
+  np.save(path, np.zeros(3, np.float32))
+  return _rule_file_probe(r, tmp, path)
+
+
+def probe_text(r: Runner, tmp: Path) -> dict:
+  path = tmp / "rule.npz"
+  path.write_text("<html>404 not found</html>\n")
+  return _rule_file_probe(r, tmp, path)
+
+
+def probe_zip_bomb(r: Runner, tmp: Path) -> dict:
+  """A 389 KB .npz that declares 400 MB (one float32 array of 1e8 zeros),
+  with metadata naming a rule that has meta-parameters."""
+  path = tmp / "bomb.npz"
+  with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+    with z.open("__disco_metadata__.npy", "w") as f:
+      np.lib.format.write_array(f, np.array(json.dumps(dict(rule="lpg"))))
+    with z.open("lstm/w.npy", "w", force_zip64=True) as f:
+      np.lib.format.write_array_header_1_0(
+          f, dict(descr="<f4", fortran_order=False, shape=(100_000_000,))
+      )
+      chunk = bytes(1 << 22)
+      for _ in range(400_000_000 // len(chunk)):
+        f.write(chunk)
+      f.write(bytes(400_000_000 % len(chunk)))
+  return _rule_file_probe(r, tmp, path)
+
+
+def probe_oom(r: Runner, tmp: Path) -> dict:
+  out = tmp / "run"
+  result = _eval(r, tmp, out, fault="oom")
+  return _result(*result, f"summary.json {_valid_json(out / 'summary.json')}")
+
+
+def probe_enospc_summary(r: Runner, tmp: Path) -> dict:
+  out = tmp / "run"
+  _eval(r, tmp, out)
+  result = _eval(r, tmp, out, "--config.overwrite=True", fault="enospc_summary")
+  return _result(
+      *result,
+      f"summary.json {_valid_json(out / 'summary.json')}; config.json "
+      f"{_valid_json(out / 'config.json')}",
+  )
+
+
+def _meta(r, tmp, out, *extra, **kw):
+  return r.run(
+      "meta_train",
+      [*META_FLAGS, f"--config.output_dir={out}", *extra],
+      tmp,
+      **kw,
+  )
+
+
+def _checkpoints(out: Path) -> str:
+  steps = sorted(p.name for p in (out / "checkpoints").glob("*") if p.is_dir())
+  return ", ".join(steps) or "none"
+
+
+def probe_two_writers(r: Runner, tmp: Path) -> dict:
+  """Two ``disco-meta-train --config.resume=True`` started together on one
+  folder (resume lets a folder that holds a run pass the start check)."""
+  out = tmp / "meta"
+  procs = [
+      _meta(
+          r,
+          tmp,
+          out,
+          "--config.resume=True",
+          "--config.num_meta_steps=3",
+          wait=False,
+      )
+      for _ in range(2)
+  ]
+  results = [Runner.finish(p) for p in procs]
+  statuses = "/".join(str(s) for s, _, _ in results)
+  rows = []
+  if (out / "metrics.csv").exists():
+    rows = (out / "metrics.csv").read_text().splitlines()[1:]
+  disk = f"exits {statuses}; metrics.csv rows: {len(rows)} (3 meta-steps)"
+  status, stderr, rss = max(results, key=lambda x: x[0])
+  return _result(status, stderr, rss, disk)
+
+
+def probe_enospc_checkpoint(r: Runner, tmp: Path) -> dict:
+  out = tmp / "meta"
+  result = _meta(r, tmp, out, fault="enospc_checkpoint")
+  return _result(*result, f"checkpoints: {_checkpoints(out)}")
+
+
+def probe_sigterm_twice(r: Runner, tmp: Path) -> dict:
+  out = tmp / "meta"
+  result = _meta(
+      r, tmp, out, "--config.checkpoint_every=0", fault="sigterm_twice"
+  )
+  return _result(*result, f"checkpoints: {_checkpoints(out)}")
+
+
+def probe_resume_damaged_config(r: Runner, tmp: Path) -> dict:
+  out = tmp / "meta"
+  _meta(r, tmp, out)
+  config = out / "config.json"
+  config.write_bytes(config.read_bytes()[:100])
+  result = _meta(
+      r, tmp, out, "--config.resume=True", "--config.num_meta_steps=3"
+  )
+  return _result(
+      *result,
+      f"checkpoints: {_checkpoints(out)}; config.json {_valid_json(config)}",
+  )
+
+
+def probe_world_writable_cache(r: Runner, tmp: Path) -> dict:
+  cache = tmp / "cache"
+  cache.mkdir()
+  cache.chmod(0o777)
+  result = r.run(
+      "evaluate",
+      ["--config.rule=nonexistent_rule", f"--config.compilation_cache={cache}"],
+      tmp,
+  )
+  warned = "writable by every user" in result[1]
+  return _result(*result, f"warned about the folder: {warned}")
+
+
+PROBES = {
+    "crafted_xland": (
+        "disco-validate on a run folder whose XLand benchmark_path is a "
+        "pickle that runs code",
+        probe_crafted_xland,
+    ),
+    "crafted_imports": (
+        "disco-validate on a run folder whose config.imports names a module "
+        "in the folder",
+        probe_crafted_imports,
+    ),
+    "overwrite_fewer_seeds": (
+        "disco-eval overwrite=True with 1 seed over a 2-seed run",
+        probe_overwrite_fewer_seeds,
+    ),
+    "npz_mode": ("disco-eval outputs' modes (umask 022)", probe_npz_mode),
+    "two_writers": (
+        "two disco-meta-train --config.resume=True started together on one "
+        "folder",
+        probe_two_writers,
+    ),
+    "compare_truncated_summary": (
+        "disco-compare rerun after a cell's summary.json was cut to 100 bytes",
+        probe_compare_truncated_summary,
+    ),
+    "compare_new_budget": (
+        "disco-compare rerun at total_env_steps=400 over a 200-step sweep",
+        probe_compare_new_budget,
+    ),
+    "compare_rule_path": (
+        "disco-compare with a rule file whose name does not end in .npz",
+        probe_compare_rule_path,
+    ),
+    "npy": ("disco-eval with a .npy as the rule", probe_npy),
+    "zip_bomb": (
+        "disco-eval with a 389 KB .npz declaring 400 MB as the rule",
+        probe_zip_bomb,
+    ),
+    "text": ("disco-eval with a text file named .npz as the rule", probe_text),
+    "oom": (
+        "disco-eval, RESOURCE_EXHAUSTED in the training call (injected)",
+        probe_oom,
+    ),
+    "enospc_summary": (
+        "disco-eval overwrite=True, disk full 100 bytes into summary.json "
+        "(injected)",
+        probe_enospc_summary,
+    ),
+    "enospc_checkpoint": (
+        "disco-meta-train, disk full at the first checkpoint (injected)",
+        probe_enospc_checkpoint,
+    ),
+    "sigterm_twice": (
+        "disco-meta-train, SIGTERM after meta-step 1 and again during the "
+        "exit save (injected)",
+        probe_sigterm_twice,
+    ),
+    "resume_damaged_config": (
+        "disco-meta-train resume after config.json was cut to 100 bytes",
+        probe_resume_damaged_config,
+    ),
+    "world_writable_cache": (
+        "a launcher whose compilation cache folder is mode 0777",
+        probe_world_writable_cache,
+    ),
+}
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument(
+      "--checkout",
+      action="append",
+      required=True,
+      help="NAME=DIR: code to probe (DIR holds disco/ and configs/)",
+  )
+  parser.add_argument("--probes", nargs="*", default=list(PROBES))
+  parser.add_argument(
+      "--results",
+      type=Path,
+      help="folder where each probe's result is saved (NAME/PROBE.json)",
+  )
+  parser.add_argument(
+      "--reuse",
+      nargs="*",
+      default=(),
+      help="checkout names whose saved results (--results) are reused",
+  )
+  args = parser.parse_args()
+  checkouts = [c.split("=", 1) for c in args.checkout]
+  os.umask(0o022)
+  rows = {}
+  for key in args.probes:
+    title, probe = PROBES[key]
+    rows[key] = []
+    for name, code in checkouts:
+      start = time.time()
+      saved = args.results / name / f"{key}.json" if args.results else None
+      if saved is not None and name in args.reuse and saved.exists():
+        rows[key].append(json.loads(saved.read_text()))
+        continue
+      with tempfile.TemporaryDirectory(prefix=f"probe-{key}-") as tmp:
+        result = probe(Runner(Path(code)), Path(tmp))
+      if saved is not None:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps(result))
+      print(
+          f"{key} [{name}]: {result} ({time.time() - start:.0f} s)",
+          file=sys.stderr,
+          flush=True,
+      )
+      rows[key].append(result)
+  header = ["probe"] + [
+      f"{name}: {what}"
+      for name, _ in checkouts
+      for what in (
+          "exit, stderr lines (tracebacks), peak MB",
+          "last stderr line",
+          "left on disk",
+      )
+  ]
+  print("| " + " | ".join(header) + " |")
+  print("|" + "---|" * len(header))
+  for key, results in rows.items():
+    cells = [PROBES[key][0]]
+    for res in results:
+      cells.append(
+          f"{res['status']}, {res['lines']} ({res['tracebacks']}), "
+          f"{res['rss']:.0f}"
+      )
+      last = _TMP.sub("$TMP", res["last"]).replace("|", "/")
+      if len(last) > 100:
+        last = last[:100].rstrip(".") + "..."
+      cells.append(f"`{last}`" if last else "")
+      cells.append(res["disk"])
+    print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,514 @@
+"""Run folders a team can trust (issue 45): atomic outputs, one writer per
+folder, no stale reuse, no code from data files, one line for bad files,
+full disks, exhausted memory and signals.
+
+Most tests run a launcher from the command line, as a user would, at tiny
+sizes; the faults a shared machine cannot make for real (a full disk, an
+exhausted device memory, a signal at a given moment) are injected by
+``tests/faults.py``.
+"""
+
+from __future__ import annotations
+
+import bz2
+import errno
+import json
+import os
+from pathlib import Path
+import pickle
+import shutil
+import signal
+import subprocess
+import tracemalloc
+import zipfile
+
+import faults
+import filelock
+import numpy as np
+import pytest
+
+from disco import files
+from disco import weights
+from disco.environments import xminigrid_envs
+from disco.launch import common
+from disco.launch import compare
+from disco.launch import evaluate
+from disco.launch import meta_train as mt
+from disco.launch import validate
+from disco.meta import checkpoints as ckpt_lib
+
+from meta_settings import TINY_FLAGS
+from meta_settings import TINY_LPG_FLAGS
+from meta_settings import subprocess_env
+from meta_settings import tiny_config
+
+EVAL_FLAGS = faults.TINY_EVAL_FLAGS
+COMPARE_FLAGS = faults.TINY_COMPARE_FLAGS
+META_FLAGS = [
+    *TINY_FLAGS,
+    *TINY_LPG_FLAGS,
+    "--config.num_meta_steps=2",
+]
+
+
+def launch(launcher, args, cwd, fault=None):
+  return subprocess.run(
+      faults.command(launcher, args, fault),
+      cwd=cwd,
+      env=subprocess_env(),
+      capture_output=True,
+      text=True,
+      timeout=600,
+  )
+
+
+def error_lines(result) -> list[str]:
+  """stderr without progress bars."""
+  return [
+      line
+      for line in result.stderr.splitlines()
+      if line.strip() and "<" not in line.partition("[")[2][:12]
+  ]
+
+
+def assert_one_line(result, status: int, program: str, match: str) -> str:
+  lines = error_lines(result)
+  assert result.returncode == status, result.stderr[-3000:]
+  assert len(lines) == 1, result.stderr[-3000:]
+  assert lines[0].startswith(f"{program}: error: "), lines[0]
+  assert match in lines[0], lines[0]
+  return lines[0]
+
+
+# ------------------------------------------------- no code from data ----
+
+
+def _payload_pickle(path: Path, marker: Path) -> None:
+  class Payload:
+
+    def __reduce__(self):
+      return (Path.touch, (marker,))
+
+  with bz2.open(path, "wb") as f:
+    pickle.dump(dict(goals=Payload()), f)
+
+
+def test_a_crafted_run_folder_runs_no_code(tmp_path):
+  """disco-validate on someone else's run folder whose config imports a
+  module of the folder and names a pickle as an XLand ruleset file: one
+  line, exit 2, and neither ran (no marker file)."""
+  marker = tmp_path / "MARKER"
+  run = tmp_path / "their-run"
+  run.mkdir()
+  _payload_pickle(run / "ruleset.bz2", marker)
+  (run / "helper_rules.py").write_text(
+      f"import pathlib\npathlib.Path({str(marker)!r}).touch()\n"
+  )
+  saved = dict(
+      imports="helper_rules",
+      population=[
+          dict(
+              env="xminigrid/XLand-MiniGrid-R1-9x9",
+              env_settings=dict(benchmark_path=str(run / "ruleset.bz2")),
+          )
+      ],
+  )
+  (run / "config.json").write_text(json.dumps(dict(config=saved)))
+  result = launch("validate", [str(run)], cwd=run)  # the module is on sys.path
+  line = assert_one_line(result, 2, "disco-validate", "--config.imports=")
+  assert "helper_rules" in line and "--config.benchmark_paths=" in line
+  assert not marker.exists()
+
+
+def test_code_settings_run_only_when_the_command_line_repeats_them(tmp_path):
+  saved = dict(
+      imports="a,b",
+      population=[dict(env="catch", env_settings=dict(benchmark_path="x.bz2"))],
+  )
+  with pytest.raises(common.UsageError, match="imports module.s. b"):
+    validate.check_code_settings(saved, tmp_path, "a", "x.bz2")
+  with pytest.raises(common.UsageError, match=r"ruleset file.s. x.bz2"):
+    validate.check_code_settings(saved, tmp_path, "a,b", "")
+  validate.check_code_settings(saved, tmp_path, "b,a", "./x.bz2")
+
+
+def test_xland_rulesets_load_without_running_code(tmp_path):
+  marker = tmp_path / "MARKER"
+  _payload_pickle(tmp_path / "evil.bz2", marker)
+  with pytest.raises(ValueError, match="only NumPy arrays are read"):
+    xminigrid_envs.load_ruleset(tmp_path / "evil.bz2", 0)
+  assert not marker.exists()
+  # xminigrid's own format (NumPy or JAX arrays) still loads.
+  jnp = pytest.importorskip("jax.numpy")
+  good = dict(
+      goals=jnp.zeros((2, 5), jnp.uint8),
+      rules=np.zeros((2, 1, 7), np.uint8),
+      init_tiles=np.zeros((2, 2, 2), np.uint8),
+      num_rules=np.zeros((2, 1), np.uint8),
+  )
+  with bz2.open(tmp_path / "good.bz2", "wb") as f:
+    pickle.dump(good, f, protocol=pickle.HIGHEST_PROTOCOL)
+  loaded = xminigrid_envs.load_benchmark(tmp_path / "good.bz2")
+  assert {k: v.shape for k, v in loaded.items()} == {
+      k: v.shape for k, v in good.items()
+  }
+
+
+# ------------------------------------------------------- rule files ----
+
+
+def _zip_bomb(path: Path, declared: int = 64 << 20) -> Path:
+  """A small .npz whose one array declares ``declared`` bytes of zeros (and
+  whose metadata names a rule with meta-parameters)."""
+  with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+    with z.open("__disco_metadata__.npy", "w") as f:
+      np.lib.format.write_array(f, np.array(json.dumps(dict(rule="lpg"))))
+    with z.open("lstm/w.npy", "w", force_zip64=True) as f:
+      np.lib.format.write_array_header_1_0(
+          f, dict(descr="<f4", fortran_order=False, shape=(declared // 4,))
+      )
+      chunk = bytes(1 << 22)
+      for _ in range(declared // len(chunk)):
+        f.write(chunk)
+  return path
+
+
+def _bad_rule_file(kind: str, folder: Path) -> Path:
+  if kind == "npy":
+    path = folder / "rule.npy"
+    np.save(path, np.zeros(3, np.float32))
+  elif kind == "text":
+    path = folder / "rule.npz"
+    path.write_text("<html>404 not found</html>\n")
+  else:
+    path = _zip_bomb(folder / "bomb.npz")
+  return path
+
+
+@pytest.mark.parametrize(
+    "kind, match",
+    [
+        ("npy", "is a single .npy array"),
+        ("text", "not a valid .npz archive"),
+        ("zip_bomb", "refused before decompressing"),
+    ],
+)
+def test_bad_rule_files_are_one_line(kind, match, tmp_path):
+  path = _bad_rule_file(kind, tmp_path)
+  result = launch(
+      "evaluate",
+      [
+          *EVAL_FLAGS,
+          f"--config.rule={path}",
+          f"--config.output_dir={tmp_path}/o",
+      ],
+      cwd=tmp_path,
+  )
+  line = assert_one_line(result, 2, "disco-eval", match)
+  assert "allow_pickle" not in line  # numpy's hint to load it unsafely
+
+
+def test_a_zip_bomb_is_refused_with_bounded_memory(tmp_path):
+  path = _zip_bomb(tmp_path / "bomb.npz")
+  assert path.stat().st_size < (1 << 20)
+  tracemalloc.start()
+  try:
+    with pytest.raises(common.UsageError, match="refused before"):
+      common.resolve_rule(str(path))
+    with pytest.raises(weights.WeightsError, match="refused before"):
+      weights.load_meta_params(path)
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert peak < (16 << 20), peak
+
+
+def test_shapes_are_checked_before_the_data_is_read(tmp_path, monkeypatch):
+  path = weights.save_meta_params(
+      tmp_path / "p.npz", {"m": {"w": np.ones((3, 4), np.float32)}}
+  )
+  read = []
+  original = np.lib.format.read_array
+  monkeypatch.setattr(
+      np.lib.format,
+      "read_array",
+      lambda *a, **k: read.append(1) or original(*a, **k),
+  )
+  expected = {"m": {"w": np.zeros((4, 3), np.float32)}}
+  with pytest.raises(weights.WeightsError, match="shape mismatch"):
+    weights.load_meta_params(path, expected)
+  assert not read
+
+
+# ------------------------------------------------------ atomic files ----
+
+
+def test_atomic_files_have_normal_permissions_and_survive_failures(tmp_path):
+  old = os.umask(0o022)
+  try:
+    npz = weights.save_meta_params(
+        tmp_path / "p.npz", {"m": {"w": np.ones(2, np.float32)}}
+    )
+    text = files.write_json(tmp_path / "a.json", dict(x=1))
+  finally:
+    os.umask(old)
+  expected = 0o666 & ~files._UMASK  # pylint: disable=protected-access
+  assert npz.stat().st_mode & 0o777 == expected
+  assert text.stat().st_mode & 0o777 == expected
+  # A write that fails half-way leaves the old file whole, and no
+  # temporary file.
+  with pytest.raises(OSError):
+    with files.atomic_write(text) as f:
+      f.write(b'{"x": ')
+      raise OSError(errno.ENOSPC, "No space left on device")
+  assert json.loads(text.read_text()) == dict(x=1)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "p.npz"]
+
+
+# ---------------------------------------------------------- overwrite ----
+
+
+def test_overwrite_with_fewer_seeds_leaves_no_old_seed_files(tmp_path):
+  out = tmp_path / "run"
+  first = launch(
+      "evaluate", [*EVAL_FLAGS, f"--config.output_dir={out}"], tmp_path
+  )
+  assert first.returncode == 0, first.stderr[-3000:]
+  assert {p.name for p in out.glob("params_seed*")} == {
+      "params_seed3.npz",
+      "params_seed4.npz",
+  }
+  (out / "notes.txt").write_text("the old run's")
+  again = launch(
+      "evaluate",
+      [
+          *EVAL_FLAGS,
+          f"--config.output_dir={out}",
+          "--config.num_seeds=1",
+          "--config.overwrite=True",
+      ],
+      tmp_path,
+  )
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert [p.name for p in out.glob("params_seed*")] == ["params_seed3.npz"]
+  assert not (out / "notes.txt").exists()
+  assert json.loads((out / "summary.json").read_text())["seeds"] == [3]
+
+
+def test_overwrite_empties_only_run_folders(tmp_path):
+  out = tmp_path / "mine"
+  out.mkdir()
+  (out / "thesis.tex").write_text("precious")
+  config = evaluate.default_config()
+  config.update(rule="actor_critic", output_dir=str(out), overwrite=True)
+  plan = evaluate.build(config, log=lambda _: None)
+  with pytest.raises(common.UsageError, match="holds no run"):
+    evaluate.open_output(plan)
+  assert (out / "thesis.tex").read_text() == "precious"
+
+
+# -------------------------------------------------------- one writer ----
+
+
+def test_a_second_process_on_a_locked_folder_gets_one_line(tmp_path):
+  out = tmp_path / "run"
+  out.mkdir()
+  # Held here as a launcher holds it (the file disco.files.FolderLock locks).
+  with filelock.FileLock(str(out / ".disco-lock"), timeout=0):
+    (out / ".disco-lock.owner").write_text(
+        json.dumps(dict(program="disco-eval", pid=os.getpid(), host="here"))
+    )
+    result = launch(
+        "evaluate", [*EVAL_FLAGS, f"--config.output_dir={out}"], tmp_path
+    )
+  line = assert_one_line(result, 2, "disco-eval", "is in use by disco-eval")
+  assert f"pid {os.getpid()}" in line
+  assert not (out / "config.json").exists()
+
+
+def test_one_writer_per_folder_in_every_launcher(tmp_path):
+  out = tmp_path / "meta"
+  with files.FolderLock(out, "someone"):
+    with pytest.raises(common.UsageError, match="in use by someone"):
+      mt.train(tiny_config(output_dir=str(out)), progress=False)
+    # A follower of the run takes its own lock: the run's does not stop it,
+    # a second follower's does.
+    with files.FolderLock(out, "disco-validate", validate.LOCK_FILE):
+      with pytest.raises(files.FolderInUse, match="disco-validate"):
+        files.FolderLock(out, "another", validate.LOCK_FILE).acquire()
+  # Released: the folder is free again.
+  with files.FolderLock(out, "next"):
+    pass
+
+
+# ------------------------------------------------------ disco-compare ----
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+  out = tmp_path_factory.mktemp("compare") / "sweep"
+  result = launch(
+      "compare", [*COMPARE_FLAGS, f"--config.output_dir={out}"], out.parent
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  return out
+
+
+def _cell(out: Path) -> Path:
+  return out / "runs" / "actor_critic" / "catch_5x5"
+
+
+def test_a_truncated_summary_is_run_again(sweep, tmp_path):
+  out = tmp_path / "sweep"
+  shutil.copytree(sweep, out)
+  summary = _cell(out) / "summary.json"
+  summary.write_bytes(summary.read_bytes()[:100])
+  result = launch(
+      "compare", [*COMPARE_FLAGS, f"--config.output_dir={out}"], tmp_path
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "0 finished already" in result.stdout
+  assert "summary.json is damaged" in result.stdout
+  assert json.loads(summary.read_text())["seeds"] == [0, 1]
+
+
+def test_a_rerun_with_a_new_budget_does_not_report_old_runs(sweep, tmp_path):
+  out = tmp_path / "sweep"
+  shutil.copytree(sweep, out)
+  result = launch(
+      "compare",
+      [
+          *COMPARE_FLAGS,
+          f"--config.output_dir={out}",
+          "--config.total_env_steps=400",
+      ],
+      tmp_path,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "0 finished already" in result.stdout
+  assert "total_env_steps: saved 200, now 400" in result.stdout
+  summary = json.loads((_cell(out) / "summary.json").read_text())
+  assert summary["env_steps"] == 400
+  stats = json.loads((out / "statistics.json").read_text())
+  assert stats["evaluation_points"][-1] == 400
+
+
+def test_compare_run_folders_stay_inside_output_dir(tmp_path, monkeypatch):
+  rule = tmp_path / "x" / "my rule"  # a rule file without .npz
+  rule.parent.mkdir()
+  with open(rule, "wb") as f:
+    metadata = json.dumps(dict(rule="actor_critic"))
+    np.savez(f, __disco_metadata__=np.array(metadata))
+  (tmp_path / "work" / "deep").mkdir(parents=True)
+  monkeypatch.chdir(tmp_path / "work" / "deep")
+  config = compare.default_config()
+  config.update(
+      rules=("../../x/my rule", str(rule), "actor_critic"),
+      envs=("catch:rows=5,columns=5",),
+      num_seeds=2,
+      output_dir=str(tmp_path / "out" / "sweep"),
+  )
+  with pytest.raises(common.UsageError, match="twice"):  # one label
+    compare.build(config)
+  config.rules = ("../../x/my rule", "actor_critic")
+  plan = compare.build(config)
+  runs = (tmp_path / "out" / "sweep" / "runs").resolve()
+  for cell in plan.cells:
+    assert cell.output_dir.resolve().is_relative_to(runs), cell
+  assert [c.label for c in plan.cells] == ["my_rule", "actor_critic"]
+
+
+# -------------------------------------------------- resources, signals ----
+
+
+def test_out_of_memory_is_one_line_and_exit_1(tmp_path):
+  out = tmp_path / "run"
+  result = launch(
+      "evaluate", [*EVAL_FLAGS, f"--config.output_dir={out}"], tmp_path, "oom"
+  )
+  line = assert_one_line(result, 1, "disco-eval", "Out of device memory")
+  assert "--config.overwrite=True" in line
+
+
+def test_a_full_disk_is_one_line_and_exit_1(tmp_path):
+  out = tmp_path / "run"
+  result = launch(
+      "evaluate",
+      [*EVAL_FLAGS, f"--config.output_dir={out}"],
+      tmp_path,
+      "enospc_summary",
+  )
+  line = assert_one_line(result, 1, "disco-eval", "The disk is full")
+  assert "--config.overwrite=True" in line
+  # Not a summary cut short: none (the run is unfinished).
+  assert not (out / "summary.json").exists()
+  assert not list(out.glob(".*.tmp"))
+
+
+def test_a_full_disk_at_a_checkpoint_is_one_line_with_the_resume_command(
+    tmp_path,
+):
+  out = tmp_path / "meta"
+  result = launch(
+      "meta_train",
+      [
+          *META_FLAGS,
+          "--config.checkpoint_every=1",
+          f"--config.output_dir={out}",
+      ],
+      tmp_path,
+      "enospc_checkpoint",
+  )
+  line = assert_one_line(result, 1, "disco-meta-train", "The disk is full")
+  assert f"--config.resume=True --config.output_dir={out}" in line
+
+
+def test_a_second_sigterm_does_not_cut_the_exit_save_short(tmp_path):
+  out = tmp_path / "meta"
+  result = launch(
+      "meta_train",
+      [
+          *META_FLAGS,
+          "--config.checkpoint_every=0",
+          f"--config.output_dir={out}",
+      ],
+      tmp_path,
+      "sigterm_twice",
+  )
+  assert result.returncode == 130, result.stderr[-3000:]
+  assert "Traceback" not in result.stderr, result.stderr[-3000:]
+  assert "Interrupted at meta-step 1; saved" in result.stdout
+  with ckpt_lib.CheckpointManager(out / mt.CHECKPOINT_DIR) as manager:
+    assert manager.all_steps() == [1]
+    assert manager.read_record(1)["step"] == 1
+
+
+def test_signals_set_a_flag_and_raise_nothing():
+  state = common._STOP  # pylint: disable=protected-access
+  saved = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
+  common.install_stop_handlers("test")
+  try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert common.stop_requested()
+    with pytest.raises(common.Stopped, match="SIGTERM: stopped here"):
+      common.check_stop("here")
+    with common.signals_deferred():
+      os.kill(os.getpid(), signal.SIGINT)  # noted, nothing raised
+  finally:
+    signal.signal(signal.SIGINT, saved[0])
+    signal.signal(signal.SIGTERM, saved[1])
+    state.event.clear()
+    state.signal_name = None
+
+
+def test_resource_errors_name_the_resource():
+  hint = "do X."
+  with pytest.raises(common.ResourceError, match=r"disk is full .* then do X"):
+    with common.resource_errors(hint):
+      raise OSError(errno.ENOSPC, "No space left on device", "/x/summary.json")
+  with pytest.raises(common.ResourceError, match="Out of device memory"):
+    with common.resource_errors(hint):
+      raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 8 GiB")
+  with pytest.raises(KeyError):
+    with common.resource_errors(hint):
+      raise KeyError("other")
