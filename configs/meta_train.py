@@ -80,6 +80,9 @@ def get_config() -> config_dict.ConfigDict:
               # that start at an episode's last step ("published"); "valid"
               # learns from every transition with a valid target.
               loss_mask="published",
+              # Anneal the learning rate linearly to 0 over each agent's
+              # lifetime (ES; None: the rule's default, on for ppo, dpo, lpo).
+              anneal_learning_rate=config_dict.placeholder(bool),
           ),
           # The meta-training value function (drives the outer policy gradient).
           value_fn=dict(

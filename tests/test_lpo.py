@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -168,3 +170,19 @@ def test_drift_figure(tmp_path):
   drifts["LPO"] = lambda x, a: teacher.drift_from_params(params, x, a)
   drift_distillation.plot_drifts(drifts, tmp_path / "drifts.png")
   assert (tmp_path / "drifts.png").stat().st_size > 10_000
+
+
+def test_runs_saved_before_the_new_keys_still_resume(tmp_path):
+  """A run saved before es.update_epochs, es.num_minibatches and
+  agent.anneal_learning_rate existed compares equal to the same command
+  today; setting one of them to another value is a difference."""
+  config = _config(tmp_path)
+  config.es.update_epochs = None
+  config.es.num_minibatches = None
+  saved = json.loads(json.dumps(common.to_jsonable(config)))
+  del saved["es"]["update_epochs"], saved["es"]["num_minibatches"]
+  del saved["agent"]["anneal_learning_rate"]
+  mt._check_same_config(saved, config, "old run")
+  config.es.update_epochs = 2
+  with pytest.raises(common.UsageError, match="Cannot resume"):
+    mt._check_same_config(saved, config, "old run")

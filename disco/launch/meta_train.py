@@ -434,7 +434,7 @@ def _agent_settings(config) -> config_dict.ConfigDict:
           settings[key] = float(value)
     if "loss_mask" in agent_cfg:
       settings.loss_mask = str(agent_cfg["loss_mask"])
-    if "anneal_learning_rate" in agent_cfg:
+    if agent_cfg.get("anneal_learning_rate") is not None:
       settings.anneal_learning_rate = common.check_bool(
           agent_cfg["anneal_learning_rate"], "agent.anneal_learning_rate"
       )
@@ -929,7 +929,27 @@ def _with_rule_defaults(config: dict) -> dict:
   return out
 
 
+def _with_added_keys(saved: dict, current: dict, defaults: dict) -> dict:
+  """``saved`` with the keys it lacks that ``current`` holds at the default
+  config's value: keys the config gained since the run was saved (e.g.
+  ``es.update_epochs``), left at their defaults, so that such a run resumes
+  with its own settings. Nested dicts too."""
+  out = dict(saved)
+  for key, value in current.items():
+    default = defaults.get(key) if isinstance(defaults, dict) else None
+    if key not in out:
+      if isinstance(defaults, dict) and key in defaults and value == default:
+        out[key] = value
+    elif isinstance(value, dict) and isinstance(out[key], dict):
+      out[key] = _with_added_keys(out[key], value, default or {})
+  return out
+
+
 def _check_same_config(saved: dict, current: dict, where) -> None:
+  if isinstance(current, config_dict.ConfigDict):
+    current = current.copy_and_resolve_references().to_dict()
+  defaults = default_config().copy_and_resolve_references().to_dict()
+  saved = _with_added_keys(saved, current, defaults)
   saved, current = _with_rule_defaults(saved), _with_rule_defaults(current)
   diff = ckpt_lib.config_differences(saved, current, RESUMABLE_KEYS)
   if diff:
