@@ -53,7 +53,6 @@ import csv
 import json
 from pathlib import Path
 import shutil
-import subprocess
 import sys
 
 import meta_runs
@@ -161,17 +160,11 @@ def run(args) -> None:
       meta_runs.meta_train(run_flags(variant, seed, args), out)
 
 
-def validation_scores(run_dir: Path) -> dict[int, float]:
-  """``{meta-step: aggregate score}`` of a run's validations."""
-  rows = validation_lib.read_rows(run_dir / validation_lib.CSV_FILE)
-  return {int(r["meta_step"]): float(r["aggregate"]) for r in rows}
-
-
 def best_rule(root: Path, variant: str) -> tuple[Path, float] | None:
   """The variant's best validated meta-parameters over its seeds."""
   best = None
   for run_dir in run_dirs(root, variant):
-    scores = validation_scores(run_dir)
+    scores = meta_runs.validation_scores(run_dir)
     path = run_dir / "best_meta_params.npz"
     if scores and path.is_file():
       score = max(scores.values())
@@ -237,14 +230,7 @@ def compare(args) -> None:
   )
   command.append(f"--config.rule_overrides={tuple(overrides)!r}")
   print(" ".join(command[2:]), flush=True)
-  if args.shards > 1:  # the runs in parallel processes, then the report
-    shards = [
-        subprocess.Popen([*command, f"--config.shard={i}/{args.shards}"])
-        for i in range(args.shards)
-    ]
-    if any([p.wait() for p in shards]):  # waits for every shard
-      raise SystemExit("a disco-compare shard failed (its output is above)")
-  subprocess.run(command, check=True)
+  meta_runs.run_compare(command, args.shards)
 
 
 def report(args) -> None:
@@ -261,18 +247,13 @@ def report(args) -> None:
   fig, ax = plt.subplots(figsize=(7, 4))
   for i, variant in enumerate(VARIANTS):
     for j, run_dir in enumerate(run_dirs(root, variant)):
-      scores = validation_scores(run_dir)
+      scores = meta_runs.validation_scores(run_dir)
       if not scores:
         continue
       for r in validation_lib.read_rows(run_dir / validation_lib.CSV_FILE):
         rows.append(dict(r, run=run_dir.name))
       steps = sorted(scores)
-      best = max(steps, key=scores.get)
-      lines.append(
-          f"| {run_dir.name} | {meta_runs.finished_steps(run_dir)} | "
-          f"{scores[steps[0]]:.3f} | {scores[steps[-1]]:.3f} | "
-          f"{scores[best]:.3f} ({best}) |"
-      )
+      lines.append(meta_runs.validation_table_row(run_dir, scores))
       ax.plot(
           steps,
           [scores[s] for s in steps],
@@ -301,11 +282,7 @@ def report(args) -> None:
           f"(validation IQM {c['validation_score']:.3f})"
       )
   compared = root / "compare"
-  for name in ("report.md", "results.csv", "tuning.csv"):
-    if (compared / name).is_file():
-      shutil.copyfile(compared / name, out / f"compare_{name}")
-  for figure in compared.glob("*.png"):
-    shutil.copyfile(figure, out / f"compare_{figure.name}")
+  meta_runs.copy_comparison(compared, out)
   text = "\n".join(lines) + "\n"
   (out / "table.md").write_text(text)
   print(text)

@@ -49,7 +49,6 @@ import csv
 import json
 from pathlib import Path
 import shutil
-import subprocess
 import sys
 
 import meta_runs
@@ -132,17 +131,12 @@ def run(args) -> None:
       meta_runs.meta_train(run_flags(variant, seed, args), out)
 
 
-def validation_scores(path: Path) -> dict[int, float]:
-  rows = validation_lib.read_rows(path / validation_lib.CSV_FILE)
-  return {int(r["meta_step"]): float(r["aggregate"]) for r in rows}
-
-
 def best_rule(root: Path, variant: str) -> tuple[Path, float, int]:
   """A variant's best validated meta-parameters over its seeds: (file,
   score, generation)."""
   best = None
   for path in run_dirs(root, variant):
-    scores = validation_scores(path)
+    scores = meta_runs.validation_scores(path)
     if not scores or not (path / "best_meta_params.npz").is_file():
       continue
     step = max(scores, key=scores.get)
@@ -259,14 +253,7 @@ def compare(args) -> None:
       f"--config.output_dir={root / 'compare'}",
   ]
   print(" ".join(command[2:]), flush=True)
-  if args.shards > 1:
-    shards = [
-        subprocess.Popen([*command, f"--config.shard={i}/{args.shards}"])
-        for i in range(args.shards)
-    ]
-    if any([p.wait() for p in shards]):
-      raise SystemExit("a disco-compare shard failed (its output is above)")
-  subprocess.run(command, check=True)
+  meta_runs.run_compare(command, args.shards)
 
 
 def _drift_figure(root: Path, out: Path, student_hidden: int) -> None:
@@ -306,7 +293,7 @@ def report(args) -> None:
   paths = [(v, p) for v in VARIANTS for p in run_dirs(root, v)]
   for variant, path in paths:
     color = f"C{list(VARIANTS).index(variant)}"
-    scores = validation_scores(path)
+    scores = meta_runs.validation_scores(path)
     history = meta_runs.read_history(path)
     if "fitness" in history.columns:
       ax_f.plot(
@@ -317,12 +304,7 @@ def report(args) -> None:
     for r in validation_lib.read_rows(path / validation_lib.CSV_FILE):
       rows.append(dict(r, run=path.name))
     steps = sorted(scores)
-    best = max(steps, key=scores.get)
-    lines.append(
-        f"| {path.name} | {meta_runs.finished_steps(path)} | "
-        f"{scores[steps[0]]:.3f} | {scores[steps[-1]]:.3f} | "
-        f"{scores[best]:.3f} ({best}) |"
-    )
+    lines.append(meta_runs.validation_table_row(path, scores))
     ax_v.plot(
         steps,
         [scores[s] for s in steps],
@@ -369,11 +351,7 @@ def report(args) -> None:
     shutil.copyfile(distilled, out / "distill.json")
   _drift_figure(root, out, args.student_hidden)
   compared = root / "compare"
-  for name in ("report.md", "results.csv", "tuning.csv", "statistics.json"):
-    if (compared / name).is_file():
-      shutil.copyfile(compared / name, out / f"compare_{name}")
-  for figure in compared.glob("*.png"):
-    shutil.copyfile(figure, out / f"compare_{figure.name}")
+  meta_runs.copy_comparison(compared, out)
   text = "\n".join(lines) + "\n"
   (out / "table.md").write_text(text)
   print(text)

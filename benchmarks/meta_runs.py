@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+import shutil
 import subprocess
 import sys
 
@@ -59,3 +60,44 @@ def meta_train(flags: Sequence[str], out: Path) -> None:
       ],
       out,
   )
+
+
+def validation_scores(run_dir: Path) -> dict[int, float]:
+  """``{meta-step: aggregate score}`` of a run's validations."""
+  rows = validation_lib.read_rows(run_dir / validation_lib.CSV_FILE)
+  return {int(r["meta_step"]): float(r["aggregate"]) for r in rows}
+
+
+def validation_table_row(run_dir: Path, scores: Mapping[int, float]) -> str:
+  """``| run | meta-steps | score at the first validation | at the last |
+  best (meta-step) |`` of a run with ``scores``."""
+  steps = sorted(scores)
+  best = max(steps, key=scores.get)
+  return (
+      f"| {run_dir.name} | {finished_steps(run_dir)} | "
+      f"{scores[steps[0]]:.3f} | {scores[steps[-1]]:.3f} | "
+      f"{scores[best]:.3f} ({best}) |"
+  )
+
+
+def run_compare(command: Sequence[str], shards: int) -> None:
+  """``disco-compare`` (``command``): with ``shards > 1`` its runs in that
+  many processes first (waiting for every one), then the report."""
+  if shards > 1:
+    processes = [
+        subprocess.Popen([*command, f"--config.shard={i}/{shards}"])
+        for i in range(shards)
+    ]
+    if any([p.wait() for p in processes]):
+      raise SystemExit("a disco-compare shard failed (its output is above)")
+  subprocess.run(command, check=True)
+
+
+def copy_comparison(compared: Path, out: Path) -> None:
+  """The comparison's report, tables and figures into ``out`` (prefixed
+  ``compare_``)."""
+  for name in ("report.md", "results.csv", "tuning.csv", "statistics.json"):
+    if (compared / name).is_file():
+      shutil.copyfile(compared / name, out / f"compare_{name}")
+  for figure in compared.glob("*.png"):
+    shutil.copyfile(figure, out / f"compare_{figure.name}")

@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 
 from disco import agent as agent_lib
-from disco.training import analysis
-from disco.training import loop as loop_lib
 from disco.update_rules import base
 from disco.update_rules import drift
 from disco.update_rules import mirror_learning
@@ -18,7 +16,6 @@ from disco.update_rules import registry
 
 from test_ppo import _context
 from test_ppo import _inputs
-from test_ppo import _learn
 
 # A grid of log-ratios and advantages that crosses r = 1 and A = 0.
 LOG_R = jnp.linspace(-1.5, 1.5, 61)
@@ -188,23 +185,3 @@ def test_bad_lpo_settings(kwargs, message):
   settings.rule_kwargs.update(kwargs)
   with pytest.raises(ValueError, match=message):
     agent_lib.make_agent(settings, 2, num_updates=10)
-
-
-def test_dpo_learns_catch():
-  """CI version, as test_ppo's: Catch 5x5, one seed, 16 envs x 16 steps,
-  2 epochs x 4 minibatches."""
-  settings = registry.default_settings("dpo")
-  settings.learning_rate = 3e-3
-  settings.network.dense = (32,)
-  config = loop_lib.LoopConfig(
-      num_envs=16,
-      rollout_len=16,
-      batch_size=16,
-      replay_capacity=0,
-      min_replay_size=0,
-      update_epochs=2,
-      num_minibatches=4,
-  )
-  metrics = _learn("catch", dict(rows=5, columns=5), [0], config, settings, 100)
-  score = analysis.final_scores(metrics, 200)
-  assert score[0] >= 0.8, score

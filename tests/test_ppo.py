@@ -283,10 +283,11 @@ def _learn(env_name, env_settings, seeds, config, settings, iterations):
   return metrics
 
 
-def test_ppo_learns_catch():
+@pytest.mark.parametrize("rule", ["ppo", "dpo"])
+def test_ppo_learns_catch(rule):
   """CI version: Catch 5x5, one seed, 16 envs x 16 steps, 2 epochs x 4
-  minibatches."""
-  settings = registry.default_settings("ppo")
+  minibatches; DPO (PPO with DPO's drift) too."""
+  settings = registry.default_settings(rule)
   settings.learning_rate = 3e-3
   settings.network.dense = (32,)
   config = loop_lib.LoopConfig(
