@@ -33,9 +33,7 @@ from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
-import rlax
 
-from disco import ops
 from disco import types
 from disco.update_rules import base
 from disco.update_rules import drift as drift_lib
@@ -65,35 +63,12 @@ class DriftRule(ppo.PPO):
     del meta_out
     return drift_lib.ppo_drift(log_r, advs, self.hyper_params["clip_epsilon"])
 
-  def agent_loss(
-      self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
-  ) -> base.LossAndLogs:
-    """``-(r A - f(r, A))`` minus the entropy bonus, ``[T, B]``."""
-    inputs.check_shapes()
-    if not backprop:
-      meta_out = jax.lax.stop_gradient(meta_out)
-    logits = inputs.agent_out["logits"][:-1]
-    actions = inputs.actions[:-1]
-    log_pi = rlax.batched_index(jax.nn.log_softmax(logits), actions)
-    log_mu = rlax.batched_index(
-        jax.nn.log_softmax(inputs.behaviour_agent_out["logits"][:-1]), actions
-    )
-    log_r = log_pi - log_mu
-    ratio = jnp.exp(log_r)
-    advs = jax.lax.stop_gradient(meta_out["pg_advs"])
+  def surrogate(
+      self, log_r: jax.Array, advs: jax.Array, meta_out: base.MetaOut
+  ) -> tuple[jax.Array, types.Logs]:
+    """``r A - f(r, A)``, ``[T, B]``, and the mean drift."""
     drift = self.drift(log_r, advs, meta_out)
-    entropy = ops.softmax_entropy(logits)
-    loss = -(ratio * advs - drift) - self.hyper_params["entropy_cost"] * entropy
-    eps = self.hyper_params["clip_epsilon"]
-    logs = dict(
-        entropy=jnp.mean(entropy),
-        ratio=jnp.mean(ratio),
-        drift=jnp.mean(drift),
-        clip_fraction=jnp.mean(jnp.abs(ratio - 1.0) > eps),
-        approx_kl=jnp.mean(-log_r),
-        raw_advs=jnp.mean(meta_out["raw_advs"]),
-    )
-    return loss, logs
+    return jnp.exp(log_r) * advs - drift, dict(drift=jnp.mean(drift))
 
 
 class DPO(DriftRule):

@@ -109,12 +109,30 @@ class PPO(base.UpdateRule):
     )
     return meta_out, context.rule_state
 
+  def surrogate(
+      self, log_r: jax.Array, advs: jax.Array, meta_out: base.MetaOut
+  ) -> tuple[jax.Array, types.Logs]:
+    """The objective maximised per transition ``[T, B]`` from the log-ratios
+    ``log pi(a|s) - log mu(a|s)`` and the advantages (both ``[T, B]``), and
+    its own logs: PPO's ``min(r A, clip(r, 1 - eps, 1 + eps) A)``
+    (``mirror_learning`` rules replace it by ``r A - f(r, A)``)."""
+    del meta_out
+    eps = self.hyper_params["clip_epsilon"]
+    ratio = jnp.exp(log_r)
+    clipped = jnp.minimum(
+        ratio * advs, jnp.clip(ratio, 1.0 - eps, 1.0 + eps) * advs
+    )
+    return clipped, {}
+
   def agent_loss(
       self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
   ) -> base.LossAndLogs:
-    """Clipped surrogate and entropy bonus, ``[T, B]``."""
-    del backprop  # PPO has no meta-parameters.
+    """``-surrogate`` and the entropy bonus, ``[T, B]``; without
+    ``backprop`` no gradient reaches ``meta_out`` (e.g. LPO's drift
+    parameters)."""
     inputs.check_shapes()
+    if not backprop:
+      meta_out = jax.lax.stop_gradient(meta_out)
     eps = self.hyper_params["clip_epsilon"]
     logits = inputs.agent_out["logits"][:-1]
     actions = inputs.actions[:-1]
@@ -122,14 +140,14 @@ class PPO(base.UpdateRule):
     log_mu = rlax.batched_index(
         jax.nn.log_softmax(inputs.behaviour_agent_out["logits"][:-1]), actions
     )
-    ratio = jnp.exp(log_pi - log_mu)
+    log_r = log_pi - log_mu
+    ratio = jnp.exp(log_r)
     advs = jax.lax.stop_gradient(meta_out["pg_advs"])
-    surrogate = jnp.minimum(
-        ratio * advs, jnp.clip(ratio, 1.0 - eps, 1.0 + eps) * advs
-    )
+    objective, surrogate_logs = self.surrogate(log_r, advs, meta_out)
     entropy = ops.softmax_entropy(logits)
-    loss = -surrogate - self.hyper_params["entropy_cost"] * entropy
+    loss = -objective - self.hyper_params["entropy_cost"] * entropy
     logs = dict(
+        surrogate_logs,
         entropy=jnp.mean(entropy),
         ratio=jnp.mean(ratio),
         clip_fraction=jnp.mean(jnp.abs(ratio - 1.0) > eps),
