@@ -57,8 +57,6 @@ import sys
 
 import meta_runs
 
-from disco.launch import validation as validation_lib
-
 VARIANTS = ("lpg", "lpg_es", "disco")
 LPG_WORLDS = ("dense", "sparse", "long_horizon", "longer_horizon", "long_dense")
 HELD_OUT = (
@@ -250,8 +248,7 @@ def report(args) -> None:
       scores = meta_runs.validation_scores(run_dir)
       if not scores:
         continue
-      for r in validation_lib.read_rows(run_dir / validation_lib.CSV_FILE):
-        rows.append(dict(r, run=run_dir.name))
+      rows += meta_runs.validation_rows(run_dir)
       steps = sorted(scores)
       lines.append(meta_runs.validation_table_row(run_dir, scores))
       ax.plot(

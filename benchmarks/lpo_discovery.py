@@ -54,7 +54,6 @@ import sys
 import meta_runs
 
 from disco import weights as weights_lib
-from disco.launch import validation as validation_lib
 
 TRAIN = ("gymnax/CartPole-v1", "gymnax/Breakout-MinAtar")
 VALIDATION = ("gymnax/SpaceInvaders-MinAtar",)
@@ -290,8 +289,10 @@ def report(args) -> None:
   ]
   rows = []
   fig, (ax_v, ax_f) = plt.subplots(1, 2, figsize=(11, 4))
-  paths = [(v, p) for v in VARIANTS for p in run_dirs(root, v)]
-  for variant, path in paths:
+  paths = [
+      (v, p, i == 0) for v in VARIANTS for i, p in enumerate(run_dirs(root, v))
+  ]
+  for variant, path, first in paths:
     color = f"C{list(VARIANTS).index(variant)}"
     scores = meta_runs.validation_scores(path)
     history = meta_runs.read_history(path)
@@ -301,8 +302,7 @@ def report(args) -> None:
       )
     if not scores:
       continue
-    for r in validation_lib.read_rows(path / validation_lib.CSV_FILE):
-      rows.append(dict(r, run=path.name))
+    rows += meta_runs.validation_rows(path)
     steps = sorted(scores)
     lines.append(meta_runs.validation_table_row(path, scores))
     ax_v.plot(
@@ -311,7 +311,7 @@ def report(args) -> None:
         "o-",
         color=color,
         alpha=0.7,
-        label=variant if path == run_dirs(root, variant)[0] else None,
+        label=variant if first else None,
     )
   if not rows:
     raise SystemExit(f"no validation.csv under {root}")

@@ -68,6 +68,12 @@ def validation_scores(run_dir: Path) -> dict[int, float]:
   return {int(r["meta_step"]): float(r["aggregate"]) for r in rows}
 
 
+def validation_rows(run_dir: Path) -> list[dict]:
+  """A run's ``validation.csv`` rows, each with the run's folder name."""
+  rows = validation_lib.read_rows(run_dir / validation_lib.CSV_FILE)
+  return [dict(r, run=run_dir.name) for r in rows]
+
+
 def validation_table_row(run_dir: Path, scores: Mapping[int, float]) -> str:
   """``| run | meta-steps | score at the first validation | at the last |
   best (meta-step) |`` of a run with ``scores``."""
