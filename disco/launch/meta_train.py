@@ -692,14 +692,15 @@ def _attach_level_samplers(config, groups, settings, estimator, pop_config):
 
 
 def _make_population(
-    config, estimator, groups, pop_config, meta_optimizer, devices
+    config, estimator, groups, pop_config, meta_optimizer, devices, es_config
 ):
-  """The population of ``estimator`` (``ValueError`` on bad settings)."""
+  """The population of ``estimator`` (``ValueError`` on bad settings);
+  ``es_config``: the checked ``config.es`` (ES only)."""
   if estimator == estimators_lib.ES:
     return es_lib.ESPopulation(
         groups,
         pop_config,
-        _es_config(config, str(config.rule).strip()),
+        es_config,
         meta_optimizer,
         devices,
         _normalizers(groups, config),
@@ -748,9 +749,10 @@ def build(config: config_dict.ConfigDict) -> Plan:
   devices = _devices(config)
   settings = _agent_settings(config)
   estimator = _estimator(config)
-  lifetime = None
+  es_config = lifetime = None
   if estimator == estimators_lib.ES:
-    lifetime = _es_config(config, settings.rule).lifetime_updates
+    es_config = _es_config(config, settings.rule)
+    lifetime = es_config.lifetime_updates
   groups = _make_groups(config, settings, _value_fn(config), lifetime)
   groups = _attach_level_samplers(
       config, groups, settings, estimator, pop_config
@@ -767,7 +769,13 @@ def build(config: config_dict.ConfigDict) -> Plan:
     )
   try:
     population = _make_population(
-        config, estimator, groups, pop_config, meta_optimizer, devices
+        config,
+        estimator,
+        groups,
+        pop_config,
+        meta_optimizer,
+        devices,
+        es_config,
     )
   except ValueError as e:
     raise UsageError(common.one_line(e)) from None
