@@ -103,7 +103,8 @@ from tqdm import tqdm
 from disco import agent as agent_lib
 from disco import weights
 from disco.environments import registry
-from disco.launch import common
+from disco import checks
+from disco.update_rules import resolve
 from disco.launch import evaluate
 from disco.launch import meta_train
 from disco.meta import checkpoints
@@ -219,7 +220,7 @@ EXPORT = """\
 path = meta_train.export_meta_params(
     out / 'meta_params.npz', state.meta_params, plan.settings,
     meta_step=int(state.step), init_meta_params=init_meta_params)
-discovered = common.resolve_rule(str(path))
+discovered = resolve.resolve_rule(str(path))
 eval_settings, discovered_params = discovered.settings, discovered.meta_params
 print(f'Exported {path}: metadata {weights.load_metadata(path)}')
 print(f'Evaluate it with: disco-eval --config.rule={path}')"""
@@ -333,7 +334,7 @@ train a whole PPO lifetime; the figure shows the drift it found beside PPO's
 and DPO's closed form."""
 
 LPO = """\
-lpo_config = common.load_config('meta_train_lpo')
+lpo_config = checks.load_config('meta_train_lpo')
 lpo_config.update(dict(
     num_meta_steps=max(lpo_generations, 1), output_dir=f'{out}-lpo',
     checkpoint_every=0, rollout_len=lpo_rollout_len))
@@ -345,7 +346,7 @@ lpo_config.es.update(dict(
     final_iterations=min(10, lpo_lifetime_iterations)))
 if lpo_generations:
   lpo_summary = meta_train.train(lpo_config, progress=False)
-  lpo = common.resolve_rule(lpo_summary['meta_params_file'])
+  lpo = resolve.resolve_rule(lpo_summary['meta_params_file'])
   drifts = drift_distillation.standard_drifts()
   drifts['LPO (learned)'] = (
       lambda x, a: lpo.rule.drift_from_params(lpo.meta_params, x, a))

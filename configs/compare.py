@@ -16,7 +16,7 @@ repeated, so an interrupted sweep continues where it stopped.
 
 from ml_collections import config_dict
 
-from disco.launch import common
+from disco import checks
 
 
 def get_config() -> config_dict.ConfigDict:
@@ -57,7 +57,7 @@ def get_config() -> config_dict.ConfigDict:
           # Every rule's agent-network changes (the keys of disco-eval's
           # config.network; None: the rule's), e.g.
           # --config.network.obs_embedding=minigrid.
-          network=common.load_config("evaluate").network,
+          network=checks.load_config("evaluate").network,
           # Tuning of baselines per environment: every point of ``grid``
           # (learning_rate and the rule's hyper-parameters, e.g.
           # "learning_rate=(3e-4,1e-3),entropy_cost=(0.01,0.2)") trains

@@ -29,13 +29,13 @@ environment given other observations (e.g. ``env_settings={}``: one-hot, or
 CartPole's) is read as it is, as with ``obs_embedding="none"``.
 """
 
-from disco.launch import common
+from disco import checks
 
 LPG_ENVS = ("dense", "sparse", "long_horizon", "longer_horizon", "long_dense")
 
 
 def get_config():
-  config = common.load_config("meta_train")
+  config = checks.load_config("meta_train")
   config.rule = "lpg"
   # The meta-network's GRU (256, the rule's default): tests shrink it with
   # --config.rule_kwargs.net.hidden_size=8.

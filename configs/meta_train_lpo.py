@@ -20,11 +20,11 @@ PPO's default 2.5e-4. Held-out validation is off here; the discovery script
 (``benchmarks/lpo_discovery.py``) sets it.
 """
 
-from disco.launch import common
+from disco import checks
 
 
 def get_config():
-  config = common.load_config("meta_train")
+  config = checks.load_config("meta_train")
   config.rule = "lpo"
   config.estimator = "es"
   config.population = (

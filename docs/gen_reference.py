@@ -303,7 +303,7 @@ def config_meanings(path: Path, function: str) -> dict[str, str]:
   """``{dotted key: the comments above it and beside it}`` for the dict that
   ``function`` of ``path`` returns (nested ``dict(...)`` calls, and blocks
   from another module's ``default_config()`` or
-  ``common.load_config(name).key``)."""
+  ``checks.load_config(name).key``)."""
   source = path.read_text()
   tree = ast.parse(source)
   comments, code_lines = _comment_lines(source)

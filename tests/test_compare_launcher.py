@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from disco import checks
+from disco import errors
 from disco.launch import common
 from disco.launch import compare
 from disco.launch import evaluate
@@ -49,7 +51,7 @@ def _config(argv):
   fv = flags.FlagValues()
   common.parse_config_flags(
       ["disco-compare", *argv],
-      common.config_path(compare.CONFIG_NAME),
+      checks.config_path(compare.CONFIG_NAME),
       "help",
       flag_values=fv,
   )
@@ -253,7 +255,7 @@ def test_a_diverged_seed_is_named_not_compared(sweep, tmp_path):
   metrics = analysis.read_metrics_csv(runs[0] / "metrics.csv")
   metrics["diverged"][1, 2:] = 1
   analysis.write_metrics_csv(runs[0] / "metrics.csv", metrics)
-  with pytest.raises(common.UsageError, match="Diverged") as info:
+  with pytest.raises(errors.UsageError, match="Diverged") as info:
     _aggregate(runs, tmp_path)
   step = int(metrics["env_steps"][1, 2])
   assert f"seed {int(metrics['seed'][1, 0])} of " in str(info.value)
@@ -293,7 +295,7 @@ def test_a_seed_that_ended_no_episode_is_named(sweep, tmp_path):
   for name in ("episodes", "return_sum"):
     metrics[name][2] = 0
   analysis.write_metrics_csv(runs[1] / "metrics.csv", metrics)
-  with pytest.raises(common.UsageError, match="raise total_env_steps") as info:
+  with pytest.raises(errors.UsageError, match="raise total_env_steps") as info:
     _aggregate(runs, tmp_path)
   assert f"seed {int(metrics['seed'][2, 0])} of " in str(info.value)
 
@@ -398,7 +400,7 @@ def test_ppo_gets_its_own_loop(tmp_path):
     ],
 )
 def test_bad_input_is_one_line(args, match, tmp_path):
-  with pytest.raises(common.UsageError, match=match) as info:
+  with pytest.raises(errors.UsageError, match=match) as info:
     compare.compare(
         _config(tiny_with([*args, f"--config.output_dir={tmp_path / 'x'}"])),
         log=lambda _: None,
@@ -438,6 +440,6 @@ def test_parse_spec():
       "gymnax/CartPole-v1",
       {},
   )
-  with pytest.raises(common.UsageError, match="name:key=value"):
+  with pytest.raises(errors.UsageError, match="name:key=value"):
     compare.parse_spec("catch:rows", "environment")
   assert json.loads(json.dumps(compare.parse_spec("a:b=1", "x")))

@@ -14,6 +14,8 @@ from absl import flags
 import numpy as np
 import pytest
 
+from disco import checks
+from disco import errors
 from disco.comparison import normalization
 from disco.comparison import results as results_lib
 from disco.launch import common
@@ -43,7 +45,7 @@ def _config(argv):
   fv = flags.FlagValues()
   common.parse_config_flags(
       ["disco-compare", *argv],
-      common.config_path(compare.CONFIG_NAME),
+      checks.config_path(compare.CONFIG_NAME),
       "help",
       flag_values=fv,
       prepare=compare.prepare_config,
@@ -153,7 +155,7 @@ def test_bad_grid_is_one_line_before_training(args, match, tmp_path):
       for a in TUNE
       if a.partition("=")[0] not in {b.partition("=")[0] for b in args}
   ]
-  with pytest.raises(common.UsageError, match=match) as info:
+  with pytest.raises(errors.UsageError, match=match) as info:
     compare.compare(
         _config([*TINY, *argv, *args, f"--config.output_dir={tmp_path}/x"]),
         log=lambda _: None,

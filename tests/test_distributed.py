@@ -33,8 +33,8 @@ import jax
 import numpy as np
 import pytest
 
+from disco import errors
 from disco import weights as weights_lib
-from disco.launch import common
 from disco.launch import compare
 from disco.launch import distributed
 from disco.launch import evaluate
@@ -391,7 +391,7 @@ def test_settings():
     ],
 )
 def test_bad_settings(overrides, match):
-  with pytest.raises(common.UsageError, match=match):
+  with pytest.raises(errors.UsageError, match=match):
     _settings(**overrides)
 
 
@@ -404,7 +404,7 @@ def test_unreachable_coordinator_and_taken_port():
       process_id=1,
       initialization_timeout=1,
   )
-  with pytest.raises(common.UsageError, match="cannot reach the coordinator"):
+  with pytest.raises(errors.UsageError, match="cannot reach the coordinator"):
     distributed.initialize(late, "test")
   with socket.socket() as taken:
     taken.bind(("127.0.0.1", 0))
@@ -414,7 +414,7 @@ def test_unreachable_coordinator_and_taken_port():
         num_processes=2,
         process_id=0,
     )
-    with pytest.raises(common.UsageError, match="is taken"):
+    with pytest.raises(errors.UsageError, match="is taken"):
       distributed.initialize(first, "test")
   assert not jax.distributed.is_initialized()
 

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from disco import errors
 from disco import weights as weights_lib
-from disco.launch import common
 from disco.launch import meta_train as mt
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
@@ -179,7 +179,7 @@ def test_resume_falls_back_then_repeated_skips_stop(
   )
   resumed_plan = dataclasses.replace(plan, config=config, output_dir=out)
   lines = []
-  with pytest.raises(common.Diverged) as info:
+  with pytest.raises(errors.Diverged) as info:
     mt.run(resumed_plan, lines.append, False)
   text = "\n".join(lines)
   assert "Checkpoint 4 is damaged" in text and "4.damaged" in text
@@ -218,7 +218,7 @@ def test_diverged_exits_with_status_3_and_one_line(tmp_path):
   code = (
       "from disco.launch import common\n"
       "def body(config):\n"
-      "  raise common.Diverged('Meta-training diverged at meta-step 7:\\nx')\n"
+      "  raise errors.Diverged('Meta-training diverged at meta-step 7:\\nx')\n"
       "common.run_launcher('disco-meta-train', '', 'meta_train', body)\n"
   )
   result = subprocess.run(

@@ -20,10 +20,13 @@ import shlex
 from absl import flags
 import pytest
 
+from disco import checks
+from disco import errors
 from disco.environments import registry as env_registry
 from disco.launch import common
 from disco.launch import validate as validate_launcher
 from disco.update_rules import registry as rule_registry
+from disco.update_rules import resolve
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -226,12 +229,12 @@ def check_command(program: str, args: list[str]) -> str | None:
   try:
     rest = common.parse_config_flags(
         argv,
-        common.config_path(config_name),
+        checks.config_path(config_name),
         "",
         flag_values=fv,
         prepare=getattr(module, "prepare_config", None),
     )
-  except common.UsageError as e:
+  except errors.UsageError as e:
     return str(e)
   if len(rest) > 1:
     return f"unexpected arguments {rest[1:]}"
@@ -245,7 +248,7 @@ def _unknown_names(config, describe_rule: str | None) -> str | None:
     return (
         not isinstance(name, str)
         or name == "list"
-        or common.is_rule_path(name)
+        or resolve.is_rule_path(name)
         or name in rule_registry.rule_names()
     )
 

@@ -14,12 +14,16 @@ import numpy as np
 import pytest
 
 from disco import agent as agent_lib
+from disco import checks
+from disco import errors
+from disco import run_folders
 from disco import weights
 from disco.launch import common
 from disco.launch import evaluate
 from disco.training import analysis
 from disco.training import loop as loop_lib
 from disco.update_rules import registry
+from disco.update_rules import resolve
 
 
 def tiny_config(tmp_path, **overrides):
@@ -159,7 +163,7 @@ def test_end_to_end_writes_outputs(tmp_path):
     weights.load_meta_params(path, expected=expected)
 
   # The folder now holds a run: refused unless overwrite=True.
-  with pytest.raises(common.UsageError, match="overwrite"):
+  with pytest.raises(errors.UsageError, match="overwrite"):
     evaluate.build(tiny_config(tmp_path))
   evaluate.build(tiny_config(tmp_path, overwrite=True))
 
@@ -242,7 +246,7 @@ def test_rules_bring_their_loop_unless_it_is_set(tmp_path):
     ],
 )
 def test_bad_settings_are_usage_errors(tmp_path, overrides, match):
-  with pytest.raises(common.UsageError, match=match) as info:
+  with pytest.raises(errors.UsageError, match=match) as info:
     evaluate.build(tiny_config(tmp_path, **overrides))
   _assert_one_line(str(info.value))
   assert not (tmp_path / "run").exists()
@@ -255,35 +259,35 @@ def test_weights_files_that_do_not_fit(tmp_path):
       {"mlp/linear": {"w": np.zeros((2, 2), np.float32)}},
       metadata={"rule": "actor_critic"},
   )
-  with pytest.raises(common.UsageError, match="does not fit") as info:
-    common.resolve_rule(str(path))
+  with pytest.raises(errors.UsageError, match="does not fit") as info:
+    resolve.resolve_rule(str(path))
   _assert_one_line(str(info.value))
   # No rule in the metadata.
   bare = weights.save_meta_params(
       tmp_path / "bare.npz", {"mlp/linear": {"w": np.zeros(2, np.float32)}}
   )
-  with pytest.raises(common.UsageError, match="which rule"):
-    common.resolve_rule(str(bare))
+  with pytest.raises(errors.UsageError, match="which rule"):
+    resolve.resolve_rule(str(bare))
   # A file that is not Disco103.
-  with pytest.raises(common.UsageError, match="not the published") as info:
-    common.resolve_rule("disco103", weights=str(bare))
+  with pytest.raises(errors.UsageError, match="not the published") as info:
+    resolve.resolve_rule("disco103", weights=str(bare))
   _assert_one_line(str(info.value))
   # weights together with a rule file.
-  with pytest.raises(common.UsageError, match="already a file"):
-    common.resolve_rule(str(path), weights=str(bare))
+  with pytest.raises(errors.UsageError, match="already a file"):
+    resolve.resolve_rule(str(path), weights=str(bare))
   # Agent parameters saved by the launcher are not a rule.
   agent_file = weights.save_meta_params(
       tmp_path / "params_seed0.npz",
       {"mlp/linear": {"w": np.zeros(2, np.float32)}},
       metadata={"kind": "agent_params", "rule": "actor_critic"},
   )
-  with pytest.raises(common.UsageError, match="agent parameters"):
-    common.resolve_rule(str(agent_file))
+  with pytest.raises(errors.UsageError, match="agent parameters"):
+    resolve.resolve_rule(str(agent_file))
 
 
 def test_resolve_rule_by_name_and_file(tmp_path):
   for name in ("actor_critic", "policy_gradient", "mpo", "spo"):
-    resolved = common.resolve_rule(name)
+    resolved = resolve.resolve_rule(name)
     assert resolved.settings.rule == name and resolved.label == name
     assert (
         resolved.source == "none"
@@ -292,7 +296,7 @@ def test_resolve_rule_by_name_and_file(tmp_path):
     assert isinstance(
         resolved.rule, type(registry.make_rule(resolved.settings))
     )
-  resolved = common.resolve_rule("disco")
+  resolved = resolve.resolve_rule("disco")
   assert resolved.source == "random" and jax.tree.leaves(resolved.meta_params)
   # A rule file: metadata settings and rule_kwargs override the defaults.
   path = weights.save_meta_params(
@@ -304,7 +308,7 @@ def test_resolve_rule_by_name_and_file(tmp_path):
           rule_kwargs=dict(num_bins=11),
       ),
   )
-  resolved = common.resolve_rule(str(path))
+  resolved = resolve.resolve_rule(str(path))
   settings = resolved.settings
   assert settings.rule == "actor_critic" and settings.learning_rate == 0.5
   assert settings.rule_kwargs.num_bins == 11
@@ -316,17 +320,17 @@ def test_resolve_rule_by_name_and_file(tmp_path):
       {},
       metadata=dict(rule="actor_critic", rule_kwargs=dict(bogus=1)),
   )
-  with pytest.raises(common.UsageError, match="bogus"):
-    common.resolve_rule(str(bad))
+  with pytest.raises(errors.UsageError, match="bogus"):
+    resolve.resolve_rule(str(bad))
   unregistered = weights.save_meta_params(
       tmp_path / "x.npz", {}, metadata=dict(rule="not_registered")
   )
-  with pytest.raises(common.UsageError, match="config.imports"):
-    common.resolve_rule(str(unregistered))
+  with pytest.raises(errors.UsageError, match="config.imports"):
+    resolve.resolve_rule(str(unregistered))
 
 
 def test_disco103_resolves(disco103_path):
-  resolved = common.resolve_rule("disco103", str(disco103_path))
+  resolved = resolve.resolve_rule("disco103", str(disco103_path))
   assert (
       resolved.settings.rule == "disco103" and resolved.source == "pretrained"
   )
@@ -342,10 +346,10 @@ def test_default_output_dir(tmp_path, monkeypatch):
   assert plan.output_dir.name.startswith("eval-actor_critic-")
   (tmp_path / "occupied").mkdir()
   (tmp_path / "occupied" / "config.json").write_text("{}")
-  with pytest.raises(common.UsageError, match="already holds a run"):
+  with pytest.raises(errors.UsageError, match="already holds a run"):
     evaluate.build(tiny_config(tmp_path, output_dir="occupied"))
   (tmp_path / "a_file").write_text("")
-  with pytest.raises(common.UsageError, match="not a folder"):
+  with pytest.raises(errors.UsageError, match="not a folder"):
     evaluate.build(tiny_config(tmp_path, output_dir="a_file"))
 
 
@@ -353,7 +357,7 @@ def _parse(argv):
   fv = flags.FlagValues()
   common.parse_config_flags(
       ["disco-eval", *argv],
-      common.config_path(evaluate.CONFIG_NAME),
+      checks.config_path(evaluate.CONFIG_NAME),
       "help",
       flag_values=fv,
       prepare=evaluate.prepare_config,
@@ -403,7 +407,7 @@ def test_flags_override_the_config_file():
     ],
 )
 def test_bad_flags_are_usage_errors(argv, match):
-  with pytest.raises(common.UsageError, match=match) as info:
+  with pytest.raises(errors.UsageError, match=match) as info:
     _parse(argv)
   _assert_one_line(str(info.value))
 
@@ -448,7 +452,7 @@ def test_disco103_solves_catch_with_the_notebook_settings(
 
 
 def test_search_rule_needs_a_jittable_env(tmp_path):
-  with pytest.raises(common.UsageError, match="jittable") as info:
+  with pytest.raises(errors.UsageError, match="jittable") as info:
     evaluate.build(
         tiny_config(tmp_path, rule="spo", env="catch_dm_env", num_seeds=1)
     )
@@ -469,7 +473,7 @@ def test_env_on_the_command_line_brings_its_settings():
   # The same environment as the config file keeps the file's settings.
   assert _parse(["--config.env=catch"]).env_settings.rows == 8
   with pytest.raises(
-      common.UsageError, match="Valid keys of config.env_settings: force"
+      errors.UsageError, match="Valid keys of config.env_settings: force"
   ):
     _parse(["--config.env=gymnax/CartPole-v1", "--config.env_settings.rows=5"])
 
@@ -519,7 +523,7 @@ def test_network_overrides_and_observations_they_cannot_take(tmp_path):
       ),
   )
   config.env_settings = {}
-  with pytest.raises(common.UsageError, match=r"image-like.*\[4\]") as info:
+  with pytest.raises(errors.UsageError, match=r"image-like.*\[4\]") as info:
     evaluate.build(config)
   _assert_one_line(str(info.value))
 
@@ -598,7 +602,7 @@ def test_every_seed_diverged_is_an_error_after_the_outputs(
     tmp_path, monkeypatch
 ):
   _diverge_seeds(monkeypatch, [0, 1])
-  with pytest.raises(common.Diverged, match="Every seed diverged") as info:
+  with pytest.raises(errors.Diverged, match="Every seed diverged") as info:
     evaluate.evaluate(tiny_config(tmp_path), log=lambda _: None, progress=False)
   _assert_one_line(str(info.value))
   assert "seed 3 at env step 20, seed 4 at env step 20" in str(info.value)
@@ -624,7 +628,7 @@ def test_non_finite_rule_files_are_refused(tmp_path):
       dict(rule=str(path)),
       dict(rule="disco", weights=str(path)),
   ):
-    with pytest.raises(common.UsageError, match="non-finite") as info:
+    with pytest.raises(errors.UsageError, match="non-finite") as info:
       evaluate.build(tiny_config(tmp_path, **overrides))
     _assert_one_line(str(info.value))
   assert not (tmp_path / "run").exists()
@@ -637,7 +641,7 @@ def test_hyper_params_and_optimiser_from_the_command_line(tmp_path):
   assert config.hyper_params.entropy_cost == 0.01
   assert config.hyper_params.value_cost == 0.5  # the rule's default
   with pytest.raises(
-      common.UsageError,
+      errors.UsageError,
       match="Valid keys of config.hyper_params: discount_factor, entropy_cost",
   ) as info:
     _parse(["--config.rule=actor_critic", "--config.hyper_params.pi_cost=1"])
@@ -677,7 +681,7 @@ def test_bad_rule_settings_are_usage_errors(tmp_path, overrides, match):
   config = tiny_config(tmp_path)
   with config.unlocked():
     config.update(overrides)
-  with pytest.raises(common.UsageError, match=match) as info:
+  with pytest.raises(errors.UsageError, match=match) as info:
     evaluate.build(config)
   _assert_one_line(str(info.value))
 
@@ -714,10 +718,10 @@ def test_array_settings_are_written_as_lists(tmp_path):
   from disco.environments import registry as env_registry
 
   settings = env_registry.get_entry("gymnax/Acrobot-v1").settings
-  common.write_json(tmp_path / "c.json", dict(env_settings=settings))
+  run_folders.write_json(tmp_path / "c.json", dict(env_settings=settings))
   saved = json.loads((tmp_path / "c.json").read_text())
   assert saved["env_settings"]["available_torque"] == [-1.0, 0.0, 1.0]
-  assert common.to_jsonable({"a": np.int64(2), "b": np.ones(2)}) == {
+  assert run_folders.to_jsonable({"a": np.int64(2), "b": np.ones(2)}) == {
       "a": 2,
       "b": [1.0, 1.0],
   }

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 from disco import agent as agent_lib
+from disco import errors
 from disco import types
 from disco.environments import lpg_grid
 from disco.environments import registry as env_registry
-from disco.launch import common
 from disco.launch import meta_train as mt
 from disco.meta import value_function
 from disco.networks import agent_nets
@@ -344,7 +344,7 @@ def test_lpg_config_bad_embeddings_fail_in_one_line(
         config[key][k].update(v)
       else:
         config[key][k] = v
-  with pytest.raises(common.UsageError, match=message) as e:
+  with pytest.raises(errors.UsageError, match=message) as e:
     mt.build(config)
   assert "\n" not in str(e.value)
 

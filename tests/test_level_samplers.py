@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from disco import errors
 from disco.environments import base
 from disco.environments import registry
-from disco.launch import common
 from disco.launch import meta_train as mt
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import level_samplers as ls
@@ -279,7 +279,7 @@ def test_sampler_state_survives_kill_and_resume_bit_for_bit(plr_run, tmp_path):
 def test_bad_input(sampler, overrides, match, tmp_path):
   config = _level_config(tmp_path / "o", **sampler)
   config.update(overrides)
-  with pytest.raises(common.UsageError, match=match):
+  with pytest.raises(errors.UsageError, match=match):
     mt.build(config)
 
 

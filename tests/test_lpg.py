@@ -17,10 +17,10 @@ import optax
 import pytest
 
 from disco import agent as agent_lib
+from disco import errors
 from disco import types
 from disco import weights as weights_lib
 from disco.environments import registry as env_registry
-from disco.launch import common
 from disco.launch import meta_train as mt
 from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import population as population_lib
@@ -522,7 +522,7 @@ def test_lpg_config_is_groove_settings(tmp_path):
 )
 def test_meta_train_bad_lpg_settings(tmp_path, overrides, message):
   config = tiny_lpg_config(tmp_path / "run", **overrides)
-  with pytest.raises(common.UsageError, match=message):
+  with pytest.raises(errors.UsageError, match=message):
     mt.build(config)
 
 

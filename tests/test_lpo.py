@@ -8,6 +8,8 @@ import jax
 import numpy as np
 import pytest
 
+from disco import errors
+from disco import run_folders
 from disco import weights as weights_lib
 from disco.launch import common
 from disco.launch import evaluate
@@ -179,10 +181,10 @@ def test_runs_saved_before_the_new_keys_still_resume(tmp_path):
   config = _config(tmp_path)
   config.es.update_epochs = None
   config.es.num_minibatches = None
-  saved = json.loads(json.dumps(common.to_jsonable(config)))
+  saved = json.loads(json.dumps(run_folders.to_jsonable(config)))
   del saved["es"]["update_epochs"], saved["es"]["num_minibatches"]
   del saved["agent"]["anneal_learning_rate"]
   mt._check_same_config(saved, config, "old run")
   config.es.update_epochs = 2
-  with pytest.raises(common.UsageError, match="Cannot resume"):
+  with pytest.raises(errors.UsageError, match="Cannot resume"):
     mt._check_same_config(saved, config, "old run")

@@ -16,11 +16,12 @@ import jax
 import numpy as np
 import pytest
 
+from disco import errors
 from disco import weights as weights_lib
-from disco.launch import common
 from disco.launch import meta_train as mt
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
+from disco.update_rules import resolve
 
 from meta_settings import TINY_FLAGS
 from meta_settings import TINY_LPG
@@ -135,7 +136,7 @@ def test_outputs_and_export(run):
   summary = json.loads((out / mt.SUMMARY_FILE).read_text())
   assert summary["meta_steps"] == 4
   # The export loads as disco-eval resolves it.
-  resolved = common.resolve_rule(str(out / mt.META_PARAMS_FILE))
+  resolved = resolve.resolve_rule(str(out / mt.META_PARAMS_FILE))
   assert resolved.settings.rule == TINY_LPG["rule"]
   assert weights_lib.load_metadata(out / mt.META_PARAMS_FILE)["meta_step"] == 4
   # ... and holds the meta-trained rule, not the initial one.
@@ -210,7 +211,7 @@ def test_resume_is_bit_exact(run, tmp_path):
 )
 def test_bad_settings(estimator, overrides, match, tmp_path):
   config = _config(estimator, output_dir=str(tmp_path / "o"), **overrides)
-  with pytest.raises(common.UsageError, match=match):
+  with pytest.raises(errors.UsageError, match=match):
     mt.build(config)
 
 

@@ -17,11 +17,14 @@ import jax
 import numpy as np
 import pytest
 
+from disco import checks
+from disco import errors
 from disco import weights as weights_lib
 from disco.launch import common
 from disco.launch import meta_train as mt
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
+from disco.update_rules import resolve
 
 from meta_settings import TINY_FLAGS
 from meta_settings import run_launcher
@@ -116,7 +119,7 @@ def test_export_round_trip(straight_run, tmp_path):
       moving_average_eps=1e-6,
       default_lifetime=250,
   )
-  resolved = common.resolve_rule(str(path))
+  resolved = resolve.resolve_rule(str(path))
   settings, params = resolved.settings, resolved.meta_params
   assert settings.rule == "disco" and resolved.source == "file"
   plan = mt.build(tiny_config(output_dir=str(tmp_path / "x")))
@@ -261,17 +264,17 @@ def test_resume_rules(straight_run, tmp_path):
   )
   assert summary["meta_steps"] == 4 and summary["steps_this_run"] == 0
   # Another config is refused, naming the difference.
-  with pytest.raises(common.UsageError, match=r"seed: saved 4, now 5"):
+  with pytest.raises(errors.UsageError, match=r"seed: saved 4, now 5"):
     mt.train(
         tiny_config(num_meta_steps=8, output_dir=str(out), resume=True, seed=5),
         log=lambda _: None,
         progress=False,
     )
   # Without resume, the folder is not overwritten.
-  with pytest.raises(common.UsageError, match="already holds"):
+  with pytest.raises(errors.UsageError, match="already holds"):
     mt.train(tiny_config(output_dir=str(out)), progress=False)
   # A checkpoint beyond the run's length.
-  with pytest.raises(common.UsageError, match="beyond num_meta_steps=3"):
+  with pytest.raises(errors.UsageError, match="beyond num_meta_steps=3"):
     mt.train(
         tiny_config(
             num_meta_steps=3,
@@ -305,7 +308,7 @@ def test_resume_reads_the_config_of_the_checkpoint_when_config_json_is_damaged(
   assert json.loads(config_file.read_text())["config"]["num_meta_steps"] == 4
   # The checkpoint's config still guards the resume.
   config_file.write_text("{")
-  with pytest.raises(common.UsageError, match=r"seed: saved 4, now 5"):
+  with pytest.raises(errors.UsageError, match=r"seed: saved 4, now 5"):
     mt.train(
         tiny_config(num_meta_steps=8, output_dir=str(out), resume=True, seed=5),
         log=lambda _: None,
@@ -320,7 +323,7 @@ def _train_from_argv(args, tmp_path):
   fv = flags.FlagValues()
   common.parse_config_flags(
       ["disco-meta-train", *args],
-      common.config_path(mt.CONFIG_NAME),
+      checks.config_path(mt.CONFIG_NAME),
       "help",
       fv,
   )
@@ -359,7 +362,7 @@ def _train_from_argv(args, tmp_path):
     ],
 )
 def test_bad_input_in_process(args, match, tmp_path):
-  with pytest.raises(common.UsageError, match=match):
+  with pytest.raises(errors.UsageError, match=match):
     _train_from_argv(
         [*TINY_FLAGS, f"--config.output_dir={tmp_path / 'o'}", *args], tmp_path
     )
@@ -372,7 +375,7 @@ def test_mismatched_weights_file(tmp_path):
       {"lstm/linear": {"w": np.zeros((2, 2))}},
       metadata={"rule": "disco"},
   )
-  with pytest.raises(common.UsageError, match="missing key"):
+  with pytest.raises(errors.UsageError, match="missing key"):
     _train_from_argv(
         [
             *TINY_FLAGS,

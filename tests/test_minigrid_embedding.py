@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from disco import errors
 from disco import types
-from disco.launch import common
 from disco.launch import evaluate
 from disco.networks import agent_nets
 
@@ -114,6 +114,6 @@ def test_disco_eval_flag_reaches_the_agent(tmp_path):
   assert plan.agent.net_config.obs_embedding == "minigrid"
   config.env = "catch"  # observations [8, 8]: no ids to embed
   config.env_settings = dict(rows=8, columns=8)
-  with pytest.raises(common.UsageError, match="obs_embedding") as e:
+  with pytest.raises(errors.UsageError, match="obs_embedding") as e:
     evaluate.build(config, log=lambda _: None)
   assert "\n" not in str(e.value)

@@ -16,7 +16,7 @@ import numpy as np
 import optax
 import pytest
 
-from disco.launch import common
+from disco import errors
 from disco.launch import meta_train as mt
 from disco.meta import keys as keys_lib
 from disco.meta import population as population_lib
@@ -169,7 +169,7 @@ def test_lifetime_reset_at_configured_age(mixed):
 
 
 def test_agents_must_split_over_devices(tmp_path):
-  with pytest.raises(common.UsageError) as info:
+  with pytest.raises(errors.UsageError) as info:
     mt.build(
         tiny_config(
             output_dir=str(tmp_path / "a"),

@@ -14,9 +14,9 @@ import pytest
 
 from disco import agent as agent_lib
 from disco import types
-from disco.launch import common
 from disco.launch import evaluate
 from disco.update_rules import registry
+from disco.update_rules import resolve
 
 import conftest
 
@@ -217,6 +217,6 @@ def test_resolve_rule_builds_the_rule_once(registered, monkeypatch):
           settings=entry.settings,
       ),
   )
-  resolved = common.resolve_rule(registered)
+  resolved = resolve.resolve_rule(registered)
   agent_lib.make_agent(resolved.settings, 3, rule=resolved.rule)
   assert len(calls) == 1

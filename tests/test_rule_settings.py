@@ -9,6 +9,8 @@ import sys
 from absl import flags
 import pytest
 
+from disco import checks
+from disco import errors
 from disco import weights as weights_lib
 from disco.launch import common
 from disco.launch import evaluate
@@ -17,6 +19,7 @@ from disco.launch import rule_settings
 from disco.launch.rule_settings import KEYS
 from disco.update_rules import actor_critic
 from disco.update_rules import registry
+from disco.update_rules import resolve
 
 import meta_settings
 import test_evaluate_launcher
@@ -30,7 +33,7 @@ def _parse(module, argv, config_name=None):
   fv = flags.FlagValues()
   common.parse_config_flags(
       ["prog", *argv],
-      common.config_path(config_name or module.CONFIG_NAME),
+      checks.config_path(config_name or module.CONFIG_NAME),
       "help",
       flag_values=fv,
       prepare=module.prepare_config,
@@ -151,7 +154,7 @@ def test_disco_eval_rule_kwargs_from_flags(tmp_path):
   assert config.rule_kwargs.clip_value is False
   assert config.rule_kwargs.normalize_advantages is True  # the default
   with pytest.raises(
-      common.UsageError,
+      errors.UsageError,
       match="Valid keys of config.rule_kwargs: clip_value, normalize_adv",
   ) as info:
     _parse(evaluate, ["--config.rule=ppo", "--config.rule_kwargs.clip=1"])
@@ -167,7 +170,7 @@ def test_disco_eval_rule_kwargs_from_flags(tmp_path):
       tmp_path, rule_kwargs=dict(clip=1.0)
   )
   with pytest.raises(
-      common.UsageError,
+      errors.UsageError,
       match=r"Unknown rule_kwargs \['clip'\] for rule 'actor_critic': valid "
       "keys are categorical_value, num_bins",
   ) as info:
@@ -194,7 +197,7 @@ def test_disco_eval_rule_kwargs_must_fit_given_meta_params(tmp_path):
       rule=str(path),
       rule_kwargs=dict(net=dict(hidden_size=16)),
   )
-  with pytest.raises(common.UsageError, match="no longer fit") as info:
+  with pytest.raises(errors.UsageError, match="no longer fit") as info:
     evaluate.build(config)
   _one_line(str(info.value))
 
@@ -233,7 +236,7 @@ def test_disco_meta_train_rule_settings_from_flags():
       (["--config.hyper_params.entropy_cost=0.1"], "aux_policy_cost"),
       (["--config.rule_kwargs.bins=3"], "max_abs_value"),
   ):
-    with pytest.raises(common.UsageError, match=f"Valid keys.*{valid}") as info:
+    with pytest.raises(errors.UsageError, match=f"Valid keys.*{valid}") as info:
       _parse(meta_train, argv)
     _one_line(str(info.value))
 
@@ -251,7 +254,7 @@ def test_disco_meta_train_rule_settings_reach_the_agents(tmp_path):
   assert weights_lib.load_metadata(path)["settings"] == dict(
       hyper_params=plan.settings.hyper_params.to_dict()
   )
-  assert common.resolve_rule(str(path)).rule.hyper_params["value_cost"] == 0.3
+  assert resolve.resolve_rule(str(path)).rule.hyper_params["value_cost"] == 0.3
   for key, value, match in (
       ("hyper_params", dict(entropy_cost=0.1), "Unknown hyper_params"),
       ("rule_kwargs", dict(bins=3), "Unknown rule_kwargs"),
@@ -259,7 +262,7 @@ def test_disco_meta_train_rule_settings_reach_the_agents(tmp_path):
   ):
     config = meta_settings.tiny_config(output_dir=str(tmp_path / "m"))
     config[key] = value
-    with pytest.raises(common.UsageError, match=match) as info:
+    with pytest.raises(errors.UsageError, match=match) as info:
       meta_train.build(config)
     _one_line(str(info.value))
     assert "for rule 'disco'" in str(info.value) or "value_cost" in str(
@@ -279,6 +282,6 @@ def test_resume_compares_rule_settings_with_their_defaults_filled_in():
   )
   meta_train._check_same_config(saved, current, "x")
   current["hyper_params"]["value_cost"] = 0.3
-  with pytest.raises(common.UsageError, match="hyper_params: saved") as info:
+  with pytest.raises(errors.UsageError, match="hyper_params: saved") as info:
     meta_train._check_same_config(saved, current, "x")
   _one_line(str(info.value))

@@ -27,15 +27,17 @@ import filelock
 import numpy as np
 import pytest
 
+from disco import errors
 from disco import files
+from disco import stopping
 from disco import weights
 from disco.environments import xminigrid_envs
-from disco.launch import common
 from disco.launch import compare
 from disco.launch import evaluate
 from disco.launch import meta_train as mt
 from disco.launch import validate
 from disco.meta import checkpoints as ckpt_lib
+from disco.update_rules import resolve
 
 from meta_settings import TINY_FLAGS
 from meta_settings import TINY_LPG_FLAGS
@@ -125,9 +127,9 @@ def test_code_settings_run_only_when_the_command_line_repeats_them(tmp_path):
       imports="a,b",
       population=[dict(env="catch", env_settings=dict(benchmark_path="x.bz2"))],
   )
-  with pytest.raises(common.UsageError, match="imports module.s. b"):
+  with pytest.raises(errors.UsageError, match="imports module.s. b"):
     validate.check_code_settings(saved, tmp_path, "a", "x.bz2")
-  with pytest.raises(common.UsageError, match=r"ruleset file.s. x.bz2"):
+  with pytest.raises(errors.UsageError, match=r"ruleset file.s. x.bz2"):
     validate.check_code_settings(saved, tmp_path, "a,b", "")
   validate.check_code_settings(saved, tmp_path, "b,a", "./x.bz2")
 
@@ -213,8 +215,8 @@ def test_a_zip_bomb_is_refused_with_bounded_memory(tmp_path):
   assert path.stat().st_size < (1 << 20)
   tracemalloc.start()
   try:
-    with pytest.raises(common.UsageError, match="refused before"):
-      common.resolve_rule(str(path))
+    with pytest.raises(errors.UsageError, match="refused before"):
+      resolve.resolve_rule(str(path))
     with pytest.raises(weights.WeightsError, match="refused before"):
       weights.load_meta_params(path)
     peak = tracemalloc.get_traced_memory()[1]
@@ -302,7 +304,7 @@ def test_overwrite_empties_only_run_folders(tmp_path):
   config = evaluate.default_config()
   config.update(rule="actor_critic", output_dir=str(out), overwrite=True)
   plan = evaluate.build(config, log=lambda _: None)
-  with pytest.raises(common.UsageError, match="holds no run"):
+  with pytest.raises(errors.UsageError, match="holds no run"):
     evaluate.open_output(plan)
   assert (out / "thesis.tex").read_text() == "precious"
 
@@ -329,7 +331,7 @@ def test_a_second_process_on_a_locked_folder_gets_one_line(tmp_path):
 def test_one_writer_per_folder_in_every_launcher(tmp_path):
   out = tmp_path / "meta"
   with files.FolderLock(out, "someone"):
-    with pytest.raises(common.UsageError, match="in use by someone"):
+    with pytest.raises(errors.UsageError, match="in use by someone"):
       mt.train(tiny_config(output_dir=str(out)), progress=False)
     # A follower of the run takes its own lock: the run's does not stop it,
     # a second follower's does.
@@ -408,7 +410,7 @@ def test_compare_run_folders_stay_inside_output_dir(tmp_path, monkeypatch):
       num_seeds=2,
       output_dir=str(tmp_path / "out" / "sweep"),
   )
-  with pytest.raises(common.UsageError, match="twice"):  # one label
+  with pytest.raises(errors.UsageError, match="twice"):  # one label
     compare.build(config)
   config.rules = ("../../x/my rule", "actor_critic")
   plan = compare.build(config)
@@ -484,15 +486,15 @@ def test_a_second_sigterm_does_not_cut_the_exit_save_short(tmp_path):
 
 
 def test_signals_set_a_flag_and_raise_nothing():
-  state = common._STOP  # pylint: disable=protected-access
+  state = stopping._STOP  # pylint: disable=protected-access
   saved = [signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)]
-  common.install_stop_handlers("test")
+  stopping.install_stop_handlers("test")
   try:
     os.kill(os.getpid(), signal.SIGTERM)
-    assert common.stop_requested()
-    with pytest.raises(common.Stopped, match="SIGTERM: stopped here"):
-      common.check_stop("here")
-    with common.signals_deferred():
+    assert stopping.stop_requested()
+    with pytest.raises(errors.Stopped, match="SIGTERM: stopped here"):
+      stopping.check_stop("here")
+    with stopping.signals_deferred():
       os.kill(os.getpid(), signal.SIGINT)  # noted, nothing raised
   finally:
     signal.signal(signal.SIGINT, saved[0])
@@ -503,12 +505,12 @@ def test_signals_set_a_flag_and_raise_nothing():
 
 def test_resource_errors_name_the_resource():
   hint = "do X."
-  with pytest.raises(common.ResourceError, match=r"disk is full .* then do X"):
-    with common.resource_errors(hint):
+  with pytest.raises(errors.ResourceError, match=r"disk is full .* then do X"):
+    with errors.resource_errors(hint):
       raise OSError(errno.ENOSPC, "No space left on device", "/x/summary.json")
-  with pytest.raises(common.ResourceError, match="Out of device memory"):
-    with common.resource_errors(hint):
+  with pytest.raises(errors.ResourceError, match="Out of device memory"):
+    with errors.resource_errors(hint):
       raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 8 GiB")
   with pytest.raises(KeyError):
-    with common.resource_errors(hint):
+    with errors.resource_errors(hint):
       raise KeyError("other")

@@ -17,8 +17,9 @@ import time
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
+from disco import checks
+from disco import errors
 from disco import tracking
-from disco.launch import common
 from disco.launch import compare
 from disco.launch import evaluate
 from disco.launch import meta_train
@@ -68,8 +69,8 @@ def test_unknown_or_missing_backends_are_errors(monkeypatch):
       "tracking 'wandb' needs the wandb package: pip install "
       "'disco-rl-harness[wandb]'."
   )
-  with pytest.raises(common.UsageError, match="config.tracking: tracking"):
-    common.check_tracking("csv,tensorboard")
+  with pytest.raises(errors.UsageError, match="config.tracking: tracking"):
+    checks.check_tracking("csv,tensorboard")
 
 
 def test_tensorboard_tracker_writes_what_it_is_given(tmp_path):
@@ -241,8 +242,8 @@ def test_bad_backend_is_one_line_and_exit_2_before_training(tmp_path):
 def test_missing_backend_package_fails_the_build(tmp_path, monkeypatch):
   monkeypatch.setattr(tracking, "_installed", lambda package: False)
   config = test_evaluate_launcher.tiny_config(tmp_path, tracking="wandb")
-  with pytest.raises(common.UsageError) as info:
+  with pytest.raises(errors.UsageError) as info:
     evaluate.build(config)
   assert "pip install 'disco-rl-harness[wandb]'" in str(info.value)
-  with pytest.raises(common.UsageError, match="needs the tensorboardX"):
+  with pytest.raises(errors.UsageError, match="needs the tensorboardX"):
     meta_train.build(meta_settings.tiny_config(tracking="tensorboard"))

@@ -21,6 +21,8 @@ from absl import flags
 import numpy as np
 import pytest
 
+from disco import checks
+from disco import errors
 from disco import weights as weights_lib
 from disco.comparison import aggregates
 from disco.launch import common
@@ -28,6 +30,7 @@ from disco.launch import evaluate
 from disco.launch import meta_train as mt
 from disco.launch import validate as validate_launcher
 from disco.launch import validation as val
+from disco.update_rules import resolve
 
 from meta_settings import TINY_FLAGS
 from meta_settings import TINY_LPG
@@ -153,7 +156,7 @@ def test_validation_outputs(runs):
       metadata["rule"] == TINY_LPG["rule"] and metadata["source"] == mt.PROGRAM
   )
   # disco-eval takes it as it takes meta_params.npz.
-  resolved = common.resolve_rule(str(on / val.BEST_FILE))
+  resolved = resolve.resolve_rule(str(on / val.BEST_FILE))
   assert (
       resolved.settings.rule == TINY_LPG["rule"] and resolved.source == "file"
   )
@@ -284,7 +287,7 @@ def test_resume_with_other_validation_settings_is_refused(runs, tmp_path):
   shutil.copytree(runs["on"], out)
   config = config_with(out, resume=True)
   config.validation.num_seeds = 3
-  with pytest.raises(common.UsageError, match="other validation settings"):
+  with pytest.raises(errors.UsageError, match="other validation settings"):
     mt.train(config, log=lambda _: None, progress=False)
   # How often is not part of the rows: it may change.
   config = config_with(out, resume=True)
@@ -329,7 +332,7 @@ def test_record_keeps_the_best_and_each_step_once(tmp_path):
   assert len(record.rows()) == 10
   # A record with other settings refuses the folder.
   other = val.parse_settings(dict(val.default_config(), **VALIDATION, seed=7))
-  with pytest.raises(common.UsageError, match="seed: saved 1000, now 7"):
+  with pytest.raises(errors.UsageError, match="seed: saved 1000, now 7"):
     val.Record(tmp_path, other, export)
 
 
@@ -445,7 +448,7 @@ def _train_from_argv(args):
   fv = flags.FlagValues()
   common.parse_config_flags(
       ["disco-meta-train", *args],
-      common.config_path(mt.CONFIG_NAME),
+      checks.config_path(mt.CONFIG_NAME),
       "help",
       fv,
   )
@@ -495,7 +498,7 @@ def test_bad_validation_input(args, match, tmp_path):
       "--config.validation.every=2",
       f"--config.output_dir={tmp_path / 'o'}",
   ]
-  with pytest.raises(common.UsageError, match=match):
+  with pytest.raises(errors.UsageError, match=match):
     _train_from_argv([*flags_, *args])
   assert not (tmp_path / "o").exists()
 

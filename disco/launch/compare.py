@@ -36,7 +36,11 @@ from typing import Any
 from ml_collections import config_dict
 import numpy as np
 
+from disco import checks
+from disco import errors
 from disco import files
+from disco import run_folders
+from disco import stopping
 from disco.comparison import aggregates
 from disco.comparison import normalization
 from disco.comparison import report as report_lib
@@ -47,8 +51,9 @@ from disco.launch import common
 from disco.launch import evaluate
 from disco.launch import rule_settings
 from disco.update_rules import registry as rule_registry
+from disco.update_rules import resolve
 
-UsageError = common.UsageError
+UsageError = errors.UsageError
 
 PROGRAM = "disco-compare"
 CONFIG_NAME = "compare"
@@ -62,7 +67,7 @@ TUNABLE_SETTINGS = ("learning_rate",)
 
 def default_config() -> config_dict.ConfigDict:
   """The config of ``configs/compare.py``."""
-  return common.load_config(CONFIG_NAME)
+  return checks.load_config(CONFIG_NAME)
 
 
 # The disco-eval settings every run of a comparison shares.
@@ -108,7 +113,7 @@ UNCOMPARED_KEYS = (
 
 
 def _json(x: Any) -> Any:
-  return json.loads(json.dumps(common.to_jsonable(x)))
+  return json.loads(json.dumps(run_folders.to_jsonable(x)))
 
 
 def settings_differences(saved: dict, current: dict) -> list[str]:
@@ -206,13 +211,13 @@ class Cell:
     except (OSError, ValueError) as e:
       return (
           False,
-          f"its {results_lib.SUMMARY} is damaged ({common.one_line(e)})",
+          f"its {results_lib.SUMMARY} is damaged ({errors.one_line(e)})",
       )
     try:
       record = json.loads((out / "config.json").read_text())
       saved = dict(record["config"], rule_settings=record["rule_settings"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-      return False, f"its config.json is damaged ({common.one_line(e)})"
+      return False, f"its config.json is damaged ({errors.one_line(e)})"
     plan = self.build(config)
     current = dict(
         evaluate.resolved_config(plan),
@@ -325,16 +330,16 @@ def _apply_point(cell: Cell, point: dict[str, float]) -> Cell:
 
 def _rule_hyper_params(rule: str) -> dict[str, float]:
   """A rule's hyper-parameters with their defaults."""
-  if common.is_rule_path(rule):
-    settings = common.resolve_rule(rule).settings
+  if resolve.is_rule_path(rule):
+    settings = resolve.resolve_rule(rule).settings
   else:
     try:
       settings = rule_registry.default_settings(rule)
     except ValueError as e:
-      raise UsageError(common.one_line(e)) from None
+      raise UsageError(errors.one_line(e)) from None
   return {
       k: float(v)
-      for k, v in common.as_dict(settings.hyper_params, "hyper_params").items()
+      for k, v in checks.as_dict(settings.hyper_params, "hyper_params").items()
   }
 
 
@@ -399,8 +404,8 @@ def _tuning(config: config_dict.ConfigDict, seeds: range) -> Tuning | None:
           f"config.tune.grid: unknown setting(s) {unknown} for rule "
           f"{rule!r}; valid: {', '.join(valid)}."
       )
-  num_seeds = common.check_int(tune.num_seeds, "tune.num_seeds", 1)
-  first = common.check_int(tune.seed, "tune.seed", 0)
+  num_seeds = checks.check_int(tune.num_seeds, "tune.num_seeds", 1)
+  first = checks.check_int(tune.seed, "tune.seed", 0)
   tune_seeds = range(first, first + num_seeds)
   overlap = sorted(set(tune_seeds) & set(seeds))
   if overlap:
@@ -416,8 +421,8 @@ def _tuning(config: config_dict.ConfigDict, seeds: range) -> Tuning | None:
       rules=rules,
       grid=grid,
       seeds=tuple(tune_seeds),
-      total_env_steps=common.check_int(steps, "tune.total_env_steps", 1),
-      keep_untuned=common.check_bool(tune.keep_untuned, "tune.keep_untuned"),
+      total_env_steps=checks.check_int(steps, "tune.total_env_steps", 1),
+      keep_untuned=checks.check_bool(tune.keep_untuned, "tune.keep_untuned"),
   )
 
 
@@ -460,7 +465,7 @@ def _label(rule: str) -> str:
   """A rule's name in the results and its folder name: a registered name,
   or a rule file's stem, made safe as a file name (no ``/``, no leading
   ``.``), so that every run folder stays inside ``output_dir``."""
-  if common.is_rule_path(rule):
+  if resolve.is_rule_path(rule):
     rule = Path(rule).stem
   return report_lib.file_name(rule) or "rule"
 
@@ -472,7 +477,7 @@ def _per_rule(config, key: str) -> dict[str, dict[str, Any]]:
   Raises:
     UsageError: for a rule that is not in ``config.rules``.
   """
-  given = common.as_dict(config.get(key) or {}, key)
+  given = checks.as_dict(config.get(key) or {}, key)
   out = {}
   for rule, values in given.items():
     if rule not in config.rules:
@@ -480,7 +485,7 @@ def _per_rule(config, key: str) -> dict[str, dict[str, Any]]:
           f"config.{key}.{rule}: {rule!r} is not one of config.rules "
           f"{list(config.rules)}."
       )
-    out[rule] = common.as_dict(values or {}, f"{key}.{rule}")
+    out[rule] = checks.as_dict(values or {}, f"{key}.{rule}")
   return out
 
 
@@ -506,7 +511,7 @@ def _cells(
   rule_kwargs = _per_rule(config, "rule_kwargs")
   network = {
       k: v
-      for k, v in common.as_dict(config.network, "network").items()
+      for k, v in checks.as_dict(config.network, "network").items()
       if v is not None
   }
   tuned_rules = tuning.rules if tuning is not None else ()
@@ -524,7 +529,7 @@ def _cells(
         env_registry.make_env(env, 1, **settings)  # checks the settings
       except (ValueError, TypeError) as e:
         raise UsageError(
-            f"config.envs {spec!r}: {common.one_line(e)}"
+            f"config.envs {spec!r}: {errors.one_line(e)}"
         ) from None
       full = {**entry.settings, **settings}
       key = normalization.env_key(env, full)
@@ -608,7 +613,7 @@ def _check_seeds(
 
 
 def _probability(value: Any, name: str) -> float:
-  value = common.check_number(value, name)
+  value = checks.check_number(value, name)
   if not 0.0 < value < 1.0:
     raise UsageError(f"config.{name} must be in (0, 1), got {value!r}.")
   return value
@@ -621,8 +626,8 @@ def build(config: config_dict.ConfigDict) -> Plan:
   Raises:
     UsageError: for any bad setting, with a one-line explanation.
   """
-  common.check_config_keys(config, default_config(), CONFIG_NAME)
-  common.import_modules(config.imports)
+  checks.check_config_keys(config, default_config(), CONFIG_NAME)
+  checks.import_modules(config.imports)
   if config.test not in significance.TESTS:
     raise UsageError(
         f"Unknown config.test {config.test!r}; use one of "
@@ -630,23 +635,23 @@ def build(config: config_dict.ConfigDict) -> Plan:
     )
   min_effect = config.min_effect
   if min_effect is not None:
-    min_effect = common.check_number(min_effect, "min_effect", positive=True)
+    min_effect = checks.check_number(min_effect, "min_effect", positive=True)
   settings = report_lib.Settings(
       test=config.test,
       alpha=_probability(config.alpha, "alpha"),
       power=_probability(config.power, "power"),
-      reps=common.check_int(config.bootstrap_reps, "bootstrap_reps", 10),
-      seed=common.check_int(config.seed, "seed", 0),
-      num_points=common.check_int(config.num_points, "num_points", 2),
+      reps=checks.check_int(config.bootstrap_reps, "bootstrap_reps", 10),
+      seed=checks.check_int(config.seed, "seed", 0),
+      num_points=checks.check_int(config.num_points, "num_points", 2),
       confidence=_probability(config.confidence, "confidence"),
-      task_bootstrap=common.check_bool(config.task_bootstrap, "task_bootstrap"),
+      task_bootstrap=checks.check_bool(config.task_bootstrap, "task_bootstrap"),
       min_effect=min_effect,
-      holm_across_envs=common.check_bool(
+      holm_across_envs=checks.check_bool(
           config.holm_across_envs, "holm_across_envs"
       ),
   )
   references = parse_references(config.references)
-  output_dir = common.output_dir(config.output_dir, "compare")
+  output_dir = run_folders.output_dir(config.output_dir, "compare")
   run_dirs = [Path(p).expanduser() for p in config.run_dirs]
   cells, tuning = [], None
   if not run_dirs:
@@ -655,8 +660,8 @@ def build(config: config_dict.ConfigDict) -> Plan:
           "config.rules and config.envs must not be empty (or "
           "give config.run_dirs to aggregate)."
       )
-    num_seeds = common.check_int(config.num_seeds, "num_seeds", 1)
-    seed = common.check_int(config.seed, "seed", 0)
+    num_seeds = checks.check_int(config.num_seeds, "num_seeds", 1)
+    seed = checks.check_int(config.seed, "seed", 0)
     tuning = _tuning(config, range(seed, seed + num_seeds))
     num_labels = len(config.rules) + (
         len(tuning.rules) if tuning and tuning.keep_untuned else 0
@@ -674,18 +679,18 @@ def build(config: config_dict.ConfigDict) -> Plan:
       tuning=tuning,
   )
   if not run_dirs:
-    checks = []
+    to_check = []
     for cell in cells:
-      checks += [c for _, c in tuning_cells(plan, cell)] if cell.tuned else []
-      checks.append(cell)
-    for cell in checks:  # every run's settings, checked before training
+      to_check += [c for _, c in tuning_cells(plan, cell)] if cell.tuned else []
+      to_check.append(cell)
+    for cell in to_check:  # every run's settings, checked before training
       try:
         normalization.normalize(
             0.0, normalization.env_key(cell.env, cell.env_settings), references
         )
       except ValueError as e:
         raise UsageError(
-            f"{common.one_line(e)} (or pass it as config.references: "
+            f"{errors.one_line(e)} (or pass it as config.references: "
             "'env:random=R,reference=X,source=TEXT')"
         ) from None
       cell.build(config)
@@ -728,7 +733,7 @@ def run(
     if why is not None:
       log(f"Running {cell.output_dir} again: {why}.")
   for i, cell in enumerate(todo):
-    common.check_stop(f"before run {i + 1} of {len(todo)}")
+    stopping.check_stop(f"before run {i + 1} of {len(todo)}")
     if cell.tuned:
       points = tuning_cells(plan, cell)
       for j, (point, tuning_cell) in enumerate(points):
@@ -746,7 +751,7 @@ def run(
       choice = choose(plan, cell)
       log(
           f"Tuned {cell.rule} on {cell.env_key}: {choice['point']} (mean "
-          f"normalised score {common.fmt(choice['score'])} on the tuning "
+          f"normalised score {run_folders.fmt(choice['score'])} on the tuning "
           "seeds)"
       )
       cell = _apply_point(cell, choice["point"])
@@ -789,7 +794,7 @@ def choose(plan: Plan, cell: Cell) -> dict[str, Any]:
       raw = results_lib.load_run(tuning_cell.output_dir).final_scores()
       norm = normalization.normalize(raw, cell.env_key, plan.references)
     except ValueError as e:
-      raise UsageError(common.one_line(e)) from None
+      raise UsageError(errors.one_line(e)) from None
     finite = np.isfinite(norm)
     points.append(
         dict(
@@ -852,7 +857,7 @@ def _write_tuning(
   stats["tuning"] = entry
   path = plan.output_dir / "statistics.json"
   saved = json.loads(path.read_text())
-  saved["tuning"] = common.to_jsonable(entry)
+  saved["tuning"] = run_folders.to_jsonable(entry)
   files.write_text(path, report_lib.json_text(saved))
   lines = [
       "",
@@ -874,12 +879,12 @@ def _write_tuning(
     chosen = ", ".join(f"{k}={v:g}" for k, v in choice["point"].items())
     grid = "; ".join(
         "/".join(f"{p['point'][k]:g}" for k in keys)
-        + f": {common.fmt(p['score'], 2)}"
+        + f": {run_folders.fmt(p['score'], 2)}"
         for p in choice["points"]
     )
     lines.append(
         f"| {choice['label']} | {choice['env']} | {chosen} | "
-        f"{common.fmt(choice['score'], 3)} | {grid} |"
+        f"{run_folders.fmt(choice['score'], 3)} | {grid} |"
     )
   report = plan.output_dir / "report.md"
   files.write_text(report, report.read_text() + "\n".join(lines) + "\n")
@@ -916,7 +921,7 @@ def write(
     results = results_lib.Results.from_runs(
         [results_lib.load_run(d) for d in run_dirs]
     )
-    common.make_dir(plan.output_dir)
+    run_folders.make_dir(plan.output_dir)
     stats = report_lib.write_report(
         results,
         plan.output_dir,
@@ -925,14 +930,14 @@ def write(
         title=f"Comparison of {', '.join(results.rules)}",
     )
   except ValueError as e:
-    raise UsageError(common.one_line(e)) from None
+    raise UsageError(errors.one_line(e)) from None
   if plan.tuning is not None and plan.cells:
     choices = [choose(plan, c) for c in plan.cells if c.tuned]
     _write_tuning(plan, choices, stats)
     for choice in choices:
       log(
           f"{choice['label']} on {choice['env']}: {choice['point']} "
-          f"(tuning score {common.fmt(choice['score'])}; {TUNING_CSV})"
+          f"(tuning score {run_folders.fmt(choice['score'])}; {TUNING_CSV})"
       )
   log(
       f"Report: {plan.output_dir / 'report.md'}; results.csv, "
@@ -959,21 +964,21 @@ def compare(
   index, count = plan.shard
   hint = "run the same command again: finished runs are kept."
   if count == 1:
-    with common.claim_output_dir(plan.output_dir, PROGRAM):
-      with common.resource_errors(hint):
+    with run_folders.claim_output_dir(plan.output_dir, PROGRAM):
+      with errors.resource_errors(hint):
         if plan.run_dirs:
           return write(plan, plan.run_dirs, log)
         return write(plan, run(plan, log, progress), log)
   shard_lock = f"{files.LOCK_FILE}-shard-{index}-of-{count}"
-  with common.claim_output_dir(plan.output_dir, PROGRAM, shard_lock):
-    with common.resource_errors(hint):
+  with run_folders.claim_output_dir(plan.output_dir, PROGRAM, shard_lock):
+    with errors.resource_errors(hint):
       run_dirs = run(plan, log, progress)
       if not all(_summary_complete(d) for d in run_dirs):
         return write(plan, run_dirs, log, wait_for_shards=True)
       try:
-        report_lock = common.claim_output_dir(plan.output_dir, PROGRAM)
+        report_lock = run_folders.claim_output_dir(plan.output_dir, PROGRAM)
       except UsageError as e:
-        log(f"Not writing the report: {common.one_line(e)}")
+        log(f"Not writing the report: {errors.one_line(e)}")
         return None
       with report_lock:
         return write(plan, run_dirs, log, wait_for_shards=True)
@@ -996,7 +1001,7 @@ def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
     rules = (rules,) if isinstance(rules, str) else rules
   with config.unlocked():
     for key in rule_settings.KEYS:
-      given = common.as_dict(config.get(key) or {}, key)
+      given = checks.as_dict(config.get(key) or {}, key)
       entries = {}
       for rule in rules or ():
         if not isinstance(rule, str) or not rule.isidentifier():

@@ -47,9 +47,10 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from disco.launch import common
+from disco import checks
+from disco import errors
 
-UsageError = common.UsageError
+UsageError = errors.UsageError
 
 # JAX's own timeouts run this much longer than ours, so that the launcher's
 # clear message comes first.
@@ -70,7 +71,7 @@ class Settings:
   step_timeout: int
 
 
-class Preempted(common.Stopped):
+class Preempted(errors.Stopped):
   """Every process reached JAX's preemption sync point (after SIGTERM)."""
 
 
@@ -99,17 +100,17 @@ def settings(block: Any) -> Settings | None:
   Raises:
     UsageError: a bad value, naming the key and the fix.
   """
-  cfg = common.as_dict(block, "distributed")
+  cfg = checks.as_dict(block, "distributed")
   valid = set(default_config())
   if set(cfg) != valid:
     raise UsageError(
         f"config.distributed must have the keys {', '.join(sorted(valid))}; "
         f"got {', '.join(sorted(cfg))}."
     )
-  enabled = common.check_bool(cfg["enabled"], "distributed.enabled")
+  enabled = checks.check_bool(cfg["enabled"], "distributed.enabled")
   address = str(cfg["coordinator_address"] or "").strip() or None
-  num = common.check_int(cfg["num_processes"], "distributed.num_processes", 0)
-  pid = common.check_int(cfg["process_id"], "distributed.process_id", -1)
+  num = checks.check_int(cfg["num_processes"], "distributed.num_processes", 0)
+  pid = checks.check_int(cfg["process_id"], "distributed.process_id", -1)
   ids = str(cfg["local_device_ids"] or "").strip()
   if not (enabled or address or num or pid >= 0):
     return None
@@ -132,13 +133,13 @@ def settings(block: Any) -> Settings | None:
       num_processes=num or None,
       process_id=pid if pid >= 0 else None,
       local_device_ids=local,
-      initialization_timeout=common.check_int(
+      initialization_timeout=checks.check_int(
           cfg["initialization_timeout"], "distributed.initialization_timeout", 1
       ),
-      heartbeat_timeout=common.check_int(
+      heartbeat_timeout=checks.check_int(
           cfg["heartbeat_timeout"], "distributed.heartbeat_timeout", 1
       ),
-      step_timeout=common.check_int(
+      step_timeout=checks.check_int(
           cfg["step_timeout"], "distributed.step_timeout", 0
       ),
   )
@@ -208,7 +209,7 @@ def initialize(s: Settings | None, program: str) -> None:
       hint = " (start a new Python process: JAX is already in use here)"
     raise UsageError(
         f"{where}: jax.distributed.initialize failed: "
-        f"{common.one_line(e)}{hint}. Give coordinator_address, "
+        f"{errors.one_line(e)}{hint}. Give coordinator_address, "
         "num_processes and process_id in config.distributed where the "
         "cluster is not detected (SLURM, Open MPI, Cloud TPU, Kubernetes)."
     ) from None
@@ -287,7 +288,7 @@ def preempted(step: int) -> bool:
   """True at the same ``step`` in every process after a SIGTERM reached any
   of them: ``jax.distributed`` hands SIGTERM to JAX's preemption notifier.
   Without it (one process) SIGTERM sets the stop flag instead
-  (``common.check_stop``), and this is False. Every process must call it
+  (``stopping.check_stop``), and this is False. Every process must call it
   with the same steps."""
   return (
       jax.distributed.is_initialized()
@@ -339,7 +340,7 @@ def abandon(program: str, message: str, status: int) -> NoReturn:
   ``os._exit``: a normal exit would run JAX's shutdown barrier, which waits
   for the other processes (up to the heartbeat timeout, then aborts).
   """
-  print(f"{program}: error: {common.one_line(message)}", file=sys.stderr)
+  print(f"{program}: error: {errors.one_line(message)}", file=sys.stderr)
   sys.stdout.flush()
   sys.stderr.flush()
   os._exit(status)
@@ -363,7 +364,7 @@ def ends_process_on_failure(program: str, hint: str) -> Iterator[None]:
   except Exception as e:  # noqa: BLE001 - every failure ends the process
     abandon(
         program,
-        f"{describe()} failed: {type(e).__name__}: {common.one_line(e)[:400]}"
+        f"{describe()} failed: {type(e).__name__}: {errors.one_line(e)[:400]}"
         f" (if another process died, its own log says why); {hint}",
         1,
     )

@@ -44,7 +44,11 @@ import numpy as np
 import tqdm
 
 from disco import agent as agent_lib
+from disco import checks
+from disco import errors
 from disco import files
+from disco import run_folders
+from disco import stopping
 from disco import tracking
 from disco import weights as weights_lib
 from disco.environments import base as env_base
@@ -55,8 +59,9 @@ from disco.launch import rule_settings
 from disco.training import analysis
 from disco.training import loop as loop_lib
 from disco.update_rules import registry as rule_registry
+from disco.update_rules import resolve
 
-UsageError = common.UsageError
+UsageError = errors.UsageError
 
 PROGRAM = "disco-eval"
 CONFIG_NAME = "evaluate"
@@ -72,7 +77,7 @@ LIST = "list"
 
 def default_config() -> config_dict.ConfigDict:
   """The config of ``configs/evaluate.py``."""
-  return common.load_config(CONFIG_NAME)
+  return checks.load_config(CONFIG_NAME)
 
 
 # ------------------------------------------------------------ building ----
@@ -83,7 +88,7 @@ class Plan:
   """Everything a run needs, built and checked from a config."""
 
   config: config_dict.ConfigDict
-  rule: common.ResolvedRule
+  rule: resolve.ResolvedRule
   env: env_base.Environment
   env_settings: dict[str, Any]
   agent: agent_lib.Agent
@@ -151,11 +156,11 @@ def _loop_config(
     if value is None:
       value = recommended.get(key, getattr(defaults, key))
     low = 0 if key in ("replay_capacity", "min_replay_size") else 1
-    values[key] = common.check_int(value, key, low)
+    values[key] = checks.check_int(value, key, low)
   try:
     return loop_lib.LoopConfig(**values)
   except ValueError as e:
-    raise UsageError(f"Invalid loop settings: {common.one_line(e)}") from None
+    raise UsageError(f"Invalid loop settings: {errors.one_line(e)}") from None
 
 
 def _make_env(
@@ -165,9 +170,9 @@ def _make_env(
     entry = env_registry.get_entry(config.env)
   except ValueError as e:
     raise UsageError(
-        f"{common.one_line(e)} (--config.env=list prints them)"
+        f"{errors.one_line(e)} (--config.env=list prints them)"
     ) from None
-  env_settings = common.as_dict(config.env_settings or {}, "env_settings")
+  env_settings = checks.as_dict(config.env_settings or {}, "env_settings")
   if not entry.jittable:
     if num_seeds != 1:
       raise UsageError(
@@ -180,13 +185,13 @@ def _make_env(
   try:
     env = env_registry.make_env(config.env, num_envs, **env_settings)
   except (ValueError, TypeError) as e:
-    raise UsageError(f"Bad env settings: {common.one_line(e)}") from None
+    raise UsageError(f"Bad env settings: {errors.one_line(e)}") from None
   return env, env_settings
 
 
 def _with_rule_settings(
-    rule: common.ResolvedRule, hyper_params: Any, rule_kwargs: Any
-) -> common.ResolvedRule:
+    rule: resolve.ResolvedRule, hyper_params: Any, rule_kwargs: Any
+) -> resolve.ResolvedRule:
   """``rule`` rebuilt with the ``hyper_params`` and ``rule_kwargs`` given
   overriding its own (``rule_settings.apply``; the same rule where they
   change nothing).
@@ -201,13 +206,13 @@ def _with_rule_settings(
         settings, hyper_params, rule_kwargs, rule.label
     )
   except rule_settings.SettingsError as e:
-    raise UsageError(common.one_line(e)) from None
+    raise UsageError(errors.one_line(e)) from None
   if not changed:
     return rule
   try:
     rebuilt = rule_registry.make_rule(settings)
   except ValueError as e:
-    raise UsageError(common.one_line(e)) from None
+    raise UsageError(errors.one_line(e)) from None
   if rule.source == "random":  # a random initialisation of the new rule
     return dataclasses.replace(
         rule,
@@ -222,7 +227,7 @@ def _with_rule_settings(
   given = jax.tree.map(lambda x: (np.shape(x), x.dtype), rule.meta_params)
   if shapes != given:
     raise UsageError(
-        f"config.rule_kwargs {common.to_jsonable(rule_kwargs)} change the "
+        f"config.rule_kwargs {run_folders.to_jsonable(rule_kwargs)} change the "
         f"shapes of the meta-parameters of {rule.label!r}, so its "
         f"{rule.source} meta-parameters no longer fit: keep its network "
         "settings."
@@ -231,7 +236,7 @@ def _with_rule_settings(
 
 
 def _check_output_dir(config: config_dict.ConfigDict, label: str) -> Path:
-  out = common.output_dir(config.output_dir, f"eval-{label}")
+  out = run_folders.output_dir(config.output_dir, f"eval-{label}")
   _check_free(out, config.overwrite)
   return out
 
@@ -247,7 +252,7 @@ def _check_free(out: Path, overwrite: bool) -> None:
 def build(
     config: config_dict.ConfigDict,
     log: Callable[[str], None] = print,
-    rule: common.ResolvedRule | None = None,
+    rule: resolve.ResolvedRule | None = None,
 ) -> Plan:
   """Checks ``config`` and builds the rule, environment, agent and loop.
 
@@ -260,22 +265,22 @@ def build(
   Raises:
     UsageError: for any bad setting, with a one-line explanation.
   """
-  common.check_config_keys(config, default_config(), CONFIG_NAME)
+  checks.check_config_keys(config, default_config(), CONFIG_NAME)
   distributed.initialize(distributed.settings(config.distributed), PROGRAM)
-  common.import_modules(config.imports)
-  common.check_tracking(config.tracking)
-  total_env_steps = common.check_int(
+  checks.import_modules(config.imports)
+  checks.check_tracking(config.tracking)
+  total_env_steps = checks.check_int(
       config.total_env_steps, "total_env_steps", 1
   )
-  num_seeds = common.check_int(config.num_seeds, "num_seeds", 1)
-  seed = common.check_int(config.seed, "seed", 0)
-  per_call = common.check_int(
+  num_seeds = checks.check_int(config.num_seeds, "num_seeds", 1)
+  seed = checks.check_int(config.seed, "seed", 0)
+  per_call = checks.check_int(
       config.iterations_per_call, "iterations_per_call", 1
   )
-  common.check_int(config.last_episodes, "last_episodes", 1)
-  common.check_bool(config.overwrite, "overwrite")
+  checks.check_int(config.last_episodes, "last_episodes", 1)
+  checks.check_bool(config.overwrite, "overwrite")
   if config.learning_rate is not None:
-    common.check_number(config.learning_rate, "learning_rate", positive=True)
+    checks.check_number(config.learning_rate, "learning_rate", positive=True)
   seeds = list(range(seed, seed + num_seeds))
   if num_seeds < jax.process_count():
     raise UsageError(
@@ -285,7 +290,7 @@ def build(
     )
   local_seeds = distributed.split(seeds)[jax.process_index()]
   if rule is None:
-    rule = common.resolve_rule(config.rule, config.weights)
+    rule = resolve.resolve_rule(config.rule, config.weights)
   else:
     rule = dataclasses.replace(
         rule, settings=rule.settings.copy_and_resolve_references()
@@ -317,18 +322,18 @@ def build(
     settings.loss_mask = config.loss_mask
   for key in ("max_abs_update", "max_grad_norm"):
     if config[key] is not None:
-      value = common.check_number(config[key], key)
+      value = checks.check_number(config[key], key)
       if value < 0:
         raise UsageError(f"{key}={value} must be >= 0 (0: no clip).")
       settings[key] = value or None
   if config.adam_eps is not None:
-    settings.adam_eps = common.check_number(
+    settings.adam_eps = checks.check_number(
         config.adam_eps, "adam_eps", positive=True
     )
   rule = _with_rule_settings(rule, config.hyper_params, config.rule_kwargs)
   overrides = {
       k: v
-      for k, v in common.as_dict(config.network, "network").items()
+      for k, v in checks.as_dict(config.network, "network").items()
       if v is not None
   }
   settings.network = {**settings.network.to_dict(), **overrides}
@@ -349,7 +354,7 @@ def build(
         agent, env, loop_config, lifetime=max(num_updates, 1)
     )
   except ValueError as e:
-    raise UsageError(common.one_line(e)) from None
+    raise UsageError(errors.one_line(e)) from None
   return Plan(
       config=config,
       rule=rule,
@@ -378,18 +383,20 @@ def resolved_config(plan: Plan) -> dict[str, Any]:
       learning_rate=plan.rule.settings.learning_rate,
       **dataclasses.asdict(plan.loop_config),
   )
-  return common.to_jsonable(resolved)
+  return run_folders.to_jsonable(resolved)
 
 
 def write_config(plan: Plan) -> None:
   """Creates ``output_dir`` and writes ``config.json`` (before training)."""
-  out = common.make_dir(plan.output_dir)
-  common.write_json(
+  out = run_folders.make_dir(plan.output_dir)
+  run_folders.write_json(
       out / "config.json",
       dict(
           config=resolved_config(plan),
           rule_settings=plan.rule.settings.to_dict(),
-          run=dict(seeds=plan.seeds, **plan.schedule, **common.run_record()),
+          run=dict(
+              seeds=plan.seeds, **plan.schedule, **run_folders.run_record()
+          ),
       ),
   )
 
@@ -403,11 +410,11 @@ def open_output(plan: Plan, program: str = PROGRAM) -> files.FolderLock:
     UsageError: another process writes the folder, or it holds a run
       (without overwrite), or other files (with overwrite).
   """
-  lock = common.claim_output_dir(plan.output_dir, program)
+  lock = run_folders.claim_output_dir(plan.output_dir, program)
   try:
     _check_free(plan.output_dir, plan.config.overwrite)
     if plan.config.overwrite:
-      common.empty_output_dir(plan.output_dir, lock)
+      run_folders.empty_output_dir(plan.output_dir, lock)
     write_config(plan)
   except BaseException:
     lock.release()
@@ -449,7 +456,7 @@ def run(
   log(
       f"Evaluating {plan.label} on {plan.config.env} {plan.env_settings} with "
       f"seeds {plan.seeds}"
-      + common.processes_text("over")
+      + run_folders.processes_text("over")
       + f"; writing to {plan.output_dir}"
   )
   log(
@@ -485,7 +492,7 @@ def run(
     for call in range(plan.num_calls):
       if distributed.preempted(call):
         raise distributed.Preempted(f"SIGTERM: stopped before call {call}")
-      common.check_stop(f"before training call {call}")
+      stopping.check_stop(f"before training call {call}")
       start = time.perf_counter()
       states, metrics = plan.loop.run(
           states, plan.rule.meta_params, plan.iterations_per_call
@@ -510,7 +517,7 @@ def run(
           steps_per_s=(
               f"{steps_per_call * len(plan.local_seeds) / call_times[-1]:.0f}"
           ),
-          mean_return=common.fmt(
+          mean_return=run_folders.fmt(
               float(finite.mean()) if finite.size else None, 2
           ),
           **({"diverged": len(reported)} if reported else {}),
@@ -542,7 +549,7 @@ def _rates(plan: Plan, result: RunResult) -> dict[str, Any]:
       * plan.loop_config.env_steps_per_iteration
       * len(plan.seeds)
   )
-  _, compile_time = common.steady_state(result.call_times)
+  _, compile_time = run_folders.steady_state(result.call_times)
   first = 0 if compile_time is None else 1
   timed = sum(result.call_times[first:])
   env_steps = steps_per_call * (len(result.call_times) - first)
@@ -578,12 +585,12 @@ def _save_params(
         plan.output_dir / _params_file(seed),
         params,
         metadata=dict(
-            kind=common.AGENT_PARAMS_KIND,
+            kind=resolve.AGENT_PARAMS_KIND,
             rule=plan.rule.settings.rule,
             rule_label=plan.label,
             seed=seed,
             env=plan.config.env,
-            env_settings=common.to_jsonable(plan.env_settings),
+            env_settings=run_folders.to_jsonable(plan.env_settings),
             network=plan.rule.settings.network.to_dict(),
         ),
     )
@@ -638,7 +645,7 @@ def write(
       **_rates(plan, result),
   )
   if main:
-    common.write_json(out / "summary.json", summary)
+    run_folders.write_json(out / "summary.json", summary)
     track(plan, metrics, summary)
 
   log(
@@ -654,10 +661,12 @@ def write(
   )
   if summary["diverged_seeds"]:
     ci_text += f"; diverged: {_diverged_text(summary)}"
-  per_seed = ", ".join(common.fmt(x) for x in summary["final_return_per_seed"])
+  per_seed = ", ".join(
+      run_folders.fmt(x) for x in summary["final_return_per_seed"]
+  )
   log(
       f"Final mean return over the last {last_episodes} episodes: "
-      f"{common.fmt(summary['final_return_mean'])} ({ci_text}); per seed: "
+      f"{run_folders.fmt(summary['final_return_mean'])} ({ci_text}); per seed: "
       f"{per_seed}"
   )
   log(
@@ -665,10 +674,10 @@ def write(
       f"{summary['learner_steps']} per seed"
   )
   log(
-      f"Compile time: {common.fmt(summary['compile_time_s'], 1)} s; wall "
+      f"Compile time: {run_folders.fmt(summary['compile_time_s'], 1)} s; wall "
       f"time: {result.wall_time:.1f} s; "
-      f"{common.fmt(summary['env_steps_per_s'], 0)} env steps/s, "
-      f"{common.fmt(summary['learner_steps_per_s'], 1)} learner steps/s "
+      f"{run_folders.fmt(summary['env_steps_per_s'], 0)} env steps/s, "
+      f"{run_folders.fmt(summary['learner_steps_per_s'], 1)} learner steps/s "
       f"(all seeds; {summary['timing_note']})"
   )
   log(
@@ -744,11 +753,11 @@ def evaluate(
 
   Raises:
     UsageError: for bad settings (before anything is trained).
-    common.Diverged: every seed diverged (the outputs are written first).
+    errors.Diverged: every seed diverged (the outputs are written first).
   """
   for what in ("rule", "env"):
     if config[what] == LIST:
-      common.import_modules(config.imports)
+      checks.import_modules(config.imports)
       log(listing(what))
       return None
   plan = build(config, log)
@@ -757,7 +766,7 @@ def evaluate(
   lock = open_output(plan) if distributed.is_main() else None
   try:
     distributed.barrier("disco-eval: output folder ready")
-    with common.resource_errors(
+    with errors.resource_errors(
         f"run the same command again with --config.overwrite=True "
         f"(--config.output_dir={plan.output_dir} holds the unfinished run)."
     ):
@@ -766,7 +775,7 @@ def evaluate(
     if lock is not None:
       lock.release()
   if summary["num_diverged_seeds"] == len(plan.seeds):
-    raise common.Diverged(
+    raise errors.Diverged(
         f"Every seed diverged ({_diverged_text(summary)}): their agents' "
         "parameters became non-finite, so the run has no result (outputs in "
         f"{plan.output_dir}). Try a lower learning_rate."
@@ -785,7 +794,7 @@ def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
     return
   given = {}
   if env == config.env:
-    given = common.as_dict(config.env_settings or {}, "env_settings")
+    given = checks.as_dict(config.env_settings or {}, "env_settings")
   with config.unlocked():
     config.env_settings = {**defaults, **given}
   _prepare_rule_settings(config, argv)
@@ -798,8 +807,8 @@ def _prepare_rule_settings(config: config_dict.ConfigDict, argv) -> None:
   may set any of them and no other (``rule_settings.prepare``)."""
   name = common.override_value(argv, "rule") or config.rule
   try:
-    if common.is_rule_path(name):
-      settings = common.resolve_rule(name).settings
+    if resolve.is_rule_path(name):
+      settings = resolve.resolve_rule(name).settings
     else:
       settings = rule_registry.default_settings(name)
   except (ValueError, UsageError):  # build() reports it

@@ -73,6 +73,10 @@ import optax
 import tqdm
 
 from disco import agent as agent_lib
+from disco import checks
+from disco import errors
+from disco import run_folders
+from disco import stopping
 from disco import tracking
 from disco import weights as weights_lib
 from disco.environments import registry as env_registry
@@ -93,8 +97,9 @@ from disco.meta import population as population_lib
 from disco.meta import value_function
 from disco.networks import agent_nets
 from disco.update_rules import registry as rule_registry
+from disco.update_rules import resolve
 
-UsageError = common.UsageError
+UsageError = errors.UsageError
 
 PROGRAM = "disco-meta-train"
 CONFIG_NAME = "meta_train"
@@ -145,7 +150,7 @@ RESUMABLE_KEYS = (
 
 def default_config() -> config_dict.ConfigDict:
   """The config of ``configs/meta_train.py``."""
-  return common.load_config(CONFIG_NAME)
+  return checks.load_config(CONFIG_NAME)
 
 
 # ------------------------------------------------------------ building ----
@@ -172,7 +177,7 @@ class Plan:
     """The config as saved with the run (``output_dir`` made explicit)."""
     resolved = self.config.to_dict()
     resolved["output_dir"] = str(self.output_dir)
-    return common.to_jsonable(resolved)
+    return run_folders.to_jsonable(resolved)
 
   def groups_text(self) -> str:
     return ", ".join(f"{g.num_agents} x {g.name}" for g in self.groups)
@@ -192,7 +197,7 @@ def _make_group(
     value_fn,
     num_updates: int | None,
 ) -> population_lib.AgentGroup:
-  spec = common.as_dict(spec, where)
+  spec = checks.as_dict(spec, where)
   unknown = set(spec) - set(GROUP_KEYS)
   if unknown or "env" not in spec:
     raise UsageError(
@@ -204,7 +209,7 @@ def _make_group(
   try:
     jittable = env_registry.is_jittable(env_name)
   except ValueError as e:
-    raise UsageError(f"config.{where}: {common.one_line(e)}") from None
+    raise UsageError(f"config.{where}: {errors.one_line(e)}") from None
   if not jittable:
     valid = [n for n in env_registry.env_names() if env_registry.is_jittable(n)]
     raise UsageError(
@@ -212,15 +217,15 @@ def _make_group(
         f"generates rollouts on device and needs a jittable env: "
         f"{', '.join(valid)}."
     )
-  num_agents = common.check_int(
+  num_agents = checks.check_int(
       spec.get("num_agents", 1), f"{where}.num_agents", 1
   )
-  env_settings = common.as_dict(
+  env_settings = checks.as_dict(
       spec.get("env_settings") or {}, f"{where}.env_settings"
   )
   weight = spec.get("weight")
   if weight is not None:
-    weight = common.check_number(weight, f"{where}.weight", positive=True)
+    weight = checks.check_number(weight, f"{where}.weight", positive=True)
   try:
     env = env_registry.make_env(env_name, batch_size, **env_settings)
     # Checked against the observations (and sized by them, for index
@@ -235,7 +240,7 @@ def _make_group(
     group_value_fn = value_fn.with_observation(spec)
   except (ValueError, TypeError) as e:
     raise UsageError(
-        f"Bad settings in config.{where}: {common.one_line(e)}"
+        f"Bad settings in config.{where}: {errors.one_line(e)}"
     ) from None
   return population_lib.AgentGroup(
       name=_group_name(env_name, env),
@@ -262,7 +267,7 @@ def _make_groups(
         "{'env': 'catch', 'env_settings': {'rows': 5, 'columns': 5}, "
         f"'num_agents': 2}}, got {population!r}."
     )
-  batch_size = common.check_int(config.batch_size, "batch_size", 1)
+  batch_size = checks.check_int(config.batch_size, "batch_size", 1)
   groups, names = [], set()
   for i, spec in enumerate(population):
     group = _make_group(
@@ -280,7 +285,7 @@ def _make_groups(
 def _meta_optimizer(
     name: str, learning_rate, max_grad_norm=None
 ) -> optax.GradientTransformation:
-  learning_rate = common.check_number(
+  learning_rate = checks.check_number(
       learning_rate, "meta_learning_rate", positive=True
   )
   if name not in META_OPTIMIZERS:
@@ -291,7 +296,7 @@ def _meta_optimizer(
   optimizer = getattr(optax, name)(learning_rate)
   if max_grad_norm is None:
     return optimizer
-  max_grad_norm = common.check_number(
+  max_grad_norm = checks.check_number(
       max_grad_norm, "meta_max_grad_norm", positive=True
   )
   return optax.chain(optax.clip_by_global_norm(max_grad_norm), optimizer)
@@ -313,7 +318,7 @@ def _check_output_dir(config) -> Path:
         "config.resume=True needs the output_dir of the run to "
         "continue: pass --config.output_dir=<folder>."
     )
-  out = common.output_dir(config.output_dir, "meta")
+  out = run_folders.output_dir(config.output_dir, "meta")
   _check_free(out, config.resume)
   return out
 
@@ -354,7 +359,7 @@ def load_initial_meta_params(
     try:
       return weights_lib.load_disco103(expected=expected)
     except weights_lib.WeightsError as e:
-      raise UsageError(f"Cannot load Disco103: {common.one_line(e)}") from None
+      raise UsageError(f"Cannot load Disco103: {errors.one_line(e)}") from None
   path = Path(init).expanduser()
   if not init or not (init.endswith(".npz") or path.exists()):
     raise UsageError(
@@ -369,10 +374,10 @@ def load_initial_meta_params(
   try:
     npz = weights_lib.NpzFile(path)  # read once: metadata, headers, arrays
   except weights_lib.WeightsError as e:
-    raise UsageError(f"config.init_meta_params: {common.one_line(e)}") from None
+    raise UsageError(f"config.init_meta_params: {errors.one_line(e)}") from None
   try:
     metadata = npz.metadata()
-    if metadata.get("kind") == common.AGENT_PARAMS_KIND:
+    if metadata.get("kind") == resolve.AGENT_PARAMS_KIND:
       raise UsageError(
           f"{path} holds trained agent parameters, not a rule's "
           "meta-parameters."
@@ -387,7 +392,7 @@ def load_initial_meta_params(
       )
     return npz.params(expected)
   except weights_lib.WeightsError as e:
-    raise UsageError(f"config.init_meta_params: {common.one_line(e)}") from None
+    raise UsageError(f"config.init_meta_params: {errors.one_line(e)}") from None
   finally:
     npz.close()
 
@@ -399,7 +404,7 @@ def _rule_name(config) -> str:
     settings = rule_registry.default_settings(name)
     rule = rule_registry.make_rule(settings)
   except ValueError as e:
-    raise UsageError(f"config.rule: {common.one_line(e)}") from None
+    raise UsageError(f"config.rule: {errors.one_line(e)}") from None
   if not jax.tree.leaves(
       jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
   ):
@@ -413,7 +418,7 @@ def _rule_name(config) -> str:
 def _agent_settings(config) -> config_dict.ConfigDict:
   """The rule's default settings with ``config.agent``'s overrides."""
   settings = rule_registry.default_settings(_rule_name(config))
-  agent_cfg = common.as_dict(config.agent, "agent")
+  agent_cfg = checks.as_dict(config.agent, "agent")
   unknown = set(agent_cfg) - set(AGENT_KEYS)
   if unknown:
     raise UsageError(
@@ -423,7 +428,7 @@ def _agent_settings(config) -> config_dict.ConfigDict:
   try:
     settings.network = {
         **settings.network.to_dict(),
-        **common.as_dict(agent_cfg.get("network", {}), "agent.network"),
+        **checks.as_dict(agent_cfg.get("network", {}), "agent.network"),
     }
     for key in ("learning_rate", "max_abs_update"):
       if key in agent_cfg:
@@ -435,7 +440,7 @@ def _agent_settings(config) -> config_dict.ConfigDict:
     if "loss_mask" in agent_cfg:
       settings.loss_mask = str(agent_cfg["loss_mask"])
     if agent_cfg.get("anneal_learning_rate") is not None:
-      settings.anneal_learning_rate = common.check_bool(
+      settings.anneal_learning_rate = checks.check_bool(
           agent_cfg["anneal_learning_rate"], "agent.anneal_learning_rate"
       )
     agent_nets.make_net_config(settings.network.to_dict())
@@ -443,37 +448,37 @@ def _agent_settings(config) -> config_dict.ConfigDict:
     # e.g. rule_kwargs={'net': {'hidden_size': 16}}).
     rule_settings.apply(
         settings,
-        common.as_dict(config.hyper_params, "hyper_params"),
-        common.as_dict(config.rule_kwargs, "rule_kwargs"),
+        checks.as_dict(config.hyper_params, "hyper_params"),
+        checks.as_dict(config.rule_kwargs, "rule_kwargs"),
         settings.rule,
     )
     rule_registry.make_rule(settings)
   except rule_settings.SettingsError as e:
-    raise UsageError(common.one_line(e)) from None
+    raise UsageError(errors.one_line(e)) from None
   except (TypeError, ValueError, KeyError) as e:
-    raise UsageError(f"Bad agent settings: {common.one_line(e)}") from None
+    raise UsageError(f"Bad agent settings: {errors.one_line(e)}") from None
   return settings
 
 
 def _value_fn(config) -> value_function.ValueFunction:
-  vf_cfg = common.as_dict(config.value_fn, "value_fn")
+  vf_cfg = checks.as_dict(config.value_fn, "value_fn")
   try:
     if "dense" in vf_cfg:
       vf_cfg["dense"] = tuple(vf_cfg["dense"])
     return value_function.ValueFunction(value_function.ValueFnConfig(**vf_cfg))
   except ValueError as e:
-    raise UsageError(f"Bad value_fn settings: {common.one_line(e)}") from None
+    raise UsageError(f"Bad value_fn settings: {errors.one_line(e)}") from None
   except TypeError as e:
     valid = [f.name for f in dataclasses.fields(value_function.ValueFnConfig)]
     raise UsageError(
-        f"Bad value_fn settings ({common.one_line(e)}); valid "
+        f"Bad value_fn settings ({errors.one_line(e)}); valid "
         f"keys: {', '.join(valid)}."
     ) from None
 
 
 def _debug(config) -> dict[str, Any]:
   """``config.debug`` checked (test-only fault injection)."""
-  debug = common.as_dict(config.debug, "debug")
+  debug = checks.as_dict(config.debug, "debug")
   if set(debug) != set(DEBUG_KEYS):
     raise UsageError(
         f"config.debug must have exactly the keys {', '.join(DEBUG_KEYS)}; "
@@ -482,7 +487,7 @@ def _debug(config) -> dict[str, Any]:
   for key in DEBUG_KEYS[:2]:  # meta-steps: checked by FaultInjection
     steps = debug[key]
     debug[key] = tuple(steps) if isinstance(steps, (list, tuple)) else (steps,)
-  common.check_int(
+  checks.check_int(
       debug["corrupt_checkpoint_at_step"], "debug.corrupt_checkpoint_at_step", 0
   )
   return debug
@@ -492,7 +497,7 @@ def _key_scheme(scheme) -> str:
   try:
     return keys_lib.check_scheme(str(scheme))
   except ValueError as e:
-    raise UsageError(f"config.key_scheme: {common.one_line(e)}") from None
+    raise UsageError(f"config.key_scheme: {errors.one_line(e)}") from None
 
 
 def _population_config(config) -> population_lib.PopulationConfig:
@@ -503,22 +508,22 @@ def _population_config(config) -> population_lib.PopulationConfig:
         poison_agent_at_steps=debug["poison_agent_at_steps"],
     )
   except ValueError as e:
-    raise UsageError(f"config.debug: {common.one_line(e)}") from None
+    raise UsageError(f"config.debug: {errors.one_line(e)}") from None
   any_fault = faults.poison_meta_grad_at_steps or faults.poison_agent_at_steps
   return population_lib.PopulationConfig(
-      rollout_len=common.check_int(config.rollout_len, "rollout_len", 2),
-      inner_steps=common.check_int(config.inner_steps, "inner_steps", 1),
-      lifetime_meta_steps=common.check_int(
+      rollout_len=checks.check_int(config.rollout_len, "rollout_len", 2),
+      inner_steps=checks.check_int(config.inner_steps, "inner_steps", 1),
+      lifetime_meta_steps=checks.check_int(
           config.lifetime_meta_steps, "lifetime_meta_steps", 0
       ),
       lifetime_updates=_lifetime_updates(config),
       key_scheme=_key_scheme(config.key_scheme),
       outer=meta_gradient_lib.OuterLossConfig(
-          entropy_cost=common.check_number(config.entropy_cost, "entropy_cost"),
-          remat_inner_steps=common.check_bool(
+          entropy_cost=checks.check_number(config.entropy_cost, "entropy_cost"),
+          remat_inner_steps=checks.check_bool(
               config.remat_inner_steps, "remat_inner_steps"
           ),
-          max_unrolled_inner_steps=common.check_int(
+          max_unrolled_inner_steps=checks.check_int(
               config.max_unrolled_inner_steps, "max_unrolled_inner_steps", 0
           ),
       ),
@@ -559,7 +564,7 @@ def _lifetime_updates(config) -> tuple[int, int] | None:
 
 def _devices(config) -> list[jax.Device]:
   """The first ``num_devices`` devices of every process (all if 0)."""
-  num_devices = common.check_int(config.num_devices, "num_devices", 0)
+  num_devices = checks.check_int(config.num_devices, "num_devices", 0)
   available = len(jax.local_devices())
   if num_devices > available:
     raise UsageError(
@@ -580,13 +585,13 @@ def _estimator(config) -> str:
   try:
     return estimators_lib.check_estimator(str(config.estimator))
   except ValueError as e:
-    raise UsageError(f"config.estimator: {common.one_line(e)}") from None
+    raise UsageError(f"config.estimator: {errors.one_line(e)}") from None
 
 
 def _es_config(config, rule_name: str) -> es_lib.ESConfig:
   """``config.es``; its ``update_epochs`` and ``num_minibatches`` default
   (None) to the rule's loop (PPO's, DPO's and LPO's: 4 x 4)."""
-  es = common.as_dict(config.es, "es")
+  es = checks.as_dict(config.es, "es")
   loop = rule_registry.get_entry(rule_name).loop
   for key in ("update_epochs", "num_minibatches"):
     if es.get(key) is None:
@@ -595,7 +600,7 @@ def _es_config(config, rule_name: str) -> es_lib.ESConfig:
     es["strategy"] = es_lib.check_strategy(str(es.get("strategy")))
     return es_lib.ESConfig(**es)
   except (TypeError, ValueError) as e:
-    raise UsageError(f"Bad es settings: {common.one_line(e)}") from None
+    raise UsageError(f"Bad es settings: {errors.one_line(e)}") from None
 
 
 def _normalizers(groups, config) -> dict[str, tuple[float, float]]:
@@ -608,7 +613,7 @@ def _normalizers(groups, config) -> dict[str, tuple[float, float]]:
     population = (population,)
   out = {}
   for g, spec in zip(groups, population, strict=True):
-    spec = common.as_dict(spec, "population")
+    spec = checks.as_dict(spec, "population")
     key = normalization.env_key(spec["env"], spec.get("env_settings") or {})
     try:
       zero, one = normalization.normalize(np.array([0.0, 1.0]), key)
@@ -622,11 +627,11 @@ def _attach_level_samplers(config, groups, settings, estimator, pop_config):
   """The groups with ``config.level_sampler``'s samplers (UsageError on a
   bad setting, an environment without levels, a buffer smaller than the
   population, no lifetimes or another estimator than backprop)."""
-  spec = common.as_dict(config.level_sampler, "level_sampler")
+  spec = checks.as_dict(config.level_sampler, "level_sampler")
   try:
     sampler_config = level_samplers.SamplerConfig(**spec)
   except (TypeError, ValueError) as e:
-    raise UsageError(f"config.{common.one_line(e)}") from None
+    raise UsageError(f"config.{errors.one_line(e)}") from None
   if sampler_config.kind == level_samplers.NONE:
     return groups
   if estimator != estimators_lib.BACKPROP:
@@ -652,7 +657,7 @@ def _attach_level_samplers(config, groups, settings, estimator, pop_config):
     population = (population,)
   out = []
   for g, spec_g in zip(groups, population, strict=True):
-    env_name = common.as_dict(spec_g, "population")["env"]
+    env_name = checks.as_dict(spec_g, "population")["env"]
     if not getattr(g.env, "has_levels", False):
       raise UsageError(
           f"config.level_sampler needs environments with levels, but "
@@ -679,7 +684,7 @@ def _attach_level_samplers(config, groups, settings, estimator, pop_config):
         )
       except (TypeError, ValueError) as e:
         raise UsageError(
-            f"config.level_sampler.reference_rule: {common.one_line(e)}"
+            f"config.level_sampler.reference_rule: {errors.one_line(e)}"
         ) from None
     out.append(
         dataclasses.replace(
@@ -706,11 +711,11 @@ def _make_population(
         _normalizers(groups, config),
     )
   if estimator == estimators_lib.PES:
-    pes = common.as_dict(config.pes, "pes")
+    pes = checks.as_dict(config.pes, "pes")
     try:
       pes_config = pes_lib.PESConfig(**pes)
     except TypeError as e:
-      raise UsageError(f"Bad pes settings: {common.one_line(e)}") from None
+      raise UsageError(f"Bad pes settings: {errors.one_line(e)}") from None
     return pes_lib.PESPopulation(
         groups, pop_config, pes_config, meta_optimizer, devices
     )
@@ -724,10 +729,10 @@ def build(config: config_dict.ConfigDict) -> Plan:
   Raises:
     UsageError: for any bad setting, with a one-line explanation.
   """
-  common.check_config_keys(config, default_config(), CONFIG_NAME)
+  checks.check_config_keys(config, default_config(), CONFIG_NAME)
   distributed.initialize(distributed.settings(config.distributed), PROGRAM)
-  common.import_modules(config.imports)
-  common.check_tracking(config.tracking)
+  checks.import_modules(config.imports)
+  checks.check_tracking(config.tracking)
   for key, minimum in (
       ("num_meta_steps", 1),
       ("checkpoint_every", 0),
@@ -736,9 +741,9 @@ def build(config: config_dict.ConfigDict) -> Plan:
       ("seed", 0),
       ("max_consecutive_skips", 1),
   ):
-    common.check_int(config[key], key, minimum)
-  init_seed = common.check_int(config.init_seed, "init_seed", 0)
-  common.check_bool(config.resume, "resume")
+    checks.check_int(config[key], key, minimum)
+  init_seed = checks.check_int(config.init_seed, "init_seed", 0)
+  checks.check_bool(config.resume, "resume")
   pop_config = _population_config(config)
   meta_optimizer = _meta_optimizer(
       config.meta_optimizer,
@@ -761,7 +766,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
       f"{g.name}: {g.num_agents}" for g in groups if g.num_agents % len(devices)
   ]
   if bad and estimator != estimators_lib.ES:
-    where = common.processes_text("of")
+    where = run_folders.processes_text("of")
     raise UsageError(
         f"Every group's num_agents must split evenly over the "
         f"{len(devices)} device(s){where} ({', '.join(bad)}): use multiples "
@@ -778,7 +783,7 @@ def build(config: config_dict.ConfigDict) -> Plan:
         es_config,
     )
   except ValueError as e:
-    raise UsageError(common.one_line(e)) from None
+    raise UsageError(errors.one_line(e)) from None
   resuming = config.resume and _checkpoint_steps(output_dir / CHECKPOINT_DIR)
   meta_params = None
   if not resuming:
@@ -902,14 +907,14 @@ def export_meta_params(
   (``rule``, ``rule_kwargs``, ``meta_step``, the rule's ``hyper_params``
   in ``settings`` where they differ from its defaults, and any ``extra``)."""
   metadata = dict(
-      common.to_jsonable(extra),
+      run_folders.to_jsonable(extra),
       rule=settings.rule,
-      rule_kwargs=common.to_jsonable(settings.rule_kwargs),
+      rule_kwargs=run_folders.to_jsonable(settings.rule_kwargs),
       meta_step=int(meta_step),
   )
-  hyper_params = common.to_jsonable(settings.hyper_params)
+  hyper_params = run_folders.to_jsonable(settings.hyper_params)
   defaults = rule_registry.default_settings(settings.rule).hyper_params
-  if hyper_params != common.to_jsonable(defaults):
+  if hyper_params != run_folders.to_jsonable(defaults):
     metadata["settings"] = dict(hyper_params=hyper_params)
   return weights_lib.save_meta_params(
       path,
@@ -979,7 +984,7 @@ def _read_saved_config(path: Path) -> tuple[dict | None, str | None]:
     if not isinstance(saved, dict):
       raise TypeError("its 'config' is not an object")
   except (OSError, ValueError, KeyError, TypeError) as e:
-    return None, f"unreadable ({type(e).__name__}: {common.one_line(e)})"
+    return None, f"unreadable ({type(e).__name__}: {errors.one_line(e)})"
   return saved, None
 
 
@@ -1008,7 +1013,7 @@ def _resume(plan: Plan, manager: ckpt_lib.CheckpointManager, log):
         abstract_state(plan.population, plan.rule), log
     )
   except ckpt_lib.CheckpointError as e:
-    raise UsageError(common.one_line(e)) from None
+    raise UsageError(errors.one_line(e)) from None
   if restored is None:
     raise UsageError(
         f"No readable checkpoint is left in {manager.directory} (the damaged "
@@ -1057,8 +1062,8 @@ class RunResult:
 
 def write_config(plan: Plan) -> None:
   """Creates ``output_dir`` and writes ``config.json``."""
-  out = common.make_dir(plan.output_dir)
-  common.write_json(
+  out = run_folders.make_dir(plan.output_dir)
+  run_folders.write_json(
       out / CONFIG_FILE,
       dict(
           config=plan.resolved_config(),
@@ -1072,7 +1077,7 @@ def write_config(plan: Plan) -> None:
                   )
                   for g in plan.groups
               ],
-              **common.run_record(),
+              **run_folders.run_record(),
           ),
       ),
   )
@@ -1113,7 +1118,7 @@ def run(
   ``disco.launch.distributed``).
 
   Raises:
-    common.Diverged: ``max_consecutive_skips`` meta-steps in a row skipped
+    errors.Diverged: ``max_consecutive_skips`` meta-steps in a row skipped
       their update (the metrics are written up to there; no checkpoint is
       added). Every process decides this alike, from the same logs.
   """
@@ -1146,7 +1151,7 @@ def run(
   start = int(jax.device_get(state.step))
   # config.tracking's other destinations of the metrics rows (process 0).
   tracker = tracking.Tracker()
-  if main and common.check_tracking(config.tracking) != (tracking.CSV,):
+  if main and checks.check_tracking(config.tracking) != (tracking.CSV,):
     tracker = tracking.open_tracker(
         config.tracking,
         out,
@@ -1157,7 +1162,7 @@ def run(
       f"Meta-training a {plan.settings.rule} rule (init: "
       f"{config.init_meta_params}, estimator: {config.estimator}) on "
       f"{plan.groups_text()} over {len(plan.population.devices)} device(s)"
-      + common.processes_text("of")
+      + run_folders.processes_text("of")
       + f"; {config.batch_size} envs per agent, rollouts of "
       f"{config.rollout_len}, {config.inner_steps} inner step(s); meta-steps "
       f"{start} -> {num_steps}; writing to {out}"
@@ -1177,7 +1182,7 @@ def run(
 
   def save(state) -> Path:
     # A second SIGINT/SIGTERM while saving does not cut the save short.
-    with common.signals_deferred():
+    with stopping.signals_deferred():
       path = manager.save(
           state,
           history=history.rows,
@@ -1235,8 +1240,8 @@ def run(
             history.append(row)
           bar.set_postfix(
               s_per_step=f"{step_times[-1]:.2f}",
-              meta_loss=common.fmt(row.get("meta_loss")),
-              reward=common.fmt(row.get("rewards")),
+              meta_loss=run_folders.fmt(row.get("meta_loss")),
+              reward=run_folders.fmt(row.get("rewards")),
               skipped=record.skipped_updates,
               refresh=False,
           )
@@ -1247,17 +1252,17 @@ def run(
         # A signal to this process alone (Ctrl-C; SIGTERM goes to JAX's
         # preemption sync when there are several) saves only when it is the
         # only process: a checkpoint is written by every process together.
-        stopping = preempted or (
-            common.stop_requested() and not distributed.is_multiprocess()
+        stop_now = preempted or (
+            stopping.stop_requested() and not distributed.is_multiprocess()
         )
         if record.last_update_applied and (
-            stopping
+            stop_now
             or (config.checkpoint_every and k % config.checkpoint_every == 0)
         ):
           save(state)
         if preempted:
           raise distributed.Preempted(f"SIGTERM: stopped at meta-step {k}")
-        common.check_stop(f"at meta-step {k}")
+        stopping.check_stop(f"at meta-step {k}")
         if record.last_update_applied:
           validate(state, k)
           watchdog.beat()
@@ -1265,7 +1270,7 @@ def run(
   finally:
     step = int(jax.device_get(state.step))
     failure = sys.exc_info()[1]
-    if failure is not None and common.resource_problem(failure) == "disk":
+    if failure is not None and errors.resource_problem(failure) == "disk":
       pass  # a full disk: an exit checkpoint cannot be written either
     elif step > start and record.last_update_applied:
       try:
@@ -1277,7 +1282,7 @@ def run(
               f"--config.output_dir={out}."
           )
       except Exception as e:  # noqa: BLE001 - report, then re-raise the cause
-        log(f"Warning: the exit checkpoint failed: {common.one_line(e)}")
+        log(f"Warning: the exit checkpoint failed: {errors.one_line(e)}")
     elif step > start and not stopped:
       log(
           f"Meta-step {step} skipped its update, so no exit checkpoint was "
@@ -1287,7 +1292,7 @@ def run(
     manager.close()
     tracker.close()
   if stopped:
-    raise common.Diverged(_diverged_message(record, step, checkpoints))
+    raise errors.Diverged(_diverged_message(record, step, checkpoints))
   return RunResult(
       state=state,
       history=history,
@@ -1315,14 +1320,14 @@ def write(
     if main:
       exporter(plan)(export_path, result.state.meta_params, final_step)
   except weights_lib.NonFiniteError as e:  # the meta-step never lets this be
-    raise common.Diverged(common.one_line(e)) from None
+    raise errors.Diverged(errors.one_line(e)) from None
   if main and len(history):
     history.plot(
         out / REWARDS_PLOT,
         out / LOSS_PLOT,
         title=f"Meta-training on {plan.groups_text()}",
     )
-  steady, compile_time = common.steady_state(result.step_times)
+  steady, compile_time = run_folders.steady_state(result.step_times)
   last_row = history.rows[-1] if len(history) else {}
   summary = dict(
       output_dir=str(out),
@@ -1340,8 +1345,8 @@ def write(
   if plan.validation is not None:
     summary["validation"] = validation_lib.summary(plan.validation.record)
   if main:
-    common.write_json(out / SUMMARY_FILE, summary)
-  fmt = common.fmt
+    run_folders.write_json(out / SUMMARY_FILE, summary)
+  fmt = run_folders.fmt
   log(
       f"Meta-step {final_step}: meta loss {fmt(last_row.get('meta_loss'))}, "
       f"reward per step {fmt(last_row.get('rewards'))} (positive "
@@ -1372,16 +1377,16 @@ def train(
   Raises:
     UsageError: for bad settings (before anything is trained), or an output
       folder another process writes.
-    common.ResourceError: the disk is full or the device memory exhausted.
+    errors.ResourceError: the disk is full or the device memory exhausted.
   """
   plan = build(config)
   out = plan.output_dir
   lock = None
   if distributed.is_main():
-    lock = common.claim_output_dir(out, PROGRAM)
+    lock = run_folders.claim_output_dir(out, PROGRAM)
   try:
     _check_free(out, config.resume)  # again, now that no other process writes
-    with common.resource_errors(
+    with errors.resource_errors(
         f"continue with --config.resume=True --config.output_dir={out} (the "
         "same command otherwise)."
     ):

@@ -42,14 +42,18 @@ from typing import Any
 
 from ml_collections import config_dict
 
+from disco import checks
+from disco import errors
 from disco import files
+from disco import run_folders
+from disco import stopping
 from disco.launch import common
 from disco.launch import distributed
 from disco.launch import meta_train as mt
 from disco.launch import validation as validation_lib
 from disco.meta import checkpoints as ckpt_lib
 
-UsageError = common.UsageError
+UsageError = errors.UsageError
 
 PROGRAM = "disco-validate"
 CONFIG_NAME = "validate"
@@ -61,7 +65,7 @@ LOCK_FILE = files.LOCK_FILE + "-validate"
 
 def default_config() -> config_dict.ConfigDict:
   """The config of ``configs/validate.py``."""
-  return common.load_config(CONFIG_NAME)
+  return checks.load_config(CONFIG_NAME)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -163,10 +167,10 @@ def run_config(
   except (AttributeError, KeyError, TypeError, ValueError) as e:
     raise UsageError(
         f"The config in {path} does not fit this version of "
-        f"disco-meta-train ({common.one_line(e)})."
+        f"disco-meta-train ({errors.one_line(e)})."
     ) from None
   with config.unlocked():
-    for key, value in common.as_dict(overrides, "validation").items():
+    for key, value in checks.as_dict(overrides, "validation").items():
       if value is not None:
         config.validation[key] = value
   # Read the checkpoints here, in one process, on one device.
@@ -197,18 +201,18 @@ class Follower:
       log: Callable[[str], None] = print,
       progress: bool = True,
   ):
-    common.check_config_keys(config, default_config(), CONFIG_NAME)
+    checks.check_config_keys(config, default_config(), CONFIG_NAME)
     if not str(config.run_dir).strip():
       raise UsageError(
           "No run folder given: disco-validate RUN_DIR [--follow] (or "
           "--config.run_dir=RUN_DIR)."
       )
     self.run_dir = Path(str(config.run_dir).strip()).expanduser()
-    self.follow = common.check_bool(config.follow, "follow")
-    self.poll = common.check_number(
+    self.follow = checks.check_bool(config.follow, "follow")
+    self.poll = checks.check_number(
         config.poll_seconds, "poll_seconds", positive=True
     )
-    self.max_idle = common.check_number(
+    self.max_idle = checks.check_number(
         config.max_idle_seconds, "max_idle_seconds"
     )
     if self.max_idle < 0:
@@ -278,7 +282,7 @@ class Follower:
     try:
       return self.manager.restore(self._template, step).state.meta_params
     except ckpt_lib.CheckpointError as e:
-      self.log(f"Skipping checkpoint {step}: {common.one_line(e)}")
+      self.log(f"Skipping checkpoint {step}: {errors.one_line(e)}")
       return None
 
   def validate(self, step: int, meta_params) -> None:
@@ -338,8 +342,8 @@ class Follower:
             "(config.max_idle_seconds): stopping. Start again to go on."
         )
         return
-      common.wait_for_stop(self.poll)
-      common.check_stop("while following the run")
+      stopping.wait_for_stop(self.poll)
+      stopping.check_stop("while following the run")
 
   def close(self) -> None:
     self.manager.close()
@@ -358,8 +362,8 @@ def validate(
   """
   follower = Follower(config, log, progress)
   try:
-    with common.claim_output_dir(follower.run_dir, PROGRAM, LOCK_FILE):
-      with common.resource_errors(
+    with run_folders.claim_output_dir(follower.run_dir, PROGRAM, LOCK_FILE):
+      with errors.resource_errors(
           f"run disco-validate {follower.run_dir} again (validated "
           "meta-steps are kept)."
       ):
@@ -374,7 +378,7 @@ def validate(
   if summary["best_meta_params_file"]:
     log(
         f"Best: meta-step {summary['best_meta_step']}, score "
-        f"{common.fmt(summary['best_score'])}; evaluate it with: disco-eval "
+        f"{run_folders.fmt(summary['best_score'])}; evaluate it with: disco-eval "
         f"--config.rule={summary['best_meta_params_file']}"
     )
   log(

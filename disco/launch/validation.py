@@ -55,18 +55,21 @@ import jax
 from ml_collections import config_dict
 import numpy as np
 
+from disco import checks
+from disco import errors
 from disco import files
+from disco import run_folders
 from disco import weights as weights_lib
 from disco.comparison import aggregates
 from disco.comparison import normalization
 from disco.environments import registry as env_registry
-from disco.launch import common
 from disco.launch import compare
 from disco.launch import evaluate
 from disco.training import analysis
 from disco.update_rules import registry as rule_registry
+from disco.update_rules import resolve
 
-UsageError = common.UsageError
+UsageError = errors.UsageError
 
 CSV_FILE = "validation.csv"
 PLOT_FILE = "validation.png"
@@ -150,7 +153,7 @@ class Settings:
   def record(self) -> dict[str, Any]:
     """What the rows depend on (all but ``every``, ``at_start`` and
     ``iterations_per_call``), as JSON."""
-    return common.to_jsonable(
+    return run_folders.to_jsonable(
         dict(
             envs=[
                 dict(env=e.key, total_env_steps=e.total_env_steps)
@@ -175,7 +178,7 @@ class Settings:
 
 
 def _held_out_env(spec: Any, where: str, total_env_steps: int) -> HeldOutEnv:
-  spec = common.as_dict(spec, where)
+  spec = checks.as_dict(spec, where)
   unknown = set(spec) - set(ENV_KEYS)
   if unknown or "env" not in spec:
     raise UsageError(
@@ -187,8 +190,8 @@ def _held_out_env(spec: Any, where: str, total_env_steps: int) -> HeldOutEnv:
   try:
     entry = env_registry.get_entry(name)
   except ValueError as e:
-    raise UsageError(f"config.{where}: {common.one_line(e)}") from None
-  given = common.as_dict(
+    raise UsageError(f"config.{where}: {errors.one_line(e)}") from None
+  given = checks.as_dict(
       spec.get("env_settings") or {}, f"{where}.env_settings"
   )
   steps = spec.get("total_env_steps", total_env_steps)
@@ -196,7 +199,7 @@ def _held_out_env(spec: Any, where: str, total_env_steps: int) -> HeldOutEnv:
       env=name,
       env_settings={**entry.settings, **given},
       key=normalization.env_key(name, {**entry.settings, **given}),
-      total_env_steps=common.check_int(steps, f"{where}.total_env_steps", 1),
+      total_env_steps=checks.check_int(steps, f"{where}.total_env_steps", 1),
   )
 
 
@@ -209,7 +212,7 @@ def parse_settings(block: Any, where: str = "validation") -> Settings:
   """
   if isinstance(block, dict):  # placeholders (None) as in a config file
     block = config_dict.ConfigDict(block)
-  cfg = common.as_dict(block, where)
+  cfg = checks.as_dict(block, where)
   valid = set(default_config())
   if set(cfg) != valid:
     unknown, missing = sorted(set(cfg) - valid), sorted(valid - set(cfg))
@@ -217,8 +220,8 @@ def parse_settings(block: Any, where: str = "validation") -> Settings:
         f"config.{where} has unknown key(s) {unknown} / lacks {missing}; "
         f"valid keys: {', '.join(sorted(valid))}."
     )
-  every = common.check_int(cfg["every"], f"{where}.every", 0)
-  total = common.check_int(
+  every = checks.check_int(cfg["every"], f"{where}.every", 0)
+  total = checks.check_int(
       cfg["total_env_steps"], f"{where}.total_env_steps", 1
   )
   envs = cfg["envs"]
@@ -250,22 +253,22 @@ def parse_settings(block: Any, where: str = "validation") -> Settings:
   for key in LOOP_KEYS:
     if cfg[key] is not None:
       low = 0 if key in ("replay_capacity", "min_replay_size") else 1
-      loop[key] = common.check_int(cfg[key], f"{where}.{key}", low)
+      loop[key] = checks.check_int(cfg[key], f"{where}.{key}", low)
   references = cfg["references"]
   if isinstance(references, str):
     references = (references,)
   return Settings(
       every=every,
       envs=held_out,
-      num_seeds=common.check_int(cfg["num_seeds"], f"{where}.num_seeds", 1),
-      seed=common.check_int(cfg["seed"], f"{where}.seed", 0),
-      last_episodes=common.check_int(
+      num_seeds=checks.check_int(cfg["num_seeds"], f"{where}.num_seeds", 1),
+      seed=checks.check_int(cfg["seed"], f"{where}.seed", 0),
+      last_episodes=checks.check_int(
           cfg["last_episodes"], f"{where}.last_episodes", 1
       ),
-      iterations_per_call=common.check_int(
+      iterations_per_call=checks.check_int(
           cfg["iterations_per_call"], f"{where}.iterations_per_call", 1
       ),
-      at_start=common.check_bool(cfg["at_start"], f"{where}.at_start"),
+      at_start=checks.check_bool(cfg["at_start"], f"{where}.at_start"),
       loop=loop,
       references=tuple(str(r) for r in references),
   )
@@ -317,11 +320,11 @@ class StepResult:
 
   def text(self) -> str:
     means = ", ".join(
-        f"{env} {common.fmt(float(np.mean(x)))}"
+        f"{env} {run_folders.fmt(float(np.mean(x)))}"
         for env, x in self.normalized.items()
     )
     return (
-        f"IQM normalised score {common.fmt(self.aggregate)} (mean per "
+        f"IQM normalised score {run_folders.fmt(self.aggregate)} (mean per "
         f"environment: {means})"
     )
 
@@ -365,7 +368,7 @@ class Validator:
     self.references = compare.parse_references(settings.references)
     self.plans: dict[str, evaluate.Plan] = {}
     for i, env in enumerate(settings.envs):
-      resolved = common.ResolvedRule(
+      resolved = resolve.ResolvedRule(
           label=f"validation on {env.key}",
           settings=rule_settings,
           rule=rule,
@@ -377,7 +380,7 @@ class Validator:
         normalization.normalize(0.0, env.key, self.references)
       except ValueError as e:
         raise UsageError(
-            f"{where}: {common.one_line(e)} (or give it as "
+            f"{where}: {errors.one_line(e)} (or give it as "
             "config.validation.references: "
             "'env:random=R,reference=X,source=TEXT')"
         ) from None
@@ -386,7 +389,7 @@ class Validator:
             self._eval_config(env), log=lambda _: None, rule=resolved
         )
       except UsageError as e:
-        raise UsageError(f"{where}: {common.one_line(e)}") from None
+        raise UsageError(f"{where}: {errors.one_line(e)}") from None
       self._check_budget(plan, env, where)
       self.plans[env.key] = plan
 
@@ -645,7 +648,7 @@ class Record:
           key=lambda r: r["meta_step"],
       )
       if not self.settings_path.is_file():
-        common.write_json(self.settings_path, self.settings.record())
+        run_folders.write_json(self.settings_path, self.settings.record())
       _write_rows(self.csv_path, rows)
       plot(rows, self.plot_path)
     return new_best
@@ -655,7 +658,7 @@ class Record:
     if new_best:
       tail = f"new best: saved {self.best_path}"
     elif best is not None:
-      tail = f"best so far {common.fmt(best[1])} at meta-step {best[0]}"
+      tail = f"best so far {run_folders.fmt(best[1])} at meta-step {best[0]}"
     else:
       tail = "no best yet"
     return (

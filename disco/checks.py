@@ -1,0 +1,153 @@
+"""Checking user settings where they enter.
+
+Configs are ``ml_collections`` ``ConfigDict``s (``configs/<name>.py``). The
+entry points turn them into typed settings once; these are the checks they
+use. Each raises ``errors.UsageError`` with one line naming the key, the value
+and what it must be. ``Problems`` collects several such lines so that one pass
+reports every bad setting together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+import contextlib
+import importlib
+import math
+from pathlib import Path
+import runpy
+from typing import Any, TypeVar
+
+from ml_collections import config_dict
+import numpy as np
+
+from disco import configs as configs_pkg
+from disco import errors
+from disco import tracking
+
+UsageError = errors.UsageError
+one_line = errors.one_line
+T = TypeVar("T")
+
+
+class Problems:
+  """Collects the usage errors of one settings pass.
+
+  ``with problems.check(): ...`` records a ``UsageError`` raised inside
+  instead of propagating it; ``get(fn, *args)`` returns ``fn(*args)`` or
+  ``default`` after recording its error; ``raise_if_any`` raises one
+  ``UsageError`` listing every recorded problem (in order), so that a user
+  fixes them all at once.
+  """
+
+  def __init__(self):
+    self.messages: list[str] = []
+
+  @contextlib.contextmanager
+  def check(self) -> Iterator[None]:
+    try:
+      yield
+    except UsageError as e:
+      self.messages.append(one_line(e))
+
+  def get(self, fn: Callable[..., T], *args: Any, default: Any = None) -> T:
+    try:
+      return fn(*args)
+    except UsageError as e:
+      self.messages.append(one_line(e))
+      return default
+
+  def raise_if_any(self) -> None:
+    if len(self.messages) == 1:
+      raise UsageError(self.messages[0])
+    if self.messages:
+      listed = " ".join(
+          f"({i}) {m}" for i, m in enumerate(self.messages, start=1)
+      )
+      raise UsageError(f"{len(self.messages)} problems: {listed}")
+
+
+def config_path(name: str) -> Path:
+  """The file of launcher config ``name`` (``configs/<name>.py``)."""
+  return Path(configs_pkg.__file__).resolve().parent / f"{name}.py"
+
+
+def load_config(name: str) -> config_dict.ConfigDict:
+  """The default config of launcher ``name``."""
+  return runpy.run_path(str(config_path(name)))["get_config"]()
+
+
+def check_config_keys(
+    config: config_dict.ConfigDict, expected: config_dict.ConfigDict, name: str
+) -> None:
+  """Raises a ``UsageError`` for keys ``config`` adds or lacks at the top."""
+  keys, valid = set(config.keys()), set(expected.keys())
+  if keys - valid:
+    raise UsageError(
+        f"Unknown config key(s) {sorted(keys - valid)}; valid keys: "
+        f"{', '.join(sorted(valid))}."
+    )
+  if valid - keys:
+    raise UsageError(
+        f"The config lacks key(s) {sorted(valid - keys)}: start from "
+        f"{config_path(name)}."
+    )
+
+
+def check_int(value: Any, name: str, minimum: int) -> int:
+  """``value`` as an int ``>= minimum`` (``name`` is its config key)."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+    raise UsageError(f"config.{name} must be an integer, got {value!r}.")
+  if value < minimum:
+    raise UsageError(f"config.{name} must be >= {minimum}, got {value}.")
+  return int(value)
+
+
+def check_bool(value: Any, name: str) -> bool:
+  if not isinstance(value, bool):
+    raise UsageError(f"config.{name} must be True or False, got {value!r}.")
+  return value
+
+
+def check_number(value: Any, name: str, positive: bool = False) -> float:
+  """``value`` as a finite float (``> 0`` if ``positive``)."""
+  if (
+      isinstance(value, bool)
+      or not isinstance(value, (int, float))
+      or not math.isfinite(value)
+      or (positive and not value > 0)
+  ):
+    need = "a number > 0" if positive else "a finite number"
+    raise UsageError(f"config.{name} must be {need}, got {value!r}.")
+  return float(value)
+
+
+def as_dict(value: Any, name: str) -> dict[str, Any]:
+  if isinstance(value, config_dict.ConfigDict):
+    return value.to_dict()
+  if isinstance(value, dict):
+    return dict(value)
+  raise UsageError(f"config.{name} must be a dict, got {value!r}.")
+
+
+def check_tracking(spec: Any) -> tuple[str, ...]:
+  """The backends of ``config.tracking`` (``disco.tracking``), checked."""
+  try:
+    return tracking.parse(spec)
+  except tracking.TrackingError as e:
+    raise UsageError(f"config.tracking: {one_line(e)}") from None
+
+
+def import_modules(names: str) -> None:
+  """Imports the comma-separated modules of ``config.imports`` (modules that
+  register rules or environments when imported)."""
+  for name in (n.strip() for n in str(names or "").split(",")):
+    if not name:
+      continue
+    try:
+      importlib.import_module(name)
+    except Exception as e:  # noqa: BLE001 - any import failure is a usage error
+      raise UsageError(
+          f"Cannot import module {name!r} (config.imports): "
+          f"{type(e).__name__}: {one_line(e)}. Check the name and that it is "
+          "on PYTHONPATH."
+      ) from None

@@ -1,0 +1,242 @@
+"""Rules by registry name or by file, built once and checked.
+
+``resolve_rule("disco103")`` gives a registered rule with its default settings
+and its meta-parameters (pretrained, from a weights file, or a random
+initialisation); ``resolve_rule("path/to/rule.npz")`` reads a file written by
+``disco.weights.save_meta_params`` whose metadata names the rule and its
+settings. Both raise ``errors.UsageError`` with one line for an unknown name,
+a missing or mismatching file, or trained agent parameters given as a rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+import jax
+from ml_collections import config_dict
+
+from disco import errors
+from disco import weights as weights_lib
+from disco.update_rules import base as rule_base
+from disco.update_rules import registry
+
+UsageError = errors.UsageError
+one_line = errors.one_line
+
+AGENT_PARAMS_KIND = "agent_params"
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedRule:
+  """A rule ready to train with.
+
+  Attributes:
+    label: a short name for outputs (the registry name or the file's stem).
+    settings: agent settings (``settings.rule`` is a registry name).
+    rule: the rule built from ``settings``.
+    meta_params: its meta-parameters, checked against the structure of
+      ``rule.init_meta_params`` (``{}`` for hand-designed rules).
+    source: where they come from: ``"none"`` (hand-designed), ``"random"``
+      (a random initialisation), ``"pretrained"`` or ``"file"``.
+  """
+
+  label: str
+  settings: config_dict.ConfigDict
+  rule: rule_base.UpdateRule
+  meta_params: Any
+  source: str
+
+
+def _valid_rules_text() -> str:
+  return (
+      f"one of {', '.join(registry.rule_names())}, or the path of a .npz "
+      "file saved by disco.weights.save_meta_params"
+  )
+
+
+def is_rule_path(name_or_path: str) -> bool:
+  """Whether ``name_or_path`` names a rule file rather than a registered
+  rule."""
+  return (
+      name_or_path.endswith(".npz")
+      or os.sep in name_or_path
+      or (os.altsep is not None and os.altsep in name_or_path)
+      or Path(name_or_path).expanduser().is_file()
+  )
+
+
+def _build_rule(settings: config_dict.ConfigDict):
+  """``(rule, expected meta-parameter shapes)``."""
+  try:
+    rule = registry.make_rule(settings)
+  except ValueError as e:
+    raise UsageError(one_line(e)) from None
+  return rule, jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
+
+
+def _load_checked(path, expected, what: str):
+  try:
+    return weights_lib.load_meta_params(path, expected)
+  except weights_lib.NonFiniteError as e:
+    raise UsageError(one_line(e)) from None
+  except weights_lib.WeightsError as e:
+    raise UsageError(f"{what}: {one_line(e)}") from None
+
+
+def _resolve_named(name: str, weights: str | None) -> ResolvedRule:
+  entry = registry.get_entry(name)
+  settings = registry.default_settings(name)
+  rule, expected = _build_rule(settings)
+  has_meta_params = bool(jax.tree.leaves(expected))
+  if entry.pretrained is not None:
+    try:
+      meta_params = entry.pretrained(weights, expected)
+    except weights_lib.WeightsError as e:
+      raise UsageError(f"Cannot load {name}: {one_line(e)}") from None
+    source = "pretrained"
+  elif weights is not None:
+    if not has_meta_params:
+      raise UsageError(
+          f"Rule {name!r} has no meta-parameters, so a weights file "
+          f"({weights}) makes no sense for it: drop the weights setting."
+      )
+    meta_params = _load_checked(
+        weights, expected, f"Weights {weights} do not fit rule {name!r}"
+    )
+    source = "file"
+  else:
+    meta_params = rule.init_meta_params(jax.random.PRNGKey(0))
+    source = "random" if has_meta_params else "none"
+  return ResolvedRule(
+      label=name,
+      settings=settings,
+      rule=rule,
+      meta_params=meta_params,
+      source=source,
+  )
+
+
+def _settings_from_metadata(
+    path: Path, metadata: dict[str, Any]
+) -> config_dict.ConfigDict:
+  """The agent settings a rule file's metadata describes."""
+  if metadata.get("kind") == AGENT_PARAMS_KIND:
+    raise UsageError(
+        f"{path} holds trained agent parameters, not an update "
+        "rule's meta-parameters."
+    )
+  name = metadata.get("rule")
+  if not isinstance(name, str):
+    raise UsageError(
+        f"{path} does not say which rule it belongs to (no 'rule' in its "
+        "metadata): save it with disco.weights.save_meta_params(path, params, "
+        "metadata={'rule': ...})."
+    )
+  if name not in registry.rule_names():
+    raise UsageError(
+        f"{path} holds meta-parameters of rule {name!r}, which is "
+        f"not registered: use {_valid_rules_text()} (or import "
+        "the module that registers it with config.imports)."
+    )
+  settings = registry.default_settings(name)
+  overrides = metadata.get("settings") or {}
+  rule_kwargs = metadata.get("rule_kwargs")
+  try:
+    if not isinstance(overrides, dict):
+      raise TypeError("'settings' must be a JSON object")
+    settings.update(overrides)
+    if rule_kwargs is not None:
+      if not isinstance(rule_kwargs, dict):
+        raise TypeError("'rule_kwargs' must be a JSON object")
+      settings.rule_kwargs = {**settings.rule_kwargs.to_dict(), **rule_kwargs}
+  except (TypeError, AttributeError, KeyError, ValueError) as e:
+    raise UsageError(
+        f"The settings in the metadata of {path} do not fit rule {name!r}: "
+        f"{one_line(e)}"
+    ) from None
+  if settings.rule != name:
+    raise UsageError(
+        f"The metadata of {path} names rule {name!r} but its "
+        f"settings say {settings.rule!r}."
+    )
+  return settings
+
+
+def _resolve_file(path: Path) -> ResolvedRule:
+  if not path.is_file():
+    raise UsageError(
+        f"Rule file {path} does not exist: check the path (or "
+        f"use {_valid_rules_text()})."
+    )
+  # Read once: the metadata names the rule, whose shapes are checked
+  # against the arrays' headers before their data is read.
+  try:
+    npz = weights_lib.NpzFile(path)
+  except weights_lib.WeightsError as e:
+    raise UsageError(f"Cannot read rule file {path}: {one_line(e)}") from None
+  with npz:
+    try:
+      metadata = npz.metadata()
+    except weights_lib.WeightsError as e:
+      raise UsageError(f"Cannot read rule file {path}: {one_line(e)}") from None
+    settings = _settings_from_metadata(path, metadata)
+    rule, expected = _build_rule(settings)
+    try:
+      meta_params = npz.params(expected)
+    except weights_lib.NonFiniteError as e:
+      raise UsageError(one_line(e)) from None
+    except weights_lib.WeightsError as e:
+      raise UsageError(
+          f"Rule file {path} does not fit rule {settings.rule!r}: "
+          f"{one_line(e)}"
+      ) from None
+  return ResolvedRule(
+      label=path.stem or "rule",
+      settings=settings,
+      rule=rule,
+      meta_params=meta_params,
+      source="file",
+  )
+
+
+def resolve_rule(name_or_path: str, weights: str | None = None) -> ResolvedRule:
+  """A rule given by registry name or by file, built once.
+
+  Args:
+    name_or_path: a registered rule (``update_rules.registry``): it gets its
+      default settings and its pretrained meta-parameters (``disco103``), the
+      ones in ``weights``, or a random initialisation (``{}`` for
+      hand-designed rules); or the path of an ``.npz`` written by
+      ``disco.weights.save_meta_params`` whose metadata names the ``rule``
+      (and optionally ``rule_kwargs`` and ``settings`` overriding that rule's
+      default settings).
+    weights: for a pretrained entry, the path of its file (default: found or
+      downloaded); for a rule with meta-parameters, a file of them to load.
+      Not allowed with a path.
+
+  Raises:
+    UsageError: unknown rule, missing or mismatching file.
+  """
+  name_or_path = str(name_or_path).strip()
+  if weights is not None:
+    weights = str(weights).strip() or None
+  if not name_or_path:
+    raise UsageError(f"No rule given: use {_valid_rules_text()}.")
+  if name_or_path in registry.rule_names():
+    return _resolve_named(name_or_path, weights)
+  if not is_rule_path(name_or_path):
+    close = difflib.get_close_matches(name_or_path, registry.rule_names(), 3)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
+    raise UsageError(
+        f"Unknown rule {name_or_path!r}.{hint} Use " f"{_valid_rules_text()}."
+    )
+  if weights is not None:
+    raise UsageError(
+        f"The rule is already a file ({name_or_path}); the weights setting "
+        f"({weights}) only applies to a rule name."
+    )
+  return _resolve_file(Path(name_or_path).expanduser())
