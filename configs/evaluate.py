@@ -14,7 +14,7 @@ uses that one unless the loop settings are given).
 
 from ml_collections import config_dict
 
-from disco.launch import distributed
+from disco import distributed
 
 
 def get_config() -> config_dict.ConfigDict:
@@ -111,7 +111,7 @@ def get_config() -> config_dict.ConfigDict:
           # block of the seeds and process 0 writes the outputs. enabled=True
           # alone detects the cluster (SLURM, Open MPI, Cloud TPU,
           # Kubernetes); setting coordinator_address, num_processes and
-          # process_id enables it too (the keys: disco/launch/distributed.py,
+          # process_id enables it too (the keys: disco/distributed.py,
           # default_config).
           distributed=distributed.default_config(),
       )

@@ -28,8 +28,8 @@ CartPole::
 
 from ml_collections import config_dict
 
-from disco.launch import distributed
-from disco.launch import validation
+from disco import distributed
+from disco.meta import validation
 
 
 def get_config() -> config_dict.ConfigDict:
@@ -166,7 +166,7 @@ def get_config() -> config_dict.ConfigDict:
           # same command in every process. enabled=True alone detects the
           # cluster (SLURM, Open MPI, Cloud TPU, Kubernetes); setting
           # coordinator_address, num_processes and process_id enables it too
-          # (the keys: disco/launch/distributed.py, default_config).
+          # (the keys: disco/distributed.py, default_config).
           distributed=distributed.default_config(),
           output_dir="",  # '' -> runs/meta-<UTC timestamp>
           checkpoint_every=50,  # meta-steps between checkpoints (0: only at end)
@@ -177,7 +177,7 @@ def get_config() -> config_dict.ConfigDict:
           # 'tensorboard' (output_dir/tensorboard), 'wandb' (output_dir/wandb,
           # offline unless WANDB_MODE=online) or a list, 'csv,tensorboard'.
           tracking="csv",
-          # Held-out validation (disco/launch/validation.py, default_config):
+          # Held-out validation (disco/meta/validation.py, default_config):
           # every `every` meta-steps (0: off; disco-validate RUN_DIR --follow
           # validates the checkpoints from another process instead), fresh
           # agents of num_seeds seeds (from seed) are trained by the current

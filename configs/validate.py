@@ -36,7 +36,7 @@ def get_config() -> config_dict.ConfigDict:
           imports="",
           benchmark_paths="",
           # Overrides of the run's config.validation (None: the run's value;
-          # the keys: disco/launch/validation.py, default_config). `every`
+          # the keys: disco/meta/validation.py, default_config). `every`
           # picks the checkpoints: those at multiples of it (0: all).
           validation=dict(
               every=config_dict.placeholder(int),

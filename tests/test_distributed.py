@@ -33,10 +33,10 @@ import jax
 import numpy as np
 import pytest
 
+from disco import distributed
 from disco import errors
 from disco import weights as weights_lib
 from disco.launch import compare
-from disco.launch import distributed
 from disco.launch import evaluate
 from disco.launch import meta_train as mt
 from disco.training import analysis

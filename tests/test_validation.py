@@ -1,4 +1,4 @@
-"""Meta-validation on held-out environments (``disco.launch.validation``), in
+"""Meta-validation on held-out environments (``disco.meta.validation``), in
 ``disco-meta-train`` and in the ``disco-validate`` follower: outputs, best
 rule, the same loop as ``disco-eval``, unchanged meta-training, resume and
 bad input (tiny settings throughout).
@@ -29,7 +29,7 @@ from disco.launch import common
 from disco.launch import evaluate
 from disco.launch import meta_train as mt
 from disco.launch import validate as validate_launcher
-from disco.launch import validation as val
+from disco.meta import validation as val
 from disco.update_rules import resolve
 
 from meta_settings import TINY_FLAGS

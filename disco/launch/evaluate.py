@@ -23,7 +23,7 @@ resolve the rule, build the environment, agent and loop), ``run`` (train every
 seed, one compiled call at a time) and ``write`` (metrics, curve, parameters
 and summary).
 
-With ``config.distributed`` (``disco.launch.distributed``) several processes
+With ``config.distributed`` (``disco.distributed``) several processes
 or hosts share the seeds: each trains a contiguous block of them and saves
 their parameters; process 0 gathers the metrics and writes the rest.
 """
@@ -45,6 +45,7 @@ import tqdm
 
 from disco import agent as agent_lib
 from disco import checks
+from disco import distributed
 from disco import errors
 from disco import files
 from disco import run_folders
@@ -54,7 +55,6 @@ from disco import weights as weights_lib
 from disco.environments import base as env_base
 from disco.environments import registry as env_registry
 from disco.launch import common
-from disco.launch import distributed
 from disco.launch import rule_settings
 from disco.training import analysis
 from disco.training import loop as loop_lib

@@ -24,7 +24,7 @@ The run writes into ``output_dir``:
 * with ``config.validation`` (``every`` > 0): ``validation.csv``,
                         ``validation.png`` and ``best_meta_params.npz``
                         (the meta-parameters with the best score on the
-                        held-out environments; ``disco.launch.validation``).
+                        held-out environments; ``disco.meta.validation``).
                         ``disco-validate RUN_DIR --follow`` validates the
                         checkpoints from another process instead.
 
@@ -40,7 +40,7 @@ config, build the population and the initial meta-parameters), ``run``
 summary).
 
 Several processes or hosts run one meta-training together on
-``jax.distributed`` (``config.distributed``; ``disco.launch.distributed``):
+``jax.distributed`` (``config.distributed``; ``disco.distributed``):
 every process starts the same command, the agents are sharded over all
 their devices, all write the checkpoints, and process 0 alone prints and
 writes the other outputs.
@@ -74,6 +74,7 @@ import tqdm
 
 from disco import agent as agent_lib
 from disco import checks
+from disco import distributed
 from disco import errors
 from disco import run_folders
 from disco import stopping
@@ -81,9 +82,7 @@ from disco import tracking
 from disco import weights as weights_lib
 from disco.environments import registry as env_registry
 from disco.launch import common
-from disco.launch import distributed
 from disco.launch import rule_settings
-from disco.launch import validation as validation_lib
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import divergence
 from disco.meta import es as es_lib
@@ -94,6 +93,7 @@ from disco.meta import level_samplers
 from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import pes as pes_lib
 from disco.meta import population as population_lib
+from disco.meta import validation as validation_lib
 from disco.meta import value_function
 from disco.networks import agent_nets
 from disco.update_rules import registry as rule_registry
@@ -1115,7 +1115,7 @@ def run(
   process 0 alone logs and writes the other outputs. SIGTERM stops every
   process at the same meta-step, with a checkpoint; an error or Ctrl-C in
   one process ends it without a checkpoint (the others stop too: see
-  ``disco.launch.distributed``).
+  ``disco.distributed``).
 
   Raises:
     errors.Diverged: ``max_consecutive_skips`` meta-steps in a row skipped

@@ -4,7 +4,7 @@ r"""Validation launcher: validate a meta-training run's checkpoints.
 
 (or ``python -m disco.launch.validate RUN_DIR --follow``; the settings live
 in ``configs/validate.py``). It reads the run's ``config.json``, builds the
-rule and its held-out validation (``disco.launch.validation``, with the run's
+rule and its held-out validation (``disco.meta.validation``, with the run's
 ``config.validation`` and any ``--config.validation.<key>=<value>``
 overrides) and restores meta-parameters from ``RUN_DIR/checkpoints``:
 
@@ -43,15 +43,15 @@ from typing import Any
 from ml_collections import config_dict
 
 from disco import checks
+from disco import distributed
 from disco import errors
 from disco import files
 from disco import run_folders
 from disco import stopping
 from disco.launch import common
-from disco.launch import distributed
 from disco.launch import meta_train as mt
-from disco.launch import validation as validation_lib
 from disco.meta import checkpoints as ckpt_lib
+from disco.meta import validation as validation_lib
 
 UsageError = errors.UsageError
 
