@@ -198,13 +198,5 @@ def get_config() -> config_dict.ConfigDict:
           # Stop (exit status 3) after this many meta-steps in a row whose
           # meta-update was skipped for a non-finite meta-gradient.
           max_consecutive_skips=10,
-          # FOR TESTS ONLY: deterministic faults (meta-steps count from 1).
-          # Poison the meta-gradient, or the first agent's parameters, at these
-          # meta-steps; damage the checkpoint files written at this meta-step.
-          debug=dict(
-              poison_meta_grad_at_steps=(),
-              poison_agent_at_steps=(),
-              corrupt_checkpoint_at_step=0,
-          ),
       )
   )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 import contextlib
+import difflib
 import importlib
 import math
 from pathlib import Path
@@ -151,3 +152,31 @@ def import_modules(names: str) -> None:
           f"{type(e).__name__}: {one_line(e)}. Check the name and that it is "
           "on PYTHONPATH."
       ) from None
+
+
+def with_overrides(
+    config: config_dict.ConfigDict, overrides: dict[str, Any]
+) -> config_dict.ConfigDict:
+  """A copy of ``config`` with ``overrides`` set: ``{key: value}`` for its
+  top-level keys, where a dict given for a block of dicts updates that block
+  (``{'es': {'population_size': 8}}`` keeps the other ``es`` keys).
+
+  Raises:
+    UsageError: a key the config does not have (with close matches).
+  """
+  out = config.copy_and_resolve_references()
+  for key, value in overrides.items():
+    if key not in out:
+      close = difflib.get_close_matches(key, list(out.keys()), 3)
+      hint = f" Did you mean {', '.join(close)}?" if close else ""
+      raise UsageError(
+          f"Unknown setting {key!r}.{hint} Valid: {', '.join(sorted(out))}."
+      )
+    current = out[key]
+    if isinstance(value, dict) and isinstance(current, config_dict.ConfigDict):
+      value = {**current.to_dict(), **value}
+    try:
+      out[key] = value
+    except (TypeError, ValueError) as e:
+      raise UsageError(f"Setting {key}={value!r}: {one_line(e)}") from None
+  return out

@@ -68,8 +68,9 @@ API_PAGES = (
     (
         "Meta-training",
         "disco.meta",
-        "Meta-gradients, estimators, level "
-        "samplers, the population step and checkpoints.",
+        "Meta-training: its settings, the trainer and its hooks, "
+        "meta-gradients, estimators, level samplers, the population step, "
+        "checkpoints and validation.",
     ),
     (
         "Comparison",
@@ -79,8 +80,7 @@ API_PAGES = (
     (
         "Launchers",
         "disco.launch",
-        "The launchers' steps as library "
-        "functions, and the core they share.",
+        "The command lines: flags in, a library call, output.",
     ),
 )
 

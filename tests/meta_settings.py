@@ -10,7 +10,7 @@ import sys
 
 from ml_collections import config_dict
 
-from disco.launch import meta_train as mt
+from disco.meta import trainer as mt
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 

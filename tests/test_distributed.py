@@ -38,7 +38,7 @@ from disco import errors
 from disco import weights as weights_lib
 from disco.launch import compare
 from disco.launch import evaluate
-from disco.launch import meta_train as mt
+from disco.meta import trainer as mt
 from disco.training import analysis
 
 from meta_settings import TINY_FLAGS

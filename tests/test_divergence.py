@@ -1,4 +1,5 @@
-"""Divergence in meta-training: injected faults (``config.debug``) and what
+"""Divergence in meta-training: injected faults (``MetaTrainSettings.with_faults``
+and a hook that damages a checkpoint) and what
 the launcher does about them: diverged agents restart, non-finite
 meta-updates are skipped and, too many in a row, stop the run with exit
 status 3; checkpoints and exports stay finite; a resumed run falls back past
@@ -25,30 +26,42 @@ import pytest
 
 from disco import errors
 from disco import weights as weights_lib
-from disco.launch import meta_train as mt
 from disco.meta import checkpoints as ckpt_lib
+from disco.meta import divergence
 from disco.meta import history as history_lib
+from disco.meta import trainer as mt
 
 from meta_settings import MIXED
 from meta_settings import TINY_LPG
 from meta_settings import subprocess_env
 from meta_settings import tiny_config
 
-NO_FAULTS = dict(
-    poison_meta_grad_at_steps=(),
-    poison_agent_at_steps=(),
-    corrupt_checkpoint_at_step=0,
-)
 
-
-def faulty_config(output_dir, **debug):
+def faulty_config(output_dir):
   return tiny_config(
       **TINY_LPG,
       output_dir=str(output_dir),
       population=MIXED,
       lifetime_meta_steps=2,
-      debug=dict(NO_FAULTS, **debug),
   )
+
+
+def faulty_settings(config, **faults):
+  return mt.MetaTrainSettings.from_config(config).with_faults(
+      divergence.FaultInjection(**faults)
+  )
+
+
+class CorruptCheckpointAt(mt.Hook):
+  """Damages the checkpoint of meta-step ``step`` once it is written."""
+
+  def __init__(self, step: int):
+    self.step = step
+
+  def after_step(self, progress):
+    path = progress.plan.output_dir / mt.CHECKPOINT_DIR / str(self.step)
+    if progress.step == self.step and path.is_dir():
+      ckpt_lib.corrupt_for_tests(path)
 
 
 def all_finite(tree) -> bool:
@@ -109,21 +122,23 @@ AGENT_STEPS, GRAD_STEPS = (2,), (3, 5, 6, 7)
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory):
   out = tmp_path_factory.mktemp("diverge") / "poisoned"
-  config = faulty_config(
-      out,
-      poison_agent_at_steps=AGENT_STEPS,
-      poison_meta_grad_at_steps=GRAD_STEPS,
-      corrupt_checkpoint_at_step=4,
-  )
+  config = faulty_config(out)
   config.update(num_meta_steps=4, checkpoint_every=2, max_consecutive_skips=3)
-  return mt.build(config)
+  return mt.build(
+      faulty_settings(
+          config,
+          poison_agent_at_steps=AGENT_STEPS,
+          poison_meta_grad_at_steps=GRAD_STEPS,
+      )
+  )
 
 
 @pytest.fixture(scope="module")
 def poisoned_run(plan):
   """4 meta-steps with checkpoints at 2 and 4; the one at 4 is damaged."""
   lines = []
-  summary = mt.write(plan, mt.run(plan, lines.append, False), lines.append)
+  result = mt.run(plan, lines.append, False, hooks=[CorruptCheckpointAt(4)])
+  summary = mt.write(plan, result, lines.append)
   return dict(out=plan.output_dir, summary=summary, lines=lines)
 
 
@@ -169,15 +184,16 @@ def test_resume_falls_back_then_repeated_skips_stop(
   updates) and no export."""
   out = tmp_path / "run"
   shutil.copytree(poisoned_run["out"], out)
-  config = faulty_config(
-      out,
-      poison_agent_at_steps=AGENT_STEPS,
-      poison_meta_grad_at_steps=GRAD_STEPS,
-  )
+  config = faulty_config(out)
   config.update(
       num_meta_steps=8, checkpoint_every=2, max_consecutive_skips=3, resume=True
   )
-  resumed_plan = dataclasses.replace(plan, config=config, output_dir=out)
+  settings = faulty_settings(
+      config,
+      poison_agent_at_steps=AGENT_STEPS,
+      poison_meta_grad_at_steps=GRAD_STEPS,
+  )
+  resumed_plan = dataclasses.replace(plan, run_settings=settings)
   lines = []
   with pytest.raises(errors.Diverged) as info:
     mt.run(resumed_plan, lines.append, False)
@@ -216,6 +232,7 @@ def test_resume_falls_back_then_repeated_skips_stop(
 
 def test_diverged_exits_with_status_3_and_one_line(tmp_path):
   code = (
+      "from disco import errors\n"
       "from disco.launch import common\n"
       "def body(config):\n"
       "  raise errors.Diverged('Meta-training diverged at meta-step 7:\\nx')\n"

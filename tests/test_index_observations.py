@@ -23,7 +23,7 @@ from disco import errors
 from disco import types
 from disco.environments import lpg_grid
 from disco.environments import registry as env_registry
-from disco.launch import meta_train as mt
+from disco.meta import trainer as mt
 from disco.meta import value_function
 from disco.networks import agent_nets
 from disco.training import acting

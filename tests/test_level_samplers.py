@@ -10,9 +10,9 @@ import pytest
 from disco import errors
 from disco.environments import base
 from disco.environments import registry
-from disco.launch import meta_train as mt
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import level_samplers as ls
+from disco.meta import trainer as mt
 
 from meta_settings import TINY_FLAGS
 from meta_settings import TINY_LPG

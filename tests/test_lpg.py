@@ -21,9 +21,10 @@ from disco import errors
 from disco import types
 from disco import weights as weights_lib
 from disco.environments import registry as env_registry
-from disco.launch import meta_train as mt
 from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import population as population_lib
+from disco.meta import settings as settings_lib
+from disco.meta import trainer as mt
 from disco.meta import value_function
 from disco.networks import lpg_net
 from disco.training import acting
@@ -499,7 +500,7 @@ def test_lpg_config_is_groove_settings(tmp_path):
   assert config.meta_learning_rate == 1e-4
   assert config.meta_max_grad_norm == 0.5
   assert tuple(config.lifetime_updates) == (10, 250)
-  settings = mt._agent_settings(config)
+  settings = settings_lib._agent_settings(config)
   assert settings.rule_kwargs["net"]["hidden_size"] == 256
   config.num_devices = 1
   config.output_dir = str(tmp_path / "run")

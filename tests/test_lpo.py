@@ -13,8 +13,9 @@ from disco import run_folders
 from disco import weights as weights_lib
 from disco.launch import common
 from disco.launch import evaluate
-from disco.launch import meta_train as mt
 from disco.meta import drift_distillation
+from disco.meta import run_folder
+from disco.meta import trainer as mt
 from disco.update_rules import mirror_learning
 
 from meta_settings import REPO_DIR
@@ -184,7 +185,7 @@ def test_runs_saved_before_the_new_keys_still_resume(tmp_path):
   saved = json.loads(json.dumps(run_folders.to_jsonable(config)))
   del saved["es"]["update_epochs"], saved["es"]["num_minibatches"]
   del saved["agent"]["anneal_learning_rate"]
-  mt._check_same_config(saved, config, "old run")
+  run_folder.check_same_config(saved, config, "old run")
   config.es.update_epochs = 2
   with pytest.raises(errors.UsageError, match="Cannot resume"):
-    mt._check_same_config(saved, config, "old run")
+    run_folder.check_same_config(saved, config, "old run")

@@ -21,9 +21,9 @@ from disco import checks
 from disco import errors
 from disco import weights as weights_lib
 from disco.launch import common
-from disco.launch import meta_train as mt
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
+from disco.meta import trainer as mt
 from disco.update_rules import resolve
 
 from meta_settings import TINY_FLAGS

@@ -17,9 +17,10 @@ import optax
 import pytest
 
 from disco import errors
-from disco.launch import meta_train as mt
+from disco.meta import divergence
 from disco.meta import keys as keys_lib
 from disco.meta import population as population_lib
+from disco.meta import trainer as mt
 
 from meta_settings import MIXED
 from meta_settings import TINY_LPG
@@ -235,9 +236,12 @@ def poisoned(mixed, tmp_path_factory):
       lifetime_meta_steps=2,
       population=MIXED,
   )
-  config.debug.poison_agent_at_steps = (1,)
-  config.debug.poison_meta_grad_at_steps = (2,)
-  plan = mt.build(config)
+  settings = mt.MetaTrainSettings.from_config(config).with_faults(
+      divergence.FaultInjection(
+          poison_agent_at_steps=(1,), poison_meta_grad_at_steps=(2,)
+      )
+  )
+  plan = mt.build(settings)
   states = [mt.initial_state(plan)]  # the agents of mixed["states"][0]
   logs = []
   for _ in range(2):

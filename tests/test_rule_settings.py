@@ -17,6 +17,8 @@ from disco.launch import evaluate
 from disco.launch import meta_train
 from disco.launch import rule_settings
 from disco.launch.rule_settings import KEYS
+from disco.meta import run_folder
+from disco.meta import trainer
 from disco.update_rules import actor_critic
 from disco.update_rules import registry
 from disco.update_rules import resolve
@@ -244,11 +246,11 @@ def test_disco_meta_train_rule_settings_from_flags():
 def test_disco_meta_train_rule_settings_reach_the_agents(tmp_path):
   config = meta_settings.tiny_config(output_dir=str(tmp_path / "m"))
   config.hyper_params = dict(value_cost=0.3)
-  plan = meta_train.build(config)
+  plan = trainer.build(config)
   assert plan.settings.hyper_params.value_cost == 0.3
   assert plan.rule.hyper_params["value_cost"] == 0.3
   # The export carries them, so disco-eval evaluates the rule as trained.
-  path = meta_train.export_meta_params(
+  path = trainer.export_meta_params(
       tmp_path / "rule.npz", plan.meta_params, plan.settings, meta_step=1
   )
   assert weights_lib.load_metadata(path)["settings"] == dict(
@@ -263,7 +265,7 @@ def test_disco_meta_train_rule_settings_reach_the_agents(tmp_path):
     config = meta_settings.tiny_config(output_dir=str(tmp_path / "m"))
     config[key] = value
     with pytest.raises(errors.UsageError, match=match) as info:
-      meta_train.build(config)
+      trainer.build(config)
     _one_line(str(info.value))
     assert "for rule 'disco'" in str(info.value) or "value_cost" in str(
         info.value
@@ -280,8 +282,8 @@ def test_resume_compares_rule_settings_with_their_defaults_filled_in():
   assert (
       current["hyper_params"]["value_cost"] == 0.2 and not saved["hyper_params"]
   )
-  meta_train._check_same_config(saved, current, "x")
+  run_folder.check_same_config(saved, current, "x")
   current["hyper_params"]["value_cost"] = 0.3
   with pytest.raises(errors.UsageError, match="hyper_params: saved") as info:
-    meta_train._check_same_config(saved, current, "x")
+    run_folder.check_same_config(saved, current, "x")
   _one_line(str(info.value))

@@ -34,9 +34,9 @@ from disco import weights
 from disco.environments import xminigrid_envs
 from disco.launch import compare
 from disco.launch import evaluate
-from disco.launch import meta_train as mt
-from disco.launch import validate
 from disco.meta import checkpoints as ckpt_lib
+from disco.meta import follower
+from disco.meta import trainer as mt
 from disco.update_rules import resolve
 
 from meta_settings import TINY_FLAGS
@@ -128,10 +128,10 @@ def test_code_settings_run_only_when_the_command_line_repeats_them(tmp_path):
       population=[dict(env="catch", env_settings=dict(benchmark_path="x.bz2"))],
   )
   with pytest.raises(errors.UsageError, match="imports module.s. b"):
-    validate.check_code_settings(saved, tmp_path, "a", "x.bz2")
+    follower.check_code_settings(saved, tmp_path, "a", "x.bz2")
   with pytest.raises(errors.UsageError, match=r"ruleset file.s. x.bz2"):
-    validate.check_code_settings(saved, tmp_path, "a,b", "")
-  validate.check_code_settings(saved, tmp_path, "b,a", "./x.bz2")
+    follower.check_code_settings(saved, tmp_path, "a,b", "")
+  follower.check_code_settings(saved, tmp_path, "b,a", "./x.bz2")
 
 
 def test_xland_rulesets_load_without_running_code(tmp_path):
@@ -335,9 +335,9 @@ def test_one_writer_per_folder_in_every_launcher(tmp_path):
       mt.train(tiny_config(output_dir=str(out)), progress=False)
     # A follower of the run takes its own lock: the run's does not stop it,
     # a second follower's does.
-    with files.FolderLock(out, "disco-validate", validate.LOCK_FILE):
+    with files.FolderLock(out, "disco-validate", follower.LOCK_FILE):
       with pytest.raises(files.FolderInUse, match="disco-validate"):
-        files.FolderLock(out, "another", validate.LOCK_FILE).acquire()
+        files.FolderLock(out, "another", follower.LOCK_FILE).acquire()
   # Released: the folder is free again.
   with files.FolderLock(out, "next"):
     pass

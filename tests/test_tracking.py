@@ -22,7 +22,7 @@ from disco import errors
 from disco import tracking
 from disco.launch import compare
 from disco.launch import evaluate
-from disco.launch import meta_train
+from disco.meta import trainer
 
 import meta_settings
 import test_evaluate_launcher
@@ -194,7 +194,7 @@ def test_disco_meta_train_writes_its_rows_to_tensorboard(tmp_path):
       output_dir=str(tmp_path / "meta"),
       tracking="tensorboard",
   )
-  meta_train.train(config, log=lambda _: None, progress=False)
+  trainer.train(config, log=lambda _: None, progress=False)
   out = tmp_path / "meta"
   with open(out / "metrics.csv", newline="") as f:
     rows = list(csv.DictReader(f))
@@ -246,4 +246,4 @@ def test_missing_backend_package_fails_the_build(tmp_path, monkeypatch):
     evaluate.build(config)
   assert "pip install 'disco-rl-harness[wandb]'" in str(info.value)
   with pytest.raises(errors.UsageError, match="needs the tensorboardX"):
-    meta_train.build(meta_settings.tiny_config(tracking="tensorboard"))
+    trainer.build(meta_settings.tiny_config(tracking="tensorboard"))

@@ -27,8 +27,9 @@ from disco import weights as weights_lib
 from disco.comparison import aggregates
 from disco.launch import common
 from disco.launch import evaluate
-from disco.launch import meta_train as mt
 from disco.launch import validate as validate_launcher
+from disco.meta import follower
+from disco.meta import trainer as mt
 from disco.meta import validation as val
 from disco.update_rules import resolve
 
@@ -340,7 +341,7 @@ def test_record_keeps_the_best_and_each_step_once(tmp_path):
 
 
 def _follow_config(run_dir, **overrides):
-  config = validate_launcher.default_config()
+  config = follower.default_config()
   config.run_dir = str(run_dir)
   config.update(overrides)
   return config
@@ -354,7 +355,7 @@ def test_follower_writes_what_the_run_writes(runs, tmp_path):
   for name in (val.CSV_FILE, val.PLOT_FILE, val.BEST_FILE, val.SETTINGS_FILE):
     (out / name).unlink()
   lines = []
-  summary = validate_launcher.validate(
+  summary = follower.validate(
       _follow_config(out, follow=True), log=lines.append, progress=False
   )
   assert summary["validated_meta_steps"] == [0, 2, 4]
@@ -363,9 +364,7 @@ def test_follower_writes_what_the_run_writes(runs, tmp_path):
   assert any("has finished" in line for line in lines)
   # Once more: nothing new.
   lines.clear()
-  validate_launcher.validate(
-      _follow_config(out), log=lines.append, progress=False
-  )
+  follower.validate(_follow_config(out), log=lines.append, progress=False)
   assert any("is validated" in line for line in lines)
   assert files_equal(out / val.CSV_FILE, runs["on"] / val.CSV_FILE)
 
@@ -388,14 +387,14 @@ def test_follower_waits_for_new_checkpoints(runs, tmp_path):
   )
   config.validation.at_start = False
   lines = []
-  summary = validate_launcher.validate(config, log=lines.append, progress=False)
+  summary = follower.validate(config, log=lines.append, progress=False)
   assert summary["validated_meta_steps"] == [2]
   assert any("No new checkpoint" in line for line in lines)
   shutil.copytree(
       runs["on"] / mt.CHECKPOINT_DIR / "4", out / mt.CHECKPOINT_DIR / "4"
   )
   lines.clear()
-  summary = validate_launcher.validate(config, log=lines.append, progress=False)
+  summary = follower.validate(config, log=lines.append, progress=False)
   assert summary["validated_meta_steps"] == [2, 4]
   assert sum(line.startswith("Validation at") for line in lines) == 1
   expected = [

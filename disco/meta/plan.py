@@ -1,0 +1,404 @@
+"""A meta-training run built from its settings.
+
+``build(settings)`` makes what a run needs and checks what only the machine
+can tell (the devices of each process, the environments' observations, a
+run folder's checkpoints): the agent groups (an environment, an agent and a
+value function each; with ``config.level_sampler``, a level sampler), the
+population of the chosen estimator, the initial meta-parameters and the
+held-out validation. ``initial_state`` and ``abstract_state`` give the
+population's state, ``write_config`` the run's ``config.json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any
+
+import jax
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+from ml_collections import config_dict
+import numpy as np
+
+from disco import agent as agent_lib
+from disco import distributed
+from disco import errors
+from disco import run_folders
+from disco.environments import registry as env_registry
+from disco.meta import es as es_lib
+from disco.meta import estimators as estimators_lib
+from disco.meta import level_samplers
+from disco.meta import pes as pes_lib
+from disco.meta import population as population_lib
+from disco.meta import rule_files
+from disco.meta import run_folder
+from disco.meta import settings as settings_lib
+from disco.meta import validation as validation_lib
+from disco.meta import value_function
+from disco.update_rules import registry as rule_registry
+
+UsageError = errors.UsageError
+CHECKPOINT_DIR = run_folder.CHECKPOINT_DIR
+CONFIG_FILE = run_folder.CONFIG_FILE
+PROGRAM = settings_lib.PROGRAM
+MetaTrainSettings = settings_lib.MetaTrainSettings
+
+
+# ------------------------------------------------------------ building ----
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Everything a run needs, built from its settings."""
+
+  run_settings: MetaTrainSettings
+  groups: list[population_lib.AgentGroup]
+  population: population_lib.Population
+  meta_params: Any  # initial meta-parameters (None when resuming)
+  # Held-out validation in this process (None: off, validation.every=0).
+  validation: validation_lib.Validation | None = None
+
+  @property
+  def config(self) -> config_dict.ConfigDict:
+    return self.run_settings.config
+
+  @property
+  def settings(self) -> config_dict.ConfigDict:
+    """The rule's agent settings."""
+    return self.run_settings.agent
+
+  @property
+  def output_dir(self) -> Path:
+    return self.run_settings.output_dir
+
+  @property
+  def rule(self):
+    return self.groups[0].agent.rule
+
+  def resolved_config(self) -> dict[str, Any]:
+    """The config as saved with the run (``output_dir`` made explicit)."""
+    resolved = self.config.to_dict()
+    resolved["output_dir"] = str(self.output_dir)
+    return run_folders.to_jsonable(resolved)
+
+  def groups_text(self) -> str:
+    return ", ".join(f"{g.num_agents} x {g.name}" for g in self.groups)
+
+
+def _group_name(env_name: str, env) -> str:
+  if hasattr(env, "rows") and hasattr(env, "columns"):
+    return f"{env_name}-{env.rows}x{env.columns}"
+  return env_name
+
+
+def _make_group(
+    spec: settings_lib.GroupSpec,
+    where: str,
+    s: MetaTrainSettings,
+    value_fn: value_function.ValueFunction,
+    num_updates: int | None,
+) -> population_lib.AgentGroup:
+  try:
+    env = env_registry.make_env(spec.env, s.batch_size, **spec.env_settings)
+    # Checked against the observations (and sized by them, for index
+    # observations): each group gets its own agent and value function.
+    observation_spec = env.observation_spec()
+    agent = agent_lib.make_agent(
+        s.agent,
+        env.num_actions,
+        num_updates=num_updates,
+        observation_spec=observation_spec,
+    )
+    group_value_fn = value_fn.with_observation(observation_spec)
+  except (ValueError, TypeError) as e:
+    raise UsageError(
+        f"Bad settings in config.{where}: {errors.one_line(e)}"
+    ) from None
+  return population_lib.AgentGroup(
+      name=_group_name(spec.env, env),
+      env=env,
+      agent=agent,
+      value_fn=group_value_fn,
+      num_agents=spec.num_agents,
+      weight=spec.weight,
+  )
+
+
+def _make_groups(s: MetaTrainSettings) -> list[population_lib.AgentGroup]:
+  """The population's groups; ES agents that anneal their learning rate do
+  so over the lifetime ES gives them."""
+  value_fn = value_function.ValueFunction(s.value_fn)
+  lifetime = s.es.lifetime_updates if s.es is not None else None
+  groups, names = [], set()
+  for i, spec in enumerate(s.groups):
+    group = _make_group(spec, f"population[{i}]", s, value_fn, lifetime)
+    name, k = group.name, 1
+    while name in names:
+      k += 1
+      name = f"{group.name}-{k}"
+    names.add(name)
+    groups.append(dataclasses.replace(group, name=name))
+  return groups
+
+
+def _reference_agent(s: MetaTrainSettings, env) -> agent_lib.Agent:
+  """GROOVE's reference agent for a group: the reference rule with the
+  meta-trained agents' network and optimiser."""
+  settings = rule_registry.default_settings(s.level_sampler.reference_rule)
+  settings.network = s.agent.network.to_dict()
+  for key in ("learning_rate", "max_abs_update", "loss_mask"):
+    settings[key] = s.agent[key]
+  if "anneal_learning_rate" in settings:
+    # A constant learning rate: lifetimes differ and restart mid-run.
+    settings.anneal_learning_rate = False
+  try:
+    return agent_lib.make_agent(
+        settings, env.num_actions, observation_spec=env.observation_spec()
+    )
+  except (TypeError, ValueError) as e:
+    raise UsageError(
+        f"config.level_sampler.reference_rule: {errors.one_line(e)}"
+    ) from None
+
+
+def _attach_level_samplers(s: MetaTrainSettings, groups):
+  """The groups with ``config.level_sampler``'s samplers."""
+  if s.level_sampler.kind == level_samplers.NONE:
+    return groups
+  out = []
+  for g, spec in zip(groups, s.groups, strict=True):
+    if not getattr(g.env, "has_levels", False):
+      raise UsageError(
+          f"config.level_sampler needs environments with levels, but "
+          f"{spec.env!r} has none; use "
+          f"{', '.join(env_registry.level_env_names())} or set "
+          "level_sampler.kind='none'."
+      )
+    reference = None
+    if s.level_sampler.kind == level_samplers.GROOVE:
+      reference = _reference_agent(s, g.env)
+    out.append(
+        dataclasses.replace(
+            g,
+            level_sampler=level_samplers.LevelSampler(s.level_sampler, g.env),
+            reference_agent=reference,
+        )
+    )
+  return out
+
+
+def _devices(num_devices: int) -> list[jax.Device]:
+  """The first ``num_devices`` devices of every process (all if 0)."""
+  available = len(jax.local_devices())
+  if num_devices > available:
+    raise UsageError(
+        f"config.num_devices={num_devices} but only {available} device(s) "
+        "are available (in this process)."
+    )
+  by_process: dict[int, list[jax.Device]] = {}
+  for d in jax.devices():
+    by_process.setdefault(d.process_index, []).append(d)
+  return [
+      d
+      for p in sorted(by_process)
+      for d in by_process[p][: num_devices or None]
+  ]
+
+
+def _normalizers(s: MetaTrainSettings, groups) -> dict[str, tuple]:
+  """``{group: (random return, reference - random)}`` where the
+  normalisation table has the group's environment (others: raw returns)."""
+  from disco.comparison import normalization
+
+  out = {}
+  for g, spec in zip(groups, s.groups, strict=True):
+    key = normalization.env_key(spec.env, spec.env_settings)
+    try:
+      zero, one = normalization.normalize(np.array([0.0, 1.0]), key)
+    except ValueError:  # no entry (MissingReferenceError is a ValueError)
+      continue
+    out[g.name] = (-zero / (one - zero), 1.0 / (one - zero))
+  return out
+
+
+def _make_population(s: MetaTrainSettings, groups, devices):
+  optimizer = s.meta_optimizer.make()
+  if s.estimator == estimators_lib.ES:
+    return es_lib.ESPopulation(
+        groups,
+        s.population,
+        s.es,
+        optimizer,
+        devices,
+        _normalizers(s, groups),
+    )
+  if s.estimator == estimators_lib.PES:
+    return pes_lib.PESPopulation(
+        groups, s.population, s.pes, optimizer, devices
+    )
+  return population_lib.Population(groups, s.population, optimizer, devices)
+
+
+def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
+  """Builds the groups, population and initial meta-parameters of a run
+  (not its state; see ``initial_state``) from its settings (or a config,
+  checked first).
+
+  Raises:
+    UsageError: for any bad setting, with a one-line explanation.
+  """
+  s = settings_lib.as_settings(config)
+  run_folder.check_free(s.output_dir, s.resume)
+  devices = _devices(s.num_devices)
+  groups = _attach_level_samplers(s, _make_groups(s))
+  bad = [
+      f"{g.name}: {g.num_agents}" for g in groups if g.num_agents % len(devices)
+  ]
+  if bad and s.estimator != estimators_lib.ES:
+    where = run_folders.processes_text("of")
+    raise UsageError(
+        f"Every group's num_agents must split evenly over the "
+        f"{len(devices)} device(s){where} ({', '.join(bad)}): use multiples "
+        f"of {len(devices)} or set config.num_devices."
+    )
+  try:
+    population = _make_population(s, groups, devices)
+  except ValueError as e:
+    raise UsageError(errors.one_line(e)) from None
+  resuming = s.resume and run_folder.checkpoint_steps(
+      s.output_dir / CHECKPOINT_DIR
+  )
+  meta_params = None
+  if not resuming:
+    meta_params = rule_files.load_initial_meta_params(
+        s.init_meta_params, groups[0].agent.rule, s.init_seed, s.rule
+    )
+  elif s.init_meta_params not in (rule_files.RANDOM, rule_files.DISCO103):
+    # Fail early on a bad value even though the checkpoint supersedes it.
+    rule_files.check_init_path(s.init_meta_params)
+  plan = Plan(
+      run_settings=s,
+      groups=groups,
+      population=population,
+      meta_params=meta_params,
+  )
+  validation = make_validation(plan)
+  if validation is not None and not validation.settings.in_process:
+    validation = None  # checked for disco-validate; off in this process
+  return dataclasses.replace(plan, validation=validation)
+
+
+def exporter(plan: Plan) -> Callable[..., Path]:
+  """``export(path, meta_params, meta_step, **extra)``: writes
+  meta-parameters as this run's ``meta_params.npz`` is written."""
+  return functools.partial(
+      _export_run_params,
+      settings=plan.settings,
+      init=plan.run_settings.init_meta_params,
+      groups=plan.groups,
+  )
+
+
+def _export_run_params(
+    path, meta_params, meta_step, *, settings, init, groups, **extra
+) -> Path:
+  return rule_files.export_meta_params(
+      path,
+      meta_params,
+      settings,
+      meta_step,
+      source=PROGRAM,
+      init_meta_params=init,
+      population=[dict(name=g.name, num_agents=g.num_agents) for g in groups],
+      **extra,
+  )
+
+
+def make_validation(
+    plan: Plan, block: Any = None
+) -> validation_lib.Validation | None:
+  """The run's held-out validation (``block``: its settings, default the
+  run's); None when it has no held-out environments.
+
+  Raises:
+    UsageError: bad settings, an environment or budget that cannot run, or
+      rows in the run folder made with other settings.
+  """
+  if block is None:
+    settings = plan.run_settings.validation
+  else:
+    settings = validation_lib.parse_settings(block)
+  if not settings.envs:
+    return None
+  if settings.in_process and jax.process_count() > 1:
+    raise UsageError(
+        "config.validation.every > 0 validates in the meta-training "
+        "process, which a multi-process run does not support: set "
+        "validation.every=0 and follow the checkpoints with disco-validate "
+        f"{plan.output_dir} --follow."
+    )
+  validator = validation_lib.Validator(
+      settings, plan.settings, plan.rule, plan.output_dir
+  )
+  record = validation_lib.Record(
+      plan.output_dir, settings, exporter(plan), write=distributed.is_main()
+  )
+  return validation_lib.Validation(validator, record)
+
+
+def abstract_state(
+    population: population_lib.Population, rule
+) -> population_lib.MetaTrainState:
+  """Shapes, dtypes and shardings of the population's state (no compute)."""
+  meta_params = jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
+  shapes = jax.eval_shape(population.init, jax.random.PRNGKey(0), meta_params)
+  replicated = NamedSharding(population.mesh, P())
+  sharded = NamedSharding(population.mesh, P(population_lib.AXIS))
+
+  def with_sharding(sharding):
+    return lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+
+  return shapes.replace(
+      meta_params=jax.tree.map(with_sharding(replicated), shapes.meta_params),
+      meta_opt_state=jax.tree.map(
+          with_sharding(replicated), shapes.meta_opt_state
+      ),
+      step=with_sharding(replicated)(shapes.step),
+      rng=with_sharding(replicated)(shapes.rng),
+      agents=jax.tree.map(with_sharding(sharded), shapes.agents),
+      estimator=jax.tree.map(with_sharding(replicated), shapes.estimator),
+      levels=jax.tree.map(with_sharding(replicated), shapes.levels),
+  )
+
+
+def initial_state(plan: Plan) -> population_lib.MetaTrainState:
+  """The state of a new run (agents from ``config.seed``)."""
+  return plan.population.init(
+      jax.random.PRNGKey(plan.run_settings.seed), plan.meta_params
+  )
+
+
+def write_config(plan: Plan) -> None:
+  """Creates ``output_dir`` and writes ``config.json``."""
+  out = run_folders.make_dir(plan.output_dir)
+  run_folders.write_json(
+      out / CONFIG_FILE,
+      dict(
+          config=plan.resolved_config(),
+          rule_settings=plan.settings.to_dict(),
+          run=dict(
+              groups=[
+                  dict(
+                      name=g.name,
+                      num_agents=g.num_agents,
+                      batch_size=g.env.batch_size,
+                  )
+                  for g in plan.groups
+              ],
+              **run_folders.run_record(),
+          ),
+      ),
+  )

@@ -1,0 +1,122 @@
+"""Meta-parameters in and out of a meta-training run.
+
+``load_initial_meta_params`` gives a run its starting point (a random
+initialisation, Disco103, or a rule file), checked against the rule's
+structure; ``export_meta_params`` writes meta-parameters with the metadata
+that ``disco.update_rules.resolve`` reads back (``disco-eval
+--config.rule=FILE``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from disco import errors
+from disco import run_folders
+from disco import weights as weights_lib
+from disco.meta import settings as settings_lib
+from disco.update_rules import registry as rule_registry
+from disco.update_rules import resolve
+
+UsageError = errors.UsageError
+RANDOM, DISCO103, DISCO = (
+    settings_lib.RANDOM,
+    settings_lib.DISCO103,
+    settings_lib.DISCO,
+)
+
+
+def load_initial_meta_params(
+    init: str, rule, init_seed: int, rule_name: str = DISCO
+):
+  """``'random'`` (``rule.init_meta_params(PRNGKey(init_seed))``),
+  ``'disco103'`` (for the Disco rule) or the path of a ``.npz`` of
+  meta-parameters of rule ``rule_name``; checked against the rule's
+  structure.
+
+  Raises:
+    UsageError: unknown value, missing or mismatching file.
+  """
+  init = str(init).strip()
+  expected = jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
+  if init == RANDOM:
+    return jax.jit(rule.init_meta_params)(jax.random.PRNGKey(init_seed))
+  if init == DISCO103:
+    if rule_name not in (DISCO, DISCO103):
+      raise UsageError(
+          f"config.init_meta_params={DISCO103!r} holds Disco meta-parameters "
+          f"but config.rule={rule_name!r}: use 'random' or a .npz of "
+          f"{rule_name!r} meta-parameters."
+      )
+    try:
+      return weights_lib.load_disco103(expected=expected)
+    except weights_lib.WeightsError as e:
+      raise UsageError(f"Cannot load Disco103: {errors.one_line(e)}") from None
+  path = check_init_path(init)
+  try:
+    npz = weights_lib.NpzFile(path)  # read once: metadata, headers, arrays
+  except weights_lib.WeightsError as e:
+    raise UsageError(f"config.init_meta_params: {errors.one_line(e)}") from None
+  try:
+    metadata = npz.metadata()
+    if metadata.get("kind") == resolve.AGENT_PARAMS_KIND:
+      raise UsageError(
+          f"{path} holds trained agent parameters, not a rule's "
+          "meta-parameters."
+      )
+    same = {rule_name} | (
+        {DISCO, DISCO103} if rule_name in (DISCO, DISCO103) else set()
+    )
+    if metadata.get("rule", DISCO) not in same:
+      raise UsageError(
+          f"{path} holds meta-parameters of rule {metadata['rule']!r}; "
+          f"this run meta-trains rule {rule_name!r} (config.rule)."
+      )
+    return npz.params(expected)
+  except weights_lib.WeightsError as e:
+    raise UsageError(f"config.init_meta_params: {errors.one_line(e)}") from None
+  finally:
+    npz.close()
+
+
+def check_init_path(init: str) -> Path:
+  """The file ``config.init_meta_params`` names (neither ``random`` nor
+  ``disco103``), which must exist."""
+  path = Path(init).expanduser()
+  if not init or not (init.endswith(".npz") or path.exists()):
+    raise UsageError(
+        f"config.init_meta_params={init!r} is neither '{RANDOM}', "
+        f"'{DISCO103}' nor the path of a .npz file."
+    )
+  if not path.is_file():
+    raise UsageError(
+        f"Meta-parameter file {path} (config.init_meta_params) "
+        "does not exist: check the path."
+    )
+  return path
+
+
+def export_meta_params(
+    path: str | Path, meta_params, settings, meta_step: int, **extra
+) -> Path:
+  """Saves meta-parameters with the metadata ``disco-eval`` resolves them by
+  (``rule``, ``rule_kwargs``, ``meta_step``, the rule's ``hyper_params``
+  in ``settings`` where they differ from its defaults, and any ``extra``)."""
+  metadata = dict(
+      run_folders.to_jsonable(extra),
+      rule=settings.rule,
+      rule_kwargs=run_folders.to_jsonable(settings.rule_kwargs),
+      meta_step=int(meta_step),
+  )
+  hyper_params = run_folders.to_jsonable(settings.hyper_params)
+  defaults = rule_registry.default_settings(settings.rule).hyper_params
+  if hyper_params != run_folders.to_jsonable(defaults):
+    metadata["settings"] = dict(hyper_params=hyper_params)
+  return weights_lib.save_meta_params(
+      path,
+      jax.tree.map(np.asarray, jax.device_get(meta_params)),
+      metadata=metadata,
+  )

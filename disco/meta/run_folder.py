@@ -1,0 +1,193 @@
+"""A meta-training run's folder: its files, and resuming from it.
+
+A run writes ``config.json`` (the config and the machine), ``metrics.csv``,
+the curves, ``checkpoints/<step>/``, ``meta_params.npz`` and
+``summary.json``. A run resumes only with the settings it was made with,
+except ``RESUMABLE_KEYS`` (which do not change the computation); the config is
+read from ``config.json`` or, where that is missing or damaged, from the
+newest readable checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import json
+from pathlib import Path
+from typing import Any
+
+from ml_collections import config_dict
+
+from disco import errors
+from disco.launch import rule_settings
+from disco.meta import checkpoints as ckpt_lib
+from disco.meta import settings as settings_lib
+
+UsageError = errors.UsageError
+
+CHECKPOINT_DIR = "checkpoints"
+CONFIG_FILE, METRICS_FILE, SUMMARY_FILE = (
+    "config.json",
+    "metrics.csv",
+    "summary.json",
+)
+REWARDS_PLOT, LOSS_PLOT = "rewards.png", "meta_loss.png"
+META_PARAMS_FILE = "meta_params.npz"
+# Settings a resumed run may change: they do not alter the computation (the
+# devices and processes only change the rounding of the meta-gradient mean).
+RESUMABLE_KEYS = (
+    "num_meta_steps",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "resume",
+    "log_every",
+    "output_dir",
+    "num_devices",
+    "distributed",
+    "max_consecutive_skips",
+    "tracking",
+    # Validation only reads the meta-parameters; its rows are checked
+    # against the settings they were made with (validation.json).
+    "validation",
+    *settings_lib.REMOVED_KEYS,
+)
+
+
+def checkpoint_steps(directory: Path) -> list[int]:
+  """The meta-steps of the checkpoints in ``directory`` (sorted)."""
+  if not directory.is_dir():
+    return []
+  return sorted(
+      int(p.name)
+      for p in directory.iterdir()
+      if p.is_dir() and p.name.isdigit()
+  )
+
+
+def check_free(out: Path, resume: bool) -> None:
+  """Refuses a folder that holds a run unless the run is resumed."""
+  holds_run = (out / CONFIG_FILE).exists() or bool(
+      checkpoint_steps(out / CHECKPOINT_DIR)
+  )
+  if holds_run and not resume:
+    raise UsageError(
+        f"output_dir {out} already holds a meta-training run: pass "
+        "--config.resume=True to continue it, or choose another folder."
+    )
+
+
+def _with_rule_defaults(config: dict) -> dict:
+  """``config`` (a saved one) with its ``hyper_params`` and ``rule_kwargs``
+  completed by the rule's defaults, so that a run configured with its
+  overrides only (in code, or saved before they were completed) compares
+  equal to the same run from the command line (where they are complete)."""
+  out = dict(config)
+  for key in rule_settings.KEYS:
+    try:
+      out[key] = rule_settings.completed(
+          str(config.get("rule")), config.get(key), key
+      )
+    except (ValueError, TypeError):  # an unknown rule: compared as saved
+      pass
+  return out
+
+
+def _with_added_keys(saved: dict, current: dict, defaults: dict) -> dict:
+  """``saved`` with the keys it lacks that ``current`` holds at the default
+  config's value: keys the config gained since the run was saved (e.g.
+  ``es.update_epochs``), left at their defaults, so that such a run resumes
+  with its own settings. Nested dicts too."""
+  out = dict(saved)
+  for key, value in current.items():
+    default = defaults.get(key) if isinstance(defaults, dict) else None
+    if key not in out:
+      if isinstance(defaults, dict) and key in defaults and value == default:
+        out[key] = value
+    elif isinstance(value, dict) and isinstance(out[key], dict):
+      out[key] = _with_added_keys(out[key], value, default or {})
+  return out
+
+
+def check_same_config(saved: dict, current: Any, where) -> None:
+  """Refuses to resume a run saved with other settings (``where``: the file
+  the saved config comes from)."""
+  if isinstance(current, config_dict.ConfigDict):
+    current = current.copy_and_resolve_references().to_dict()
+  defaults = settings_lib.default_config()
+  defaults = defaults.copy_and_resolve_references().to_dict()
+  saved = _with_added_keys(saved, current, defaults)
+  saved, current = _with_rule_defaults(saved), _with_rule_defaults(current)
+  diff = ckpt_lib.config_differences(saved, current, RESUMABLE_KEYS)
+  if diff:
+    raise UsageError(
+        f"Cannot resume: the config differs from the run in {where} "
+        f"({'; '.join(diff)}). Only {', '.join(RESUMABLE_KEYS)} may change "
+        "when resuming: use the run's settings, or start a new output folder."
+    )
+
+
+def read_saved_config(path: Path) -> tuple[dict | None, str | None]:
+  """``(the config saved in config.json, None)``, or ``(None, what is wrong
+  with the file)`` when it is missing or damaged (e.g. cut short by a full
+  disk)."""
+  if not path.exists():
+    return None, "missing"
+  try:
+    saved = json.loads(path.read_text())["config"]
+    if not isinstance(saved, dict):
+      raise TypeError("its 'config' is not an object")
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    return None, f"unreadable ({type(e).__name__}: {errors.one_line(e)})"
+  return saved, None
+
+
+def resume(
+    out: Path,
+    config: dict,
+    num_meta_steps: int,
+    manager: ckpt_lib.CheckpointManager,
+    template: Callable[[], Any],
+    log: Callable[[str], None],
+) -> ckpt_lib.Restored | None:
+  """The newest readable checkpoint of the run in ``out``, or ``None``.
+
+  Damaged checkpoints newer than it are moved aside, saying so. The run's
+  ``config`` (as saved) is checked against the one in ``config.json``, or,
+  where that is missing or damaged, the one saved in the checkpoint (saying
+  so in one line). ``template()`` gives the state's shapes and shardings.
+  """
+  saved_config, problem = read_saved_config(out / CONFIG_FILE)
+  if manager.latest_step() is None:
+    if problem is not None and problem != "missing":
+      raise UsageError(
+          f"{out / CONFIG_FILE} is {problem} and there is no checkpoint to "
+          "read the run's config from: start a new output folder."
+      )
+    if saved_config is not None:
+      check_same_config(saved_config, config, out / CONFIG_FILE)
+    log(f"No checkpoint in {manager.directory}: starting a new run.")
+    return None
+  try:
+    restored = manager.restore_newest_readable(template(), log)
+  except ckpt_lib.CheckpointError as e:
+    raise UsageError(errors.one_line(e)) from None
+  if restored is None:
+    raise UsageError(
+        f"No readable checkpoint is left in {manager.directory} (the damaged "
+        f"ones were moved aside to <step>{ckpt_lib.DAMAGED_SUFFIX}): start a "
+        "new output folder."
+    )
+  if problem is not None:
+    log(
+        f"{out / CONFIG_FILE} is {problem}: resuming with the config saved in "
+        f"checkpoint {restored.path} (and rewriting {CONFIG_FILE})."
+    )
+  if restored.config is not None:
+    check_same_config(restored.config, config, restored.path)
+  if restored.step > num_meta_steps:
+    raise UsageError(
+        f"The latest checkpoint ({restored.path}) is at meta-step "
+        f"{restored.step}, beyond num_meta_steps={num_meta_steps}:"
+        " raise num_meta_steps, or start a new output folder."
+    )
+  log(f"Resuming from {restored.path} (meta-step {restored.step}).")
+  return restored

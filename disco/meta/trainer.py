@@ -1,0 +1,395 @@
+"""Meta-training as a library: build a run from settings, train it, write it.
+
+  from disco.meta import trainer
+  summary = trainer.meta_train(num_meta_steps=10, output_dir="runs/my-rule")
+
+``meta_train`` starts from ``configs/meta_train.py``'s config, applies the
+keyword overrides, checks every setting once (``MetaTrainSettings``), builds
+the population (``build``), meta-trains (``MetaTrainer``) and writes the
+outputs (``write``); ``disco-meta-train`` is this with command-line flags.
+
+The loop of ``MetaTrainer`` steps the population and hands every meta-step to
+its hooks, in order: divergence handling (``DivergenceHook``: skipped
+meta-updates, restarted agents, the stop after ``max_consecutive_skips``),
+metrics (``MetricsHook``: ``metrics.csv``, the tracking backends, the progress
+bar), checkpoints (``CheckpointHook``: every ``checkpoint_every`` meta-steps,
+on a stop signal and at exit), held-out validation (``ValidationHook``), then
+any hooks the caller adds. Level sampling runs inside the population's
+compiled step (each group's ``LevelSampler``), not on the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+import dataclasses
+from pathlib import Path
+import time
+from typing import Any
+
+import jax
+from ml_collections import config_dict
+
+from disco import checks
+from disco import distributed
+from disco import errors
+from disco import run_folders
+from disco import weights as weights_lib
+from disco.meta import checkpoints as ckpt_lib
+from disco.meta import divergence
+from disco.meta import history as history_lib
+from disco.meta import hooks as hooks_lib
+from disco.meta import plan as plan_lib
+from disco.meta import population as population_lib
+from disco.meta import rule_files
+from disco.meta import run_folder
+from disco.meta import settings as settings_lib
+from disco.meta import validation as validation_lib
+
+UsageError = errors.UsageError
+MetaTrainSettings = settings_lib.MetaTrainSettings
+PROGRAM = settings_lib.PROGRAM
+CONFIG_NAME = settings_lib.CONFIG_NAME
+default_config = settings_lib.default_config
+load_initial_meta_params = rule_files.load_initial_meta_params
+export_meta_params = rule_files.export_meta_params
+CHECKPOINT_DIR = run_folder.CHECKPOINT_DIR
+CONFIG_FILE = run_folder.CONFIG_FILE
+METRICS_FILE = run_folder.METRICS_FILE
+SUMMARY_FILE = run_folder.SUMMARY_FILE
+REWARDS_PLOT, LOSS_PLOT = run_folder.REWARDS_PLOT, run_folder.LOSS_PLOT
+META_PARAMS_FILE = run_folder.META_PARAMS_FILE
+
+
+Plan = plan_lib.Plan
+build = plan_lib.build
+make_validation = plan_lib.make_validation
+exporter = plan_lib.exporter
+abstract_state = plan_lib.abstract_state
+initial_state = plan_lib.initial_state
+write_config = plan_lib.write_config
+Hook = hooks_lib.Hook
+Progress = hooks_lib.Progress
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+  """What ``run`` returns.
+
+  Attributes:
+    state: the final state.
+    history: the metrics of every logged meta-step (resumed ones included).
+    start_step: the meta-step this run started from (0 unless resumed).
+    step_times: seconds of each meta-step of this run (the first compiles).
+    wall_time: seconds of this run.
+    checkpoints: the kept checkpoint folders.
+    divergence: skipped meta-updates and restarted agents over the run.
+  """
+
+  state: population_lib.MetaTrainState
+  history: history_lib.MetricsHistory
+  start_step: int
+  step_times: list[float]
+  wall_time: float
+  checkpoints: list[Path]
+  divergence: divergence.DivergenceRecord
+
+
+def _diverged_message(
+    record: divergence.DivergenceRecord, step: int, checkpoints: list[Path]
+) -> str:
+  newest = (
+      f"the newest checkpoint, {checkpoints[-1]} (meta-step "
+      f"{checkpoints[-1].name}), holds finite values"
+      if checkpoints
+      else "no checkpoint was written before"
+  )
+  return (
+      f"Meta-training diverged at meta-step {step}: the meta-update was "
+      f"skipped at {record.consecutive_skips} meta-steps in a row (from "
+      f"meta-step {record.first_skip}; max_consecutive_skips="
+      f"{record.max_consecutive_skips}) because the meta-gradient or the "
+      f"meta-parameters were not finite. Nothing was saved or exported; "
+      f"{newest}. Try a lower meta_learning_rate."
+  )
+
+
+class MetaTrainer:
+  """Meta-trains (or resumes) a built run to ``num_meta_steps``.
+
+  ``hooks`` run after the built-in ones (divergence, metrics, checkpoints,
+  validation), in the order given.
+
+  With several processes (``config.distributed``) every process runs the
+  loop together: each steps its own agents, all write the checkpoints, and
+  process 0 alone logs and writes the other outputs. SIGTERM stops every
+  process at the same meta-step, with a checkpoint; an error or Ctrl-C in
+  one process ends it without a checkpoint (the others stop too: see
+  ``disco.distributed``).
+  """
+
+  def __init__(
+      self,
+      plan: Plan,
+      log: Callable[[str], None] = print,
+      progress: bool = True,
+      hooks: Sequence[Hook] = (),
+  ):
+    self.plan = plan
+    self.log = distributed.main_only(log)
+    self.show_progress = progress
+    self.extra_hooks = tuple(hooks)
+
+  def _begin(self, manager: ckpt_lib.CheckpointManager) -> Progress:
+    """The run's progress at its start: resumed from the newest checkpoint
+    (``config.resume``) or new; writes ``config.json``."""
+    plan, s = self.plan, self.plan.run_settings
+    resumed = None
+    if s.resume:
+      resumed = run_folder.resume(
+          plan.output_dir,
+          plan.resolved_config(),
+          s.num_meta_steps,
+          manager,
+          lambda: abstract_state(plan.population, plan.rule),
+          self.log,
+      )
+    if distributed.is_main():
+      write_config(plan)
+    record = divergence.DivergenceRecord.from_json(
+        None if resumed is None else resumed.extra.get("divergence"),
+        [g.name for g in plan.groups],
+        s.max_consecutive_skips,
+    )
+    if resumed is None:
+      state, history = initial_state(plan), history_lib.MetricsHistory()
+    else:
+      state = resumed.state
+      history = history_lib.MetricsHistory(resumed.history)
+    start = int(jax.device_get(state.step))
+    return Progress(
+        plan=plan,
+        log=self.log,
+        state=state,
+        step=start,
+        start=start,
+        history=history,
+        record=record,
+    )
+
+  def _describe(self, progress: Progress) -> str:
+    plan, s = self.plan, self.plan.run_settings
+    return (
+        f"Meta-training a {s.rule} rule (init: {s.init_meta_params}, "
+        f"estimator: {s.estimator}) on {plan.groups_text()} over "
+        f"{len(plan.population.devices)} device(s)"
+        + run_folders.processes_text("of")
+        + f"; {s.batch_size} envs per agent, rollouts of "
+        f"{s.population.rollout_len}, {s.population.inner_steps} inner "
+        f"step(s); meta-steps {progress.start} -> {s.num_meta_steps}; "
+        f"writing to {plan.output_dir}"
+    )
+
+  def run(self) -> RunResult:
+    """Meta-trains to ``num_meta_steps``.
+
+    Raises:
+      errors.Diverged: ``max_consecutive_skips`` meta-steps in a row skipped
+        their update (the metrics are written up to there; no checkpoint is
+        added). Every process decides this alike, from the same logs.
+    """
+    plan, s = self.plan, self.plan.run_settings
+    out = plan.output_dir
+    # Every process has checked the output folder before process 0 writes.
+    distributed.barrier("disco-meta-train: built")
+    manager = ckpt_lib.CheckpointManager(
+        out / CHECKPOINT_DIR, keep=s.keep_checkpoints
+    )
+    progress = self._begin(manager)
+    hooks: list[Hook] = [
+        hooks_lib.DivergenceHook(),
+        hooks_lib.MetricsHook(self.show_progress),
+        hooks_lib.CheckpointHook(manager),
+    ]
+    if plan.validation is not None:
+      hooks.append(hooks_lib.ValidationHook(plan.validation))
+    hooks += self.extra_hooks
+    self.log(self._describe(progress))
+    resume_hint = (
+        "restart every process with --config.resume=True "
+        f"--config.output_dir={out} to continue from the last checkpoint."
+    )
+    step_times: list[float] = []
+    wall_start = time.perf_counter()
+    started: list[Hook] = []
+    failure = None
+    try:
+      with (
+          distributed.ends_process_on_failure(PROGRAM, resume_hint),
+          distributed.Watchdog(
+              PROGRAM,
+              s.distributed.step_timeout if s.distributed else 0,
+              "meta-step",
+              resume_hint,
+          ) as watchdog,
+      ):
+        for hook in hooks:
+          started.append(hook)
+          hook.start(progress)
+        for k in range(progress.start + 1, s.num_meta_steps + 1):
+          t0 = time.perf_counter()
+          state, logs = plan.population.step(progress.state)
+          jax.block_until_ready(state.step)
+          step_times.append(time.perf_counter() - t0)
+          progress.step_time = step_times[-1]
+          progress.state, progress.logs, progress.step = state, logs, k
+          watchdog.beat()
+          for hook in hooks:
+            hook.after_step(progress)
+          watchdog.beat()
+          if progress.diverged:
+            break
+    except BaseException as e:
+      failure = e
+      raise
+    finally:
+      for hook in reversed(started):
+        hook.end(progress, failure)
+    if progress.diverged:
+      raise errors.Diverged(
+          _diverged_message(
+              progress.record, progress.step, progress.checkpoints
+          )
+      )
+    return RunResult(
+        state=progress.state,
+        history=progress.history,
+        start_step=progress.start,
+        step_times=step_times,
+        wall_time=time.perf_counter() - wall_start,
+        checkpoints=progress.checkpoints,
+        divergence=progress.record,
+    )
+
+
+def run(
+    plan: Plan,
+    log: Callable[[str], None] = print,
+    progress: bool = True,
+    hooks: Sequence[Hook] = (),
+) -> RunResult:
+  """``MetaTrainer(plan, log, progress, hooks).run()``."""
+  return MetaTrainer(plan, log, progress, hooks).run()
+
+
+# ------------------------------------------------------------- writing ----
+
+
+def write(
+    plan: Plan, result: RunResult, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+  """Exports the meta-parameters, plots the curves and writes the summary
+  (process 0 only; every process returns the summary)."""
+  out, history = plan.output_dir, result.history
+  main, log = distributed.is_main(), distributed.main_only(log)
+  final_step = int(jax.device_get(result.state.step))
+  export_path = out / META_PARAMS_FILE
+  try:
+    if main:
+      exporter(plan)(export_path, result.state.meta_params, final_step)
+  except weights_lib.NonFiniteError as e:  # the meta-step never lets this be
+    raise errors.Diverged(errors.one_line(e)) from None
+  if main and len(history):
+    history.plot(
+        out / REWARDS_PLOT,
+        out / LOSS_PLOT,
+        title=f"Meta-training on {plan.groups_text()}",
+    )
+  steady, compile_time = run_folders.steady_state(result.step_times)
+  last_row = history.rows[-1] if len(history) else {}
+  summary = dict(
+      output_dir=str(out),
+      meta_steps=final_step,
+      resumed_from=result.start_step or None,
+      steps_this_run=len(result.step_times),
+      wall_time_s=result.wall_time,
+      compile_time_s=compile_time,
+      seconds_per_meta_step=steady,
+      final={k: last_row[k] for k in history_lib.MAIN_COLUMNS if k in last_row},
+      meta_params_file=str(export_path),
+      checkpoints=[str(p) for p in result.checkpoints],
+      divergence=result.divergence.totals(),
+  )
+  if plan.validation is not None:
+    summary["validation"] = validation_lib.summary(plan.validation.record)
+  if main:
+    run_folders.write_json(out / SUMMARY_FILE, summary)
+  fmt = run_folders.fmt
+  log(
+      f"Meta-step {final_step}: meta loss {fmt(last_row.get('meta_loss'))}, "
+      f"reward per step {fmt(last_row.get('rewards'))} (positive "
+      f"{fmt(last_row.get('pos_reward_frac'))}, negative "
+      f"{fmt(last_row.get('neg_reward_frac'))}); "
+      f"{fmt(steady, 2)} s per meta-step, compile "
+      f"{fmt(compile_time, 1)} s, wall {result.wall_time:.1f} s."
+  )
+  log(
+      f"Outputs in {out}: {CONFIG_FILE}, {METRICS_FILE}, {REWARDS_PLOT}, "
+      f"{LOSS_PLOT}, {META_PARAMS_FILE}, {SUMMARY_FILE}, {CHECKPOINT_DIR}/. "
+      f"Evaluate the rule with: disco-eval --config.rule={export_path}"
+  )
+  return summary
+
+
+def train(
+    config: MetaTrainSettings | config_dict.ConfigDict,
+    log: Callable[[str], None] = print,
+    progress: bool = True,
+    hooks: Sequence[Hook] = (),
+) -> dict[str, Any]:
+  """Builds, runs (or resumes) and writes one meta-training run; returns the
+  summary.
+
+  Holds the lock of the output folder throughout (in process 0): a second
+  process on the folder is refused with one line.
+
+  Raises:
+    UsageError: for bad settings (before anything is trained), or an output
+      folder another process writes.
+    errors.ResourceError: the disk is full or the device memory exhausted.
+  """
+  plan = build(config)
+  out, resume = plan.output_dir, plan.run_settings.resume
+  lock = None
+  if distributed.is_main():
+    lock = run_folders.claim_output_dir(out, PROGRAM)
+  try:
+    run_folder.check_free(out, resume)  # again, now that no other writes
+    with errors.resource_errors(
+        f"continue with --config.resume=True --config.output_dir={out} (the "
+        "same command otherwise)."
+    ):
+      return write(plan, run(plan, log, progress, hooks), log)
+  finally:
+    if lock is not None:
+      lock.release()
+
+
+def meta_train(
+    config: config_dict.ConfigDict | None = None,
+    *,
+    log: Callable[[str], None] = print,
+    progress: bool = True,
+    hooks: Sequence[Hook] = (),
+    **overrides: Any,
+) -> dict[str, Any]:
+  """One meta-training run from Python; returns its summary.
+
+  ``config`` defaults to ``configs/meta_train.py``'s; ``overrides`` set its
+  keys (``num_meta_steps=10``, ``population=({'env': 'catch'},)``,
+  ``es={'population_size': 8}``: a dict updates that block). Every setting
+  is checked before anything runs.
+  """
+  config = checks.with_overrides(
+      default_config() if config is None else config, overrides
+  )
+  return train(config, log=log, progress=progress, hooks=hooks)
