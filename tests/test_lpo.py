@@ -14,6 +14,7 @@ from disco import weights as weights_lib
 from disco.launch import common
 from disco.launch import evaluate
 from disco.meta import drift_distillation
+from disco.meta import follower
 from disco.meta import run_folder
 from disco.meta import trainer as mt
 from disco.update_rules import mirror_learning
@@ -185,7 +186,20 @@ def test_runs_saved_before_the_new_keys_still_resume(tmp_path):
   saved = json.loads(json.dumps(run_folders.to_jsonable(config)))
   del saved["es"]["update_epochs"], saved["es"]["num_minibatches"]
   del saved["agent"]["anneal_learning_rate"]
+  # ... and with the test-only fault settings configs had then.
+  saved["debug"] = dict(
+      poison_meta_grad_at_steps=[],
+      poison_agent_at_steps=[],
+      corrupt_checkpoint_at_step=0,
+  )
   run_folder.check_same_config(saved, config, "old run")
+  # disco-validate rebuilds such a run from its config.json.
+  (tmp_path / "old").mkdir()
+  (tmp_path / "old" / "config.json").write_text(json.dumps(dict(config=saved)))
+  rebuilt = follower.run_config(tmp_path / "old", {})
+  assert "debug" not in rebuilt and rebuilt.es.population_size == (
+      config.es.population_size
+  )
   config.es.update_epochs = 2
   with pytest.raises(errors.UsageError, match="Cannot resume"):
     run_folder.check_same_config(saved, config, "old run")

@@ -26,6 +26,7 @@ from disco.meta import history as history_lib
 from disco.meta import trainer as mt
 from disco.update_rules import resolve
 
+from meta_settings import TINY
 from meta_settings import TINY_FLAGS
 from meta_settings import run_launcher
 from meta_settings import tiny_config
@@ -367,6 +368,36 @@ def test_bad_input_in_process(args, match, tmp_path):
         [*TINY_FLAGS, f"--config.output_dir={tmp_path / 'o'}", *args], tmp_path
     )
   assert not (tmp_path / "o").exists()
+
+
+def test_every_bad_setting_is_reported_at_once(tmp_path):
+  """One pass over the config names every problem in one line, in the
+  config's order, before anything is built."""
+  config = tiny_config(output_dir=str(tmp_path / "o"))
+  config.update(
+      batch_size=0,
+      meta_optimizer="lamb",
+      log_every=-1,
+      key_scheme="numpy",
+      tracking="nope",
+  )
+  with pytest.raises(errors.UsageError) as info:
+    mt.MetaTrainSettings.from_config(config)
+  message = str(info.value)
+  assert "\n" not in message
+  assert message.startswith("5 problems: (1) config.log_every must be >= 1")
+  for part in (
+      "(2) config.batch_size must be >= 1",
+      "(3) config.key_scheme: Unknown key_scheme",
+      "(4) Unknown meta_optimizer 'lamb'",
+      "(5) config.tracking:",
+  ):
+    assert part in message, message
+  assert not (tmp_path / "o").exists()
+  # Settings made once are what the builders take: nothing re-checks them.
+  settings = mt.MetaTrainSettings.from_config(tiny_config())
+  assert settings.batch_size == TINY["batch_size"]
+  assert settings.population.rollout_len == config.rollout_len
 
 
 def test_mismatched_weights_file(tmp_path):
