@@ -101,17 +101,17 @@ from matplotlib import pyplot as plt
 from tqdm import tqdm
 
 from disco import agent as agent_lib
+from disco import checks
 from disco import weights
 from disco.environments import registry
-from disco import checks
-from disco.update_rules import resolve
 from disco.launch import evaluate
-from disco.meta import trainer
 from disco.meta import checkpoints
 from disco.meta import drift_distillation
 from disco.meta import history as history_lib
+from disco.meta import trainer
 from disco.training import analysis
 from disco.training import loop as loop_lib
+from disco.update_rules import resolve
 
 print('JAX devices:', jax.devices())"""
 
