@@ -220,6 +220,14 @@ class CheckpointHook(Hook):
     completed = failure is None and not progress.diverged
     if failure is not None and errors.resource_problem(failure) == "disk":
       pass  # a full disk: an exit checkpoint cannot be written either
+    elif (
+        failure is not None
+        and distributed.is_multiprocess()
+        and not isinstance(failure, distributed.Preempted)
+    ):
+      # Every process writes a checkpoint together, and a failure ends this
+      # one alone (distributed.ends_process_on_failure): no exit checkpoint.
+      pass
     elif step > start and progress.record.last_update_applied:
       try:
         path = self.save(progress)

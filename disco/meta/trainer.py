@@ -189,6 +189,36 @@ class MetaTrainer:
         f"writing to {plan.output_dir}"
     )
 
+  def _loop(self, hooks, progress: Progress, step_times, watchdog) -> None:
+    """The meta-steps, each handed to every hook; every started hook ends,
+    however the loop ends."""
+    population, last = self.plan.population, progress.num_meta_steps
+    started: list[Hook] = []
+    failure = None
+    try:
+      for hook in hooks:
+        started.append(hook)
+        hook.start(progress)
+      for k in range(progress.start + 1, last + 1):
+        t0 = time.perf_counter()
+        state, logs = population.step(progress.state)
+        jax.block_until_ready(state.step)
+        step_times.append(time.perf_counter() - t0)
+        progress.step_time = step_times[-1]
+        progress.state, progress.logs, progress.step = state, logs, k
+        watchdog.beat()
+        for hook in hooks:
+          hook.after_step(progress)
+        watchdog.beat()
+        if progress.diverged:
+          break
+    except BaseException as e:
+      failure = e
+      raise
+    finally:
+      for hook in reversed(started):
+        hook.end(progress, failure)
+
   def run(self) -> RunResult:
     """Meta-trains to ``num_meta_steps``.
 
@@ -220,40 +250,18 @@ class MetaTrainer:
     )
     step_times: list[float] = []
     wall_start = time.perf_counter()
-    started: list[Hook] = []
-    failure = None
-    try:
-      with (
-          distributed.ends_process_on_failure(PROGRAM, resume_hint),
-          distributed.Watchdog(
-              PROGRAM,
-              s.distributed.step_timeout if s.distributed else 0,
-              "meta-step",
-              resume_hint,
-          ) as watchdog,
-      ):
-        for hook in hooks:
-          started.append(hook)
-          hook.start(progress)
-        for k in range(progress.start + 1, s.num_meta_steps + 1):
-          t0 = time.perf_counter()
-          state, logs = plan.population.step(progress.state)
-          jax.block_until_ready(state.step)
-          step_times.append(time.perf_counter() - t0)
-          progress.step_time = step_times[-1]
-          progress.state, progress.logs, progress.step = state, logs, k
-          watchdog.beat()
-          for hook in hooks:
-            hook.after_step(progress)
-          watchdog.beat()
-          if progress.diverged:
-            break
-    except BaseException as e:
-      failure = e
-      raise
-    finally:
-      for hook in reversed(started):
-        hook.end(progress, failure)
+    with (
+        distributed.ends_process_on_failure(PROGRAM, resume_hint),
+        distributed.Watchdog(
+            PROGRAM,
+            s.distributed.step_timeout if s.distributed else 0,
+            "meta-step",
+            resume_hint,
+        ) as watchdog,
+    ):
+      # The hooks end before a failure is reported (the progress bar closes
+      # its line first).
+      self._loop(hooks, progress, step_times, watchdog)
     if progress.diverged:
       raise errors.Diverged(
           _diverged_message(
