@@ -1,4 +1,4 @@
-"""Tests for rule settings from flags (disco.launch.rule_settings) in
+"""Tests for rule settings from flags (disco.update_rules.settings) in
 disco-eval and disco-meta-train, and their listing."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from disco import weights as weights_lib
 from disco.launch import common
 from disco.launch import evaluate
 from disco.launch import meta_train
-from disco.launch import rule_settings
-from disco.launch.rule_settings import KEYS
 from disco.update_rules import actor_critic
 from disco.update_rules import registry
 from disco.update_rules import resolve
+from disco.update_rules import settings as rule_settings
+from disco.update_rules.settings import KEYS
 
 import meta_settings
 import test_evaluate_launcher

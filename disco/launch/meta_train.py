@@ -82,7 +82,6 @@ from disco import tracking
 from disco import weights as weights_lib
 from disco.environments import registry as env_registry
 from disco.launch import common
-from disco.launch import rule_settings
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import divergence
 from disco.meta import es as es_lib
@@ -98,6 +97,7 @@ from disco.meta import value_function
 from disco.networks import agent_nets
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
+from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
 

@@ -26,7 +26,8 @@ the agent's learning rate and network::
 Registering a rule makes it available to ``disco.agent.make_agent``, the
 launchers (``disco-eval --config.rule=<name>``) and the notebooks. An entry
 may also stand for trained meta-parameters (``disco103`` is the Disco rule
-with the published weights).
+with the published weights). ``disco.update_rules.settings`` changes a rule's
+settings from the launchers' flags and lists them.
 """
 
 from __future__ import annotations
@@ -221,7 +222,8 @@ def get_entry(name: str) -> RuleEntry:
   return _REGISTRY[name]
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
+def as_dict(value: Any) -> dict[str, Any]:
+  """A (possibly ``None``) mapping or ``ConfigDict`` as a new dict."""
   if isinstance(value, config_dict.ConfigDict):
     return value.to_dict()
   return dict(value or {})
@@ -241,9 +243,9 @@ def default_settings(name: str) -> config_dict.ConfigDict:
   given = copy.deepcopy(dict(entry.settings))
   rule_kwargs = {
       **factory_defaults(entry.make),
-      **_as_dict(given.get("rule_kwargs")),
+      **as_dict(given.get("rule_kwargs")),
   }
-  hyper_params = _as_dict(given.get("hyper_params"))
+  hyper_params = as_dict(given.get("hyper_params"))
   if hasattr(entry.make, "default_hyper_params"):  # a rule class
     hyper_params = {**entry.make.default_hyper_params, **hyper_params}
   else:  # another factory: ask the rule it builds
@@ -255,7 +257,7 @@ def default_settings(name: str) -> config_dict.ConfigDict:
           hyper_params=hyper_params,
           learning_rate=given["learning_rate"],
           **{k: given.get(k, v) for k, v in OPTIONAL_DEFAULTS.items()},
-          network=_as_dict(given["network"]),
+          network=as_dict(given["network"]),
       )
   )
 
@@ -274,8 +276,8 @@ def make_rule(settings: config_dict.ConfigDict) -> base.UpdateRule:
     )
   return _build(
       get_entry(settings.rule),
-      _as_dict(settings.rule_kwargs),
-      _as_dict(settings.hyper_params),
+      as_dict(settings.rule_kwargs),
+      as_dict(settings.hyper_params),
   )
 
 

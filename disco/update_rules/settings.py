@@ -1,6 +1,6 @@
 """A rule's settings from the launchers' flags, and their listing.
 
-Every registered rule has two groups of settings (``update_rules.registry``):
+Every registered rule has two groups of settings (``registry``):
 
 * ``hyper_params``: its loss coefficients and discounts (numbers), e.g.
   ``--config.hyper_params.entropy_cost=0.01``;
@@ -8,13 +8,14 @@ Every registered rule has two groups of settings (``update_rules.registry``):
   sizes, nested settings such as LPG's ``net``), e.g.
   ``--config.rule_kwargs.clip_value=False``.
 
-``disco-eval`` and ``disco-meta-train`` take both, the same way: ``prepare``
-gives the config every setting of the rule the command line names with its
-default (so the flags may set any of them and an unknown key is a one-line
-error listing the valid ones), and ``apply`` puts them into the rule's agent
-settings. ``describe`` lists every rule's settings with their defaults and
-meanings (``disco-eval --list_rules``, ``--describe_rule=NAME``), read from
-the registry and the rules' factories.
+``disco-eval``, ``disco-meta-train`` and ``disco-compare`` take both, the
+same way: ``prepare`` gives the config every setting of the rule the command
+line names with its default (so the flags may set any of them and an unknown
+key is a one-line error listing the valid ones), ``apply`` puts them into the
+rule's agent settings, and ``completed`` fills in a saved config's defaults
+for comparing it with the current one. ``describe`` lists every rule's
+settings with their defaults and meanings (``disco-eval --list_rules``,
+``--describe_rule=NAME``), read from the registry and the rules' factories.
 """
 
 from __future__ import annotations
@@ -64,10 +65,7 @@ HYPER_PARAM_MEANINGS = {
 }
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-  if isinstance(value, config_dict.ConfigDict):
-    return value.to_dict()
-  return dict(value or {})
+_as_dict = registry.as_dict
 
 
 def _merged(own: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
