@@ -77,6 +77,12 @@ API_PAGES = (
         "Results, normalisation, " "aggregates, significance tests and plots.",
     ),
     (
+        "Parity",
+        "disco.parity",
+        "Checks against fixtures computed by the published implementation "
+        "(python -m disco.parity).",
+    ),
+    (
         "Launchers",
         "disco.launch",
         "The launchers' steps as library "
