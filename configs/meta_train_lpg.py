@@ -17,7 +17,8 @@ clipped at 0.5, and a value function with discount 0.99 and lambda 0.95.
 Agent lifetimes are drawn per agent, log-uniformly between 10 and 250 updates
 (GROOVE's ``all_vrandlife``); ``ta_lpg`` reads them. The outer loss's own
 entropy bonus is off: LPG's regularisers (beta_0 .. beta_3, the rule's
-``meta_regularizer_costs``) include the policy entropy.
+hyper-parameters ``policy_entropy_coeff`` .. ``target_l2_coeff``) include
+the policy entropy.
 
 The grid worlds give their tabular states as int32 indices
 (``observation="index"``) and the agents and value function read them with

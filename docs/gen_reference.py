@@ -5,7 +5,7 @@ r"""Writes the site's reference pages (docs/reference/) from the code.
 
 Nothing on these pages is written by hand: the rules and their settings come
 from ``disco.update_rules.registry`` (and the launchers' own listing,
-``disco.launch.rule_settings.rows``), the environments and their settings from
+``disco.update_rules.settings.rows``), the environments and their settings from
 ``disco.environments.registry``, the launchers' config keys from
 ``configs/*.py`` (defaults from ``get_config()``, meanings from the comments
 beside each key), and the Python API pages are mkdocstrings directives, one
@@ -78,6 +78,12 @@ API_PAGES = (
         "Results, normalisation, " "aggregates, significance tests and plots.",
     ),
     (
+        "Parity",
+        "disco.parity",
+        "Checks against fixtures computed by the published implementation "
+        "(python -m disco.parity).",
+    ),
+    (
         "Launchers",
         "disco.launch",
         "The command lines: flags in, a library call, output.",
@@ -141,8 +147,8 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 
 def rules_page() -> str:
-  from disco.launch import rule_settings
   from disco.update_rules import registry
+  from disco.update_rules import settings as rule_settings
 
   names = registry.rule_names()
   out = [

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -177,6 +180,47 @@ def test_rows_carry_the_welch_interval_of_the_difference():
   wide = significance.run_test(a, b, confidence=0.99)
   assert wide.diff_high - wide.diff_low > row.diff_high - row.diff_low
   assert "[" in significance.format_table([row])
+
+
+def test_rows_hold_their_test_result_and_keep_their_json_layout():
+  a, b = _shifted_samples(n=6, shift=1.0)
+  (row,) = significance.pairwise_table({"a": a, "b": b}, reps=REPS)
+  assert row.result == significance.run_test(a, b, reps=REPS)
+  assert row.p_value is row.result.p_value and row.mean_b == row.result.mean_b
+  with pytest.raises(AttributeError, match="no attribute 'nope'"):
+    row.nope  # noqa: B018
+  assert copy.deepcopy(row) == row
+  assert pickle.loads(pickle.dumps(row)) == row
+  flat = row.as_dict()
+  # statistics.json's layout: every field of the test and of the row, flat,
+  # in this order.
+  assert list(flat) == [
+      "rule_a",
+      "rule_b",
+      "test",
+      "statistic",
+      "p_value",
+      "p_holm",
+      "reject",
+      "alpha",
+      "effect_size",
+      "effect_size_name",
+      "hedges_g",
+      "mean_a",
+      "mean_b",
+      "n_a",
+      "n_b",
+      "seeds_needed",
+      "warning",
+      "confidence",
+      "diff_low",
+      "diff_high",
+      "min_effect",
+  ]
+  fields = {f.name for f in dataclasses.fields(significance.TestResult)}
+  fields |= {f.name for f in dataclasses.fields(row)} - {"result"}
+  assert set(flat) == fields
+  assert flat["p_value"] == row.p_value and flat["p_holm"] == row.p_holm
 
 
 def test_min_effect_sets_the_seeds_needed():

@@ -205,10 +205,7 @@ def test_agent_loss_equals_hand_computation():
 
 
 def test_meta_regularizer_equals_hand_computation():
-  rule = lpg.LPG(
-      net=TINY_NET,
-      meta_regularizer_costs=dict(policy_entropy_coeff=0.1),
-  )
+  rule = lpg.LPG(dict(policy_entropy_coeff=0.1), net=TINY_NET)
   rng = np.random.default_rng(2)
   pi_hat = rng.normal(size=(2, 4, 3))
   y_hat = rng.dirichlet(np.ones(4), size=(2, 4, 3))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 import shutil
+import subprocess
+import sys
 
 import haiku as hk
 import jax
@@ -260,6 +262,21 @@ def test_cli_fails_on_unsupported_kind(tmp_path, capsys):
   assert "FAIL" in out and "unsupported fixture kind 'bogus'" in out
   for kind in parity.KINDS:  # the message lists the supported kinds
     assert kind in out
+
+
+def test_the_documented_command_runs_the_package(tmp_path):
+  """``python -m disco.parity`` (a package: its ``__main__``) checks the
+  fixtures it names and exits 1 on a failure."""
+  bogus = tmp_path / "bogus.npz"
+  np.savez(bogus, kind=np.array("bogus"))
+  result = subprocess.run(
+      [sys.executable, "-m", "disco.parity", str(bogus)],
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert result.returncode == 1, result.stderr[-2000:]
+  assert "unsupported fixture kind 'bogus'" in result.stdout
 
 
 def test_cli_fails_on_unreadable_file(tmp_path, capsys):

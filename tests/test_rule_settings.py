@@ -1,27 +1,35 @@
-"""Tests for rule settings from flags (disco.launch.rule_settings) in
+"""Tests for rule settings from flags (disco.update_rules.settings) in
 disco-eval and disco-meta-train, and their listing."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from disco import checks
 from disco import errors
+from disco import ops
+from disco import types
 from disco import weights as weights_lib
 from disco.launch import common
 from disco.launch import evaluate
 from disco.launch import meta_train
-from disco.launch import rule_settings
-from disco.launch.rule_settings import KEYS
 from disco.meta import run_folder
 from disco.meta import trainer
 from disco.update_rules import actor_critic
+from disco.update_rules import disco
+from disco.update_rules import policy_gradient
 from disco.update_rules import registry
 from disco.update_rules import resolve
+from disco.update_rules import settings as rule_settings
+from disco.update_rules.settings import KEYS
 
 import meta_settings
 import test_evaluate_launcher
@@ -225,7 +233,13 @@ def test_disco_meta_train_rule_settings_from_flags():
   )
   assert config.rule_kwargs.net.hidden_size == 8
   assert config.rule_kwargs.net.prediction_size == 8  # LPG's default
-  assert set(config.hyper_params) == {"agent_target_coeff"}
+  assert set(config.hyper_params) == {
+      "agent_target_coeff",  # the agent's loss and the meta-regularisers
+      "policy_entropy_coeff",
+      "target_entropy_coeff",
+      "policy_l2_coeff",
+      "target_l2_coeff",
+  }
   # ... and so does the config file (LPG's, with its own net settings).
   config = _parse(
       meta_train,
@@ -287,3 +301,203 @@ def test_resume_compares_rule_settings_with_their_defaults_filled_in():
   with pytest.raises(errors.UsageError, match="hyper_params: saved") as info:
     run_folder.check_same_config(saved, current, "x")
   _one_line(str(info.value))
+
+
+# ------------------------------------------------------- old spellings ----
+
+# Keyword arguments named like loss coefficients (which must be
+# hyper-parameters).
+COEFFICIENT = re.compile(r"(cost|coeff?|weight)s?$")
+
+
+def test_every_loss_coefficient_is_a_hyper_parameter():
+  for name in registry.rule_names():
+    entry = registry.get_entry(name)
+    kwargs = rule_settings.factory_parameters(entry.make)
+    assert not [k for k in kwargs if COEFFICIENT.search(k)], name
+    # Every old spelling has its hyper-parameter.
+    hyper_params = registry.default_settings(name).hyper_params
+    for new in rule_settings.old_spellings(entry.make):
+      assert new in hyper_params, (name, new)
+  pg = registry.default_settings("policy_gradient").hyper_params
+  assert (pg.entropy_cost, pg.pg_cost) == (0.01, 1.0)  # the old defaults
+  assert (
+      "entropy_cost"
+      not in registry.default_settings("policy_gradient").rule_kwargs
+  )
+  rows = {s: d for s, d, _ in rule_settings.rows("policy_gradient")}
+  assert rows["hyper_params.entropy_cost"] == "0.01"
+  assert "rule_kwargs.entropy_cost" not in rows
+
+
+def _pg_inputs(t=4, b=3, a=3):
+  rng = np.random.default_rng(0)
+  agent_out = dict(
+      logits=jnp.asarray(rng.normal(size=(t + 1, b, a)), jnp.float32),
+      v=jnp.asarray(rng.normal(size=(t + 1, b, 1)), jnp.float32),
+  )
+  return types.UpdateRuleInputs(
+      observations=jnp.zeros((t + 1, b, 1)),
+      actions=jnp.asarray(rng.integers(0, a, size=(t + 1, b)), jnp.int32),
+      rewards=jnp.asarray(rng.normal(size=(t, b)), jnp.float32),
+      is_terminal=jnp.zeros((t, b), bool),
+      agent_out=agent_out,
+      behaviour_agent_out=agent_out,
+  )
+
+
+def test_policy_gradient_loss_reads_its_coefficients_from_hyper_params():
+  inputs = _pg_inputs()
+  advs = jnp.asarray(np.random.default_rng(1).normal(size=(4, 3)), jnp.float32)
+  meta_out = dict(pi=advs, raw_advs=advs)
+
+  def loss(**hyper_params):
+    rule = policy_gradient.PolicyGradient(hyper_params)
+    return np.asarray(rule.agent_loss(inputs, meta_out, False)[0])
+
+  logits = inputs.agent_out["logits"][:-1]
+  entropy = np.asarray(ops.softmax_entropy(logits))
+  pg = loss(entropy_cost=0.0)
+  np.testing.assert_allclose(
+      loss(entropy_cost=0.5, pg_cost=2.0), 2.0 * pg - 0.5 * entropy, rtol=1e-5
+  )
+
+
+def _old_settings(name, hyper_params, **rule_kwargs):
+  """Rule ``name``'s default settings as an earlier version wrote them:
+  ``hyper_params`` (without the keys moved since) and old ``rule_kwargs``."""
+  settings = registry.default_settings(name)
+  settings.hyper_params = hyper_params
+  settings.rule_kwargs = {**settings.rule_kwargs.to_dict(), **rule_kwargs}
+  return settings
+
+
+def test_old_spellings_build_the_same_rule():
+  for name, old, new in (
+      (
+          "policy_gradient",
+          dict(entropy_cost=0.05, pg_cost=2),
+          dict(entropy_cost=0.05, pg_cost=2.0),
+      ),
+      (
+          "disco",
+          dict(meta_regularizer_costs=dict(prediction_entropy=0.5)),
+          dict(prediction_entropy_cost=0.5),
+      ),
+      (
+          "ta_lpg",
+          dict(meta_regularizer_costs=dict(policy_l2_coeff=0.02)),
+          dict(policy_l2_coeff=0.02),
+      ),
+  ):
+    rule = registry.make_rule(_old_settings(name, {}, **old))
+    expected = registry.default_settings(name)
+    expected.hyper_params.update(new)
+    assert rule.hyper_params == registry.make_rule(expected).hyper_params
+    for key, value in new.items():
+      assert rule.hyper_params[key] == value, (name, key)
+  with pytest.raises(ValueError, match="policy_entropy_coeff") as info:
+    registry.make_rule(
+        _old_settings("lpg", {}, meta_regularizer_costs=dict(beta_9=1.0))
+    )
+  _one_line(str(info.value))
+
+
+def test_saved_settings_upgrade_to_todays():
+  for name in ("policy_gradient", "disco103", "lpg"):
+    today = registry.default_settings(name).to_dict()
+    old = _old_settings(name, {}).to_dict()
+    old["hyper_params"] = {  # written before the moved keys existed
+        k: v
+        for k, v in today["hyper_params"].items()
+        if k not in rule_settings.old_spellings(registry.get_entry(name).make)
+    }
+    if name == "policy_gradient":
+      old["rule_kwargs"].update(entropy_cost=0.01, pg_cost=1.0)
+    assert old != today
+    assert rule_settings.upgraded_settings(old) == today, name
+  unknown = dict(rule="no_such_rule", hyper_params={})
+  assert rule_settings.upgraded_settings(unknown) == unknown
+  assert (
+      rule_settings.new_spelling("policy_gradient", "rule_kwargs.entropy_cost")
+      == "hyper_params.entropy_cost"
+  )
+  assert rule_settings.new_spelling(
+      "lpg", "rule_kwargs.meta_regularizer_costs"
+  ).startswith("hyper_params.policy_entropy_coeff, ")
+  assert rule_settings.new_spelling("ppo", "rule_kwargs.entropy_cost") is None
+
+
+def test_rule_files_with_old_spellings_load_in_todays(tmp_path):
+  tiny_net = dict(hidden_size=8, embedding_sizes=(4, 1), prediction_size=4)
+  settings = registry.default_settings("lpg")
+  settings.rule_kwargs.net.update(tiny_net)
+  meta_params = registry.make_rule(settings).init_meta_params(
+      jax.random.PRNGKey(0)
+  )
+  path = tmp_path / "old_lpg.npz"
+  weights_lib.save_meta_params(  # as disco-meta-train exported them
+      path,
+      meta_params,
+      metadata=dict(
+          rule="lpg",
+          rule_kwargs=dict(
+              settings.rule_kwargs.to_dict(),
+              meta_regularizer_costs=dict(policy_l2_coeff=0.02),
+          ),
+          settings=dict(hyper_params=dict(agent_target_coeff=0.25)),
+          meta_step=3,
+      ),
+  )
+  resolved = resolve.resolve_rule(str(path))
+  assert "meta_regularizer_costs" not in resolved.settings.rule_kwargs
+  assert resolved.settings.hyper_params.policy_l2_coeff == 0.02
+  assert resolved.settings.hyper_params.agent_target_coeff == 0.25
+  assert resolved.rule.hyper_params["policy_l2_coeff"] == 0.02
+  assert resolved.settings.rule_kwargs.net.hidden_size == 8
+
+
+def test_configs_with_old_spellings_train_the_same_rule(tmp_path):
+  config = test_evaluate_launcher.tiny_config(
+      tmp_path, rule="policy_gradient", rule_kwargs=dict(entropy_cost=0.05)
+  )
+  plan = evaluate.build(config)
+  assert plan.rule.rule.hyper_params["entropy_cost"] == 0.05
+  assert plan.rule.settings.hyper_params.entropy_cost == 0.05
+  assert "entropy_cost" not in plan.rule.settings.rule_kwargs
+  # From the command line: the config holds every default, which the old
+  # spelling replaces; another value beside it is an error naming both.
+  config = _parse(evaluate, ["--config.rule=policy_gradient"])
+  with config.unlocked():  # as a config file written before would
+    config.rule_kwargs.entropy_cost = 0.05
+  assert config.hyper_params.entropy_cost == 0.01
+  config.update(test_evaluate_launcher.tiny_config(tmp_path).to_dict())
+  config.rule = "policy_gradient"
+  assert evaluate.build(config).rule.rule.hyper_params["entropy_cost"] == 0.05
+  config.hyper_params.entropy_cost = 0.1
+  with pytest.raises(
+      errors.UsageError,
+      match=r"config.rule_kwargs.entropy_cost \(the old spelling of "
+      r"config.hyper_params.entropy_cost\) is 0.05 but "
+      r"config.hyper_params.entropy_cost is 0.1 .*give only",
+  ) as info:
+    evaluate.build(config)
+  _one_line(str(info.value))
+
+
+def test_runs_saved_before_resume_with_the_moved_keys_at_their_defaults():
+  """A meta-training run saved before the meta-regularisers were
+  hyper-parameters (its config's hyper_params lack them) resumes; an LPG run
+  that set them the old way resumes with the same config."""
+  current = _parse(meta_train, []).to_dict()
+  saved = dict(current, hyper_params=dict(current["hyper_params"]))
+  for key in rule_settings.old_spellings(disco.Disco):
+    del saved["hyper_params"][key]
+  meta_train._check_same_config(saved, current, "x")
+  current = _parse(meta_train, [], config_name="meta_train_lpg").to_dict()
+  current["rule_kwargs"]["meta_regularizer_costs"] = dict(policy_l2_coeff=0.02)
+  saved = dict(current, hyper_params=dict(agent_target_coeff=0.5))
+  meta_train._check_same_config(saved, current, "x")
+  current["hyper_params"]["policy_l2_coeff"] = 0.03
+  with pytest.raises(errors.UsageError, match="hyper_params: saved"):
+    meta_train._check_same_config(saved, current, "x")

@@ -7,7 +7,9 @@ Pure NumPy/SciPy/rliable (no JAX):
   improvement, performance profiles and sample-efficiency curves with
   stratified-bootstrap intervals (``rliable``);
 * ``significance``: pairwise tests (Welch, Mann-Whitney, bootstrap,
-  permutation) with Holm-Bonferroni correction, effect sizes and power;
+  permutation) of every pair of rules with Holm-Bonferroni correction,
+  effect sizes and power; the tests themselves are in ``two_sample``, the
+  effect sizes and power in ``effect_sizes``;
 * ``plots``: PNG figures of the above.
 
 Scores are ``{rule: [num_seeds, num_envs]}`` (``[..., num_points]`` for

@@ -29,7 +29,7 @@ from disco import checks
 from disco import compile_cache
 from disco import errors
 from disco import stopping
-from disco.launch import rule_settings
+from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
 one_line = errors.one_line

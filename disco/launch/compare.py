@@ -49,9 +49,9 @@ from disco.comparison import significance
 from disco.environments import registry as env_registry
 from disco.launch import common
 from disco.launch import evaluate
-from disco.launch import rule_settings
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
+from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
 

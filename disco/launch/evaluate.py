@@ -55,11 +55,11 @@ from disco import weights as weights_lib
 from disco.environments import base as env_base
 from disco.environments import registry as env_registry
 from disco.launch import common
-from disco.launch import rule_settings
 from disco.training import analysis
 from disco.training import loop as loop_lib
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
+from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
 

@@ -58,10 +58,10 @@ from __future__ import annotations
 from ml_collections import config_dict
 
 from disco.launch import common
-from disco.launch import rule_settings
 from disco.meta import settings as settings_lib
 from disco.meta import trainer
 from disco.update_rules import registry as rule_registry
+from disco.update_rules import settings as rule_settings
 
 PROGRAM = settings_lib.PROGRAM
 CONFIG_NAME = settings_lib.CONFIG_NAME

@@ -18,9 +18,9 @@ from typing import Any
 from ml_collections import config_dict
 
 from disco import errors
-from disco.launch import rule_settings
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import settings as settings_lib
+from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
 

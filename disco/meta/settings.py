@@ -25,7 +25,6 @@ from disco import errors
 from disco import run_folders
 from disco import tracking
 from disco.environments import registry as env_registry
-from disco.launch import rule_settings
 from disco.meta import divergence
 from disco.meta import es as es_lib
 from disco.meta import estimators as estimators_lib
@@ -38,6 +37,7 @@ from disco.meta import validation as validation_lib
 from disco.meta import value_function
 from disco.networks import agent_nets
 from disco.update_rules import registry as rule_registry
+from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
 one_line = errors.one_line

@@ -42,11 +42,13 @@ DISCO103_HYPER_PARAMS = dict(
 )
 
 
-# Outer-loss regularisers of the published meta-training setup.
+# Outer-loss regularisers of the published meta-training setup (hyper-
+# parameters too; ``meta_regularizer_costs`` of the rule's keyword arguments
+# once, without the ``_cost`` suffix).
 META_REGULARIZER_COSTS = dict(
-    prediction_entropy=1e-3,  # entropy of y and z on validation data
-    target_mean_square=1e-3,  # squared means of the pi, y, z targets
-    target_policy_kl=1e-2,  # KL from the target network's policy to pi
+    prediction_entropy_cost=1e-3,  # entropy of y and z on validation data
+    target_mean_square_cost=1e-3,  # squared means of the pi, y, z targets
+    target_policy_kl_cost=1e-2,  # KL from the target network's policy to pi
 )
 
 _kl = ops.categorical_kl
@@ -57,13 +59,13 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
   """Discovered update rule driven by a meta-network (e.g. Disco103).
 
   Args:
-    hyper_params: overrides of ``DISCO103_HYPER_PARAMS``.
+    hyper_params: overrides of ``DISCO103_HYPER_PARAMS`` (the agent's
+      losses) and ``META_REGULARIZER_COSTS`` (meta-training's regularisers).
     net: meta-network settings.
     max_abs_value: half-width of the categorical ``q`` support.
     num_bins: number of ``q`` bins.
     moving_average_decay: EMA decay for advantage / TD normalisation.
     moving_average_eps: EMA normalisation epsilon.
-    meta_regularizer_costs: overrides of ``META_REGULARIZER_COSTS``.
     default_lifetime: the lifetime (agent updates) of an agent that
       ``start_lifetime`` was not called for (``net.lifetime_conditioning``
       only).
@@ -71,7 +73,12 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
 
   # z, aux_pi and q enter the losses at the taken action only.
   model_losses_read_taken_actions = True
-  default_hyper_params = DISCO103_HYPER_PARAMS
+  default_hyper_params = dict(DISCO103_HYPER_PARAMS, **META_REGULARIZER_COSTS)
+  moved_rule_kwargs = dict(
+      meta_regularizer_costs={
+          k.removesuffix("_cost"): k for k in META_REGULARIZER_COSTS
+      }
+  )
 
   def __init__(
       self,
@@ -81,13 +88,9 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
       num_bins: int = 601,
       moving_average_decay: float = 0.99,
       moving_average_eps: float = 1e-6,
-      meta_regularizer_costs: dict[str, float] | None = None,
       default_lifetime: int = base.DEFAULT_LIFETIME,
   ):
     super().__init__(hyper_params, moving_average_decay, moving_average_eps)
-    self.meta_regularizer_costs = dict(
-        META_REGULARIZER_COSTS, **(meta_regularizer_costs or {})
-    )
     if isinstance(net, dict):
       net = meta_nets.MetaNetConfig(**net)
     self.net_config = net or meta_nets.MetaNetConfig()
@@ -303,7 +306,7 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
       valid_out: types.AgentOuts,
       actions: jax.Array,
   ) -> tuple[jax.Array, types.Logs]:
-    costs = self.meta_regularizer_costs
+    costs = self.hyper_params
     z_a = ops.at_actions(valid_out["z"][:-1], actions)
     neg_entropy = -jnp.mean(_entropy(valid_out["y"])) - jnp.mean(_entropy(z_a))
     # Squared (per inner step) means of each target, averaged over steps.
@@ -316,9 +319,9 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
         _kl(jax.lax.stop_gradient(target_logits), train_meta_out["pi"])
     )
     reg = (
-        costs["prediction_entropy"] * neg_entropy
-        + costs["target_mean_square"] * mean_square
-        + costs["target_policy_kl"] * target_kl
+        costs["prediction_entropy_cost"] * neg_entropy
+        + costs["target_mean_square_cost"] * mean_square
+        + costs["target_policy_kl_cost"] * target_kl
     )
     return reg, dict(
         prediction_neg_entropy=neg_entropy,

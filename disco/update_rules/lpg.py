@@ -13,7 +13,7 @@ minimises
 KL the other way round, ``KL(y(s_t) || y_hat)``, GROOVE as here).
 
 In meta-training the rule adds the paper's regularisers to the outer loss
-(``meta_regularizer``; GROOVE's names and defaults):
+(``meta_regularizer``; hyper-parameters with GROOVE's names and defaults):
   beta_0 ``policy_entropy_coeff`` 5e-2: minus the entropy of the updated
     agent's policy,
   beta_1 ``target_entropy_coeff`` 1e-3: minus the entropy of its ``y``,
@@ -44,7 +44,9 @@ from disco.update_rules import base
 # alpha_y of the paper (and GROOVE's lpg_agent_target_coeff).
 LPG_HYPER_PARAMS = dict(agent_target_coeff=0.5)
 
-# GROOVE's meta-regularisers beta_0 .. beta_3 (experiments/parse_args.py).
+# GROOVE's meta-regularisers beta_0 .. beta_3 (experiments/parse_args.py),
+# hyper-parameters too (``meta_regularizer_costs`` of the rule's keyword
+# arguments once).
 META_REGULARIZER_COSTS = dict(
     policy_entropy_coeff=5e-2,  # beta_0
     target_entropy_coeff=1e-3,  # beta_1
@@ -57,31 +59,25 @@ class LPG(base.LifetimeConditioning, base.UpdateRule):
   """The LPG rule (TA-LPG with ``net.lifetime_conditioning``).
 
   Args:
-    hyper_params: overrides of ``LPG_HYPER_PARAMS``.
+    hyper_params: overrides of ``LPG_HYPER_PARAMS`` (the agent's loss) and
+      ``META_REGULARIZER_COSTS`` (meta-training's regularisers).
     net: meta-network settings (``lpg_net.LPGNetConfig`` or its fields).
-    meta_regularizer_costs: overrides of ``META_REGULARIZER_COSTS``.
     default_lifetime: the lifetime (agent updates) of an agent that
       ``start_lifetime`` was not called for (TA-LPG only).
   """
 
-  default_hyper_params = LPG_HYPER_PARAMS
+  default_hyper_params = dict(LPG_HYPER_PARAMS, **META_REGULARIZER_COSTS)
+  moved_rule_kwargs = dict(
+      meta_regularizer_costs={k: k for k in META_REGULARIZER_COSTS}
+  )
 
   def __init__(
       self,
       hyper_params: Mapping[str, float] | None = None,
       net: lpg_net.LPGNetConfig | dict[str, Any] | None = None,
-      meta_regularizer_costs: dict[str, float] | None = None,
       default_lifetime: int = base.DEFAULT_LIFETIME,
   ):
     super().__init__(hyper_params)
-    costs = dict(meta_regularizer_costs or {})
-    unknown = sorted(set(costs) - set(META_REGULARIZER_COSTS))
-    if unknown:
-      raise ValueError(
-          f"Unknown meta_regularizer_costs {unknown} for rule LPG; valid: "
-          f"{', '.join(META_REGULARIZER_COSTS)}."
-      )
-    self.meta_regularizer_costs = {**META_REGULARIZER_COSTS, **costs}
     if isinstance(net, Mapping):
       net = dict(net)
       if "embedding_sizes" in net:
@@ -181,7 +177,7 @@ class LPG(base.LifetimeConditioning, base.UpdateRule):
       actions: jax.Array,
   ) -> tuple[jax.Array, types.Logs]:
     del actions
-    costs = self.meta_regularizer_costs
+    costs = self.hyper_params
     policy_entropy = jnp.mean(ops.softmax_entropy(valid_out["logits"][:-1]))
     target_entropy = jnp.mean(ops.softmax_entropy(valid_out["y"][:-1]))
     policy_l2 = jnp.mean(jnp.square(train_meta_out["pi_hat"]))

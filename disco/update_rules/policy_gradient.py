@@ -21,37 +21,41 @@ from disco.value_fns import ema as ema_lib
 from disco.value_fns import losses
 
 POLICY_GRADIENT_HYPER_PARAMS = dict(
-    discount_factor=0.997, td_lambda=1.0, value_cost=0.5
+    discount_factor=0.997,
+    td_lambda=1.0,
+    value_cost=0.5,
+    entropy_cost=0.01,
+    pg_cost=1.0,
 )
 
 
 class PolicyGradient(base.MovingAverageRule):
   """``-log pi(a|s) * A`` plus an entropy bonus.
 
+  Per transition: ``pg_cost * (-log pi(a|s) A) - entropy_cost * H(pi)`` for
+  the policy and ``value_cost`` times the value loss, all three
+  hyper-parameters (``entropy_cost`` and ``pg_cost`` were keyword arguments
+  once: ``moved_rule_kwargs`` reads settings saved with them).
+
   Args:
     hyper_params: overrides of ``POLICY_GRADIENT_HYPER_PARAMS``.
-    entropy_cost: weight of the entropy bonus.
     normalize_adv: use EMA-normalised advantages.
-    pg_cost: weight of the policy-gradient loss.
     moving_average_decay: EMA decay of the advantage statistics.
     moving_average_eps: EMA normalisation epsilon.
   """
 
   default_hyper_params = POLICY_GRADIENT_HYPER_PARAMS
+  moved_rule_kwargs = dict(entropy_cost="entropy_cost", pg_cost="pg_cost")
 
   def __init__(
       self,
       hyper_params: Mapping[str, float] | None = None,
-      entropy_cost: float = 0.01,
       normalize_adv: bool = True,
-      pg_cost: float = 1.0,
       moving_average_decay: float = 0.99,
       moving_average_eps: float = 1e-6,
   ):
     super().__init__(hyper_params, moving_average_decay, moving_average_eps)
-    self._entropy_cost = entropy_cost
     self._normalize_adv = normalize_adv
-    self._pg_cost = pg_cost
 
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
     return base.policy_value_spec(num_actions)
@@ -85,7 +89,11 @@ class PolicyGradient(base.MovingAverageRule):
         logits, inputs.actions[:-1], meta_out["pi"], backprop=backprop
     )
     entropy = ops.softmax_entropy(logits)
-    loss = self._pg_cost * pg_loss - self._entropy_cost * entropy
+    hyper_params = self.hyper_params
+    loss = (
+        hyper_params["pg_cost"] * pg_loss
+        - hyper_params["entropy_cost"] * entropy
+    )
     return loss, dict(
         entropy=jnp.mean(entropy),
         pg_advs=jnp.mean(meta_out["pi"]),

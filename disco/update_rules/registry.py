@@ -17,7 +17,12 @@ A rule's factory is called as ``make(hyper_params=..., **rule_kwargs)``. Its
 defaults are the rule's defaults: ``default_settings`` fills ``rule_kwargs``
 with the factory's keyword defaults and ``hyper_params`` with the rule
 class's ``default_hyper_params``, so an entry only states what differs, and
-the agent's learning rate and network::
+the agent's learning rate and network. Every coefficient of a rule's losses
+is a hyper-parameter; ``rule_kwargs`` are its structural choices (network
+sizes, switches, numbers of samples). Keyword arguments that became
+hyper-parameters (``UpdateRule.moved_rule_kwargs``, e.g. policy gradient's
+``entropy_cost``) are still read where settings give them
+(``moved_to_hyper_params``)::
 
   registry.register_rule(
       "my_rule", MyRule,
@@ -26,7 +31,8 @@ the agent's learning rate and network::
 Registering a rule makes it available to ``disco.agent.make_agent``, the
 launchers (``disco-eval --config.rule=<name>``) and the notebooks. An entry
 may also stand for trained meta-parameters (``disco103`` is the Disco rule
-with the published weights).
+with the published weights). ``disco.update_rules.settings`` changes a rule's
+settings from the launchers' flags and lists them.
 """
 
 from __future__ import annotations
@@ -221,10 +227,45 @@ def get_entry(name: str) -> RuleEntry:
   return _REGISTRY[name]
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
+def as_dict(value: Any) -> dict[str, Any]:
+  """A (possibly ``None``) mapping or ``ConfigDict`` as a new dict."""
   if isinstance(value, config_dict.ConfigDict):
     return value.to_dict()
   return dict(value or {})
+
+
+def moved_to_hyper_params(
+    make: Callable[..., Any], hyper_params: Any, rule_kwargs: Any
+) -> tuple[dict[str, Any], dict[str, Any]]:
+  """``(hyper_params, rule_kwargs)`` of factory ``make`` (new dicts) with
+  the ``rule_kwargs`` that became hyper-parameters
+  (``UpdateRule.moved_rule_kwargs``: settings saved or written before, e.g.
+  policy gradient's ``rule_kwargs.entropy_cost``) moved into
+  ``hyper_params``. A moved value replaces the hyper-parameter's: settings
+  that spell the old key were written when the new one did not exist, so any
+  value of it beside them is a default filled in since.
+
+  Raises:
+    ValueError: a moved dict of coefficients with a key it never had.
+  """
+  hyper_params, rule_kwargs = as_dict(hyper_params), as_dict(rule_kwargs)
+  for old, new in getattr(make, "moved_rule_kwargs", {}).items():
+    if old not in rule_kwargs:
+      continue
+    value = rule_kwargs.pop(old)
+    if not isinstance(new, Mapping):
+      hyper_params[new] = value
+      continue
+    value = as_dict(value)
+    unknown = sorted(set(value) - set(new))
+    if unknown:
+      raise ValueError(
+          f"Unknown rule_kwargs.{old} {unknown}: its keys were "
+          f"{', '.join(new)}, now the hyper-parameters "
+          f"{', '.join(new.values())}."
+      )
+    hyper_params.update({new[k]: v for k, v in value.items()})
+  return hyper_params, rule_kwargs
 
 
 def _build(entry: RuleEntry, rule_kwargs, hyper_params) -> base.UpdateRule:
@@ -239,11 +280,10 @@ def default_settings(name: str) -> config_dict.ConfigDict:
   (``settings.rule == name``)."""
   entry = get_entry(name)
   given = copy.deepcopy(dict(entry.settings))
-  rule_kwargs = {
-      **factory_defaults(entry.make),
-      **_as_dict(given.get("rule_kwargs")),
-  }
-  hyper_params = _as_dict(given.get("hyper_params"))
+  hyper_params, rule_kwargs = moved_to_hyper_params(
+      entry.make, given.get("hyper_params"), given.get("rule_kwargs")
+  )
+  rule_kwargs = {**factory_defaults(entry.make), **rule_kwargs}
   if hasattr(entry.make, "default_hyper_params"):  # a rule class
     hyper_params = {**entry.make.default_hyper_params, **hyper_params}
   else:  # another factory: ask the rule it builds
@@ -255,13 +295,15 @@ def default_settings(name: str) -> config_dict.ConfigDict:
           hyper_params=hyper_params,
           learning_rate=given["learning_rate"],
           **{k: given.get(k, v) for k, v in OPTIONAL_DEFAULTS.items()},
-          network=_as_dict(given["network"]),
+          network=as_dict(given["network"]),
       )
   )
 
 
 def make_rule(settings: config_dict.ConfigDict) -> base.UpdateRule:
-  """The rule that agent ``settings`` describe.
+  """The rule that agent ``settings`` describe (read with
+  ``moved_to_hyper_params``: settings saved before a keyword argument became
+  a hyper-parameter build the same rule).
 
   Raises:
     ValueError: unknown rule or settings its factory rejects.
@@ -272,11 +314,11 @@ def make_rule(settings: config_dict.ConfigDict) -> base.UpdateRule:
         f"Unknown agent setting(s) {unknown}; valid: "
         f"{', '.join(SETTINGS_KEYS)}."
     )
-  return _build(
-      get_entry(settings.rule),
-      _as_dict(settings.rule_kwargs),
-      _as_dict(settings.hyper_params),
+  entry = get_entry(settings.rule)
+  hyper_params, rule_kwargs = moved_to_hyper_params(
+      entry.make, settings.hyper_params, settings.rule_kwargs
   )
+  return _build(entry, rule_kwargs, hyper_params)
 
 
 # The published actor-critic network; MPO, SPO and policy gradient use it too.

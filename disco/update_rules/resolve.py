@@ -153,6 +153,15 @@ def _settings_from_metadata(
       if not isinstance(rule_kwargs, dict):
         raise TypeError("'rule_kwargs' must be a JSON object")
       settings.rule_kwargs = {**settings.rule_kwargs.to_dict(), **rule_kwargs}
+    if settings.rule == name:  # files written before a keyword argument
+      # became a hyper-parameter: today's spelling, the same rule
+      settings.hyper_params, settings.rule_kwargs = (
+          registry.moved_to_hyper_params(
+              registry.get_entry(name).make,
+              settings.hyper_params,
+              settings.rule_kwargs,
+          )
+      )
   except (TypeError, AttributeError, KeyError, ValueError) as e:
     raise UsageError(
         f"The settings in the metadata of {path} do not fit rule {name!r}: "

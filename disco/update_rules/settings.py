@@ -1,25 +1,35 @@
 """A rule's settings from the launchers' flags, and their listing.
 
-Every registered rule has two groups of settings (``update_rules.registry``):
+Every registered rule has two groups of settings (``registry``):
 
-* ``hyper_params``: its loss coefficients and discounts (numbers), e.g.
+* ``hyper_params``: every coefficient of its losses (and of its
+  meta-regularisers), its discounts and other numbers, e.g.
   ``--config.hyper_params.entropy_cost=0.01``;
-* ``rule_kwargs``: the other keyword arguments of its factory (switches,
-  sizes, nested settings such as LPG's ``net``), e.g.
-  ``--config.rule_kwargs.clip_value=False``.
+* ``rule_kwargs``: the other keyword arguments of its factory, its
+  structural choices (switches, sizes, numbers of samples, nested settings
+  such as LPG's ``net``), e.g. ``--config.rule_kwargs.clip_value=False``.
 
-``disco-eval`` and ``disco-meta-train`` take both, the same way: ``prepare``
-gives the config every setting of the rule the command line names with its
-default (so the flags may set any of them and an unknown key is a one-line
-error listing the valid ones), and ``apply`` puts them into the rule's agent
-settings. ``describe`` lists every rule's settings with their defaults and
-meanings (``disco-eval --list_rules``, ``--describe_rule=NAME``), read from
-the registry and the rules' factories.
+``disco-eval``, ``disco-meta-train`` and ``disco-compare`` take both, the
+same way: ``prepare`` gives the config every setting of the rule the command
+line names with its default (so the flags may set any of them and an unknown
+key is a one-line error listing the valid ones), ``apply`` puts them into the
+rule's agent settings, and ``completed`` fills in a saved config's defaults
+for comparing it with the current one. ``describe`` lists every rule's
+settings with their defaults and meanings (``disco-eval --list_rules``,
+``--describe_rule=NAME``), read from the registry and the rules' factories.
+
+Old spellings: a keyword argument that became a hyper-parameter
+(``UpdateRule.moved_rule_kwargs``, e.g. policy gradient's
+``rule_kwargs.entropy_cost``, or Disco's and LPG's
+``rule_kwargs.meta_regularizer_costs``) is still read from configs, run
+folders and rule files, as its hyper-parameter, with the same results;
+``new_spelling`` names the hyper-parameter of an old key and
+``upgraded_settings`` brings saved agent settings to today's form.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 import inspect
 import re
 from typing import Any
@@ -61,13 +71,29 @@ HYPER_PARAM_MEANINGS = {
     "z_cost": "weight of the z-prediction loss",
     "aux_policy_cost": "weight of the auxiliary policy-prediction loss",
     "agent_target_coeff": "weight of the y-prediction loss (LPG's kappa)",
+    "prediction_entropy_cost": (
+        "meta-regulariser: weight of minus the entropies of y and z"
+    ),
+    "target_mean_square_cost": (
+        "meta-regulariser: weight of the squared means of the pi, y, z targets"
+    ),
+    "target_policy_kl_cost": (
+        "meta-regulariser: weight of the KL from the target network's policy"
+    ),
+    "policy_entropy_coeff": (
+        "meta-regulariser beta_0: weight of minus the policy's entropy"
+    ),
+    "target_entropy_coeff": (
+        "meta-regulariser beta_1: weight of minus the entropy of y"
+    ),
+    "policy_l2_coeff": "meta-regulariser beta_2: weight of the mean square of pi_hat",
+    "target_l2_coeff": (
+        "meta-regulariser beta_3: weight of the mean squared norm of y_hat"
+    ),
 }
 
 
-def _as_dict(value: Any) -> dict[str, Any]:
-  if isinstance(value, config_dict.ConfigDict):
-    return value.to_dict()
-  return dict(value or {})
+_as_dict = registry.as_dict
 
 
 def _merged(own: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
@@ -80,11 +106,51 @@ def _merged(own: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
   return out
 
 
+def _floats(hyper_params: dict[str, Any]) -> dict[str, Any]:
+  """Numbers as floats (a flag may then give ``1`` or ``0.5``)."""
+  return {
+      k: float(v) if isinstance(v, (int, float)) else v
+      for k, v in hyper_params.items()
+  }
+
+
+def old_spellings(make: Callable[..., Any]) -> dict[str, str]:
+  """``{hyper-parameter: its old spelling}`` of factory ``make``, e.g.
+  ``{'entropy_cost': 'rule_kwargs.entropy_cost'}`` for policy gradient
+  (``UpdateRule.moved_rule_kwargs``)."""
+  out = {}
+  for old, new in getattr(make, "moved_rule_kwargs", {}).items():
+    if isinstance(new, Mapping):
+      out.update({v: f"rule_kwargs.{old}.{k}" for k, v in new.items()})
+    else:
+      out[new] = f"rule_kwargs.{old}"
+  return out
+
+
+def new_spelling(name: str, key: str) -> str | None:
+  """What the setting ``key`` of rule ``name`` is now, for an error message
+  about an unknown key: ``hyper_params.entropy_cost`` for policy gradient's
+  ``rule_kwargs.entropy_cost``; the hyper-parameters, comma-separated, of an
+  old dict of coefficients (``rule_kwargs.meta_regularizer_costs``); else
+  ``None`` (not an old spelling, or an unknown rule)."""
+  try:
+    make = registry.get_entry(name).make
+  except ValueError:
+    return None
+  found = [
+      f"hyper_params.{new}"
+      for new, old in old_spellings(make).items()
+      if key == old or old.startswith(f"{key}.")
+  ]
+  return ", ".join(found) or None
+
+
 def completed(name: str, given: Any, key: str) -> dict[str, Any]:
   """The ``key`` settings (``hyper_params`` or ``rule_kwargs``) of rule
   ``name`` with those ``given`` over its defaults (hyper-parameters as
   floats): what a config's overrides amount to, however many of the
-  defaults it spells out.
+  defaults it spells out. (Old spellings in ``rule_kwargs`` stay as given:
+  a config that repeats them is the same config.)
 
   Raises:
     ValueError: an unknown rule.
@@ -92,12 +158,28 @@ def completed(name: str, given: Any, key: str) -> dict[str, Any]:
   value = _merged(
       _as_dict(registry.default_settings(name)[key]), _as_dict(given)
   )
-  if key == "hyper_params":
-    value = {
-        k: float(v) if isinstance(v, (int, float)) else v
-        for k, v in value.items()
-    }
-  return value
+  return _floats(value) if key == "hyper_params" else value
+
+
+def upgraded_settings(saved: Mapping[str, Any]) -> dict[str, Any]:
+  """Agent settings as saved by an earlier version (a run folder's
+  ``rule_settings``) in today's form, to compare them with today's: old
+  spellings moved to ``hyper_params`` (``registry.moved_to_hyper_params``)
+  and hyper-parameters added since at their defaults. Settings of an unknown
+  rule, or that do not fit it, come back as saved."""
+  out = _as_dict(saved)
+  try:
+    defaults = registry.default_settings(str(out.get("rule")))
+    hyper_params, rule_kwargs = registry.moved_to_hyper_params(
+        registry.get_entry(defaults.rule).make,
+        out.get("hyper_params"),
+        out.get("rule_kwargs"),
+    )
+  except (ValueError, TypeError):
+    return out
+  out["hyper_params"] = {**_as_dict(defaults.hyper_params), **hyper_params}
+  out["rule_kwargs"] = rule_kwargs
+  return out
 
 
 def factory_parameters(make: Callable[..., Any]) -> list[str]:
@@ -124,45 +206,44 @@ def prepare(
     for key in KEYS:
       if key not in config:
         continue
-      given = _as_dict(config[key])
-      value = _merged(_as_dict(settings[key]), given)
-      if key == "hyper_params":
-        value = {
-            k: float(v) if isinstance(v, (int, float)) else v
-            for k, v in value.items()
-        }
-      config[key] = value
+      value = _merged(_as_dict(settings[key]), _as_dict(config[key]))
+      config[key] = _floats(value) if key == "hyper_params" else value
 
 
 class SettingsError(ValueError):
   """An unknown or bad rule setting (one line)."""
 
 
-def apply(
-    settings: config_dict.ConfigDict,
+def _given(
+    make: Callable[..., Any],
     hyper_params: Any,
     rule_kwargs: Any,
+    own: dict[str, Any],
     label: str,
-) -> bool:
-  """Updates the agent ``settings`` with the ``hyper_params`` and
-  ``rule_kwargs`` given (dicts of ``rule_kwargs`` merged one level deep);
-  returns whether anything changed.
+) -> tuple[dict[str, Any], dict[str, Any]]:
+  """The ``hyper_params`` and ``rule_kwargs`` given, old spellings moved to
+  ``hyper_params``: they replace its value where that is the rule's own
+  (``own``; filled in by ``prepare``), and a different value there too is
+  an error naming both."""
+  hyper_params = _as_dict(hyper_params)
+  try:
+    moved, rule_kwargs = registry.moved_to_hyper_params(make, {}, rule_kwargs)
+  except ValueError as e:
+    raise SettingsError(f"{e} (rule {label!r})") from None
+  old = old_spellings(make)
+  for key, value in moved.items():
+    if hyper_params.get(key, value) not in (value, own.get(key)):
+      raise SettingsError(
+          f"config.{old[key]} (the old spelling of "
+          f"config.hyper_params.{key}) is {value!r} but "
+          f"config.hyper_params.{key} is {hyper_params[key]!r} for rule "
+          f"{label!r}: give only config.hyper_params.{key}."
+      )
+  return {**hyper_params, **moved}, rule_kwargs
 
-  Raises:
-    SettingsError: for a key the rule (``label`` in the message) does not
-      have, naming the valid ones, or a hyper-parameter that is not a
-      finite number.
-  """
-  before = settings.to_dict()
-  given = _as_dict(hyper_params)
-  own = _as_dict(settings.hyper_params)
-  unknown = sorted(set(given) - set(own))
-  if unknown:
-    raise SettingsError(
-        f"Unknown hyper_params {unknown} for rule {label!r}: valid keys are "
-        f"{', '.join(sorted(own)) or 'none'}."
-    )
-  for key, value in given.items():
+
+def _check_numbers(hyper_params: dict[str, Any]) -> None:
+  for key, value in hyper_params.items():
     if (
         isinstance(value, bool)
         or not isinstance(value, (int, float))
@@ -172,16 +253,46 @@ def apply(
       raise SettingsError(
           f"config.hyper_params.{key} must be a finite number, got {value!r}."
       )
+
+
+def apply(
+    settings: config_dict.ConfigDict,
+    hyper_params: Any,
+    rule_kwargs: Any,
+    label: str,
+) -> bool:
+  """Updates the agent ``settings`` (in today's spelling: from
+  ``registry.default_settings`` or ``resolve.resolve_rule``) with the
+  ``hyper_params`` and ``rule_kwargs`` given (dicts of ``rule_kwargs``
+  merged one level deep); returns whether anything changed. Old spellings
+  given (a config written before) become their hyper-parameters
+  (``registry.moved_to_hyper_params``).
+
+  Raises:
+    SettingsError: for a key the rule (``label`` in the message) does not
+      have, naming the valid ones, a hyper-parameter that is not a finite
+      number, or an old spelling that disagrees with its hyper-parameter.
+  """
+  before = settings.to_dict()
+  make = registry.get_entry(settings.rule).make
+  own = _as_dict(settings.hyper_params)
+  given, given_kwargs = _given(make, hyper_params, rule_kwargs, own, label)
+  unknown = sorted(set(given) - set(own))
+  if unknown:
+    raise SettingsError(
+        f"Unknown hyper_params {unknown} for rule {label!r}: valid keys are "
+        f"{', '.join(sorted(own)) or 'none'}."
+    )
+  _check_numbers(given)
   settings.hyper_params = {**own, **{k: float(v) for k, v in given.items()}}
-  given = _as_dict(rule_kwargs)
-  valid = factory_parameters(registry.get_entry(settings.rule).make)
-  unknown = sorted(set(given) - set(valid))
+  valid = factory_parameters(make)
+  unknown = sorted(set(given_kwargs) - set(valid))
   if unknown:
     raise SettingsError(
         f"Unknown rule_kwargs {unknown} for rule {label!r}: valid keys are "
         f"{', '.join(valid) or 'none'}."
     )
-  settings.rule_kwargs = _merged(_as_dict(settings.rule_kwargs), given)
+  settings.rule_kwargs = _merged(_as_dict(settings.rule_kwargs), given_kwargs)
   return settings.to_dict() != before
 
 
