@@ -501,3 +501,16 @@ def test_runs_saved_before_resume_with_the_moved_keys_at_their_defaults():
   current["hyper_params"]["policy_l2_coeff"] = 0.03
   with pytest.raises(errors.UsageError, match="hyper_params: saved"):
     meta_train._check_same_config(saved, current, "x")
+
+
+def test_an_old_spelling_on_the_command_line_names_the_new_key():
+  with pytest.raises(errors.UsageError) as info:
+    _parse(
+        evaluate,
+        ["--config.rule=policy_gradient", "--config.rule_kwargs.pg_cost=2"],
+    )
+  message = str(info.value)
+  _one_line(message)
+  assert "Did you mean 'config.hyper_params.pg_cost' (it moved there)?" in (
+      message
+  )

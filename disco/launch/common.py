@@ -113,6 +113,11 @@ def unknown_override(
         )
         close = difflib.get_close_matches(key, keys, 2)
         hint = " or ".join(f"'{where}.{c}'" for c in close)
+        # A rule's setting that moved (rule_kwargs -> hyper_params).
+        rule = override_value(argv, "rule") or config.get("rule")
+        moved = rule_settings.new_spelling(str(rule), ".".join([*path, key]))
+        if moved is not None:
+          hint = f"'config.{moved}' (it moved there)"
         return (
             f"Unknown config key '{where}.{key}' (in {arg.split('=')[0]})."
             + (f" Did you mean {hint}?" if hint else "")
