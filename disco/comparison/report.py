@@ -171,6 +171,74 @@ def _test_rows(rows: list[significance.ComparisonRow]) -> list[list[str]]:
   return out
 
 
+def _pairwise_tests(
+    results: results_lib.Results,
+    raw: dict[str, np.ndarray],
+    scores: dict[str, np.ndarray],
+    settings: Settings,
+) -> dict[str, list[significance.ComparisonRow]]:
+  """Every pair of rules on each environment (final returns) and, with
+  several environments, on the mean normalised score; ``{}`` for one
+  rule."""
+  if len(results.rules) < 2:
+    return {}
+  test_kw = dict(
+      reps=settings.reps,
+      seed=settings.seed,
+      confidence=settings.confidence,
+      test=settings.test,
+      alpha=settings.alpha,
+      power=settings.power,
+      min_effect=settings.min_effect,
+  )
+  tests = {
+      env: significance.pairwise_table(
+          significance.env_scores(raw, i), **test_kw
+      )
+      for i, env in enumerate(results.envs)
+  }
+  if len(results.envs) > 1:
+    tests["all environments (mean normalised score)"] = (
+        significance.pairwise_table(
+            {
+                r: significance.per_seed_aggregate(x, "mean")
+                for r, x in scores.items()
+            },
+            **test_kw,
+        )
+    )
+  if settings.holm_across_envs:
+    tests = significance.apply_holm(tests, settings.alpha)
+  return tests
+
+
+def _figures(
+    results: results_lib.Results, out: Path, agg, profiles, curves, improvement
+) -> list[Path]:
+  """Draws the report's figures into ``out``; returns their paths."""
+  figures = [
+      plots.plot_aggregate_intervals(agg, out / "aggregates.png"),
+      plots.plot_performance_profiles(profiles, out / "profiles.png"),
+      plots.plot_sample_efficiency(curves, out / "sample_efficiency.png"),
+  ]
+  if improvement:
+    figures.append(
+        plots.plot_probability_of_improvement(
+            improvement, out / "improvement.png"
+        )
+    )
+  for env in results.envs:
+    path = out / f"curves_{file_name(env)}.png"
+    analysis.plot_learning_curves(
+        {rule: results.runs[rule, env].metrics for rule in results.rules},
+        path=path,
+        min_episodes=results_lib.CURVE_EPISODES,
+        title=env,
+    )
+    figures.append(path)
+  return figures
+
+
 def write_report(
     results: results_lib.Results,
     out: str | Path,
@@ -205,57 +273,11 @@ def write_report(
       points,
       **task_kw,
   )
-  multi = len(results.rules) > 1
-  improvement = (
-      aggregates.probability_of_improvement(scores, **kw) if multi else {}
-  )
-  test_kw = dict(
-      kw,
-      test=settings.test,
-      alpha=settings.alpha,
-      power=settings.power,
-      min_effect=settings.min_effect,
-  )
-  tests = {}
-  if multi:
-    for i, env in enumerate(results.envs):
-      tests[env] = significance.pairwise_table(
-          significance.env_scores(raw, i), **test_kw
-      )
-    if len(results.envs) > 1:
-      tests["all environments (mean normalised score)"] = (
-          significance.pairwise_table(
-              {
-                  r: significance.per_seed_aggregate(x, "mean")
-                  for r, x in scores.items()
-              },
-              **test_kw,
-          )
-      )
-    if settings.holm_across_envs:
-      tests = significance.apply_holm(tests, settings.alpha)
-
-  figures = [
-      plots.plot_aggregate_intervals(agg, out / "aggregates.png"),
-      plots.plot_performance_profiles(profiles, out / "profiles.png"),
-      plots.plot_sample_efficiency(curves, out / "sample_efficiency.png"),
-  ]
-  if multi:
-    figures.append(
-        plots.plot_probability_of_improvement(
-            improvement, out / "improvement.png"
-        )
-    )
-  for env in results.envs:
-    path = out / f"curves_{file_name(env)}.png"
-    analysis.plot_learning_curves(
-        {rule: results.runs[rule, env].metrics for rule in results.rules},
-        path=path,
-        min_episodes=results_lib.CURVE_EPISODES,
-        title=env,
-    )
-    figures.append(path)
-
+  improvement = {}
+  if len(results.rules) > 1:
+    improvement = aggregates.probability_of_improvement(scores, **kw)
+  tests = _pairwise_tests(results, raw, scores, settings)
+  figures = _figures(results, out, agg, profiles, curves, improvement)
   stats = dict(
       rules=list(results.rules),
       envs=list(results.envs),
@@ -310,13 +332,22 @@ def _coverage(
   )
 
 
-def _markdown(
-    results, settings, raw, agg, improvement, tests, references, title
-) -> str:
+def _header(results, settings: Settings, title: str) -> list[str]:
   seeds = {
       r: len(results.runs[r, results.envs[0]].seeds) for r in results.rules
   }
-  lines = [
+  holm = (
+      "over all tables together"
+      if settings.holm_across_envs
+      else "within each table"
+  )
+  power = (
+      f"{settings.power:.0%} power to detect the minimum effect of "
+      f"interest |g|={settings.min_effect:g}"
+      if settings.min_effect is not None
+      else f"{settings.power:.0%} power at the observed effect size"
+  )
+  return [
       f"# {title}",
       "",
       f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC. "
@@ -327,59 +358,65 @@ def _markdown(
       + (", environments resampled too" if settings.task_bootstrap else "")
       + f"); tests are two-sided {settings.test} tests (null hypothesis: no "
       f"difference) at alpha={settings.alpha}, Holm-Bonferroni corrected "
-      + (
-          "over all tables together"
-          if settings.holm_across_envs
-          else "within each table"
-      )
+      + holm
       + "; seeds needed: for "
-      + (
-          f"{settings.power:.0%} power to detect the minimum effect of "
-          f"interest |g|={settings.min_effect:g}"
-          if settings.min_effect is not None
-          else f"{settings.power:.0%} power at the observed effect size"
-      )
+      + power
       + ".",
+  ]
+
+
+def _returns_section(results, raw) -> list[str]:
+  rows = [
+      [rule]
+      + [
+          f"{raw[rule][:, i].mean():.3f} ({', '.join(f'{v:.2f}' for v in raw[rule][:, i])})"
+          for i in range(len(results.envs))
+      ]
+      for rule in results.rules
+  ]
+  return [
       "",
       "## Final returns (mean of the last episodes; mean over seeds, "
       "per-seed values)",
       "",
+      *_markdown_table(["rule", *results.envs], rows),
   ]
-  rows = []
-  for rule in results.rules:
-    rows.append(
-        [rule]
-        + [
-            f"{raw[rule][:, i].mean():.3f} ({', '.join(f'{v:.2f}' for v in raw[rule][:, i])})"
-            for i in range(len(results.envs))
-        ]
-    )
-  lines += _markdown_table(["rule", *results.envs], rows)
-  lines += [
+
+
+def _normalisation_section(results, references) -> list[str]:
+  entries = (normalization.get_entry(env, references) for env in results.envs)
+  return [
       "",
       "## Normalisation",
       "",
       "Scores are normalised per environment: 0 is a uniform random "
       "policy, 1 the reference.",
       "",
-  ]
-  lines += _markdown_table(
-      ["environment", "random", "reference", "reference algorithm", "source"],
-      [
+      *_markdown_table(
           [
-              e.env,
-              f"{e.random_return:g}",
-              f"{e.reference_return:g}",
-              e.reference_algorithm,
-              e.source,
-          ]
-          for e in (
-              normalization.get_entry(env, references) for env in results.envs
-          )
-      ],
-  )
-  lines += ["", "## Aggregates of the normalised scores", ""]
+              "environment",
+              "random",
+              "reference",
+              "reference algorithm",
+              "source",
+          ],
+          [
+              [
+                  e.env,
+                  f"{e.random_return:g}",
+                  f"{e.reference_return:g}",
+                  e.reference_algorithm,
+                  e.source,
+              ]
+              for e in entries
+          ],
+      ),
+  ]
+
+
+def _aggregates_section(agg, settings: Settings) -> list[str]:
   notes = {r: _coverage(a, settings)["note"] for r, a in agg.items()}
+  lines = ["", "## Aggregates of the normalised scores", ""]
   lines += _markdown_table(
       ["rule", "IQM", "mean", "median", "optimality gap", "coverage"],
       [
@@ -402,34 +439,49 @@ def _markdown(
         "intervals of a mean (normal scores; README, 'Interval coverage'). "
         "Add seeds for intervals that keep their nominal level.",
     ]
+  return lines
+
+
+def _tests_section(name: str, rows, settings: Settings) -> list[str]:
+  lines = ["", f"## Pairwise tests: {name}", ""]
+  lines += _markdown_table(
+      [
+          "rule a",
+          "rule b",
+          "mean a",
+          "mean b",
+          "p",
+          "p (Holm)",
+          f"reject at {settings.alpha}",
+          "effect size",
+          "seeds needed",
+          f"mean a - mean b [{settings.confidence:.0%} interval]",
+      ],
+      _test_rows(rows),
+  )
+  warnings = [
+      f"- {r.rule_a} vs {r.rule_b}: {r.warning}" for r in rows if r.warning
+  ]
+  if warnings:
+    lines += ["", *warnings]
+  return lines
+
+
+def _markdown(
+    results, settings, raw, agg, improvement, tests, references, title
+) -> str:
+  lines = _header(results, settings, title)
+  lines += _returns_section(results, raw)
+  lines += _normalisation_section(results, references)
+  lines += _aggregates_section(agg, settings)
   if improvement:
     lines += ["", "## Probability of improvement P(X > Y)", ""]
     lines += _markdown_table(
         ["X", "Y", "P(X > Y)"],
         [[x, y, str(p.probability)] for (x, y), p in improvement.items()],
     )
-  for name, rows_ in tests.items():
-    lines += ["", f"## Pairwise tests: {name}", ""]
-    lines += _markdown_table(
-        [
-            "rule a",
-            "rule b",
-            "mean a",
-            "mean b",
-            "p",
-            "p (Holm)",
-            f"reject at {settings.alpha}",
-            "effect size",
-            "seeds needed",
-            f"mean a - mean b [{settings.confidence:.0%} interval]",
-        ],
-        _test_rows(rows_),
-    )
-    warnings = [
-        f"- {r.rule_a} vs {r.rule_b}: {r.warning}" for r in rows_ if r.warning
-    ]
-    if warnings:
-      lines += ["", *warnings]
+  for name, rows in tests.items():
+    lines += _tests_section(name, rows, settings)
   lines += [
       "",
       "## Figures",
