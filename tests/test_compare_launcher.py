@@ -13,10 +13,11 @@ import time
 import pytest
 
 from disco import checks
+from disco import comparison
 from disco import errors
+from disco import evaluation
 from disco.launch import common
 from disco.launch import compare
-from disco.launch import evaluate
 from disco.training import analysis
 
 RULES = ("actor_critic", "policy_gradient")
@@ -87,7 +88,7 @@ def sweep(tmp_path_factory):
       for p in (out / "runs").rglob("summary.json")
   }
   lines = []
-  stats = compare.compare(
+  stats = comparison.compare(
       _config([*TINY, f"--config.output_dir={out}"]),
       log=lines.append,
       progress=False,
@@ -170,7 +171,7 @@ def test_statistics_settings(sweep, tmp_path):
       "--config.bootstrap_reps=50",
       "--config.num_points=5",
   ]
-  stats = compare.compare(
+  stats = comparison.compare(
       _config(
           [
               *base,
@@ -209,7 +210,7 @@ def test_aggregates_existing_run_folders(sweep, tmp_path):
   runs = sorted(
       str(p.parent) for p in (sweep["out"] / "runs").rglob("summary.json")
   )
-  stats = compare.compare(
+  stats = comparison.compare(
       _config(
           [
               f"--config.run_dirs={tuple(runs)}",
@@ -237,7 +238,7 @@ def _copy_runs(sweep, tmp_path):
 
 
 def _aggregate(runs, tmp_path, *extra):
-  return compare.compare(
+  return comparison.compare(
       _config(
           [
               f"--config.run_dirs={tuple(str(r) for r in runs)}",
@@ -302,7 +303,7 @@ def test_a_seed_that_ended_no_episode_is_named(sweep, tmp_path):
 
 def test_sharded_processes_split_the_runs(tmp_path):
   plans = [
-      compare.build(
+      comparison.build(
           _config(
               [
                   *TINY,
@@ -320,7 +321,7 @@ def test_sharded_processes_split_the_runs(tmp_path):
 
 def test_one_environment_with_two_settings_gives_two_runs(tmp_path):
   envs = ("delayed_chain:chain_length=3", "delayed_chain:chain_length=4")
-  plan = compare.build(
+  plan = comparison.build(
       _config(
           tiny_with(
               [f"--config.envs={envs}", f"--config.output_dir={tmp_path}"]
@@ -337,7 +338,7 @@ def test_one_environment_with_two_settings_gives_two_runs(tmp_path):
 def test_ppo_gets_its_own_loop(tmp_path):
   """rule_overrides give PPO its epochs and minibatches, the other rules
   keep one learner step per batch."""
-  plan = compare.build(
+  plan = comparison.build(
       _config(
           tiny_with(
               [
@@ -350,7 +351,7 @@ def test_ppo_gets_its_own_loop(tmp_path):
       )
   )
   loops = {
-      c.rule: evaluate.build(c.eval_config(plan.config)).loop_config
+      c.rule: evaluation.build(c.eval_config(plan.settings)).loop_config
       for c in plan.cells
   }
   assert (loops["ppo"].update_epochs, loops["ppo"].num_minibatches) == (2, 2)
@@ -401,7 +402,7 @@ def test_ppo_gets_its_own_loop(tmp_path):
 )
 def test_bad_input_is_one_line(args, match, tmp_path):
   with pytest.raises(errors.UsageError, match=match) as info:
-    compare.compare(
+    comparison.compare(
         _config(tiny_with([*args, f"--config.output_dir={tmp_path / 'x'}"])),
         log=lambda _: None,
     )
@@ -428,18 +429,72 @@ def test_command_line_error_exits_2(tmp_path):
 
 
 def test_parse_spec():
-  assert compare.parse_spec("catch:rows=5,columns=6", "env") == (
+  assert comparison.parse_spec("catch:rows=5,columns=6", "env") == (
       "catch",
       dict(rows=5, columns=6),
   )
-  assert compare.parse_spec("x:a=(1, 2),b=text", "env") == (
+  assert comparison.parse_spec("x:a=(1, 2),b=text", "env") == (
       "x",
       dict(a=(1, 2), b="text"),
   )
-  assert compare.parse_spec("gymnax/CartPole-v1", "env") == (
+  assert comparison.parse_spec("gymnax/CartPole-v1", "env") == (
       "gymnax/CartPole-v1",
       {},
   )
   with pytest.raises(errors.UsageError, match="name:key=value"):
-    compare.parse_spec("catch:rows", "environment")
-  assert json.loads(json.dumps(compare.parse_spec("a:b=1", "x")))
+    comparison.parse_spec("catch:rows", "environment")
+  assert json.loads(json.dumps(comparison.parse_spec("a:b=1", "x")))
+
+
+def test_settings_report_every_bad_value_at_once(tmp_path):
+  config = _config(
+      tiny_with(
+          [
+              "--config.alpha=1.5",
+              "--config.confidence=95",
+              "--config.shard=3/3",
+              "--config.rule_overrides=('actor_critic:nope=4',)",
+              # A disco-eval setting of every run: reported once.
+              "--config.iterations_per_call=0",
+              f"--config.output_dir={tmp_path / 'x'}",
+          ]
+      )
+  )
+  with pytest.raises(errors.UsageError) as info:
+    comparison.CompareSettings.from_config(config)
+  message = str(info.value)
+  assert "\n" not in message
+  assert message.startswith("5 problems: (1) "), message
+  for text in (
+      "alpha must be in (0, 1)",
+      "confidence must be in (0, 1)",
+      "0 <= i < n",
+      "unknown setting(s) ['nope']",
+      "config.iterations_per_call must be >= 1",
+  ):
+    assert message.count(text) == 1, text
+
+
+def test_runs_saved_with_old_rule_settings_stay_finished(sweep, tmp_path):
+  """A run folder written before policy gradient's entropy_cost and pg_cost
+  became hyper-parameters (they were rule_kwargs) is not run again."""
+  out = tmp_path / "sweep"
+  shutil.copytree(sweep["out"], out)
+  plan = comparison.build(_config([*TINY, f"--config.output_dir={out}"]))
+  (cell,) = [
+      c for c in plan.cells if c.rule == "policy_gradient" and c.env == "catch"
+  ]
+  assert cell.status(plan.settings) == (True, None)
+  path = cell.output_dir / "config.json"
+  record = json.loads(path.read_text())
+  saved = record["rule_settings"]
+  for key in ("entropy_cost", "pg_cost"):
+    saved["rule_kwargs"][key] = saved["hyper_params"].pop(key)
+  path.write_text(json.dumps(record))
+  assert cell.status(plan.settings) == (True, None)
+  saved["rule_kwargs"]["normalize_adv"] = not saved["rule_kwargs"][
+      "normalize_adv"
+  ]
+  path.write_text(json.dumps(record))
+  finished, why = cell.status(plan.settings)
+  assert not finished and "normalize_adv" in why, why

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from disco import checks
+from disco import comparison
 from disco import errors
 from disco.comparison import normalization
 from disco.comparison import results as results_lib
@@ -57,7 +58,7 @@ def _config(argv):
 def tuned(tmp_path_factory):
   out = tmp_path_factory.mktemp("tune") / "cmp"
   lines = []
-  stats = compare.compare(
+  stats = comparison.compare(
       _config([*TINY, *TUNE, f"--config.output_dir={out}"]),
       log=lines.append,
       progress=False,
@@ -126,7 +127,7 @@ def test_resumed_tuning_trains_nothing_again(tuned):
   out = tuned["out"]
   before = {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")}
   lines = []
-  compare.compare(
+  comparison.compare(
       _config([*TINY, *TUNE, f"--config.output_dir={out}"]),
       log=lines.append,
       progress=False,
@@ -156,7 +157,7 @@ def test_bad_grid_is_one_line_before_training(args, match, tmp_path):
       if a.partition("=")[0] not in {b.partition("=")[0] for b in args}
   ]
   with pytest.raises(errors.UsageError, match=match) as info:
-    compare.compare(
+    comparison.compare(
         _config([*TINY, *argv, *args, f"--config.output_dir={tmp_path}/x"]),
         log=lambda _: None,
     )
@@ -196,8 +197,8 @@ def test_per_rule_settings_reach_each_rules_runs(tmp_path):
           f"--config.output_dir={tmp_path}",
       ]
   )
-  plan = compare.build(config)
-  settings = {c.label: c.build(config).rule.settings for c in plan.cells}
+  plan = comparison.build(config)
+  settings = {c.label: c.build(plan.settings).rule.settings for c in plan.cells}
   assert settings["ppo"].hyper_params.clip_epsilon == 0.1
   assert settings["ppo"].rule_kwargs.normalize_advantages is False
   assert settings["actor_critic"].hyper_params.entropy_cost == 0.03

@@ -1,4 +1,5 @@
-"""Tests for the meta-evaluation launcher (disco.launch.evaluate)."""
+"""Tests for meta-evaluation: the library (disco.evaluation) and its
+launcher (disco.launch.evaluate)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from disco import agent as agent_lib
 from disco import checks
 from disco import errors
+from disco import evaluation
 from disco import run_folders
 from disco import weights
 from disco.launch import common
@@ -27,7 +29,7 @@ from disco.update_rules import resolve
 
 
 def tiny_config(tmp_path, **overrides):
-  config = evaluate.default_config()
+  config = evaluation.default_config()
   config.update(
       dict(
           rule="actor_critic",
@@ -56,7 +58,7 @@ def _assert_one_line(message: str):
 
 
 def test_default_config_matches_the_notebook():
-  config = evaluate.default_config()
+  config = evaluation.default_config()
   assert config.rule == "disco103" and config.weights is None
   assert config.env == "catch" and dict(config.env_settings) == dict(
       rows=8, columns=8
@@ -79,12 +81,12 @@ def test_default_config_matches_the_notebook():
 
 def test_plan_iterations_compiles_once():
   # 40k steps at 58 per iteration -> 690 iterations -> 14 calls of 50.
-  assert evaluate.plan_iterations(40_000, 58, 50) == (50, 14)
+  assert evaluation.plan_iterations(40_000, 58, 50) == (50, 14)
   # Fewer than one call's worth: one shorter call rather than overshooting.
-  assert evaluate.plan_iterations(200, 10, 50) == (20, 1)
+  assert evaluation.plan_iterations(200, 10, 50) == (20, 1)
   # 120 iterations in calls of at most 50: 3 equal calls of 40.
-  assert evaluate.plan_iterations(1200, 10, 50) == (40, 3)
-  per_call, calls = evaluate.plan_iterations(12_345, 7, 33)
+  assert evaluation.plan_iterations(1200, 10, 50) == (40, 3)
+  per_call, calls = evaluation.plan_iterations(12_345, 7, 33)
   assert per_call <= 33 and per_call * calls * 7 >= 12_345
   assert (per_call * (calls - 1)) * 7 < 12_345
 
@@ -92,7 +94,7 @@ def test_plan_iterations_compiles_once():
 def test_end_to_end_writes_outputs(tmp_path):
   config = tiny_config(tmp_path)
   lines = []
-  summary = evaluate.evaluate(config, log=lines.append, progress=False)
+  summary = evaluation.evaluate(config, log=lines.append, progress=False)
   out = tmp_path / "run"
   text = "\n".join(lines)
   assert "compiled once" in text and "Final mean return" in text
@@ -164,8 +166,8 @@ def test_end_to_end_writes_outputs(tmp_path):
 
   # The folder now holds a run: refused unless overwrite=True.
   with pytest.raises(errors.UsageError, match="overwrite"):
-    evaluate.build(tiny_config(tmp_path))
-  evaluate.build(tiny_config(tmp_path, overwrite=True))
+    evaluation.build(tiny_config(tmp_path))
+  evaluation.build(tiny_config(tmp_path, overwrite=True))
 
 
 def test_ppo_with_sample_reuse_end_to_end(tmp_path):
@@ -181,7 +183,7 @@ def test_ppo_with_sample_reuse_end_to_end(tmp_path):
       num_minibatches=2,
       learning_rate=None,
   )
-  plan = evaluate.build(config)
+  plan = evaluation.build(config)
   assert plan.loop_config == loop_lib.LoopConfig(
       num_envs=2,
       rollout_len=5,
@@ -192,7 +194,7 @@ def test_ppo_with_sample_reuse_end_to_end(tmp_path):
       num_minibatches=2,
   )
   assert plan.iterations == 20 and plan.loop_config.num_updates(20) == 160
-  summary = evaluate.evaluate(config, log=lambda _: None, progress=False)
+  summary = evaluation.evaluate(config, log=lambda _: None, progress=False)
   assert summary["rule"] == "ppo" and summary["learner_steps"] == 160
   saved = json.loads((tmp_path / "run" / "config.json").read_text())
   assert saved["config"]["update_epochs"] == 4
@@ -203,16 +205,16 @@ def test_ppo_with_sample_reuse_end_to_end(tmp_path):
 
 
 def test_rules_bring_their_loop_unless_it_is_set(tmp_path):
-  config = evaluate.default_config()
+  config = evaluation.default_config()
   config.update(output_dir=str(tmp_path / "run"), total_env_steps=1000)
   config.rule = "ppo"
-  assert evaluate.build(config).loop_config == loop_lib.LoopConfig(
+  assert evaluation.build(config).loop_config == loop_lib.LoopConfig(
       **registry.PPO_LOOP
   )
   config.rule = "actor_critic"
-  assert evaluate.build(config).loop_config == loop_lib.LoopConfig()
+  assert evaluation.build(config).loop_config == loop_lib.LoopConfig()
   config.update(rule="ppo", num_envs=8, batch_size=8)
-  assert evaluate.build(config).loop_config == loop_lib.LoopConfig(
+  assert evaluation.build(config).loop_config == loop_lib.LoopConfig(
       **dict(registry.PPO_LOOP, num_envs=8, batch_size=8)
   )
 
@@ -247,7 +249,7 @@ def test_rules_bring_their_loop_unless_it_is_set(tmp_path):
 )
 def test_bad_settings_are_usage_errors(tmp_path, overrides, match):
   with pytest.raises(errors.UsageError, match=match) as info:
-    evaluate.build(tiny_config(tmp_path, **overrides))
+    evaluation.build(tiny_config(tmp_path, **overrides))
   _assert_one_line(str(info.value))
   assert not (tmp_path / "run").exists()
 
@@ -341,16 +343,16 @@ def test_disco103_resolves(disco103_path):
 def test_default_output_dir(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   config = tiny_config(tmp_path, output_dir="")
-  plan = evaluate.build(config)
+  plan = evaluation.build(config)
   assert plan.output_dir.parent.as_posix() == "runs"
   assert plan.output_dir.name.startswith("eval-actor_critic-")
   (tmp_path / "occupied").mkdir()
   (tmp_path / "occupied" / "config.json").write_text("{}")
   with pytest.raises(errors.UsageError, match="already holds a run"):
-    evaluate.build(tiny_config(tmp_path, output_dir="occupied"))
+    evaluation.build(tiny_config(tmp_path, output_dir="occupied"))
   (tmp_path / "a_file").write_text("")
   with pytest.raises(errors.UsageError, match="not a folder"):
-    evaluate.build(tiny_config(tmp_path, output_dir="a_file"))
+    evaluation.build(tiny_config(tmp_path, output_dir="a_file"))
 
 
 def _parse(argv):
@@ -438,7 +440,7 @@ def test_disco103_solves_catch_with_the_notebook_settings(
   and is perfect by ~40k for seed 0). The CI versions are the tiny launcher
   run above and the actor-critic learning test in test_training.py.
   """
-  config = evaluate.default_config()
+  config = evaluation.default_config()
   config.update(
       dict(
           weights=str(disco103_path),
@@ -446,14 +448,14 @@ def test_disco103_solves_catch_with_the_notebook_settings(
           output_dir=str(tmp_path / "run"),
       )
   )
-  summary = evaluate.evaluate(config, log=lambda _: None, progress=False)
+  summary = evaluation.evaluate(config, log=lambda _: None, progress=False)
   assert summary["learner_steps"] == 1000 - 31
   assert summary["final_return_mean"] >= 0.8, summary
 
 
 def test_search_rule_needs_a_jittable_env(tmp_path):
   with pytest.raises(errors.UsageError, match="jittable") as info:
-    evaluate.build(
+    evaluation.build(
         tiny_config(tmp_path, rule="spo", env="catch_dm_env", num_seeds=1)
     )
   _assert_one_line(str(info.value))
@@ -480,14 +482,14 @@ def test_env_on_the_command_line_brings_its_settings():
 
 def test_listings(capsys):
   for what, expected in (("rule", "disco103"), ("env", "gymnax/Breakout")):
-    config = evaluate.default_config()
+    config = evaluation.default_config()
     config[what] = "list"
-    assert evaluate.evaluate(config) is None
+    assert evaluate.body(config) is common.LISTED
     assert expected in capsys.readouterr().out
 
 
 def test_network_overrides_and_observations_they_cannot_take(tmp_path):
-  plan = evaluate.build(
+  plan = evaluation.build(
       tiny_config(
           tmp_path,
           network=dict(
@@ -500,7 +502,7 @@ def test_network_overrides_and_observations_they_cannot_take(tmp_path):
   )
   assert plan.agent.net_config.dense == (8,)
   # Catch observations are [rows, columns, 1]: a conv torso takes them.
-  plan = evaluate.build(
+  plan = evaluation.build(
       tiny_config(
           tmp_path,
           network=dict(
@@ -524,7 +526,7 @@ def test_network_overrides_and_observations_they_cannot_take(tmp_path):
   )
   config.env_settings = {}
   with pytest.raises(errors.UsageError, match=r"image-like.*\[4\]") as info:
-    evaluate.build(config)
+    evaluation.build(config)
   _assert_one_line(str(info.value))
 
 
@@ -540,9 +542,9 @@ def test_bfloat16_network_from_the_command_line(tmp_path):
       total_env_steps=100,
       num_seeds=1,
   )
-  plan = evaluate.build(config)
+  plan = evaluation.build(config)
   assert plan.agent.net_config.compute_dtype == "bfloat16"
-  summary = evaluate.evaluate(config, log=lambda _: None, progress=False)
+  summary = evaluation.evaluate(config, log=lambda _: None, progress=False)
   assert summary["learner_steps"] == 9
   metrics = analysis.read_metrics_csv(tmp_path / "run" / "metrics.csv")
   losses = metrics["learner/total_loss"]
@@ -575,7 +577,7 @@ def _diverge_seeds(monkeypatch, which):
 def test_diverged_seed_is_reported_and_left_out(tmp_path, monkeypatch):
   _diverge_seeds(monkeypatch, [1])
   lines = []
-  summary = evaluate.evaluate(
+  summary = evaluation.evaluate(
       tiny_config(tmp_path), log=lines.append, progress=False
   )
   out = tmp_path / "run"
@@ -603,7 +605,9 @@ def test_every_seed_diverged_is_an_error_after_the_outputs(
 ):
   _diverge_seeds(monkeypatch, [0, 1])
   with pytest.raises(errors.Diverged, match="Every seed diverged") as info:
-    evaluate.evaluate(tiny_config(tmp_path), log=lambda _: None, progress=False)
+    evaluation.evaluate(
+        tiny_config(tmp_path), log=lambda _: None, progress=False
+    )
   _assert_one_line(str(info.value))
   assert "seed 3 at env step 20, seed 4 at env step 20" in str(info.value)
   written = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -629,7 +633,7 @@ def test_non_finite_rule_files_are_refused(tmp_path):
       dict(rule="disco", weights=str(path)),
   ):
     with pytest.raises(errors.UsageError, match="non-finite") as info:
-      evaluate.build(tiny_config(tmp_path, **overrides))
+      evaluation.build(tiny_config(tmp_path, **overrides))
     _assert_one_line(str(info.value))
   assert not (tmp_path / "run").exists()
 
@@ -653,13 +657,13 @@ def test_hyper_params_and_optimiser_from_the_command_line(tmp_path):
       tmp_path, max_grad_norm=0.5, max_abs_update=0.0, adam_eps=1e-5
   )
   config.hyper_params = dict(entropy_cost=0.01, value_cost=0.5)
-  plan = evaluate.build(config)
+  plan = evaluation.build(config)
   assert plan.agent.rule.hyper_params["entropy_cost"] == 0.01
   settings = plan.rule.settings
   assert settings.hyper_params.entropy_cost == 0.01
   assert (settings.max_grad_norm, settings.max_abs_update) == (0.5, None)
   assert settings.adam_eps == 1e-5
-  evaluate.write_config(plan)
+  evaluation.write_config(plan)
   written = json.loads((plan.output_dir / "config.json").read_text())
   assert written["rule_settings"]["hyper_params"]["entropy_cost"] == 0.01
 
@@ -682,7 +686,7 @@ def test_bad_rule_settings_are_usage_errors(tmp_path, overrides, match):
   with config.unlocked():
     config.update(overrides)
   with pytest.raises(errors.UsageError, match=match) as info:
-    evaluate.build(config)
+    evaluation.build(config)
   _assert_one_line(str(info.value))
 
 
@@ -696,16 +700,16 @@ def test_disco103_without_a_replay_is_warned_about(tmp_path, disco103_path):
       min_replay_size=0,
       batch_size=2,
   )
-  evaluate.build(config, log=logged.append)
+  evaluation.build(config, log=logged.append)
   assert any("without a replay" in line for line in logged), logged
   logged.clear()
-  evaluate.build(
+  evaluation.build(
       tiny_config(tmp_path, rule="disco103", weights=str(disco103_path)),
       log=logged.append,
   )
   assert not any("without a replay" in line for line in logged), logged
   logged.clear()
-  evaluate.build(
+  evaluation.build(
       tiny_config(tmp_path, replay_capacity=0, min_replay_size=0, batch_size=2),
       log=logged.append,
   )
@@ -725,3 +729,119 @@ def test_array_settings_are_written_as_lists(tmp_path):
       "a": 2,
       "b": [1.0, 1.0],
   }
+
+
+# ------------------------------------------------------------ settings ----
+
+
+def test_settings_report_every_bad_value_at_once(tmp_path):
+  config = tiny_config(
+      tmp_path,
+      num_seeds=0,
+      iterations_per_call=0,
+      learning_rate=-1.0,
+      max_grad_norm=-1.0,
+      adam_eps=0.0,
+      tracking="csv,tensorbord",
+  )
+  # A dict is a config too (one a ConfigDict would not even hold).
+  config = dict(
+      config.to_dict(),
+      hyper_params=dict(entropy_cost=float("nan")),
+      env_settings="rows=5",
+  )
+  with pytest.raises(errors.UsageError) as info:
+    evaluation.EvalSettings.from_config(config)
+  message = str(info.value)
+  _assert_one_line(message)
+  assert message.startswith("8 problems: (1) "), message
+  for text in (
+      "config.num_seeds must be >= 1",
+      "config.iterations_per_call must be >= 1",
+      "config.learning_rate must be a number > 0",
+      "max_grad_norm=-1.0 must be >= 0",
+      "config.adam_eps must be a number > 0",
+      "Unknown tracking backend 'tensorbord'",
+      "config.hyper_params.entropy_cost must be a finite number",
+      "config.env_settings must be a dict",
+  ):
+    assert text in message, text
+  # build takes a config through the same pass.
+  with pytest.raises(errors.UsageError, match="^8 problems"):
+    evaluation.build(config)
+  assert not (tmp_path / "run").exists()
+
+
+def test_settings_give_back_the_config_they_were_made_from(tmp_path):
+  """``config.json`` records ``EvalSettings.to_config``: the config's own
+  keys and values, in its order, so old run folders compare equal."""
+  for config in (evaluation.default_config(), tiny_config(tmp_path)):
+    settings = evaluation.EvalSettings.from_config(config)
+    assert list(settings.to_config()) == list(config.to_dict())
+    assert settings.to_config() == config.to_dict()
+  settings = evaluation.EvalSettings.from_config(
+      tiny_config(tmp_path, max_abs_update=0.0, replay_capacity=0)
+  )
+  assert (settings.max_abs_update, settings.replay_capacity) == (0.0, 0)
+  assert settings.seeds == [3, 4] and settings.distributed is None
+
+
+def test_make_config_is_the_command_line_for_python():
+  config = evaluation.make_config(
+      rule="ppo",
+      env="gymnax/CartPole-v1",
+      env_settings={"max_steps_in_episode": 50},
+      hyper_params={"clip_epsilon": 0.1},
+      network={"dense": (8,)},
+  )
+  assert config.env == "gymnax/CartPole-v1"
+  assert "rows" not in config.env_settings
+  assert config.env_settings.max_steps_in_episode == 50
+  assert config.env_settings.gravity == 9.8  # the environment's default
+  assert config.hyper_params.clip_epsilon == 0.1
+  assert config.hyper_params.entropy_cost == 0.01  # PPO's default
+  assert config.network.dense == (8,)
+  assert (
+      config.to_dict()
+      == _parse(
+          [
+              "--config.rule=ppo",
+              "--config.env=gymnax/CartPole-v1",
+              "--config.env_settings.max_steps_in_episode=50",
+              "--config.hyper_params.clip_epsilon=0.1",
+              "--config.network.dense=(8,)",
+          ]
+      ).to_dict()
+  )
+  given = evaluation.default_config()
+  evaluation.make_config(given, num_seeds=3)
+  assert given.num_seeds == 1  # a copy is changed, not the config given
+  with pytest.raises(errors.UsageError) as info:
+    evaluation.make_config(num_seed=3, env_settings={"cols": 3})
+  message = str(info.value)
+  _assert_one_line(message)
+  assert message.startswith("2 problems")
+  assert "Did you mean 'config.num_seeds'" in message
+  assert "Did you mean 'config.env_settings.columns'" in message
+  with pytest.raises(errors.UsageError, match="total_env_steps"):
+    evaluation.make_config(total_env_steps="many")
+  # A setting that moved names its new key, as the command line does.
+  with pytest.raises(
+      errors.UsageError,
+      match=r"'config.hyper_params.entropy_cost' \(it moved there\)",
+  ):
+    evaluation.make_config(
+        rule="policy_gradient", rule_kwargs={"entropy_cost": 0.1}
+    )
+
+
+def test_listing_prints_the_list_alone(tmp_path):
+  result = subprocess.run(
+      [sys.executable, "-m", "disco.launch.evaluate", "--config.env=list"],
+      capture_output=True,
+      text=True,
+      cwd=tmp_path,
+      timeout=300,
+  )
+  assert result.returncode == 0, result.stderr
+  assert result.stdout == evaluate.listing("env") + "\n"

@@ -1,6 +1,18 @@
-"""Statistics for comparing update rules across environments and seeds.
+"""Comparing update rules across environments and seeds.
 
-Pure NumPy/SciPy/rliable (no JAX):
+The runner (under ``disco-compare``), in a few lines::
+
+  from disco import comparison
+
+  stats = comparison.compare(
+      rules=("actor_critic", "ppo"), envs=("catch",), num_seeds=5)
+
+* ``settings``: ``CompareSettings`` (checked in one pass), ``make_config``;
+* ``runs``: ``Cell`` (one rule on one environment) and ``Plan``;
+* ``tuning``: baselines tuned per environment on seeds of their own;
+* ``runner``: ``build``, ``run``, ``write`` and ``compare``.
+
+The statistics, pure NumPy/SciPy/rliable (no JAX):
 
 * ``normalization``: per-environment normalisation against a sourced table;
 * ``aggregates``: IQM, mean, median, optimality gap, probability of
@@ -15,3 +27,33 @@ Pure NumPy/SciPy/rliable (no JAX):
 Scores are ``{rule: [num_seeds, num_envs]}`` (``[..., num_points]`` for
 learning curves).
 """
+
+import importlib
+
+# The runner's names, imported on first use so that the statistics modules
+# import without JAX.
+_RUNNER = {
+    "CompareSettings": "settings",
+    "default_config": "settings",
+    "Tuning": "settings",
+    "make_config": "settings",
+    "parse_spec": "settings",
+    "Cell": "runs",
+    "Plan": "runs",
+    "build": "runner",
+    "run": "runner",
+    "write": "runner",
+    "compare": "runner",
+}
+
+
+_SUBMODULES = ("settings", "runs", "tuning", "runner")
+
+
+def __getattr__(name: str):
+  if name in _SUBMODULES:
+    return importlib.import_module(f"disco.comparison.{name}")
+  if name in _RUNNER:
+    module = importlib.import_module(f"disco.comparison.{_RUNNER[name]}")
+    return getattr(module, name)
+  raise AttributeError(f"module 'disco.comparison' has no attribute {name!r}")

@@ -33,6 +33,9 @@ from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
 one_line = errors.one_line
+# What a launcher's body returns when it printed a listing (``rule=list``):
+# the list alone is the output, without the compilation-cache line.
+LISTED = object()
 
 
 def fail(program: str, message: Any, status: int = 2) -> NoReturn:
@@ -210,8 +213,8 @@ def run_launcher(
   overrides (``prepare``: see ``parse_config_flags``), then calls
   ``body(config)`` with the persistent compilation cache that
   ``config.compilation_cache`` names (`disco.compile_cache`), then prints what
-  it saved. A ``UsageError`` (while parsing or
-  from ``body``) prints one line and exits with status 2, ``errors.Diverged`` one
+  it saved (unless ``body`` returns ``LISTED``: it printed a listing). A
+  ``UsageError`` (while parsing or from ``body``) prints one line and exits with status 2, ``errors.Diverged`` one
   line and status 3, a ``errors.ResourceError`` (or a full disk or exhausted device
   memory that ``body`` did not name) one line and status 1. Ctrl-C and
   SIGTERM set a flag that ``body`` checks at safe points (``check_stop``),
@@ -273,8 +276,8 @@ def run_launcher(
             f"Unexpected argument(s) {list(argv[1:])}: settings "
             "are given as --config.<key>=<value>."
         )
-      body(config)
-      if jax.process_index() == 0:  # as the launchers' other output
+      listed = body(config) is LISTED
+      if not listed and jax.process_index() == 0:  # as the other output
         print(compile_stats.describe(cache_folder))
     except UsageError as e:
       fail(program, e)

@@ -1,0 +1,260 @@
+"""Running a comparison: rules x environments x seeds, then its statistics.
+
+Every rule runs on every environment through ``disco.evaluation``
+(``build``, ``run``, ``write``) into ``output_dir/runs/<rule>/<env>``; runs
+that finished are skipped, so a killed sweep continues where it stopped.
+Then ``output_dir`` gets ``report.md``, ``results.csv``,
+``statistics.json`` and figures (``disco.comparison.report``). With
+``run_dirs`` it only aggregates existing ``disco-eval`` folders; with
+``shard="i/n"`` it runs every n-th run (for n processes sharing a sweep).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+import json
+from pathlib import Path
+from typing import Any
+
+from ml_collections import config_dict
+
+from disco import checks
+from disco import errors
+from disco import evaluation
+from disco import files
+from disco import run_folders
+from disco import stopping
+from disco.comparison import aggregates
+from disco.comparison import normalization
+from disco.comparison import report as report_lib
+from disco.comparison import results as results_lib
+from disco.comparison import runs
+from disco.comparison import settings as settings_lib
+from disco.comparison import tuning as tuning_lib
+
+UsageError = errors.UsageError
+CompareSettings = settings_lib.CompareSettings
+Cell, Plan = runs.Cell, runs.Plan
+PROGRAM = settings_lib.PROGRAM
+
+
+def build(settings: CompareSettings | config_dict.ConfigDict) -> Plan:
+  """Resolves the runs of ``settings`` (a config is made into settings
+  first: ``CompareSettings.from_config``) and builds every run's
+  ``disco-eval`` plan once, so that a bad rule, environment or setting
+  fails before anything is trained.
+
+  Raises:
+    UsageError: for any bad setting, with a one-line explanation.
+  """
+  if not isinstance(settings, CompareSettings):
+    settings = CompareSettings.from_config(settings)
+  checks.import_modules(settings.imports)
+  output_dir = run_folders.output_dir(settings.output_dir, "compare")
+  cells = []
+  if not settings.run_dirs:
+    if settings.tuning is not None:
+      tuning_lib.check_grid(settings.tuning)
+    cells = runs.make_cells(settings, output_dir)
+  plan = Plan(settings=settings, cells=cells, output_dir=output_dir)
+  for cell in cells:  # every run's settings, checked before training
+    points = tuning_lib.tuning_cells(plan, cell) if cell.tuned else []
+    for c in [*(c for _, c in points), cell]:
+      _check_cell(plan, c)
+  return plan
+
+
+def _check_cell(plan: Plan, cell: Cell) -> None:
+  try:
+    normalization.normalize(0.0, cell.env_key, plan.references)
+  except ValueError as e:
+    raise UsageError(
+        f"{errors.one_line(e)} (or pass it as config.references: "
+        "'env:random=R,reference=X,source=TEXT')"
+    ) from None
+  cell.build(plan.settings)
+
+
+def run(
+    plan: Plan, log: Callable[[str], None] = print, progress: bool = True
+) -> list[Path]:
+  """Runs this process's runs that have not finished with the settings of
+  the comparison (a damaged or stale run folder runs again, saying so);
+  returns every run folder."""
+  cells = plan.my_cells()
+  status = [tuning_lib.status(plan, c) for c in cells]
+  todo = [
+      c for c, (finished, _) in zip(cells, status, strict=True) if not finished
+  ]
+  s = plan.settings
+  log(
+      f"{len(plan.cells)} runs ({len(s.rules)} rules x {len(s.envs)} "
+      f"environments, {s.num_seeds} seeds each); this process: "
+      f"{len(cells)}, of which {len(cells) - len(todo)} finished already; "
+      f"writing to {plan.output_dir}"
+  )
+  for cell, (_, why) in zip(cells, status, strict=True):
+    if why is not None:
+      log(f"Running {cell.output_dir} again: {why}.")
+  for i, cell in enumerate(todo):
+    stopping.check_stop(f"before run {i + 1} of {len(todo)}")
+    where = f"[{i + 1}/{len(todo)}]"
+    if cell.tuned:
+      cell = _tune(plan, cell, where, log, progress)
+      if cell.status(plan.settings)[0]:
+        continue
+    log(f"{where} {cell.label} on {cell.env} {cell.env_settings}")
+    _train(cell, plan.settings, progress)
+  return [c.output_dir for c in plan.cells]
+
+
+def _tune(
+    plan: Plan,
+    cell: Cell,
+    where: str,
+    log: Callable[[str], None],
+    progress: bool,
+) -> Cell:
+  """Trains the tuning runs of ``cell`` that have not finished; returns
+  ``cell`` with the chosen settings."""
+  points = tuning_lib.tuning_cells(plan, cell)
+  for j, (point, tuning_cell) in enumerate(points):
+    finished, why = tuning_cell.status(plan.settings)
+    if finished:
+      continue
+    if why is not None:
+      log(f"Running {tuning_cell.output_dir} again: {why}.")
+    log(
+        f"{where} tuning {cell.rule} on {cell.env} {cell.env_settings}: "
+        f"point {j + 1}/{len(points)} {point}, seeds "
+        f"{list(plan.tuning.seeds)}"
+    )
+    _train(tuning_cell, plan.settings, progress)
+  choice = tuning_lib.choose(plan, cell)
+  log(
+      f"Tuned {cell.rule} on {cell.env_key}: {choice['point']} (mean "
+      f"normalised score {run_folders.fmt(choice['score'])} on the tuning "
+      "seeds)"
+  )
+  return tuning_lib.apply_point(cell, choice["point"])
+
+
+def _train(cell: Cell, settings: CompareSettings, progress: bool) -> None:
+  """Trains ``cell`` into its folder (emptied first), holding its lock."""
+  plan = cell.build(settings)
+  lock = evaluation.open_output(plan, PROGRAM)
+  try:
+    evaluation.write(
+        plan, evaluation.run(plan, lambda _: None, progress), lambda _: None
+    )
+  finally:
+    lock.release()
+
+
+def _summary_complete(folder: Path) -> bool:
+  """Whether ``folder`` holds a ``summary.json`` that reads back whole."""
+  try:
+    return isinstance(
+        json.loads((folder / results_lib.SUMMARY).read_text()), dict
+    )
+  except (OSError, ValueError):
+    return False
+
+
+def write(
+    plan: Plan,
+    run_dirs: Sequence[Path],
+    log: Callable[[str], None] = print,
+    wait_for_shards: bool = False,
+) -> dict[str, Any] | None:
+  """The statistics of the runs in ``run_dirs``. With ``wait_for_shards``,
+  runs that other processes have not finished yet are not an error: nothing
+  is written (None)."""
+  missing = [d for d in run_dirs if not _summary_complete(d)]
+  if missing and wait_for_shards:
+    log(
+        f"{len(missing)} run(s) not finished yet (e.g. {missing[0]}): the "
+        "report is written once every shard is done (run again without "
+        "shard, or with config.run_dirs)."
+    )
+    return None
+  try:
+    results = results_lib.Results.from_runs(
+        [results_lib.load_run(d) for d in run_dirs]
+    )
+    run_folders.make_dir(plan.output_dir)
+    stats = report_lib.write_report(
+        results,
+        plan.output_dir,
+        plan.settings.statistics,
+        plan.references,
+        title=f"Comparison of {', '.join(results.rules)}",
+    )
+  except ValueError as e:
+    raise UsageError(errors.one_line(e)) from None
+  if plan.tuning is not None and plan.cells:
+    choices = [tuning_lib.choose(plan, c) for c in plan.cells if c.tuned]
+    tuning_lib.write(plan, choices, stats)
+    for choice in choices:
+      log(
+          f"{choice['label']} on {choice['env']}: {choice['point']} "
+          f"(tuning score {run_folders.fmt(choice['score'])}; "
+          f"{tuning_lib.TUNING_CSV})"
+      )
+  log(
+      f"Report: {plan.output_dir / 'report.md'}; results.csv, "
+      f"statistics.json and {len(stats['figures'])} figures beside it."
+  )
+  for rule, agg in stats["aggregates"].items():
+    log(f"{rule}: IQM normalised score {aggregates.Interval(**agg['iqm'])}")
+  return stats
+
+
+def compare(
+    config: config_dict.ConfigDict | None = None,
+    *,
+    log: Callable[[str], None] = print,
+    progress: bool = True,
+    **overrides: Any,
+) -> dict[str, Any] | None:
+  """Builds, runs and reports a comparison; returns the statistics
+  (``statistics.json``; None for a shard whose report another writes).
+
+  Starts from ``config`` (default: ``configs/compare.py``'s, as
+  ``disco-compare`` does) with ``overrides`` set as ``--config.KEY=VALUE``
+  flags would (``settings.make_config``), e.g.
+  ``compare(rules=("ppo", "actor_critic"), envs=("catch",), num_seeds=5)``.
+
+  The process holds the lock of ``output_dir`` throughout (a sharded
+  process: the lock of its shard, then the folder's while it writes the
+  report, which a shard whose report another writes leaves to it), and the
+  lock of each run folder while it trains it.
+
+  Raises:
+    UsageError: for bad settings (before anything is trained).
+  """
+  settings = CompareSettings.from_config(
+      settings_lib.make_config(config, **overrides)
+  )
+  plan = build(settings)
+  index, count = plan.shard
+  hint = "run the same command again: finished runs are kept."
+  if count == 1:
+    with run_folders.claim_output_dir(plan.output_dir, PROGRAM):
+      with errors.resource_errors(hint):
+        if plan.run_dirs:
+          return write(plan, plan.run_dirs, log)
+        return write(plan, run(plan, log, progress), log)
+  shard_lock = f"{files.LOCK_FILE}-shard-{index}-of-{count}"
+  with run_folders.claim_output_dir(plan.output_dir, PROGRAM, shard_lock):
+    with errors.resource_errors(hint):
+      run_dirs = run(plan, log, progress)
+      if not all(_summary_complete(d) for d in run_dirs):
+        return write(plan, run_dirs, log, wait_for_shards=True)
+      try:
+        report_lock = run_folders.claim_output_dir(plan.output_dir, PROGRAM)
+      except UsageError as e:
+        log(f"Not writing the report: {errors.one_line(e)}")
+        return None
+      with report_lock:
+        return write(plan, run_dirs, log, wait_for_shards=True)

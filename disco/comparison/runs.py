@@ -1,0 +1,258 @@
+"""The runs of a comparison: one ``disco-eval`` run per rule and environment.
+
+A ``Cell`` is one run; its folder is ``output_dir/runs/<rule>/<env>``. A
+run whose folder holds a complete summary and a ``config.json`` with the
+settings the comparison would give it is finished (``Cell.status``), so a
+killed sweep continues where it stopped and a changed setting runs again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from disco import errors
+from disco import evaluation
+from disco import run_folders
+from disco.comparison import normalization
+from disco.comparison import report as report_lib
+from disco.comparison import results as results_lib
+from disco.comparison import settings as settings_lib
+from disco.environments import registry as env_registry
+from disco.update_rules import resolve
+from disco.update_rules import settings as rule_settings
+
+UsageError = errors.UsageError
+CompareSettings = settings_lib.CompareSettings
+RUNS_DIR = "runs"
+TUNED_SUFFIX = "-tuned"
+# Settings of a disco-eval run that do not change its results, or whose
+# effect is compared in the rule's resolved settings (``rule_settings``)
+# rather than as given.
+UNCOMPARED_KEYS = (
+    "hyper_params",
+    "rule_kwargs",
+    "output_dir",
+    "overwrite",
+    "tracking",
+    "compilation_cache",
+    "distributed",
+)
+
+
+def _json(x: Any) -> Any:
+  return json.loads(json.dumps(run_folders.to_jsonable(x)))
+
+
+def settings_differences(saved: dict, current: dict) -> list[str]:
+  """``key: saved X, now Y`` for each setting of a disco-eval
+  ``config.json`` (its ``config`` with its ``rule_settings``) that differs,
+  except ``UNCOMPARED_KEYS``."""
+  saved, current = _json(saved), _json(current)
+  return [
+      f"{key}: saved {saved.get(key, '<absent>')!r}, now "
+      f"{current.get(key, '<absent>')!r}"
+      for key in sorted(set(saved) | set(current))
+      if key not in UNCOMPARED_KEYS and saved.get(key) != current.get(key)
+  ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """One run of the grid: a rule on an environment.
+
+  Attributes:
+    rule: the rule as given (registry name or file).
+    env: the environment's registry name.
+    env_settings: its settings.
+    overrides: the rule's changes of the disco-eval settings.
+    output_dir: where the run writes.
+    hyper_params: the rule's hyper-parameter changes.
+    rule_kwargs: the rule's other settings (``rule_settings``).
+    label: the rule's name in the results (``<rule>-tuned`` for a tuned
+      baseline).
+    tuned: its settings are chosen by tuning (``CompareSettings.tuning``)
+      before it runs.
+  """
+
+  rule: str
+  env: str
+  env_settings: dict[str, Any]
+  overrides: dict[str, Any]
+  output_dir: Path
+  hyper_params: dict[str, Any] = dataclasses.field(default_factory=dict)
+  rule_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+  label: str = ""
+  tuned: bool = False
+
+  @property
+  def env_key(self) -> str:
+    return normalization.env_key(self.env, self.env_settings)
+
+  def eval_config(self, settings: CompareSettings):
+    """The ``disco-eval`` config of this run."""
+    return settings_lib.eval_config(
+        settings,
+        rule=self.rule,
+        env=self.env,
+        env_settings=self.env_settings,
+        output_dir=self.output_dir,
+        overrides=self.overrides,
+        hyper_params=self.hyper_params,
+        rule_kwargs=self.rule_kwargs,
+    )
+
+  def build(self, settings: CompareSettings) -> evaluation.Plan:
+    """``evaluation.build`` of this run, under this cell's label."""
+    plan = evaluation.build(self.eval_config(settings), log=lambda _: None)
+    if self.label and self.label != plan.label:
+      plan = dataclasses.replace(
+          plan, rule=dataclasses.replace(plan.rule, label=self.label)
+      )
+    return plan
+
+  def status(self, settings: CompareSettings) -> tuple[bool, str | None]:
+    """``(finished, why not)``: finished when the folder holds a complete
+    ``summary.json`` and a ``config.json`` saying it ran with the settings
+    this comparison would run it with (rule settings saved by an earlier
+    version read as today's: ``rule_settings.upgraded_settings``); ``why
+    not`` names a damaged or stale run (None for a run that never
+    finished)."""
+    out = self.output_dir
+    if not (out / results_lib.SUMMARY).exists():
+      return False, None
+    try:
+      summary = json.loads((out / results_lib.SUMMARY).read_text())
+      if not isinstance(summary, dict) or "rule" not in summary:
+        raise ValueError("it is not a disco-eval summary")
+    except (OSError, ValueError) as e:
+      return (
+          False,
+          f"its {results_lib.SUMMARY} is damaged ({errors.one_line(e)})",
+      )
+    try:
+      record = json.loads((out / "config.json").read_text())
+      saved = dict(
+          record["config"],
+          # As today's version would have written them.
+          rule_settings=rule_settings.upgraded_settings(
+              record["rule_settings"]
+          ),
+      )
+    except (OSError, ValueError, KeyError, TypeError) as e:
+      return False, f"its config.json is damaged ({errors.one_line(e)})"
+    plan = self.build(settings)
+    current = dict(
+        evaluation.resolved_config(plan),
+        rule_settings=plan.rule.settings.to_dict(),
+    )
+    diff = settings_differences(saved, current)
+    if diff:
+      more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""
+      return False, (
+          f"it ran with other settings ({'; '.join(diff[:3])}{more})"
+      )
+    return True, None
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """A comparison: its settings, its runs and where it writes."""
+
+  settings: CompareSettings
+  cells: list[Cell]
+  output_dir: Path
+
+  @property
+  def run_dirs(self) -> tuple[Path, ...]:
+    return self.settings.run_dirs
+
+  @property
+  def references(self) -> dict[str, normalization.ReferenceEntry]:
+    return self.settings.references
+
+  @property
+  def shard(self) -> tuple[int, int]:
+    return self.settings.shard
+
+  @property
+  def tuning(self) -> settings_lib.Tuning | None:
+    return self.settings.tuning
+
+  def my_cells(self) -> list[Cell]:
+    index, count = self.shard
+    return self.cells[index::count]
+
+
+def label(rule: str) -> str:
+  """A rule's name in the results and its folder name: a registered name,
+  or a rule file's stem, made safe as a file name (no ``/``, no leading
+  ``.``), so that every run folder stays inside ``output_dir``."""
+  if resolve.is_rule_path(rule):
+    rule = Path(rule).stem
+  return report_lib.file_name(rule) or "rule"
+
+
+def make_cells(settings: CompareSettings, output_dir: Path) -> list[Cell]:
+  """Every run of the grid (a tuned rule: its tuned run, and its own too
+  with ``keep_untuned``), in order.
+
+  Raises:
+    UsageError: an unknown environment or environment setting, a run
+      given twice, or a rule file whose folder would be outside
+      ``output_dir``.
+  """
+  tuned_rules = settings.tuning.rules if settings.tuning is not None else ()
+  cells = []
+  for rule in settings.rules:
+    variants = [(label(rule), False)]
+    if rule in tuned_rules:
+      variants = [(label(rule) + TUNED_SUFFIX, True)]
+      if settings.tuning.keep_untuned:
+        variants.insert(0, (label(rule), False))
+    for env in settings.envs:
+      full = _env_settings(env)
+      key = normalization.env_key(env.name, full)
+      for name, tuned in variants:
+        cell = Cell(
+            rule=rule,
+            env=env.name,
+            env_settings=full,
+            overrides=settings.rule_overrides.get(rule, {}),
+            output_dir=output_dir / RUNS_DIR / name / report_lib.file_name(key),
+            hyper_params=settings.hyper_params.get(rule, {}),
+            rule_kwargs=settings.rule_kwargs.get(rule, {}),
+            label=name,
+            tuned=tuned,
+        )
+        _check_inside(cell.output_dir, output_dir, rule)
+        if any(c.output_dir == cell.output_dir for c in cells):
+          raise UsageError(
+              f"config.rules and config.envs give the run {rule} on {key} "
+              "twice: list every rule and environment once."
+          )
+        cells.append(cell)
+  return cells
+
+
+def _env_settings(env: settings_lib.EnvSpec) -> dict[str, Any]:
+  """Every setting of ``env``: its registered defaults with those given."""
+  try:
+    entry = env_registry.get_entry(env.name)
+    env_registry.make_env(env.name, 1, **env.settings)  # checks the settings
+  except (ValueError, TypeError) as e:
+    raise UsageError(
+        f"config.envs {env.spec!r}: {errors.one_line(e)}"
+    ) from None
+  return {**entry.settings, **env.settings}
+
+
+def _check_inside(folder: Path, output_dir: Path, rule: str) -> None:
+  root = output_dir.expanduser().resolve()
+  if not folder.expanduser().resolve().is_relative_to(root):
+    raise UsageError(
+        f"The run folder of rule {rule!r} ({folder}) would be outside "
+        f"output_dir {output_dir}: rename the rule file."
+    )

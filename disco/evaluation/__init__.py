@@ -1,0 +1,72 @@
+"""Meta-evaluation: train agents with a fixed update rule and report returns.
+
+The library under ``disco-eval``. In a few lines::
+
+  from disco import evaluation
+
+  summary = evaluation.evaluate(rule="actor_critic", total_env_steps=20_000)
+
+or step by step, each step a function::
+
+  settings = evaluation.EvalSettings.from_config(
+      evaluation.make_config(rule="ppo", num_seeds=3))
+  plan = evaluation.build(settings)      # rule, environment, agent, loop
+  result = evaluation.run(plan)          # metrics of every seed, on the host
+  lock = evaluation.open_output(plan)    # the folder's lock, config.json
+  summary = evaluation.write(plan, result)
+  lock.release()
+
+* ``settings``: ``EvalSettings`` (checked in one pass), ``make_config``,
+  ``prepare``;
+* ``plan``: ``Plan``, ``build``, ``plan_iterations``;
+* ``running``: ``run``, ``RunResult``;
+* ``outputs``: ``write_config``, ``open_output``, ``write``, ``track``,
+  ``resolved_config``;
+* ``workflow``: ``evaluate`` (all of the above).
+
+With ``distributed`` settings several processes share the seeds: each trains
+a contiguous block of them and saves their parameters; process 0 gathers the
+metrics and writes the rest.
+"""
+
+from disco.evaluation.outputs import OUTPUT_FILES
+from disco.evaluation.outputs import open_output
+from disco.evaluation.outputs import resolved_config
+from disco.evaluation.outputs import track
+from disco.evaluation.outputs import write
+from disco.evaluation.outputs import write_config
+from disco.evaluation.plan import Plan
+from disco.evaluation.plan import build
+from disco.evaluation.plan import plan_iterations
+from disco.evaluation.running import CURVE_EPISODES
+from disco.evaluation.running import RunResult
+from disco.evaluation.running import run
+from disco.evaluation.settings import CONFIG_NAME
+from disco.evaluation.settings import PROGRAM
+from disco.evaluation.settings import EvalSettings
+from disco.evaluation.settings import default_config
+from disco.evaluation.settings import make_config
+from disco.evaluation.settings import prepare
+from disco.evaluation.workflow import evaluate
+
+__all__ = [
+    "CONFIG_NAME",
+    "CURVE_EPISODES",
+    "EvalSettings",
+    "OUTPUT_FILES",
+    "PROGRAM",
+    "Plan",
+    "RunResult",
+    "build",
+    "default_config",
+    "evaluate",
+    "make_config",
+    "open_output",
+    "plan_iterations",
+    "prepare",
+    "resolved_config",
+    "run",
+    "track",
+    "write",
+    "write_config",
+]

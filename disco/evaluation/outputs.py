@@ -1,0 +1,284 @@
+"""What a meta-evaluation writes into its run folder, and tells trackers.
+
+``config.json`` (before training: the settings, the rule's resolved
+settings and the schedule), then ``metrics.csv``, ``learning_curve.png``,
+``params_seed<k>.npz`` and ``summary.json``; each is written whole or not at
+all (``disco.files``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+
+from disco import distributed
+from disco import files
+from disco import run_folders
+from disco import tracking
+from disco import weights as weights_lib
+from disco.evaluation import plan as plan_lib
+from disco.evaluation import running
+from disco.evaluation import settings as settings_lib
+from disco.training import analysis
+from disco.training import loop as loop_lib
+from disco.update_rules import resolve
+
+Plan = plan_lib.Plan
+RunResult = running.RunResult
+CURVE_EPISODES = running.CURVE_EPISODES
+OUTPUT_FILES = (
+    "config.json",
+    "metrics.csv",
+    "learning_curve.png",
+    "summary.json",
+)
+
+
+def resolved_config(plan: Plan) -> dict[str, Any]:
+  """The config as ``config.json`` saves it: the settings given, with the
+  environment settings, learning rate and loop the run resolved."""
+  resolved = plan.settings.to_config()
+  resolved.update(
+      output_dir=str(plan.output_dir),
+      env_settings=plan.env_settings,
+      learning_rate=plan.rule.settings.learning_rate,
+      **dataclasses.asdict(plan.loop_config),
+  )
+  return run_folders.to_jsonable(resolved)
+
+
+def write_config(plan: Plan) -> None:
+  """Creates ``output_dir`` and writes ``config.json`` (before training)."""
+  out = run_folders.make_dir(plan.output_dir)
+  run_folders.write_json(
+      out / "config.json",
+      dict(
+          config=resolved_config(plan),
+          rule_settings=plan.rule.settings.to_dict(),
+          run=dict(
+              seeds=plan.seeds, **plan.schedule, **run_folders.run_record()
+          ),
+      ),
+  )
+
+
+def open_output(
+    plan: Plan, program: str = settings_lib.PROGRAM
+) -> files.FolderLock:
+  """Takes the lock of ``plan.output_dir`` (the writer's, held until
+  released), checks again under it that the folder is free, empties it for
+  ``overwrite=True`` and writes ``config.json``; returns the lock.
+
+  Raises:
+    UsageError: another process writes the folder, or it holds a run
+      (without overwrite), or other files (with overwrite).
+  """
+  lock = run_folders.claim_output_dir(plan.output_dir, program)
+  try:
+    plan_lib.check_free(plan.output_dir, plan.settings.overwrite)
+    if plan.settings.overwrite:
+      run_folders.empty_output_dir(plan.output_dir, lock)
+    write_config(plan)
+  except BaseException:
+    lock.release()
+    raise
+  return lock
+
+
+def _rates(plan: Plan, result: RunResult) -> dict[str, Any]:
+  """Steady-state rates over all seeds (the first call compiles)."""
+  steps_per_call = (
+      plan.iterations_per_call
+      * plan.loop_config.env_steps_per_iteration
+      * len(plan.seeds)
+  )
+  _, compile_time = run_folders.steady_state(result.call_times)
+  first = 0 if compile_time is None else 1
+  timed = sum(result.call_times[first:])
+  env_steps = steps_per_call * (len(result.call_times) - first)
+  learner_steps = sum(result.learner_steps_per_call[first:])
+  return dict(
+      compile_time_s=compile_time,
+      env_steps_per_s=env_steps / timed if timed > 0 else None,
+      learner_steps_per_s=learner_steps / timed if timed > 0 else None,
+      timing_note=(
+          "steady-state rates exclude the first call, which compiles"
+          if compile_time is not None
+          else "single call: rates include compilation"
+      ),
+  )
+
+
+def _params_file(seed: int) -> str:
+  return f"params_seed{seed}.npz"
+
+
+def _save_params(
+    plan: Plan, states: loop_lib.TrainState, diverged: set[int]
+) -> None:
+  """Saves the parameters of this process's seeds, except those of the
+  ``diverged`` seeds."""
+  for k, seed in enumerate(plan.local_seeds):
+    if seed in diverged:
+      continue
+    params = jax.tree.map(
+        lambda x, k=k: np.asarray(x[k]), states.learner.params
+    )
+    weights_lib.save_meta_params(
+        plan.output_dir / _params_file(seed),
+        params,
+        metadata=dict(
+            kind=resolve.AGENT_PARAMS_KIND,
+            rule=plan.rule.settings.rule,
+            rule_label=plan.label,
+            seed=seed,
+            env=plan.settings.env,
+            env_settings=run_folders.to_jsonable(plan.env_settings),
+            network=plan.rule.settings.network.to_dict(),
+        ),
+    )
+
+
+def diverged_text(summary: dict[str, Any]) -> str:
+  """``seed S at env step N, ...`` of a summary's diverged seeds."""
+  return ", ".join(
+      f"seed {d['seed']} at env step {d['env_step']}"
+      for d in summary["diverged_seeds"]
+  )
+
+
+def summarize(plan: Plan, result: RunResult) -> dict[str, Any]:
+  """The summary (``summary.json``) of a run: its final scores, diverged
+  seeds, parameter files and rates."""
+  summary = analysis.summarize(result.metrics, plan.settings.last_episodes)
+  diverged_seeds = [
+      dict(seed=seed, env_step=at)
+      for seed, at in zip(
+          plan.seeds, summary["diverged_at_env_step"], strict=True
+      )
+      if at is not None
+  ]
+  lost = {d["seed"] for d in diverged_seeds}
+  summary.update(
+      rule=plan.label,
+      env=plan.settings.env,
+      seeds=plan.seeds,
+      diverged_seeds=diverged_seeds,
+      output_dir=str(plan.output_dir),
+      params_files=[_params_file(s) for s in plan.seeds if s not in lost],
+      wall_time_s=result.wall_time,
+      total_env_steps=int(plan.env_steps * len(plan.seeds)),
+      **_rates(plan, result),
+  )
+  return summary
+
+
+def write(
+    plan: Plan, result: RunResult, log: Callable[[str], None] = print
+) -> dict[str, Any]:
+  """Writes metrics, curve, parameters and summary; returns the summary.
+
+  With several processes, each writes its own seeds' parameters and process
+  0 the rest (every process returns the summary).
+  """
+  out, metrics = plan.output_dir, result.metrics
+  main = distributed.is_main()
+  if main:
+    analysis.write_metrics_csv(out / "metrics.csv", metrics, plan.seeds)
+    analysis.plot_learning_curves(
+        {plan.label: metrics},
+        path=out / "learning_curve.png",
+        min_episodes=CURVE_EPISODES,
+        title=f"{plan.label} on {plan.settings.env}",
+    )
+  summary = summarize(plan, result)
+  _save_params(
+      plan, result.states, {d["seed"] for d in summary["diverged_seeds"]}
+  )
+  if main:
+    run_folders.write_json(out / "summary.json", summary)
+    track(plan, metrics, summary)
+  _log_summary(plan, metrics, summary, distributed.main_only(log))
+  return summary
+
+
+def _log_summary(
+    plan: Plan,
+    metrics: dict[str, np.ndarray],
+    summary: dict[str, Any],
+    log: Callable[[str], None],
+) -> None:
+  fmt = run_folders.fmt
+  log(
+      f"Learning curve (mean return over windows of {CURVE_EPISODES} "
+      "episodes, mean over seeds):\n"
+      + analysis.text_curve(metrics, CURVE_EPISODES)
+  )
+  ci, num_seeds = summary["final_return_ci"], summary["final_return_seeds"]
+  ci_text = (
+      f"95% bootstrap CI [{ci[0]:.3f}, {ci[1]:.3f}] over {num_seeds} seeds"
+      if ci is not None
+      else f"{num_seeds} seed(s): no confidence interval"
+  )
+  if summary["diverged_seeds"]:
+    ci_text += f"; diverged: {diverged_text(summary)}"
+  per_seed = ", ".join(fmt(x) for x in summary["final_return_per_seed"])
+  log(
+      f"Final mean return over the last {plan.settings.last_episodes} "
+      f"episodes: {fmt(summary['final_return_mean'])} ({ci_text}); per "
+      f"seed: {per_seed}"
+  )
+  log(
+      f"Env steps: {summary['env_steps']} per seed; learner steps: "
+      f"{summary['learner_steps']} per seed"
+  )
+  log(
+      f"Compile time: {fmt(summary['compile_time_s'], 1)} s; wall time: "
+      f"{summary['wall_time_s']:.1f} s; "
+      f"{fmt(summary['env_steps_per_s'], 0)} env steps/s, "
+      f"{fmt(summary['learner_steps_per_s'], 1)} learner steps/s "
+      f"(all seeds; {summary['timing_note']})"
+  )
+  log(
+      f"Outputs in {plan.output_dir}: {', '.join(OUTPUT_FILES)}, "
+      f"{', '.join(summary['params_files'])}"
+  )
+
+
+def track(
+    plan: Plan, metrics: dict[str, np.ndarray], summary: dict[str, Any]
+) -> None:
+  """Sends what ``metrics.csv`` and ``summary.json`` hold to the trackers
+  of ``settings.tracking`` (nothing more for ``csv``): per iteration, every
+  metric of every seed as ``<metric>/seed_<k>`` against the environment
+  steps, then the summary's numbers."""
+  spec = plan.settings.tracking
+  if tracking.parse(spec) == (tracking.CSV,):
+    return
+  rows = analysis.metrics_to_rows(metrics, plan.seeds)
+  with tracking.open_tracker(
+      spec,
+      plan.output_dir,
+      name=f"eval-{plan.label}-{plan.settings.env}",
+      config=dict(
+          config=plan.settings.to_config(),
+          rule_settings=plan.rule.settings.to_dict(),
+      ),
+  ) as tracker:
+    _, iterations = analysis.num_seeds_and_iterations(metrics)
+    step = 0
+    for i in range(iterations):
+      values = {}
+      for row in rows[i::iterations]:  # seed-major: this iteration's rows
+        step = row.get(analysis.ENV_STEPS, i)
+        values.update(
+            (f"{k}/seed_{row[analysis.SEED]}", v)
+            for k, v in row.items()
+            if k not in (analysis.SEED, analysis.ITERATION)
+        )
+      tracker.scalars(step, values)
+    tracker.summary(summary, step)

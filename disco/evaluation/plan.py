@@ -1,0 +1,329 @@
+"""Building a meta-evaluation: the rule, environment, agent and loop.
+
+``build(settings)`` resolves what needs the registries (the rule and its
+meta-parameters, the environment, the rule's loop) from checked
+``EvalSettings`` and returns a ``Plan``: everything ``run`` needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import jax
+from ml_collections import config_dict
+import numpy as np
+
+from disco import agent as agent_lib
+from disco import checks
+from disco import distributed
+from disco import errors
+from disco import run_folders
+from disco.environments import base as env_base
+from disco.environments import registry as env_registry
+from disco.evaluation import settings as settings_lib
+from disco.training import loop as loop_lib
+from disco.update_rules import registry as rule_registry
+from disco.update_rules import resolve
+from disco.update_rules import settings as rule_settings
+
+UsageError = errors.UsageError
+EvalSettings = settings_lib.EvalSettings
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """Everything a run needs, built from checked settings."""
+
+  settings: EvalSettings
+  rule: resolve.ResolvedRule
+  env: env_base.Environment
+  env_settings: dict[str, Any]
+  agent: agent_lib.Agent
+  loop: loop_lib.EvalLoop
+  seeds: list[int]  # every seed of the run
+  local_seeds: list[int]  # the seeds this process trains (all in one process)
+  iterations_per_call: int
+  num_calls: int
+  output_dir: Path
+
+  @property
+  def label(self) -> str:
+    return self.rule.label
+
+  @property
+  def loop_config(self) -> loop_lib.LoopConfig:
+    return self.loop.config
+
+  @property
+  def iterations(self) -> int:
+    return self.iterations_per_call * self.num_calls
+
+  @property
+  def env_steps(self) -> int:
+    """Environment steps per seed of the whole run."""
+    return self.iterations * self.loop_config.env_steps_per_iteration
+
+  @property
+  def schedule(self) -> dict[str, int]:
+    """How the run's iterations split into compiled calls, and its
+    environment steps (the ``run`` record of ``config.json``)."""
+    return dict(
+        iterations=self.iterations,
+        num_calls=self.num_calls,
+        iterations_per_call=self.iterations_per_call,
+        env_steps_per_iteration=self.loop_config.env_steps_per_iteration,
+        env_steps_per_seed=self.env_steps,
+    )
+
+
+def plan_iterations(
+    total_env_steps: int, env_steps_per_iteration: int, iterations_per_call: int
+) -> tuple[int, int]:
+  """``(iterations_per_call, num_calls)`` covering ``total_env_steps``.
+
+  The iteration count ``ceil(total_env_steps / env_steps_per_iteration)`` is
+  rounded up to equal calls of at most ``iterations_per_call`` iterations, so
+  one compiled program serves every call (fewer iterations per call when that
+  overshoots less, e.g. a single short call).
+  """
+  needed = max(1, math.ceil(total_env_steps / env_steps_per_iteration))
+  num_calls = math.ceil(needed / iterations_per_call)
+  return math.ceil(needed / num_calls), num_calls
+
+
+def build(
+    settings: EvalSettings | config_dict.ConfigDict,
+    log: Callable[[str], None] = print,
+    rule: resolve.ResolvedRule | None = None,
+) -> Plan:
+  """Resolves the rule, environment and loop of ``settings`` and builds the
+  agent (a config is made into settings first: ``EvalSettings.from_config``).
+
+  ``rule``, if given, is used instead of resolving ``settings.rule`` (e.g. a
+  rule being meta-trained, validated with changing meta-parameters: they are
+  an argument of the compiled loop, so ``run`` takes a plan whose
+  ``rule.meta_params`` are replaced without recompiling); its settings are
+  copied, not changed.
+
+  Raises:
+    UsageError: for any bad setting, with a one-line explanation.
+  """
+  if not isinstance(settings, EvalSettings):
+    settings = EvalSettings.from_config(settings)
+  distributed.initialize(settings.distributed, settings_lib.PROGRAM)
+  checks.import_modules(settings.imports)
+  seeds = settings.seeds
+  if len(seeds) < jax.process_count():
+    raise UsageError(
+        f"config.num_seeds={len(seeds)} is fewer than the "
+        f"{jax.process_count()} processes: each process trains its own "
+        "seeds, so give at least one per process."
+    )
+  local_seeds = distributed.split(seeds)[jax.process_index()]
+  if rule is None:
+    rule = resolve.resolve_rule(settings.rule, settings.weights)
+  else:
+    rule = dataclasses.replace(
+        rule, settings=rule.settings.copy_and_resolve_references()
+    )
+  loop_config = _loop_config(
+      settings, rule_registry.get_entry(rule.settings.rule).loop
+  )
+  env, env_settings = _make_env(
+      settings, loop_config.num_envs, len(local_seeds), local_seeds[0]
+  )
+  _warn(settings, rule, loop_config, log)
+  output_dir = run_folders.output_dir(settings.output_dir, f"eval-{rule.label}")
+  check_free(output_dir, settings.overwrite)
+  rule = _with_agent_settings(rule, settings)
+  iterations_per_call, num_calls = plan_iterations(
+      settings.total_env_steps,
+      loop_config.env_steps_per_iteration,
+      settings.iterations_per_call,
+  )
+  agent, loop = _agent_and_loop(
+      rule, env, loop_config, iterations_per_call * num_calls
+  )
+  return Plan(
+      settings=settings,
+      rule=rule,
+      env=env,
+      env_settings=env_settings,
+      agent=agent,
+      loop=loop,
+      seeds=seeds,
+      local_seeds=local_seeds,
+      iterations_per_call=iterations_per_call,
+      num_calls=num_calls,
+      output_dir=output_dir,
+  )
+
+
+def check_free(out: Path, overwrite: bool) -> None:
+  """Raises a ``UsageError`` when ``out`` holds a run and ``overwrite`` is
+  off."""
+  if (out / "config.json").exists() and not overwrite:
+    raise UsageError(
+        f"output_dir {out} already holds a run (config.json): choose another "
+        "folder or pass --config.overwrite=True."
+    )
+
+
+def _loop_config(
+    settings: EvalSettings, recommended: Mapping[str, int]
+) -> loop_lib.LoopConfig:
+  """The loop: the settings', else the rule's ``recommended`` ones, else
+  ``LoopConfig``'s defaults (the published notebook's)."""
+  defaults = loop_lib.LoopConfig()
+  values = {
+      key: recommended.get(key, getattr(defaults, key)) if v is None else v
+      for key, v in settings.loop.items()
+  }
+  try:
+    return loop_lib.LoopConfig(**values)
+  except ValueError as e:
+    raise UsageError(f"Invalid loop settings: {errors.one_line(e)}") from None
+
+
+def _make_env(
+    settings: EvalSettings, num_envs: int, num_seeds: int, seed: int
+) -> tuple[env_base.Environment, dict[str, Any]]:
+  try:
+    entry = env_registry.get_entry(settings.env)
+  except ValueError as e:
+    raise UsageError(
+        f"{errors.one_line(e)} (--config.env=list prints them)"
+    ) from None
+  env_settings = dict(settings.env_settings)
+  if not entry.jittable:
+    if num_seeds != 1:
+      raise UsageError(
+          f"env {settings.env!r} runs on the host and trains one seed at a "
+          "time: use num_seeds=1 (or a jittable env such as 'catch')."
+      )
+    # A host environment draws its own random numbers: seed it too.
+    if "seed" in entry.settings:
+      env_settings.setdefault("seed", seed)
+  try:
+    env = env_registry.make_env(settings.env, num_envs, **env_settings)
+  except (ValueError, TypeError) as e:
+    raise UsageError(f"Bad env settings: {errors.one_line(e)}") from None
+  return env, env_settings
+
+
+def _warn(
+    settings: EvalSettings,
+    rule: resolve.ResolvedRule,
+    loop_config: loop_lib.LoopConfig,
+    log: Callable[[str], None],
+) -> None:
+  if rule.source == "random":
+    log(
+        f"Warning: rule {settings.rule!r} has meta-parameters and none were "
+        "given: using a random initialisation (use rule=disco103 or a .npz "
+        "file for trained ones)."
+    )
+  if rule.settings.rule == "disco103" and not loop_config.replay_capacity:
+    log(
+        "Warning: without a replay (replay_capacity=0) Disco103 learns far "
+        "more slowly: Catch 8x8 is still unlearnt after 100k steps of 8x16 "
+        "rollouts, where the default loop (a replay) learns it by 60k "
+        "(BENCHMARKS.md, issue 30)."
+    )
+
+
+def _with_agent_settings(
+    rule: resolve.ResolvedRule, settings: EvalSettings
+) -> resolve.ResolvedRule:
+  """``rule`` with the optimiser, loss, rule and network settings given
+  (its agent settings, a copy the plan owns, are updated in place)."""
+  agent_settings = rule.settings
+  if settings.learning_rate is not None:
+    agent_settings.learning_rate = settings.learning_rate
+  if settings.loss_mask is not None:
+    agent_settings.loss_mask = settings.loss_mask
+  for key in settings_lib.CLIP_KEYS:
+    if getattr(settings, key) is not None:
+      agent_settings[key] = getattr(settings, key) or None
+  if settings.adam_eps is not None:
+    agent_settings.adam_eps = settings.adam_eps
+  rule = _with_rule_settings(rule, settings.hyper_params, settings.rule_kwargs)
+  overrides = {k: v for k, v in settings.network.items() if v is not None}
+  agent_settings.network = {**agent_settings.network.to_dict(), **overrides}
+  return rule
+
+
+def _with_rule_settings(
+    rule: resolve.ResolvedRule,
+    hyper_params: dict[str, Any],
+    rule_kwargs: dict[str, Any],
+) -> resolve.ResolvedRule:
+  """``rule`` rebuilt with the ``hyper_params`` and ``rule_kwargs`` given
+  overriding its own (``rule_settings.apply``; the same rule where they
+  change nothing).
+
+  Raises:
+    UsageError: for a setting the rule does not have, or rule_kwargs that
+      change the shapes of meta-parameters the rule already has.
+  """
+  settings = rule.settings
+  try:
+    changed = rule_settings.apply(
+        settings, hyper_params, rule_kwargs, rule.label
+    )
+  except rule_settings.SettingsError as e:
+    raise UsageError(errors.one_line(e)) from None
+  if not changed:
+    return rule
+  try:
+    rebuilt = rule_registry.make_rule(settings)
+  except ValueError as e:
+    raise UsageError(errors.one_line(e)) from None
+  if rule.source == "random":  # a random initialisation of the new rule
+    return dataclasses.replace(
+        rule,
+        settings=settings,
+        rule=rebuilt,
+        meta_params=rebuilt.init_meta_params(jax.random.PRNGKey(0)),
+    )
+  shapes = jax.tree.map(
+      lambda x: (x.shape, x.dtype),
+      jax.eval_shape(rebuilt.init_meta_params, jax.random.PRNGKey(0)),
+  )
+  given = jax.tree.map(lambda x: (np.shape(x), x.dtype), rule.meta_params)
+  if shapes != given:
+    raise UsageError(
+        f"config.rule_kwargs {run_folders.to_jsonable(rule_kwargs)} change the "
+        f"shapes of the meta-parameters of {rule.label!r}, so its "
+        f"{rule.source} meta-parameters no longer fit: keep its network "
+        "settings."
+    )
+  return dataclasses.replace(rule, settings=settings, rule=rebuilt)
+
+
+def _agent_and_loop(
+    rule: resolve.ResolvedRule,
+    env: env_base.Environment,
+    loop_config: loop_lib.LoopConfig,
+    iterations: int,
+) -> tuple[agent_lib.Agent, loop_lib.EvalLoop]:
+  try:
+    num_updates = loop_config.num_updates(iterations)
+    agent = agent_lib.make_agent(
+        rule.settings,
+        env.num_actions,
+        rule=rule.rule,
+        num_updates=num_updates,
+        observation_spec=env.observation_spec(),
+    )
+    # The evaluation budget is the agents' lifetime (for rules that read it).
+    loop = loop_lib.EvalLoop(
+        agent, env, loop_config, lifetime=max(num_updates, 1)
+    )
+  except ValueError as e:
+    raise UsageError(errors.one_line(e)) from None
+  return agent, loop

@@ -1,0 +1,383 @@
+"""The settings of a meta-evaluation, checked once where they enter.
+
+``EvalSettings.from_config`` turns a ``disco-eval`` config
+(``configs/evaluate.py``) into typed, frozen settings in one pass: every
+value is checked (``disco.checks``) and every bad one reported together in
+one ``UsageError``. What needs the registries (the rule, the environment and
+their settings) is resolved by ``build``.
+
+``make_config`` is the command line's way of overriding a config, for
+Python: ``make_config(rule="ppo", env_settings={"rows": 5})`` is
+``--config.rule=ppo --config.env_settings.rows=5``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+import dataclasses
+import difflib
+from typing import Any
+
+from ml_collections import config_dict
+
+from disco import checks
+from disco import distributed
+from disco import errors
+from disco.environments import registry as env_registry
+from disco.update_rules import registry as rule_registry
+from disco.update_rules import resolve
+from disco.update_rules import settings as rule_settings
+
+UsageError = errors.UsageError
+
+PROGRAM = "disco-eval"
+CONFIG_NAME = "evaluate"
+# The optimiser settings that clip (0: no clip).
+CLIP_KEYS = ("max_abs_update", "max_grad_norm")
+
+
+def default_config() -> config_dict.ConfigDict:
+  """The config of ``configs/evaluate.py``."""
+  return checks.load_config(CONFIG_NAME)
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+  """The checked settings of a meta-evaluation (the keys of
+  ``configs/evaluate.py``, where each is explained).
+
+  Made by ``from_config``; the dicts are the caller's to read, not to change.
+  ``None`` for a loop or optimiser setting means the rule's own.
+
+  Attributes:
+    rule: a registered rule or a rule file (resolved by ``build``).
+    weights: the meta-parameters of a named rule (None: found or none).
+    imports: comma-separated modules ``build`` imports first.
+    env: a registered environment (resolved by ``build``).
+    env_settings: its settings as given.
+    total_env_steps, num_seeds, seed: the budget per seed and the seeds
+      ``seed .. seed + num_seeds - 1``.
+    num_envs: the loop (``training.loop.LoopConfig``), with
+      ``rollout_len``, ``batch_size``, ``replay_capacity``,
+      ``min_replay_size``, ``update_epochs`` and ``num_minibatches``.
+    learning_rate: the agent optimiser and losses, with ``max_abs_update``
+      and ``max_grad_norm`` (0: no clip), ``adam_eps`` and ``loss_mask``.
+    hyper_params, rule_kwargs: overrides of the rule's settings.
+    network: overrides of the agent network (None values: the rule's).
+    iterations_per_call: iterations per compiled call.
+    last_episodes: episodes of the final score.
+    output_dir: the run folder ('': ``runs/eval-<rule>-<time>``).
+    tracking: the tracking backends' spec (``disco.tracking``).
+    overwrite: empty a folder that holds a run first.
+    compilation_cache: the compilation cache folder (the launcher's).
+    distributed: the processes' settings (None: one process).
+    distributed_config: ``config.distributed`` as given.
+  """
+
+  rule: str
+  weights: str | None
+  imports: str
+  env: str
+  env_settings: dict[str, Any]
+  total_env_steps: int
+  num_seeds: int
+  seed: int
+  num_envs: int | None
+  rollout_len: int | None
+  batch_size: int | None
+  replay_capacity: int | None
+  min_replay_size: int | None
+  update_epochs: int | None
+  num_minibatches: int | None
+  learning_rate: float | None
+  hyper_params: dict[str, Any]
+  rule_kwargs: dict[str, Any]
+  max_abs_update: float | None
+  max_grad_norm: float | None
+  adam_eps: float | None
+  loss_mask: str | None
+  network: dict[str, Any]
+  iterations_per_call: int
+  last_episodes: int
+  output_dir: str
+  tracking: Any
+  overwrite: bool
+  compilation_cache: str
+  distributed: distributed.Settings | None
+  distributed_config: dict[str, Any]
+
+  @property
+  def seeds(self) -> list[int]:
+    return list(range(self.seed, self.seed + self.num_seeds))
+
+  @property
+  def loop(self) -> dict[str, int | None]:
+    """The loop settings given (``rule_registry.LOOP_KEYS``; None: the
+    rule's)."""
+    return {k: getattr(self, k) for k in rule_registry.LOOP_KEYS}
+
+  @property
+  def step_timeout(self) -> int:
+    """Seconds a process waits for the others' training call (0: never)."""
+    return self.distributed.step_timeout if self.distributed else 0
+
+  @classmethod
+  def from_config(cls, config: Any) -> EvalSettings:
+    """Checks every value of a ``disco-eval`` config (a ``ConfigDict`` or a
+    dict) at once.
+
+    Raises:
+      UsageError: one line naming every bad setting (``checks.Problems``).
+    """
+    problems = checks.Problems()
+    settings = cls.collect(config, problems)
+    problems.raise_if_any()
+    return settings
+
+  @classmethod
+  def collect(cls, config: Any, problems: checks.Problems) -> EvalSettings:
+    """``from_config`` recording its problems in ``problems`` (a bad value
+    is replaced by its default, so that the settings are complete)."""
+    values, defaults = _values(config), default_config().to_dict()
+    problems.get(checks.check_config_keys, values, defaults, CONFIG_NAME)
+
+    def get(key: str) -> Any:
+      return values.get(key, defaults[key])
+
+    def number(key: str, minimum: int) -> int:
+      return problems.get(
+          checks.check_int, get(key), key, minimum, default=defaults[key]
+      )
+
+    block = problems.get(checks.as_dict, get("distributed"), "distributed")
+    return cls(
+        rule=get("rule"),
+        weights=get("weights"),
+        imports=get("imports"),
+        env=get("env"),
+        env_settings=problems.get(
+            checks.as_dict,
+            get("env_settings") or {},
+            "env_settings",
+            default={},
+        ),
+        total_env_steps=number("total_env_steps", 1),
+        num_seeds=number("num_seeds", 1),
+        seed=number("seed", 0),
+        **_loop(get, problems),
+        learning_rate=problems.get(_optional_number, get, "learning_rate"),
+        hyper_params=problems.get(
+            _hyper_params, get("hyper_params"), default={}
+        ),
+        rule_kwargs=problems.get(
+            checks.as_dict,
+            get("rule_kwargs") or {},
+            "rule_kwargs",
+            default={},
+        ),
+        **{k: problems.get(_clip, get, k) for k in CLIP_KEYS},
+        adam_eps=problems.get(_optional_number, get, "adam_eps"),
+        loss_mask=get("loss_mask"),
+        network=problems.get(
+            checks.as_dict, get("network"), "network", default={}
+        ),
+        iterations_per_call=number("iterations_per_call", 1),
+        last_episodes=number("last_episodes", 1),
+        output_dir=get("output_dir"),
+        tracking=_tracking(get("tracking"), problems),
+        overwrite=problems.get(
+            checks.check_bool, get("overwrite"), "overwrite", default=False
+        ),
+        compilation_cache=get("compilation_cache"),
+        distributed=(
+            None if block is None else problems.get(distributed.settings, block)
+        ),
+        distributed_config=block or {},
+    )
+
+  def to_config(self) -> dict[str, Any]:
+    """The settings as a config (the keys of ``configs/evaluate.py``, sorted
+    as ``ConfigDict.to_dict`` gives them): what ``config.json`` records,
+    before the values the run resolved."""
+    values = {
+        f.name: getattr(self, f.name)
+        for f in dataclasses.fields(self)
+        if f.name not in ("distributed", "distributed_config")
+    }
+    values["distributed"] = dict(self.distributed_config)
+    return dict(sorted(values.items()))
+
+
+def _values(config: Any) -> dict[str, Any]:
+  if isinstance(config, config_dict.ConfigDict):
+    return config.to_dict()
+  if isinstance(config, Mapping):
+    return dict(config)
+  raise UsageError(
+      f"The settings must be a disco-eval config (a ConfigDict or a dict), "
+      f"got {type(config).__name__}."
+  )
+
+
+def _loop(get, problems: checks.Problems) -> dict[str, int | None]:
+  """The loop settings given (None: the rule's); the replay may be 0."""
+  out = {}
+  for key in rule_registry.LOOP_KEYS:
+    low = 0 if key in ("replay_capacity", "min_replay_size") else 1
+    value = get(key)
+    if value is not None:
+      value = problems.get(checks.check_int, value, key, low)
+    out[key] = value
+  return out
+
+
+def _optional_number(get, key: str) -> float | None:
+  """``config.<key>``: None, or a number > 0."""
+  value = get(key)
+  if value is None:
+    return None
+  return checks.check_number(value, key, positive=True)
+
+
+def _clip(get, key: str) -> float | None:
+  """``config.<key>``: None (the rule's), or a number >= 0 (0: no clip)."""
+  value = get(key)
+  if value is None:
+    return None
+  value = checks.check_number(value, key)
+  if value < 0:
+    raise UsageError(f"{key}={value} must be >= 0 (0: no clip).")
+  return value
+
+
+def _hyper_params(value: Any) -> dict[str, Any]:
+  """``config.hyper_params``: a dict of finite numbers (their keys are the
+  rule's: ``build`` checks them)."""
+  given = checks.as_dict(value or {}, "hyper_params")
+  for key, x in given.items():
+    if (
+        isinstance(x, bool)
+        or not isinstance(x, (int, float))
+        or x != x
+        or abs(x) == float("inf")
+    ):
+      raise UsageError(
+          f"config.hyper_params.{key} must be a finite number, got {x!r}."
+      )
+  return given
+
+
+def _tracking(spec: Any, problems: checks.Problems) -> Any:
+  problems.get(checks.check_tracking, spec)
+  return spec
+
+
+# ----------------------------------------------------------- overrides ----
+
+
+def prepare(
+    config: config_dict.ConfigDict,
+    env: str | None = None,
+    rule: str | None = None,
+) -> None:
+  """Gives ``config.env_settings`` every setting of environment ``env``
+  (default: ``config.env``) with its defaults, and ``config.hyper_params``
+  and ``config.rule_kwargs`` every setting of rule ``rule`` (default:
+  ``config.rule``) with its defaults, so that overrides may set any of them
+  and no other. Settings the config gives stay, unless ``env`` is another
+  environment than ``config.env``. An unknown name changes nothing
+  (``build`` reports it).
+  """
+  env = env or config.env
+  try:
+    defaults = env_registry.get_entry(env).settings
+  except ValueError:
+    defaults = None
+  if defaults is not None:
+    given = {}
+    if env == config.env:
+      given = checks.as_dict(config.env_settings or {}, "env_settings")
+    with config.unlocked():
+      config.env_settings = {**defaults, **given}
+  name = rule or config.rule
+  try:
+    if resolve.is_rule_path(name):
+      settings = resolve.resolve_rule(name).settings
+    else:
+      settings = rule_registry.default_settings(name)
+  except (ValueError, UsageError):
+    return
+  rule_settings.prepare(config, settings)
+
+
+def override(config: config_dict.ConfigDict, overrides: Mapping) -> None:
+  """Sets ``config``'s values as ``--config.KEY=VALUE`` flags would: a dict
+  value sets the keys it names of a group (``env_settings={"rows": 5}``).
+
+  Raises:
+    UsageError: naming every unknown key (with its close matches) or value
+      of the wrong type.
+  """
+  problems = checks.Problems()
+  rule = str(overrides.get("rule") or config.get("rule"))
+  _override(config, dict(overrides), "config", rule, problems)
+  problems.raise_if_any()
+
+
+def _override(
+    node: config_dict.ConfigDict,
+    values: dict[str, Any],
+    where: str,
+    rule: str,
+    problems: checks.Problems,
+) -> None:
+  for key, value in values.items():
+    if key not in node:
+      close = difflib.get_close_matches(key, list(node.keys()), 2)
+      hint = " or ".join(f"'{where}.{c}'" for c in close)
+      # A rule's setting that moved (rule_kwargs -> hyper_params).
+      path = f"{where}.{key}".removeprefix("config.")
+      moved = rule_settings.new_spelling(rule, path)
+      if moved is not None:
+        hint = f"'config.{moved}' (it moved there)"
+      problems.messages.append(
+          f"Unknown config key '{where}.{key}'."
+          + (f" Did you mean {hint}?" if hint else "")
+          + f" Valid keys of {where}: {', '.join(sorted(node.keys()))}."
+      )
+    elif isinstance(value, Mapping) and isinstance(
+        node[key], config_dict.ConfigDict
+    ):
+      _override(node[key], dict(value), f"{where}.{key}", rule, problems)
+    else:
+      try:
+        node[key] = value
+      except (TypeError, ValueError) as e:
+        problems.messages.append(
+            f"{where}.{key}={value!r}: {errors.one_line(e)}"
+        )
+
+
+def make_config(
+    config: config_dict.ConfigDict | None = None, **overrides: Any
+) -> config_dict.ConfigDict:
+  """A copy of ``config`` (default: ``configs/evaluate.py``'s) prepared for
+  the environment and rule it names (``prepare``), with ``overrides`` set
+  (``override``): what ``disco-eval --config.KEY=VALUE ...`` runs.
+
+  Raises:
+    UsageError: an unknown key or a value of the wrong type.
+  """
+  config = (
+      default_config()
+      if config is None
+      else config.copy_and_resolve_references()
+  )
+  env, rule = overrides.get("env"), overrides.get("rule")
+  prepare(
+      config,
+      env if isinstance(env, str) else None,
+      rule if isinstance(rule, str) else None,
+  )
+  override(config, overrides)
+  return config
