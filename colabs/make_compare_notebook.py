@@ -33,7 +33,8 @@ the new runs.
 
 The same comparison is available from the command line:
 `disco-compare --config.rules="('disco103', 'actor_critic', 'ppo')"`
-(see `configs/compare.py`)."""
+(see `configs/compare.py`), and in one call from Python:
+`disco.comparison.compare(rules=('disco103', 'actor_critic', 'ppo'))`."""
 
 PARAMETERS = """\
 # Settings (this cell is tagged `parameters`: tools may replace it).
@@ -65,50 +66,51 @@ IMPORTS = """\
 from IPython import display
 import jax
 
-from disco.launch import compare
+from disco import comparison
 
 print('JAX devices:', jax.devices())"""
 
 BUILD_MD = """\
 ## The plan
 
-`compare.build` checks every rule, environment and override before anything
-trains (a typo fails here, not after an hour), and lists the runs."""
+`comparison.make_config` sets the settings as the `disco-compare` launcher's
+`--config.KEY=VALUE` flags would; `comparison.build` checks every rule,
+environment and override before anything trains (a typo fails here, not after
+an hour; every bad setting is reported together), and lists the runs."""
 
 BUILD = """\
-config = compare.default_config()
-config.update(dict(
+config = comparison.make_config(
     rules=rules, envs=envs, num_seeds=num_seeds, seed=seed,
     total_env_steps=total_env_steps, num_envs=num_envs,
     rollout_len=rollout_len, batch_size=batch_size,
     replay_capacity=replay_capacity, min_replay_size=min_replay_size,
     iterations_per_call=iterations_per_call, last_episodes=last_episodes,
     rule_overrides=rule_overrides, test=test, bootstrap_reps=bootstrap_reps,
-    output_dir=output_dir))
-plan = compare.build(config)
+    output_dir=output_dir)
+plan = comparison.build(config)
 for cell in plan.cells:
-  status = 'finished' if cell.status(config)[0] else 'to run'
+  status = 'finished' if cell.status(plan.settings)[0] else 'to run'
   print(f'{cell.rule} on {cell.env} {cell.env_settings}: {status}')"""
 
 RUN_MD = """\
 ## Training
 
-`compare.run` trains the unfinished runs one after the other (each compiled
+`comparison.run` trains the unfinished runs one after the other (each compiled
 once) and returns every run's folder."""
 
 RUN = """\
-run_dirs = compare.run(plan)"""
+run_dirs = comparison.run(plan)"""
 
 REPORT_MD = """\
 ## Statistics
 
-`compare.write` reads the runs back and writes `report.md`, `results.csv`,
+`comparison.write` reads the runs back and writes `report.md`, `results.csv`,
 `statistics.json` and the figures into `output_dir`. Scores are normalised
 per environment (0: a uniform random policy, 1: the reference in
 `disco.comparison.normalization`)."""
 
 REPORT = """\
-stats = compare.write(plan, run_dirs)
+stats = comparison.write(plan, run_dirs)
 display.display(display.Markdown((plan.output_dir / 'report.md').read_text()))"""
 
 FIGURES_MD = """\

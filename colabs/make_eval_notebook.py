@@ -30,7 +30,8 @@ a replay of 1024 trajectories, learner batches of 64 and a learning rate of
 1e-2 for Disco103.
 
 The same evaluation is available from the command line:
-`disco-eval --config.rule=disco103` (see `configs/evaluate.py`)."""
+`disco-eval --config.rule=disco103` (see `configs/evaluate.py`), and in one
+call from Python: `disco.evaluation.evaluate(rule='disco103')`."""
 
 PARAMETERS = """\
 # Settings (this cell is tagged `parameters`: tools may replace it).
@@ -53,7 +54,7 @@ IMPORTS = """\
 import jax
 from matplotlib import pyplot as plt
 
-from disco.launch import evaluate
+from disco import evaluation
 from disco.training import analysis
 from disco.update_rules import registry
 
@@ -62,11 +63,14 @@ print('JAX devices:', jax.devices())"""
 TRAIN_MD = """\
 ## Training
 
-`train` uses the steps of the `disco-eval` launcher: `evaluate.build` checks
-the settings and builds the rule, environment, agent and loop;
-`evaluate.run` runs the loop in calls of equal length (so it is compiled
-once) and returns the per-iteration metrics `{name: [num_seeds,
-num_iterations]}` (nothing is written to disk).
+`train` uses the library under the `disco-eval` launcher
+(`disco.evaluation`): `evaluation.make_config` sets the settings as the
+launcher's `--config.KEY=VALUE` flags would, `evaluation.build` checks them
+(every bad one reported together) and builds the rule, environment, agent and
+loop; `evaluation.run` runs the loop in calls of equal length (so it is
+compiled once) and returns the per-iteration metrics `{name: [num_seeds,
+num_iterations]}` (nothing is written to disk; `evaluation.evaluate` would
+also write the run folder).
 
 The rule `disco103` is the Disco rule with the published weights: they are
 looked up (`$DISCO_WEIGHTS`, the user cache, a `shared/weights` folder beside
@@ -75,17 +79,16 @@ checked."""
 
 TRAIN = """\
 def train(rule, learning_rate=None):
-  config = evaluate.default_config()
-  config.update(dict(
+  config = evaluation.make_config(
       rule=rule, env_settings=dict(rows=catch_rows, columns=catch_columns),
       total_env_steps=total_env_steps, num_seeds=num_seeds, seed=seed,
       num_envs=num_envs, rollout_len=rollout_len, batch_size=batch_size,
       replay_capacity=replay_capacity, min_replay_size=min_replay_size,
-      iterations_per_call=iterations_per_call, learning_rate=learning_rate))
-  plan = evaluate.build(config)
+      iterations_per_call=iterations_per_call, learning_rate=learning_rate)
+  plan = evaluation.build(config)
   print(f'{rule}: learning rate {plan.rule.settings.learning_rate}, '
         f'{plan.iterations} iterations of {num_envs} x {rollout_len} steps')
-  return evaluate.run(plan, log=lambda _: None).metrics
+  return evaluation.run(plan, log=lambda _: None).metrics
 
 
 results = {}"""

@@ -102,9 +102,9 @@ from tqdm import tqdm
 
 from disco import agent as agent_lib
 from disco import checks
+from disco import evaluation
 from disco import weights
 from disco.environments import registry
-from disco.launch import evaluate
 from disco.meta import checkpoints
 from disco.meta import drift_distillation
 from disco.meta import history as history_lib
@@ -244,7 +244,7 @@ loop = loop_lib.EvalLoop(agent, env, loop_lib.LoopConfig(
     num_envs=eval_num_envs, rollout_len=eval_rollout_len,
     batch_size=eval_batch_size, replay_capacity=eval_replay_capacity,
     min_replay_size=eval_min_replay_size))
-per_call, num_calls = evaluate.plan_iterations(
+per_call, num_calls = evaluation.plan_iterations(
     eval_env_steps, loop.config.env_steps_per_iteration,
     eval_iterations_per_call)
 

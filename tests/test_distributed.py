@@ -33,11 +33,11 @@ import jax
 import numpy as np
 import pytest
 
+from disco import comparison
 from disco import distributed
 from disco import errors
+from disco import evaluation
 from disco import weights as weights_lib
-from disco.launch import compare
-from disco.launch import evaluate
 from disco.meta import trainer as mt
 from disco.training import analysis
 
@@ -60,7 +60,7 @@ STOP_TIMEOUT_S = 180
 ONE_DEVICE_TOLERANCE = 1e-4
 # The disco-eval settings of test_evaluate_launcher's tiny run, as flags.
 EVAL_KEYS = (
-    *compare.EVAL_KEYS,
+    *comparison.settings.EVAL_KEYS,
     "rule",
     "total_env_steps",
     "num_seeds",
@@ -496,7 +496,7 @@ def test_eval_seeds_spread_over_processes(tmp_path):
 
   # The first two seeds in this process (test_evaluate_launcher's run).
   config = eval_tests.tiny_config(tmp_path, output_dir=str(tmp_path / "here"))
-  evaluate.evaluate(config, log=lambda _: None, progress=False)
+  evaluation.evaluate(config, log=lambda _: None, progress=False)
   here = analysis.read_metrics_csv(tmp_path / "here" / "metrics.csv")
   for key in ("return_sum", "episodes", "learner/total_loss"):
     np.testing.assert_array_equal(metrics[key][:2], here[key], err_msg=key)

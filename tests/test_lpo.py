@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from disco import errors
+from disco import evaluation
 from disco import run_folders
 from disco import weights as weights_lib
 from disco.launch import common
-from disco.launch import evaluate
 from disco.meta import drift_distillation
 from disco.meta import follower
 from disco.meta import run_folder
@@ -96,7 +96,7 @@ def test_lpo_meta_trains_and_its_export_evaluates(lpo_run, tmp_path):
   metadata = weights_lib.load_metadata(exported)
   assert metadata["rule"] == "lpo"
   assert metadata["rule_kwargs"]["hidden_size"] == 8
-  config = evaluate.default_config()
+  config = evaluation.default_config()
   config.update(
       rule=str(exported),
       env_settings=dict(rows=5, columns=5),
@@ -108,7 +108,7 @@ def test_lpo_meta_trains_and_its_export_evaluates(lpo_run, tmp_path):
       last_episodes=5,
       output_dir=str(tmp_path / "eval"),
   )
-  summary = evaluate.evaluate(config, log=lambda _: None, progress=False)
+  summary = evaluation.evaluate(config, log=lambda _: None, progress=False)
   assert summary["num_diverged_seeds"] == 0
   assert np.isfinite(summary["final_return_mean"])
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from disco import errors
+from disco import evaluation
 from disco import types
-from disco.launch import evaluate
 from disco.networks import agent_nets
 
 SPEC = {"logits": types.ArraySpec((3,), np.float32)}
@@ -100,7 +100,7 @@ def test_id_ranges_are_xminigrids():
 
 
 def test_disco_eval_flag_reaches_the_agent(tmp_path):
-  config = evaluate.default_config()
+  config = evaluation.default_config()
   config.update(
       dict(
           rule="ppo",
@@ -110,10 +110,10 @@ def test_disco_eval_flag_reaches_the_agent(tmp_path):
   )
   config.env_settings = {}
   config.network.obs_embedding = "minigrid"
-  plan = evaluate.build(config, log=lambda _: None)
+  plan = evaluation.build(config, log=lambda _: None)
   assert plan.agent.net_config.obs_embedding == "minigrid"
   config.env = "catch"  # observations [8, 8]: no ids to embed
   config.env_settings = dict(rows=8, columns=8)
   with pytest.raises(errors.UsageError, match="obs_embedding") as e:
-    evaluate.build(config, log=lambda _: None)
+    evaluation.build(config, log=lambda _: None)
   assert "\n" not in str(e.value)

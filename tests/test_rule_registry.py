@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from disco import agent as agent_lib
+from disco import evaluation
 from disco import types
 from disco.launch import evaluate
 from disco.update_rules import registry
@@ -83,7 +84,7 @@ def test_registered_rule_gets_settings_and_an_agent(registered):
 
 
 def test_registered_rule_runs_in_disco_eval(registered, tmp_path):
-  config = evaluate.default_config()
+  config = evaluation.default_config()
   config.update(
       dict(
           rule=registered,
@@ -99,7 +100,7 @@ def test_registered_rule_runs_in_disco_eval(registered, tmp_path):
           output_dir=str(tmp_path / "run"),
       )
   )
-  summary = evaluate.evaluate(config, log=lambda _: None, progress=False)
+  summary = evaluation.evaluate(config, log=lambda _: None, progress=False)
   assert summary["rule"] == registered and summary["learner_steps"] == 10
   saved = json.loads((tmp_path / "run" / "config.json").read_text())
   assert saved["rule_settings"]["hyper_params"] == {"scale": 1.0}

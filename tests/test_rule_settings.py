@@ -15,6 +15,7 @@ import pytest
 
 from disco import checks
 from disco import errors
+from disco import evaluation
 from disco import ops
 from disco import types
 from disco import weights as weights_lib
@@ -173,7 +174,7 @@ def test_disco_eval_rule_kwargs_from_flags(tmp_path):
   config = test_evaluate_launcher.tiny_config(
       tmp_path, rule="ppo", rule_kwargs=dict(clip_value=False)
   )
-  plan = evaluate.build(config)
+  plan = evaluation.build(config)
   assert plan.rule.rule._clip_value is False
   assert plan.rule.settings.rule_kwargs.clip_value is False
   config = test_evaluate_launcher.tiny_config(
@@ -184,7 +185,7 @@ def test_disco_eval_rule_kwargs_from_flags(tmp_path):
       match=r"Unknown rule_kwargs \['clip'\] for rule 'actor_critic': valid "
       "keys are categorical_value, num_bins",
   ) as info:
-    evaluate.build(config)
+    evaluation.build(config)
   _one_line(str(info.value))
 
 
@@ -193,7 +194,7 @@ def test_disco_eval_rule_kwargs_must_fit_given_meta_params(tmp_path):
   config = test_evaluate_launcher.tiny_config(
       tmp_path, rule="lpg", rule_kwargs=dict(net=tiny_net)
   )
-  plan = evaluate.build(config)  # random meta-parameters of the new size
+  plan = evaluation.build(config)  # random meta-parameters of the new size
   assert plan.rule.settings.rule_kwargs.net.hidden_size == 8
   assert plan.rule.settings.rule_kwargs.net.lifetime_conditioning is False
   path = tmp_path / "lpg8.npz"
@@ -208,7 +209,7 @@ def test_disco_eval_rule_kwargs_must_fit_given_meta_params(tmp_path):
       rule_kwargs=dict(net=dict(hidden_size=16)),
   )
   with pytest.raises(errors.UsageError, match="no longer fit") as info:
-    evaluate.build(config)
+    evaluation.build(config)
   _one_line(str(info.value))
 
 

@@ -27,13 +27,13 @@ import filelock
 import numpy as np
 import pytest
 
+from disco import comparison
 from disco import errors
+from disco import evaluation
 from disco import files
 from disco import stopping
 from disco import weights
 from disco.environments import xminigrid_envs
-from disco.launch import compare
-from disco.launch import evaluate
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import follower
 from disco.meta import trainer as mt
@@ -301,11 +301,11 @@ def test_overwrite_empties_only_run_folders(tmp_path):
   out = tmp_path / "mine"
   out.mkdir()
   (out / "thesis.tex").write_text("precious")
-  config = evaluate.default_config()
+  config = evaluation.default_config()
   config.update(rule="actor_critic", output_dir=str(out), overwrite=True)
-  plan = evaluate.build(config, log=lambda _: None)
+  plan = evaluation.build(config, log=lambda _: None)
   with pytest.raises(errors.UsageError, match="holds no run"):
-    evaluate.open_output(plan)
+    evaluation.open_output(plan)
   assert (out / "thesis.tex").read_text() == "precious"
 
 
@@ -403,7 +403,7 @@ def test_compare_run_folders_stay_inside_output_dir(tmp_path, monkeypatch):
     np.savez(f, __disco_metadata__=np.array(metadata))
   (tmp_path / "work" / "deep").mkdir(parents=True)
   monkeypatch.chdir(tmp_path / "work" / "deep")
-  config = compare.default_config()
+  config = comparison.default_config()
   config.update(
       rules=("../../x/my rule", str(rule), "actor_critic"),
       envs=("catch:rows=5,columns=5",),
@@ -411,9 +411,9 @@ def test_compare_run_folders_stay_inside_output_dir(tmp_path, monkeypatch):
       output_dir=str(tmp_path / "out" / "sweep"),
   )
   with pytest.raises(errors.UsageError, match="twice"):  # one label
-    compare.build(config)
+    comparison.build(config)
   config.rules = ("../../x/my rule", "actor_critic")
-  plan = compare.build(config)
+  plan = comparison.build(config)
   runs = (tmp_path / "out" / "sweep" / "runs").resolve()
   for cell in plan.cells:
     assert cell.output_dir.resolve().is_relative_to(runs), cell

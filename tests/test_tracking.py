@@ -18,10 +18,10 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from disco import checks
+from disco import comparison
 from disco import errors
+from disco import evaluation
 from disco import tracking
-from disco.launch import compare
-from disco.launch import evaluate
 from disco.meta import trainer
 
 import meta_settings
@@ -167,7 +167,7 @@ def test_disco_eval_writes_its_metrics_to_tensorboard(tmp_path):
   config = test_evaluate_launcher.tiny_config(
       tmp_path, tracking="csv,tensorboard"
   )
-  summary = evaluate.evaluate(config, log=lambda _: None, progress=False)
+  summary = evaluation.evaluate(config, log=lambda _: None, progress=False)
   out = tmp_path / "run"
   with open(out / "metrics.csv", newline="") as f:
     rows = list(csv.DictReader(f))
@@ -210,11 +210,12 @@ def test_disco_meta_train_writes_its_rows_to_tensorboard(tmp_path):
 
 
 def test_disco_compare_passes_tracking_to_every_run(tmp_path):
-  config = compare.default_config()
+  config = comparison.default_config()
   config.tracking = "tensorboard"
   config.output_dir = str(tmp_path / "cmp")
-  cell, *_ = compare._cells(config, tmp_path / "cmp")
-  assert cell.eval_config(config).tracking == "tensorboard"
+  settings = comparison.CompareSettings.from_config(config)
+  cell, *_ = comparison.runs.make_cells(settings, tmp_path / "cmp")
+  assert cell.eval_config(settings).tracking == "tensorboard"
 
 
 def test_bad_backend_is_one_line_and_exit_2_before_training(tmp_path):
@@ -243,7 +244,7 @@ def test_missing_backend_package_fails_the_build(tmp_path, monkeypatch):
   monkeypatch.setattr(tracking, "_installed", lambda package: False)
   config = test_evaluate_launcher.tiny_config(tmp_path, tracking="wandb")
   with pytest.raises(errors.UsageError) as info:
-    evaluate.build(config)
+    evaluation.build(config)
   assert "pip install 'disco-rl-harness[wandb]'" in str(info.value)
   with pytest.raises(errors.UsageError, match="needs the tensorboardX"):
     trainer.build(meta_settings.tiny_config(tracking="tensorboard"))

@@ -23,10 +23,10 @@ import pytest
 
 from disco import checks
 from disco import errors
+from disco import evaluation
 from disco import weights as weights_lib
 from disco.comparison import aggregates
 from disco.launch import common
-from disco.launch import evaluate
 from disco.launch import validate as validate_launcher
 from disco.meta import follower
 from disco.meta import trainer as mt
@@ -175,7 +175,7 @@ def test_validation_is_the_disco_eval_loop(runs, tmp_path):
   seeds gives the returns validation.csv holds for its meta-step."""
   on = runs["on"]
   best = weights_lib.load_metadata(on / val.BEST_FILE)["meta_step"]
-  config = evaluate.default_config()
+  config = evaluation.default_config()
   config.env_settings = {"rows": 6, "columns": 6}
   config.network.dense = (16,)
   config.network.model_lstm_size = 8
@@ -192,7 +192,7 @@ def test_validation_is_the_disco_eval_loop(runs, tmp_path):
       output_dir=str(tmp_path / "eval"),
       **LOOP,
   )
-  summary = evaluate.evaluate(config, log=lambda _: None, progress=False)
+  summary = evaluation.evaluate(config, log=lambda _: None, progress=False)
   rows = val.read_rows(on / val.CSV_FILE)
   assert summary["final_return_per_seed"] == [
       r["return"] for r in rows if r["meta_step"] == best
