@@ -66,6 +66,12 @@ API_PAGES = (
         "Acting, replay and the compiled " "evaluation loop.",
     ),
     (
+        "Evaluation",
+        "disco.evaluation",
+        "Meta-evaluation as a library: settings checked in one pass, "
+        "build, run, the run folder's outputs and `evaluate`.",
+    ),
+    (
         "Meta-training",
         "disco.meta",
         "Meta-training: its settings, the trainer and its hooks, "
@@ -75,7 +81,8 @@ API_PAGES = (
     (
         "Comparison",
         "disco.comparison",
-        "Results, normalisation, " "aggregates, significance tests and plots.",
+        "Results, normalisation, aggregates, significance tests and plots; "
+        "the runner (settings, runs, tuning) and `compare`.",
     ),
     (
         "Parity",
@@ -493,7 +500,7 @@ def api_pages() -> dict[str, str]:
       "# Python API\n",
       "Every module of the package, from its docstrings (shapes are "
       "written `[T+1, B, A]`: time-major, batch, actions). Where to start: "
-      "[using disco as a library](../../guides/library.md).\n",
+      "[the Python API guide](../../guides/python-api.md).\n",
   ]
   rows = []
   for title, package, intro in API_PAGES:
