@@ -494,14 +494,14 @@ def test_runs_saved_before_resume_with_the_moved_keys_at_their_defaults():
   saved = dict(current, hyper_params=dict(current["hyper_params"]))
   for key in rule_settings.old_spellings(disco.Disco):
     del saved["hyper_params"][key]
-  meta_train._check_same_config(saved, current, "x")
+  run_folder.check_same_config(saved, current, "x")
   current = _parse(meta_train, [], config_name="meta_train_lpg").to_dict()
   current["rule_kwargs"]["meta_regularizer_costs"] = dict(policy_l2_coeff=0.02)
   saved = dict(current, hyper_params=dict(agent_target_coeff=0.5))
-  meta_train._check_same_config(saved, current, "x")
+  run_folder.check_same_config(saved, current, "x")
   current["hyper_params"]["policy_l2_coeff"] = 0.03
   with pytest.raises(errors.UsageError, match="hyper_params: saved"):
-    meta_train._check_same_config(saved, current, "x")
+    run_folder.check_same_config(saved, current, "x")
 
 
 def test_an_old_spelling_on_the_command_line_names_the_new_key():

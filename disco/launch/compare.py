@@ -35,10 +35,6 @@ from disco.launch import common
 PROGRAM = compare_settings.PROGRAM
 CONFIG_NAME = compare_settings.CONFIG_NAME
 
-# Kept for disco.meta.validation until it calls disco.comparison (remove
-# then).
-parse_references = compare_settings.parse_references
-
 
 def default_config() -> config_dict.ConfigDict:
   """The config of ``configs/compare.py``."""

@@ -57,14 +57,14 @@ import numpy as np
 
 from disco import checks
 from disco import errors
+from disco import evaluation
 from disco import files
 from disco import run_folders
 from disco import weights as weights_lib
 from disco.comparison import aggregates
 from disco.comparison import normalization
+from disco.comparison import settings as compare_settings
 from disco.environments import registry as env_registry
-from disco.launch import compare
-from disco.launch import evaluate
 from disco.training import analysis
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
@@ -365,8 +365,8 @@ class Validator:
   ):
     self.settings = settings
     self.run_dir = Path(run_dir)
-    self.references = compare.parse_references(settings.references)
-    self.plans: dict[str, evaluate.Plan] = {}
+    self.references = compare_settings.parse_references(settings.references)
+    self.plans: dict[str, evaluation.Plan] = {}
     for i, env in enumerate(settings.envs):
       resolved = resolve.ResolvedRule(
           label=f"validation on {env.key}",
@@ -385,7 +385,7 @@ class Validator:
             "'env:random=R,reference=X,source=TEXT')"
         ) from None
       try:
-        plan = evaluate.build(
+        plan = evaluation.build(
             self._eval_config(env), log=lambda _: None, rule=resolved
         )
       except UsageError as e:
@@ -395,7 +395,7 @@ class Validator:
 
   def _eval_config(self, env: HeldOutEnv) -> config_dict.ConfigDict:
     s = self.settings
-    config = evaluate.default_config()
+    config = evaluation.default_config()
     with config.unlocked():
       config.env_settings = dict(env.env_settings)
     config.update(
@@ -413,7 +413,7 @@ class Validator:
     return config
 
   @staticmethod
-  def _check_budget(plan: evaluate.Plan, env: HeldOutEnv, where: str) -> None:
+  def _check_budget(plan: evaluation.Plan, env: HeldOutEnv, where: str) -> None:
     loop = plan.loop_config
     per_iteration = loop.env_steps_per_iteration
     if env.total_env_steps < per_iteration:
@@ -448,7 +448,7 @@ class Validator:
       plan = dataclasses.replace(
           plan, rule=dataclasses.replace(plan.rule, meta_params=meta_params)
       )
-      result = evaluate.run(plan, log=log, progress=progress)
+      result = evaluation.run(plan, log=log, progress=progress)
       scores = analysis.final_scores(
           result.metrics, self.settings.last_episodes
       )
