@@ -238,7 +238,7 @@ def _killed_copy(runs, dest, checkpoint, keep_rows_upto):
       for r in val.read_rows(src / val.CSV_FILE)
       if r["meta_step"] <= keep_rows_upto
   ]
-  val._write_rows(dest / val.CSV_FILE, rows)
+  val.record_lib._write_rows(dest / val.CSV_FILE, rows)
   shutil.copy(src / val.SETTINGS_FILE, dest / val.SETTINGS_FILE)
   return rows
 
