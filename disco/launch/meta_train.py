@@ -600,8 +600,8 @@ def _es_config(config, rule_name: str) -> es_lib.ESConfig:
 
 def _normalizers(groups, config) -> dict[str, tuple[float, float]]:
   """``{group: (random return, reference - random)}`` where the
-  normalisation table has the group's environment (others: raw returns)."""
-  from disco.comparison import normalization
+  reference scores have the group's environment (others: raw returns)."""
+  from disco.environments import reference_scores
 
   population = config.population
   if isinstance(population, (dict, config_dict.ConfigDict)):
@@ -609,12 +609,11 @@ def _normalizers(groups, config) -> dict[str, tuple[float, float]]:
   out = {}
   for g, spec in zip(groups, population, strict=True):
     spec = common.as_dict(spec, "population")
-    key = normalization.env_key(spec["env"], spec.get("env_settings") or {})
+    key = reference_scores.env_key(spec["env"], spec.get("env_settings") or {})
     try:
-      zero, one = normalization.normalize(np.array([0.0, 1.0]), key)
+      out[g.name] = reference_scores.anchors(key)
     except ValueError:  # no entry (MissingReferenceError is a ValueError)
       continue
-    out[g.name] = (-zero / (one - zero), 1.0 / (one - zero))
   return out
 
 
