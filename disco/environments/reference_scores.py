@@ -193,64 +193,49 @@ def _gymnax_control(
   )
 
 
-def _build_table() -> dict[str, ReferenceEntry]:
-  entries = [
-      catch_entry(8, 8),
-      catch_entry(5, 5),
-      ReferenceEntry(
-          env="delayed_chain",
-          random_return=0.0,
-          random_source=(
-              "exact: only the first action matters and a uniform random "
-              "one is the rewarded one with probability 1/2 (+1, else -1)"
-          ),
-          reference_return=1.0,
-          reference_algorithm="optimal policy (exact)",
-          budget_env_steps=None,
-          source=(
-              "exact: the start state shows the rewarded first action "
-              "(disco/environments/delayed_chain.py); the same for every "
-              "variant and chain length (noisy variants add zero-mean "
-              "rewards)"
-          ),
-          any_settings=True,
+def _delayed_chain_entry() -> ReferenceEntry:
+  """The delayed chain's exact entry (every variant)."""
+  return ReferenceEntry(
+      env="delayed_chain",
+      random_return=0.0,
+      random_source=(
+          "exact: only the first action matters and a uniform random "
+          "one is the rewarded one with probability 1/2 (+1, else -1)"
       ),
-      ReferenceEntry(
-          env="gymnax/CartPole-v1",
-          random_return=22.2026,
-          random_source=f"{_RANDOM_CMD}): 22.2026 +- 0.1843 s.e.m. over "
-          "4096 episodes",
-          reference_return=500.0,
-          reference_algorithm="optimal policy (maximum return)",
-          budget_env_steps=None,
-          source=(
-              "exact maximum: +1 per step and max_steps_in_episode=500 "
-              "in gymnax's CartPole-v1 parameters; the same as the "
-              f"{_GYMNAX_README}, row CartPole-v1: 'PPO, ES (R: 500)'"
-          ),
+      reference_return=1.0,
+      reference_algorithm="optimal policy (exact)",
+      budget_env_steps=None,
+      source=(
+          "exact: the start state shows the rewarded first action "
+          "(disco/environments/delayed_chain.py); the same for every "
+          "variant and chain length (noisy variants add zero-mean "
+          "rewards)"
       ),
-      _gymnax_control(
-          "Acrobot-v1",
-          -498.8977,
-          0.1796,
-          -80.0,
-          500_000,
-          "100 generations of OpenES",
+      any_settings=True,
+  )
+
+
+def _cartpole_entry() -> ReferenceEntry:
+  """CartPole's entry: the maximum return."""
+  return ReferenceEntry(
+      env="gymnax/CartPole-v1",
+      random_return=22.2026,
+      random_source=f"{_RANDOM_CMD}): 22.2026 +- 0.1843 s.e.m. over "
+      "4096 episodes",
+      reference_return=500.0,
+      reference_algorithm="optimal policy (maximum return)",
+      budget_env_steps=None,
+      source=(
+          "exact maximum: +1 per step and max_steps_in_episode=500 "
+          "in gymnax's CartPole-v1 parameters; the same as the "
+          f"{_GYMNAX_README}, row CartPole-v1: 'PPO, ES (R: 500)'"
       ),
-      _gymnax_control(
-          "MountainCar-v0",
-          -200.0,
-          0.0,
-          -118.0,
-          250_000,
-          "1000 generations of SimpleGA",
-          " The random return is the time limit: no random episode of "
-          "4096 reached the goal within 200 steps.",
-      ),
-      _gymnax_minatar("Breakout-MinAtar", 0.4182, 0.0102, 28.0),
-      _gymnax_minatar("Asterix-MinAtar", 0.4944, 0.0135, 15.0),
-      _gymnax_minatar("Freeway-MinAtar", 0.3982, 0.0098, 58.0),
-      _gymnax_minatar("SpaceInvaders-MinAtar", 4.0813, 0.0493, 131.0),
+  )
+
+
+def _xminigrid_entries() -> list[ReferenceEntry]:
+  """The exact xminigrid entries."""
+  return [
       ReferenceEntry(
           env="xminigrid/MiniGrid-Empty-8x8",
           random_return=0.1117,
@@ -285,6 +270,38 @@ def _build_table() -> dict[str, ReferenceEntry]:
               "return 0.9646"
           ),
       ),
+  ]
+
+
+def _build_table() -> dict[str, ReferenceEntry]:
+  entries = [
+      catch_entry(8, 8),
+      catch_entry(5, 5),
+      _delayed_chain_entry(),
+      _cartpole_entry(),
+      _gymnax_control(
+          "Acrobot-v1",
+          -498.8977,
+          0.1796,
+          -80.0,
+          500_000,
+          "100 generations of OpenES",
+      ),
+      _gymnax_control(
+          "MountainCar-v0",
+          -200.0,
+          0.0,
+          -118.0,
+          250_000,
+          "1000 generations of SimpleGA",
+          " The random return is the time limit: no random episode of "
+          "4096 reached the goal within 200 steps.",
+      ),
+      _gymnax_minatar("Breakout-MinAtar", 0.4182, 0.0102, 28.0),
+      _gymnax_minatar("Asterix-MinAtar", 0.4944, 0.0135, 15.0),
+      _gymnax_minatar("Freeway-MinAtar", 0.3982, 0.0098, 58.0),
+      _gymnax_minatar("SpaceInvaders-MinAtar", 4.0813, 0.0493, 131.0),
+      *_xminigrid_entries(),
   ]
   return {e.env: e for e in entries}
 
