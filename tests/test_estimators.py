@@ -11,17 +11,23 @@
   influence, so its gradient is too small (here 3.5x to 5x).
   PES's sum over the truncations of a lifetime matches the full-unroll
   gradient within its standard error; truncated backprop's does not.
+* The outline every estimator fills in (``disco.meta.meta_step``), with a
+  toy estimator whose meta-step is known exactly.
 """
 
 from __future__ import annotations
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from disco.meta import es
 from disco.meta import estimators
+from disco.meta import meta_step
 
 # ------------------------------------------------------------- quadratic
 
@@ -225,3 +231,84 @@ def test_member_fitness_final_return_auc_and_divergence():
   )
   diverged = dict(metrics, diverged=metrics["diverged"].at[1, 2].set(1))
   assert np.isnan(es.member_fitness(diverged, final))
+
+
+# ------------------------------------------------------------ the outline
+
+
+class _Pull(meta_step.MetaStepProgram):
+  """A toy estimator put in the outline that backprop, ES and PES share:
+  a group's agents are targets ``[2]``, its estimate is the weighted mean
+  gradient of ``|theta - target|^2 / 2`` over them, and every target moves
+  by 1 per meta-step."""
+
+  def _check(self):
+    assert all(g.num_agents % len(self.devices) == 0 for g in self.groups)
+
+  def _initial(self, rng, meta_params):
+    agents = tuple(
+        jnp.outer(
+            jnp.arange(g.num_agents, dtype=jnp.float32),
+            jnp.asarray([i + 1.0, 1.0]),
+        )
+        for i, g in enumerate(self.groups)
+    )
+    return dict(rng=rng, agents=agents)
+
+  def _step_keys(self, rng):
+    return rng, None
+
+  def _group_step(self, index, group, ctx):
+    targets = ctx.state["agents"][index]
+    diff = ctx.state["meta_params"] - targets
+    grad = jax.lax.psum(diff.sum(0), meta_step.AXIS) / group.num_agents
+    loss = jax.lax.psum((diff**2).sum() / 2, meta_step.AXIS) / group.num_agents
+    logs = {"meta_loss": loss, "rewards": -loss, "diverged_agents": 0}
+    return meta_step.GroupStep(
+        grad * self.weights[group.name], logs, agents=targets + 1
+    )
+
+
+def _pull_expected(theta, targets, weights):
+  grad = sum(
+      w * (theta - t.mean(0)) for w, t in zip(weights, targets, strict=True)
+  )
+  losses = [((theta - t) ** 2).sum(1).mean() / 2 for t in targets]
+  return theta - grad, losses
+
+
+def test_an_estimator_is_its_pieces_in_the_outline():
+  """The outline shards the agents over the devices, weights the groups
+  (3:1), applies the meta-optimiser (SGD, rate 1) to the summed estimates,
+  names the logs, carries the agents to the next step and skips a
+  non-finite update."""
+  assert len(jax.devices()) >= 2, "conftest.py forces two host devices"
+  stand_in = types.SimpleNamespace(is_jittable=True, axis_name=None)
+  groups = [
+      meta_step.AgentGroup("a", stand_in, stand_in, stand_in, 2, weight=3.0),
+      meta_step.AgentGroup("b", stand_in, stand_in, stand_in, 2, weight=1.0),
+  ]
+  program = _Pull(
+      groups, meta_step.PopulationConfig(), optax.sgd(1.0), jax.devices()[:2]
+  )
+  state = program.init(jax.random.PRNGKey(0), jnp.zeros(2))
+  theta = np.zeros(2)
+  targets = [np.asarray(a) for a in state.agents]
+  for step in (1, 2):
+    state, logs = program.step(state)
+    theta, losses = _pull_expected(theta, targets, (0.75, 0.25))
+    targets = [t + 1 for t in targets]
+    assert int(state.step) == step
+    np.testing.assert_allclose(state.meta_params, theta, rtol=1e-6)
+    np.testing.assert_allclose(logs["a/meta_loss"], losses[0], rtol=1e-6)
+    np.testing.assert_allclose(
+        logs["meta_loss"], 0.75 * losses[0] + 0.25 * losses[1], rtol=1e-6
+    )
+    assert float(logs["meta_update_skipped"]) == 0
+    for agents, want in zip(state.agents, targets, strict=True):
+      np.testing.assert_array_equal(agents, want)
+      assert len(agents.sharding.device_set) == 2
+  poisoned = state.replace(agents=(state.agents[0], state.agents[1] * np.nan))
+  after, logs = program.step(poisoned)
+  assert float(logs["meta_update_skipped"]) == 1
+  np.testing.assert_array_equal(after.meta_params, state.meta_params)

@@ -1,24 +1,24 @@
 """Meta-training with evolution strategies (``--config.estimator=es``).
 
-One *generation* (a meta-step) is one compiled program. The population's
-``population_size`` members are perturbed meta-parameters
+One *generation* (a meta-step) is one compiled program, the outline every
+estimator shares (``disco.meta.meta_step``) with ES's pieces in it. The
+population's ``population_size`` members are perturbed meta-parameters
 ``theta + sigma * z_i`` in antithetic pairs (members ``2k`` and ``2k + 1``
 carry ``z`` and ``-z``). Every member trains fresh agents for a whole
 lifetime of ``lifetime_iterations`` iterations of the compiled evaluation
 loop (``disco.training.loop.EvalLoop``: an on-policy rollout of
 ``rollout_len`` actor steps and one learner step per iteration, or with
 ``update_epochs`` and ``num_minibatches`` PPO's passes of minibatches over
-it): per group,
-``num_agents`` agents. Antithetic task sampling: both members of a pair train
-on the same environments with the same seeds (the same initial agents and
-acting keys); different pairs get different ones.
+it): per group, ``num_agents`` agents. Antithetic task sampling: both
+members of a pair train on the same environments with the same seeds (the
+same initial agents and acting keys); different pairs get different ones.
 
 A member's fitness is, per group, the mean over its agents of the normalised
 return (``(return - random) / (reference - random)`` from
-``disco.comparison.normalization``, raw where the environment has no entry)
-of the episodes that end in the last ``final_iterations`` iterations
-(``fitness='final_return'``) or in every iteration (``'auc'``: the area under
-the learning curve), averaged over the groups with their weights. A member
+``disco.environments.reference_scores``, raw where the environment has no
+entry) of the episodes that end in the last ``final_iterations`` iterations
+(``fitness='final_return'``) or in every iteration (``'auc'``: the area
+under the learning curve), averaged over the groups with their weights. A member
 whose agents diverge (non-finite learner state) gets a NaN fitness, which
 ranks worst: the meta-gradient stays finite. The meta-gradient is OpenAI-ES's
 (evosax ``Open_ES``'s formula) of the centred ranks of the members' losses
@@ -44,21 +44,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 import dataclasses
 import inspect
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh
-import numpy as np
 import optax
 
 from disco import ops
 from disco import types
 from disco.meta import divergence
 from disco.meta import estimators
-from disco.meta import population as population_lib
+from disco.meta import meta_step
 from disco.training import loop as loop_lib
 
-AXIS = population_lib.AXIS
+AXIS = meta_step.AXIS
 FINAL_RETURN, AUC = "final_return", "auc"
 FITNESSES = (FINAL_RETURN, AUC)
 
@@ -180,7 +179,25 @@ def member_fitness(
   return jnp.where(diverged, jnp.nan, fitness)
 
 
-class ESPopulation(population_lib.MetaStepProgram):
+@dataclasses.dataclass(frozen=True)
+class Members:
+  """This device's members of a generation (while tracing).
+
+  Attributes:
+    thetas: their meta-parameters (leading axis: members).
+    pairs: ``[members]`` their pairs' indices, which pick their tasks.
+    noise: ``open_es``: their unit noise ``z``.
+    ask: evosax strategies: ``(strategy, params, tell key, population,
+      asked state)`` for the strategy's ``tell``.
+  """
+
+  thetas: types.MetaParams
+  pairs: jax.Array
+  noise: types.MetaParams | None = None
+  ask: tuple[Any, ...] | None = None
+
+
+class ESPopulation(meta_step.MetaStepProgram):
   """Builds and runs the ES generation program.
 
   Args:
@@ -197,44 +214,30 @@ class ESPopulation(population_lib.MetaStepProgram):
 
   def __init__(
       self,
-      groups: Sequence[population_lib.AgentGroup],
-      config: population_lib.PopulationConfig,
+      groups: Sequence[meta_step.AgentGroup],
+      config: meta_step.PopulationConfig,
       es_config: ESConfig,
       meta_optimizer: optax.GradientTransformation,
       devices: Sequence[jax.Device] | None = None,
       normalizers: Mapping[str, tuple[float, float]] | None = None,
   ):
-    self.groups = tuple(groups)
-    self.config = config
     self.es_config = es_config
-    self.meta_optimizer = meta_optimizer
-    self.devices = tuple(devices or jax.devices())
     self.normalizers = dict(normalizers or {})
-    if es_config.population_size % len(self.devices):
+    self.loops = tuple(_eval_loop(g, config, es_config) for g in groups)
+    super().__init__(groups, config, meta_optimizer, devices)
+
+  @property
+  def num_agents(self) -> int:
+    """Members per generation (for logs)."""
+    return self.es_config.population_size
+
+  def _check(self) -> None:
+    if self.es_config.population_size % len(self.devices):
       raise ValueError(
-          f"ES population_size {es_config.population_size} does not split "
-          f"evenly over {len(self.devices)} devices; use a multiple of "
+          f"ES population_size {self.es_config.population_size} does not "
+          f"split evenly over {len(self.devices)} devices; use a multiple of "
           f"{len(self.devices)}."
       )
-    self.loops = tuple(
-        loop_lib.EvalLoop(
-            g.agent,
-            g.env,
-            loop_lib.LoopConfig(
-                num_envs=g.env.batch_size,
-                rollout_len=config.rollout_len + 1,
-                batch_size=g.env.batch_size,
-                replay_capacity=0,
-                min_replay_size=0,
-                update_epochs=es_config.update_epochs,
-                num_minibatches=es_config.num_minibatches,
-            ),
-        )
-        for g in self.groups
-    )
-    self.num_agents = es_config.population_size  # members, for logs
-    self.mesh = Mesh(np.asarray(self.devices), (AXIS,))
-    self._step = self._build_step()
 
   def env_steps_per_generation(self) -> int:
     """Environment steps of one generation (all members and agents)."""
@@ -275,11 +278,9 @@ class ESPopulation(population_lib.MetaStepProgram):
       params = params.replace(std_init=self.es_config.sigma)
     return params
 
-  def init(
-      self, rng: jax.Array, meta_params: types.MetaParams
-  ) -> population_lib.MetaTrainState:
-    """The initial state: with an evosax strategy (not ``open_es``), its
-    state (centred on ``meta_params``) is the estimator state."""
+  def _initial(self, rng, meta_params):
+    """No agents; with an evosax strategy (not ``open_es``), its state
+    (centred on ``meta_params``) is the estimator state."""
     es_state = ()
     if self.es_config.strategy != OPEN_ES:
       strategy = self._strategy(meta_params)
@@ -287,145 +288,146 @@ class ESPopulation(population_lib.MetaStepProgram):
       es_state = jax.jit(strategy.init)(
           init_rng, meta_params, self._strategy_params(strategy)
       )
-    state = population_lib.MetaTrainState(
-        meta_params=meta_params,
-        meta_opt_state=self.meta_optimizer.init(meta_params),
-        agents=(),
-        step=jnp.zeros([], jnp.int32),
-        rng=rng,
-        estimator=es_state,
-    )
-    return self.place(state)
+    return dict(rng=rng, agents=(), estimator=es_state)
 
-  def _build_step(self):
+  # ----------------------------------------------------- the generation
+  def _step_keys(self, rng):
+    """The noise key and the task key."""
+    rng, step_key = jax.random.split(rng)
+    return rng, tuple(jax.random.split(step_key))
+
+  def _members(self, ctx) -> Members:
+    """``theta + sigma z_i`` (``open_es``), or the strategy's ask."""
     cfg = self.es_config
-    members = cfg.population_size
-    local = members // len(self.devices)
-    shares = population_lib.group_weights(self.groups)
-    weights = [shares[g.name] for g in self.groups]
+    local = cfg.population_size // len(self.devices)
+    index = meta_step.local_index(local)
+    meta_params, (noise_key, _) = ctx.state["meta_params"], ctx.keys
+    if cfg.strategy == OPEN_ES:
+      thetas, z = estimators.es_perturbations(
+          meta_params, noise_key, index, cfg.sigma, cfg.antithetic
+      )
+      return Members(thetas=thetas, pairs=index // 2, noise=z)
+    strategy = self._strategy(meta_params)
+    params = self._strategy_params(strategy)
+    ask_key, tell_key = jax.random.split(noise_key)
+    population, asked = strategy.ask(ask_key, ctx.state["estimator"], params)
+    thetas = jax.tree.map(
+        lambda x: jax.lax.dynamic_slice_in_dim(x, index[0], local), population
+    )
+    # evosax's antithetic pairs are members i and i + M/2.
+    return Members(
+        thetas=thetas,
+        pairs=index % (cfg.population_size // 2),
+        ask=(strategy, params, tell_key, population, asked),
+    )
 
-    def member(theta, pair, task_key):
-      """One member's fitness and per-group logs; ``pair`` picks the tasks
-      (antithetic task sampling: both members of a pair share them)."""
-      fitness, logs = [], {}
-      for i, (g, lp) in enumerate(zip(self.groups, self.loops, strict=True)):
-        key = jax.random.fold_in(jax.random.fold_in(task_key, i), pair)
-        states = jax.vmap(lp.init)(jax.random.split(key, g.num_agents))
-        _, metrics = lp._run_impl(states, theta, cfg.lifetime_iterations)
-        offset, scale = self.normalizers.get(g.name, (0.0, 1.0))
-        f = member_fitness(metrics, cfg, offset, scale)
-        fitness.append(f)
-        returns = metrics["return_sum"].sum(0) / jnp.maximum(
-            metrics["episodes"].sum(0), 1
-        )
-        logs[g.name] = dict(
-            fitness=f,
-            final_return=returns[-cfg.final_iterations :].mean(),
-            diverged=jnp.isnan(f).astype(jnp.int32),
-        )
-      total = sum(w * f for w, f in zip(weights, fitness, strict=True))
-      return total, logs
+  def _group_step(self, index, group, ctx):
+    """Every member trains the group's agents for a lifetime (antithetic
+    task sampling: both members of a pair share the tasks); the estimate is
+    their fitness ``[members]``."""
+    cfg, loop = self.es_config, self.loops[index]
+    offset, scale = self.normalizers.get(group.name, (0.0, 1.0))
+    _, task_key = ctx.keys
 
-    def open_es(meta_params, meta_opt_state, index, noise_key, task_key):
-      def one(i):
-        z = estimators.member_noise(noise_key, meta_params, i, cfg.antithetic)
-        theta = estimators.perturb(meta_params, z, cfg.sigma)
-        return (z, *member(theta, i // 2, task_key))
+    def member(theta, pair):
+      key = jax.random.fold_in(jax.random.fold_in(task_key, index), pair)
+      states = jax.vmap(loop.init)(jax.random.split(key, group.num_agents))
+      _, metrics = loop._run_impl(states, theta, cfg.lifetime_iterations)
+      f = member_fitness(metrics, cfg, offset, scale)
+      returns = metrics["return_sum"].sum(0) / jnp.maximum(
+          metrics["episodes"].sum(0), 1
+      )
+      return f, dict(
+          fitness=f,
+          final_return=returns[-cfg.final_iterations :].mean(),
+          diverged=jnp.isnan(f).astype(jnp.int32),
+      )
 
-      z, fitness, logs = jax.vmap(one)(index)
-      all_fitness = jax.lax.all_gather(fitness, AXIS, tiled=True)  # [M]
-      losses = -all_fitness
-      if cfg.rank_shaping:
-        shaped = estimators.centered_ranks(losses)
-      else:
-        shaped = losses
-      mine = jax.lax.dynamic_slice_in_dim(
-          shaped, jax.lax.axis_index(AXIS) * local, local
-      )
-      grads = jax.lax.psum(
-          estimators.es_gradient(z, mine, cfg.sigma, members), AXIS
-      )
-      meta_params, meta_opt_state, update_logs = (
-          population_lib.apply_meta_update(
-              self.meta_optimizer, grads, meta_opt_state, meta_params
-          )
-      )
-      return meta_params, meta_opt_state, (), all_fitness, logs, update_logs
+    fitness, logs = jax.vmap(member)(ctx.members.thetas, ctx.members.pairs)
+    ok = jnp.isfinite(logs["fitness"])
+    count = jnp.maximum(jax.lax.psum(ok.sum(), AXIS), 1)
+    out = {
+        k: jax.lax.psum(jnp.where(ok, logs[k], 0).sum(), AXIS) / count
+        for k in ("fitness", "final_return")
+    }
+    out[divergence.DIVERGED] = jax.lax.psum(logs["diverged"].sum(), AXIS)
+    return meta_step.GroupStep(fitness, out)
 
-    def evosax_step(meta_params, es_state, index, noise_key, task_key):
-      strategy = self._strategy(meta_params)
-      params = self._strategy_params(strategy)
-      ask_key, tell_key = jax.random.split(noise_key)
-      population, asked = strategy.ask(ask_key, es_state, params)
-      thetas = jax.tree.map(
-          lambda x: jax.lax.dynamic_slice_in_dim(x, index[0], local), population
-      )
-      # evosax's antithetic pairs are members i and i + M/2.
-      fitness, logs = jax.vmap(member, in_axes=(0, 0, None))(
-          thetas, index % (members // 2), task_key
-      )
-      all_fitness = jax.lax.all_gather(fitness, AXIS, tiled=True)
-      told, _ = strategy.tell(tell_key, population, -all_fitness, asked, params)
-      new_params = strategy.get_mean(told)
-      apply = ops.all_finite((new_params, told.mean))
-      update_norm = optax.tree.norm(
-          jax.tree.map(jnp.subtract, new_params, meta_params)
-      )
-      meta_params, es_state = ops.tree_where(
-          apply, (new_params, told), (meta_params, es_state)
-      )
-      update_logs = {
-          "meta_update_norm": update_norm,
-          divergence.SKIPPED: jnp.logical_not(apply).astype(jnp.float32),
-      }
-      return meta_params, es_state, all_fitness, logs, update_logs
+  def _combine(self, ctx, groups):
+    """A member's fitness is its groups' weighted sum; ``open_es``: the
+    gradient of the (rank-shaped) losses, evosax strategies: the losses
+    (``-fitness`` ``[M]``, for their ``tell``)."""
+    cfg = self.es_config
+    fitness = sum(
+        self.weights[g.name] * out.estimate
+        for g, out in zip(self.groups, groups, strict=True)
+    )
+    all_fitness = jax.lax.all_gather(fitness, AXIS, tiled=True)  # [M]
+    losses = -all_fitness
+    finite = jnp.isfinite(all_fitness)
+    mean_fitness = jnp.where(finite, all_fitness, 0).sum() / jnp.maximum(
+        finite.sum(), 1
+    )
+    logs = {
+        "meta_loss": -mean_fitness,
+        "fitness": mean_fitness,
+        "best_fitness": jnp.nanmax(all_fitness),
+        divergence.DIVERGED: cfg.population_size - finite.sum(),
+    }
+    if cfg.strategy != OPEN_ES:
+      return losses, logs
+    shaped = estimators.centered_ranks(losses) if cfg.rank_shaping else losses
+    local = cfg.population_size // len(self.devices)
+    mine = jax.lax.dynamic_slice_in_dim(
+        shaped, jax.lax.axis_index(AXIS) * local, local
+    )
+    grads = jax.lax.psum(
+        estimators.es_gradient(
+            ctx.members.noise, mine, cfg.sigma, cfg.population_size
+        ),
+        AXIS,
+    )
+    return grads, logs
 
-    def per_device(meta_params, meta_opt_state, step, rng, es_state):
-      rng, step_key = jax.random.split(rng)
-      noise_key, task_key = jax.random.split(step_key)
-      index = jax.lax.axis_index(AXIS) * local + jnp.arange(local)
-      if cfg.strategy == OPEN_ES:
-        (
-            meta_params,
-            meta_opt_state,
-            es_state,
-            all_fitness,
-            logs,
-            update_logs,
-        ) = open_es(meta_params, meta_opt_state, index, noise_key, task_key)
-      else:
-        meta_params, es_state, all_fitness, logs, update_logs = evosax_step(
-            meta_params, es_state, index, noise_key, task_key
-        )
-      finite = jnp.isfinite(all_fitness)
-      mean_fitness = jnp.where(finite, all_fitness, 0).sum() / jnp.maximum(
-          finite.sum(), 1
-      )
-      out = dict(
-          update_logs,
-          meta_loss=-mean_fitness,
-          fitness=mean_fitness,
-          best_fitness=jnp.nanmax(all_fitness),
-          **{divergence.DIVERGED: members - finite.sum()},
-      )
-      for g in self.groups:
-        glogs = logs[g.name]
-        ok = jnp.isfinite(glogs["fitness"])
-        count = jnp.maximum(jax.lax.psum(ok.sum(), AXIS), 1)
-        for k in ("fitness", "final_return"):
-          out[f"{g.name}/{k}"] = (
-              jax.lax.psum(jnp.where(ok, glogs[k], 0).sum(), AXIS) / count
-          )
-        out[f"{g.name}/{divergence.DIVERGED}"] = jax.lax.psum(
-            glogs["diverged"].sum(), AXIS
-        )
-      fields = dict(
-          meta_params=meta_params,
-          meta_opt_state=meta_opt_state,
-          step=step + 1,
-          rng=rng,
-          estimator=es_state,
-      )
-      return fields, out
+  def _update(self, ctx, direction):
+    """``open_es``: the meta-optimiser's step; an evosax strategy: its
+    ``tell`` (the estimator state), skipped when not finite."""
+    if self.es_config.strategy == OPEN_ES:
+      return super()._update(ctx, direction)
+    strategy, params, tell_key, population, asked = ctx.members.ask
+    meta_params, es_state = ctx.state["meta_params"], ctx.state["estimator"]
+    told, _ = strategy.tell(tell_key, population, direction, asked, params)
+    new_params = strategy.get_mean(told)
+    apply = ops.all_finite((new_params, told.mean))
+    update_norm = optax.tree.norm(
+        jax.tree.map(jnp.subtract, new_params, meta_params)
+    )
+    meta_params, es_state = ops.tree_where(
+        apply, (new_params, told), (meta_params, es_state)
+    )
+    logs = {
+        "meta_update_norm": update_norm,
+        divergence.SKIPPED: jnp.logical_not(apply).astype(jnp.float32),
+    }
+    return meta_params, ctx.state["meta_opt_state"], es_state, logs
 
-    return self._jit_step(per_device, self.inputs)
+
+def _eval_loop(
+    group: meta_step.AgentGroup,
+    config: meta_step.PopulationConfig,
+    es_config: ESConfig,
+) -> loop_lib.EvalLoop:
+  """The evaluation loop of a member's agents of ``group``."""
+  return loop_lib.EvalLoop(
+      group.agent,
+      group.env,
+      loop_lib.LoopConfig(
+          num_envs=group.env.batch_size,
+          rollout_len=config.rollout_len + 1,
+          batch_size=group.env.batch_size,
+          replay_capacity=0,
+          min_replay_size=0,
+          update_epochs=es_config.update_epochs,
+          num_minibatches=es_config.num_minibatches,
+      ),
+  )

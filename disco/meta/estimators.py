@@ -13,12 +13,16 @@ three estimators (``--config.estimator``):
   2021): truncated unrolls of ``inner_steps`` learner updates, each particle
   accumulating its perturbations over its agent's lifetime.
 
-This module holds what they share, as pure functions over any
+Each builds its meta-step from the same outline (``disco.meta.meta_step``:
+how the members' meta-parameters are formed, what their inner updates
+return, how the meta-gradient is combined) and applies it with the run's
+meta-optimiser. This module names them (``ESTIMATORS``, ``check_estimator``)
+and holds the mathematics ES and PES share, as pure functions over any
 meta-parameter pytree: member noise (antithetic pairs are members ``2k`` and
-``2k + 1``: ``z`` and ``-z``), the ES and PES gradient formulas, rank-based
-fitness shaping (evosax's), and the meta-update that skips non-finite
-updates. All gradients are of a *loss* (lower is better): the meta-optimiser
-descends them.
+``2k + 1``: ``z`` and ``-z``), the members' perturbed meta-parameters, the ES
+and PES gradient formulas and rank-based fitness shaping (evosax's). All
+gradients are of a *loss* (lower is better): the meta-optimiser descends
+them.
 """
 
 from __future__ import annotations
@@ -120,6 +124,52 @@ def pes_gradient(
   )
 
 
+def es_perturbations(
+    meta_params: Any,
+    key: jax.Array,
+    index: jax.Array,
+    sigma: float,
+    antithetic: bool = True,
+) -> tuple[Any, Any]:
+  """ES members' meta-parameters: member ``i`` of ``index`` ``[N]`` (global
+  indices) draws ``z_i = member_noise(key, ., i)``.
+
+  Returns ``(meta_params + sigma * z, z)``, both with leading ``[N]``.
+  """
+
+  def one(i):
+    z = member_noise(key, meta_params, i, antithetic)
+    return perturb(meta_params, z, sigma), z
+
+  return jax.vmap(one)(index)
+
+
+def pes_perturbations(
+    meta_params: Any,
+    accumulated: Any,
+    key: jax.Array,
+    index: jax.Array,
+    sigma: float,
+    antithetic: bool = True,
+) -> tuple[Any, Any]:
+  """PES particles' meta-parameters for one truncation (vmapped over the
+  ``[N]`` leading axis of ``accumulated`` and ``index``, the particles'
+  global indices).
+
+  Particle ``i`` draws ``eps_i = sigma * member_noise(key, ., i)`` and adds
+  it to its accumulated perturbation. Returns ``(meta_params + eps,
+  accumulated + eps)``, both with leading ``[N]``.
+  """
+
+  def one(acc, i):
+    z = member_noise(key, meta_params, i, antithetic)
+    eps = jax.tree.map(lambda x: sigma * x, z)
+    acc = jax.tree.map(jnp.add, acc, eps)
+    return perturb(meta_params, eps, 1.0), acc
+
+  return jax.vmap(one)(accumulated, index)
+
+
 def pes_truncation(
     unroll: Any,
     meta_params: Any,
@@ -132,24 +182,17 @@ def pes_truncation(
 ) -> tuple[Any, Any, jax.Array, Any]:
   """One truncation of every particle (vmapped over the ``[N]`` leading axis
   of ``states``, ``accumulated`` and ``index``, the particles' global
-  indices).
-
-  Particle ``i`` draws ``eps_i = sigma * member_noise(key, ., i)``, adds it to
-  its accumulated perturbation and runs ``unroll(meta_params + eps_i,
-  state_i) -> (state_i, loss_i, aux_i)``.
+  indices): ``pes_perturbations``, then particle ``i`` runs
+  ``unroll(meta_params + eps_i, state_i) -> (state_i, loss_i, aux_i)``.
 
   Returns ``(states, accumulated, losses [N], aux)``; the PES gradient is
   ``pes_gradient(accumulated, losses, sigma, N)``.
   """
-
-  def one(state, acc, i):
-    z = member_noise(key, meta_params, i, antithetic)
-    eps = jax.tree.map(lambda x: sigma * x, z)
-    acc = jax.tree.map(jnp.add, acc, eps)
-    state, loss, aux = unroll(perturb(meta_params, eps, 1.0), state)
-    return state, acc, loss, aux
-
-  return jax.vmap(one)(states, accumulated, index)
+  thetas, accumulated = pes_perturbations(
+      meta_params, accumulated, key, index, sigma, antithetic
+  )
+  states, losses, aux = jax.vmap(unroll)(thetas, states)
+  return states, accumulated, losses, aux
 
 
 def pair_all(mask: jax.Array) -> jax.Array:

@@ -3,8 +3,9 @@
 PES (Vicol, Metz and Sohl-Dickstein, ICML 2021, Algorithm 2) estimates the
 gradient of a whole lifetime's loss from truncated unrolls, without bias.
 Every group's ``num_agents`` agents are *particles* in antithetic pairs
-(particles ``2k`` and ``2k + 1``). One meta-step is one compiled program in
-which every particle
+(particles ``2k`` and ``2k + 1``). One meta-step is one compiled program
+(the outline every estimator shares, ``disco.meta.meta_step``, with PES's
+pieces in it) in which every particle
 
 1. draws this truncation's perturbation ``eps = sigma * z`` (``-eps`` for
    the second of a pair) and adds it to its *accumulated* perturbation
@@ -39,9 +40,6 @@ import functools
 import chex
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 import numpy as np
 import optax
 
@@ -49,10 +47,10 @@ from disco import ops
 from disco import types
 from disco.meta import divergence
 from disco.meta import estimators
-from disco.meta import population as population_lib
+from disco.meta import meta_step
 from disco.training import acting
 
-AXIS = population_lib.AXIS
+AXIS = meta_step.AXIS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +84,7 @@ class Particle:
   perturbation: types.MetaParams
 
 
-class PESPopulation(population_lib.MetaStepProgram):
+class PESPopulation(meta_step.MetaStepProgram):
   """Builds and runs the PES meta-step.
 
   Args:
@@ -101,18 +99,17 @@ class PESPopulation(population_lib.MetaStepProgram):
 
   def __init__(
       self,
-      groups: Sequence[population_lib.AgentGroup],
-      config: population_lib.PopulationConfig,
+      groups: Sequence[meta_step.AgentGroup],
+      config: meta_step.PopulationConfig,
       pes_config: PESConfig,
       meta_optimizer: optax.GradientTransformation,
       devices: Sequence[jax.Device] | None = None,
   ):
-    self.groups = tuple(groups)
-    self.config = config
     self.pes_config = pes_config
-    self.meta_optimizer = meta_optimizer
-    self.devices = tuple(devices or jax.devices())
-    if config.lifetime_meta_steps < 1:
+    super().__init__(groups, config, meta_optimizer, devices)
+
+  def _check(self) -> None:
+    if self.config.lifetime_meta_steps < 1:
       raise ValueError(
           "PES accumulates each particle's perturbations until its lifetime "
           "ends: set lifetime_meta_steps >= 1 (truncations per lifetime)."
@@ -124,9 +121,6 @@ class PESPopulation(population_lib.MetaStepProgram):
             f"{g.name!r} has {g.num_agents} agents over {len(self.devices)} "
             f"device(s); use a multiple of {2 * len(self.devices)}."
         )
-    self.num_agents = sum(g.num_agents for g in self.groups)
-    self.mesh = Mesh(np.asarray(self.devices), (AXIS,))
-    self._step = self._build_step()
 
   # ------------------------------------------------------------------ init
   def _fresh(self, group, rng, meta_params) -> Particle:
@@ -149,142 +143,90 @@ class PESPopulation(population_lib.MetaStepProgram):
     ages = np.repeat(np.arange(pairs) * lifetime // pairs, 2)
     return stacked.replace(age=jnp.asarray(ages, jnp.int32))
 
-  def init(
-      self, rng: jax.Array, meta_params: types.MetaParams
-  ) -> population_lib.MetaTrainState:
-    sharded = NamedSharding(self.mesh, P(AXIS))
+  def _initial(self, rng, meta_params):
     loop_rng, *group_rngs = jax.random.split(rng, len(self.groups) + 1)
-    agents = tuple(
-        jax.jit(functools.partial(self._init_group, g), out_shardings=sharded)(
-            r, meta_params
-        )
-        for g, r in zip(self.groups, group_rngs, strict=True)
-    )
-    state = population_lib.MetaTrainState(
-        meta_params=meta_params,
-        meta_opt_state=self.meta_optimizer.init(meta_params),
-        agents=agents,
-        step=jnp.zeros([], jnp.int32),
-        rng=loop_rng,
-    )
-    return self.place(state)
+    agents = self._init_groups(self._init_group, group_rngs, meta_params)
+    return dict(rng=loop_rng, agents=agents)
 
   # ------------------------------------------------------- one particle
   def _truncation(self, group, theta, particle: Particle):
-    """``inner_steps`` updates with ``theta``: (particle, loss, logs)."""
+    """``inner_steps`` updates with ``theta``: (particle, loss, reset key)."""
     cfg = self.config
     rng, act_rng, learn_rng, reset_rng = jax.random.split(particle.rng, 4)
-
-    def inner(carry, keys):
-      learner, actor = carry
-      act_key, learn_key = keys
-      actor, rollout = acting.unroll_actor(
-          group.agent,
-          group.env,
-          learner.params,
-          learner.rule_state,
-          actor,
-          act_key,
-          cfg.rollout_len,
-      )
-      actor, _ = acting.episode_stats(actor, rollout)
-      learner, _ = group.agent.learner_step(
-          learn_key, rollout, learner, theta, False
-      )
-      return (learner, actor), rollout.rewards.mean()
-
-    (learner, actor), rewards = jax.lax.scan(
-        inner,
-        (particle.learner, particle.actor),
+    learner, actor, stats = meta_step.on_policy_updates(
+        group.agent,
+        group.env,
+        theta,
+        particle.learner,
+        particle.actor,
         (
             jax.random.split(act_rng, cfg.inner_steps),
             jax.random.split(learn_rng, cfg.inner_steps),
         ),
+        cfg.rollout_len,
     )
-    loss = -rewards.mean()
+    loss = -stats["rewards"].mean()
     new = particle.replace(
         learner=learner, actor=actor, age=particle.age + 1, rng=rng
     )
     return new, loss, reset_rng
 
   # ------------------------------------------------------------- the step
-  def _build_step(self):
-    pcfg = self.pes_config
-    lifetime = self.config.lifetime_meta_steps
-    shares = population_lib.group_weights(self.groups)
-    weights = [shares[g.name] for g in self.groups]
+  def _step_keys(self, rng):
+    return tuple(jax.random.split(rng))
 
-    def per_device(meta_params, meta_opt_state, step, agents, rng):
-      rng, step_key = jax.random.split(rng)
-      grads, new_agents, logs = None, [], {}
-      for gi, (g, particles) in enumerate(
-          zip(self.groups, agents, strict=True)
-      ):
-        local = g.num_agents // len(self.devices)
-        index = jax.lax.axis_index(AXIS) * local + jnp.arange(local)
-
-        new, accumulated, loss, reset_rngs = estimators.pes_truncation(
-            functools.partial(self._truncation, g),
-            meta_params,
-            particles,
-            particles.perturbation,
-            jax.random.fold_in(step_key, gi),
-            index,
-            pcfg.sigma,
-            pcfg.antithetic,
-        )
-        new = new.replace(perturbation=accumulated)
-        finite = jax.vmap(ops.all_finite)((new.learner, loss))
-        pair_ok = estimators.pair_all(finite)
-        count = jax.lax.psum(pair_ok.sum(), AXIS)
-        safe_loss = jnp.where(pair_ok, loss, 0.0)
-        safe_acc = estimators.where_rows(pair_ok, new.perturbation, 0)
-        group_grads = jax.lax.psum(
-            estimators.pes_gradient(safe_acc, safe_loss, pcfg.sigma, 1), AXIS
-        )
-        # No healthy pair in the group: NaN, so the update is skipped.
-        scale = jnp.where(count > 0, weights[gi] / count, jnp.nan)
-        group_grads = jax.tree.map(lambda x, s=scale: x * s, group_grads)
-        grads = (
-            group_grads
-            if grads is None
-            else jax.tree.map(jnp.add, grads, group_grads)
-        )
-        # Lifetimes end (or pairs diverged): both particles of the pair
-        # restart alike (their reset keys are equal).
-        restart = jnp.logical_not(pair_ok) | (new.age >= lifetime)
-        fresh = jax.vmap(lambda k, g=g: self._fresh(g, k, meta_params))(
-            reset_rngs
-        )
-        new = estimators.where_rows(restart, fresh, new)
-        new_agents.append(new)
-        n = jnp.maximum(count, 1)
-        logs[f"{g.name}/meta_loss"] = jax.lax.psum(safe_loss.sum(), AXIS) / n
-        logs[f"{g.name}/rewards"] = -logs[f"{g.name}/meta_loss"]
-        logs[f"{g.name}/{divergence.DIVERGED}"] = jax.lax.psum(
-            jnp.logical_not(finite).sum(), AXIS
-        )
-      meta_params, meta_opt_state, update_logs = (
-          population_lib.apply_meta_update(
-              self.meta_optimizer, grads, meta_opt_state, meta_params
+  def _members(self, ctx):
+    """Per group: its particles' ``theta + eps_i`` and their accumulated
+    perturbations ``xi_i`` (this truncation's ``eps_i`` included)."""
+    out = []
+    for gi, (g, particles) in enumerate(
+        zip(self.groups, ctx.state["agents"], strict=True)
+    ):
+      out.append(
+          estimators.pes_perturbations(
+              ctx.state["meta_params"],
+              particles.perturbation,
+              jax.random.fold_in(ctx.keys, gi),
+              meta_step.local_index(g.num_agents // len(self.devices)),
+              self.pes_config.sigma,
+              self.pes_config.antithetic,
           )
       )
-      logs.update(update_logs)
-      logs[divergence.DIVERGED] = sum(
-          logs[f"{g.name}/{divergence.DIVERGED}"] for g in self.groups
-      )
-      for k in ("meta_loss", "rewards"):
-        logs[k] = sum(
-            w * logs[f"{g.name}/{k}"]
-            for w, g in zip(weights, self.groups, strict=True)
-        )
-      fields = dict(
-          meta_params=meta_params,
-          meta_opt_state=meta_opt_state,
-          step=step + 1,
-          agents=tuple(new_agents),
-          rng=rng,
-      )
-      return fields, logs
+    return out
 
-    return self._jit_step(per_device, self.inputs)
+  def _group_step(self, index, group, ctx):
+    """Every particle's truncation; the group's estimate is PES's gradient
+    over its healthy pairs, weighted. Particles whose lifetime ends (or
+    whose pair diverged) restart, both of a pair alike (their reset keys are
+    equal)."""
+    thetas, accumulated = ctx.members[index]
+    new, loss, reset_rngs = jax.vmap(
+        functools.partial(self._truncation, group)
+    )(thetas, ctx.state["agents"][index])
+    new = new.replace(perturbation=accumulated)
+    finite = jax.vmap(ops.all_finite)((new.learner, loss))
+    pair_ok = estimators.pair_all(finite)
+    count = jax.lax.psum(pair_ok.sum(), AXIS)
+    safe_loss = jnp.where(pair_ok, loss, 0.0)
+    safe_acc = estimators.where_rows(pair_ok, new.perturbation, 0)
+    grads = jax.lax.psum(
+        estimators.pes_gradient(safe_acc, safe_loss, self.pes_config.sigma, 1),
+        AXIS,
+    )
+    # No healthy pair in the group: NaN, so the update is skipped.
+    scale = jnp.where(count > 0, self.weights[group.name] / count, jnp.nan)
+    grads = jax.tree.map(lambda x: x * scale, grads)
+    restart = jnp.logical_not(pair_ok) | (
+        new.age >= self.config.lifetime_meta_steps
+    )
+    fresh = jax.vmap(lambda k: self._fresh(group, k, ctx.state["meta_params"]))(
+        reset_rngs
+    )
+    new = estimators.where_rows(restart, fresh, new)
+    meta_loss = jax.lax.psum(safe_loss.sum(), AXIS) / jnp.maximum(count, 1)
+    logs = {
+        "meta_loss": meta_loss,
+        "rewards": -meta_loss,
+        divergence.DIVERGED: jax.lax.psum(jnp.logical_not(finite).sum(), AXIS),
+    }
+    return meta_step.GroupStep(grads, logs, agents=new)

@@ -21,12 +21,12 @@ import jax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from ml_collections import config_dict
-import numpy as np
 
 from disco import agent as agent_lib
 from disco import distributed
 from disco import errors
 from disco import run_folders
+from disco.environments import reference_scores
 from disco.environments import registry as env_registry
 from disco.meta import es as es_lib
 from disco.meta import estimators as estimators_lib
@@ -211,16 +211,13 @@ def _devices(num_devices: int) -> list[jax.Device]:
 def _normalizers(s: MetaTrainSettings, groups) -> dict[str, tuple]:
   """``{group: (random return, reference - random)}`` where the
   normalisation table has the group's environment (others: raw returns)."""
-  from disco.comparison import normalization
-
   out = {}
   for g, spec in zip(groups, s.groups, strict=True):
-    key = normalization.env_key(spec.env, spec.env_settings)
+    key = reference_scores.env_key(spec.env, spec.env_settings)
     try:
-      zero, one = normalization.normalize(np.array([0.0, 1.0]), key)
+      out[g.name] = reference_scores.anchors(key)
     except ValueError:  # no entry (MissingReferenceError is a ValueError)
       continue
-    out[g.name] = (-zero / (one - zero), 1.0 / (one - zero))
   return out
 
 

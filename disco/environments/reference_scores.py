@@ -1,0 +1,454 @@
+"""Reference scores of the environments: what a uniform random policy and a
+reference achieve, with their sources, and normalisation against them.
+
+A normalised score is ``(score - random) / (reference - random)``: 0 is the
+uniform random policy and 1 the reference. ``REFERENCE_TABLE`` says where
+every number comes from (``ReferenceEntry``); ``get_entry`` looks an
+environment up and ``anchors`` gives its ``(random, reference - random)``.
+Users pass their own entries as ``overrides={env: ReferenceEntry(...)}``;
+they take precedence over the table. An entry whose ``reference_return`` is
+``None`` (no trustworthy number) makes normalising that environment raise
+``MissingReferenceError`` explaining how to supply one.
+
+Comparisons (``disco.comparison.normalization``, which re-exports these
+names) and meta-training (ES fitness, ``disco.meta.es``) both normalise with
+this table.
+
+Keys are ``"catch/<rows>x<columns>"`` (any size is derived exactly by
+``catch_entry``; ``"catch"`` means the default ``"catch/8x8"``),
+``"delayed_chain"``, ``"gymnax/<id>"`` and ``"xminigrid/<id>"``
+(``env_key`` gives the key of an environment and its settings). The LPG grid
+worlds have no entry: their optimal returns are not known.
+
+The random returns of gymnax and xminigrid environments were measured with
+``python benchmarks/random_returns.py --episodes 4096 --seed 0`` (gymnax
+1.0.1, xminigrid 0.9.3, default environment parameters; the uniform random
+policy over each environment's action space, which for MinAtar is gymnax's
+default minimal action set); the printed standard errors are quoted in the
+entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+import dataclasses
+import json
+import re
+import types
+
+import numpy as np
+
+from disco.environments import registry as env_registry
+
+_GYMNAX_README = (
+    "gymnax README (github.com/RobertTLange/gymnax, commit 086ad956), table "
+    "'Implemented Accelerated Environments', column 'Ckpt (Return)'"
+)
+_BLINES = (
+    "gymnax-blines (github.com/RobertTLange/gymnax-blines, commit " "3f029d6b)"
+)
+_RANDOM_CMD = (
+    "measured: python benchmarks/random_returns.py --episodes 4096 "
+    "--seed 0 (uniform random actions, default parameters"
+)
+_XMINIGRID_SRC = (
+    "xminigrid 0.9.3 (github.com/corl-team/xland-minigrid): reward "
+    "1 - 0.9 * steps / max_steps on reaching the goal "
+    "(src/xminigrid/environment.py)"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceEntry:
+  """Where the two anchors of one environment's normalisation come from.
+
+  Attributes:
+    env: the table key, e.g. ``"gymnax/Breakout-MinAtar"``.
+    random_return: mean undiscounted episode return of the uniform random
+      policy (normalises to 0).
+    random_source: how ``random_return`` was obtained.
+    reference_return: the return that normalises to 1, or ``None`` when no
+      trustworthy number is known (normalising then raises).
+    reference_algorithm: what achieves ``reference_return`` (an algorithm,
+      or "optimal policy").
+    budget_env_steps: environment steps the reference algorithm trained
+      for; ``None`` for an optimum or when the source does not say.
+    source: citation of ``reference_return``, precise enough to check.
+    notes: caveats.
+    any_settings: whether the anchors hold for every setting of the
+      environment (keys ``env(key=value,...)`` then fall back to ``env``).
+  """
+
+  env: str
+  random_return: float
+  random_source: str
+  reference_return: float | None
+  reference_algorithm: str
+  budget_env_steps: int | None
+  source: str
+  notes: str = ""
+  any_settings: bool = False
+
+
+class MissingReferenceError(ValueError):
+  """An environment has no (trustworthy) reference return."""
+
+
+# ---------------------------------------------------------------- catch ----
+
+
+def catch_entry(rows: int = 8, columns: int = 8) -> ReferenceEntry:
+  """The exact entry of ``disco``'s Catch with ``rows`` x ``columns``.
+
+  Random return: the ball starts in a uniformly random column and falls for
+  ``rows - 1`` steps, independently of the actions; the random policy never
+  looks at it, so whatever the distribution of the paddle's final column,
+  the paddle is under the ball with probability exactly ``1 / columns``.
+  The return is +1 for a catch and -1 otherwise: ``2 / columns - 1``.
+
+  Optimal return: the ball's column is visible from the first step and the
+  paddle starts in column ``columns // 2`` and moves at most one column per
+  step for ``rows - 1`` steps, so it catches every ball within ``rows - 1``
+  columns of its start: ``2 * reachable / columns - 1`` (+1 whenever
+  ``columns // 2 <= rows - 1``, as for 8x8 and 5x5).
+  """
+  if rows < 2 or columns < 1:
+    raise ValueError(
+        f"Catch needs rows >= 2 and columns >= 1, got {rows}x" f"{columns}."
+    )
+  start = columns // 2
+  reachable = sum(abs(x - start) <= rows - 1 for x in range(columns))
+  return ReferenceEntry(
+      env=f"catch/{rows}x{columns}",
+      random_return=2.0 / columns - 1.0,
+      random_source=(
+          f"exact: P(catch) = 1/{columns} because the ball's column is "
+          "uniform and independent of a policy that ignores it; return = "
+          f"2/{columns} - 1"
+      ),
+      reference_return=2.0 * reachable / columns - 1.0,
+      reference_algorithm="optimal policy (exact)",
+      budget_env_steps=None,
+      source=(
+          f"exact: the paddle starts in column {start} and moves at most one "
+          f"column in each of the {rows - 1} steps, so it can be under "
+          f"{reachable} of the {columns} start columns; disco/environments/"
+          "catch.py (+1 catch, -1 miss)"
+      ),
+  )
+
+
+# ---------------------------------------------------------------- table ----
+
+
+def _gymnax_minatar(
+    name: str, random_return: float, sem: float, reference: float
+) -> ReferenceEntry:
+  return ReferenceEntry(
+      env=f"gymnax/{name}",
+      random_return=random_return,
+      random_source=f"{_RANDOM_CMD}, minimal action set): {random_return} "
+      f"+- {sem} s.e.m. over 4096 episodes",
+      reference_return=reference,
+      reference_algorithm="PPO (gymnax-blines checkpoint)",
+      budget_env_steps=10_000_000,
+      source=(
+          f"{_GYMNAX_README}, row {name}: 'PPO (R: {reference:g})'; "
+          f"budget: num_train_steps in {_BLINES} "
+          f"agents/{name}/ppo.yaml"
+      ),
+      notes=(
+          "Rounded to an integer in the source; evaluated on gymnax's "
+          "MinAtar port, which differs from the original MinAtar (no "
+          "sticky actions, time limit of max_steps_in_episode)."
+      ),
+  )
+
+
+def _gymnax_control(
+    name: str,
+    random_return: float,
+    sem: float,
+    reference: float,
+    ppo_steps: int,
+    es_config: str,
+    extra_note: str = "",
+) -> ReferenceEntry:
+  return ReferenceEntry(
+      env=f"gymnax/{name}",
+      random_return=random_return,
+      random_source=f"{_RANDOM_CMD}): {random_return} +- {sem} s.e.m. over "
+      "4096 episodes",
+      reference_return=reference,
+      reference_algorithm="PPO or ES (gymnax-blines checkpoints)",
+      budget_env_steps=None,
+      source=f"{_GYMNAX_README}, row {name}: 'PPO, ES (R: {reference:g})'",
+      notes=(
+          "The source gives one rounded return for its PPO and ES "
+          "checkpoints without saying which reached it, so the budget is "
+          f"unknown: {_BLINES} trains PPO for {ppo_steps:,} env steps "
+          f"(agents/{name}/ppo.yaml) and ES for {es_config} "
+          f"(agents/{name}/es.yaml).{extra_note}"
+      ),
+  )
+
+
+def _delayed_chain_entry() -> ReferenceEntry:
+  """The delayed chain's exact entry (every variant)."""
+  return ReferenceEntry(
+      env="delayed_chain",
+      random_return=0.0,
+      random_source=(
+          "exact: only the first action matters and a uniform random "
+          "one is the rewarded one with probability 1/2 (+1, else -1)"
+      ),
+      reference_return=1.0,
+      reference_algorithm="optimal policy (exact)",
+      budget_env_steps=None,
+      source=(
+          "exact: the start state shows the rewarded first action "
+          "(disco/environments/delayed_chain.py); the same for every "
+          "variant and chain length (noisy variants add zero-mean "
+          "rewards)"
+      ),
+      any_settings=True,
+  )
+
+
+def _cartpole_entry() -> ReferenceEntry:
+  """CartPole's entry: the maximum return."""
+  return ReferenceEntry(
+      env="gymnax/CartPole-v1",
+      random_return=22.2026,
+      random_source=f"{_RANDOM_CMD}): 22.2026 +- 0.1843 s.e.m. over "
+      "4096 episodes",
+      reference_return=500.0,
+      reference_algorithm="optimal policy (maximum return)",
+      budget_env_steps=None,
+      source=(
+          "exact maximum: +1 per step and max_steps_in_episode=500 "
+          "in gymnax's CartPole-v1 parameters; the same as the "
+          f"{_GYMNAX_README}, row CartPole-v1: 'PPO, ES (R: 500)'"
+      ),
+  )
+
+
+def _xminigrid_entries() -> list[ReferenceEntry]:
+  """The exact xminigrid entries."""
+  return [
+      ReferenceEntry(
+          env="xminigrid/MiniGrid-Empty-8x8",
+          random_return=0.1117,
+          random_source=f"{_RANDOM_CMD}, 6 actions): 0.1117 +- 0.0034 s.e.m. "
+          "over 4096 episodes",
+          reference_return=1.0 - 0.9 * 11 / 256,
+          reference_algorithm="optimal policy (exact)",
+          budget_env_steps=None,
+          source=(
+              "exact: the agent always starts at (1, 1) facing right and the "
+              "goal is at (6, 6), so the shortest solution is 5 forward, 1 "
+              "turn, 5 forward = 11 steps; max_steps = 4 * 8 * 8 = 256; "
+              f"{_XMINIGRID_SRC}: 1 - 0.9 * 11 / 256 = 0.961328125 (confirmed "
+              "by the breadth-first search of benchmarks/random_returns.py)"
+          ),
+      ),
+      ReferenceEntry(
+          env="xminigrid/MiniGrid-DoorKey-5x5",
+          random_return=0.0464,
+          random_source=f"{_RANDOM_CMD}, 6 actions): 0.0464 +- 0.0023 s.e.m. "
+          "over 4096 episodes",
+          reference_return=0.9646,
+          reference_algorithm="optimal policy (exact, mean over layouts)",
+          budget_env_steps=None,
+          source=(
+              "exact: the generator has 48 equally likely start layouts (2 "
+              "door rows x 3 * 2 key/agent cells x 4 directions); a "
+              "breadth-first search over xminigrid's own step function "
+              "(benchmarks/random_returns.py, 2048 resets) finds their "
+              "shortest solutions, 7 to 14 steps (9.83 on average); "
+              f"max_steps = 10 * 5 * 5 = 250; {_XMINIGRID_SRC}: mean optimal "
+              "return 0.9646"
+          ),
+      ),
+  ]
+
+
+def _build_table() -> dict[str, ReferenceEntry]:
+  entries = [
+      catch_entry(8, 8),
+      catch_entry(5, 5),
+      _delayed_chain_entry(),
+      _cartpole_entry(),
+      _gymnax_control(
+          "Acrobot-v1",
+          -498.8977,
+          0.1796,
+          -80.0,
+          500_000,
+          "100 generations of OpenES",
+      ),
+      _gymnax_control(
+          "MountainCar-v0",
+          -200.0,
+          0.0,
+          -118.0,
+          250_000,
+          "1000 generations of SimpleGA",
+          " The random return is the time limit: no random episode of "
+          "4096 reached the goal within 200 steps.",
+      ),
+      _gymnax_minatar("Breakout-MinAtar", 0.4182, 0.0102, 28.0),
+      _gymnax_minatar("Asterix-MinAtar", 0.4944, 0.0135, 15.0),
+      _gymnax_minatar("Freeway-MinAtar", 0.3982, 0.0098, 58.0),
+      _gymnax_minatar("SpaceInvaders-MinAtar", 4.0813, 0.0493, 131.0),
+      *_xminigrid_entries(),
+  ]
+  return {e.env: e for e in entries}
+
+
+REFERENCE_TABLE: Mapping[str, ReferenceEntry] = types.MappingProxyType(
+    _build_table()
+)
+ALIASES: Mapping[str, str] = types.MappingProxyType({"catch": "catch/8x8"})
+_CATCH_KEY = re.compile(r"^catch/(\d+)x(\d+)$")
+
+
+# ---------------------------------------------------------------- API ----
+
+
+def _how_to_supply(env: str) -> str:
+  return (
+      "Supply one as an override, e.g. normalize(scores, "
+      f"{env!r}, overrides={{{env!r}: ReferenceEntry(env={env!r}, "
+      "random_return=..., random_source='...', reference_return=..., "
+      "reference_algorithm='...', budget_env_steps=..., source='...')}})."
+  )
+
+
+def env_key(env: str, settings: Mapping[str, object] | None = None) -> str:
+  """The table key of registered environment ``env`` with ``settings``.
+
+  ``catch/<rows>x<columns>`` for Catch; otherwise the name, followed by the
+  settings that differ from the registered defaults, if any:
+  ``delayed_chain(chain_length=3)``. Runs of one environment with different
+  settings so get different keys.
+  """
+  settings = dict(settings or {})
+  if env == "catch":
+    return f"catch/{settings.get('rows', 8)}x{settings.get('columns', 8)}"
+  try:
+    defaults = env_registry.get_entry(env).settings
+  except ValueError:  # not registered (here): every setting is shown
+    defaults = {}
+  changed = [
+      f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}"
+      for k, v in sorted(settings.items())
+      if k not in defaults or _plain(defaults[k]) != _plain(v)
+  ]
+  return f"{env}({','.join(changed)})" if changed else env
+
+
+def _plain(value: object) -> str:
+  """A comparable form of a setting (tuples, lists and arrays alike, as
+  JSON: an array default such as gymnax's Acrobot ``available_torque`` and
+  the list a saved config holds are the same setting)."""
+
+  def array_or_text(x):
+    return np.asarray(x).tolist() if hasattr(x, "__array__") else str(x)
+
+  return json.dumps(value, sort_keys=True, default=array_or_text)
+
+
+def get_entry(
+    env: str, overrides: Mapping[str, ReferenceEntry] | None = None
+) -> ReferenceEntry:
+  """The entry of ``env``: from ``overrides``, the table, or (for
+  ``catch/<rows>x<columns>``) ``catch_entry``. A key with settings,
+  ``name(key=value,...)``, falls back to the entry of ``name`` when that
+  entry holds for ``any_settings``.
+
+  Raises:
+    MissingReferenceError: for an environment with no entry.
+  """
+
+  overrides = overrides or {}
+  for key in (env, ALIASES.get(env)):
+    if key is not None and key in overrides:
+      return overrides[key]
+  key = ALIASES.get(env, env)
+  if key in REFERENCE_TABLE:
+    return REFERENCE_TABLE[key]
+  match = _CATCH_KEY.match(key)
+  if match:
+    return catch_entry(int(match.group(1)), int(match.group(2)))
+  name, with_settings, _ = env.partition("(")
+  if with_settings:
+    try:
+      entry = get_entry(name, overrides)
+    except MissingReferenceError:
+      entry = None
+    if entry is not None and entry.any_settings:
+      return entry
+    if entry is not None:
+      raise MissingReferenceError(
+          f"The normalisation entry of {name!r} holds for its default "
+          f"settings only, not for {env!r}. " + _how_to_supply(env)
+      )
+  raise MissingReferenceError(
+      f"No normalisation entry for environment {env!r}; the table has "
+      f"{sorted(REFERENCE_TABLE)} (and catch/<rows>x<columns>). "
+      + _how_to_supply(env)
+  )
+
+
+def anchors(
+    env: str, overrides: Mapping[str, ReferenceEntry] | None = None
+) -> tuple[float, float]:
+  """``(random return, reference return - random return)`` of ``env``: the
+  offset and scale of its normalised scores.
+
+  Raises:
+    MissingReferenceError: if ``env`` has no entry or its entry has no
+      reference return; the message says how to supply one.
+    ValueError: if the entry's reference equals its random return.
+  """
+  entry = get_entry(env, overrides)
+  if entry.reference_return is None:
+    raise MissingReferenceError(
+        f"Environment {env!r} has no trustworthy reference return"
+        + (f" ({entry.notes})" if entry.notes else "")
+        + ". "
+        + _how_to_supply(env)
+    )
+  span = float(entry.reference_return) - float(entry.random_return)
+  if span == 0.0 or not np.isfinite(span):
+    raise ValueError(
+        f"Cannot normalise {env!r}: its reference return "
+        f"{entry.reference_return} and random return {entry.random_return} "
+        "must be finite and differ."
+    )
+  return float(entry.random_return), span
+
+
+def normalize(
+    scores: np.ndarray | float,
+    env: str,
+    overrides: Mapping[str, ReferenceEntry] | None = None,
+) -> np.ndarray:
+  """``(scores - random) / (reference - random)`` for one environment.
+
+  Args:
+    scores: raw returns on ``env``, any shape (e.g. ``[num_seeds]``).
+    env: a table key (or an alias such as ``"catch"``).
+    overrides: ``{env: ReferenceEntry}`` taking precedence over the table.
+
+  Returns:
+    float64 array of the shape of ``scores``.
+
+  Raises:
+    MissingReferenceError: if ``env`` has no entry or its entry has no
+      reference return; the message says how to supply one.
+    ValueError: if the entry's reference equals its random return.
+  """
+  random, span = anchors(env, overrides)
+  return (np.asarray(scores, np.float64) - random) / span
