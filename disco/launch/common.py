@@ -200,6 +200,22 @@ def print_rule_settings(
     fail(program, e)
 
 
+def _define_rule_listing_flags() -> None:
+  """``--list_rules`` and ``--describe_rule`` (once per process)."""
+  if "describe_rule" in flags.FLAGS:
+    return
+  flags.DEFINE_boolean(
+      "list_rules",
+      False,
+      "Print every registered rule's settings (default, meaning) and exit.",
+  )
+  flags.DEFINE_string(
+      "describe_rule",
+      None,
+      "Print the settings of these rules (comma-separated names) and exit.",
+  )
+
+
 def run_launcher(
     program: str,
     doc: str,
@@ -237,17 +253,7 @@ def run_launcher(
     except UsageError as e:
       fail(program, e)
 
-  if "describe_rule" not in flags.FLAGS:
-    flags.DEFINE_boolean(
-        "list_rules",
-        False,
-        "Print every registered rule's settings (default, meaning) and exit.",
-    )
-    flags.DEFINE_string(
-        "describe_rule",
-        None,
-        "Print the settings of these rules (comma-separated names) and exit.",
-    )
+  _define_rule_listing_flags()
 
   def main(argv: Sequence[str]) -> None:
     if flags.FLAGS.list_rules or flags.FLAGS.describe_rule:
