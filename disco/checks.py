@@ -9,7 +9,7 @@ reports every bad setting together.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 import contextlib
 import difflib
 import importlib
@@ -154,29 +154,44 @@ def import_modules(names: str) -> None:
       ) from None
 
 
-def with_overrides(
-    config: config_dict.ConfigDict, overrides: dict[str, Any]
-) -> config_dict.ConfigDict:
-  """A copy of ``config`` with ``overrides`` set: ``{key: value}`` for its
-  top-level keys, where a dict given for a block of dicts updates that block
-  (``{'es': {'population_size': 8}}`` keeps the other ``es`` keys).
+def override(
+    config: config_dict.ConfigDict,
+    overrides: Mapping[str, Any],
+    moved: Callable[[str], str | None] = lambda path: None,
+) -> None:
+  """Sets ``config``'s values as ``--config.KEY=VALUE`` flags would: a dict
+  value sets the keys it names of a group (``env_settings={"rows": 5}``).
+  ``moved(path)`` names the new spelling of a key that moved, if any
+  (``path`` without the leading ``config.``).
 
   Raises:
-    UsageError: a key the config does not have (with close matches).
+    UsageError: naming every unknown key (with its close matches) or value
+      of the wrong type.
   """
-  out = config.copy_and_resolve_references()
-  for key, value in overrides.items():
-    if key not in out:
-      close = difflib.get_close_matches(key, list(out.keys()), 3)
-      hint = f" Did you mean {', '.join(close)}?" if close else ""
-      raise UsageError(
-          f"Unknown setting {key!r}.{hint} Valid: {', '.join(sorted(out))}."
+  problems = Problems()
+  _override(config, dict(overrides), "config", moved, problems)
+  problems.raise_if_any()
+
+
+def _override(node, values, where, moved, problems: Problems) -> None:
+  for key, value in values.items():
+    if key not in node:
+      close = difflib.get_close_matches(key, list(node.keys()), 2)
+      hint = " or ".join(f"'{where}.{c}'" for c in close)
+      new = moved(f"{where}.{key}".removeprefix("config."))
+      if new is not None:
+        hint = f"'config.{new}' (it moved there)"
+      problems.messages.append(
+          f"Unknown config key '{where}.{key}'."
+          + (f" Did you mean {hint}?" if hint else "")
+          + f" Valid keys of {where}: {', '.join(sorted(node.keys()))}."
       )
-    current = out[key]
-    if isinstance(value, dict) and isinstance(current, config_dict.ConfigDict):
-      value = {**current.to_dict(), **value}
-    try:
-      out[key] = value
-    except (TypeError, ValueError) as e:
-      raise UsageError(f"Setting {key}={value!r}: {one_line(e)}") from None
-  return out
+    elif isinstance(value, Mapping) and isinstance(
+        node[key], config_dict.ConfigDict
+    ):
+      _override(node[key], dict(value), f"{where}.{key}", moved, problems)
+    else:
+      try:
+        node[key] = value
+      except (TypeError, ValueError) as e:
+        problems.messages.append(f"{where}.{key}={value!r}: {one_line(e)}")

@@ -14,6 +14,8 @@ from disco import errors
 from disco.comparison import settings as compare_settings
 from disco.evaluation import settings as eval_settings
 
+import meta_settings
+
 REPO = Path(__file__).resolve().parent.parent
 PAGE = REPO / "docs" / "guides" / "python-api.md"
 README = REPO / "README.md"
@@ -66,8 +68,19 @@ def test_the_examples_run(disco103_path, tmp_path, monkeypatch):
       "make_config",
       _tiny(compare_settings.make_config, TINY["comparison"]),
   )
+  from disco.meta import trainer
+
+  meta_train = trainer.meta_train
+  monkeypatch.setattr(
+      trainer,
+      "meta_train",
+      lambda config=None, **overrides: meta_train(
+          meta_settings.tiny_config(),
+          **{**overrides, "num_meta_steps": 2, "log_every": 1},
+      ),
+  )
   blocks = code_blocks(PAGE)
-  assert len(blocks) == 2
+  assert len(blocks) == 4
   namespace = {}
   exec(compile("\n".join(blocks), str(PAGE), "exec"), namespace)
   summary, stats = namespace["summary"], namespace["stats"]
@@ -76,6 +89,15 @@ def test_the_examples_run(disco103_path, tmp_path, monkeypatch):
   assert (tmp_path / "runs" / "api-eval" / "summary.json").is_file()
   assert stats["rules"] == ["actor_critic", "ppo"]
   assert (tmp_path / "runs" / "api-compare" / "report.md").is_file()
+  run, found = namespace["run"], namespace["found"]
+  assert run["meta_steps"] == 2
+  assert (tmp_path / "runs" / "api-meta" / "meta_params.npz").is_file()
+  assert found["rule"] == "meta_params" and found["env_steps"] == 60
+  hook, lines = namespace["PrintLoss"](), []
+  progress = type("P", (), dict(step=3, row={"meta_loss": 0.5}))
+  monkeypatch.setattr("builtins.print", lambda *args: lines.append(args))
+  hook.after_step(progress)
+  assert lines == [(3, 0.5)]
   plan, result = namespace["plan"], namespace["result"]
   assert plan.label == "ppo" and result.metrics["mean_return"].shape == (
       3,

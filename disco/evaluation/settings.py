@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 import dataclasses
-import difflib
 from typing import Any
 
 from ml_collections import config_dict
@@ -311,51 +310,17 @@ def prepare(
 
 
 def override(config: config_dict.ConfigDict, overrides: Mapping) -> None:
-  """Sets ``config``'s values as ``--config.KEY=VALUE`` flags would: a dict
-  value sets the keys it names of a group (``env_settings={"rows": 5}``).
+  """Sets ``config``'s values as ``--config.KEY=VALUE`` flags would
+  (``checks.override``), naming the new key of a rule's setting that moved.
 
   Raises:
     UsageError: naming every unknown key (with its close matches) or value
       of the wrong type.
   """
-  problems = checks.Problems()
   rule = str(overrides.get("rule") or config.get("rule"))
-  _override(config, dict(overrides), "config", rule, problems)
-  problems.raise_if_any()
-
-
-def _override(
-    node: config_dict.ConfigDict,
-    values: dict[str, Any],
-    where: str,
-    rule: str,
-    problems: checks.Problems,
-) -> None:
-  for key, value in values.items():
-    if key not in node:
-      close = difflib.get_close_matches(key, list(node.keys()), 2)
-      hint = " or ".join(f"'{where}.{c}'" for c in close)
-      # A rule's setting that moved (rule_kwargs -> hyper_params).
-      path = f"{where}.{key}".removeprefix("config.")
-      moved = rule_settings.new_spelling(rule, path)
-      if moved is not None:
-        hint = f"'config.{moved}' (it moved there)"
-      problems.messages.append(
-          f"Unknown config key '{where}.{key}'."
-          + (f" Did you mean {hint}?" if hint else "")
-          + f" Valid keys of {where}: {', '.join(sorted(node.keys()))}."
-      )
-    elif isinstance(value, Mapping) and isinstance(
-        node[key], config_dict.ConfigDict
-    ):
-      _override(node[key], dict(value), f"{where}.{key}", rule, problems)
-    else:
-      try:
-        node[key] = value
-      except (TypeError, ValueError) as e:
-        problems.messages.append(
-            f"{where}.{key}={value!r}: {errors.one_line(e)}"
-        )
+  checks.override(
+      config, overrides, lambda path: rule_settings.new_spelling(rule, path)
+  )
 
 
 def make_config(

@@ -44,6 +44,7 @@ from disco.meta import rule_files
 from disco.meta import run_folder
 from disco.meta import settings as settings_lib
 from disco.meta import validation as validation_lib
+from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
 MetaTrainSettings = settings_lib.MetaTrainSettings
@@ -397,7 +398,13 @@ def meta_train(
   ``es={'population_size': 8}``: a dict updates that block). Every setting
   is checked before anything runs.
   """
-  config = checks.with_overrides(
-      default_config() if config is None else config, overrides
+  config = (
+      default_config()
+      if config is None
+      else config.copy_and_resolve_references()
+  )
+  rule = str(overrides.get("rule") or config.rule)
+  checks.override(
+      config, overrides, lambda path: rule_settings.new_spelling(rule, path)
   )
   return train(config, log=log, progress=progress, hooks=hooks)
