@@ -438,7 +438,7 @@ def _step_seconds(path: Path, side: str) -> float:
   """Seconds per meta-step after the compiling first one: GROOVE's median,
   ours as ``disco-meta-train`` reports it (its last session)."""
   if side == "groove":
-    return float(np.median(meta_runs.read_history(path).column("seconds")[1:]))
+    return timing.median(meta_runs.read_history(path).column("seconds")[1:])
   summary = path / "summary.json"  # written when a run ends
   if not summary.is_file():
     return math.nan
