@@ -18,7 +18,6 @@ calls so that the start dominates.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
@@ -26,7 +25,12 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
+
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import timing
 
 LAUNCHERS = {
     "eval": (
@@ -65,21 +69,20 @@ def _launcher_compile_time(out: Path) -> float | None:
 def run_once(module: str, args: list[str], cache: Path, out: Path) -> dict:
   env = dict(os.environ)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)
-  start = time.perf_counter()
-  proc = subprocess.run(
-      [
-          sys.executable,
-          "-m",
-          module,
-          *args,
-          f"--config.output_dir={out}",
-          f"--config.compilation_cache={cache}",
-      ],
-      env=env,
-      capture_output=True,
-      text=True,
-  )
-  wall = time.perf_counter() - start
+  with timing.Stopwatch() as clock:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            module,
+            *args,
+            f"--config.output_dir={out}",
+            f"--config.compilation_cache={cache}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
   if proc.returncode != 0:
     raise SystemExit(f"{module} failed:\n{proc.stderr[-3000:]}")
   found = _LINE.search(proc.stdout)
@@ -91,12 +94,12 @@ def run_once(module: str, args: list[str], cache: Path, out: Path) -> dict:
       compiled=int(compiled),
       xla_s=float(xla),
       first_call_extra_s=_launcher_compile_time(out),
-      wall_s=wall,
+      wall_s=clock.wall,
   )
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.parser(__doc__)
   parser.add_argument("--only", choices=sorted(LAUNCHERS), action="append")
   parser.add_argument(
       "--repeats", type=int, default=1, help="cold/warm pairs per launcher"
@@ -104,10 +107,18 @@ def main() -> None:
   flags = parser.parse_args()
   names = flags.only or list(LAUNCHERS)
   print(
-      "| launcher | start | programs compiled | programs loaded | XLA s |"
-      " first call minus steady, s | process wall s |"
+      cli.table_header(
+          (
+              "launcher",
+              "start",
+              "programs compiled",
+              "programs loaded",
+              "XLA s",
+              "first call minus steady, s",
+              "process wall s",
+          )
+      )
   )
-  print("|---|---|---|---|---|---|---|")
   with tempfile.TemporaryDirectory() as tmp:
     for repeat in range(flags.repeats):
       for name in names:

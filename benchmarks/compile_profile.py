@@ -29,15 +29,17 @@ compiles, before its own passes) per module of this package.
 from __future__ import annotations
 
 import argparse
-import json
 import os
+from pathlib import Path
 import re
-import resource
-import subprocess
 import sys
-import time
 
-RESULT = "RESULT "
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import meta_train_step
+from benchmarks import timing
 
 VARIANTS = {
     "published": [],
@@ -45,23 +47,6 @@ VARIANTS = {
     "remat": ["--remat"],
     "xla_o0": ["--xla_o0"],
 }
-
-
-def _cpu() -> float:
-  r = resource.getrusage(resource.RUSAGE_SELF)
-  return r.ru_utime + r.ru_stime
-
-
-class _Phase:
-  """CPU and wall seconds of a ``with`` block."""
-
-  def __enter__(self):
-    self.cpu, self.wall = _cpu(), time.perf_counter()
-    return self
-
-  def __exit__(self, *exc):
-    self.cpu = _cpu() - self.cpu
-    self.wall = time.perf_counter() - self.wall
 
 
 def _count_ops(text: str, pattern: str) -> int:
@@ -113,9 +98,6 @@ def equation_breakdown(jaxpr) -> dict[tuple[str, str], int]:
 
 def breakdown(argv: list[str]) -> None:
   """Prints the meta-step's equations per module and pass."""
-  sys.path.insert(0, os.path.dirname(__file__))
-  import meta_train_step
-
   args = meta_train_step.arg_parser().parse_args(argv)
   plan, state = meta_train_step.build(args, inner_steps=2)
   population = plan.population
@@ -129,8 +111,11 @@ def breakdown(argv: list[str]) -> None:
           counts.get((p, "forward"), 0) + counts.get((p, "backward"), 0)
       ),
   )
-  print("| module | forward equations | backward equations | share |")
-  print("|---|---|---|---|")
+  print(
+      cli.table_header(
+          ("module", "forward equations", "backward equations", "share")
+      )
+  )
   for p in rows:
     f, b = counts.get((p, "forward"), 0), counts.get((p, "backward"), 0)
     print(f"| {p} | {f} | {b} | {100 * (f + b) / total:.0f}% |")
@@ -139,31 +124,23 @@ def breakdown(argv: list[str]) -> None:
 
 def run_variant(argv: list[str], steps: int) -> dict:
   """One variant in this process (the cache off): its phases' seconds."""
-  sys.path.insert(0, os.path.dirname(__file__))
   import jax
 
   jax.config.update("jax_enable_compilation_cache", False)
-  import meta_train_step
-
   parser = meta_train_step.arg_parser()
   parser.add_argument("--xla_o0", action="store_true")
   args = parser.parse_args(argv)
   plan, state = meta_train_step.build(args, inner_steps=2)
   population = plan.population
-  with _Phase() as lowering:
+  with timing.Stopwatch() as lowering:
     lowered = population.lower(state)
     stablehlo = lowered.as_text()
   options = {"xla_backend_optimization_level": 0} if args.xla_o0 else None
-  with _Phase() as compiling:
+  with timing.Stopwatch() as compiling:
     compiled = lowered.compile(compiler_options=options)
   hlo = compiled.as_text()
   step_args = population._step_args(state)  # a private helper: a benchmark
-  jax.block_until_ready(compiled(*step_args))
-  times = []
-  for _ in range(steps):
-    start = time.perf_counter()
-    jax.block_until_ready(compiled(*step_args))
-    times.append(time.perf_counter() - start)
+  _, times = timing.repeat(lambda: timing.timed(compiled, *step_args)[1], steps)
   return dict(
       lowering_cpu_s=lowering.cpu,
       lowering_wall_s=lowering.wall,
@@ -171,12 +148,12 @@ def run_variant(argv: list[str], steps: int) -> dict:
       compile_cpu_s=compiling.cpu,
       compile_wall_s=compiling.wall,
       hlo_instructions=_count_ops(hlo, r"^\s+(ROOT )?%\S+ = "),
-      steady_step_s=sorted(times)[len(times) // 2],
+      steady_step_s=timing.median(times),
   )
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.parser(__doc__)
   parser.add_argument("--variants", default=",".join(VARIANTS))
   parser.add_argument("--steps", type=int, default=3, help="timed meta-steps")
   parser.add_argument(
@@ -189,20 +166,27 @@ def main() -> None:
   )
   flags = parser.parse_args()
   if flags.child is not None:
-    print(RESULT + json.dumps(run_variant(flags.child, flags.steps)))
+    cli.print_result(run_variant(flags.child, flags.steps))
     return
   if flags.breakdown:
     breakdown([])
     return
   print(
-      "| variant | lowering CPU s (wall) | StableHLO ops | compile CPU s "
-      "(wall) | optimised HLO instructions | steady meta-step s |"
+      cli.table_header(
+          (
+              "variant",
+              "lowering CPU s (wall)",
+              "StableHLO ops",
+              "compile CPU s (wall)",
+              "optimised HLO instructions",
+              "steady meta-step s",
+          )
+      )
   )
-  print("|---|---|---|---|---|---|")
   env = dict(os.environ)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)
   for name in flags.variants.split(","):
-    proc = subprocess.run(
+    r, proc = cli.child_result(
         [
             sys.executable,
             __file__,
@@ -210,15 +194,11 @@ def main() -> None:
             "--child",
             *VARIANTS[name],
         ],
-        env=env,
-        capture_output=True,
-        text=True,
+        env,
     )
-    lines = [x for x in proc.stdout.splitlines() if x.startswith(RESULT)]
-    if proc.returncode != 0 or not lines:
+    if r is None:
       print(f"| {name} | failed: {proc.stderr.strip().splitlines()[-1:]} |")
       continue
-    r = json.loads(lines[-1][len(RESULT) :])
     print(
         f"| {name} | {r['lowering_cpu_s']:.1f} ({r['lowering_wall_s']:.1f}) "
         f"| {r['stablehlo_ops']} | {r['compile_cpu_s']:.1f} "

@@ -49,13 +49,16 @@ the comparison's ``report.md`` and figures.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from pathlib import Path
 import shutil
 import sys
 
-import meta_runs
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import meta_runs
 
 VARIANTS = ("lpg", "lpg_es", "disco")
 LPG_WORLDS = ("dense", "sparse", "long_horizon", "longer_horizon", "long_dense")
@@ -137,31 +140,24 @@ def total_steps(variant: str, args) -> int:
   }[variant]
 
 
-def run_dirs(root: Path, variant: str) -> list[Path]:
-  return sorted(root.glob(f"{variant}-s*"))
-
-
 def run(args) -> None:
-  root = Path(args.root)
-  unknown = set(args.variants.split(",")) - set(VARIANTS)
+  variants = args.variants.split(",")
+  unknown = set(variants) - set(VARIANTS)
   if unknown:
     raise SystemExit(f"unknown variants {sorted(unknown)}; known: {VARIANTS}")
-  only = set(args.only.split(",")) if args.only else None
-  for seed in range(args.seeds):
-    for variant in args.variants.split(","):
-      out = root / f"{variant}-s{seed}"
-      if only is not None and out.name not in only:
-        continue
-      if meta_runs.finished_steps(out) >= total_steps(variant, args):
-        print(f"{out.name}: done", flush=True)
-        continue
-      meta_runs.meta_train(run_flags(variant, seed, args), out)
+  meta_runs.run_each(
+      Path(args.root),
+      meta_runs.seed_major(variants, args.seeds),
+      lambda v, out: meta_runs.finished_steps(out) >= total_steps(v, args),
+      lambda v, seed, out: meta_runs.meta_train(run_flags(v, seed, args), out),
+      only=args.only.split(",") if args.only else None,
+  )
 
 
 def best_rule(root: Path, variant: str) -> tuple[Path, float] | None:
   """The variant's best validated meta-parameters over its seeds."""
   best = None
-  for run_dir in run_dirs(root, variant):
+  for run_dir in meta_runs.run_dirs(root, variant):
     scores = meta_runs.validation_scores(run_dir)
     path = run_dir / "best_meta_params.npz"
     if scores and path.is_file():
@@ -244,7 +240,7 @@ def report(args) -> None:
   rows = []
   fig, ax = plt.subplots(figsize=(7, 4))
   for i, variant in enumerate(VARIANTS):
-    for j, run_dir in enumerate(run_dirs(root, variant)):
+    for j, run_dir in enumerate(meta_runs.run_dirs(root, variant)):
       scores = meta_runs.validation_scores(run_dir)
       if not scores:
         continue
@@ -260,10 +256,7 @@ def report(args) -> None:
       )
   if not rows:
     raise SystemExit(f"no validation.csv under {root}")
-  with open(out / "validation.csv", "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
+  cli.write_csv(out / "validation.csv", rows)
   ax.set_xlabel("meta-step (ES: generation)")
   ax.set_ylabel("held-out validation IQM (0: random, 1: reference)")
   ax.set_title("CartPole, Breakout-MinAtar, MiniGrid-Empty-8x8, held out")
@@ -280,9 +273,7 @@ def report(args) -> None:
       )
   compared = root / "compare"
   meta_runs.copy_comparison(compared, out)
-  text = "\n".join(lines) + "\n"
-  (out / "table.md").write_text(text)
-  print(text)
+  cli.write_table(out, "\n".join(lines) + "\n")
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
@@ -314,28 +305,25 @@ def add_compare_args(p: argparse.ArgumentParser) -> None:
   p.add_argument("--shards", type=int, default=2)
 
 
-def run_all(args) -> None:
-  run(args)
-  compare(args)
-  report(args)
+def _shared_flags(p: argparse.ArgumentParser) -> None:
+  p.add_argument("--root", required=True)
+  p.add_argument("--agent_lr", type=float, default=1e-3)
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  sub = parser.add_subparsers(dest="command", required=True)
-  commands = dict(run=run, compare=compare, report=report, all=run_all)
-  for name in commands:
-    p = sub.add_parser(name)
-    p.add_argument("--root", required=True)
-    p.add_argument("--agent_lr", type=float, default=1e-3)
-    if name in ("run", "all"):
-      add_run_args(p)
-    if name in ("compare", "all"):
-      add_compare_args(p)
-    if name in ("report", "all"):
-      p.add_argument("--out", required=True)
-  args = parser.parse_args()
-  commands[args.command](args)
+def main(argv=None) -> None:
+  cli.run_commands(
+      __doc__,
+      dict(
+          run=cli.Command(run, add_run_args),
+          compare=cli.Command(compare, add_compare_args),
+          report=cli.Command(
+              report, lambda p: p.add_argument("--out", required=True)
+          ),
+      ),
+      shared=_shared_flags,
+      all_steps=("run", "compare", "report"),
+      argv=argv,
+  )
 
 
 if __name__ == "__main__":

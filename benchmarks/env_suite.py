@@ -36,19 +36,23 @@ over seeds with a 95% band) into ``--out``.
 
 from __future__ import annotations
 
-import argparse
-import csv
+import functools
 import itertools
 import json
 import math
 from pathlib import Path
 import re
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import suite_settings as suite
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import suite_settings as suite
 from disco.comparison import normalization
 from disco.comparison import results as results_lib
 from disco.environments import registry
@@ -195,7 +199,7 @@ def tune(
 
 
 def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument("--out", default="/tmp/env_suite")
   parser.add_argument("--envs", nargs="+", default=[e[0] for e in SUITE])
   parser.add_argument(
@@ -261,18 +265,20 @@ def main(argv=None) -> None:
   for env in args.envs:
     _, settings, budget, conv = entries[env]
     budget = int(budget * args.budget_scale)
+    # A rule's reported seeds on env (trained unless done).
+    train = functools.partial(
+        run,
+        env=env,
+        settings=settings,
+        budget=budget,
+        conv=conv,
+        seeds=args.seeds,
+        out=out,
+    )
     runs = {
         rule: results_lib.load_run(
-            run(
-                rule,
-                env,
-                settings,
-                budget,
-                conv,
-                args.seeds,
-                out,
-                loops.get(rule),
-                hyper_params.get(rule),
+            train(
+                rule, loop=loops.get(rule), hyper_params=hyper_params.get(rule)
             )
         )
         for rule in args.rules
@@ -295,16 +301,10 @@ def main(argv=None) -> None:
       hyper = dict(hyper_params.get(rule) or {})
       hyper.update({k: v for k, v in point.items() if k != "learning_rate"})
       runs[f"{rule}-tuned"] = results_lib.load_run(
-          run(
+          train(
               rule,
-              env,
-              settings,
-              budget,
-              conv,
-              args.seeds,
-              out,
-              loops.get(rule),
-              hyper,
+              loop=loops.get(rule),
+              hyper_params=hyper,
               folder=out / _slug(f"{rule}-tuned") / _slug(env),
               learning_rate=point.get("learning_rate"),
           )
@@ -346,20 +346,26 @@ def main(argv=None) -> None:
       )
     print(rows[-1], flush=True)
   print(
-      "\n| environment | env steps per seed | rule | final return "
-      "(95% CI) | per seed | uniform random | reference |"
+      "\n"
+      + cli.table_header(
+          (
+              "environment",
+              "env steps per seed",
+              "rule",
+              "final return (95% CI)",
+              "per seed",
+              "uniform random",
+              "reference",
+          )
+      )
   )
-  print("|---|---|---|---|---|---|---|")
   print("\n".join(rows))
   print("\nSources of the references:")
   for env, source in sources.items():
     print(f"- {env}: {source}")
   (out / "table.md").write_text("\n".join(rows) + "\n")
   if tuning_rows:
-    with open(out / "tuning.csv", "w", newline="") as f:
-      writer = csv.DictWriter(f, fieldnames=list(tuning_rows[0]))
-      writer.writeheader()
-      writer.writerows(tuning_rows)
+    cli.write_csv(out / "tuning.csv", tuning_rows)
     print(f"\nTuning: every grid point's score in {out / 'tuning.csv'}")
 
   (out / "settings.json").write_text(

@@ -26,13 +26,18 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-import time
+from pathlib import Path
+import sys
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import timing
 from disco.environments import gymnax_envs
 from disco.environments import suite_utils
 from disco.environments import xminigrid_envs
@@ -123,10 +128,10 @@ def package_loop(
   return jax.jit(init), jax.jit(run)
 
 
-def _timed(run, carry, key):
-  start = time.perf_counter()
-  carry = jax.block_until_ready(run(carry, key))
-  return carry, time.perf_counter() - start
+def _stepper(run, carry, keys) -> timing.Stepper:
+  """A candidate: each call runs ``run(carry, key)`` with the next key."""
+  keys = iter(keys)
+  return timing.Stepper(lambda carry: run(carry, next(keys)), carry)
 
 
 def benchmark(
@@ -137,20 +142,20 @@ def benchmark(
   ours_run = ours_loop(env, args.steps)
   package_init, package_run = package_loop(env, args.steps)
   key = jax.random.PRNGKey(args.seed)
-  ours_carry = (env.reset(key)[0], jnp.zeros(()))
-  package_carry = package_init(key)
-  # Compile (and warm) both.
-  ours_carry, ours_first = _timed(ours_run, ours_carry, key)
-  package_carry, package_first = _timed(package_run, package_carry, key)
-  ours_s, package_s = [], []
-  for k in jax.random.split(key, args.rounds):
-    ours_carry, seconds = _timed(ours_run, ours_carry, k)
-    ours_s.append(seconds)
-    package_carry, seconds = _timed(package_run, package_carry, k)
-    package_s.append(seconds)
+  # The first (compiling) call of each with ``key``, then a key per round.
+  keys = [key, *jax.random.split(key, args.rounds)]
+  times = timing.interleave(
+      dict(
+          ours=_stepper(ours_run, (env.reset(key)[0], jnp.zeros(())), keys),
+          package=_stepper(package_run, package_init(key), keys),
+      ),
+      args.rounds,
+  )
+  ours_s, package_s = times.rounds["ours"], times.rounds["package"]
+  ours_first, package_first = times.first["ours"], times.first["package"]
   work = args.steps * args.batch
-  ours_rate = work / float(np.median(ours_s))
-  package_rate = work / float(np.median(package_s))
+  ours_rate = work / times.median("ours")
+  package_rate = work / times.median("package")
   ratio = ours_rate / package_rate
   per_round = ", ".join(
       f"{p / o:.2f}" for o, p in zip(ours_s, package_s, strict=True)
@@ -166,7 +171,7 @@ def benchmark(
 
 
 def main(argv=None) -> dict[str, float]:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument(
       "--envs",
       default=DEFAULT_ENVS,

@@ -28,13 +28,17 @@ Catch 8x8 validation return (0.9).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from pathlib import Path
+import sys
 
-import meta_runs
 import numpy as np
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import meta_runs
 from disco.launch import validation as validation_lib
 
 WINDOW = 20
@@ -79,14 +83,14 @@ def flags(estimator: str, seed: int, args) -> list[str]:
 
 
 def run(args) -> None:
-  root = Path(args.root)
-  for seed in range(args.seeds):
-    for estimator in args.estimators.split(","):
-      out = root / f"{estimator}-s{seed}"
-      if (out / "summary.json").is_file():
-        print(f"{out.name}: done", flush=True)
-        continue
-      meta_runs.meta_train(flags(estimator, seed, args), out)
+  meta_runs.run_each(
+      Path(args.root),
+      meta_runs.seed_major(args.estimators.split(","), args.seeds),
+      lambda _, out: (out / "summary.json").is_file(),
+      lambda name, seed, out: meta_runs.meta_train(
+          flags(name, seed, args), out
+      ),
+  )
 
 
 def first_crossing(
@@ -154,19 +158,11 @@ def report(args) -> None:
         dict(run=path.name, meta_step=int(s), rewards=float(r))
         for s, r in zip(steps, rewards, strict=True)
     ]
-  with open(out / "rewards.csv", "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=("run", "meta_step", "rewards"))
-    writer.writeheader()
-    writer.writerows(curves)
-  text = "\n".join(table) + "\n"
-  (out / "table.md").write_text(text)
-  print(text)
+  cli.write_csv(out / "rewards.csv", curves, ("run", "meta_step", "rewards"))
+  cli.write_table(out, "\n".join(table) + "\n")
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  sub = parser.add_subparsers(dest="command", required=True)
-  p = sub.add_parser("run")
+def _run_flags(p: argparse.ArgumentParser) -> None:
   p.add_argument("--root", required=True)
   p.add_argument("--estimators", default="backprop,pes,es")
   p.add_argument("--seeds", type=int, default=3)
@@ -175,13 +171,23 @@ def main() -> None:
   p.add_argument("--pes_lifetime", type=int, default=100)
   p.add_argument("--es_generations", type=int, default=300)
   p.add_argument("--es_validate_every", type=int, default=25)
-  p = sub.add_parser("report")
-  p.add_argument("root")
-  p.add_argument("--out", required=True)
+
+
+def _report_flags(p: argparse.ArgumentParser) -> None:
+  cli.add_report_flags(p)
   p.add_argument("--threshold", type=float, default=0.2)
   p.add_argument("--validation_target", type=float, default=0.9)
-  args = parser.parse_args()
-  run(args) if args.command == "run" else report(args)
+
+
+def main(argv=None) -> None:
+  cli.run_commands(
+      __doc__,
+      dict(
+          run=cli.Command(run, _run_flags),
+          report=cli.Command(report, _report_flags),
+      ),
+      argv=argv,
+  )
 
 
 if __name__ == "__main__":

@@ -18,13 +18,15 @@ second, and for ES member lifetimes per second. The last line is
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
+from pathlib import Path
+import sys
 import tempfile
-import time
 
-RESULT = "RESULT "
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import timing
 
 
 def _config(args, estimator: str):
@@ -68,8 +70,8 @@ def _env_steps(plan, estimator: str, args) -> int:
   return per_agent * plan.population.num_agents
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> None:
+  parser = cli.parser(__doc__)
   parser.add_argument("--estimators", default="backprop,pes,es")
   parser.add_argument("--steps", type=int, default=5)
   parser.add_argument("--rows", type=int, default=5)
@@ -82,37 +84,31 @@ def main() -> None:
   parser.add_argument("--es_members", type=int, default=8)
   parser.add_argument("--es_lifetime", type=int, default=16)
   parser.add_argument("--tiny", action="store_true")
-  args = parser.parse_args()
-
-  import jax
+  args = parser.parse_args(argv)
 
   from disco.launch import meta_train as mt
 
   names = args.estimators.split(",")
-  plans, states, compile_s = {}, {}, {}
+  plans, steppers = {}, {}
   for name in names:
-    plan = mt.build(_config(args, name))
-    state = mt.initial_state(plan)
-    t0 = time.perf_counter()
-    state, _ = plan.population.step(state)
-    jax.block_until_ready(state.step)
-    compile_s[name] = time.perf_counter() - t0
-    plans[name], states[name] = plan, state
-    print(f"{name}: first meta-step (compile) {compile_s[name]:.1f} s")
-  times = {n: [] for n in names}
-  for _ in range(args.steps):
-    for name in names:
-      t0 = time.perf_counter()
-      states[name], _ = plans[name].population.step(states[name])
-      jax.block_until_ready(states[name].step)
-      times[name].append(time.perf_counter() - t0)
+    plans[name] = plan = mt.build(_config(args, name))
+    steppers[name] = timing.Stepper(
+        plan.population.step, mt.initial_state(plan), logs=True
+    )
+  times = timing.interleave(
+      steppers,
+      args.steps,
+      on_warm=lambda name, s: print(
+          f"{name}: first meta-step (compile) {s[0]:.1f} s"
+      ),
+  )
   result = {}
-  ref = statistics.median(times["backprop"]) if "backprop" in times else None
+  ref = times.median("backprop") if "backprop" in names else None
   for name in names:
-    sec = statistics.median(times[name])
+    sec = times.median(name)
     steps = _env_steps(plans[name], name, args)
     row = dict(
-        compile_s=compile_s[name],
+        compile_s=times.first[name],
         s_per_meta_step=sec,
         env_steps_per_meta_step=steps,
         env_steps_per_s=steps / sec,
@@ -132,7 +128,7 @@ def main() -> None:
             else ""
         )
     )
-  print(RESULT + json.dumps(dict(args=vars(args), result=result)))
+  cli.print_result(dict(args=vars(args), result=result))
 
 
 if __name__ == "__main__":

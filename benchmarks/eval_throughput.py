@@ -26,13 +26,18 @@ here (unless ``JAX_COMPILATION_CACHE_DIR`` is set), so compile time is real.
 
 from __future__ import annotations
 
-import argparse
 import math
-import time
+from pathlib import Path
+import sys
 
 import jax
 import numpy as np
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import timing
 from disco import agent as agent_lib
 from disco import weights
 from disco.environments import registry
@@ -82,10 +87,10 @@ def build(weights_path=None, seeds=1, network=None, sizes=None):
 
 
 def _timed_run(loop, states, meta_params, iterations):
-  start = time.perf_counter()
-  states, metrics = loop.run(states, meta_params, iterations)
-  jax.block_until_ready(states)
-  return states, metrics, time.perf_counter() - start
+  (states, metrics), seconds = timing.timed(
+      loop.run, states, meta_params, iterations
+  )
+  return states, metrics, seconds
 
 
 def warm_up(loop, fresh, meta_params, iterations):
@@ -116,7 +121,7 @@ def timed_call(loop, states, meta_params, iterations):
 
 
 def main(argv=None) -> float:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument(
       "--iterations",
       type=int,
@@ -169,7 +174,7 @@ def main(argv=None) -> float:
   for _ in range(args.timed_calls):
     states, metrics, seconds = timed_call(loop, states, meta_params, n)
     elapsed.append(seconds)
-  median = float(np.median(elapsed))
+  median = timing.median(elapsed)
   env_steps = n * args.seeds * config.env_steps_per_iteration
   learner_rate = n * args.seeds / median
   last_return = np.nanmean(metrics["mean_return"])

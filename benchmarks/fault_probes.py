@@ -21,8 +21,8 @@ shipped config has a switch for them.
 
 from __future__ import annotations
 
-import argparse
 import bz2
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -31,13 +31,28 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import faults  # pylint: disable=g-import-not-at-top,wrong-import-position
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import timing
+
+
+def _load_faults():
+  """``tests/faults.py`` (the faults the tests inject), read from its file:
+  the tests are not a package."""
+  path = Path(__file__).resolve().parents[1] / "tests" / "faults.py"
+  spec = importlib.util.spec_from_file_location("faults", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+faults = _load_faults()
 
 EVAL_FLAGS = faults.TINY_EVAL_FLAGS
 COMPARE_FLAGS = faults.TINY_COMPARE_FLAGS
@@ -490,7 +505,7 @@ PROBES = {
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument(
       "--checkout",
       action="append",
@@ -517,7 +532,7 @@ def main() -> None:
     title, probe = PROBES[key]
     rows[key] = []
     for name, code in checkouts:
-      start = time.time()
+      clock = timing.Stopwatch()
       saved = args.results / name / f"{key}.json" if args.results else None
       if saved is not None and name in args.reuse and saved.exists():
         rows[key].append(json.loads(saved.read_text()))
@@ -528,7 +543,7 @@ def main() -> None:
         saved.parent.mkdir(parents=True, exist_ok=True)
         saved.write_text(json.dumps(result))
       print(
-          f"{key} [{name}]: {result} ({time.time() - start:.0f} s)",
+          f"{key} [{name}]: {result} ({clock.seconds():.0f} s)",
           file=sys.stderr,
           flush=True,
       )
@@ -542,8 +557,7 @@ def main() -> None:
           "left on disk",
       )
   ]
-  print("| " + " | ".join(header) + " |")
-  print("|" + "---|" * len(header))
+  print(cli.table_header(header))
   for key, results in rows.items():
     cells = [PROBES[key][0]]
     for res in results:
@@ -556,7 +570,7 @@ def main() -> None:
         last = last[:100].rstrip(".") + "..."
       cells.append(f"`{last}`" if last else "")
       cells.append(res["disk"])
-    print("| " + " | ".join(cells) + " |")
+    print(cli.table_row(cells))
 
 
 if __name__ == "__main__":

@@ -24,16 +24,20 @@ other benchmarks import ``compiled_flops`` to print achieved GFLOP/s.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
+from pathlib import Path
 import re
-import time
+import sys
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
 
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%(\S+) \(.*\{$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(\S+) = (.+?) (\S+)\((.*)$")
@@ -200,25 +204,6 @@ def compiled_memory(compiled) -> float | None:
   )
 
 
-class Matmul:
-  """GFLOP/s of one square float32 matrix product, compiled once: the
-  reference the benchmarks state their achieved GFLOP/s against."""
-
-  def __init__(self, size: int = 4096):
-    self.size = size
-    self._a = jax.random.normal(jax.random.PRNGKey(0), (size, size))
-    self._dot = jax.jit(jnp.dot)
-    self._dot(self._a, self._a).block_until_ready()
-
-  def gflops(self, reps: int) -> float:
-    seconds = []
-    for _ in range(reps):
-      start = time.perf_counter()
-      self._dot(self._a, self._a).block_until_ready()
-      seconds.append(time.perf_counter() - start)
-    return 2 * self.size**3 / float(np.median(seconds)) / 1e9
-
-
 # ------------------------------------------------------------ programs ----
 def eval_learner_step(
     batch_size: int = 64, rollout_len: int = 29, rows=8, network=None
@@ -279,7 +264,7 @@ def _print(name: str, flops: dict[str, Any], breakdown: int) -> None:
 
 
 def main(argv=None) -> dict[str, float]:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument(
       "--breakdown", type=int, default=0, help="list the N costliest ops"
   )

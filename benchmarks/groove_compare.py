@@ -52,7 +52,6 @@ printed for both.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 from pathlib import Path
@@ -60,10 +59,14 @@ import re
 import shutil
 import sys
 import tempfile
-import time
 
 import jax
-import numpy as np
+
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import timing
 
 REPO = Path(__file__).resolve().parents[1]
 # GROOVE evaluates an ES member's agent on one whole episode of ``dense``.
@@ -293,15 +296,8 @@ def our_step(args, out_dir: Path):
   return plan.population.step, mt.initial_state(plan), steps
 
 
-def timed(fn, carry):
-  t0 = time.perf_counter()
-  carry, logs = fn(carry)
-  jax.block_until_ready((carry, logs))
-  return carry, time.perf_counter() - t0
-
-
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument("--groove", type=Path, default=None)
   parser.add_argument(
       "--estimator", choices=("backprop", "es"), default="backprop"
@@ -323,24 +319,17 @@ def main():
 
   with tempfile.TemporaryDirectory() as tmp:
     tmp = Path(tmp)
-    steps = {}
     ours, state, env_steps = our_step(args, tmp / "ours")
-    steps["ours"] = [lambda s: ours(s), state, []]
+    steps = dict(ours=timing.Stepper(ours, state, logs=True))
     if args.groove is not None:
       if not (args.groove / "models" / "lpg.py").is_file():
         raise SystemExit(f"--groove={args.groove} is not a GROOVE checkout.")
       groove = patched_groove(args.groove, tmp / "groove")
       step, carry = groove_step(groove, args)
-      steps["groove"] = [step, carry, []]
-    compile_s = {}
-    for name, entry in steps.items():
-      entry[1], compile_s[name] = timed(entry[0], entry[1])
-      # GROOVE's ES step retraces once (its state's dtypes settle).
-      entry[1], _ = timed(entry[0], entry[1])
-    for _ in range(args.steps):
-      for entry in steps.values():
-        entry[1], seconds = timed(entry[0], entry[1])
-        entry[2].append(seconds)
+      steps["groove"] = timing.Stepper(step, carry, logs=True)
+    # Two untimed calls each: GROOVE's ES step retraces once (its state's
+    # dtypes settle).
+    times = timing.interleave(steps, args.steps, warmup=2)
 
   if args.estimator == "es":
     groove_steps = (
@@ -362,12 +351,15 @@ def main():
         f"{args.rollout_len}, K={args.inner_steps}, GRU {args.gru}; "
         f"{jax.devices()[0].platform}, {args.steps} interleaved steps"
     )
-  print("| code | compile + first step (s) | median s / meta-step |")
-  print("|---|---|---|")
-  for name, entry in steps.items():
-    print(f"| {name} | {compile_s[name]:.1f} | {np.median(entry[2]):.3f} |")
+  print(
+      cli.table_header(
+          ("code", "compile + first step (s)", "median s / meta-step")
+      )
+  )
+  for name in steps:
+    print(f"| {name} | {times.first[name]:.1f} | {times.median(name):.3f} |")
   if "groove" in steps:
-    ratio = np.median(steps["groove"][2]) / np.median(steps["ours"][2])
+    ratio = times.ratio("groove", "ours")
     print(f"GROOVE / ours time per meta-step: {ratio:.2f}x")
 
 

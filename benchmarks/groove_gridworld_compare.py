@@ -31,16 +31,19 @@ cell (the paper gives none); restarts are not compared.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 import sys
 import tempfile
 
-import groove_compare
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import groove_compare
 from disco import types
 from disco.environments import lpg_grid
 
@@ -220,7 +223,7 @@ def compare(ours, theirs, env) -> tuple[list[str], list[str]]:
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.parser(__doc__)
   parser.add_argument("--groove", type=Path, required=True)
   parser.add_argument(
       "--layout", default="dense", choices=sorted(lpg_grid.LAYOUTS)
@@ -249,8 +252,11 @@ def main(argv=None) -> int:
   print("Deterministic parts (must be 0):")
   for line in mismatches:
     print(f"  {line}")
-  print("| event | A.1 table | ours: rate [95% CI] (samples) | GROOVE |")
-  print("|---|---|---|---|")
+  print(
+      cli.table_header(
+          ("event", "A.1 table", "ours: rate [95% CI] (samples)", "GROOVE")
+      )
+  )
   for name, table, a, b in rows:
     print(f"| {name} | {table:g} | {a} | {b} |")
   at_limit = ours["time"] + 1 >= env.tables.max_steps

@@ -53,12 +53,16 @@ import os
 from pathlib import Path
 import sys
 import tempfile
-import time
 
-import groove_compare
-import meta_runs
 import numpy as np
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import groove_compare
+from benchmarks import meta_runs
+from benchmarks import timing
 from disco import files
 from disco.launch import validation as validation_lib
 from disco.meta import history as history_lib
@@ -76,10 +80,6 @@ ROLLOUT_LEN = 20
 K = 5
 GROOVE_EVAL_EPISODES = 64
 RETURN_COLUMN = "episode_return"
-
-
-def run_dir(root: Path, side: str, seed: int) -> Path:
-  return root / f"{side}-s{seed}"
 
 
 # ---------------------------------------------------------------- ours ----
@@ -121,10 +121,6 @@ def our_flags(seed: int, args) -> list[str]:
   ]
 
 
-def run_ours(seed: int, out: Path, args) -> None:
-  meta_runs.meta_train(our_flags(seed, args), out)
-
-
 def our_training_returns(path: Path) -> tuple[np.ndarray, np.ndarray]:
   """Meta-steps and the training agents' mean episode return at each (NaN
   where no episode ended)."""
@@ -156,6 +152,7 @@ def groove_args(groove_lib, mode: str, args, num_agents: int):
 
 def groove_run(args) -> None:
   """One GROOVE meta-training run (a child process: GROOVE's imports)."""
+  _check_modes(args)
   import importlib
 
   import flax.serialization
@@ -276,15 +273,13 @@ def groove_run(args) -> None:
       rows += validate(carry[1].params, 0)
       save(0)
     for meta_step in range(start + 1, args.steps + 1):
-      t0 = time.perf_counter()
-      carry, metrics = step(carry)
-      ret = float(metrics["lpg_agent_return"])
+      (carry, metrics), seconds = timing.timed(step, carry)
       history.append(
           dict(
               meta_step=meta_step,
-              **{RETURN_COLUMN: ret},
+              **{RETURN_COLUMN: float(metrics["lpg_agent_return"])},
               lpg_loss=float(metrics["lpg_loss"]),
-              seconds=time.perf_counter() - t0,
+              seconds=seconds,
           )
       )
       if meta_step % args.validate_every == 0 or meta_step == args.steps:
@@ -325,17 +320,23 @@ SHARED = tuple(SHARED_DEFAULTS)
 
 
 def run(args) -> None:
-  root = Path(args.root)
+  _check_modes(args)
   sides = ("ours", "groove") if args.groove else ("ours",)
   if args.groove and not (args.groove / "models" / "lpg.py").is_file():
     raise SystemExit(f"--groove={args.groove} is not a GROOVE checkout.")
-  for seed in range(args.seeds):
-    for side in sides:
-      out = run_dir(root, side, seed)
-      if meta_runs.finished_steps(out) >= args.steps:
-        print(f"{out.name}: done", flush=True)
-        continue
-      (run_ours if side == "ours" else run_groove)(seed, out, args)
+
+  def start(side: str, seed: int, out: Path) -> None:
+    if side == "ours":
+      meta_runs.meta_train(our_flags(seed, args), out)
+    else:
+      run_groove(seed, out, args)
+
+  meta_runs.run_each(
+      Path(args.root),
+      meta_runs.seed_major(sides, args.seeds),
+      lambda _, out: meta_runs.finished_steps(out) >= args.steps,
+      start,
+  )
 
 
 # -------------------------------------------------------------- report ----
@@ -373,7 +374,7 @@ def report(args) -> None:
   ]
   summary, points = {}, []
   for side, colour in zip(SIDES, ("C0", "C1"), strict=True):
-    for path in sorted(root.glob(f"{side}-s*")):
+    for path in meta_runs.run_dirs(root, side):
       steps, returns = training_returns(path, side)
       if not len(steps):
         continue
@@ -430,46 +431,56 @@ def report(args) -> None:
     writer = csv.writer(f)
     writer.writerow(("side", "seed", "curve", "meta_step", "return"))
     writer.writerows(points)
-  text = "\n".join(table + means) + "\n"
-  (out / "table.md").write_text(text)
-  print(text)
+  cli.write_table(out, "\n".join(table + means) + "\n")
 
 
 def _step_seconds(path: Path, side: str) -> float:
   """Seconds per meta-step after the compiling first one: GROOVE's median,
   ours as ``disco-meta-train`` reports it (its last session)."""
   if side == "groove":
-    return float(np.median(meta_runs.read_history(path).column("seconds")[1:]))
+    return timing.median(meta_runs.read_history(path).column("seconds")[1:])
   summary = path / "summary.json"  # written when a run ends
   if not summary.is_file():
     return math.nan
   return float(json.loads(summary.read_text())["seconds_per_meta_step"])
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  sub = parser.add_subparsers(dest="command", required=True)
-  for name in ("run", "groove-run"):
-    p = sub.add_parser(name)
-    p.add_argument("--groove", type=Path, default=None)
-    for key, (kind, default) in SHARED_DEFAULTS.items():
-      p.add_argument(f"--{key}", type=kind, default=default)
-    if name == "run":
-      p.add_argument("--root", required=True)
-      p.add_argument("--seeds", type=int, default=3)
-    else:
-      p.add_argument("--out", required=True)
-      p.add_argument("--seed", type=int, required=True)
-  p = sub.add_parser("report")
-  p.add_argument("root")
-  p.add_argument("--out", required=True)
-  args = parser.parse_args()
+def _check_modes(args) -> None:
   for key in ("train", "held_out"):
-    if getattr(args, key, "dense") not in GROOVE_MODES:
+    if getattr(args, key) not in GROOVE_MODES:
       raise SystemExit(
           f"--{key}={getattr(args, key)}: use one of {', '.join(GROOVE_MODES)}"
       )
-  {"run": run, "groove-run": groove_run, "report": report}[args.command](args)
+
+
+def _shared_flags(p: argparse.ArgumentParser) -> None:
+  p.add_argument("--groove", type=Path, default=None)
+  for key, (kind, default) in SHARED_DEFAULTS.items():
+    p.add_argument(f"--{key}", type=kind, default=default)
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+  _shared_flags(p)
+  p.add_argument("--root", required=True)
+  p.add_argument("--seeds", type=int, default=3)
+
+
+def _groove_run_flags(p: argparse.ArgumentParser) -> None:
+  _shared_flags(p)
+  p.add_argument("--out", required=True)
+  p.add_argument("--seed", type=int, required=True)
+
+
+def main(argv=None) -> None:
+  cli.run_commands(
+      __doc__,
+      {
+          "run": cli.Command(run, _run_flags),
+          "groove-run": cli.Command(groove_run, _groove_run_flags),
+          "report": cli.Command(report, cli.add_report_flags),
+      },
+      argv=argv,
+  )
 
 
 if __name__ == "__main__":

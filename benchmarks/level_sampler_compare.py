@@ -25,12 +25,16 @@ environments, rollouts of 20, K=5, a GRU of 64): far smaller than GROOVE's.
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
+import sys
 
-import meta_runs
 import numpy as np
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import meta_runs
 from disco.launch import validation as validation_lib
 
 KINDS = ("uniform", "plr", "groove")
@@ -66,14 +70,14 @@ def run_flags(kind: str, seed: int, args) -> list[str]:
 
 
 def run(args) -> None:
-  root = Path(args.root)
-  for seed in range(args.seeds):
-    for kind in args.kinds.split(","):
-      out = root / f"{kind}-s{seed}"
-      if meta_runs.finished_steps(out) >= args.steps:
-        print(f"{out.name}: done", flush=True)
-        continue
-      meta_runs.meta_train(run_flags(kind, seed, args), out)
+  meta_runs.run_each(
+      Path(args.root),
+      meta_runs.seed_major(args.kinds.split(","), args.seeds),
+      lambda _, out: meta_runs.finished_steps(out) >= args.steps,
+      lambda kind, seed, out: meta_runs.meta_train(
+          run_flags(kind, seed, args), out
+      ),
+  )
 
 
 def read_validation(root: Path) -> list[dict]:
@@ -102,10 +106,7 @@ def report(args) -> None:
     raise SystemExit(f"no validation.csv under {args.root}")
   out = Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  with open(out / "validation.csv", "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
+  cli.write_csv(out / "validation.csv", rows)
 
   # Per run: aggregate (IQM) per validated meta-step; per env: mean score.
   runs: dict[tuple[str, str], dict[int, dict]] = {}
@@ -176,15 +177,10 @@ def report(args) -> None:
   ax.legend()
   fig.tight_layout()
   fig.savefig(out / "validation.png", dpi=100)
-  text = "\n".join(lines) + "\n\n" + "\n".join(training) + "\n"
-  (out / "table.md").write_text(text)
-  print(text)
+  cli.write_table(out, "\n".join(lines) + "\n\n" + "\n".join(training) + "\n")
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  sub = parser.add_subparsers(dest="command", required=True)
-  p = sub.add_parser("run")
+def _run_flags(p: argparse.ArgumentParser) -> None:
   p.add_argument("--root", required=True)
   p.add_argument("--seeds", type=int, default=3)
   p.add_argument("--kinds", default=",".join(KINDS))
@@ -196,14 +192,17 @@ def main() -> None:
   p.add_argument("--buffer", type=int, default=200)
   p.add_argument("--validate_every", type=int, default=250)
   p.add_argument("--validation_steps", type=int, default=20_000)
-  p = sub.add_parser("report")
-  p.add_argument("root")
-  p.add_argument("--out", required=True)
-  args = parser.parse_args()
-  if args.command == "run":
-    run(args)
-  else:
-    report(args)
+
+
+def main(argv=None) -> None:
+  cli.run_commands(
+      __doc__,
+      dict(
+          run=cli.Command(run, _run_flags),
+          report=cli.Command(report, cli.add_report_flags),
+      ),
+      argv=argv,
+  )
 
 
 if __name__ == "__main__":

@@ -18,13 +18,15 @@ The last line is ``RESULT <json>``.
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
+from pathlib import Path
+import sys
 import tempfile
-import time
 
-RESULT = "RESULT "
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import timing
 
 
 def _config(args, kind: str):
@@ -55,8 +57,8 @@ def _config(args, kind: str):
   return config
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> None:
+  parser = cli.parser(__doc__)
   parser.add_argument("--kinds", default="none,uniform,plr,groove")
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--mode", default="small")
@@ -67,45 +69,38 @@ def main() -> None:
   parser.add_argument("--lifetime", type=int, default=4)
   parser.add_argument("--buffer_size", type=int, default=4000)
   parser.add_argument("--tiny", action="store_true")
-  args = parser.parse_args()
-
-  import jax
+  args = parser.parse_args(argv)
 
   from disco.launch import meta_train as mt
 
   kinds = args.kinds.split(",")
-  plans, states, compile_s = {}, {}, {}
+  steppers = {}
   for kind in kinds:
     plan = mt.build(_config(args, kind))
-    state = mt.initial_state(plan)
-    t0 = time.perf_counter()
-    state, _ = plan.population.step(state)
-    jax.block_until_ready(state.step)
-    compile_s[kind] = time.perf_counter() - t0
-    plans[kind], states[kind] = plan, state
-    print(f"{kind}: first meta-step (compile) {compile_s[kind]:.1f} s")
-  times = {k: [] for k in kinds}
-  for _ in range(args.steps):
-    for kind in kinds:
-      t0 = time.perf_counter()
-      states[kind], _ = plans[kind].population.step(states[kind])
-      jax.block_until_ready(states[kind].step)
-      times[kind].append(time.perf_counter() - t0)
-  ref = statistics.median(times[kinds[0]])
+    steppers[kind] = timing.Stepper(
+        plan.population.step, mt.initial_state(plan), logs=True
+    )
+  times = timing.interleave(
+      steppers,
+      args.steps,
+      on_warm=lambda kind, s: print(
+          f"{kind}: first meta-step (compile) {s[0]:.1f} s"
+      ),
+  )
   result = {}
   for kind in kinds:
-    sec = statistics.median(times[kind])
+    sec, ratio = times.median(kind), times.ratio(kind, kinds[0])
     result[kind] = dict(
-        compile_s=compile_s[kind],
+        compile_s=times.first[kind],
         s_per_meta_step=sec,
-        time_vs_reference=sec / ref,
-        overhead=sec / ref - 1,
+        time_vs_reference=ratio,
+        overhead=ratio - 1,
     )
     print(
-        f"{kind:8s} {sec:8.3f} s/meta-step ({sec / ref:5.3f}x "
-        f"{kinds[0]}; overhead {100 * (sec / ref - 1):+.1f}%)"
+        f"{kind:8s} {sec:8.3f} s/meta-step ({ratio:5.3f}x "
+        f"{kinds[0]}; overhead {100 * (ratio - 1):+.1f}%)"
     )
-  print(RESULT + json.dumps(dict(args=vars(args), result=result)))
+  cli.print_result(dict(args=vars(args), result=result))
 
 
 if __name__ == "__main__":

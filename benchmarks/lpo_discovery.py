@@ -45,14 +45,16 @@ over ``(r, A)``), ``table.md`` and the comparison's report and figures.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from pathlib import Path
 import shutil
 import sys
 
-import meta_runs
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from benchmarks import cli
+from benchmarks import meta_runs
 from disco import weights as weights_lib
 
 TRAIN = ("gymnax/CartPole-v1", "gymnax/Breakout-MinAtar")
@@ -81,14 +83,6 @@ VARIANTS = {
         "--config.meta_learning_rate=0.1",
     ],
 }
-
-
-def run_dir(root: Path, variant: str, seed: int) -> Path:
-  return root / f"{variant}-s{seed}"
-
-
-def run_dirs(root: Path, variant: str) -> list[Path]:
-  return sorted(root.glob(f"{variant}-s*"))
 
 
 def run_flags(variant: str, seed: int, args) -> list[str]:
@@ -120,21 +114,19 @@ def _variants(args) -> list[str]:
 
 
 def run(args) -> None:
-  root = Path(args.root)
-  for variant in _variants(args):
-    for seed in range(args.seeds):
-      out = run_dir(root, variant, seed)
-      if meta_runs.finished_steps(out) >= args.generations:
-        print(f"{out.name}: done", flush=True)
-        continue
-      meta_runs.meta_train(run_flags(variant, seed, args), out)
+  meta_runs.run_each(
+      Path(args.root),
+      [(v, seed) for v in _variants(args) for seed in range(args.seeds)],
+      lambda _, out: meta_runs.finished_steps(out) >= args.generations,
+      lambda v, seed, out: meta_runs.meta_train(run_flags(v, seed, args), out),
+  )
 
 
 def best_rule(root: Path, variant: str) -> tuple[Path, float, int]:
   """A variant's best validated meta-parameters over its seeds: (file,
   score, generation)."""
   best = None
-  for path in run_dirs(root, variant):
+  for path in meta_runs.run_dirs(root, variant):
     scores = meta_runs.validation_scores(path)
     if not scores or not (path / "best_meta_params.npz").is_file():
       continue
@@ -177,7 +169,7 @@ def distill(args) -> None:
   root = Path(args.root)
   rules = root / "rules"
   rules.mkdir(parents=True, exist_ok=True)
-  if run_dirs(root, "lpo_linear"):
+  if meta_runs.run_dirs(root, "lpo_linear"):
     _choose(root, "lpo_linear", rules / "lpo_linear_discovered.npz")
   teacher_file = rules / "lpo_discovered.npz"
   report = dict(teacher=_choose(root, "lpo", teacher_file))
@@ -290,7 +282,9 @@ def report(args) -> None:
   rows = []
   fig, (ax_v, ax_f) = plt.subplots(1, 2, figsize=(11, 4))
   paths = [
-      (v, p, i == 0) for v in VARIANTS for i, p in enumerate(run_dirs(root, v))
+      (v, p, i == 0)
+      for v in VARIANTS
+      for i, p in enumerate(meta_runs.run_dirs(root, v))
   ]
   for variant, path, first in paths:
     color = f"C{list(VARIANTS).index(variant)}"
@@ -315,10 +309,7 @@ def report(args) -> None:
     )
   if not rows:
     raise SystemExit(f"no validation.csv under {root}")
-  with open(out / "validation.csv", "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
+  cli.write_csv(out / "validation.csv", rows)
   ax_v.set_xlabel("generation")
   ax_v.set_ylabel("held-out score (0: random, 1: reference)")
   ax_v.set_title("SpaceInvaders-MinAtar (validation)")
@@ -352,49 +343,53 @@ def report(args) -> None:
   _drift_figure(root, out, args.student_hidden)
   compared = root / "compare"
   meta_runs.copy_comparison(compared, out)
-  text = "\n".join(lines) + "\n"
-  (out / "table.md").write_text(text)
-  print(text)
+  cli.write_table(out, "\n".join(lines) + "\n")
 
 
-def run_all(args) -> None:
-  run(args)
-  distill(args)
-  compare(args)
-  report(args)
+def _run_flags(p: argparse.ArgumentParser) -> None:
+  p.add_argument("--variants", default="lpo")
+  p.add_argument("--seeds", type=int, default=3)
+  p.add_argument("--generations", type=int, default=30)
+  p.add_argument("--members", type=int, default=16)
+  p.add_argument("--lifetime", type=int, default=64)
+  p.add_argument("--validate_every", type=int, default=10)
+  p.add_argument("--validation_seeds", type=int, default=2)
+  p.add_argument("--validation_steps", type=int, default=50_000)
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  sub = parser.add_subparsers(dest="command", required=True)
-  commands = dict(
-      run=run, distill=distill, compare=compare, report=report, all=run_all
+def _compare_flags(p: argparse.ArgumentParser) -> None:
+  p.add_argument("--compare_seeds", type=int, default=5)
+  p.add_argument("--compare_steps", type=int, default=100_000)
+  p.add_argument("--tune_seeds", type=int, default=2)
+  p.add_argument("--shards", type=int, default=2)
+  # DPO and PPO (tuned) only, while the rules still train: a later
+  # comparison reuses their finished runs.
+  p.add_argument("--baselines_only", action="store_true")
+
+
+def _shared_flags(p: argparse.ArgumentParser) -> None:
+  p.add_argument("--root", required=True)
+  p.add_argument("--student_hidden", type=int, default=16)
+
+
+def main(argv=None) -> None:
+  cli.run_commands(
+      __doc__,
+      dict(
+          run=cli.Command(run, _run_flags),
+          distill=cli.Command(distill),
+          compare=cli.Command(compare, _compare_flags),
+          report=cli.Command(
+              report,
+              lambda p: p.add_argument(
+                  "--out", default="benchmarks/results/lpo_discovery"
+              ),
+          ),
+      ),
+      shared=_shared_flags,
+      all_steps=("run", "distill", "compare", "report"),
+      argv=argv,
   )
-  for name in commands:
-    p = sub.add_parser(name)
-    p.add_argument("--root", required=True)
-    p.add_argument("--student_hidden", type=int, default=16)
-    if name in ("run", "all"):
-      p.add_argument("--variants", default="lpo")
-      p.add_argument("--seeds", type=int, default=3)
-      p.add_argument("--generations", type=int, default=30)
-      p.add_argument("--members", type=int, default=16)
-      p.add_argument("--lifetime", type=int, default=64)
-      p.add_argument("--validate_every", type=int, default=10)
-      p.add_argument("--validation_seeds", type=int, default=2)
-      p.add_argument("--validation_steps", type=int, default=50_000)
-    if name in ("compare", "all"):
-      p.add_argument("--compare_seeds", type=int, default=5)
-      p.add_argument("--compare_steps", type=int, default=100_000)
-      p.add_argument("--tune_seeds", type=int, default=2)
-      p.add_argument("--shards", type=int, default=2)
-      # DPO and PPO (tuned) only, while the rules still train: a later
-      # comparison reuses their finished runs.
-      p.add_argument("--baselines_only", action="store_true")
-    if name in ("report", "all"):
-      p.add_argument("--out", default="benchmarks/results/lpo_discovery")
-  args = parser.parse_args()
-  commands[args.command](args)
 
 
 if __name__ == "__main__":

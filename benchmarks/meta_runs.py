@@ -1,8 +1,10 @@
-"""What the benchmark scripts that start ``disco-meta-train`` runs share."""
+"""What the benchmark scripts that start ``disco-meta-train`` runs share:
+their run folders (``<root>/<name>-s<seed>``), starting the runs that are not
+finished, and reading their histories and validations."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 import shutil
 import subprocess
@@ -12,6 +14,36 @@ import numpy as np
 
 from disco.launch import validation as validation_lib
 from disco.meta import history as history_lib
+
+
+def run_dirs(root: Path, name: str) -> list[Path]:
+  """The folders of ``name``'s runs, ``<root>/<name>-s<seed>``, sorted."""
+  return sorted(root.glob(f"{name}-s*"))
+
+
+def seed_major(names: Sequence[str], seeds: int) -> list[tuple[str, int]]:
+  """``(name, seed)`` of every run, seed 0 of every name first."""
+  return [(name, seed) for seed in range(seeds) for name in names]
+
+
+def run_each(
+    root: Path,
+    runs: Iterable[tuple[str, int]],
+    done: Callable[[str, Path], bool],
+    start: Callable[[str, int, Path], None],
+    only: Iterable[str] | None = None,
+) -> None:
+  """Starts (or resumes) each run ``(name, seed)`` in ``<root>/<name>-s<seed>``
+  unless ``done(name, folder)``; ``only``: these folder names alone."""
+  only = None if only is None else set(only)
+  for name, seed in runs:
+    out = root / f"{name}-s{seed}"
+    if only is not None and out.name not in only:
+      continue
+    if done(name, out):
+      print(f"{out.name}: done", flush=True)
+      continue
+    start(name, seed, out)
 
 
 def read_history(run_dir: Path) -> history_lib.MetricsHistory:

@@ -41,6 +41,11 @@ import sys
 
 import numpy as np
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+
 BENCHMARKS = Path(__file__).resolve().parent
 THRESHOLDS = (0.1, 0.2)
 WINDOW = 20
@@ -135,9 +140,7 @@ def eval_result(run_dir: Path) -> dict[str, float | None]:
   eval_dir = run_dir / "eval"
   if not (eval_dir / "summary.json").is_file():
     return {}
-  sys.path.insert(0, str(BENCHMARKS))
-  import disco103_catch
-
+  from benchmarks import disco103_catch
   from disco.training import analysis
 
   summary = json.loads((eval_dir / "summary.json").read_text())
@@ -176,10 +179,18 @@ def report(args) -> None:
         )
     )
   print(
-      "| run | meta-steps | passes +0.1 | passes +0.2 | last 20 | "
-      "Catch 8x8 final (500 ep.) | reached 0.9 at env step |"
+      cli.table_header(
+          (
+              "run",
+              "meta-steps",
+              "passes +0.1",
+              "passes +0.2",
+              "last 20",
+              "Catch 8x8 final (500 ep.)",
+              "reached 0.9 at env step",
+          )
+      )
   )
-  print("|---|---|---|---|---|---|---|")
   for row in table:
     print(
         f"| {row['run']} | {row['steps']} | {_fmt(row['cross_0.1'])} | "
@@ -245,25 +256,40 @@ def _plot(curves, path: Path) -> None:
 # ------------------------------------------------------------------ main ----
 
 
-def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  commands = parser.add_subparsers(dest="command", required=True)
-  p = commands.add_parser("run", help="one meta-training run")
+def _run_flags(p: argparse.ArgumentParser) -> None:
   p.add_argument("--code", choices=("ours", "published"), default="ours")
   p.add_argument("--published", default="", help="the published code's folder")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--init", default="random", help="random | disco103")
   p.add_argument("--steps", type=int, default=800)
   p.add_argument("--output_dir", required=True)
-  p = commands.add_parser("eval", help="disco-eval of a run's rule")
+
+
+def _eval_flags(p: argparse.ArgumentParser) -> None:
   p.add_argument("--run_dir", required=True)
   p.add_argument("--env_steps", type=int, default=60_000)
-  p = commands.add_parser("report", help="crossings table and curves")
+
+
+def _report_flags(p: argparse.ArgumentParser) -> None:
   p.add_argument("runs_dir")
   p.add_argument("--plot", default="")
   p.add_argument("--plot_labels", default="ours,pub", help="run labels to plot")
-  args = parser.parse_args(argv)
-  {"run": run, "eval": evaluate, "report": report}[args.command](args)
+
+
+def main(argv=None) -> None:
+  cli.run_commands(
+      __doc__,
+      {
+          "run": cli.Command(run, _run_flags, "one meta-training run"),
+          "eval": cli.Command(
+              evaluate, _eval_flags, "disco-eval of a run's rule"
+          ),
+          "report": cli.Command(
+              report, _report_flags, "crossings table and curves"
+          ),
+      },
+      argv=argv,
+  )
 
 
 if __name__ == "__main__":

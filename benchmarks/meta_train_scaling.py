@@ -45,12 +45,17 @@ from __future__ import annotations
 import argparse
 import math
 import os
+from pathlib import Path
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import timing
 
 
 def _config(args, agents: int, process_id: int | None, port: int | None):
@@ -89,19 +94,9 @@ def _config(args, agents: int, process_id: int | None, port: int | None):
 
 
 def _time_steps(population, state, steps: int):
-  import jax
-
-  start = time.perf_counter()
-  state, logs = population.step(state)
-  jax.block_until_ready((state, logs))
-  first = time.perf_counter() - start
-  times = []
-  for _ in range(steps):
-    start = time.perf_counter()
-    state, logs = population.step(state)
-    jax.block_until_ready((state, logs))
-    times.append(time.perf_counter() - start)
-  return state, first, statistics.median(times)
+  stepper = timing.Stepper(population.step, state, logs=True)
+  first, times = timing.repeat(stepper, steps)
+  return stepper.state, first, timing.median(times)
 
 
 def _flops(population, state) -> float | None:
@@ -135,13 +130,8 @@ def _allreduce_seconds(population, meta_params, repeats: int = 20) -> float:
       )
   )
   grads = jax.device_put(meta_params, NamedSharding(mesh, P()))
-  jax.block_until_ready(mean(grads))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(mean(grads))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+  _, times = timing.repeat(lambda: timing.timed(mean, grads)[1], repeats)
+  return timing.median(times)
 
 
 def sweep(args, process_id: int | None = None, port: int | None = None):
@@ -306,7 +296,7 @@ def _ints(text: str) -> list[int]:
 
 
 def main(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument(
       "--agents_per_device", type=_ints, default=_ints("2,4,8,16,32,64")
   )

@@ -24,15 +24,17 @@ is set), so compile time is real.
 from __future__ import annotations
 
 import argparse
-import json
 import os
+from pathlib import Path
 import resource
-import subprocess
 import sys
 import tempfile
-import time
 
-RESULT = "RESULT "
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import timing
 
 
 def _config(args, inner_steps: int):
@@ -90,22 +92,16 @@ def build(args, inner_steps: int):
 
 def timed_step(plan, state):
   """One meta-step: ``(state, logs, seconds)``."""
-  import jax
-
-  start = time.perf_counter()
-  state, logs = plan.population.step(state)
-  jax.block_until_ready((state, logs))
-  return state, logs, time.perf_counter() - start
+  (state, logs), seconds = timing.timed(plan.population.step, state)
+  return state, logs, seconds
 
 
 def run_one(args, inner_steps: int) -> dict:
   """Builds the population, times its meta-steps; returns the numbers."""
   plan, state = build(args, inner_steps)
-  state, logs, first = timed_step(plan, state)
-  times = []
-  for _ in range(args.steps):
-    state, logs, seconds = timed_step(plan, state)
-    times.append(seconds)
+  stepper = timing.Stepper(plan.population.step, state, logs=True)
+  first, times = timing.repeat(stepper, args.steps)
+  logs = stepper.logs
   steady = sum(times) / len(times)
   return dict(
       inner_steps=inner_steps,
@@ -155,7 +151,7 @@ def _report(r: dict) -> None:
 
 def arg_parser() -> argparse.ArgumentParser:
   """The command line (also read by ``published_compare.py --meta``)."""
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument(
       "--steps", type=int, default=5, help="timed meta-steps after the first"
   )
@@ -210,7 +206,7 @@ def main(argv=None) -> float:
   if args.child or len(sweep) == 1:
     result = run_one(args, sweep[0])
     if args.child:
-      print(RESULT + json.dumps(result))
+      cli.print_result(result)
       return result["seconds_per_meta_step"]
     _report(result)
     print(f"seconds_per_meta_step={result['seconds_per_meta_step']:.6f}")
@@ -232,16 +228,14 @@ def main(argv=None) -> float:
         f"--inner_steps={k}",
         "--child",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    lines = [x for x in proc.stdout.splitlines() if x.startswith(RESULT)]
-    if proc.returncode != 0 or not lines:
+    result, proc = cli.child_result(cmd)
+    if result is None:
       tail = proc.stderr.strip().splitlines()[-3:]
       print(
           f"inner_steps={k}: failed (exit {proc.returncode}): "
           + " | ".join(tail)
       )
       continue
-    result = json.loads(lines[-1][len(RESULT) :])
     _report(result)
     results.append(result)
   if not results:

@@ -16,12 +16,14 @@ mean over seeds with a 95% bootstrap interval) and each seed's.
 
 from __future__ import annotations
 
-import argparse
-import csv
 from pathlib import Path
+import sys
 
-import suite_settings as suite
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from benchmarks import cli
+from benchmarks import suite_settings as suite
 from disco.comparison import results as results_lib
 from disco.training import analysis
 
@@ -43,7 +45,7 @@ VARIANTS = (
 
 
 def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument("--out", default="/tmp/minigrid_embedding")
   parser.add_argument("--env", default="xminigrid/MiniGrid-Empty-8x8")
   parser.add_argument("--steps", type=int, default=100_000)
@@ -87,12 +89,13 @@ def main(argv=None) -> None:
     print(rows[-1], flush=True)
   if not rows:
     return
-  with open(out / "embedding.csv", "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    writer.writerows(rows)
-  print("\n| variant | rule | env steps | final return (95% CI) | per seed |")
-  print("|---|---|---|---|---|")
+  cli.write_csv(out / "embedding.csv", rows)
+  print(
+      "\n"
+      + cli.table_header(
+          ("variant", "rule", "env steps", "final return (95% CI)", "per seed")
+      )
+  )
   for r in rows:
     print(
         f"| `{r['name']}` | {r['rule']} | {r['env_steps']} | "

@@ -25,17 +25,21 @@ nothing.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
 from pathlib import Path
 import re
+import sys
 
 import jax.numpy as jnp
 import numpy as np
-import suite_settings as suite
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import suite_settings as suite
 from disco import types
 from disco.comparison import results as results_lib
 from disco.environments import base as env_base
@@ -569,7 +573,7 @@ def plot_curves(
 
 
 def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument("--out", default="benchmarks/results/offcatch")
   parser.add_argument("--only", nargs="+", choices=VARIANT_NAMES)
   parser.add_argument("--seeds", type=int, default=2)
@@ -618,15 +622,22 @@ def main(argv=None) -> None:
     folder = run(v, args.seeds, args.budget_scale, out)
     print(" | ".join(str(x) for x in row(v, folder).values()), flush=True)
   rows = table_rows(out)
-  with open(out / "ablation.csv", "w", newline="") as f:
-    writer = csv.DictWriter(f, FIELDS)
-    writer.writeheader()
-    writer.writerows(rows)
+  cli.write_csv(out / "ablation.csv", rows, FIELDS)
   print(
-      "\n| hypothesis | variant | env | env steps | learner steps | final "
-      "return (95% CI) | per seed | entropy |"
+      "\n"
+      + cli.table_header(
+          (
+              "hypothesis",
+              "variant",
+              "env",
+              "env steps",
+              "learner steps",
+              "final return (95% CI)",
+              "per seed",
+              "entropy",
+          )
+      )
   )
-  print("|---|---|---|---|---|---|---|---|")
   for r in rows:
     print(
         f"| {r['hypothesis']} | `{r['variant']}` | {r['env']} | "

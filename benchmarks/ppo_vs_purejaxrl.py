@@ -40,17 +40,19 @@ transitions.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 from pathlib import Path
-import statistics
 import sys
-import time
 import types as pytypes
 
 import jax
 import numpy as np
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import timing
 from disco import agent as agent_lib
 from disco.environments import registry as env_registry
 from disco.training import analysis
@@ -152,9 +154,8 @@ def purejaxrl_runner(ppo, config, seeds):
   rngs = jax.vmap(jax.random.PRNGKey)(np.asarray(seeds))
 
   def run():
-    start = time.perf_counter()
-    info = jax.block_until_ready(train(rngs))["metrics"]
-    seconds = time.perf_counter() - start
+    out, seconds = timing.timed(train, rngs)
+    info = out["metrics"]
     done = np.asarray(info["returned_episode"])  # [S, updates, steps, envs]
     returns = np.asarray(info["returned_episode_returns"])
     metrics = dict(
@@ -203,11 +204,9 @@ def ours_runner(config, seeds):
   loop = loop_lib.EvalLoop(agent, env, loop_config)
 
   def run():
-    states = jax.block_until_ready(loop.init_seeds(seeds))
-    start = time.perf_counter()
-    states, metrics = loop.run(states, {}, iterations)
-    jax.block_until_ready(states)
-    return metrics, time.perf_counter() - start
+    states = timing.block(loop.init_seeds(seeds))
+    (_, metrics), seconds = timing.timed(loop.run, states, {}, iterations)
+    return metrics, seconds
 
   return run
 
@@ -216,7 +215,7 @@ def ours_runner(config, seeds):
 
 
 def main(argv=None) -> dict[str, float]:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument(
       "--purejaxrl", required=True, type=Path, help="purejaxrl checkout"
   )
@@ -269,13 +268,20 @@ def main(argv=None) -> dict[str, float]:
       f"epochs x {config['NUM_MINIBATCHES']} minibatches, "
       f"{args.total_env_steps} env steps per seed; devices: {jax.devices()}"
   )
-  times = {name: [] for name in runners}
   results = {}
-  for _ in range(repeats):  # interleaved
-    for name, run in runners.items():
-      metrics, seconds = run()
-      times[name].append(seconds)
-      results[name] = metrics
+
+  def candidate(name, run):
+    def call():  # keeps the latest call's metrics
+      results[name], seconds = run()
+      return seconds
+
+    return call
+
+  # Interleaved: the first call of each compiles, the others are timed.
+  times = timing.interleave(
+      {name: candidate(name, run) for name, run in runners.items()},
+      repeats - 1,
+  )
   figures = {}
   for name, metrics in results.items():
     scores = analysis.final_scores(metrics, args.last_episodes)
@@ -292,10 +298,10 @@ def main(argv=None) -> dict[str, float]:
     )
     figures[f"{name}_final_return"] = float(np.mean(scores))
     if repeats > 1:
-      steady = statistics.median(times[name][1:])
+      steady = times.median(name)
       rate = env_steps / steady
       print(
-          f"{name}: compile {max(0.0, times[name][0] - steady):.1f} s; "
+          f"{name}: compile {times.compile_seconds(name):.1f} s; "
           f"{rate:.0f} env steps/s over all seeds (median of "
           f"{repeats - 1} calls of {steady:.2f} s)"
       )

@@ -14,7 +14,7 @@ matrix product, a copy; loop bodies once per trip) when
 script sets. Each instruction's matrix-product FLOPs come from the optimised
 HLO (``flops.dot_flops``, counting the products inside a fusion), so every
 row gets its share of the time and its achieved GFLOP/s, beside a large
-float32 matmul (``flops.Matmul``) timed in the same run.
+float32 matmul (``timing.Matmul``) timed in the same run.
 
 Rows are grouped into:
 
@@ -32,20 +32,27 @@ machine; the shares less so depend on the load.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import dataclasses
 import functools
 import glob
 import os
+from pathlib import Path
+import sys
 import tempfile
-import time
 
 _TRACEME = "--xla_cpu_enable_xprof_traceme=true"
 os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_TRACEME}"
 
-import flops  # noqa: E402 - after XLA_FLAGS
-import jax  # noqa: E402
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+import jax  # noqa: E402 - after XLA_FLAGS
+
+from benchmarks import cli  # noqa: E402
+from benchmarks import flops  # noqa: E402
+from benchmarks import meta_train_step  # noqa: E402
+from benchmarks import timing  # noqa: E402
 
 CONTROL_FLOW = ("while", "conditional", "call")
 DATA_MOVEMENT = (
@@ -121,11 +128,10 @@ def traced(run, calls: int) -> tuple[dict[str, list[float]], float]:
   [count, total seconds]}, wall seconds)``."""
   events: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
   with tempfile.TemporaryDirectory(prefix="disco-profile-") as trace_dir:
-    start = time.perf_counter()
-    with jax.profiler.trace(trace_dir):
+    with timing.Stopwatch() as clock, jax.profiler.trace(trace_dir):
       for _ in range(calls):
         run()
-    wall = time.perf_counter() - start
+    wall = clock.wall
     (path,) = glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True)
     for plane in jax.profiler.ProfileData.from_file(path).planes:
       for line in plane.lines:
@@ -224,8 +230,6 @@ def learner_step(tiny: bool):
 def meta_step(tiny: bool, num_agents: int = 2):
   """``(HLO text, run)`` of the meta-training notebook's meta-step
   (``num_agents`` agents)."""
-  import meta_train_step
-
   argv = ["--tiny"] * tiny + [f"--num_agents={num_agents}"]
   plan, state = meta_train_step.build(
       meta_train_step.arg_parser().parse_args(argv), inner_steps=2
@@ -241,7 +245,7 @@ def meta_step(tiny: bool, num_agents: int = 2):
 
 
 def main(argv=None) -> dict[str, dict[str, float]]:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument("--calls", type=int, default=5, help="profiled calls")
   parser.add_argument("--top", type=int, default=12, help="instructions listed")
   parser.add_argument(
@@ -255,7 +259,7 @@ def main(argv=None) -> dict[str, dict[str, float]]:
   args = parser.parse_args(argv)
   if args.calls < 1:
     parser.error("--calls must be >= 1")
-  matmul = flops.Matmul(args.matmul_size)
+  matmul = timing.Matmul(args.matmul_size)
   programs = {
       "learner_step": learner_step,
       "meta_step": functools.partial(meta_step, num_agents=args.num_agents),

@@ -20,7 +20,7 @@ after the other:
    state chained, on batches sampled once from the notebook's replay and
    kept on the device (no replay, no acting);
 4. matmul: a ``--matmul_size`` square float32 ``jnp.dot`` (median of
-   ``--matmul_reps`` calls).
+   ``--matmul_reps`` calls; ``timing.Matmul``).
 
 ``--meta``: the meta-step at the published meta-training notebook's settings
 (2 agents on Catch 5x5, 32 environments, rollouts of 16, 2 inner steps, agent
@@ -48,19 +48,23 @@ machine.
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
-import time
+import sys
 
-import eval_throughput
-import flops
 import jax
-import meta_train_step
 import numpy as np
-import published_meta_train
-import published_notebook as nb
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import eval_throughput
+from benchmarks import flops
+from benchmarks import meta_train_step
+from benchmarks import published_meta_train
+from benchmarks import published_notebook as nb
+from benchmarks import timing
 from disco import weights as weights_lib
 
 EVAL_NOTEBOOK = "colabs/eval.ipynb"
@@ -81,10 +85,6 @@ TINY_EVAL_LOOP_LINES = (
     ("replay_ratio = 32", "replay_ratio = 8"),  # still 2 environments
 )
 LEAN_BATCHES = 4
-
-
-def _median(xs) -> float:
-  return float(np.median(xs))
 
 
 class Rounds:
@@ -140,7 +140,7 @@ class Rounds:
 
   def summary(self) -> dict[str, float]:
     rows = self._rows
-    summary = {k: _median([row[k] for row in rows]) for k in rows[0]}
+    summary = {k: timing.median(row[k] for row in rows) for k in rows[0]}
     print(f"\nmedians over {len(rows)} round(s):")
     for k, v in summary.items():
       print(f"{k}={v:.3f}")
@@ -231,20 +231,21 @@ class PublishedLean:
     ]
 
   def run(self, n: int) -> float:
-    """Learner steps per second over ``n`` steps."""
+    """Seconds per learner step over ``n`` steps."""
     keys = self._keys(n)
-    state = self.state
-    start = time.perf_counter()
-    for i in range(n):
-      state, _, _ = self.step_fn(
-          keys[i], self._batches[i % LEAN_BATCHES], state, *self._fixed, False
-      )
-    jax.block_until_ready(state)
-    seconds = time.perf_counter() - start
+
+    def steps(state):
+      for i in range(n):
+        state, _, _ = self.step_fn(
+            keys[i], self._batches[i % LEAN_BATCHES], state, *self._fixed, False
+        )
+      return state
+
+    state, seconds = timing.timed(steps, self.state)
     if not all(np.isfinite(x).all() for x in jax.tree.leaves(state.params)):
       print("warning: the lean loop's parameters are no longer finite")
     self.state = state
-    return n / seconds
+    return seconds / n
 
 
 def _eval_setup(args):
@@ -301,7 +302,7 @@ def _eval_setup(args):
 
 def eval_compare(args) -> dict[str, float]:
   ours, notebook, lean, gflop = _eval_setup(args)
-  matmul = flops.Matmul(args.matmul_size)
+  matmul = timing.Matmul(args.matmul_size)
   n = args.iterations
   table = Rounds(
       dict(ours=gflop["ours"])
@@ -312,20 +313,38 @@ def eval_compare(args) -> dict[str, float]:
       ),
       in_seconds=False,
   )
-  for _ in range(args.rounds):
-    rate = {}
+
+  def ours_step() -> float:
     ours["states"], _, seconds = eval_throughput.timed_call(
         ours["loop"], ours["states"], ours["meta_params"], n
     )
-    rate["ours"] = n / seconds
-    if notebook:
-      seconds, learner_steps = run_notebook(notebook, n)
-      if learner_steps != n:
-        raise RuntimeError(f"expected {n} learner steps, got {learner_steps}")
-      rate["notebook"] = 1 / _median(seconds)
-      rate["lean"] = lean.run(n)
-    table.add(rate, matmul.gflops(args.matmul_reps))
+    return seconds / n
+
+  def notebook_step() -> float:
+    seconds, learner_steps = run_notebook(notebook, n)
+    if learner_steps != n:
+      raise RuntimeError(f"expected {n} learner steps, got {learner_steps}")
+    return timing.median(seconds)
+
+  candidates = dict(ours=ours_step)
+  if notebook:
+    candidates.update(notebook=notebook_step, lean=lambda: lean.run(n))
+  _rounds(candidates, table, matmul, args)
   return table.summary()
+
+
+def _rounds(candidates, table: Rounds, matmul: timing.Matmul, args) -> None:
+  """``--rounds`` rounds of the candidates (seconds per step), each followed
+  by the matmul; a table row per round."""
+  timing.interleave(
+      candidates,
+      args.rounds,
+      warmup=0,
+      on_round=lambda _, seconds: table.add(
+          {name: 1 / s for name, s in seconds.items()},
+          matmul.gflops(args.matmul_reps),
+      ),
+  )
 
 
 # ------------------------------------------------------------ meta-step ----
@@ -391,23 +410,21 @@ def _meta_setup(args):
 
 def meta_compare(args) -> dict[str, float]:
   ours, notebook, gflop = _meta_setup(args)
-  matmul = flops.Matmul(args.matmul_size)
+  matmul = timing.Matmul(args.matmul_size)
   table = Rounds(
       dict(ours=gflop["ours"])
       | (dict(notebook=gflop["published"]) if notebook else {}),
       in_seconds=True,
   )
-  for _ in range(args.rounds):
-    seconds = []
-    for _ in range(args.steps):
-      ours["state"], _, t = meta_train_step.timed_step(
-          ours["plan"], ours["state"]
-      )
-      seconds.append(t)
-    rate = dict(ours=1 / _median(seconds))
-    if notebook:
-      rate["notebook"] = 1 / _median(notebook.run(args.steps))
-    table.add(rate, matmul.gflops(args.matmul_reps))
+  stepper = timing.Stepper(
+      ours["plan"].population.step, ours["state"], logs=True
+  )
+  candidates = dict(
+      ours=lambda: timing.median(stepper() for _ in range(args.steps))
+  )
+  if notebook:
+    candidates["notebook"] = lambda: timing.median(notebook.run(args.steps))
+  _rounds(candidates, table, matmul, args)
   return table.summary()
 
 
@@ -415,7 +432,7 @@ def meta_compare(args) -> dict[str, float]:
 
 
 def main(argv=None) -> dict[str, float]:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument(
       "--published",
       default=None,

@@ -36,17 +36,21 @@ same pairs as ``disco-meta-train --config.init_seed=1+k --config.seed=4+k``.
 
 from __future__ import annotations
 
-import argparse
 import csv
 from pathlib import Path
 import pickle
-import time
+import sys
 from typing import Any
 
 import jax
 import numpy as np
-import published_notebook as nb
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import published_notebook as nb
+from benchmarks import timing
 from disco import parity
 from disco import weights as weights_lib
 
@@ -272,15 +276,13 @@ def run(args) -> None:
   out.mkdir(parents=True, exist_ok=True)
   ns, config_cell, loop_cell = _namespace(args)
   csv_path, ckpt = out / "rewards.csv", out / CHECKPOINT
-  state = dict(t=time.perf_counter(), last=None)
+  state, clock = dict(last=None), timing.Stopwatch()
 
   def on_step(meta_step, inputs, outputs, per_agent):
     del inputs, per_agent
     log = _unreplicate(outputs[4])
-    now = time.perf_counter()
-    row = dict(meta_step=meta_step + 1, seconds=now - state["t"])
+    row = dict(meta_step=meta_step + 1, seconds=clock.lap())
     row.update({k: float(log[k]) for k in CSV_COLUMNS if k in log})
-    state["t"] = now
     new_file = not csv_path.exists()
     with open(csv_path, "a", newline="") as f:
       writer = csv.DictWriter(f, CSV_COLUMNS)
@@ -423,7 +425,7 @@ def write_fixture(recorded: dict[str, Any], out: Path) -> None:
 
 
 def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument(
       "--published",
       required=True,

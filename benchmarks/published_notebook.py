@@ -21,7 +21,6 @@ import itertools
 import json
 from pathlib import Path
 import sys
-import time
 import types
 from typing import Any
 
@@ -29,6 +28,8 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from benchmarks import timing
 
 
 class NotebookError(RuntimeError):
@@ -189,13 +190,11 @@ class SteppedLoop:
   def tqdm(self, iterable):
     """Stands in for ``tqdm.tqdm``: the items after those already run;
     appends each iteration's seconds to ``self._seconds``."""
-    last = time.perf_counter()
+    clock = timing.Stopwatch()
     for item in itertools.islice(iterable, self.done, None):
       yield item
-      now = time.perf_counter()
-      self._seconds.append(now - last)
+      self._seconds.append(clock.lap())
       self.done += 1
-      last = now
 
   def run(self, n: int) -> list[float]:
     """Runs the next ``n`` iterations; returns the seconds of each."""

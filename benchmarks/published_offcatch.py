@@ -25,7 +25,6 @@ budget compare directly. Finished seeds are not run again.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 import sys
@@ -34,9 +33,11 @@ from dm_env import specs
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import published_notebook as nb
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from benchmarks import cli
+from benchmarks import published_notebook as nb
 from disco import weights as weights_lib
 from disco.environments import lpg_grid
 
@@ -210,7 +211,7 @@ def run_seed(args, seed: int) -> dict:
 
 
 def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument(
       "--published",
       required=True,

@@ -23,12 +23,18 @@ of ``disco``; the numbers it printed are written into the table by hand.
 
 from __future__ import annotations
 
-import argparse
-import time
+from pathlib import Path
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import timing
 
 GYMNAX_ENVS = (
     "CartPole-v1",
@@ -178,7 +184,7 @@ def xminigrid_optimal(name, layout_samples, seed, max_depth=64):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser = cli.parser(__doc__)
   parser.add_argument(
       "--envs", nargs="*", default=list(GYMNAX_ENVS + XMINIGRID_ENVS)
   )
@@ -187,7 +193,7 @@ def main():
   parser.add_argument("--layout_samples", type=int, default=2048)
   args = parser.parse_args()
   for name in args.envs:
-    start = time.time()
+    clock = timing.Stopwatch()
     if name in GYMNAX_ENVS:
       returns = gymnax_returns(name, args.episodes, args.seed)
     elif name in XMINIGRID_ENVS:
@@ -198,7 +204,7 @@ def main():
     print(
         f"{name}: random return {returns.mean():.4f} +- {sem:.4f} (s.e.m.)"
         f" over {returns.size} episodes, seed {args.seed} "
-        f"[{time.time() - start:.0f} s]",
+        f"[{clock.seconds():.0f} s]",
         flush=True,
     )
     if name in XMINIGRID_ENVS:

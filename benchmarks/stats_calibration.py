@@ -23,10 +23,15 @@ SciPy); the default settings take about a minute.
 
 from __future__ import annotations
 
-import argparse
 import datetime
-import time
+from pathlib import Path
+import sys
 
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import timing
 from disco.comparison import aggregates
 from disco.comparison import calibration
 from disco.comparison import significance
@@ -37,10 +42,8 @@ def _cell(rate: calibration.Rate) -> str:
 
 
 def false_positive_table(args) -> list[str]:
-  header = ["test", "scores", *(f"{n} seeds" for n in args.seeds)]
   lines = [
-      "| " + " | ".join(header) + " |",
-      "|" + "---|" * len(header),
+      cli.table_header(["test", "scores", *(f"{n} seeds" for n in args.seeds)])
   ]
   for test in significance.TESTS:
     for scores in calibration.SCORES:
@@ -61,16 +64,12 @@ def false_positive_table(args) -> list[str]:
           cells.append(
               f"refused (needs {significance.min_seeds(test, args.alpha)})"
           )
-      lines.append("| " + " | ".join([test, scores, *cells]) + " |")
+      lines.append(cli.table_row([test, scores, *cells]))
   return lines
 
 
 def coverage_table(args) -> list[str]:
-  header = ["interval", *(f"{n} seeds" for n in args.seeds)]
-  lines = [
-      "| " + " | ".join(header) + " |",
-      "|" + "---|" * len(header),
-  ]
+  lines = [cli.table_header(["interval", *(f"{n} seeds" for n in args.seeds)])]
   for metric in calibration.METRICS:
     cells = []
     for n in args.seeds:
@@ -89,23 +88,21 @@ def coverage_table(args) -> list[str]:
         if metric == "mean_difference"
         else f"bootstrap {metric} ({args.envs} envs)"
     )
-    lines.append("| " + " | ".join([name, *cells]) + " |")
+    lines.append(cli.table_row([name, *cells]))
   predicted = [
       f"{aggregates.approximate_coverage(n, args.envs, args.confidence):.3f}"
       for n in args.seeds
   ]
   lines.append(
-      "| "
-      + " | ".join(
+      cli.table_row(
           [f"report's approximate coverage ({args.envs} envs)", *predicted]
       )
-      + " |"
   )
   return lines
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = cli.parser(__doc__)
   parser.add_argument("--seeds", type=int, nargs="+", default=[2, 3, 5, 10])
   parser.add_argument("--trials", type=int, default=20000)
   parser.add_argument("--reps", type=int, default=500)
@@ -115,7 +112,7 @@ def main() -> None:
   parser.add_argument("--envs", type=int, default=4)
   parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args()
-  start = time.time()
+  clock = timing.Stopwatch()
   print(
       f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC; "
       f"{args.trials} simulated data sets per cell; alpha={args.alpha}, "
@@ -126,7 +123,7 @@ def main() -> None:
   print("\n".join(false_positive_table(args)))
   print(f"\nCoverage of nominal {args.confidence:.0%} intervals:\n")
   print("\n".join(coverage_table(args)))
-  print(f"\n{time.time() - start:.0f} s")
+  print(f"\n{clock.seconds():.0f} s")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ import pytest
 from disco import types
 from disco.environments import delayed_chain
 
+import test_env_contract as contract
+
 B = 4
 
 
@@ -50,21 +52,10 @@ def test_variants_match_the_appendix(variant, obs_size, low, high):
   assert ts.observation.dtype == np.float32
 
 
-def test_reset_and_specs(short):
+def test_reset_shows_the_start_state(short):
+  # The specs' types, shapes and the FIRST timestep: test_env_contract.py.
   state, ts = short.reset(jax.random.PRNGKey(0))
-  assert short.is_jittable and short.batch_size == B
-  spec = short.action_spec()
-  assert spec.shape == () and spec.dtype == np.int32
-  assert (spec.minimum, spec.maximum) == (0, 1) and short.num_actions == 2
-  for x, dtype in (
-      (ts.reward, np.float32),
-      (ts.discount, np.float32),
-      (ts.step_type, np.int32),
-  ):
-    assert x.shape == (B,) and x.dtype == dtype
-  np.testing.assert_array_equal(ts.step_type, types.FIRST)
-  np.testing.assert_array_equal(ts.reward, 0.0)
-  np.testing.assert_array_equal(ts.discount, 1.0)
+  assert short.num_actions == 2
   np.testing.assert_array_equal(state.depth, 0)
   # The start state's one-hot tells the rewarded first action.
   np.testing.assert_array_equal(np.argmax(ts.observation, -1), state.start)
@@ -156,52 +147,22 @@ def test_state_distraction_bits():
   assert not np.array_equal(obs2[:, 2:], obs[:, 2:])  # drawn afresh
 
 
-def _rollout(env, rng, num_steps, action_rng=None):
-  """Resets, then steps ``num_steps`` times with uniform random actions."""
-  reset_rng, own_action_rng = jax.random.split(rng)
-  action_rng = own_action_rng if action_rng is None else action_rng
-  state, first = env.reset(reset_rng)
-
-  def body(state, rng):
-    actions = jax.random.randint(rng, (env.batch_size,), 0, 2)
-    state, ts = env.step(state, actions)
-    return state, (ts, state.depth)
-
-  state, (ts, depth) = jax.lax.scan(
-      body, state, jax.random.split(action_rng, num_steps)
-  )
-  return first, ts, depth, state.length
-
-
-def test_determinism(short):
-  # Not jitted as a whole, so that anything impure in reset/step shows; the
-  # actions come from a fixed key, so only the environment's key differs.
-  actions = jax.random.PRNGKey(0)
-  a = _rollout(short, jax.random.PRNGKey(7), 40, actions)
-  b = _rollout(short, jax.random.PRNGKey(7), 40, actions)
-  c = _rollout(short, jax.random.PRNGKey(8), 40, actions)
-  jax.tree.map(np.testing.assert_array_equal, a, b)
-  assert not np.array_equal(a[1].observation, c[1].observation)
-
-
 @pytest.mark.parametrize("variant", sorted(delayed_chain.VARIANTS))
-def test_jit_vmap_scan(variant):
-  env = delayed_chain.DelayedChain(2, variant)
-  keys = jax.random.split(jax.random.PRNGKey(0), 3)
-  first, ts, depth, length = jax.jit(jax.vmap(lambda k: _rollout(env, k, 100)))(
-      keys
+def test_episodes_last_the_chain_length(variant):
+  # The contract's rollout (jit, vmap, scan; its checks: test_env_contract.py)
+  # of every variant, and what is particular to the chain.
+  env, _, _, (first, ts, states) = contract.rollout(
+      "delayed_chain", variant=variant
   )
-  size = env.observation_spec().shape[0]
-  assert ts.observation.shape == (3, 100, 2, size)
-  np.testing.assert_array_equal(first.step_type, types.FIRST)
+  contract.check_rollout(env, first, ts)
   step_type = np.asarray(ts.step_type)
   last = step_type == types.LAST
-  assert np.isin(step_type, [types.MID, types.LAST]).all()
   np.testing.assert_array_equal(np.asarray(ts.discount), np.where(last, 0, 1))
-  np.testing.assert_array_equal(np.asarray(depth) == 0, last)
+  np.testing.assert_array_equal(np.asarray(states.depth) == 0, last)
   assert np.isin(np.asarray(ts.reward)[last], [-1.0, 1.0]).all()
   # Episodes last exactly the lifetime's chain length.
-  for s in range(3):
+  length = np.asarray(states.length)[:, -1]
+  for s in range(contract.SEEDS):
     ends = np.flatnonzero(last[s, :, 0]) + 1
     assert len(ends) >= 1
     np.testing.assert_array_equal(

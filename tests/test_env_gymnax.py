@@ -14,12 +14,9 @@ from disco import types
 from disco.environments import gymnax_envs
 from disco.environments import suite_utils
 
-from conftest import assert_copies_step_alike
+import test_env_contract as contract
 
 B = 2  # streams
-SEEDS = 2  # vmapped rollouts
-STEPS = 100  # steps per scanned rollout
-LIMIT = 6  # max_steps_in_episode of the semantics test: truncations happen
 
 # id -> (observation shape, number of actions). Every bsuite environment but
 # MNISTBandit-bsuite, which downloads MNIST when it is built (see
@@ -40,12 +37,9 @@ TESTED = {
     "SimpleBandit-bsuite": ((1, 1), 11),
     "FrozenLake-misc": ((), 4),  # an int32 observation, cast to float32
 }
-# Episodes that never reach LIMIT steps: every bandit pull terminates, and a
-# memory chain of length 5 terminates at step 6 (termination wins).
-NO_TRUNCATION = ("SimpleBandit-bsuite", "MemoryChain-bsuite")
 # gymnax's MemoryChain step returns the observation of the state *before*
 # the step (by design of its step_env), except after a reset.
-LAGGED_OBSERVATION = ("MemoryChain-bsuite",)
+LAGGED_OBSERVATION = ("gymnax/MemoryChain-bsuite",)
 CONTINUOUS = (
     "Pendulum-v1",
     "MountainCarContinuous-v0",
@@ -53,54 +47,9 @@ CONTINUOUS = (
     "Reacher-misc",
     "Swimmer-misc",
 )
-
-
-def _rollout_fn(env):
-  """``jit(vmap(run))``: reset, then a ``lax.scan`` of ``STEPS`` random steps.
-
-  ``run(key)`` returns the reset timestep, the ``[STEPS, B]`` timesteps, the
-  package's time counter ``[STEPS, B]`` after every step and the package's
-  own observation of the state after every step.
-  """
-  observe = jax.vmap(
-      lambda s, p: env.package_env.observe(jax.random.PRNGKey(0), s, None, p)
-  )
-
-  def run(key):
-    reset_key, action_key = jax.random.split(key)
-    state, first = env.reset(reset_key)
-    actions = jax.random.randint(
-        action_key, (STEPS, env.batch_size), 0, env.num_actions
-    )
-
-    def step(state, action):
-      state, ts = env.step(state, action)
-      seen = observe(state.env_state, state.params).astype(jnp.float32)
-      return state, (ts, state.env_state.time, seen)
-
-    _, outs = jax.lax.scan(step, state, actions)
-    return (first,) + outs
-
-  return jax.jit(jax.vmap(run))
-
-
-def _check_episodes(ts, time, limit, truncates):
-  """Step types, discounts and the time counter agree ([SEEDS, T, B])."""
-  last = ts.step_type == types.LAST
-  assert set(np.unique(ts.step_type)) <= {types.MID, types.LAST}
-  assert last.any(), "no episode ended"
-  np.testing.assert_array_equal(ts.discount[~last], 1.0)
-  assert set(np.unique(ts.discount)) <= {0.0, 1.0}
-  # The counter before each step (0 after reset), and after it: a LAST step
-  # shows the next episode, whose counter is back at 0.
-  before = np.concatenate([np.zeros_like(time[:, :1]), time[:, :-1]], axis=1)
-  np.testing.assert_array_equal(time[last], 0)
-  np.testing.assert_array_equal(time[~last], before[~last] + 1)
-  # Truncated (LAST, discount 1) exactly at the limit; never past it.
-  truncated = last & (ts.discount == 1.0)
-  assert truncated.any() == truncates
-  np.testing.assert_array_equal(before[truncated] + 1, limit)
-  assert np.all(before[~last] + 1 < limit)
+# The gymnax environments of the environment contract (its rollouts, with
+# its step limit, are shared with the checks below).
+CONTRACT_NAMES = [n for n in contract.NAMES if n.startswith(gymnax_envs.PREFIX)]
 
 
 # ------------------------------------------------------------ registry ----
@@ -210,53 +159,49 @@ def test_mnist_bandit_never_downloads(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("env_id", list(TESTED))
-def test_shapes_semantics_and_determinism(env_id):
+def test_specs_of_each_id(env_id):
   obs_shape, num_actions = TESTED[env_id]
-  env = gymnax_envs.make(env_id, B, max_steps_in_episode=LIMIT)
-  assert env.is_jittable and env.batch_size == B
+  env = gymnax_envs.make(env_id, B, max_steps_in_episode=contract.LIMIT)
   assert env.num_actions == num_actions
   assert env.observation_spec().shape == obs_shape
-  assert env.observation_spec().dtype == np.float32
-  action_spec = env.action_spec()
-  assert action_spec.dtype == np.int32 and action_spec.shape == ()
-  assert (action_spec.minimum, action_spec.maximum) == (0, num_actions - 1)
 
-  state, ts = env.reset(jax.random.PRNGKey(0))
-  assert isinstance(state, suite_utils.SuiteState)
-  assert ts.observation.shape == (B,) + obs_shape
-  assert ts.observation.dtype == np.float32
-  np.testing.assert_array_equal(ts.step_type, types.FIRST)
-  np.testing.assert_array_equal(ts.reward, 0.0)
-  np.testing.assert_array_equal(ts.discount, 1.0)
-  # Every leaf leads with the stream axis (copies / search along it work).
-  for leaf in jax.tree.leaves(state):
-    assert leaf.shape[:1] == (B,)
 
-  rollout = _rollout_fn(env)
-  keys = jax.random.split(jax.random.PRNGKey(1), SEEDS)
-  first, ts, time, seen = jax.device_get(rollout(keys))
-  assert ts.observation.shape == (SEEDS, STEPS, B) + obs_shape
-  assert ts.observation.dtype == np.float32
-  assert ts.reward.shape == ts.discount.shape == (SEEDS, STEPS, B)
-  assert ts.reward.dtype == ts.discount.dtype == np.float32
-  assert ts.step_type.dtype == np.int32
-  np.testing.assert_array_equal(first.step_type, types.FIRST)
-  _check_episodes(ts, time, LIMIT, env_id not in NO_TRUNCATION)
-  # A LAST step shows the new state's observation: the next episode's first.
-  last = ts.step_type == types.LAST
-  np.testing.assert_array_equal(ts.observation[last], seen[last])
-  if env_id not in LAGGED_OBSERVATION:
-    np.testing.assert_array_equal(ts.observation, seen)
-
-  # Same keys, same trajectories (also when the seeds are reordered); other
-  # keys, other ones.
-  again = jax.device_get(rollout(keys))
-  jax.tree.map(np.testing.assert_array_equal, (first, ts, time, seen), again)
-  swapped = jax.device_get(rollout(keys[::-1]))[1]
-  jax.tree.map(
-      lambda a, b: np.testing.assert_array_equal(a[0], b[1]), ts, swapped
+def _observe(env, states):
+  """The package's own observation of every state ``[..., B]``."""
+  lead = states.env_state.time.shape
+  flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[len(lead) :]), states)
+  observe = jax.jit(
+      jax.vmap(
+          lambda s, p: env.package_env.observe(
+              jax.random.PRNGKey(0), s, None, p
+          )
+      )
   )
-  assert not all(np.array_equal(x[0], x[1]) for x in jax.tree.leaves(ts))
+  seen = observe(flat.env_state, flat.params).astype(jnp.float32)
+  return np.asarray(seen).reshape(lead + seen.shape[1:])
+
+
+@pytest.mark.parametrize("name", CONTRACT_NAMES)
+def test_step_types_and_observations_follow_the_package(name):
+  env, _, _, (_, ts, states) = contract.rollout(
+      name, **contract.settings_for(name)
+  )
+  assert isinstance(states, suite_utils.SuiteState)
+  # The package's time counter before each step (0 after reset), and after
+  # it: a LAST step shows the next episode, whose counter is back at 0.
+  time = np.asarray(states.env_state.time)
+  last = ts.step_type == types.LAST
+  before = np.concatenate([np.zeros_like(time[:, :1]), time[:, :-1]], axis=1)
+  np.testing.assert_array_equal(time[last], 0)
+  np.testing.assert_array_equal(time[~last], before[~last] + 1)
+  # Truncated (LAST, discount 1) exactly when the package's limit is hit.
+  truncated = last & (ts.discount == 1.0)
+  np.testing.assert_array_equal(before[truncated] + 1, contract.LIMIT)
+  # A LAST step shows the new state's observation: the next episode's first.
+  seen = _observe(env, states)
+  np.testing.assert_array_equal(ts.observation[last], seen[last])
+  if name not in LAGGED_OBSERVATION:
+    np.testing.assert_array_equal(ts.observation, seen)
 
 
 def test_cartpole_truncation_is_last_with_discount_one():
@@ -301,11 +246,6 @@ def test_cartpole_fallen_pole_is_last_with_discount_zero():
     np.testing.assert_array_equal(state.env_state.time[new], 0)
     ended |= last
   assert ended.all(), "the pole never fell"
-
-
-def test_state_copies_step_alike():
-  env = gymnax_envs.make("Breakout-MinAtar", B)
-  assert_copies_step_alike(env, jnp.array([0, 2], jnp.int32))
 
 
 def test_streams_use_the_parameters_in_their_state():

@@ -10,6 +10,8 @@ import pytest
 from disco import types
 from disco.environments import lpg_grid
 
+import test_env_contract as contract
+
 B = 3
 STAY, NORTH, EAST, SOUTH, WEST, NORTHWEST = 0, 1, 3, 5, 7, 8
 
@@ -109,27 +111,12 @@ def test_layout_maps_connected():
     assert len(seen) == free.sum(), layout.name
 
 
-def test_reset_shapes_specs_and_first_step(dense):
+def test_reset_state_and_one_hot_observation(dense):
+  # The specs' types, shapes and the FIRST timestep: test_env_contract.py.
   state, ts = dense.reset(jax.random.PRNGKey(0))
   num_states = 121 * 2**4
-  assert dense.is_jittable and dense.batch_size == B
   assert dense.num_actions == 9 and dense.num_states == num_states
   assert dense.observation_spec().shape == (num_states,)
-  assert dense.observation_spec().dtype == np.float32
-  spec = dense.action_spec()
-  assert spec.shape == () and spec.dtype == np.int32
-  assert (spec.minimum, spec.maximum) == (0, 8)
-  assert ts.observation.shape == (B, num_states)
-  assert ts.observation.dtype == np.float32
-  for x, dtype in (
-      (ts.reward, np.float32),
-      (ts.discount, np.float32),
-      (ts.step_type, np.int32),
-  ):
-    assert x.shape == (B,) and x.dtype == dtype
-  np.testing.assert_array_equal(ts.step_type, types.FIRST)
-  np.testing.assert_array_equal(ts.reward, 0.0)
-  np.testing.assert_array_equal(ts.discount, 1.0)
   np.testing.assert_array_equal(state.present, True)
   np.testing.assert_array_equal(state.time, 0)
   cells = np.asarray(state.object_cells)
@@ -325,56 +312,25 @@ def test_random_features():
   assert not np.allclose(other.tables.features, features)
 
 
-def _rollout(env, rng, num_steps, action_rng=None):
-  """Resets, then steps ``num_steps`` times with uniform random actions."""
-  reset_rng, own_action_rng = jax.random.split(rng)
-  action_rng = own_action_rng if action_rng is None else action_rng
-  state, first = env.reset(reset_rng)
-
-  def body(state, rng):
-    actions = jax.random.randint(rng, (env.batch_size,), 0, env.num_actions)
-    state, ts = env.step(state, actions)
-    return state, (ts, state.time)
-
-  state, (ts, times) = jax.lax.scan(
-      body, state, jax.random.split(action_rng, num_steps)
-  )
-  return first, ts, times
-
-
-def test_determinism(dense):
-  # Not jitted as a whole, so that anything impure in reset/step shows; the
-  # actions come from a fixed key, so only the environment's key differs.
-  actions = jax.random.PRNGKey(0)
-  a = _rollout(dense, jax.random.PRNGKey(5), 30, actions)
-  b = _rollout(dense, jax.random.PRNGKey(5), 30, actions)
-  c = _rollout(dense, jax.random.PRNGKey(6), 30, actions)
-  jax.tree.map(np.testing.assert_array_equal, a, b)
-  assert not np.array_equal(a[1].observation, c[1].observation)
-
-
 @pytest.mark.parametrize("name", sorted(lpg_grid.LAYOUTS))
-def test_every_layout_runs_under_jit_vmap_scan(name):
-  env = lpg_grid.LpgGridWorld(2, name)
-  keys = jax.random.split(jax.random.PRNGKey(0), 3)
-  first, ts, times = jax.jit(jax.vmap(lambda k: _rollout(env, k, 100)))(keys)
-  assert ts.observation.shape == (3, 100, 2, env.num_states)
-  assert ts.reward.shape == ts.step_type.shape == (3, 100, 2)
-  np.testing.assert_array_equal(first.step_type, types.FIRST)
-  step_type, discount = np.asarray(ts.step_type), np.asarray(ts.discount)
-  assert np.isin(step_type, [types.MID, types.LAST]).all()
-  assert (discount[step_type == types.MID] == 1.0).all()
+def test_every_layout_rolls_out_as_the_table_says(name):
+  # The contract's rollout (jit, vmap, scan; its checks: test_env_contract.py)
+  # of every layout, and what is particular to the grid worlds.
+  env, _, _, (first, ts, states) = contract.rollout(f"lpg/{name}")
+  contract.check_rollout(env, first, ts)
+  assert ts.observation.shape == (
+      contract.SEEDS,
+      contract.STEPS,
+      2,
+      env.num_states,
+  )
+  step_type = np.asarray(ts.step_type)
   assert np.isin(ts.reward, np.unique(env.tables.rewards).tolist() + [0]).all()
   np.testing.assert_array_equal(np.asarray(ts.observation).sum(-1), 1.0)
   # The episode clock restarts exactly on LAST.
-  np.testing.assert_array_equal(np.asarray(times) == 0, step_type == types.LAST)
-  if name == "dense":  # the vmapped run of a key equals its unbatched run
-    single = jax.jit(lambda k: _rollout(env, k, 100))(keys[1])
-    jax.tree.map(
-        lambda x, y: np.testing.assert_array_equal(x[1], y),
-        (first, ts, times),
-        single,
-    )
+  np.testing.assert_array_equal(
+      np.asarray(states.time) == 0, step_type == types.LAST
+  )
 
 
 @pytest.mark.parametrize(

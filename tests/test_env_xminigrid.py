@@ -14,102 +14,69 @@ from disco import types
 from disco.environments import suite_utils
 from disco.environments import xminigrid_envs
 
-from conftest import assert_copies_step_alike
+import test_env_contract as contract
 
 B = 2  # streams
-SEEDS = 2  # vmapped rollouts
-STEPS = 100  # steps per scanned rollout
-LIMIT = 9  # max_steps of the semantics test: truncations happen
 XLAND = "XLand-MiniGrid-R1-9x9"
 FORWARD, TURN_RIGHT = 0, 1
+# The xminigrid environments of the environment contract (its rollouts, with
+# its step limit and ruleset file, are shared with the checks below).
+CONTRACT_NAMES = [
+    n for n in contract.NAMES if n.startswith(xminigrid_envs.PREFIX)
+]
 
 
 @pytest.fixture(scope="module")
 def benchmark_path(tmp_path_factory):
-  """A two-ruleset benchmark file in xminigrid's format (bz2 pickle).
-
-  Ruleset 0: reach a red ball (stand next to it and move forward into it);
-  objects: the ball and a green square. Ruleset 1: hold a green square, made
-  by picking up the red ball (the only object).
-  """
-  # pylint: disable=g-import-not-at-top
-  from xminigrid import benchmarks
-  from xminigrid.core import constants
-  from xminigrid.core import goals
-  from xminigrid.core import rules
-  # pylint: enable=g-import-not-at-top
-  tiles, colors = constants.Tiles, constants.Colors
-  ball = constants.TILES_REGISTRY[tiles.BALL, colors.RED]
-  square = constants.TILES_REGISTRY[tiles.SQUARE, colors.GREEN]
-  nothing = constants.TILES_REGISTRY[tiles.EMPTY, colors.EMPTY]
-  rulesets = [
-      (goals.AgentNearGoal(tile=ball), rules.EmptyRule(), (ball, square)),
-      (
-          goals.AgentHoldGoal(tile=square),
-          rules.AgentHoldRule(tile=ball, prod_tile=square),
-          (ball, nothing),
-      ),
-  ]
-  contents = dict(
-      goals=np.stack([np.asarray(g.encode()) for g, _, _ in rulesets]),
-      rules=np.stack([np.asarray(r.encode())[None] for _, r, _ in rulesets]),
-      init_tiles=np.asarray([t for _, _, t in rulesets], np.uint8),
-      num_rules=np.asarray([[0], [1]], np.uint8),
+  """The contract's two-ruleset benchmark file
+  (``test_env_contract.xland_benchmark_file``)."""
+  return contract.xland_benchmark_file(
+      tmp_path_factory.mktemp("xland") / "tiny_benchmark"
   )
-  path = tmp_path_factory.mktemp("xland") / "tiny_benchmark"
-  benchmarks.save_bz2_pickle(contents, str(path))
-  return path
 
 
-# id -> (settings of the semantics test, observation shape). The XLand room
-# is shrunk to 5x5 so that random play also reaches the goal.
-TESTED = {
-    "MiniGrid-Empty-8x8": (dict(), (7, 7, 2)),
-    "MiniGrid-DoorKey-5x5": (dict(), (7, 7, 2)),
-    "MiniGrid-FourRooms": (dict(), (7, 7, 2)),
-    XLAND: (dict(height=5, width=5, ruleset_id=0), (5, 5, 2)),
-}
-
-
-def _make(env_id, batch_size, benchmark_path, **settings):
-  if env_id.startswith("XLand"):
-    settings["benchmark_path"] = str(benchmark_path)
-  return xminigrid_envs.make(env_id, batch_size, **settings)
-
-
-def _rollout_fn(env):
-  """``jit(vmap(run))``: reset, then a ``lax.scan`` of ``STEPS`` random steps.
-
-  ``run(key)`` returns the reset timestep, the ``[STEPS, B]`` timesteps, the
-  package's step counter after every step and xminigrid's own view of the
-  state after every step.
-  """
+def _view(env, states):
+  """xminigrid's own view of every state ``[..., B]``."""
   from xminigrid.core import observation  # pylint: disable=g-import-not-at-top
 
+  package = states.env_state.state
+  lead = package.step_num.shape
+  flat = jax.tree.map(
+      lambda x: x.reshape((-1,) + x.shape[len(lead) :]), package
+  )
   size = env.params.view_size
-  view = jax.vmap(
-      lambda s: observation.transparent_field_of_view(
-          s.grid, s.agent, size, size
+  view = jax.jit(
+      jax.vmap(
+          lambda s: observation.transparent_field_of_view(
+              s.grid, s.agent, size, size
+          )
       )
   )
+  seen = np.asarray(view(flat)).astype(np.float32)
+  return seen.reshape(lead + seen.shape[1:])
 
-  def run(key):
-    reset_key, action_key = jax.random.split(key)
-    state, first = env.reset(reset_key)
-    actions = jax.random.randint(
-        action_key, (STEPS, env.batch_size), 0, env.num_actions
-    )
 
-    def step(state, action):
-      state, ts = env.step(state, action)
-      package_state = state.env_state.state
-      seen = view(package_state).astype(jnp.float32)
-      return state, (ts, package_state.step_num, seen)
-
-    _, outs = jax.lax.scan(step, state, actions)
-    return (first,) + outs
-
-  return jax.jit(jax.vmap(run))
+def _check_against_the_package(env, ts, states, limit):
+  """Step types follow xminigrid's step counter, rewards its goal, and each
+  observation is xminigrid's view of the state after the step (after LAST,
+  the next episode's)."""
+  count = np.asarray(states.env_state.state.step_num)
+  last = ts.step_type == types.LAST
+  before = np.concatenate([np.zeros_like(count[:, :1]), count[:, :-1]], 1)
+  np.testing.assert_array_equal(count[last], 0)
+  np.testing.assert_array_equal(count[~last], before[~last] + 1)
+  truncated = last & (ts.discount == 1.0)
+  terminated = last & (ts.discount == 0.0)
+  np.testing.assert_array_equal(before[truncated] + 1, limit)
+  # Only reaching the goal pays: 1 - 0.9 * steps / max_steps.
+  np.testing.assert_allclose(
+      ts.reward[terminated],
+      1.0 - 0.9 * (before[terminated] + 1) / limit,
+      rtol=1e-6,
+  )
+  np.testing.assert_array_equal(ts.reward[~terminated], 0.0)
+  np.testing.assert_array_equal(ts.observation, _view(env, states))
+  return terminated
 
 
 # ------------------------------------------------------------ registry ----
@@ -223,67 +190,31 @@ def test_xland_ruleset_comes_from_the_file(benchmark_path):
 # ----------------------------------------------------------- semantics ----
 
 
-@pytest.mark.parametrize("env_id", list(TESTED))
-def test_shapes_semantics_and_determinism(env_id, benchmark_path):
-  settings, obs_shape = TESTED[env_id]
-  env = _make(env_id, B, benchmark_path, max_steps=LIMIT, **settings)
-  assert env.is_jittable and env.batch_size == B and env.num_actions == 6
-  assert env.observation_spec().shape == obs_shape
-  assert env.observation_spec().dtype == np.float32
-  action_spec = env.action_spec()
-  assert action_spec.dtype == np.int32 and action_spec.shape == ()
-  assert (action_spec.minimum, action_spec.maximum) == (0, 5)
-
-  state, ts = env.reset(jax.random.PRNGKey(0))
-  assert isinstance(state, suite_utils.SuiteState)
-  assert ts.observation.shape == (B,) + obs_shape
-  assert ts.observation.dtype == np.float32
-  np.testing.assert_array_equal(ts.step_type, types.FIRST)
-  np.testing.assert_array_equal(ts.reward, 0.0)
-  np.testing.assert_array_equal(ts.discount, 1.0)
-  for leaf in jax.tree.leaves(state):
-    assert leaf.shape[:1] == (B,)
-
-  rollout = _rollout_fn(env)
-  keys = jax.random.split(jax.random.PRNGKey(1), SEEDS)
-  first, ts, count, seen = jax.device_get(rollout(keys))
-  assert ts.observation.shape == (SEEDS, STEPS, B) + obs_shape
-  assert ts.observation.dtype == np.float32  # xminigrid's are uint8
-  assert ts.reward.shape == ts.discount.shape == (SEEDS, STEPS, B)
-  assert ts.reward.dtype == ts.discount.dtype == np.float32
-  assert ts.step_type.dtype == np.int32
-  np.testing.assert_array_equal(first.step_type, types.FIRST)
-
-  last = ts.step_type == types.LAST
-  assert set(np.unique(ts.step_type)) <= {types.MID, types.LAST}
-  np.testing.assert_array_equal(ts.discount[~last], 1.0)
-  before = np.concatenate([np.zeros_like(count[:, :1]), count[:, :-1]], 1)
-  np.testing.assert_array_equal(count[last], 0)
-  np.testing.assert_array_equal(count[~last], before[~last] + 1)
-  truncated = last & (ts.discount == 1.0)
-  terminated = last & (ts.discount == 0.0)
-  assert truncated.any()
-  np.testing.assert_array_equal(before[truncated] + 1, LIMIT)
-  assert np.all(before[~last] + 1 < LIMIT)
-  # Only reaching the goal pays: 1 - 0.9 * steps / max_steps.
-  np.testing.assert_allclose(
-      ts.reward[terminated],
-      1.0 - 0.9 * (before[terminated] + 1) / LIMIT,
-      rtol=1e-6,
+@pytest.mark.parametrize("name", CONTRACT_NAMES)
+def test_step_types_rewards_and_views_follow_the_package(name, benchmark_path):
+  env, _, _, (_, ts, states) = contract.rollout(
+      name, **contract.settings_for(name, benchmark_path)
   )
-  np.testing.assert_array_equal(ts.reward[~terminated], 0.0)
-  if env_id == XLAND:
-    assert terminated.any(), "random play never reached the ball"
-  # Each observation is the state's view: after LAST, the next episode's.
-  np.testing.assert_array_equal(ts.observation, seen)
+  assert env.num_actions == 6
+  assert isinstance(states, suite_utils.SuiteState)
+  _check_against_the_package(env, ts, states, contract.LIMIT)
 
-  again = jax.device_get(rollout(keys))
-  jax.tree.map(np.testing.assert_array_equal, (first, ts, count, seen), again)
-  swapped = jax.device_get(rollout(keys[::-1]))[1]
-  jax.tree.map(
-      lambda a, b: np.testing.assert_array_equal(a[0], b[1]), ts, swapped
+
+def test_xland_random_play_reaches_the_goal(benchmark_path):
+  # The room shrunk to 5x5 so that random play reaches the red ball.
+  limit = 9
+  env, _, _, (first, ts, states) = contract.rollout(
+      f"xminigrid/{XLAND}",
+      height=5,
+      width=5,
+      ruleset_id=0,
+      max_steps=limit,
+      benchmark_path=str(benchmark_path),
   )
-  assert not np.array_equal(ts.observation[0], ts.observation[1])
+  assert env.observation_spec().shape == (5, 5, 2)
+  contract.check_rollout(env, first, ts, limit)
+  terminated = _check_against_the_package(env, ts, states, limit)
+  assert terminated.any(), "random play never reached the ball"
 
 
 def test_empty_goal_is_a_termination_and_resets():
@@ -320,8 +251,3 @@ def test_empty_step_limit_is_a_truncation():
     np.testing.assert_array_equal(ts.reward, 0.0)
   np.testing.assert_array_equal(ts.observation, start.observation)
   np.testing.assert_array_equal(state.env_state.state.step_num, 0)
-
-
-def test_state_copies_step_alike():
-  env = xminigrid_envs.make("MiniGrid-Empty-8x8", B)
-  assert_copies_step_alike(env, jnp.array([0, 1], jnp.int32))

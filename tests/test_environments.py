@@ -138,17 +138,6 @@ def test_step_under_scan_and_vmap(env):
   np.testing.assert_array_equal(new.game[1, :, 3], COLUMNS // 2 + 1)
 
 
-def test_same_key_same_trajectory(env):
-  actions = jnp.ones((B,), jnp.int32)
-  s1, t1 = env.reset(jax.random.PRNGKey(7))
-  s2, t2 = env.reset(jax.random.PRNGKey(7))
-  for _ in range(ROWS):
-    s1, t1 = env.step(s1, actions)
-    s2, t2 = env.step(s2, actions)
-  equal = jax.tree.map(np.array_equal, (s1, t1), (s2, t2))
-  assert all(jax.tree.leaves(equal))
-
-
 def test_jittable_and_dm_env_agree_step_by_step(env):
   """Same actions and ball columns give identical timesteps, with resets."""
   num_steps = 4 * (ROWS - 1) + 2  # several episodes and auto-resets

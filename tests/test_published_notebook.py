@@ -6,14 +6,9 @@ structure as the notebooks' loop cells.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-import conftest
-
-sys.path.insert(0, str(conftest.REPO_DIR / "benchmarks"))
-import published_notebook as nb
+from benchmarks import published_notebook as nb
 
 LOOP_CELL = """\
 seen = []

@@ -1,0 +1,141 @@
+"""The benchmark scripts' shared pieces: ``benchmarks/timing.py``,
+``benchmarks/cli.py`` and ``benchmarks/meta_runs.py`` (no script runs)."""
+
+from __future__ import annotations
+
+import csv
+import sys
+
+import pytest
+
+from benchmarks import cli
+from benchmarks import meta_runs
+from benchmarks import timing
+
+
+def test_interleave_warms_up_each_then_times_round_robin():
+  calls = []
+
+  def candidate(name, seconds):
+    def call():
+      calls.append(name)
+      return seconds.pop(0)
+
+    return call
+
+  warmed, rounds = [], []
+  times = timing.interleave(
+      dict(
+          a=candidate("a", [9.0, 8.0, 1.0, 3.0, 2.0]),
+          b=candidate("b", [5.0, 4.0, 2.0, 2.0, 6.0]),
+      ),
+      rounds=3,
+      warmup=2,
+      on_warm=lambda name, s: warmed.append((name, list(s))),
+      on_round=lambda i, s: rounds.append((i, dict(s))),
+  )
+  assert calls == ["a", "a", "b", "b"] + ["a", "b"] * 3
+  assert warmed == [("a", [9.0, 8.0]), ("b", [5.0, 4.0])]
+  assert rounds[0] == (0, dict(a=1.0, b=2.0)) and len(rounds) == 3
+  assert times.first == dict(a=9.0, b=5.0)
+  assert times.rounds == dict(a=[1.0, 3.0, 2.0], b=[2.0, 2.0, 6.0])
+  assert times.median("a") == 2.0 and times.mean("b") == pytest.approx(10 / 3)
+  assert times.ratio("b", "a") == 1.0
+  assert times.compile_seconds("a") == 7.0
+  assert timing.median([4.0, 1.0, 3.0, 2.0]) == 2.5
+
+
+def test_stepper_advances_its_state_and_keeps_the_logs():
+  stepper = timing.Stepper(lambda s: (s + 1, {"step": s}), 0, logs=True)
+  first, times = timing.repeat(stepper, 3)
+  assert stepper.state == 4 and stepper.logs == {"step": 3}
+  assert first >= 0 and len(times) == 3 and min(times) >= 0
+  plain = timing.Stepper(lambda s: s * 2, 1)
+  plain()
+  assert plain.state == 2 and plain.logs is None
+
+
+def test_stopwatch_laps_and_phases():
+  clock = timing.Stopwatch()
+  laps = [clock.lap() for _ in range(3)]
+  assert min(laps) >= 0 and clock.seconds() >= 0
+  with timing.Stopwatch() as phase:
+    sum(range(10_000))
+  assert phase.wall >= 0 and phase.cpu >= 0
+
+
+def _flags(name):
+  return lambda p: p.add_argument(f"--{name}", default=name)
+
+
+def test_run_commands_runs_one_command_or_all_in_turn():
+  ran = []
+  commands = dict(
+      run=cli.Command(
+          lambda a: ran.append(("run", a.root, a.run)), _flags("run")
+      ),
+      report=cli.Command(
+          lambda a: ran.append(("report", a.root, a.report)), _flags("report")
+      ),
+  )
+
+  def shared(p):
+    p.add_argument("--root", required=True)
+
+  cli.run_commands(
+      "A script.\n\nMore.",
+      commands,
+      shared,
+      ("run", "report"),
+      ["report", "--root=r"],
+  )
+  assert ran == [("report", "r", "report")]
+  ran.clear()
+  args = cli.run_commands(
+      "A script.",
+      commands,
+      shared,
+      ("run", "report"),
+      ["all", "--root=r", "--run=x", "--report=y"],
+  )
+  assert ran == [("run", "r", "x"), ("report", "r", "y")]
+  assert args.command == "all"
+  with pytest.raises(SystemExit):  # the report's own flag is not run's
+    cli.run_commands(
+        "A script.", commands, shared, (), ["run", "--root=r", "--report=y"]
+    )
+
+
+def test_tables_csv_and_child_results(tmp_path, capsys):
+  assert cli.table_header(["a", "b"]) == "| a | b |\n|---|---|"
+  assert cli.table_row(["x", 1]) == "| x | 1 |"
+  cli.write_csv(tmp_path / "rows.csv", [dict(a=1, b=2), dict(a=3, b=4)])
+  with open(tmp_path / "rows.csv", newline="") as f:
+    assert list(csv.DictReader(f)) == [dict(a="1", b="2"), dict(a="3", b="4")]
+  cli.write_table(tmp_path, "| t |\n")
+  assert (tmp_path / "table.md").read_text() == "| t |\n"
+  assert "| t |" in capsys.readouterr().out
+  figures, proc = cli.child_result(
+      [sys.executable, "-c", "print('noise'); print('RESULT {\"x\": 1}')"]
+  )
+  assert figures == {"x": 1} and proc.returncode == 0
+  figures, proc = cli.child_result(
+      [sys.executable, "-c", "raise SystemExit(3)"]
+  )
+  assert figures is None and proc.returncode == 3
+
+
+def test_run_each_skips_finished_runs_and_keeps_the_order(tmp_path, capsys):
+  started = []
+  meta_runs.run_each(
+      tmp_path,
+      meta_runs.seed_major(["a", "b"], 2),
+      lambda name, out: out.name == "b-s0",
+      lambda name, seed, out: started.append((name, seed, out.name)),
+      only=["a-s0", "b-s0", "a-s1"],
+  )
+  assert started == [("a", 0, "a-s0"), ("a", 1, "a-s1")]
+  assert "b-s0: done" in capsys.readouterr().out
+  for name in ("a-s1", "a-s0", "b-s0"):
+    (tmp_path / name).mkdir()
+  assert [p.name for p in meta_runs.run_dirs(tmp_path, "a")] == ["a-s0", "a-s1"]
