@@ -26,9 +26,9 @@ import numpy as np
 
 from disco import agent as agent_lib
 from disco.environments import catch
-from disco.launch import common
 from disco.training import analysis
 from disco.training import loop
+from disco.update_rules import resolve
 
 RULES = ("actor_critic", "policy_gradient", "mpo", "spo")
 LOSS_MASKS = agent_lib.LOSS_MASKS
@@ -52,7 +52,7 @@ LOOPS = {
 
 def run_rule(rule: str, loss_mask: str, args) -> dict:
   """Steps to the threshold per seed (None: not reached) and final scores."""
-  resolved = common.resolve_rule(
+  resolved = resolve.resolve_rule(
       rule, args.weights if rule == "disco103" else None
   )
   resolved.settings.loss_mask = loss_mask

@@ -39,7 +39,7 @@ if not __package__:  # run as a file: import the other scripts as a package
 
 from benchmarks import cli
 from benchmarks import meta_runs
-from disco.launch import validation as validation_lib
+from disco.meta import validation as validation_lib
 
 WINDOW = 20
 VALIDATION = (

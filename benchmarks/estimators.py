@@ -30,7 +30,7 @@ from benchmarks import timing
 
 
 def _config(args, estimator: str):
-  from disco.launch import meta_train as mt
+  from disco.meta import trainer as mt
 
   config = mt.default_config()
   agents = {"backprop": args.num_agents, "pes": args.particles, "es": 1}
@@ -86,7 +86,7 @@ def main(argv=None) -> None:
   parser.add_argument("--tiny", action="store_true")
   args = parser.parse_args(argv)
 
-  from disco.launch import meta_train as mt
+  from disco.meta import trainer as mt
 
   names = args.estimators.split(",")
   plans, steppers = {}, {}

@@ -237,7 +237,7 @@ def meta_step(inner_steps: int = 2, remat: bool = False, max_unrolled=2):
   """The meta-training notebook's meta-step, lowered."""
   import tempfile
 
-  from disco.launch import meta_train as mt
+  from disco.meta import trainer as mt
 
   config = mt.default_config()
   config.inner_steps = inner_steps

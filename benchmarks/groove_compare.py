@@ -260,10 +260,10 @@ def groove_step(groove: Path, args):
 def our_step(args, out_dir: Path):
   """Our population's meta-step, initial state and (ES) env steps per
   generation (configs/meta_train_lpg)."""
-  from disco.launch import common
-  from disco.launch import meta_train as mt
+  from disco import checks
+  from disco.meta import trainer as mt
 
-  config = common.load_config_file(REPO / "configs" / "meta_train_lpg.py", None)
+  config = checks.load_config_file(REPO / "configs" / "meta_train_lpg.py", None)
   es = args.estimator == "es"
   # The config's grid-world settings (tabular states as indices).
   (dense,) = [g for g in config.population if g["env"] == "lpg/dense"]

@@ -64,8 +64,8 @@ from benchmarks import groove_compare
 from benchmarks import meta_runs
 from benchmarks import timing
 from disco import files
-from disco.launch import validation as validation_lib
 from disco.meta import history as history_lib
+from disco.meta import validation as validation_lib
 
 SIDES = ("ours", "groove")
 # Our grid-world names and GROOVE's modes for the same layouts.

@@ -35,7 +35,7 @@ if not __package__:  # run as a file: import the other scripts as a package
 
 from benchmarks import cli
 from benchmarks import meta_runs
-from disco.launch import validation as validation_lib
+from disco.meta import validation as validation_lib
 
 KINDS = ("uniform", "plr", "groove")
 # Held-out environments. lpg/dense is not in the normalisation table:

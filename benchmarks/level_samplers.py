@@ -30,7 +30,7 @@ from benchmarks import timing
 
 
 def _config(args, kind: str):
-  from disco.launch import meta_train as mt
+  from disco.meta import trainer as mt
 
   config = mt.default_config()
   config.population = (
@@ -71,7 +71,7 @@ def main(argv=None) -> None:
   parser.add_argument("--tiny", action="store_true")
   args = parser.parse_args(argv)
 
-  from disco.launch import meta_train as mt
+  from disco.meta import trainer as mt
 
   kinds = args.kinds.split(",")
   steppers = {}

@@ -12,8 +12,8 @@ import sys
 
 import numpy as np
 
-from disco.launch import validation as validation_lib
 from disco.meta import history as history_lib
+from disco.meta import validation as validation_lib
 
 
 def run_dirs(root: Path, name: str) -> list[Path]:

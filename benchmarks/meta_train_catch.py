@@ -26,9 +26,10 @@ import sys
 
 import numpy as np
 
-from disco.launch import common
-from disco.launch import meta_train as mt
+from disco import errors
+from disco import run_folders
 from disco.meta import history as history_lib
+from disco.meta import trainer as mt
 
 TARGET = 0.2
 
@@ -73,8 +74,8 @@ def main(argv=None) -> float:
     config.value_fn.dense = (8, 8)
   try:
     summary = mt.train(config, progress=not args.no_progress)
-  except common.UsageError as e:
-    print(f"meta_train_catch: error: {common.one_line(e)}", file=sys.stderr)
+  except errors.UsageError as e:
+    print(f"meta_train_catch: error: {errors.one_line(e)}", file=sys.stderr)
     sys.exit(2)
 
   history = history_lib.MetricsHistory.read_csv(
@@ -91,7 +92,7 @@ def main(argv=None) -> float:
       f"(target >= {TARGET:+.2f}: "
       f"{'reached' if final >= TARGET else 'not reached'}); "
       f"{summary['meta_steps']} meta-steps, "
-      f"{common.fmt(summary['seconds_per_meta_step'], 3)} s each."
+      f"{run_folders.fmt(summary['seconds_per_meta_step'], 3)} s each."
   )
   print(f"final_reward_per_step={final:.6f}")
   return final

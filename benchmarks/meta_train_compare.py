@@ -79,7 +79,7 @@ def run(args) -> None:
     ]
     subprocess.run(command, check=True)
     return
-  from disco.launch import meta_train as mt
+  from disco.meta import trainer as mt
 
   config = mt.default_config()
   config.num_meta_steps = args.steps

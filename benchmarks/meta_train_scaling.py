@@ -59,7 +59,7 @@ from benchmarks import timing
 
 
 def _config(args, agents: int, process_id: int | None, port: int | None):
-  from disco.launch import meta_train as mt
+  from disco.meta import trainer as mt
 
   config = mt.default_config()
   config.population = (
@@ -140,8 +140,8 @@ def sweep(args, process_id: int | None = None, port: int | None = None):
   import jax
   import numpy as np
 
-  from disco.launch import distributed
-  from disco.launch import meta_train as mt
+  from disco import distributed
+  from disco.meta import trainer as mt
 
   if process_id is not None:
     block = mt.default_config().distributed

@@ -38,7 +38,7 @@ from benchmarks import timing
 
 
 def _config(args, inner_steps: int):
-  from disco.launch import meta_train as mt
+  from disco.meta import trainer as mt
 
   config = mt.default_config()
   config.population = (
@@ -80,7 +80,7 @@ def build(args, inner_steps: int):
   """``(plan, initial state)`` of the population that ``args`` describe."""
   import jax
 
-  from disco.launch import meta_train as mt
+  from disco.meta import trainer as mt
 
   config = _config(args, inner_steps)
   plan = mt.build(config)

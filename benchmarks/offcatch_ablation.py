@@ -40,11 +40,11 @@ if not __package__:  # run as a file: import the other scripts as a package
 
 from benchmarks import cli
 from benchmarks import suite_settings as suite
+from disco import evaluation
 from disco import types
 from disco.comparison import results as results_lib
 from disco.environments import base as env_base
 from disco.environments import registry
-from disco.launch import evaluate
 from disco.training import analysis
 from disco.update_rules import registry as rule_registry
 
@@ -386,7 +386,7 @@ FIELDS = (
 def _config(v: dict, seeds: int, budget_scale: float, folder: Path):
   overrides = dict(v["overrides"])
   loop = overrides.pop("loop", "on_policy")
-  config = evaluate.default_config()
+  config = evaluation.default_config()
   config.update(
       dict(
           rule=v["rule"],

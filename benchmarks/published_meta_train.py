@@ -313,7 +313,7 @@ def run(args) -> None:
 
 
 def _export(path: Path, meta_params, args) -> None:
-  from disco.launch import meta_train as mt
+  from disco.meta import trainer as mt
   from disco.update_rules import registry
 
   mt.export_meta_params(

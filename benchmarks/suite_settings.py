@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from disco import evaluation
 from disco.comparison import results as results_lib
 from disco.environments import registry
-from disco.launch import evaluate
 
 # (name, settings, env steps per seed, conv torso channels).
 SUITE = (
@@ -99,7 +99,7 @@ def eval_config(
     **overrides: Any,
 ):
   """The ``disco-eval`` config of a run. ``loop`` None: the rule's own."""
-  config = evaluate.default_config()
+  config = evaluation.default_config()
   config.update(
       dict(
           rule=rule,
@@ -129,7 +129,9 @@ def run(config, folder: Path) -> Path:
   """Trains ``config`` into ``folder`` (unless it holds a finished run)."""
   if (folder / results_lib.SUMMARY).is_file():
     return folder
-  plan = evaluate.build(config, log=lambda _: None)
-  evaluate.write_config(plan)
-  evaluate.write(plan, evaluate.run(plan, lambda _: None, True), lambda _: None)
+  plan = evaluation.build(config, log=lambda _: None)
+  evaluation.write_config(plan)
+  evaluation.write(
+      plan, evaluation.run(plan, lambda _: None, True), lambda _: None
+  )
   return folder

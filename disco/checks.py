@@ -72,9 +72,38 @@ def config_path(name: str) -> Path:
   return Path(configs_pkg.__file__).resolve().parent / f"{name}.py"
 
 
+def config_or_default(
+    config: config_dict.ConfigDict | None, name: str
+) -> config_dict.ConfigDict:
+  """A copy of ``config``, or launcher ``name``'s default config."""
+  if config is None:
+    return load_config(name)
+  return config.copy_and_resolve_references()
+
+
 def load_config(name: str) -> config_dict.ConfigDict:
   """The default config of launcher ``name``."""
   return runpy.run_path(str(config_path(name)))["get_config"]()
+
+
+def load_config_file(path: Path, arg: str | None) -> config_dict.ConfigDict:
+  """``get_config()`` (or ``get_config(arg)``) of an ml_collections file."""
+  if not path.is_file():
+    raise UsageError(f"Config file {path} does not exist.")
+  try:
+    get_config = runpy.run_path(str(path))["get_config"]
+    config = get_config() if arg is None else get_config(arg)
+  except Exception as e:  # noqa: BLE001 - a broken config file is bad input
+    raise UsageError(
+        f"Config file {path} does not load: {type(e).__name__}: "
+        f"{one_line(e)}"
+    ) from None
+  if not isinstance(config, config_dict.ConfigDict):
+    raise UsageError(
+        f"Config file {path} did not give a ConfigDict "
+        f"({type(config).__name__})."
+    )
+  return config
 
 
 def check_config_keys(

@@ -8,11 +8,11 @@ import jax
 import numpy as np
 import pytest
 
+from disco import checks
 from disco import errors
 from disco import evaluation
 from disco import run_folders
 from disco import weights as weights_lib
-from disco.launch import common
 from disco.meta import drift_distillation
 from disco.meta import follower
 from disco.meta import run_folder
@@ -41,7 +41,7 @@ TINY_LPO = [
 
 
 def _config(tmp_path):
-  config = common.load_config_file(
+  config = checks.load_config_file(
       REPO_DIR / "configs" / "meta_train_lpo.py", None
   )
   config.population = (dict(env="catch", env_settings=dict(rows=5, columns=5)),)

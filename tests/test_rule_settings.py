@@ -462,7 +462,7 @@ def test_configs_with_old_spellings_train_the_same_rule(tmp_path):
   config = test_evaluate_launcher.tiny_config(
       tmp_path, rule="policy_gradient", rule_kwargs=dict(entropy_cost=0.05)
   )
-  plan = evaluate.build(config)
+  plan = evaluation.build(config)
   assert plan.rule.rule.hyper_params["entropy_cost"] == 0.05
   assert plan.rule.settings.hyper_params.entropy_cost == 0.05
   assert "entropy_cost" not in plan.rule.settings.rule_kwargs
@@ -474,7 +474,7 @@ def test_configs_with_old_spellings_train_the_same_rule(tmp_path):
   assert config.hyper_params.entropy_cost == 0.01
   config.update(test_evaluate_launcher.tiny_config(tmp_path).to_dict())
   config.rule = "policy_gradient"
-  assert evaluate.build(config).rule.rule.hyper_params["entropy_cost"] == 0.05
+  assert evaluation.build(config).rule.rule.hyper_params["entropy_cost"] == 0.05
   config.hyper_params.entropy_cost = 0.1
   with pytest.raises(
       errors.UsageError,
@@ -482,7 +482,7 @@ def test_configs_with_old_spellings_train_the_same_rule(tmp_path):
       r"config.hyper_params.entropy_cost\) is 0.05 but "
       r"config.hyper_params.entropy_cost is 0.1 .*give only",
   ) as info:
-    evaluate.build(config)
+    evaluation.build(config)
   _one_line(str(info.value))
 
 

@@ -629,11 +629,7 @@ def make_config(
   Raises:
     UsageError: an unknown key or a value of the wrong type.
   """
-  config = (
-      default_config()
-      if config is None
-      else config.copy_and_resolve_references()
-  )
+  config = checks.config_or_default(config, CONFIG_NAME)
   rules = overrides.get("rules")
   if isinstance(rules, str):
     rules = (rules,)

@@ -14,7 +14,6 @@ from collections.abc import Callable, Sequence
 import difflib
 from pathlib import Path
 import re
-import runpy
 import sys
 from typing import Any, NoReturn
 
@@ -76,26 +75,6 @@ def config_file_from_argv(
   return Path(path), arg, rest
 
 
-def load_config_file(path: Path, arg: str | None) -> config_dict.ConfigDict:
-  """``get_config()`` (or ``get_config(arg)``) of an ml_collections file."""
-  if not path.is_file():
-    raise UsageError(f"Config file {path} does not exist.")
-  try:
-    get_config = runpy.run_path(str(path))["get_config"]
-    config = get_config() if arg is None else get_config(arg)
-  except Exception as e:  # noqa: BLE001 - a broken config file is bad input
-    raise UsageError(
-        f"Config file {path} does not load: {type(e).__name__}: "
-        f"{one_line(e)}"
-    ) from None
-  if not isinstance(config, config_dict.ConfigDict):
-    raise UsageError(
-        f"Config file {path} did not give a ConfigDict "
-        f"({type(config).__name__})."
-    )
-  return config
-
-
 def unknown_override(
     argv: Sequence[str], config: config_dict.ConfigDict
 ) -> str | None:
@@ -152,7 +131,7 @@ def parse_config_flags(
   """
   fv = flags.FLAGS if flag_values is None else flag_values
   path, arg, argv = config_file_from_argv(list(argv), default_config)
-  config = load_config_file(path, arg)
+  config = checks.load_config_file(path, arg)
   if prepare is not None:
     prepare(config, argv)
   try:
@@ -216,6 +195,42 @@ def _define_rule_listing_flags() -> None:
   )
 
 
+def _call_body(
+    program: str,
+    body: Callable[[config_dict.ConfigDict], Any],
+    config: config_dict.ConfigDict,
+    argv: Sequence[str],
+) -> None:
+  """``body(config)`` with the compilation cache, its failures as one line
+  and an exit status."""
+  cache_folder = compile_cache.enable(
+      config.get("compilation_cache", ""), program
+  )
+  compile_stats = compile_cache.CompileStats()
+  try:
+    if len(argv) > 1:
+      raise UsageError(
+          f"Unexpected argument(s) {list(argv[1:])}: settings "
+          "are given as --config.<key>=<value>."
+      )
+    listed = body(config) is LISTED
+    if not listed and jax.process_index() == 0:  # as the other output
+      print(compile_stats.describe(cache_folder))
+  except UsageError as e:
+    fail(program, e)
+  except errors.Diverged as e:
+    fail(program, e, errors.DIVERGED_EXIT)
+  except errors.ResourceError as e:
+    fail(program, e, errors.RESOURCE_EXIT)
+  except KeyboardInterrupt:
+    sys.exit(errors.INTERRUPTED_EXIT)
+  except Exception as e:
+    message = errors.resource_message(e, "run the same command again.")
+    if message is None:
+      raise
+    fail(program, message, errors.RESOURCE_EXIT)
+
+
 def run_launcher(
     program: str,
     doc: str,
@@ -230,9 +245,10 @@ def run_launcher(
   ``body(config)`` with the persistent compilation cache that
   ``config.compilation_cache`` names (`disco.compile_cache`), then prints what
   it saved (unless ``body`` returns ``LISTED``: it printed a listing). A
-  ``UsageError`` (while parsing or from ``body``) prints one line and exits with status 2, ``errors.Diverged`` one
-  line and status 3, a ``errors.ResourceError`` (or a full disk or exhausted device
-  memory that ``body`` did not name) one line and status 1. Ctrl-C and
+  ``UsageError`` (while parsing or from ``body``) prints one line and exits
+  with status 2, ``errors.Diverged`` one line and status 3, an
+  ``errors.ResourceError`` (or a full disk or exhausted device memory that
+  ``body`` did not name) one line and status 1. Ctrl-C and
   SIGTERM set a flag that ``body`` checks at safe points (``check_stop``),
   where it may save its state; the program then exits with status 130.
   """
@@ -271,32 +287,6 @@ def run_launcher(
     # SIGTERM (e.g. a scheduler's pre-emption) is handled like Ctrl-C: a
     # flag checked at safe points.
     stopping.install_stop_handlers(program)
-    config = flags.FLAGS.config
-    cache_folder = compile_cache.enable(
-        config.get("compilation_cache", ""), program
-    )
-    compile_stats = compile_cache.CompileStats()
-    try:
-      if len(argv) > 1:
-        raise UsageError(
-            f"Unexpected argument(s) {list(argv[1:])}: settings "
-            "are given as --config.<key>=<value>."
-        )
-      listed = body(config) is LISTED
-      if not listed and jax.process_index() == 0:  # as the other output
-        print(compile_stats.describe(cache_folder))
-    except UsageError as e:
-      fail(program, e)
-    except errors.Diverged as e:
-      fail(program, e, errors.DIVERGED_EXIT)
-    except errors.ResourceError as e:
-      fail(program, e, errors.RESOURCE_EXIT)
-    except KeyboardInterrupt:
-      sys.exit(errors.INTERRUPTED_EXIT)
-    except Exception as e:
-      message = errors.resource_message(e, "run the same command again.")
-      if message is None:
-        raise
-      fail(program, message, errors.RESOURCE_EXIT)
+    _call_body(program, body, flags.FLAGS.config, argv)
 
   app.run(main, flags_parser=flags_parser)

@@ -41,14 +41,6 @@ PROGRAM = evaluation.PROGRAM
 CONFIG_NAME = evaluation.CONFIG_NAME
 LIST = "list"
 
-# Kept for disco.meta.validation and benchmarks/suite_settings.py until
-# they call disco.evaluation (remove then).
-Plan = evaluation.Plan
-build = evaluation.build
-run = evaluation.run
-write = evaluation.write
-write_config = evaluation.write_config
-
 
 def default_config() -> config_dict.ConfigDict:
   """The config of ``configs/evaluate.py``."""

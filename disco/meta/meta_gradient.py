@@ -111,6 +111,56 @@ def inner_updates(
   return learner, value_state, logs, meta_out
 
 
+def _validation_loss(
+    agent: agent_lib.Agent,
+    value_fn: value_function.ValueFunction,
+    learner: types.LearnerState,
+    value_state: value_function.ValueState,
+    valid_rollout: types.ActorRollout,
+    meta_out: Any,
+    config: OuterLossConfig,
+) -> tuple[jax.Array, types.Logs]:
+  """The meta-loss on the validation rollout ``[T'+1, B, ...]`` after the
+  inner updates (policy gradient with the value function's advantages, the
+  entropy bonus and the rule's regulariser), and its logs."""
+  # The outer loss reads the validation outputs' per-action entries only
+  # where the rule says so; the backward pass then skips the others.
+  grad_actions = (
+      valid_rollout.actions
+      if agent.rule.model_losses_read_taken_actions
+      else None
+  )
+  valid_out = agent.unroll(
+      learner.params, valid_rollout.observations, grad_actions
+  )
+  value_outs, _, _, _ = value_fn.value_outs(
+      value_state, valid_rollout, valid_out["logits"]
+  )
+  actions = valid_rollout.actions[:-1]
+  logits = valid_out["logits"][:-1]
+  pg_loss = losses.policy_gradient_loss(
+      logits, actions, jax.lax.stop_gradient(value_outs.normalized_adv)
+  )
+  entropy = distrax.Softmax(logits).entropy().mean()
+  rule_reg, rule_logs = agent.rule.meta_regularizer(
+      meta_out, valid_out, actions
+  )
+  reg_loss = -config.entropy_cost * entropy + rule_reg
+  meta_loss = pg_loss.mean() + reg_loss
+  meta_logs = dict(
+      meta_loss=meta_loss,
+      pg_loss=pg_loss.mean(),
+      reg_loss=reg_loss,
+      entropy=entropy,
+      adv=value_outs.adv.mean(),
+      normalized_adv=value_outs.normalized_adv.mean(),
+      value=value_outs.value.mean(),
+      val_importance_weight=jnp.mean(jnp.minimum(value_outs.rho, 1.0)),
+      **rule_logs,
+  )
+  return meta_loss, meta_logs
+
+
 def outer_loss(
     meta_params: types.MetaParams,
     agent: agent_lib.Agent,
@@ -157,40 +207,8 @@ def outer_loss(
       config.max_unrolled_inner_steps,
   )
 
-  # The outer loss reads the validation outputs' per-action entries only
-  # where the rule says so; the backward pass then skips the others.
-  grad_actions = (
-      valid_rollout.actions
-      if agent.rule.model_losses_read_taken_actions
-      else None
-  )
-  valid_out = agent.unroll(
-      learner.params, valid_rollout.observations, grad_actions
-  )
-  value_outs, _, _, _ = value_fn.value_outs(
-      value_state, valid_rollout, valid_out["logits"]
-  )
-  actions = valid_rollout.actions[:-1]
-  logits = valid_out["logits"][:-1]
-  pg_loss = losses.policy_gradient_loss(
-      logits, actions, jax.lax.stop_gradient(value_outs.normalized_adv)
-  )
-  entropy = distrax.Softmax(logits).entropy().mean()
-  rule_reg, rule_logs = agent.rule.meta_regularizer(
-      meta_out, valid_out, actions
-  )
-  reg_loss = -config.entropy_cost * entropy + rule_reg
-  meta_loss = pg_loss.mean() + reg_loss
-  meta_logs = dict(
-      meta_loss=meta_loss,
-      pg_loss=pg_loss.mean(),
-      reg_loss=reg_loss,
-      entropy=entropy,
-      adv=value_outs.adv.mean(),
-      normalized_adv=value_outs.normalized_adv.mean(),
-      value=value_outs.value.mean(),
-      val_importance_weight=jnp.mean(jnp.minimum(value_outs.rho, 1.0)),
-      **rule_logs,
+  meta_loss, meta_logs = _validation_loss(
+      agent, value_fn, learner, value_state, valid_rollout, meta_out, config
   )
   train_logs = jax.tree.map(jnp.mean, train_logs)
   return meta_loss, (learner, value_state, train_logs, meta_logs)

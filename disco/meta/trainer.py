@@ -398,11 +398,7 @@ def meta_train(
   ``es={'population_size': 8}``: a dict updates that block). Every setting
   is checked before anything runs.
   """
-  config = (
-      default_config()
-      if config is None
-      else config.copy_and_resolve_references()
-  )
+  config = checks.config_or_default(config, CONFIG_NAME)
   rule = str(overrides.get("rule") or config.rule)
   checks.override(
       config, overrides, lambda path: rule_settings.new_spelling(rule, path)

@@ -142,6 +142,25 @@ def _prepend_zero_step(x: Array) -> Array:
   return jnp.concatenate([jnp.zeros_like(x[:1]), x], axis=0)
 
 
+def _retrace_targets(rewards, discounts, target_q_a, target_values, c_t):
+  """Retrace's ``G_t`` ``[T, B]`` from ``[T, B]`` rewards, discounts, target
+  ``Q(s_t, a_t)`` and traces ``c_t``, and ``[T+1, B]`` target values."""
+  # rlax's estimator yields a return for the state *before* the first reward
+  # it is given; a zero dummy step aligns its output with Q(s_t, a_t).
+  per_sequence = functools.partial(
+      rlax.general_off_policy_returns_from_q_and_v,
+      stop_target_gradients=True,
+  )
+  q_target = jax.vmap(per_sequence, in_axes=1, out_axes=1)(
+      target_q_a,
+      target_values,
+      _prepend_zero_step(rewards),
+      _prepend_zero_step(discounts),
+      c_t,
+  )
+  return q_target[1:]
+
+
 def retrace(
     rewards: Array,
     env_discounts: Array,
@@ -162,9 +181,8 @@ def retrace(
                        + c_{t+1} G_{t+1}),   G_{T-1} = r + g * V(s_T),
 
   with ``g_t = env_discounts[t] * discount``, ``c_t = lambda_ * min(1,
-  rho_t)``, and ``V``/``Q`` taken from the target estimates (computed with
-  ``rlax.general_off_policy_returns_from_q_and_v``; no gradient flows
-  through the targets).
+  rho_t)``, and ``V``/``Q`` the target estimates (no gradient flows through
+  the targets).
 
   Args:
     rewards: ``[T, B]`` reward of each transition.
@@ -173,12 +191,9 @@ def retrace(
     rho: ``[T, B]`` importance weights ``pi/mu`` of the taken actions.
     values: ``[T+1, B]`` state values being trained.
     q_values: ``[T+1, B, A]`` action values being trained.
-    target_values: ``[T+1, B]`` state values for targets; defaults to
-      ``values``.
-    target_q_values: ``[T+1, B, A]`` action values for targets; defaults to
-      ``q_values``.
-    discount: scalar discount factor.
-    lambda_: scalar trace parameter.
+    target_values: ``[T+1, B]`` state values for targets (``values``).
+    target_q_values: ``[T+1, B, A]`` ... for targets (``q_values``).
+    discount, lambda_: scalar discount factor and trace parameter.
 
   Returns:
     A `types.ValueOuts` with
@@ -189,10 +204,8 @@ def retrace(
       ``td`` ``[T, B]``: ``value_target - values[:-1]``;
       ``qv_adv`` ``[T+1, B, A]``: ``target_q_values - target_values[..., None]``.
   """
-  if target_values is None:
-    target_values = values
-  if target_q_values is None:
-    target_q_values = q_values
+  target_values = values if target_values is None else target_values
+  target_q_values = q_values if target_q_values is None else target_q_values
   chex.assert_rank(
       [values, target_values, q_values, target_q_values], [2, 2, 3, 3]
   )
@@ -203,22 +216,14 @@ def retrace(
   q_a = rlax.batched_index(q_values[:-1], actions)
   target_q_a = rlax.batched_index(target_q_values[:-1], actions)
 
-  discounts = env_discounts * discount
-  # rlax's estimator yields a return for the state *before* the first reward
-  # it is given; a zero dummy step aligns its output with Q(s_t, a_t).
-  padded_rewards = _prepend_zero_step(rewards)
-  padded_discounts = _prepend_zero_step(discounts)
   clipped_rho = jnp.minimum(rho, 1.0)
-  c_t = lambda_ * clipped_rho
-
-  per_sequence = functools.partial(
-      rlax.general_off_policy_returns_from_q_and_v,
-      stop_target_gradients=True,
+  q_target = _retrace_targets(
+      rewards,
+      env_discounts * discount,
+      target_q_a,
+      target_values,
+      lambda_ * clipped_rho,
   )
-  q_target = jax.vmap(per_sequence, in_axes=1, out_axes=1)(
-      target_q_a, target_values, padded_rewards, padded_discounts, c_t
-  )
-  q_target = q_target[1:]
 
   qv_adv = target_q_values - jnp.expand_dims(target_values, axis=2)
   adv = q_target - target_values[:-1]
