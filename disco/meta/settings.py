@@ -23,7 +23,6 @@ from disco import checks
 from disco import distributed
 from disco import errors
 from disco import run_folders
-from disco import tracking
 from disco.environments import registry as env_registry
 from disco.meta import divergence
 from disco.meta import es as es_lib
@@ -464,13 +463,6 @@ def _output_dir(config) -> Path:
   return run_folders.output_dir(config.output_dir, "meta")
 
 
-def _tracking(spec) -> tuple[str, ...]:
-  try:
-    return tracking.parse(spec)
-  except tracking.TrackingError as e:
-    raise UsageError(f"config.tracking: {one_line(e)}") from None
-
-
 # ------------------------------------------------------------ the pass ----
 
 
@@ -543,7 +535,7 @@ def _from_config(config: config_dict.ConfigDict) -> MetaTrainSettings:
       level_sampler=sampler,
       validation=p.get(validation_lib.parse_settings, config.validation),
       distributed=distributed_settings,
-      tracking=p.get(_tracking, config.tracking),
+      tracking=p.get(checks.check_tracking, config.tracking),
   )
   p.raise_if_any()
   return settings
