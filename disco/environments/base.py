@@ -15,6 +15,13 @@ Two kinds exist:
     own state (``state`` is ignored and may be ``None``); they are driven from
     a host loop.
 
+Actions. A discrete environment takes ``[B]`` int32 actions (its spec: int32,
+shape ``()``); a continuous one takes ``[B, D]`` float32 actions (its spec:
+float32, shape ``[D]``, with bounds ``minimum``/``maximum`` ``[D]``) and clips
+what it is given to those bounds, so that an unbounded policy (a Gaussian) may
+act on it and keep its unclipped samples for its log-probabilities.
+``is_continuous`` tells the two apart.
+
 Levels. A jittable environment may also expose *levels*: a level is a pytree
 of arrays holding the parameters that one lifetime's ``reset`` fixes (a grid
 world's size, walls and objects; a chain's length), with the same shapes and
@@ -34,6 +41,7 @@ import abc
 from typing import Any
 
 from dm_env import specs
+import numpy as np
 
 from disco import types
 
@@ -78,7 +86,9 @@ class Environment(abc.ABC):
 
   @abc.abstractmethod
   def action_spec(self) -> specs.BoundedArray:
-    """Spec of a single (unbatched) discrete action: int32, shape ()."""
+    """Spec of a single (unbatched) action: a discrete action is int32 of
+    shape ``()`` in ``[minimum, maximum]``; a continuous one is float32 of
+    shape ``[D]`` with per-dimension bounds (``step`` clips actions to them)."""
 
   has_levels: bool = False
 
@@ -93,6 +103,26 @@ class Environment(abc.ABC):
     return {}
 
   @property
+  def is_continuous(self) -> bool:
+    """Whether actions are real vectors ``[D]`` rather than indices."""
+    return is_continuous(self.action_spec())
+
+  @property
   def num_actions(self) -> int:
+    """The number of discrete actions ``A``.
+
+    Raises:
+      ValueError: for a continuous action space (it has no such number).
+    """
     spec = self.action_spec()
+    if is_continuous(spec):
+      raise ValueError(
+          f"{type(self).__name__} has continuous actions of shape "
+          f"{tuple(spec.shape)}; it has no number of discrete actions."
+      )
     return int(spec.maximum) - int(spec.minimum) + 1
+
+
+def is_continuous(action_spec: specs.Array) -> bool:
+  """Whether ``action_spec`` describes continuous (floating) actions."""
+  return bool(np.issubdtype(np.dtype(action_spec.dtype), np.floating))
