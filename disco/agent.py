@@ -20,6 +20,7 @@ from ml_collections import config_dict
 import optax
 
 from disco import optimizers
+from disco import policies
 from disco import types
 from disco.networks import agent_nets
 from disco.update_rules import base
@@ -33,7 +34,8 @@ class Agent:
 
   Args:
     rule: the update rule.
-    num_actions: number of discrete actions ``A``.
+    num_actions: number of discrete actions ``A`` (a categorical policy); or
+      None with ``policy``.
     net_config: agent network settings.
     learning_rate: Adam learning rate.
     max_abs_update: elementwise clip of Adam's update direction (None: no
@@ -50,12 +52,15 @@ class Agent:
     adam_eps: epsilon of Adam's denominator.
     learning_rate_decay_steps: if given, the learning rate falls linearly to
       0 over this many updates (see ``optimizers.agent_optimizer``).
+    policy: the action distribution (``disco.policies``); None: a
+      categorical one over ``num_actions``. A continuous policy needs a rule
+      with ``supports_continuous_actions``.
   """
 
   def __init__(
       self,
       rule: base.UpdateRule,
-      num_actions: int,
+      num_actions: int | None,
       net_config: agent_nets.NetConfig,
       learning_rate: float,
       max_abs_update: float | None = 1.0,
@@ -64,9 +69,22 @@ class Agent:
       max_grad_norm: float | None = None,
       adam_eps: float = optimizers.DEFAULT_ADAM_EPS,
       learning_rate_decay_steps: int | None = None,
+      policy: policies.Policy | None = None,
   ):
-    if num_actions < 2:
-      raise ValueError(f"num_actions must be >= 2, got {num_actions}.")
+    if policy is None:
+      if num_actions is None or num_actions < 2:
+        raise ValueError(f"num_actions must be >= 2, got {num_actions}.")
+      policy = policies.Categorical(num_actions)
+    elif num_actions is not None and (
+        policy.is_continuous or policy.param_size != num_actions
+    ):
+      raise ValueError(
+          f"num_actions={num_actions} does not match the policy {policy}."
+      )
+    if not policy.is_continuous and policy.param_size < 2:
+      raise ValueError(f"num_actions must be >= 2, got {policy.param_size}.")
+    if policy.is_continuous and not rule.supports_continuous_actions:
+      raise ValueError(continuous_refusal(rule))
     if loss_mask not in LOSS_MASKS:
       raise ValueError(
           f"Unknown loss_mask {loss_mask!r}; use one of "
@@ -74,14 +92,17 @@ class Agent:
       )
     self.loss_mask = loss_mask
     self.rule = rule
-    self.num_actions = num_actions
+    self.policy = policy
+    # The size of the policy output (for a categorical policy, ``A``).
+    self.num_actions = policy.param_size
     self.net_config = net_config
     self.axis_name = axis_name
     self.network: hk.Transformed = agent_nets.make_network(
         net_config,
-        num_actions,
-        rule.flat_output_spec(num_actions),
-        rule.model_output_spec(num_actions),
+        self.num_actions,
+        rule.flat_output_spec(self.num_actions),
+        rule.model_output_spec(self.num_actions),
+        policy=policy,
     )
     self.optimizer = optimizers.agent_optimizer(
         learning_rate,
@@ -162,11 +183,12 @@ class Agent:
         rule_state=rule_state,
         env=env,
         env_state=env_state,
+        policy=self.policy,
     )
     actions, extras = self.rule.select_action(rng, agent_out, context)
     return types.ActorTimestep(
         observations=timestep.observation,
-        actions=actions.astype(jnp.int32),
+        actions=actions.astype(self.policy.action_dtype),
         rewards=timestep.reward,
         step_types=timestep.step_type,
         discounts=timestep.discount,
@@ -201,6 +223,7 @@ class Agent:
         actor_extras=rollout.extras,
         is_truncated=is_truncated,
         mask=mask.astype(jnp.float32),
+        policy=self.policy,
     )
 
   def unroll_meta_net(
@@ -343,13 +366,26 @@ class Agent:
     return update.learner_state, update.logs
 
 
+def continuous_refusal(rule: base.UpdateRule, name: str | None = None) -> str:
+  """One line on why ``rule`` (registered as ``name``) cannot train on
+  continuous actions."""
+  return (
+      f"Rule {name or type(rule).__name__} cannot act in a continuous action "
+      "space: "
+      f"{rule.continuous_actions_refusal}. Use a discrete-action environment, "
+      "or a rule that supports continuous actions: "
+      f"{', '.join(registry.continuous_rule_names())}."
+  )
+
+
 def make_agent(
     settings: config_dict.ConfigDict,
-    num_actions: int,
+    num_actions: int | None = None,
     rule: base.UpdateRule | None = None,
     axis_name: str | None = None,
     num_updates: int | None = None,
     observation_spec: specs.Array | None = None,
+    action_spec: specs.BoundedArray | None = None,
 ) -> Agent:
   """The agent that ``settings`` describe (see ``update_rules.registry``).
 
@@ -357,7 +393,7 @@ def make_agent(
     settings: agent settings (``rule``, ``rule_kwargs``, ``hyper_params``,
       ``learning_rate``, ``max_abs_update``, ``max_grad_norm``,
       ``adam_eps``, ``anneal_learning_rate``, ``loss_mask``, ``network``).
-    num_actions: ``A``.
+    num_actions: ``A`` of a categorical policy (or give ``action_spec``).
     rule: the rule, if already built from ``settings`` (else built here).
     axis_name: see ``Agent``.
     num_updates: the optimiser steps of the whole run; needed (only) with
@@ -367,13 +403,26 @@ def make_agent(
       checked against it and takes its state indices with
       ``network.obs_embedding="one_hot"`` (``NetConfig.with_observation``).
       None: not checked, and the network cannot take index observations.
+    action_spec: the environment's action spec, instead of ``num_actions``:
+      the policy is ``policies.make_policy(action_spec, settings.policy)``
+      (a Gaussian for continuous actions).
 
   Raises:
-    ValueError: for an unknown rule or bad settings, or a network that
-      cannot take ``observation_spec``'s observations.
+    ValueError: for an unknown rule or bad settings, a network that cannot
+      take ``observation_spec``'s observations, or a rule that cannot act in
+      ``action_spec``'s (continuous) action space.
   """
+  if (num_actions is None) == (action_spec is None):
+    raise ValueError("make_agent needs num_actions or action_spec (not both).")
   if rule is None:
     rule = registry.make_rule(settings)
+  policy = None
+  if action_spec is not None:
+    policy = policies.make_policy(
+        action_spec, registry.as_dict(settings.get("policy", None) or {})
+    )
+    if policy.is_continuous and not rule.supports_continuous_actions:
+      raise ValueError(continuous_refusal(rule, settings.get("rule")))
   network = settings.network
   if isinstance(network, config_dict.ConfigDict):
     network = network.to_dict()
@@ -400,4 +449,5 @@ def make_agent(
       max_grad_norm=settings.get("max_grad_norm", None),
       adam_eps=settings.get("adam_eps", optimizers.DEFAULT_ADAM_EPS),
       learning_rate_decay_steps=decay_steps,
+      policy=policy,
   )

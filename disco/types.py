@@ -20,6 +20,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from disco import policies
+
 Array = jax.Array
 ArrayTree = chex.ArrayTree
 Params = Mapping[str, Mapping[str, Array]]  # haiku parameters
@@ -66,7 +68,8 @@ class ActorTimestep:
 
   Attributes:
     observations: ``[B, ...]`` observation the action was chosen at.
-    actions: ``[B]`` int32 chosen actions.
+    actions: ``[B]`` int32 (discrete) or ``[B, D]`` float32 (continuous)
+      chosen actions, as the policy drew them (unclipped).
     rewards: ``[B]`` reward received on arriving at this observation.
     step_types: ``[B]`` int32 step type of arriving here (FIRST, MID, LAST;
       at LAST the observation is already the next episode's first).
@@ -75,7 +78,8 @@ class ActorTimestep:
       discount 1).
     agent_outs: dict of ``[B, ...]`` acting-network outputs named by the
       rule's ``behaviour_outputs``.
-    logits: ``[B, A]`` logits of the behaviour policy.
+    logits: ``[B, P]`` parameters of the behaviour policy (``A`` logits,
+      or a Gaussian's ``2 D`` mean and log-std; see ``disco.policies``).
     extras: rule-specific acting outputs (e.g. SPO search statistics).
   """
 
@@ -150,7 +154,8 @@ class UpdateRuleInputs:
 
   Attributes:
     observations: ``[T+1, B, ...]``.
-    actions: ``[T+1, B]`` (the last one is not part of any transition).
+    actions: ``[T+1, B]`` int32 (discrete) or ``[T+1, B, D]`` float32
+      (continuous) actions (the last one is not part of any transition).
     rewards: ``[T, B]`` reward of transition t.
     is_terminal: ``[T, B]`` bool, whether transition t terminated its
       episode (environment discount 0).
@@ -163,6 +168,8 @@ class UpdateRuleInputs:
       limit (None: no truncations).
     mask: ``[T, B]`` float, 1 for the transitions that count in the losses
       (None: all of them); losses are averaged over these.
+    policy: the action distribution that ``agent_out["logits"]``
+      parameterises (a ``disco.policies.Policy``; None: categorical).
   """
 
   observations: ArrayTree
@@ -176,6 +183,14 @@ class UpdateRuleInputs:
   actor_extras: ArrayTree = None
   is_truncated: Array | None = None
   mask: Array | None = None
+  policy: Any = None
+
+  @property
+  def action_policy(self) -> policies.Policy:
+    """``policy``, or a categorical one over the logits where not given."""
+    if self.policy is not None:
+      return self.policy
+    return policies.Categorical(self.agent_out["logits"].shape[-1])
 
   @property
   def truncated(self) -> Array:
@@ -202,7 +217,8 @@ class UpdateRuleInputs:
     for name in ("is_truncated", "mask"):
       if getattr(self, name) is not None:
         chex.assert_shape(getattr(self, name), (t, b), custom_message=name)
-    chex.assert_shape(self.actions, (t + 1, b))
+    action_shape = () if self.policy is None else self.policy.action_shape
+    chex.assert_shape(self.actions, (t + 1, b) + tuple(action_shape))
     for outs in (self.agent_out, self.behaviour_agent_out or {}):
       for key, value in outs.items():
         chex.assert_shape(

@@ -315,8 +315,8 @@ def _agent_and_loop(
     num_updates = loop_config.num_updates(iterations)
     agent = agent_lib.make_agent(
         rule.settings,
-        env.num_actions,
         rule=rule.rule,
+        action_spec=env.action_spec(),
         num_updates=num_updates,
         observation_spec=env.observation_spec(),
     )

@@ -108,7 +108,7 @@ def _make_group(
     observation_spec = env.observation_spec()
     agent = agent_lib.make_agent(
         s.agent,
-        env.num_actions,
+        action_spec=env.action_spec(),
         num_updates=num_updates,
         observation_spec=observation_spec,
     )
@@ -156,7 +156,9 @@ def _reference_agent(s: MetaTrainSettings, env) -> agent_lib.Agent:
     settings.anneal_learning_rate = False
   try:
     return agent_lib.make_agent(
-        settings, env.num_actions, observation_spec=env.observation_spec()
+        settings,
+        action_spec=env.action_spec(),
+        observation_spec=env.observation_spec(),
     )
   except (TypeError, ValueError) as e:
     raise UsageError(

@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import jmp
 import numpy as np
 
+from disco import policies
 from disco import types
 from disco.networks import action_models
 
@@ -358,9 +359,11 @@ class AgentNet(hk.Module):
       flat_spec: Mapping[str, types.ArraySpec],
       model_spec: Mapping[str, types.ArraySpec] | None = None,
       name: str = "mlp",
+      policy: policies.Policy | None = None,
   ):
     super().__init__(name=name)
     self._config = config
+    self._policy = policy
     self._num_actions = num_actions
     self._flat_spec = dict(flat_spec)
     self._model_spec = dict(model_spec or {})
@@ -488,6 +491,9 @@ class AgentNet(hk.Module):
     for key in sorted(self._flat_spec):
       shape = tuple(self._flat_spec[key].shape)
       size = int(np.prod(shape))
+      gaussian = key == "logits" and isinstance(self._policy, policies.Gaussian)
+      if gaussian and self._policy.log_std == "state_independent":
+        size = self._policy.action_size  # the mean; the log-std is below
       if c.num_states is not None and not c.dense:
         embedding = embeddings[key]  # [B] state indices
         out = IndexMLP(c.num_states, (size,), w_init, name="torso_head")(
@@ -496,8 +502,29 @@ class AgentNet(hk.Module):
       else:
         embedding = hk.Flatten()(embeddings[key])
         out = hk.nets.MLP((size,), w_init=w_init, name="torso_head")(embedding)
+      if gaussian:
+        out = self._gaussian_params(out)
       outputs[key] = out.reshape((embedding.shape[0],) + shape)
     return outputs
+
+  def _gaussian_params(self, head: jax.Array) -> jax.Array:
+    """``[B, 2 D]`` mean and log-std of a Gaussian policy from its head:
+    the head's ``[B, D]`` mean and a learnt ``[D]`` log-std (state
+    independent), or the head's ``[B, 2 D]`` with the log-std shifted by
+    ``init_log_std``."""
+    policy = self._policy
+    if policy.log_std == "state_independent":
+      log_std = hk.get_parameter(
+          "policy_log_std",
+          [policy.action_size],
+          init=hk.initializers.Constant(policy.init_log_std),
+      )
+      return jnp.concatenate(
+          [head, jnp.broadcast_to(log_std.astype(head.dtype), head.shape)],
+          axis=-1,
+      )
+    mean, log_std = jnp.split(head, 2, axis=-1)
+    return jnp.concatenate([mean, log_std + policy.init_log_std], axis=-1)
 
 
 def minigrid_encoder(ids: jax.Array, dim: int, prefix: str = "") -> jax.Array:
@@ -594,12 +621,15 @@ def make_network(
     flat_spec: Mapping[str, types.ArraySpec],
     model_spec: Mapping[str, types.ArraySpec] | None = None,
     name: str = "mlp",
+    policy: policies.Policy | None = None,
 ) -> hk.Transformed:
   """A pure ``(init, apply)`` pair over ``[B, ...]`` observations, computing
-  in ``config.compute_dtype`` (see ``compute_policy``)."""
+  in ``config.compute_dtype`` (see ``compute_policy``). With a Gaussian
+  ``policy``, the ``logits`` output holds its mean and log-std
+  (``AgentNet._gaussian_params``)."""
 
   def forward(observations, grad_actions=None, with_every=False):
-    net = AgentNet(config, num_actions, flat_spec, model_spec, name)
+    net = AgentNet(config, num_actions, flat_spec, model_spec, name, policy)
     if config.compute_dtype == COMPUTE_DTYPES[0]:
       return net(observations, grad_actions, with_every)
     return with_policy(compute_policy(config.compute_dtype), net)(

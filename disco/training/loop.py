@@ -30,6 +30,7 @@ import numpy as np
 
 from disco import agent as agent_lib
 from disco import ops
+from disco import policies
 from disco import types
 from disco.environments import base as env_base
 from disco.training import acting
@@ -202,10 +203,14 @@ class EvalLoop:
           f"The environment has batch_size {env.batch_size} but the loop "
           f"needs num_envs={config.num_envs}."
       )
-    if env.num_actions != agent.num_actions:
+    expected = policies.make_policy(env.action_spec())
+    if (expected.is_continuous, expected.param_size) != (
+        agent.policy.is_continuous,
+        agent.policy.param_size,
+    ):
       raise ValueError(
-          f"The environment has {env.num_actions} actions, the agent "
-          f"{agent.num_actions}."
+          f"The environment's actions need the policy {expected}, the agent "
+          f"has {agent.policy}."
       )
     if agent.rule.needs_env_copies and not env.is_jittable:
       raise ValueError(

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from disco import ops
 from disco import types
 from disco.update_rules import base
 from disco.value_fns import categorical
@@ -40,6 +39,7 @@ class ActorCritic(base.MovingAverageRule):
   """
 
   default_hyper_params = ACTOR_CRITIC_HYPER_PARAMS
+  supports_continuous_actions = True
 
   def __init__(
       self,
@@ -105,9 +105,10 @@ class ActorCritic(base.MovingAverageRule):
     value_loss = losses.value_loss_from_td(
         inputs.agent_out["v"][:-1], jax.lax.stop_gradient(tds), self._head
     )
-    entropy = ops.softmax_entropy(logits)
+    policy = inputs.action_policy
+    entropy = policy.entropy(logits)
     pg_loss = losses.policy_gradient_loss(
-        logits, inputs.actions[:-1], advs, backprop=False
+        logits, inputs.actions[:-1], advs, backprop=False, policy=policy
     )
     loss = (
         hyper_params["pg_cost"] * pg_loss

@@ -15,13 +15,19 @@ A rule
     into per-transition losses ``[T, B]`` in two parts: ``agent_loss`` may
     carry meta-gradients (``backprop=True``) and ``agent_loss_no_meta`` never
     does (e.g. value losses);
-  * may choose actions itself (``select_action``; the default samples from
-    ``logits``). Rules that search over copies of the environment state set
+  * may choose actions itself (``select_action``; the default samples the
+    policy, ``disco.policies``, that ``logits`` parameterise). Rules that search over copies of the environment state set
     ``needs_env_copies = True``;
   * may add terms to the outer loss of meta-training (``meta_regularizer``)
     and read the lifetime of its agent (``start_lifetime``);
   * names the network outputs that rollouts keep for it
-    (``behaviour_outputs``, by default only ``logits``).
+    (``behaviour_outputs``, by default only ``logits``);
+  * says whether it works with continuous actions
+    (``supports_continuous_actions``): a rule that does reads the policy only
+    through ``inputs.action_policy`` (log-probabilities, entropies, KLs), so
+    ``logits`` may be a categorical's or a Gaussian's parameters; the
+    ``num_actions`` its output specs get is then the size ``P`` of those
+    parameters.
 
 The Agent never branches on which rule it holds. A learner step:
 ``meta_out, new_rule_state = unroll_meta_net(inputs, context)`` once, then the gradient of ``agent_loss + agent_loss_no_meta`` with respect
@@ -37,13 +43,13 @@ from collections.abc import Callable, Mapping
 import dataclasses
 from typing import Any
 
-import distrax
 import immutabledict
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from disco import ops
+from disco import policies
 from disco import types
 from disco.value_fns import categorical
 from disco.value_fns import returns
@@ -90,6 +96,7 @@ class ActingContext:
     env: the batched environment (only given to rules with
       ``needs_env_copies``; it is jittable then).
     env_state: the environment state the observation came from.
+    policy: the action distribution of ``logits`` (None: categorical).
   """
 
   params: types.Params
@@ -97,6 +104,7 @@ class ActingContext:
   rule_state: types.RuleState | None = None
   env: Any = None
   env_state: Any = None
+  policy: policies.Policy | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +139,14 @@ class UpdateRule(abc.ABC):
 
   # Whether acting needs copies of the (jittable) environment state.
   needs_env_copies: bool = False
+  # Whether the rule works with continuous actions (a Gaussian policy): it
+  # reads the policy only through ``inputs.action_policy``. Rules whose
+  # meta-networks read per-action outputs of a categorical policy do not.
+  supports_continuous_actions: bool = False
+  # Why not, in one sentence, where it does not (for the refusal).
+  continuous_actions_refusal: str = (
+      "it reads the per-action outputs of a categorical policy"
+  )
   # Network outputs that actors keep in rollouts (``behaviour_agent_out``).
   # Keeping only what the rule reads keeps replays small and lets XLA drop
   # the unused heads from the acting step.
@@ -272,8 +288,10 @@ class UpdateRule(abc.ABC):
   ) -> tuple[Array, types.ArrayTree]:
     """Chooses ``[B]`` actions; returns ``(actions, extras)`` where extras
     are stored in the rollout (``ActorTimestep.extras``)."""
-    del context
-    return distrax.Softmax(logits=agent_out["logits"]).sample(seed=rng), None
+    policy = context.policy or policies.Categorical(
+        agent_out["logits"].shape[-1]
+    )
+    return policy.sample(rng, agent_out["logits"]), None
 
 
 class MovingAverageRule(UpdateRule):

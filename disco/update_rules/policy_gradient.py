@@ -13,7 +13,6 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from disco import ops
 from disco import types
 from disco.update_rules import base
 from disco.value_fns import categorical
@@ -46,6 +45,7 @@ class PolicyGradient(base.MovingAverageRule):
 
   default_hyper_params = POLICY_GRADIENT_HYPER_PARAMS
   moved_rule_kwargs = dict(entropy_cost="entropy_cost", pg_cost="pg_cost")
+  supports_continuous_actions = True
 
   def __init__(
       self,
@@ -85,10 +85,15 @@ class PolicyGradient(base.MovingAverageRule):
   ) -> base.LossAndLogs:
     inputs.check_shapes()
     logits = inputs.agent_out["logits"][:-1]
+    policy = inputs.action_policy
     pg_loss = losses.policy_gradient_loss(
-        logits, inputs.actions[:-1], meta_out["pi"], backprop=backprop
+        logits,
+        inputs.actions[:-1],
+        meta_out["pi"],
+        backprop=backprop,
+        policy=policy,
     )
-    entropy = ops.softmax_entropy(logits)
+    entropy = policy.entropy(logits)
     hyper_params = self.hyper_params
     loss = (
         hyper_params["pg_cost"] * pg_loss

@@ -36,7 +36,6 @@ from collections.abc import Mapping
 
 import jax
 import jax.numpy as jnp
-import rlax
 
 from disco import ops
 from disco import types
@@ -65,6 +64,7 @@ class PPO(base.UpdateRule):
 
   default_hyper_params = PPO_HYPER_PARAMS
   behaviour_outputs = ("logits", "v")
+  supports_continuous_actions = True
 
   def __init__(
       self,
@@ -136,15 +136,14 @@ class PPO(base.UpdateRule):
     eps = self.hyper_params["clip_epsilon"]
     logits = inputs.agent_out["logits"][:-1]
     actions = inputs.actions[:-1]
-    log_pi = rlax.batched_index(jax.nn.log_softmax(logits), actions)
-    log_mu = rlax.batched_index(
-        jax.nn.log_softmax(inputs.behaviour_agent_out["logits"][:-1]), actions
-    )
+    policy = inputs.action_policy
+    log_pi = policy.log_prob(logits, actions)
+    log_mu = policy.log_prob(inputs.behaviour_agent_out["logits"][:-1], actions)
     log_r = log_pi - log_mu
     ratio = jnp.exp(log_r)
     advs = jax.lax.stop_gradient(meta_out["pg_advs"])
     objective, surrogate_logs = self.surrogate(log_r, advs, meta_out)
-    entropy = ops.softmax_entropy(logits)
+    entropy = policy.entropy(logits)
     loss = -objective - self.hyper_params["entropy_cost"] * entropy
     logs = dict(
         surrogate_logs,

@@ -11,7 +11,10 @@ Agent settings are an ``ml_collections.ConfigDict`` with
   ``loss_mask``       which transitions the losses average over
                       (``disco.agent.Agent``: ``"valid"`` or ``"published"``);
   ``network``         the agent network (``disco.networks.agent_nets.NetConfig``
-                      fields).
+                      fields);
+  ``policy``          (optional) the continuous-action policy's settings
+                      (``disco.policies.make_policy``: ``squash``,
+                      ``log_std``, ``init_log_std``).
 
 A rule's factory is called as ``make(hyper_params=..., **rule_kwargs)``. Its
 defaults are the rule's defaults: ``default_settings`` fills ``rule_kwargs``
@@ -72,6 +75,7 @@ SETTINGS_KEYS = (
     "anneal_learning_rate",
     "loss_mask",
     "network",
+    "policy",
 )
 # The optional agent settings and their defaults (the published agent's).
 OPTIONAL_DEFAULTS = dict(
@@ -209,6 +213,15 @@ def unregister_rule(name: str) -> None:
 def rule_names() -> tuple[str, ...]:
   """Every registered name, in registration order."""
   return tuple(_REGISTRY)
+
+
+def continuous_rule_names() -> tuple[str, ...]:
+  """The registered rules that work with continuous actions."""
+  return tuple(
+      name
+      for name, entry in _REGISTRY.items()
+      if getattr(entry.make, "supports_continuous_actions", False)
+  )
 
 
 def get_entry(name: str) -> RuleEntry:

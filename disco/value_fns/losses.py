@@ -10,8 +10,8 @@ import chex
 import jax
 import jax.numpy as jnp
 import optax
-import rlax
 
+from disco import policies
 from disco import types
 from disco.value_fns import categorical as categorical_lib
 
@@ -78,23 +78,33 @@ def value_loss_from_td(
 
 
 def policy_gradient_loss(
-    logits: Array, actions: Array, adv: Array, backprop: bool = False
+    logits: Array,
+    actions: Array,
+    adv: Array,
+    backprop: bool = False,
+    policy: policies.Policy | None = None,
 ) -> Array:
   """Per-step policy-gradient loss ``-log pi(a_t|s_t) * adv_t``.
 
   Args:
-    logits: ``[T, B, A]`` policy logits.
-    actions: ``[T, B]`` int actions taken.
+    logits: ``[T, B, P]`` policy parameters (``A`` logits of a categorical
+      policy).
+    actions: ``[T, B]`` int actions taken (``[T, B, D]`` float for a
+      continuous policy).
     adv: ``[T, B]`` advantages.
     backprop: whether gradients may flow into ``adv`` (e.g. when advantages
       come from a meta-network being meta-trained); otherwise ``adv`` is
       treated as a constant.
+    policy: the distribution ``logits`` parameterise (None: categorical).
 
   Returns:
     ``[T, B]`` losses.
   """
-  chex.assert_type([logits, actions, adv], [float, int, float])
-  log_pi_a = rlax.batched_index(jax.nn.log_softmax(logits), actions)
+  chex.assert_type([logits, adv], [float, float])
+  if policy is None:
+    chex.assert_type(actions, int)
+    policy = policies.Categorical(logits.shape[-1])
+  log_pi_a = policy.log_prob(logits, actions)
   if not backprop:
     adv = jax.lax.stop_gradient(adv)
   return -log_pi_a * adv

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import rlax
 
+from disco import policies
 from disco import types
 from disco.value_fns import categorical as categorical_lib
 from disco.value_fns import ema as ema_lib
@@ -32,22 +33,30 @@ DEFAULT_TD_LAMBDA = 0.95
 
 
 def importance_weights(
-    pi_logits: Array, mu_logits: Array, actions: Array
+    pi_logits: Array,
+    mu_logits: Array,
+    actions: Array,
+    policy: policies.Policy | None = None,
 ) -> Array:
   """Importance weights ``pi(a|s) / mu(a|s)`` of the taken actions.
 
   Args:
-    pi_logits: ``[T, B, A]`` logits of the target (online) policy.
+    pi_logits: ``[T, B, A]`` logits of the target (online) policy (``[T, B,
+      P]`` parameters of ``policy``).
     mu_logits: ``[T, B, A]`` logits of the behaviour policy.
-    actions: ``[T, B]`` int actions taken by the behaviour policy.
+    actions: ``[T, B]`` int actions taken by the behaviour policy (``[T, B,
+      D]`` for a continuous policy).
+    policy: the distribution the logits parameterise (None: categorical).
 
   Returns:
     ``[T, B]`` weights ``exp(log pi(a) - log mu(a))``; no gradient flows
     through them.
   """
   actions = jnp.asarray(actions)
-  log_pi_a = rlax.batched_index(jax.nn.log_softmax(pi_logits), actions)
-  log_mu_a = rlax.batched_index(jax.nn.log_softmax(mu_logits), actions)
+  if policy is None:
+    policy = policies.Categorical(pi_logits.shape[-1])
+  log_pi_a = policy.log_prob(pi_logits, actions)
+  log_mu_a = policy.log_prob(mu_logits, actions)
   return jax.lax.stop_gradient(jnp.exp(log_pi_a - log_mu_a))
 
 
@@ -334,6 +343,7 @@ def estimate(
     discount: jax.typing.ArrayLike = DEFAULT_DISCOUNT,
     lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
     truncated: Array | None = None,
+    policy: policies.Policy | None = None,
 ) -> types.ValueOuts:
   """Targets and advantages of a rollout: Retrace with action values, else
   V-trace, with importance weights ``pi/mu`` of the taken actions.
@@ -359,16 +369,20 @@ def estimate(
     discount: scalar discount factor.
     lambda_: scalar trace parameter.
     truncated: ``[T, B]`` bool, transitions cut by a time limit (or None).
+    policy: the distribution the logits parameterise (None: categorical
+      over ``A``; a continuous one takes ``[T+1, B, D]`` actions and
+      ``[T+1, B, 2 D]`` parameters, and no action values).
 
   Returns:
     ``ValueOuts`` without the normalised fields (see ``normalize``).
   """
   num_states, batch_size = values.shape
-  chex.assert_shape(actions, (num_states, batch_size))
+  action_shape = () if policy is None else policy.action_shape
+  chex.assert_shape(actions, (num_states, batch_size) + tuple(action_shape))
   chex.assert_shape([pi_logits, mu_logits], (num_states, batch_size, None))
   chex.assert_shape([rewards, env_discounts], (num_states - 1, batch_size))
   actions = actions[:-1]
-  rho = importance_weights(pi_logits[:-1], mu_logits[:-1], actions)
+  rho = importance_weights(pi_logits[:-1], mu_logits[:-1], actions, policy)
   if truncated is not None:
     rho = jnp.where(truncated, 0.0, rho)
   if q_values is None:
@@ -438,6 +452,7 @@ def estimate_on(
       values=values,
       q_values=q_values,
       target_values=target_values,
+      policy=inputs.policy,
       target_q_values=target_q_values,
   )
 

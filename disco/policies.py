@@ -1,0 +1,295 @@
+"""Action distributions: how a network's policy output becomes actions.
+
+The agent network has one policy output, ``logits`` (``[..., P]``): the
+parameters of the policy's distribution. What they mean depends on the
+environment's actions:
+
+  * ``Categorical(num_actions)``: discrete actions ``[...]`` int32; ``P = A``
+    unnormalised log-probabilities.
+  * ``Gaussian(action_size, ...)``: continuous actions ``[..., D]`` float32;
+    ``P = 2 D``, the mean then the log standard deviation of a diagonal
+    Gaussian. With ``squash`` the Gaussian's sample ``u`` is mapped into the
+    action bounds by ``low + (tanh(u) + 1) (high - low) / 2`` and the
+    log-density carries the change-of-variables correction; without it, the
+    sample is the action and the environment clips it to its bounds (as
+    purejaxrl's ``ClipAction``); the rollout keeps the unclipped sample, so
+    log-probabilities are those of what the policy drew.
+
+A policy is a frozen dataclass of static settings (a pytree with no
+leaves), so it can ride along in inputs under ``jit``. Its functions take
+the parameters and return arrays; they broadcast over leading dimensions.
+``make_policy`` builds the one that fits an environment's action spec.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+import dataclasses
+import math
+from typing import Any
+
+import distrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import rlax
+
+Array = jax.Array
+
+LOG_STDS = ("state_independent", "state_dependent")
+# The log standard deviation is kept in this range (far from where it binds
+# in practice; it stops exp(log_std) from overflowing or vanishing).
+LOG_STD_RANGE = (-20.0, 2.0)
+# Squashed actions are pulled this far inside (-1, 1) before atanh.
+ATANH_MARGIN = 1e-6
+
+
+class Policy(abc.ABC):
+  """An action distribution family; see the module docstring."""
+
+  is_continuous: bool
+
+  @property
+  @abc.abstractmethod
+  def param_size(self) -> int:
+    """``P``: the size of the network's ``logits`` output."""
+
+  @property
+  @abc.abstractmethod
+  def action_shape(self) -> tuple[int, ...]:
+    """Shape of one action: ``()`` or ``(D,)``."""
+
+  @property
+  @abc.abstractmethod
+  def action_dtype(self) -> Any:
+    """dtype of actions."""
+
+  @abc.abstractmethod
+  def sample(self, rng: Array, params: Array) -> Array:
+    """Actions ``[..., *action_shape]`` drawn from ``params`` ``[..., P]``."""
+
+  @abc.abstractmethod
+  def mode(self, params: Array) -> Array:
+    """The most likely action ``[..., *action_shape]``."""
+
+  @abc.abstractmethod
+  def log_prob(self, params: Array, actions: Array) -> Array:
+    """``log pi(a)``: params ``[..., P]``, actions ``[..., *action_shape]``
+    -> ``[...]``."""
+
+  @abc.abstractmethod
+  def entropy(self, params: Array) -> Array:
+    """``[..., P]`` -> ``[...]``; see each family for what it is exactly."""
+
+  @abc.abstractmethod
+  def kl(self, params: Array, other: Array) -> Array:
+    """``KL(pi_params || pi_other)``, ``[...]``."""
+
+  def tree_flatten(self):
+    return (), self
+
+  @classmethod
+  def tree_unflatten(cls, aux, children):
+    del children
+    return aux
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True)
+class Categorical(Policy):
+  """A softmax over ``num_actions`` discrete actions."""
+
+  num_actions: int
+  is_continuous = False
+
+  @property
+  def param_size(self) -> int:
+    return self.num_actions
+
+  @property
+  def action_shape(self) -> tuple[int, ...]:
+    return ()
+
+  @property
+  def action_dtype(self) -> Any:
+    return jnp.int32
+
+  def sample(self, rng: Array, params: Array) -> Array:
+    return distrax.Softmax(logits=params).sample(seed=rng)
+
+  def mode(self, params: Array) -> Array:
+    return jnp.argmax(params, axis=-1).astype(jnp.int32)
+
+  def log_prob(self, params: Array, actions: Array) -> Array:
+    return rlax.batched_index(jax.nn.log_softmax(params), actions)
+
+  def entropy(self, params: Array) -> Array:
+    """The exact entropy."""
+    return distrax.Softmax(params).entropy()
+
+  def kl(self, params: Array, other: Array) -> Array:
+    return rlax.categorical_kl_divergence(params, other)
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass(frozen=True)
+class Gaussian(Policy):
+  """A diagonal Gaussian over ``action_size`` real action dimensions.
+
+  Attributes:
+    action_size: ``D``.
+    minimum: ``D`` lower bounds of the actions (``-inf`` for none).
+    maximum: ``D`` upper bounds.
+    squash: map samples into the bounds with ``tanh`` (the bounds must then
+      be finite).
+    log_std: ``"state_independent"`` (one learnt vector, as purejaxrl's and
+      Brax's PPO) or ``"state_dependent"`` (a head of the network).
+    init_log_std: the log standard deviation the network starts from.
+  """
+
+  action_size: int
+  minimum: tuple[float, ...]
+  maximum: tuple[float, ...]
+  squash: bool = False
+  log_std: str = LOG_STDS[0]
+  init_log_std: float = 0.0
+  is_continuous = True
+
+  def __post_init__(self):
+    if self.action_size < 1:
+      raise ValueError(f"action_size must be >= 1, got {self.action_size}.")
+    if len(self.minimum) != self.action_size or len(self.maximum) != (
+        self.action_size
+    ):
+      raise ValueError(
+          f"Gaussian bounds need {self.action_size} entries each, got "
+          f"{len(self.minimum)} and {len(self.maximum)}."
+      )
+    if self.log_std not in LOG_STDS:
+      raise ValueError(
+          f"Unknown log_std {self.log_std!r}; use one of {', '.join(LOG_STDS)}."
+      )
+    if self.squash and not all(
+        math.isfinite(lo) and math.isfinite(hi) and lo < hi
+        for lo, hi in zip(self.minimum, self.maximum, strict=True)
+    ):
+      raise ValueError(
+          "policy.squash=True maps actions into the environment's bounds, "
+          f"which must be finite with minimum < maximum; got {self.minimum} "
+          f"and {self.maximum}. Set policy.squash=False."
+      )
+
+  @property
+  def param_size(self) -> int:
+    return 2 * self.action_size
+
+  @property
+  def action_shape(self) -> tuple[int, ...]:
+    return (self.action_size,)
+
+  @property
+  def action_dtype(self) -> Any:
+    return jnp.float32
+
+  def mean_and_log_std(self, params: Array) -> tuple[Array, Array]:
+    """``[..., 2 D]`` -> the Gaussian's mean and log-std, ``[..., D]`` each."""
+    mean, log_std = jnp.split(params, 2, axis=-1)
+    return mean, jnp.clip(log_std, *LOG_STD_RANGE)
+
+  def gaussian(self, params: Array) -> distrax.MultivariateNormalDiag:
+    """The Gaussian before any squashing."""
+    mean, log_std = self.mean_and_log_std(params)
+    return distrax.MultivariateNormalDiag(mean, jnp.exp(log_std))
+
+  def _half_range(self) -> tuple[Array, Array]:
+    low = jnp.asarray(self.minimum, jnp.float32)
+    high = jnp.asarray(self.maximum, jnp.float32)
+    return (high + low) / 2.0, (high - low) / 2.0
+
+  def _to_bounds(self, u: Array) -> Array:
+    centre, half = self._half_range()
+    return centre + half * jnp.tanh(u)
+
+  def sample(self, rng: Array, params: Array) -> Array:
+    u = self.gaussian(params).sample(seed=rng)
+    return self._to_bounds(u) if self.squash else u
+
+  def mode(self, params: Array) -> Array:
+    mean, _ = self.mean_and_log_std(params)
+    return self._to_bounds(mean) if self.squash else mean
+
+  def log_prob(self, params: Array, actions: Array) -> Array:
+    """The density of ``actions`` as sampled; for ``squash``, the Gaussian's
+    density at ``atanh`` of the rescaled action minus ``sum log |d a / d
+    u|``."""
+    if not self.squash:
+      return self.gaussian(params).log_prob(actions)
+    centre, half = self._half_range()
+    y = jnp.clip(
+        (actions - centre) / half, -1.0 + ATANH_MARGIN, 1.0 - ATANH_MARGIN
+    )
+    u = jnp.arctanh(y)
+    log_det = jnp.sum(
+        jnp.log(half) + 2.0 * (np.log(2.0) - u - jax.nn.softplus(-2.0 * u)),
+        axis=-1,
+    )
+    return self.gaussian(params).log_prob(u) - log_det
+
+  def entropy(self, params: Array) -> Array:
+    """The Gaussian's exact entropy (with ``squash``: of the Gaussian
+    before squashing, which the squashed policy's entropy never exceeds by
+    more than ``sum log half-range``; it keeps the bonus deterministic)."""
+    return self.gaussian(params).entropy()
+
+  def kl(self, params: Array, other: Array) -> Array:
+    """KL of the Gaussians before squashing (equal to the squashed ones':
+    the squashing map is the same invertible map for both)."""
+    return self.gaussian(params).kl_divergence(self.gaussian(other))
+
+
+def make_policy(
+    action_spec: Any, settings: Mapping[str, Any] | None = None
+) -> Policy:
+  """The policy for an environment's ``action_spec``.
+
+  Args:
+    action_spec: a discrete spec (integer, shape ``()``) gives
+      ``Categorical``; a continuous one (floating, shape ``[D]``) gives
+      ``Gaussian`` with its bounds.
+    settings: ``Gaussian``'s ``squash``, ``log_std`` and ``init_log_std``
+      (ignored for discrete actions, whose policy has no settings).
+
+  Raises:
+    ValueError: for an unknown setting or value.
+  """
+  settings = dict(settings or {})
+  known = {"squash", "log_std", "init_log_std"}
+  unknown = sorted(set(settings) - known)
+  if unknown:
+    raise ValueError(
+        f"Unknown policy setting(s) {unknown}; valid: {', '.join(sorted(known))}."
+    )
+  dtype = np.dtype(action_spec.dtype)
+  if not np.issubdtype(dtype, np.floating):
+    return Categorical(int(action_spec.maximum) - int(action_spec.minimum) + 1)
+  shape = tuple(action_spec.shape)
+  if len(shape) != 1:
+    raise ValueError(
+        f"Continuous actions must be vectors [D]; got shape {shape}."
+    )
+  size = shape[0]
+  low = np.broadcast_to(
+      np.asarray(getattr(action_spec, "minimum", -np.inf), np.float64), shape
+  )
+  high = np.broadcast_to(
+      np.asarray(getattr(action_spec, "maximum", np.inf), np.float64), shape
+  )
+  return Gaussian(
+      action_size=size,
+      minimum=tuple(float(x) for x in low),
+      maximum=tuple(float(x) for x in high),
+      squash=bool(settings.get("squash", False)),
+      log_std=str(settings.get("log_std", LOG_STDS[0])),
+      init_log_std=float(settings.get("init_log_std", 0.0)),
+  )
