@@ -17,6 +17,7 @@ from dm_env import specs
 
 from disco import types
 from disco.environments import base
+from disco.environments import registry
 
 BOUND = 2.0
 
@@ -73,3 +74,13 @@ class ReachTarget(base.Environment):
         np.full(self.size, -BOUND, np.float32),
         np.full(self.size, BOUND, np.float32),
     )
+
+
+NAME = "test/reach_target"
+
+
+def register() -> str:
+  """Registers ``ReachTarget`` as ``NAME`` (once); returns the name."""
+  if NAME not in registry.env_names():
+    registry.register_env(NAME, ReachTarget, dict(size=2))
+  return NAME
