@@ -94,6 +94,17 @@ def get_config() -> config_dict.ConfigDict:
               obs_embedding=config_dict.placeholder(str),
               obs_embedding_dim=config_dict.placeholder(int),
           ),
+          # The Gaussian policy of continuous-action environments (None: its
+          # defaults; discrete environments take none): squash=True maps
+          # tanh-squashed samples into the action bounds (else the
+          # environment clips them); log_std "state_independent" (a learnt
+          # vector, as purejaxrl's PPO) or "state_dependent" (a network
+          # head); init_log_std, where the log standard deviation starts.
+          policy=dict(
+              squash=config_dict.placeholder(bool),
+              log_std=config_dict.placeholder(str),
+              init_log_std=config_dict.placeholder(float),
+          ),
           iterations_per_call=50,  # iterations per compiled call
           last_episodes=500,  # final score: mean return of the last episodes
           output_dir="",  # '' -> runs/eval-<rule>-<UTC timestamp>

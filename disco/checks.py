@@ -23,6 +23,7 @@ import numpy as np
 
 from disco import configs as configs_pkg
 from disco import errors
+from disco import policies
 from disco import tracking
 
 UsageError = errors.UsageError
@@ -149,6 +150,24 @@ def check_number(value: Any, name: str, positive: bool = False) -> float:
     need = "a number > 0" if positive else "a finite number"
     raise UsageError(f"config.{name} must be {need}, got {value!r}.")
   return float(value)
+
+
+def check_policy(value: Any, name: str = "policy") -> dict[str, Any]:
+  """``config.<name>``, the continuous-action policy's settings
+  (``disco.policies.make_policy``), without its None (default) values."""
+  given = {k: v for k, v in as_dict(value or {}, name).items() if v is not None}
+  if "squash" in given:
+    check_bool(given["squash"], f"{name}.squash")
+  if "init_log_std" in given:
+    given["init_log_std"] = check_number(
+        given["init_log_std"], f"{name}.init_log_std"
+    )
+  if "log_std" in given and given["log_std"] not in policies.LOG_STDS:
+    raise UsageError(
+        f"config.{name}.log_std must be one of "
+        f"{', '.join(policies.LOG_STDS)}, got {given['log_std']!r}."
+    )
+  return given
 
 
 def as_dict(value: Any, name: str) -> dict[str, Any]:

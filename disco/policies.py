@@ -258,10 +258,11 @@ def make_policy(
       ``Categorical``; a continuous one (floating, shape ``[D]``) gives
       ``Gaussian`` with its bounds.
     settings: ``Gaussian``'s ``squash``, ``log_std`` and ``init_log_std``
-      (ignored for discrete actions, whose policy has no settings).
+      (discrete actions take none).
 
   Raises:
-    ValueError: for an unknown setting or value.
+    ValueError: for an unknown setting or value, or settings for discrete
+      actions.
   """
   settings = dict(settings or {})
   known = {"squash", "log_std", "init_log_std"}
@@ -272,6 +273,12 @@ def make_policy(
     )
   dtype = np.dtype(action_spec.dtype)
   if not np.issubdtype(dtype, np.floating):
+    if settings:
+      raise ValueError(
+          f"The policy settings {sorted(settings)} are for continuous "
+          "actions; this environment's actions are discrete (a categorical "
+          "policy, which has none): leave them unset."
+      )
     return Categorical(int(action_spec.maximum) - int(action_spec.minimum) + 1)
   shape = tuple(action_spec.shape)
   if len(shape) != 1:

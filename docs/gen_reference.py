@@ -170,12 +170,13 @@ def rules_page() -> str:
       "(`disco-meta-train`). How to add a rule: "
       "[writing and registering a rule](../guides/extending.md).\n",
       table(
-          ("rule", "what it is", "meta-parameters"),
+          ("rule", "what it is", "meta-parameters", "actions"),
           [
               (
                   f"[`{n}`](#{n})",
                   cell(registry.get_entry(n).description),
                   _meta_text(registry.get_entry(n)),
+                  _actions_text(registry.get_entry(n)),
               )
               for n in names
           ],
@@ -207,6 +208,13 @@ def rules_page() -> str:
     ]
     out.append(table(("setting", "default", "meaning"), rows))
   return "\n".join(s for s in out if s)
+
+
+def _actions_text(entry: Any) -> str:
+  """The action spaces a rule works with."""
+  if getattr(entry.make, "supports_continuous_actions", False):
+    return "discrete, continuous"
+  return "discrete"
 
 
 def _meta_text(entry: Any) -> str:

@@ -10,10 +10,10 @@ about 0, standard deviation 1) earns about ``-D (1 + 1/3)``.
 from __future__ import annotations
 
 import chex
+from dm_env import specs
 import jax
 import jax.numpy as jnp
 import numpy as np
-from dm_env import specs
 
 from disco import types
 from disco.environments import base

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 
+import continuous_toy
 from dm_env import specs
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import continuous_toy
 from disco import agent as agent_lib
 from disco import errors
 from disco import evaluation
@@ -158,3 +158,30 @@ def test_ppo_learns_to_reach_the_target(tmp_path):
       _config(tmp_path), log=lambda _: None, progress=False
   )
   assert summary["final_return_mean"] > -1.0, summary
+
+
+def test_policy_settings_reach_the_agent(tmp_path):
+  config = _config(tmp_path)
+  config.policy.squash = True
+  config.policy.log_std = "state_dependent"
+  plan = evaluation.build(config)
+  assert plan.agent.policy == policies.Gaussian(
+      2, (-2.0, -2.0), (2.0, 2.0), squash=True, log_std="state_dependent"
+  )
+
+
+@pytest.mark.parametrize(
+    "env, policy, match",
+    [
+        (None, dict(log_std="fixed"), "config.policy.log_std must be one of"),
+        ("catch", dict(squash=True), "are for continuous actions"),
+    ],
+)
+def test_bad_policy_settings_are_one_line(tmp_path, env, policy, match):
+  config = _config(tmp_path)
+  if env:
+    config.env, config.env_settings = env, dict(rows=5, columns=5)
+  config.policy.update(policy)
+  with pytest.raises(errors.UsageError, match=match) as info:
+    evaluation.build(config)
+  assert "\n" not in str(info.value)

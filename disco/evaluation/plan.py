@@ -254,6 +254,8 @@ def _with_agent_settings(
   rule = _with_rule_settings(rule, settings.hyper_params, settings.rule_kwargs)
   overrides = {k: v for k, v in settings.network.items() if v is not None}
   agent_settings.network = {**agent_settings.network.to_dict(), **overrides}
+  if settings.policy:
+    agent_settings.policy = settings.policy
   return rule
 
 

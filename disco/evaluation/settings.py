@@ -63,6 +63,8 @@ class EvalSettings:
       and ``max_grad_norm`` (0: no clip), ``adam_eps`` and ``loss_mask``.
     hyper_params, rule_kwargs: overrides of the rule's settings.
     network: overrides of the agent network (None values: the rule's).
+    policy: the continuous-action policy's settings given
+      (``disco.policies.make_policy``; the others are its defaults).
     iterations_per_call: iterations per compiled call.
     last_episodes: episodes of the final score.
     output_dir: the run folder ('': ``runs/eval-<rule>-<time>``).
@@ -96,6 +98,7 @@ class EvalSettings:
   adam_eps: float | None
   loss_mask: str | None
   network: dict[str, Any]
+  policy: dict[str, Any]
   iterations_per_call: int
   last_episodes: int
   output_dir: str
@@ -180,6 +183,7 @@ class EvalSettings:
         network=problems.get(
             checks.as_dict, get("network"), "network", default={}
         ),
+        policy=problems.get(checks.check_policy, get("policy"), default={}),
         iterations_per_call=number("iterations_per_call", 1),
         last_episodes=number("last_episodes", 1),
         output_dir=get("output_dir"),
