@@ -58,6 +58,11 @@ def get_config() -> config_dict.ConfigDict:
           # config.network; None: the rule's), e.g.
           # --config.network.obs_embedding=minigrid.
           network=checks.load_config("evaluate").network,
+          # The Gaussian policy's settings on the continuous-action
+          # environments of the comparison (the keys of disco-eval's
+          # config.policy; discrete environments take none), e.g.
+          # --config.policy.squash=True.
+          policy=checks.load_config("evaluate").policy,
           # Tuning of baselines per environment: every point of ``grid``
           # (learning_rate and the rule's hyper-parameters, e.g.
           # "learning_rate=(3e-4,1e-3),entropy_cost=(0.01,0.2)") trains

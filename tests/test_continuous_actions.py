@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from disco import agent as agent_lib
+from disco import comparison
 from disco import errors
 from disco import evaluation
 from disco import policies
@@ -185,3 +186,20 @@ def test_bad_policy_settings_are_one_line(tmp_path, env, policy, match):
   with pytest.raises(errors.UsageError, match=match) as info:
     evaluation.build(config)
   assert "\n" not in str(info.value)
+
+
+def test_compare_gives_policy_settings_to_continuous_envs_only(tmp_path):
+  config = comparison.default_config()
+  config.rules = ("ppo",)
+  config.envs = ("catch:rows=5,columns=5", f"{continuous_toy.register()}")
+  config.policy.squash = True
+  config.imports = "continuous_toy"
+  config.references = (
+      f"{continuous_toy.NAME}:random=-2.7,reference=0,source=the optimum",
+  )
+  config.output_dir = str(tmp_path)
+  plan = comparison.build(config)
+  squash = {
+      c.env: c.eval_config(plan.settings).policy.squash for c in plan.cells
+  }
+  assert squash == {"catch": None, continuous_toy.NAME: True}

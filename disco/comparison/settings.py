@@ -29,6 +29,7 @@ from disco import evaluation
 from disco.comparison import normalization
 from disco.comparison import report as report_lib
 from disco.comparison import significance
+from disco.environments import registry as env_registry
 from disco.evaluation import settings as eval_settings
 from disco.update_rules import settings as rule_settings
 
@@ -125,6 +126,8 @@ class CompareSettings:
       the ``disco-eval`` settings, its hyper-parameters and its other rule
       settings.
     network: the agent-network changes of every rule (no None values).
+    policy: the Gaussian policy's settings on continuous-action
+      environments (no None values).
     tuning: the baseline tuning (None: none).
     statistics: how the statistics are computed.
     references: normalisation entries given (``config.references``).
@@ -144,6 +147,7 @@ class CompareSettings:
   hyper_params: dict[str, dict[str, Any]]
   rule_kwargs: dict[str, dict[str, Any]]
   network: dict[str, Any]
+  policy: dict[str, Any]
   tuning: Tuning | None
   statistics: report_lib.Settings
   references: dict[str, normalization.ReferenceEntry]
@@ -179,6 +183,7 @@ class CompareSettings:
         hyper_params={},
         rule_kwargs={},
         network={},
+        policy=problems.get(checks.check_policy, config.policy, default={}),
         tuning=None,
         statistics=statistics,
         references=problems.get(
@@ -396,11 +401,24 @@ def eval_config(
         config[key] = value
       for key, value in settings.network.items():
         config.network[key] = value
+      if settings.policy and _is_continuous(env, env_settings):
+        for key, value in settings.policy.items():
+          config.policy[key] = value
   except (TypeError, ValueError) as e:
     raise UsageError(
         f"The disco-eval settings of rule {rule!r}: {errors.one_line(e)}"
     ) from None
   return config
+
+
+def _is_continuous(env: str, env_settings: Mapping[str, Any]) -> bool:
+  """Whether environment ``env`` (with its settings) has continuous
+  actions (False where it cannot be built: ``evaluation.build`` says
+  why)."""
+  try:
+    return env_registry.make_env(env, 1, **env_settings).is_continuous
+  except (TypeError, ValueError, ImportError):
+    return False
 
 
 # ------------------------------------------------------------- parsing ----
