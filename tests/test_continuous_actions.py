@@ -7,6 +7,7 @@ import math
 
 import continuous_toy
 from dm_env import specs
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from disco import errors
 from disco import evaluation
 from disco import policies
 from disco import types
+from disco.meta import validation as val
 from disco.update_rules import actor_critic
 from disco.update_rules import policy_gradient
 from disco.update_rules import ppo
@@ -203,3 +205,38 @@ def test_compare_gives_policy_settings_to_continuous_envs_only(tmp_path):
       c.env: c.eval_config(plan.settings).policy.squash for c in plan.cells
   }
   assert squash == {"catch": None, continuous_toy.NAME: True}
+
+
+def _validator(tmp_path, rule: str):
+  settings = val.parse_settings(
+      dict(
+          val.default_config(),
+          envs=({"env": continuous_toy.register(), "env_settings": {}},),
+          references=(
+              f"{continuous_toy.NAME}:random=-2.7,reference=0,source=x",
+          ),
+          num_seeds=2,
+          total_env_steps=8 * 16 * 4,
+          last_episodes=8,
+          num_envs=8,
+          rollout_len=16,
+          batch_size=8,
+          replay_capacity=0,
+          iterations_per_call=4,
+      )
+  )
+  rule_settings = registry.default_settings(rule)
+  rule_settings.anneal_learning_rate = False
+  made = registry.make_rule(rule_settings)
+  return val.Validator(settings, rule_settings, made, tmp_path), made
+
+
+def test_meta_validation_on_a_continuous_env(tmp_path):
+  """LPO's held-out agents train on continuous actions; Disco's are refused
+  when the validation is set up."""
+  validator, lpo = _validator(tmp_path, "lpo")
+  result = validator.validate(lpo.init_meta_params(jax.random.PRNGKey(0)), 0)
+  assert np.all(np.isfinite(result.returns[continuous_toy.NAME]))
+  with pytest.raises(errors.UsageError, match="continuous action") as info:
+    _validator(tmp_path, "disco")
+  assert "\n" not in str(info.value)
