@@ -47,6 +47,7 @@ import types as pytypes
 
 import jax
 import numpy as np
+from scipy import stats
 
 if not __package__:  # run as a file: import the other scripts as a package
   sys.path[0] = str(Path(__file__).resolve().parents[1])
@@ -119,24 +120,31 @@ def _stub_missing(name: str, attributes: tuple[str, ...] = ()) -> None:
     setattr(sys.modules[name], attribute, None)
 
 
-def import_purejaxrl_ppo(checkout: Path):
-  """purejaxrl's ``ppo`` module from a checkout, with the shims above."""
+def import_purejaxrl(checkout: Path, module: str):
+  """purejaxrl's ``module`` (``ppo``, ``ppo_continuous_action``) from a
+  checkout; its wrappers' imports of packages that are not installed (brax,
+  navix) get empty stand-ins."""
   source = checkout / "purejaxrl"
-  if not (source / "ppo.py").is_file():
+  if not (source / f"{module}.py").is_file():
     raise SystemExit(
-        f"--purejaxrl {checkout}: no purejaxrl/ppo.py there; pass the root "
-        "of a checkout of https://github.com/luchris429/purejaxrl."
+        f"--purejaxrl {checkout}: no purejaxrl/{module}.py there; pass the "
+        "root of a checkout of https://github.com/luchris429/purejaxrl."
     )
   _stub_missing("brax.envs", ("get_environment",))
   _stub_missing(
       "brax.envs.wrappers.training", ("EpisodeWrapper", "AutoResetWrapper")
   )
   _stub_missing("navix")
-  sys.path.insert(0, str(source))  # ppo.py imports its sibling `wrappers`
+  sys.path.insert(0, str(source))  # it imports its sibling `wrappers`
   try:
-    ppo = importlib.import_module("ppo")
+    return importlib.import_module(module)
   finally:
     sys.path.remove(str(source))
+
+
+def import_purejaxrl_ppo(checkout: Path):
+  """purejaxrl's ``ppo`` module from a checkout, with the shims above."""
+  ppo = import_purejaxrl(checkout, "ppo")
   make = ppo.gymnax.make
   ppo.gymnax = pytypes.SimpleNamespace(
       make=lambda *a, **k: (lambda env, params: (_FiveValueStep(env), params))(
@@ -214,6 +222,74 @@ def ours_runner(config, seeds):
 # ----------------------------------------------------------- harness ----
 
 
+def mean_interval(scores, level: float = 0.95) -> tuple[float, float]:
+  """A t-interval of the mean of ``scores`` (the mean twice for one)."""
+  scores = np.asarray(scores, np.float64)
+  mean = float(scores.mean())
+  if scores.size < 2:
+    return mean, mean
+  half = stats.t.ppf((1 + level) / 2, scores.size - 1) * stats.sem(scores)
+  return mean - float(half), mean + float(half)
+
+
+def side_by_side(
+    runners, config, num_seeds: int, repeats: int, last_episodes: int
+) -> dict[str, float]:
+  """Runs ``runners`` (``name -> run() -> (metrics, seconds)``) interleaved
+  ``repeats`` times (the first call of each compiles), prints each one's
+  final return per seed and env steps/s, and the ratio ours / purejaxrl;
+  returns those figures."""
+  results = {}
+
+  def candidate(name, run):
+    def call():  # keeps the latest call's metrics
+      results[name], seconds = run()
+      return seconds
+
+    return call
+
+  # Interleaved: the first call of each compiles, the others are timed.
+  times = timing.interleave(
+      {name: candidate(name, run) for name, run in runners.items()},
+      repeats - 1,
+  )
+  figures = {}
+  for name, metrics in results.items():
+    scores = analysis.final_scores(metrics, last_episodes)
+    env_steps = int(
+        metrics["episodes"].shape[1]
+        * config["NUM_ENVS"]
+        * config["NUM_STEPS"]
+        * num_seeds
+    )
+    per_seed = ", ".join(f"{s:.1f}" for s in scores)
+    low, high = mean_interval(scores)
+    print(
+        f"{name}: final return (last {last_episodes} episodes) per "
+        f"seed: {per_seed}; mean {np.mean(scores):.1f} (95% t-interval "
+        f"{low:.1f} to {high:.1f})"
+    )
+    figures[f"{name}_final_return"] = float(np.mean(scores))
+    figures[f"{name}_final_return_low"] = low
+    figures[f"{name}_final_return_high"] = high
+    if repeats > 1:
+      steady = times.median(name)
+      rate = env_steps / steady
+      print(
+          f"{name}: compile {times.compile_seconds(name):.1f} s; "
+          f"{rate:.0f} env steps/s over all seeds (median of "
+          f"{repeats - 1} calls of {steady:.2f} s)"
+      )
+      figures[f"{name}_env_steps_per_s"] = rate
+  if repeats > 1:
+    ratio = (
+        figures["ours_env_steps_per_s"] / figures["purejaxrl_env_steps_per_s"]
+    )
+    print(f"ratio (ours / purejaxrl env steps/s): {ratio:.2f}")
+    figures["ratio"] = ratio
+  return figures
+
+
 def main(argv=None) -> dict[str, float]:
   parser = cli.parser(__doc__)
   parser.add_argument(
@@ -268,50 +344,9 @@ def main(argv=None) -> dict[str, float]:
       f"epochs x {config['NUM_MINIBATCHES']} minibatches, "
       f"{args.total_env_steps} env steps per seed; devices: {jax.devices()}"
   )
-  results = {}
-
-  def candidate(name, run):
-    def call():  # keeps the latest call's metrics
-      results[name], seconds = run()
-      return seconds
-
-    return call
-
-  # Interleaved: the first call of each compiles, the others are timed.
-  times = timing.interleave(
-      {name: candidate(name, run) for name, run in runners.items()},
-      repeats - 1,
+  figures = side_by_side(
+      runners, config, args.seeds, repeats, args.last_episodes
   )
-  figures = {}
-  for name, metrics in results.items():
-    scores = analysis.final_scores(metrics, args.last_episodes)
-    env_steps = int(
-        metrics["episodes"].shape[1]
-        * config["NUM_ENVS"]
-        * config["NUM_STEPS"]
-        * args.seeds
-    )
-    per_seed = ", ".join(f"{s:.1f}" for s in scores)
-    print(
-        f"{name}: final return (last {args.last_episodes} episodes) per "
-        f"seed: {per_seed}; mean {np.mean(scores):.1f}"
-    )
-    figures[f"{name}_final_return"] = float(np.mean(scores))
-    if repeats > 1:
-      steady = times.median(name)
-      rate = env_steps / steady
-      print(
-          f"{name}: compile {times.compile_seconds(name):.1f} s; "
-          f"{rate:.0f} env steps/s over all seeds (median of "
-          f"{repeats - 1} calls of {steady:.2f} s)"
-      )
-      figures[f"{name}_env_steps_per_s"] = rate
-  if repeats > 1:
-    ratio = (
-        figures["ours_env_steps_per_s"] / figures["purejaxrl_env_steps_per_s"]
-    )
-    print(f"ratio (ours / purejaxrl env steps/s): {ratio:.2f}")
-    figures["ratio"] = ratio
   return figures
 
 
