@@ -55,11 +55,6 @@ if not __package__:  # run as a file: import the other scripts as a package
 
 from benchmarks import cli
 from benchmarks import ppo_vs_purejaxrl as discrete
-from benchmarks import timing
-from disco import agent as agent_lib
-from disco.environments import registry as env_registry
-from disco.training import loop as loop_lib
-from disco.update_rules import registry as rule_registry
 
 # purejaxrl's published settings (ppo_continuous_action.py, __main__).
 PUREJAXRL_CONFIG = {
@@ -141,50 +136,11 @@ def package_name(env: str) -> str:
   return env.split("/", 1)[1]
 
 
-def ours_runner(config, env_name: str, seeds):
-  """``run() -> (metrics, seconds)`` of our ``ppo`` with the same
-  settings."""
-  loop_config = loop_lib.LoopConfig(
-      num_envs=config["NUM_ENVS"],
-      rollout_len=config["NUM_STEPS"],
-      batch_size=config["NUM_ENVS"],
-      replay_capacity=0,
-      min_replay_size=0,
-      update_epochs=config["UPDATE_EPOCHS"],
-      num_minibatches=config["NUM_MINIBATCHES"],
-  )
-  iterations = config["TOTAL_TIMESTEPS"] // loop_config.env_steps_per_iteration
-  settings = rule_registry.default_settings("ppo")
-  settings.learning_rate = config["LR"]
-  settings.max_grad_norm = config["MAX_GRAD_NORM"]
-  settings.anneal_learning_rate = config["ANNEAL_LR"]
-  settings.network.dense = (256, 256)
-  settings.network.activation = config["ACTIVATION"]
-  settings.hyper_params.update(
-      discount_factor=config["GAMMA"],
-      gae_lambda=config["GAE_LAMBDA"],
-      clip_epsilon=config["CLIP_EPS"],
-      entropy_cost=config["ENT_COEF"],
-      value_cost=config["VF_COEF"],
-  )
-  env_settings = {}
-  if env_name.startswith("brax/"):
-    env_settings = dict(backend=BRAX_BACKEND, episode_length=1000)
-  env = env_registry.make_env(env_name, config["NUM_ENVS"], **env_settings)
-  agent = agent_lib.make_agent(
-      settings,
-      action_spec=env.action_spec(),
-      num_updates=loop_config.num_updates(iterations),
-      observation_spec=env.observation_spec(),
-  )
-  loop = loop_lib.EvalLoop(agent, env, loop_config)
-
-  def run():
-    states = timing.block(loop.init_seeds(seeds))
-    (_, metrics), seconds = timing.timed(loop.run, states, {}, iterations)
-    return metrics, seconds
-
-  return run
+def env_settings(env: str) -> dict[str, object]:
+  """Our environment's settings matching purejaxrl's wrapper."""
+  if env.startswith("brax/"):
+    return dict(backend=BRAX_BACKEND, episode_length=1000)
+  return {}
 
 
 def main(argv=None) -> dict[str, float]:
@@ -232,7 +188,9 @@ def main(argv=None) -> dict[str, float]:
   seeds = list(range(args.seeds))
   module = purejaxrl_module(args.purejaxrl.expanduser().resolve(), args.env)
   runners = {
-      "ours": ours_runner(config, args.env, seeds),
+      "ours": discrete.ours_runner(
+          config, seeds, args.env, env_settings(args.env), dense=(256, 256)
+      ),
       "purejaxrl": discrete.purejaxrl_runner(module, config, seeds),
   }
   print(

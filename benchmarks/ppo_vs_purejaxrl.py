@@ -178,9 +178,11 @@ def purejaxrl_runner(ppo, config, seeds):
 # --------------------------------------------------------------- ours ----
 
 
-def ours_runner(config, seeds):
+def ours_runner(config, seeds, env_name=None, env_settings=None, dense=None):
   """``run() -> (metrics, seconds)`` of our ``ppo`` rule with the same
-  settings (the seconds of the compiled call)."""
+  settings (the seconds of the compiled call), on ``env_name`` (default:
+  ``gymnax/<ENV_NAME>``) with ``env_settings``, and the torso ``dense``
+  (default: the rule's 64x64)."""
   loop_config = loop_lib.LoopConfig(
       num_envs=config["NUM_ENVS"],
       rollout_len=config["NUM_STEPS"],
@@ -196,6 +198,8 @@ def ours_runner(config, seeds):
   settings.max_grad_norm = config["MAX_GRAD_NORM"]
   settings.anneal_learning_rate = config["ANNEAL_LR"]
   settings.network.activation = config["ACTIVATION"]
+  if dense is not None:
+    settings.network.dense = tuple(dense)
   settings.hyper_params.update(
       discount_factor=config["GAMMA"],
       gae_lambda=config["GAE_LAMBDA"],
@@ -204,10 +208,14 @@ def ours_runner(config, seeds):
       value_cost=config["VF_COEF"],
   )
   env = env_registry.make_env(
-      "gymnax/" + config["ENV_NAME"], config["NUM_ENVS"]
+      env_name or "gymnax/" + config["ENV_NAME"],
+      config["NUM_ENVS"],
+      **(env_settings or {}),
   )
   agent = agent_lib.make_agent(
-      settings, env.num_actions, num_updates=loop_config.num_updates(iterations)
+      settings,
+      action_spec=env.action_spec(),
+      num_updates=loop_config.num_updates(iterations),
   )
   loop = loop_lib.EvalLoop(agent, env, loop_config)
 
