@@ -85,6 +85,7 @@ class Agent:
       raise ValueError(f"num_actions must be >= 2, got {policy.param_size}.")
     if policy.is_continuous and not rule.supports_continuous_actions:
       raise ValueError(continuous_refusal(rule))
+    rule = rule.for_policy(policy)
     if loss_mask not in LOSS_MASKS:
       raise ValueError(
           f"Unknown loss_mask {loss_mask!r}; use one of "
@@ -138,7 +139,9 @@ class Agent:
     With ``grad_actions`` (``[T+1, B]`` int), per-action outputs carry
     gradients only at those actions, and with ``with_every`` the per-action
     outputs with gradients at every action come too, as a second dict (see
-    ``agent_nets.AgentNet``).
+    ``agent_nets.AgentNet``). With a continuous policy, ``grad_actions``
+    (``[T+1, B, D]``, or ``[T+1, B, K, D]`` for ``K`` per state) are the
+    actions the per-action outputs are computed at.
     """
     return agent_nets.unroll(
         self.network.apply, params, observations, grad_actions, with_every

@@ -16,6 +16,12 @@ The modules are created in the caller's haiku scope (this is not a module of
 its own), so parameter names are ``<agent>/linear`` (root),
 ``<agent>/action_cond/linear`` (LSTM) and ``<agent>/mlp``, ``mlp_1``, ... for
 the heads, in the order of the output spec.
+
+A continuous policy has no table of actions: its per-action outputs come
+from action-input heads instead (``action_input_outputs``), MLPs on the
+embedding concatenated with one action, evaluated at given actions (a
+critic ``Q(s, a)``); their parameters are
+``<agent>/action_input_<name>/~/linear_i``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from disco import policies
 from disco import types
 
 
@@ -215,3 +222,72 @@ def per_action_outputs_and_taken(
     return jnp.where(mask, t, jax.lax.stop_gradient(e))
 
   return every, jax.tree.map(at_taken, every, taken)
+
+
+def scaled_actions(policy: policies.Gaussian, actions: jax.Array) -> jax.Array:
+  """Continuous ``actions`` ``[..., D]`` as an action-input head reads them:
+  clipped to the policy's bounds and rescaled to ``[-1, 1]`` in the
+  dimensions whose bounds are finite (the others as they are)."""
+  low = np.asarray(policy.minimum, np.float64)
+  high = np.asarray(policy.maximum, np.float64)
+  finite = np.isfinite(low) & np.isfinite(high) & (high > low)
+  low, high = np.where(finite, low, -1.0), np.where(finite, high, 1.0)
+  centre = ((high + low) / 2.0).astype(np.float32)
+  half = ((high - low) / 2.0).astype(np.float32)
+  actions = actions.astype(jnp.float32)
+  scaled = jnp.clip((actions - centre) / half, -1.0, 1.0)
+  return jnp.where(finite, scaled, actions)
+
+
+def action_input_outputs(
+    out_spec: Mapping[str, types.ArraySpec],
+    head_hiddens: Sequence[int],
+    policy: policies.Gaussian,
+    embedding: jax.Array,
+    actions: jax.Array | None,
+) -> dict[str, jax.Array]:
+  """Per-action outputs of a continuous policy at given actions (called in
+  a haiku transform).
+
+  Each output is an MLP (``head_hiddens``, then the output's size) on the
+  ``[B, E]`` embedding (flattened) concatenated with an action
+  (``scaled_actions``).
+
+  Args:
+    out_spec: name -> spec of one (state, action) pair's prediction.
+    head_hiddens: hidden sizes of each head.
+    policy: the continuous policy (its action size and bounds).
+    embedding: ``[B, ...]`` torso output.
+    actions: ``[B, D]`` (one action per state), ``[B, K, D]`` (``K`` per
+      state), or None (no outputs; the heads' parameters are still made).
+
+  Returns:
+    name -> ``[B, *spec.shape]`` or ``[B, K, *spec.shape]`` (``{}`` without
+    ``actions``).
+  """
+  embedding = hk.Flatten()(embedding)
+  batch = embedding.shape[0]
+  query = actions
+  if query is None:  # build the heads on an empty batch of actions
+    query = jnp.zeros((batch, 0, policy.action_size), embedding.dtype)
+  one = query.ndim == 2
+  if one:
+    query = query[:, None]
+  k = query.shape[1]
+  x = jnp.concatenate(
+      [
+          jnp.broadcast_to(embedding[:, None], (batch, k, embedding.shape[1])),
+          scaled_actions(policy, query).astype(embedding.dtype),
+      ],
+      axis=-1,
+  ).reshape((batch * k, embedding.shape[1] + policy.action_size))
+  outputs = {}
+  for key, spec in out_spec.items():
+    shape = tuple(spec.shape)
+    head = hk.nets.MLP(
+        tuple(head_hiddens) + (int(np.prod(shape)),),
+        name=f"action_input_{key}",
+    )
+    out = head(x).reshape((batch, k) + shape)
+    outputs[key] = out[:, 0] if one else out
+  return {} if actions is None else outputs

@@ -349,7 +349,7 @@ class AgentNet(hk.Module):
   """Observation ``[B, ...]`` -> dict of outputs described by the specs.
 
   Flat outputs are ``[B, *spec.shape]``; per-action outputs are
-  ``[B, A, *spec.shape]``.
+  ``[B, A, *spec.shape]`` (continuous policies: see ``__call__``).
   """
 
   def __init__(
@@ -393,7 +393,9 @@ class AgentNet(hk.Module):
     ``action_models.per_action_outputs``. With ``with_every`` (and
     ``grad_actions``) the per-action outputs with gradients at every action
     come too, as a second dict (see
-    ``action_models.per_action_outputs_and_taken``).
+    ``action_models.per_action_outputs_and_taken``). With a continuous
+    policy, they are action-input heads' outputs at ``grad_actions``
+    (``action_models.action_input_outputs``).
     """
     if self._config.separate_torsos:  # no per-action outputs (checked)
       outputs = self._head_pass(
@@ -405,6 +407,7 @@ class AgentNet(hk.Module):
       return (outputs, {}) if with_every else outputs
     embedding = self._embedding_pass(observations)
     outputs = self._head_pass({key: embedding for key in self._flat_spec})
+    every = {}
     if self._model_spec:
       c = self._config
       if c.num_states is not None and not c.dense:
@@ -412,25 +415,27 @@ class AgentNet(hk.Module):
         embedding = jax.nn.one_hot(
             embedding, c.num_states, dtype=jnp.dtype(c.compute_dtype)
         )
-      root = action_models.root_state(embedding, c.model_lstm_size)
-      model = action_models.make_action_model(
-          self._model_spec,
-          c.model_lstm_size,
-          c.model_head_hiddens,
-          self._num_actions,
-      )
-      if with_every:
-        every, at_taken = action_models.per_action_outputs_and_taken(
-            model, root, grad_actions
+      if self._policy is not None and self._policy.is_continuous:
+        spec, hiddens = self._model_spec, c.model_head_hiddens
+        outs = action_models.action_input_outputs(
+            spec, hiddens, self._policy, embedding, grad_actions
         )
-        outputs.update(at_taken)
-        return outputs, every
-      outputs.update(
-          action_models.per_action_outputs(model, root, grad_actions)
-      )
-    elif with_every:
-      return outputs, {}
-    return outputs
+      else:
+        root = action_models.root_state(embedding, c.model_lstm_size)
+        model = action_models.make_action_model(
+            self._model_spec,
+            c.model_lstm_size,
+            c.model_head_hiddens,
+            self._num_actions,
+        )
+        if with_every:
+          every, outs = action_models.per_action_outputs_and_taken(
+              model, root, grad_actions
+          )
+        else:
+          outs = action_models.per_action_outputs(model, root, grad_actions)
+      outputs.update(outs)
+    return (outputs, every) if with_every else outputs
 
   def _embedding_pass(
       self, observations: types.ArrayTree, name: str = "torso"

@@ -27,7 +27,11 @@ A rule
     through ``inputs.action_policy`` (log-probabilities, entropies, KLs), so
     ``logits`` may be a categorical's or a Gaussian's parameters; the
     ``num_actions`` its output specs get is then the size ``P`` of those
-    parameters.
+    parameters. With a continuous policy the per-action outputs
+    (``model_output_spec``) are computed at given actions by an action-input
+    head (``disco.networks.agent_nets``); a rule whose outputs or state
+    depend on the kind of actions is set up for the agent's policy by
+    ``for_policy``.
 
 The Agent never branches on which rule it holds. A learner step:
 ``meta_out, new_rule_state = unroll_meta_net(inputs, context)`` once, then the gradient of ``agent_loss + agent_loss_no_meta`` with respect
@@ -61,8 +65,10 @@ MetaOut = dict[str, Any]
 # A per-transition loss ``[T, B]`` and scalar (or averaged) logs.
 LossAndLogs = tuple[jax.Array, types.Logs]
 Specs = dict[str, types.ArraySpec]
-# (params, observations [T+1, B, ...]) -> agent outputs [T+1, B, ...].
-UnrollFn = Callable[[types.Params, types.ArrayTree], types.AgentOuts]
+# (params, observations [T+1, B, ...]) -> agent outputs [T+1, B, ...]; an
+# optional third argument gives actions ``[T+1, B, ...]`` (see
+# ``disco.agent.Agent.unroll``).
+UnrollFn = Callable[..., types.AgentOuts]
 # The discount and trace parameter of the published agents' returns (the
 # Disco103 setting and the published actor-critic).
 PUBLISHED_RETURNS = immutabledict.immutabledict(
@@ -154,7 +160,9 @@ class UpdateRule(abc.ABC):
   # Whether ``agent_loss``, ``agent_loss_no_meta`` and ``meta_regularizer``
   # (its validation outputs) read per-action (``model_output_spec``) outputs
   # only at the taken actions; the agent then backpropagates through the
-  # action model for those actions alone where it can.
+  # action model for those actions alone where it can. With a continuous
+  # policy the network computes those outputs at the taken actions only
+  # (they have no per-action table), so a rule reading them needs this.
   model_losses_read_taken_actions: bool = False
   # The rule's hyper-parameters and their defaults: every coefficient of its
   # losses (and of its meta-regularisers), discounts, ...
@@ -203,6 +211,14 @@ class UpdateRule(abc.ABC):
         raise ValueError(f"Output {key!r} is declared flat and per-action.")
       spec[key] = types.ArraySpec((num_actions,) + tuple(s.shape), s.dtype)
     return spec
+
+  def for_policy(self, policy: policies.Policy) -> UpdateRule:
+    """This rule for an agent whose actions follow ``policy``; the Agent
+    calls it once, before it builds its network and rule state. A rule whose
+    outputs or state depend on the kind of actions (MPO's critic and duals)
+    returns a copy set up for them; the default is the rule itself."""
+    del policy
+    return self
 
   def init_meta_params(self, rng: Array) -> types.MetaParams:
     """Meta-parameters (empty for hand-designed rules)."""
