@@ -1,7 +1,9 @@
-"""Discrete Maximum a-posteriori Policy Optimisation (MPO).
+"""Maximum a-posteriori Policy Optimisation (MPO), for discrete and
+continuous actions.
 
-The agent predicts a policy (``logits``) and one action value per action
-(``q``, a flat output of shape ``[A]``). A Polyak-averaged copy of the agent
+Discrete actions: the agent predicts a policy (``logits``) and one action
+value per action (``q``, a flat output of shape ``[A]``). A Polyak-averaged
+copy of the agent
 (the *target* network) supplies the prior policy ``pi_target`` and the action
 values used by both steps of MPO:
 
@@ -28,6 +30,28 @@ learner step starts from, i.e. they lag the online ones by one step.
 target network, bootstrapping with ``V(s) = sum_a pi_target(a|s) Q_target(s,
 a)`` (the exact expectation).
 
+Continuous actions (a Gaussian policy; the same rule, set up by the agent
+through ``for_policy``), as Stoix's and Acme's continuous MPO:
+
+* the critic ``Q(s, a)`` reads the action: ``q`` is a per-action output,
+  which for a continuous policy the network computes at given actions with
+  an action-input head (``disco.networks.action_models``); the agent
+  computes the online ``q`` at the taken actions
+  (``model_losses_read_taken_actions``);
+* E-step on ``num_samples`` actions ``a_n ~ pi_target(.|s)`` per state:
+  weights ``softmax_n(Q_target(s, a_n) / eta)`` (constants), and the
+  temperature's loss ``eta * (epsilon + mean_s [logsumexp_n(Q / eta) - log
+  N])``: its gradient ``epsilon - KL(q || pi_target)`` makes ``eta`` grow
+  when the realised KL exceeds ``epsilon``;
+* M-step decoupled into the mean and the standard deviation, each under
+  its own KL bound and dual (``alpha_mean``, ``alpha_stddev``; per action
+  dimension with ``per_dim_constraining``): see
+  ``disco.update_rules.mpo_common``;
+* ``q`` is regressed on the same lambda-return or Retrace targets, with
+  ``V(s) = mean_n Q_target(s, a_n)`` over the sampled actions and Retrace's
+  ``Q_target(s_t, a_t)`` at the taken ones (importance weights from the
+  Gaussian densities, clipped at 1).
+
 The loss building blocks live in ``disco.update_rules.mpo_common``, shared
 with SPO (``disco.update_rules.spo``), which uses the sample-based E-step.
 """
@@ -47,12 +71,15 @@ from disco.update_rules import base
 from disco.update_rules import mpo_common as ml
 from disco.value_fns import returns
 
-# Discrete MPO's published defaults, adapted to a single shared network.
+# Discrete MPO's published defaults, adapted to a single shared network;
+# epsilon_mean and epsilon_stddev bound continuous MPO's decoupled M-step.
 MPO_HYPER_PARAMS = dict(
     discount_factor=0.99,
     td_lambda=0.95,
     epsilon=0.01,
     epsilon_policy=1e-3,
+    epsilon_mean=1e-3,
+    epsilon_stddev=1e-5,
     target_update_tau=0.005,
     q_cost=1.0,
 )
@@ -62,7 +89,8 @@ Q_TARGETS = ("lambda", "retrace")
 
 # ------------------------------------------------------------------ rule
 class MPO(ml.DualRule):
-  """Discrete MPO with an exact, prior-weighted E-step.
+  """MPO: exact, prior-weighted E-step for discrete actions; sampled E-step
+  and decoupled Gaussian M-step for continuous ones (module docstring).
 
   Args:
     hyper_params: overrides of ``MPO_HYPER_PARAMS``.
@@ -71,9 +99,19 @@ class MPO(ml.DualRule):
       ``pi_target / mu`` clipped at 1).
     init_log_temperature, init_log_alpha, dual_lr, dual_max_grad_norm: the
       duals (see ``mpo_common.DualRule``).
+    num_samples: continuous actions: actions sampled from the target policy
+      per state for the E-step and ``V``.
+    per_dim_constraining: continuous actions: one KL bound per action
+      dimension (else one on their sum).
+    init_log_alpha_stddev: continuous actions: initial raw dual of the
+      standard deviation's bound (``init_log_alpha`` is the mean's).
   """
 
   default_hyper_params = MPO_HYPER_PARAMS
+  # The critic's loss reads q at the taken actions only; with continuous
+  # actions the network computes q there (discrete q is a flat [A] output,
+  # which this leaves as it is).
+  model_losses_read_taken_actions = True
 
   def __init__(
       self,
@@ -83,30 +121,61 @@ class MPO(ml.DualRule):
       init_log_alpha: float = 3.0,
       dual_lr: float = 1e-2,
       dual_max_grad_norm: float = 40.0,
+      num_samples: int = 20,
+      per_dim_constraining: bool = True,
+      init_log_alpha_stddev: float = 3.0,
   ):
     if q_target not in Q_TARGETS:
       raise ValueError(
           f"Unknown q_target {q_target!r}; use one of {', '.join(Q_TARGETS)}."
       )
+    if int(num_samples) < 1:
+      raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
     super().__init__(
         hyper_params,
         init_log_temperature,
         init_log_alpha,
         ml.dual_optimizer(dual_lr, dual_max_grad_norm),
+        init_log_alpha_stddev=init_log_alpha_stddev,
+        per_dim_constraining=per_dim_constraining,
     )
     self._q_target = q_target
+    self.num_samples = int(num_samples)
 
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
+    if self.gaussian is not None:
+      return dict(logits=base.logits_spec(num_actions))
     return dict(
         logits=base.logits_spec(num_actions),
         q=types.ArraySpec((num_actions,), np.float32),
     )
 
+  def model_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
+    """Continuous actions: ``q``, the critic ``Q(s, a)`` at given actions."""
+    del num_actions
+    if self.gaussian is None:
+      return {}
+    return dict(q=types.ArraySpec((), np.float32))
+
   # ---------------------------------------------------------------- targets
-  def _q_targets(self, inputs: base.Inputs, target_out: types.AgentOuts):
-    """``[T, B]`` targets for ``Q(s_t, a_t)`` from the target network."""
-    target_q = target_out["q"]
-    target_v = jnp.sum(jax.nn.softmax(target_out["logits"]) * target_q, -1)
+  def _q_targets(
+      self,
+      inputs: base.Inputs,
+      target_logits: jax.Array,
+      target_v: jax.Array,
+      target_q: jax.Array,
+      table_actions: jax.Array,
+  ) -> jax.Array:
+    """``[T, B]`` targets for ``Q(s_t, a_t)`` from the target network.
+
+    Args:
+      inputs: the rollout.
+      target_logits: ``[T+1, B, P]`` target policy parameters.
+      target_v: ``[T+1, B]`` target ``V(s)``.
+      target_q: ``[T+1, B, A']`` target action values, where column
+        ``table_actions`` ``[T, B]`` holds the taken actions' (Retrace).
+      table_actions: see ``target_q``.
+    """
     env_discounts = 1.0 - inputs.is_terminal.astype(jnp.float32)
     gamma = self.hyper_params["discount_factor"]
     lambda_ = self.hyper_params["td_lambda"]
@@ -122,17 +191,17 @@ class MPO(ml.DualRule):
       return per_sequence(
           inputs.rewards, gamma * env_discounts, target_v[1:], lambdas
       )
-    actions = inputs.actions[:-1]
     rho = returns.importance_weights(
-        target_out["logits"][:-1],
+        target_logits[:-1],
         inputs.behaviour_agent_out["logits"][:-1],
-        actions,
+        inputs.actions[:-1],
+        inputs.policy,
     )
     rho = jnp.where(truncated, 0.0, rho)
     return returns.retrace(
         inputs.rewards,
         env_discounts,
-        actions,
+        table_actions,
         rho,
         target_v,
         target_q,
@@ -141,8 +210,9 @@ class MPO(ml.DualRule):
     ).q_target
 
   def dual_loss(self, duals, target_q, target_logits, online_logits, mask):
-    """The part of the MPO loss that depends on the duals (mean over the
-    transitions of ``mask``: the agent's loss states).
+    """The part of the discrete MPO loss that depends on the duals (mean
+    over the transitions of ``mask``: the agent's loss states); continuous
+    actions: ``gaussian_dual_loss``.
 
     Args:
       duals: raw duals (``init_duals``).
@@ -170,9 +240,22 @@ class MPO(ml.DualRule):
       self, inputs: base.Inputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     inputs.check_shapes()
+    if self.checked_gaussian(inputs) is not None:
+      return self._gaussian_unroll(inputs, context)
     target_out = self.target_out(inputs, context)
+    target_q_all = target_out["q"]
+    target_v = jnp.sum(
+        jax.nn.softmax(target_out["logits"]) * target_q_all, axis=-1
+    )
+    q_target = self._q_targets(
+        inputs,
+        target_out["logits"],
+        target_v,
+        target_q_all,
+        inputs.actions[:-1],
+    )
     target_logits = target_out["logits"][:-1]
-    target_q = target_out["q"][:-1]
+    target_q = target_q_all[:-1]
     online_logits = jax.lax.stop_gradient(inputs.agent_out["logits"][:-1])
     (log_q, kl, loss_eta, loss_alpha), new_duals, dual_opt_state = (
         self.update_duals(
@@ -192,7 +275,7 @@ class MPO(ml.DualRule):
         e_step_log_probs=log_q,
         target_logits=target_logits,
         alpha=ml.dual_value(context.rule_state["duals"]["log_alpha"]),
-        q_target=jax.lax.stop_gradient(self._q_targets(inputs, target_out)),
+        q_target=jax.lax.stop_gradient(q_target),
         stats=dict(
             self.dual_stats(context, inputs, loss_eta, loss_alpha, kl_q, kl),
             entropy_target=mean(ops.softmax_entropy(target_logits)),
@@ -201,6 +284,45 @@ class MPO(ml.DualRule):
         ),
     )
     return meta_out, self.next_rule_state(context, new_duals, dual_opt_state)
+
+  def _gaussian_unroll(
+      self, inputs: base.Inputs, context: base.LearnerContext
+  ) -> tuple[base.MetaOut, types.RuleState]:
+    """``unroll_meta_net`` for continuous actions: ``num_samples`` actions
+    from the target policy at every state, the target critic at them and at
+    the taken actions, then the E-step, the duals' step and the Q targets."""
+    target_logits = self.target_out(inputs, context)["logits"]
+    t1, b, size = target_logits.shape
+    prior = jnp.broadcast_to(
+        target_logits[:, :, None], (t1, b, self.num_samples, size)
+    )
+    sampled = jax.lax.stop_gradient(self.gaussian.sample(context.rng, prior))
+    # Column 0: the taken action; then the N samples.
+    query = jnp.concatenate([inputs.actions[:, :, None], sampled], axis=2)
+    target_params = context.rule_state["target_params"]
+    q_all = jax.lax.stop_gradient(
+        context.unroll_fn(target_params, inputs.observations, query)["q"]
+    )
+    q_sampled = q_all[..., 1:]  # [T+1, B, N]
+    q_target = self._q_targets(
+        inputs,
+        target_logits,
+        jnp.mean(q_sampled, axis=-1),
+        q_all[..., :1],
+        jnp.zeros(inputs.rewards.shape, jnp.int32),
+    )
+    meta_out, rule_state = self.gaussian_e_step(
+        inputs, context, q_sampled[:-1], target_logits[:-1]
+    )
+    mean = lambda x: ops.masked_mean(x, inputs.mask, context.axis_name)
+    meta_out["stats"].update(
+        q_min=mean(jnp.min(q_sampled[:-1], -1)),
+        q_max=mean(jnp.max(q_sampled[:-1], -1)),
+    )
+    meta_out.update(
+        sampled_actions=sampled[:-1], q_target=jax.lax.stop_gradient(q_target)
+    )
+    return meta_out, rule_state
 
   # ----------------------------------------------------------------- losses
   def policy_loss(
@@ -211,12 +333,26 @@ class MPO(ml.DualRule):
         jax.lax.stop_gradient(meta_out["e_step_log_probs"]), logits
     )
 
+  def sampled_targets(
+      self, inputs: base.Inputs, meta_out: base.MetaOut
+  ) -> tuple[jax.Array, jax.Array]:
+    del inputs
+    return meta_out["sampled_actions"], meta_out["e_step_weights"]
+
   def agent_loss_no_meta(
       self, inputs: base.Inputs, meta_out: base.MetaOut
   ) -> base.LossAndLogs:
     inputs.check_shapes()
-    q_a = ops.at_actions(inputs.agent_out["q"][:-1], inputs.actions[:-1])
-    td = meta_out["q_target"] - q_a
+    if "q" not in inputs.agent_out:
+      raise ValueError(
+          "MPO's critic loss reads the network's q at the taken actions: "
+          "unroll the network with them (Agent.unroll(params, observations, "
+          "actions), as Agent.learner_update does for this rule)."
+      )
+    q = inputs.agent_out["q"][:-1]
+    if self.checked_gaussian(inputs) is None:
+      q = ops.at_actions(q, inputs.actions[:-1])
+    td = meta_out["q_target"] - q
     q_loss = 0.5 * jnp.square(td)
     logs = dict(q_loss=q_loss, q_target=meta_out["q_target"], q_td=td)
     return self.hyper_params["q_cost"] * q_loss, logs

@@ -1,19 +1,34 @@
 """What MPO and SPO share: dual variables, E-steps, the M-step's losses and
 the rule skeleton (``DualRule``).
 
-Both rules keep two dual variables in their rule state, each softplus
+Both rules keep dual variables in their rule state, each softplus
 parameterised (``softplus(raw) + 1e-8``, raw values clamped at -18 after
-every step) with its own optimiser (global-norm clipping, then Adam): the
+every step) with their own optimiser (global-norm clipping, then Adam): the
 temperature ``eta`` of the E-step and the trust-region weight ``alpha`` of the
-M-step. MPO's E-step is exact over all actions (``exact_e_step``); SPO's
-weighs actions sampled by its search (``sample_e_step``). Both keep a
-Polyak-averaged target network for the prior policy and the critic targets.
+M-step. MPO's discrete E-step is exact over all actions (``exact_e_step``);
+SPO's, and MPO's for continuous actions, weigh sampled actions
+(``sample_e_step``). Both keep a Polyak-averaged target network for the
+prior policy and the critic targets.
+
+Continuous actions (a Gaussian policy, ``disco.policies.Gaussian``): the
+M-step is decoupled (``decoupled_m_step``, as in Acme's and Stoix's
+continuous MPO). The online policy is split into one with the online mean
+and the target's standard deviation and one with the target's mean and the
+online standard deviation; each is fitted to the weighted sampled actions
+(cross-entropies ``CE_mean``, ``CE_stddev``) under its own KL bound from the
+target policy, ``KL(pi_target || pi_fixed_stddev) <= epsilon_mean`` and
+``KL(pi_target || pi_fixed_mean) <= epsilon_stddev``, per action dimension
+(``per_dim_constraining``, duals ``[D]``) or summed over them (duals
+``[1]``). The duals are then ``log_temperature``, ``log_alpha_mean`` and
+``log_alpha_stddev`` (``init_gaussian_duals``), and the E-step's weights are
+constants (no policy term in the temperature's loss).
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Mapping
+import copy
 from typing import Any
 
 import jax
@@ -22,6 +37,7 @@ import numpy as np
 import optax
 
 from disco import ops
+from disco import policies
 from disco import types
 from disco.update_rules import base
 
@@ -40,9 +56,30 @@ def init_duals(
   )
 
 
+def init_gaussian_duals(
+    init_log_temperature: float,
+    init_log_alpha_mean: float,
+    init_log_alpha_stddev: float,
+    size: int,
+) -> dict[str, jax.Array]:
+  """Raw duals of the decoupled Gaussian M-step: ``log_temperature`` ``[1]``,
+  ``log_alpha_mean`` and ``log_alpha_stddev`` ``[size]`` (one per action
+  dimension, or 1) float32."""
+  return dict(
+      log_temperature=jnp.full([1], init_log_temperature, jnp.float32),
+      log_alpha_mean=jnp.full([size], init_log_alpha_mean, jnp.float32),
+      log_alpha_stddev=jnp.full([size], init_log_alpha_stddev, jnp.float32),
+  )
+
+
 def dual_value(raw: jax.Array) -> jax.Array:
   """Scalar ``softplus(raw) + 1e-8`` of a ``[1]`` raw dual."""
   return jax.nn.softplus(jnp.squeeze(raw)) + DUAL_EPSILON
+
+
+def dual_values(raw: jax.Array) -> jax.Array:
+  """``softplus(raw) + 1e-8`` of a ``[K]`` raw dual, elementwise (``[K]``)."""
+  return jax.nn.softplus(raw) + DUAL_EPSILON
 
 
 def clamp_duals(duals: dict[str, jax.Array]) -> dict[str, jax.Array]:
@@ -114,6 +151,13 @@ def sample_e_step(
   return jax.nn.softmax(tempered, axis=-1), log_normaliser
 
 
+def nonparametric_kl(weights: jax.Array) -> jax.Array:
+  """``KL(q || prior)`` estimated from the E-step's ``[..., N]`` weights over
+  ``N`` actions sampled from the prior: ``sum_n w_n log(N w_n)`` (``[...]``)."""
+  num = weights.shape[-1]
+  return jnp.sum(weights * jnp.log(num * weights + 1e-8), axis=-1)
+
+
 def temperature_loss(
     temperature: jax.Array, log_normaliser: jax.Array, epsilon: float
 ) -> jax.Array:
@@ -148,6 +192,110 @@ def alpha_loss(
   return alpha * (epsilon_policy - jax.lax.stop_gradient(kl))
 
 
+# ------------------------------------------------- the Gaussian M-step
+def gaussian_kl_per_dim(
+    policy: policies.Gaussian, params: jax.Array, other: jax.Array
+) -> jax.Array:
+  """``KL(N(params) || N(other))`` of each action dimension: ``[..., 2 D]``
+  parameters -> ``[..., D]``. (With ``squash`` it is the squashed
+  policies' KL as well: the same invertible map applies to both.)"""
+  mean, log_std = policy.mean_and_log_std(params)
+  other_mean, other_log_std = policy.mean_and_log_std(other)
+  ratio = jnp.exp(2.0 * (log_std - other_log_std))
+  gap = jnp.square(mean - other_mean) * jnp.exp(-2.0 * other_log_std)
+  return other_log_std - log_std + 0.5 * (ratio + gap - 1.0)
+
+
+def decoupled_params(
+    policy: policies.Gaussian, online: jax.Array, target: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+  """The two halves of the online Gaussian ``[..., 2 D]``: ``(online mean
+  with the target's log-std, the target's mean with the online log-std)``."""
+  online_mean, online_log_std = policy.mean_and_log_std(online)
+  target_mean, target_log_std = policy.mean_and_log_std(target)
+  return (
+      jnp.concatenate([online_mean, target_log_std], axis=-1),
+      jnp.concatenate([target_mean, online_log_std], axis=-1),
+  )
+
+
+def sampled_log_probs(
+    policy: policies.Policy, params: jax.Array, actions: jax.Array
+) -> jax.Array:
+  """``log pi(a_n)`` of ``N`` actions per state: params ``[..., P]``,
+  actions ``[..., N, D]`` -> ``[..., N]``."""
+  return policy.log_prob(params[..., None, :], actions)
+
+
+def decoupled_kls(
+    policy: policies.Gaussian,
+    online: jax.Array,
+    target: jax.Array,
+    per_dim: bool,
+) -> tuple[jax.Array, jax.Array]:
+  """``(KL(pi_target || pi_fixed_stddev), KL(pi_target || pi_fixed_mean))``,
+  each ``[..., D]`` (``per_dim``) or summed over the dimensions, ``[..., 1]``
+  (``decoupled_params``)."""
+  fixed_stddev, fixed_mean = decoupled_params(policy, online, target)
+  kl_mean = gaussian_kl_per_dim(policy, target, fixed_stddev)
+  kl_stddev = gaussian_kl_per_dim(policy, target, fixed_mean)
+  if not per_dim:
+    kl_mean = jnp.sum(kl_mean, axis=-1, keepdims=True)
+    kl_stddev = jnp.sum(kl_stddev, axis=-1, keepdims=True)
+  return kl_mean, kl_stddev
+
+
+def decoupled_m_step(
+    policy: policies.Gaussian,
+    online: jax.Array,
+    target: jax.Array,
+    actions: jax.Array,
+    weights: jax.Array,
+    per_dim: bool,
+) -> dict[str, jax.Array]:
+  """The decoupled Gaussian M-step's per-state terms.
+
+  Args:
+    policy: the Gaussian policy family.
+    online: ``[..., 2 D]`` online parameters (gradients flow into them).
+    target: ``[..., 2 D]`` target parameters (constants).
+    actions: ``[..., N, D]`` sampled actions.
+    weights: ``[..., N]`` their E-step weights (constants; sum to one).
+    per_dim: one KL per action dimension (else their sum).
+
+  Returns:
+    ``loss_policy_mean``, ``loss_policy_stddev`` ``[...]``: ``-sum_n w_n
+    log pi(a_n)`` under the online mean (target std) and under the online
+    std (target mean); ``kl_mean``, ``kl_stddev`` ``[..., K]`` (``K = D``
+    per dimension, else 1): ``KL(pi_target || pi_fixed_stddev)`` and
+    ``KL(pi_target || pi_fixed_mean)``.
+  """
+  target = jax.lax.stop_gradient(target)
+  weights = jax.lax.stop_gradient(weights)
+  fixed_stddev, fixed_mean = decoupled_params(policy, online, target)
+  ce = lambda params: -jnp.sum(
+      weights * sampled_log_probs(policy, params, actions), axis=-1
+  )
+  kl_mean, kl_stddev = decoupled_kls(policy, online, target, per_dim)
+  return dict(
+      loss_policy_mean=ce(fixed_stddev),
+      loss_policy_stddev=ce(fixed_mean),
+      kl_mean=kl_mean,
+      kl_stddev=kl_stddev,
+  )
+
+
+def kl_penalty(alpha: jax.Array, kl: jax.Array) -> jax.Array:
+  """``sum_k sg(alpha_k) KL_k``: ``[K]`` duals, ``[..., K]`` KLs -> ``[...]``."""
+  return jnp.sum(jax.lax.stop_gradient(alpha) * kl, axis=-1)
+
+
+def alphas_loss(alpha: jax.Array, kl: jax.Array, epsilon: float) -> jax.Array:
+  """``sum_k alpha_k (epsilon - sg(KL_k))`` (``[...]``): the dual loss of
+  per-dimension bounds (its gradient in ``alpha_k`` is ``epsilon - KL_k``)."""
+  return jnp.sum(alpha * (epsilon - jax.lax.stop_gradient(kl)), axis=-1)
+
+
 class DualRule(base.UpdateRule):
   """The skeleton of MPO and SPO: target network, duals and M-step loss.
 
@@ -157,13 +305,27 @@ class DualRule(base.UpdateRule):
   ``dual_stats`` and ``next_rule_state``; it defines ``policy_loss``, the
   E-step part of the shared M-step ``agent_loss``.
 
+  Continuous actions: ``for_policy`` (the Agent calls it) sets the rule up
+  for a Gaussian policy (``gaussian``): Gaussian duals, and the decoupled
+  M-step (see the module docstring). ``unroll_meta_net`` then calls
+  ``gaussian_e_step`` with the values of ``N`` actions sampled per state,
+  and ``sampled_targets`` gives the M-step's actions and weights.
+
   Args:
     hyper_params: overrides of the rule's ``default_hyper_params`` (which
-      need ``target_update_tau``, ``epsilon`` and ``epsilon_policy``).
+      need ``target_update_tau``, ``epsilon`` and ``epsilon_policy``, and
+      for continuous actions ``epsilon_mean`` and ``epsilon_stddev``).
     init_log_temperature: initial raw temperature (softplus: 3.0 -> 3.05).
-    init_log_alpha: initial raw trust-region dual.
+    init_log_alpha: initial raw trust-region dual (continuous actions:
+      of the mean's, ``alpha_mean``).
     dual_optim: the optimiser of the duals (e.g. ``dual_optimizer``).
+    init_log_alpha_stddev: continuous actions: initial raw dual of the
+      standard deviation's bound (``alpha_stddev``).
+    per_dim_constraining: continuous actions: bound the KLs of each action
+      dimension (duals ``[D]``), else of their sum (duals ``[1]``).
   """
+
+  supports_continuous_actions = True
 
   def __init__(
       self,
@@ -171,17 +333,59 @@ class DualRule(base.UpdateRule):
       init_log_temperature: float,
       init_log_alpha: float,
       dual_optim: optax.GradientTransformation,
+      init_log_alpha_stddev: float = 3.0,
+      per_dim_constraining: bool = True,
   ):
     super().__init__(hyper_params)
     self._init_log_temperature = init_log_temperature
     self._init_log_alpha = init_log_alpha
+    self._init_log_alpha_stddev = init_log_alpha_stddev
+    self.per_dim_constraining = bool(per_dim_constraining)
     self._dual_optimizer = dual_optim
+    self._gaussian: policies.Gaussian | None = None
+
+  def for_policy(self, policy: policies.Policy) -> DualRule:
+    """This rule for a categorical policy (itself) or a continuous one (a
+    copy with Gaussian duals and the decoupled M-step)."""
+    if not policy.is_continuous:
+      return self
+    rule = copy.copy(self)
+    rule._gaussian = policy  # pylint: disable=protected-access
+    return rule
+
+  @property
+  def gaussian(self) -> policies.Gaussian | None:
+    """The continuous policy the rule is set up for, or None (discrete)."""
+    return self._gaussian
+
+  def checked_gaussian(self, inputs: base.Inputs) -> policies.Gaussian | None:
+    """``gaussian``, after checking (at trace time) that the rollout's
+    actions are of the kind the rule was set up for."""
+    continuous = inputs.action_policy.is_continuous
+    if continuous != (self._gaussian is not None):
+      kinds = ("discrete", "continuous")
+      raise ValueError(
+          f"{type(self).__name__} is set up for "
+          f"{kinds[self._gaussian is not None]} actions but the rollout's are "
+          f"{kinds[continuous]}: build it with the agent's policy "
+          "(rule.for_policy(policy), as disco.agent.Agent does)."
+      )
+    return self._gaussian
 
   def init_rule_state(
       self, rng: jax.Array, params: types.Params
   ) -> types.RuleState:
     del rng
-    duals = init_duals(self._init_log_temperature, self._init_log_alpha)
+    if self._gaussian is None:
+      duals = init_duals(self._init_log_temperature, self._init_log_alpha)
+    else:
+      size = self._gaussian.action_size if self.per_dim_constraining else 1
+      duals = init_gaussian_duals(
+          self._init_log_temperature,
+          self._init_log_alpha,
+          self._init_log_alpha_stddev,
+          size,
+      )
     return dict(
         target_params=params,
         duals=duals,
@@ -261,20 +465,160 @@ class DualRule(base.UpdateRule):
         kl_mean_rel=mean(kl) / self.hyper_params["epsilon_policy"],
     )
 
+  # ------------------------------------------------ continuous actions
+  def gaussian_dual_loss(self, duals, values, target, online, mask):
+    """The sample-based temperature loss and the decoupled M-step's dual
+    losses (mean over the transitions of ``mask``).
+
+    Args:
+      duals: raw duals (``init_gaussian_duals``).
+      values: ``[T, B, N]`` values of ``N`` actions per state sampled from
+        the prior (MPO: ``Q_target``; SPO: the search's advantages).
+      target: ``[T, B, 2 D]`` target policy parameters.
+      online: ``[T, B, 2 D]`` online policy parameters (constants here).
+      mask: ``[T, B]`` the transitions to average over (None: all).
+
+    Returns:
+      ``(loss, (weights [T, B, N], kl_mean [T, B, K], kl_stddev [T, B, K],
+      loss_temperature, loss_alpha_mean, loss_alpha_stddev [T, B]))``.
+    """
+    hp = self.hyper_params
+    eta = dual_value(duals["log_temperature"])
+    weights, log_z = sample_e_step(values, eta)
+    kl_mean, kl_stddev = decoupled_kls(
+        self._gaussian, online, target, self.per_dim_constraining
+    )
+    loss_eta = temperature_loss(eta, log_z, hp["epsilon"])
+    loss_mean = alphas_loss(
+        dual_values(duals["log_alpha_mean"]), kl_mean, hp["epsilon_mean"]
+    )
+    loss_stddev = alphas_loss(
+        dual_values(duals["log_alpha_stddev"]),
+        kl_stddev,
+        hp["epsilon_stddev"],
+    )
+    total = ops.masked_mean(loss_eta + loss_mean + loss_stddev, mask)
+    return total, (
+        weights,
+        kl_mean,
+        kl_stddev,
+        loss_eta,
+        loss_mean,
+        loss_stddev,
+    )
+
+  def gaussian_e_step(
+      self,
+      inputs: base.Inputs,
+      context: base.LearnerContext,
+      values: jax.Array,
+      target_logits: jax.Array,
+  ) -> tuple[base.MetaOut, types.RuleState]:
+    """The duals' step for continuous actions, and what the M-step reads.
+
+    Args:
+      inputs: the rollout.
+      context: the learner step's context.
+      values: ``[T, B, N]`` values of ``N`` sampled actions per state (see
+        ``gaussian_dual_loss``).
+      target_logits: ``[T, B, 2 D]`` target policy parameters.
+
+    Returns:
+      ``(meta_out, new_rule_state)``: ``meta_out`` holds ``target_logits``,
+      the E-step's ``e_step_weights`` ``[T, B, N]``, ``alpha_mean`` and
+      ``alpha_stddev`` ``[K]`` (all at the pre-update duals) and ``stats``.
+    """
+    online = jax.lax.stop_gradient(inputs.agent_out["logits"][:-1])
+    aux, new_duals, dual_opt_state = self.update_duals(
+        self.gaussian_dual_loss,
+        context,
+        values,
+        target_logits,
+        online,
+        inputs.mask,
+    )
+    weights, kl_mean, kl_stddev, loss_eta, loss_mean, loss_stddev = aux
+    duals = context.rule_state["duals"]
+    alpha_mean = dual_values(duals["log_alpha_mean"])
+    alpha_stddev = dual_values(duals["log_alpha_stddev"])
+    hp = self.hyper_params
+    mean = lambda x: ops.masked_mean(x, inputs.mask, context.axis_name)
+    kl_q = mean(nonparametric_kl(weights))
+    stats = dict(
+        temperature=dual_value(duals["log_temperature"]),
+        alpha_mean=jnp.mean(alpha_mean),
+        alpha_stddev=jnp.mean(alpha_stddev),
+        loss_temperature=mean(loss_eta),
+        loss_alpha_mean=mean(loss_mean),
+        loss_alpha_stddev=mean(loss_stddev),
+        kl_nonparametric=kl_q,
+        kl_nonparametric_rel=kl_q / hp["epsilon"],
+        kl_mean_rel=mean(kl_mean) / hp["epsilon_mean"],
+        kl_stddev_rel=mean(kl_stddev) / hp["epsilon_stddev"],
+        entropy_target=mean(self._gaussian.entropy(target_logits)),
+    )
+    meta_out = dict(
+        target_logits=target_logits,
+        e_step_weights=jax.lax.stop_gradient(weights),
+        alpha_mean=alpha_mean,
+        alpha_stddev=alpha_stddev,
+        stats=stats,
+    )
+    return meta_out, self.next_rule_state(context, new_duals, dual_opt_state)
+
+  @abc.abstractmethod
+  def sampled_targets(
+      self, inputs: base.Inputs, meta_out: base.MetaOut
+  ) -> tuple[jax.Array, jax.Array]:
+    """Continuous actions: the M-step's ``[T, B, N, D]`` sampled actions
+    and their ``[T, B, N]`` weights (constants)."""
+
+  def gaussian_agent_loss(
+      self, inputs: base.Inputs, meta_out: base.MetaOut
+  ) -> base.LossAndLogs:
+    """The decoupled M-step ``[T, B]``: ``CE_mean + CE_stddev + sum_k
+    sg(alpha_mean_k) KL_mean_k + sum_k sg(alpha_stddev_k) KL_stddev_k``."""
+    logits = inputs.agent_out["logits"][:-1]
+    actions, weights = self.sampled_targets(inputs, meta_out)
+    terms = decoupled_m_step(
+        self._gaussian,
+        logits,
+        meta_out["target_logits"],
+        actions,
+        weights,
+        self.per_dim_constraining,
+    )
+    loss_kl_mean = kl_penalty(meta_out["alpha_mean"], terms["kl_mean"])
+    loss_kl_stddev = kl_penalty(meta_out["alpha_stddev"], terms["kl_stddev"])
+    loss_policy = terms["loss_policy_mean"] + terms["loss_policy_stddev"]
+    logs = dict(
+        meta_out["stats"],
+        **terms,
+        loss_policy=loss_policy,
+        loss_kl_mean=loss_kl_mean,
+        loss_kl_stddev=loss_kl_stddev,
+        entropy_online=self._gaussian.entropy(logits),
+    )
+    return loss_policy + loss_kl_mean + loss_kl_stddev, logs
+
+  # -------------------------------------------------------- the M-step
   @abc.abstractmethod
   def policy_loss(
       self, inputs: base.Inputs, meta_out: base.MetaOut, logits: jax.Array
   ) -> jax.Array:
     """``[T, B]`` cross-entropy from the E-step's policy to the online
-    policy ``logits`` ``[T, B, A]``."""
+    policy ``logits`` ``[T, B, A]`` (discrete actions)."""
 
   def agent_loss(
       self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
   ) -> base.LossAndLogs:
     """The M-step: ``policy_loss + sg(alpha) * KL(pi_target || pi_online)``
-    ``[T, B]`` (``meta_out`` needs ``alpha``, ``target_logits``, ``stats``)."""
+    ``[T, B]`` (``meta_out`` needs ``alpha``, ``target_logits``, ``stats``);
+    for continuous actions ``gaussian_agent_loss``."""
     del backprop  # No meta-parameters.
     inputs.check_shapes()
+    if self.checked_gaussian(inputs) is not None:
+      return self.gaussian_agent_loss(inputs, meta_out)
     logits = inputs.agent_out["logits"][:-1]
     loss_policy = self.policy_loss(inputs, meta_out, logits)
     alpha = jax.lax.stop_gradient(meta_out["alpha"])

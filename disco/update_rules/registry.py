@@ -394,7 +394,12 @@ for _name, _make, _settings, _description in (
         dict(learning_rate=5e-4, network=SMALL_NETWORK),
         "REINFORCE with a learned baseline",
     ),
-    ("mpo", mpo.MPO, ONE_STEP_DUAL_RULE, "discrete MPO with an exact E-step"),
+    (
+        "mpo",
+        mpo.MPO,
+        ONE_STEP_DUAL_RULE,
+        "MPO: exact E-step (discrete actions) or sampled (continuous)",
+    ),
     (
         "spo",
         spo.SPO,

@@ -63,7 +63,13 @@ HYPER_PARAM_MEANINGS = {
     "dpo_beta": "DPO drift's scale for negative advantages (rollback)",
     "target_update_tau": "Polyak step of the target network",
     "epsilon": "KL bound of the E-step (temperature dual)",
-    "epsilon_policy": "KL bound of the policy update (alpha dual)",
+    "epsilon_policy": "KL bound of the policy update (alpha dual; discrete)",
+    "epsilon_mean": (
+        "continuous actions: KL bound of the policy mean's update (alpha_mean)"
+    ),
+    "epsilon_stddev": (
+        "continuous actions: KL bound of the policy std's update (alpha_stddev)"
+    ),
     "q_cost": "weight of the Q loss",
     "vf_coef": "weight of the value loss",
     "pi_cost": "weight of the policy loss towards the meta-network's target",

@@ -27,6 +27,16 @@ trust-region dual loss (both inside ``unroll_meta_net`` with their own
 optimiser, see ``disco.update_rules.mpo``); the critic ``v`` regresses on
 GAE(lambda) targets from the Polyak-averaged target network.
 
+Continuous actions (a Gaussian policy; the same rule, set up by the agent
+through ``for_policy``), as Stoix's continuous SPO: root and next actions are
+drawn from the Gaussian (``[B, N, D]``), and the policy's loss is
+continuous MPO's decoupled M-step (``disco.update_rules.mpo_common``) on
+the stored search actions and weights, with the duals ``alpha_mean`` and
+``alpha_stddev`` (bounds ``epsilon_mean`` and ``epsilon_stddev``) in place of
+``alpha``; the temperature's loss is the same sample-based one. There is
+no root noise for continuous actions (``root_dirichlet_fraction`` must be
+0).
+
 Environment copies: a jittable environment steps ``[B]`` streams, so the
 particles' states ``[B, N, ...]`` are stepped by vmapping ``env.step`` over
 the particle axis; no environment-specific hook is needed. Copies share the
@@ -68,18 +78,22 @@ import jax
 import jax.numpy as jnp
 
 from disco import ops
+from disco import policies
 from disco import types
 from disco.update_rules import base
 from disco.update_rules import mpo_common as ml
 from disco.value_fns import returns
 
-# SPO's published (ff_spo.yaml) loss settings.
+# SPO's published (ff_spo.yaml) loss settings; epsilon_mean and
+# epsilon_stddev are those of ff_spo_continuous.yaml.
 SPO_HYPER_PARAMS = dict(
     discount_factor=0.99,
     td_lambda=0.95,
     vf_coef=1.0,
     epsilon=0.5,
     epsilon_policy=1e-3,
+    epsilon_mean=0.05,
+    epsilon_stddev=5e-4,
     target_update_tau=0.005,
 )
 
@@ -93,7 +107,8 @@ class Particles:
 
   Attributes:
     env_state: environment state of every particle.
-    root_actions: int32 root action the particle descends from.
+    root_actions: root action the particle descends from (int32, or
+      ``[..., D]`` float32 for continuous actions).
     log_weights: accumulated advantages since the last resampling.
     value: ``V`` of the particle's current state (0 after termination).
     terminal: whether the particle's episode has ended.
@@ -101,8 +116,9 @@ class Particles:
     gae: advantage estimate of the root action in this slot, the
       ``(gamma_s * lambda_s)^depth``-weighted sum of the one-step advantages
       while the particle's episode lasts (not resampled).
-    next_actions: int32 actions the particles take next (sampled at the
-      particle's own state, so resampled along with it).
+    next_actions: actions the particles take next (sampled at the
+      particle's own state, so resampled along with it; as
+      ``root_actions``).
   """
 
   env_state: Any
@@ -172,8 +188,12 @@ def _select_streams(
   )
 
 
-def check_search_env(env: Any) -> None:
-  """Raises ValueError unless ``env`` is a jittable environment."""
+def check_search_env(
+    env: Any, env_state: Any = None, batch: int | None = None
+) -> None:
+  """Raises ValueError unless ``env`` is a jittable environment whose state
+  ``env_state`` (if given) has a stream axis of size ``batch`` in front of
+  every leaf (the search copies each stream's state along a new axis)."""
   if env is None:
     raise ValueError(
         "SPO searches over copies of the environment state but the acting "
@@ -187,6 +207,17 @@ def check_search_env(env: Any) -> None:
         f"got {type(env).__name__} (is_jittable=False). Use a jittable "
         "environment such as 'catch' instead of 'catch_dm_env'."
     )
+  if env_state is None:
+    return
+  for path, leaf in jax.tree_util.tree_leaves_with_path(env_state):
+    if jnp.ndim(leaf) < 1 or jnp.shape(leaf)[0] != batch:
+      raise ValueError(
+          "SPO copies each stream's environment state, so every leaf of the "
+          f"state must lead with the {batch} streams; "
+          f"{type(env).__name__}'s {jax.tree_util.keystr(path)} has shape "
+          f"{list(jnp.shape(leaf))} (keep per-stream state, e.g. one PRNG "
+          "key per stream)."
+      )
 
 
 class SPO(ml.DualRule):
@@ -207,9 +238,14 @@ class SPO(ml.DualRule):
     search_gamma: discount inside the search.
     search_gae_lambda: lambda of the per-root-action advantage estimate.
     root_dirichlet_alpha: Dirichlet concentration of the root noise.
-    root_dirichlet_fraction: weight of the root noise (0 disables it).
+    root_dirichlet_fraction: weight of the root noise (0 disables it;
+      discrete actions only).
     init_log_temperature, init_log_alpha, dual_lr, dual_max_grad_norm: the
       duals (see ``mpo_common.DualRule``).
+    per_dim_constraining: continuous actions: one KL bound per action
+      dimension (else one on their sum).
+    init_log_alpha_stddev: continuous actions: initial raw dual of the
+      standard deviation's bound (``init_log_alpha`` is the mean's).
   """
 
   needs_env_copies = True
@@ -233,12 +269,16 @@ class SPO(ml.DualRule):
       init_log_alpha: float = 3.0,
       dual_lr: float = 1e-3,
       dual_max_grad_norm: float = 0.5,
+      per_dim_constraining: bool = True,
+      init_log_alpha_stddev: float = 3.0,
   ):
     super().__init__(
         hyper_params,
         init_log_temperature,
         init_log_alpha,
         ml.dual_optimizer(dual_lr, dual_max_grad_norm),
+        init_log_alpha_stddev=init_log_alpha_stddev,
+        per_dim_constraining=per_dim_constraining,
     )
     if resampling_mode not in RESAMPLING_MODES:
       raise ValueError(
@@ -263,6 +303,14 @@ class SPO(ml.DualRule):
     self.search_gae_lambda = float(search_gae_lambda)
     self.root_dirichlet_alpha = float(root_dirichlet_alpha)
     self.root_dirichlet_fraction = float(root_dirichlet_fraction)
+
+  def for_policy(self, policy: policies.Policy) -> SPO:
+    if policy.is_continuous and self.root_dirichlet_fraction > 0.0:
+      raise ValueError(
+          "SPO's root noise is Dirichlet noise over discrete actions: set "
+          "rule_kwargs.root_dirichlet_fraction=0 for continuous actions."
+      )
+    return super().for_policy(policy)
 
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
     return base.policy_value_spec(num_actions)
@@ -292,6 +340,28 @@ class SPO(ml.DualRule):
     ) + self.root_dirichlet_fraction * noise
     return jnp.log(probs)
 
+  def _acting_gaussian(
+      self, context: base.ActingContext
+  ) -> policies.Gaussian | None:
+    """``gaussian``, checked against the acting context's policy."""
+    policy = context.policy
+    if policy is not None and policy.is_continuous != (
+        self.gaussian is not None
+    ):
+      raise ValueError(
+          f"SPO is set up for {'continuous' if self.gaussian else 'discrete'}"
+          f" actions but acts with the policy {policy}: build it with the "
+          "agent's policy (rule.for_policy(policy), as disco.agent.Agent "
+          "does)."
+      )
+    return self.gaussian
+
+  def _sample(self, rng: jax.Array, logits: jax.Array) -> jax.Array:
+    """One action per row of ``logits`` ``[..., P]``."""
+    if self.gaussian is None:
+      return jax.random.categorical(rng, logits).astype(jnp.int32)
+    return self.gaussian.sample(rng, logits)
+
   def _evaluate(self, context: base.ActingContext, observations):
     """Network on ``[B, N, ...]`` observations: (logits, value)."""
     flat = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), observations)
@@ -309,7 +379,7 @@ class SPO(ml.DualRule):
         context.env.step, in_axes=(1, 1), out_axes=1
     )(particles.env_state, particles.next_actions)
     logits, value = self._evaluate(context, timestep.observation)
-    next_actions = jax.random.categorical(step_rng, logits)
+    next_actions = self._sample(step_rng, logits)
     env_discount = timestep.discount.astype(jnp.float32)
     # A particle's episode ends at a termination or a truncation (LAST with
     # discount 1); a truncated one still bootstraps through its value.
@@ -329,7 +399,7 @@ class SPO(ml.DualRule):
         terminal=jnp.logical_or(particles.terminal, ended),
         depth=particles.depth + 1,
         gae=particles.gae + alive * scale * delta,
-        next_actions=next_actions.astype(jnp.int32),
+        next_actions=next_actions,
     )
     resample_logits = log_weights / temperature
     if self.resampling_mode == "period":
@@ -355,15 +425,23 @@ class SPO(ml.DualRule):
     Returns:
       ``(particles, temperature)`` after ``search_depth`` steps.
     """
-    check_search_env(context.env)
+    batch = agent_out["logits"].shape[0]
+    check_search_env(context.env, context.env_state, batch)
+    gaussian = self._acting_gaussian(context)
     temperature = self.search_temperature(context.rule_state)
     root_rng, noise_rng, search_rng = jax.random.split(rng, 3)
-    logits = self._root_logits(noise_rng, agent_out["logits"])
-    batch = logits.shape[0]
     num = self.num_particles
-    root_actions = jax.random.categorical(
-        root_rng, logits[:, None, :], shape=(batch, num)
-    ).astype(jnp.int32)
+    if gaussian is None:
+      logits = self._root_logits(noise_rng, agent_out["logits"])
+      root_actions = jax.random.categorical(
+          root_rng, logits[:, None, :], shape=(batch, num)
+      ).astype(jnp.int32)
+    else:
+      logits = agent_out["logits"]
+      root_actions = gaussian.sample(
+          root_rng,
+          jnp.broadcast_to(logits[:, None], (batch, num, logits.shape[-1])),
+      )
     zeros = jnp.zeros((batch, num), jnp.float32)
     particles = Particles(
         env_state=broadcast_streams(context.env_state, num),
@@ -400,9 +478,7 @@ class SPO(ml.DualRule):
     particles, temperature = self.search(search_rng, agent_out, context)
     logits = particles.log_weights / temperature
     index = jax.random.categorical(pick_rng, logits)
-    actions = jnp.take_along_axis(
-        particles.root_actions, index[:, None], axis=1
-    )[:, 0]
+    actions = jax.vmap(lambda roots, i: roots[i])(particles.root_actions, index)
     extras = dict(
         search_actions=particles.root_actions,
         search_weights=jax.nn.softmax(logits, axis=-1),
@@ -451,18 +527,15 @@ class SPO(ml.DualRule):
     extras = self._check_extras(inputs)
     target_out = self.target_out(inputs, context)
     target_logits = target_out["logits"][:-1]
-    online_logits = jax.lax.stop_gradient(inputs.agent_out["logits"][:-1])
     advantages = extras["search_advantages"][:-1]
-    (weights, kl, loss_eta, loss_alpha), new_duals, dual_opt_state = (
-        self.update_duals(
-            self.dual_loss,
-            context,
-            advantages,
-            target_logits,
-            online_logits,
-            inputs.mask,
-        )
-    )
+    if self.checked_gaussian(inputs) is None:
+      meta_out, rule_state = self._categorical_duals(
+          inputs, context, advantages, target_logits
+      )
+    else:
+      meta_out, rule_state = self.gaussian_e_step(
+          inputs, context, advantages, target_logits
+      )
     # GAE(lambda) targets from the target critic (V-trace with rho = 1).
     critic = returns.vtrace(
         rewards=inputs.rewards,
@@ -473,19 +546,31 @@ class SPO(ml.DualRule):
         discount=self.hyper_params["discount_factor"],
         lambda_=self.hyper_params["td_lambda"],
     )
-    num = advantages.shape[-1]
-    kl_sample = jnp.sum(weights * jnp.log(num * weights + 1e-8), axis=-1)
+    meta_out["value_target"] = jax.lax.stop_gradient(critic.value_target)
+    meta_out["stats"]["search_advantage"] = ops.masked_mean(
+        advantages, inputs.mask, context.axis_name
+    )
+    return meta_out, rule_state
+
+  def _categorical_duals(self, inputs, context, advantages, target_logits):
+    """The duals' step for discrete actions: ``(meta_out, rule_state)``."""
+    online_logits = jax.lax.stop_gradient(inputs.agent_out["logits"][:-1])
+    (weights, kl, loss_eta, loss_alpha), new_duals, dual_opt_state = (
+        self.update_duals(
+            self.dual_loss,
+            context,
+            advantages,
+            target_logits,
+            online_logits,
+            inputs.mask,
+        )
+    )
+    kl_sample = ml.nonparametric_kl(weights)
     meta_out = dict(
         target_logits=target_logits,
         alpha=ml.dual_value(context.rule_state["duals"]["log_alpha"]),
-        value_target=jax.lax.stop_gradient(critic.value_target),
-        stats=dict(
-            self.dual_stats(
-                context, inputs, loss_eta, loss_alpha, kl_sample, kl
-            ),
-            search_advantage=ops.masked_mean(
-                advantages, inputs.mask, context.axis_name
-            ),
+        stats=self.dual_stats(
+            context, inputs, loss_eta, loss_alpha, kl_sample, kl
         ),
     )
     return meta_out, self.next_rule_state(context, new_duals, dual_opt_state)
@@ -500,6 +585,13 @@ class SPO(ml.DualRule):
         extras["search_actions"][:-1],
         jax.lax.stop_gradient(extras["search_weights"][:-1]),
     )
+
+  def sampled_targets(
+      self, inputs: base.Inputs, meta_out: base.MetaOut
+  ) -> tuple[jax.Array, jax.Array]:
+    del meta_out
+    extras = self._check_extras(inputs)
+    return extras["search_actions"][:-1], extras["search_weights"][:-1]
 
   def agent_loss_no_meta(
       self, inputs: base.Inputs, meta_out: base.MetaOut
