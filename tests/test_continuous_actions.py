@@ -240,3 +240,13 @@ def test_meta_validation_on_a_continuous_env(tmp_path):
   with pytest.raises(errors.UsageError, match="continuous action") as info:
     _validator(tmp_path, "disco")
   assert "\n" not in str(info.value)
+
+
+def test_spo_on_a_state_without_streams_is_one_usage_line(tmp_path):
+  """ReachTarget keeps one key for all streams, which SPO cannot copy per
+  stream: said when the plan is built, before anything compiles."""
+  with pytest.raises(
+      errors.UsageError, match="lead with the 8 streams"
+  ) as info:
+    evaluation.build(_config(tmp_path, rule="spo"))
+  assert "\n" not in str(info.value)

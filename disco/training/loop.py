@@ -218,6 +218,7 @@ class EvalLoop:
           "environment state and needs a jittable environment; use e.g. "
           "'catch' instead of a host (dm_env) environment."
       )
+    agent.rule.check_env(env)
     self.agent = agent
     self.env = env
     self.config = config

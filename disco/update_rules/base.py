@@ -220,6 +220,12 @@ class UpdateRule(abc.ABC):
     del policy
     return self
 
+  def check_env(self, env: Any) -> None:
+    """Raises ValueError, naming the fix, where the rule cannot act in
+    ``env`` (a batched environment); the training loop calls it once when
+    it is built. The default accepts every environment."""
+    del env
+
   def init_meta_params(self, rng: Array) -> types.MetaParams:
     """Meta-parameters (empty for hand-designed rules)."""
     del rng

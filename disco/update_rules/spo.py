@@ -210,12 +210,13 @@ def check_search_env(
   if env_state is None:
     return
   for path, leaf in jax.tree_util.tree_leaves_with_path(env_state):
-    if jnp.ndim(leaf) < 1 or jnp.shape(leaf)[0] != batch:
+    shape = tuple(getattr(leaf, "shape", jnp.shape(leaf)))
+    if not shape or shape[0] != batch:
       raise ValueError(
           "SPO copies each stream's environment state, so every leaf of the "
           f"state must lead with the {batch} streams; "
           f"{type(env).__name__}'s {jax.tree_util.keystr(path)} has shape "
-          f"{list(jnp.shape(leaf))} (keep per-stream state, e.g. one PRNG "
+          f"{list(shape)} (keep per-stream state, e.g. one PRNG "
           "key per stream)."
       )
 
@@ -303,6 +304,12 @@ class SPO(ml.DualRule):
     self.search_gae_lambda = float(search_gae_lambda)
     self.root_dirichlet_alpha = float(root_dirichlet_alpha)
     self.root_dirichlet_fraction = float(root_dirichlet_fraction)
+
+  def check_env(self, env: Any) -> None:
+    """The search's needs (``check_search_env``), on the state shapes of a
+    reset (nothing runs)."""
+    state, _ = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
+    check_search_env(env, state, env.batch_size)
 
   def for_policy(self, policy: policies.Policy) -> SPO:
     if policy.is_continuous and self.root_dirichlet_fraction > 0.0:
