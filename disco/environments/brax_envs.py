@@ -34,7 +34,7 @@ Settings:
     hopper, walker or humanoid, a tipped pendulum) is a *termination* (LAST
     with discount 0), also at the time limit.
   * the constructor arguments of brax's environment class with simple
-    defaults (numbers, booleans, pairs of numbers), e.g. ``ctrl_cost_weight``,
+    defaults (booleans, finite numbers, pairs of them), e.g. ``ctrl_cost_weight``,
     ``healthy_reward``, ``terminate_when_unhealthy``, ``healthy_z_range`` and
     ``reset_noise_scale`` of ``brax/ant``; ``KWARG_DEFAULTS`` holds them with
     brax 0.14's defaults (tests check it against the installed brax), so that
@@ -68,6 +68,7 @@ import contextlib
 import functools
 import inspect
 import io
+import math
 import numbers
 from typing import Any
 import warnings
@@ -139,7 +140,7 @@ KWARG_DEFAULTS: dict[str, dict[str, Any]] = {
         "healthy_reward": 1.0,
         "terminate_when_unhealthy": True,
         "healthy_state_range": (-100.0, 100.0),
-        "healthy_z_range": (0.7, float("inf")),
+        # (healthy_z_range=(0.7, inf) is not a setting: no infinities.)
         "healthy_angle_range": (-0.2, 0.2),
         "reset_noise_scale": 5e-3,
         _EXCLUDE_POSITIONS: True,
@@ -235,12 +236,15 @@ def _check_id(env_id: str) -> str:
 
 
 def _is_simple(value: Any) -> bool:
-  """A number, a bool or a pair of numbers (what a setting may be)."""
+  """A bool, a finite number or a pair of finite numbers (what a setting
+  may be: run folders keep settings as strict JSON, without infinities)."""
+  if isinstance(value, bool):
+    return True
   if isinstance(value, tuple):
     return len(value) == 2 and all(
-        isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value
+        not isinstance(v, bool) and _is_simple(v) for v in value
     )
-  return isinstance(value, (bool, numbers.Real))
+  return isinstance(value, numbers.Real) and math.isfinite(value)
 
 
 def package_kwarg_defaults(env_id: str) -> dict[str, Any]:
