@@ -306,3 +306,22 @@ def test_disco_eval_without_brax_exits_2_with_one_line(tmp_path):
       "(module 'brax' is missing): pip install -e '.[brax]' (from a "
       "checkout) or pip install 'disco-rl-harness[brax]'."
   ]
+
+
+def test_reference_entries():
+  from disco.environments import reference_scores  # pylint: disable=g-import-not-at-top
+
+  for name in brax_envs.ENV_NAMES:
+    entry = reference_scores.get_entry(name)
+    assert "random_returns.py --envs " + name in entry.random_source
+    assert np.isfinite(entry.random_return)
+  np.testing.assert_allclose(
+      reference_scores.normalize([1000.0], "brax/inverted_pendulum"), [1.0]
+  )
+  with pytest.raises(reference_scores.MissingReferenceError, match="brax 0.14"):
+    reference_scores.normalize([1.0], "brax/ant")
+  # An entry holds for the default settings only.
+  with pytest.raises(reference_scores.MissingReferenceError):
+    reference_scores.normalize(
+        [1.0], reference_scores.env_key("brax/ant", {"backend": "mjx"})
+    )

@@ -299,3 +299,42 @@ def test_streams_use_the_parameters_in_their_state():
           [types.MID, types.LAST],
       ],
   )
+
+
+def test_continuous_reference_entries_and_the_random_return():
+  from disco.environments import reference_scores  # pylint: disable=g-import-not-at-top
+
+  for env_id in ("Pendulum-v1", "MountainCarContinuous-v0"):
+    entry = reference_scores.get_entry("gymnax/" + env_id)
+    np.testing.assert_allclose(
+        reference_scores.normalize(
+            [entry.random_return, entry.reference_return], "gymnax/" + env_id
+        ),
+        [0.0, 1.0],
+    )
+  # The table's random return of Pendulum-v1 (measured with gymnax's own
+  # step) is the adapter's: one 200-step episode per stream, uniform
+  # torques in [-2, 2].
+  episodes, steps = 512, 200
+  env = gymnax_envs.make("Pendulum-v1", episodes)
+
+  def run(key):
+    state, _ = env.reset(key)
+
+    def step(state, action_key):
+      actions = jax.random.uniform(
+          action_key, (episodes, 1), minval=-2.0, maxval=2.0
+      )
+      state, ts = env.step(state, actions)
+      return state, ts
+
+    _, ts = jax.lax.scan(step, state, jax.random.split(key, steps))
+    return ts
+
+  ts = jax.device_get(jax.jit(run)(jax.random.PRNGKey(11)))
+  np.testing.assert_array_equal(ts.step_type[-1], types.LAST)
+  np.testing.assert_array_equal(ts.step_type[:-1], types.MID)
+  returns = ts.reward.sum(axis=0)
+  entry = reference_scores.get_entry("gymnax/Pendulum-v1")
+  sem = np.hypot(returns.std() / np.sqrt(episodes), 4.5355)
+  assert abs(returns.mean() - entry.random_return) < 4 * sem
