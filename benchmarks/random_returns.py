@@ -3,11 +3,15 @@
   python benchmarks/random_returns.py                        # all environments
   python benchmarks/random_returns.py --envs Breakout-MinAtar --episodes 512
 
-For every gymnax and xminigrid environment of the normalisation table this
-plays ``--episodes`` episodes with the uniform random policy (one action drawn
-uniformly from the environment's action space at every step, with the
+For every gymnax, xminigrid and Brax environment of the normalisation table
+this plays ``--episodes`` episodes with the uniform random policy (one action
+drawn uniformly from the environment's action space at every step: one of
+the discrete actions, or a point of the box of continuous ones; with the
 environment's default parameters and time limit) and prints the mean
-undiscounted episode return with its standard error. Each environment is one
+undiscounted episode return with its standard error. gymnax and xminigrid
+are played through their own packages; Brax through ``disco``'s adapter
+(``brax/<id>``, its default backend and 1000-step limit), whose time limit
+and fresh resets are what disco trains on. Each environment is one
 jitted program: the episodes are vmapped and the steps scanned up to the time
 limit; a return stops accumulating at the first step that ends its episode.
 
@@ -17,8 +21,8 @@ breadth-first search over the environment's own ``step`` from each layout
 until the goal is reached (the shortest solution), and converts that number of
 steps into the return the environment pays. It prints the mean over layouts.
 
-Needs ``gymnax`` (with ``six``) and ``xminigrid``, which are not dependencies
-of ``disco``; the numbers it printed are written into the table by hand.
+Needs ``gymnax`` (with ``six``), ``xminigrid`` and ``brax``; the numbers it
+printed are written into the table by hand.
 """
 
 from __future__ import annotations
@@ -40,12 +44,26 @@ GYMNAX_ENVS = (
     "CartPole-v1",
     "Acrobot-v1",
     "MountainCar-v0",
+    "Pendulum-v1",
+    "MountainCarContinuous-v0",
     "Breakout-MinAtar",
     "Asterix-MinAtar",
     "Freeway-MinAtar",
     "SpaceInvaders-MinAtar",
 )
 XMINIGRID_ENVS = ("MiniGrid-Empty-8x8", "MiniGrid-DoorKey-5x5")
+BRAX_ENVS = (
+    "brax/ant",
+    "brax/halfcheetah",
+    "brax/hopper",
+    "brax/walker2d",
+    "brax/humanoid",
+    "brax/humanoidstandup",
+    "brax/inverted_pendulum",
+    "brax/inverted_double_pendulum",
+    "brax/reacher",
+    "brax/pusher",
+)
 
 
 def _episode_returns(reset, step, sample_action, num_steps, num_episodes, seed):
@@ -125,6 +143,37 @@ def xminigrid_returns(name, num_episodes, seed):
   )
 
 
+def brax_returns(name, num_episodes, seed):
+  """``[num_episodes]`` returns of uniform actions in ``[-1, 1]``, one
+  episode per stream of ``disco``'s adapter, up to its time limit."""
+  from disco import types  # pylint: disable=g-import-not-at-top
+  from disco.environments import registry  # pylint: disable=g-import-not-at-top
+
+  env = registry.make_env(name, num_episodes)
+  shape = (num_episodes,) + env.action_spec().shape
+
+  def run(key):
+    key, reset_key = jax.random.split(key)
+    state, _ = env.reset(reset_key)
+
+    def body(carry, step_key):
+      state, total, alive = carry
+      actions = jax.random.uniform(step_key, shape, minval=-1.0, maxval=1.0)
+      state, ts = env.step(state, actions)
+      total = total + jnp.where(alive, ts.reward, 0.0)
+      return (state, total, alive & (ts.step_type != types.LAST)), None
+
+    init = (state, jnp.zeros(num_episodes), jnp.ones(num_episodes, bool))
+    keys = jax.random.split(key, env.episode_length)
+    (_, total, alive), _ = jax.lax.scan(body, init, keys)
+    return total, alive
+
+  totals, alive = jax.jit(run)(jax.random.key(seed))
+  if bool(np.any(np.asarray(alive))):
+    raise RuntimeError("Some episodes did not end within the time limit.")
+  return np.asarray(totals, np.float64)
+
+
 def _layout_key(timestep):
   state = timestep.state
   return (
@@ -186,7 +235,9 @@ def xminigrid_optimal(name, layout_samples, seed, max_depth=64):
 def main():
   parser = cli.parser(__doc__)
   parser.add_argument(
-      "--envs", nargs="*", default=list(GYMNAX_ENVS + XMINIGRID_ENVS)
+      "--envs",
+      nargs="*",
+      default=list(GYMNAX_ENVS + XMINIGRID_ENVS + BRAX_ENVS),
   )
   parser.add_argument("--episodes", type=int, default=4096)
   parser.add_argument("--seed", type=int, default=0)
@@ -198,6 +249,8 @@ def main():
       returns = gymnax_returns(name, args.episodes, args.seed)
     elif name in XMINIGRID_ENVS:
       returns = xminigrid_returns(name, args.episodes, args.seed)
+    elif name in BRAX_ENVS:
+      returns = brax_returns(name, args.episodes, args.seed)
     else:
       raise SystemExit(f"Unknown environment {name!r}.")
     sem = returns.std(ddof=1) / np.sqrt(returns.size)

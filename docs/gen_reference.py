@@ -248,6 +248,7 @@ def environments_page() -> str:
       "lpg": "LPG grid worlds",
       "gymnax": "gymnax",
       "xminigrid": "XLand-MiniGrid",
+      "brax": "Brax",
   }
   out = [
       GENERATED,

@@ -1,7 +1,9 @@
 """The contract every registered environment keeps (``disco.environments``).
 
 ``base.Environment`` promises, for ``B`` streams: specs (a float32
-observation, an int32 scalar action in ``[0, num_actions)``); ``reset`` gives
+observation; an int32 scalar action in ``[0, num_actions)``, or a float32
+action ``[D]`` with finite bounds, clipped to them by ``step``, where
+``num_actions`` raises); ``reset`` gives
 FIRST timesteps with reward 0 and discount 1, leaves leading with ``[B]``;
 ``step`` gives MID or LAST, never FIRST (episodes reset by themselves), with
 discount 1 on MID, and on LAST 0 (a termination) or 1 (a truncation, only at
@@ -14,11 +16,14 @@ environment is driven from a Python loop and determined by its ``seed``
 setting.
 
 Checked on environments chosen from the registry's listing, not by hand:
-per family (the part of a name before ``/``: ``gymnax``, ``lpg``, ...), one
-name of each kind (the name without its digits: ``MiniGrid-Empty-5x5`` and
-``-8x8`` are one kind), and of a family of more than ``PER_FAMILY`` kinds,
-``PER_FAMILY`` of them spread evenly over its listing, so that a new family
-or environment is covered without editing this file. Settings come from the registry too: a
+per group (a family, the part of a name before ``/``: ``gymnax``, ``lpg``,
+...; its continuous-action names form a group of their own), one name of
+each kind (the name without its digits: ``MiniGrid-Empty-5x5`` and ``-8x8``
+are one kind), and of a group of more than ``PER_FAMILY`` kinds (or its
+``PER_GROUP`` count), that many spread evenly over its listing, so that a
+new family or environment is covered without editing this file. Rollouts act uniformly
+at random (over the discrete actions, or over the box of continuous
+ones). Settings come from the registry too: a
 step limit (``STEP_LIMIT_SETTINGS``) is set to ``LIMIT`` so that truncations
 happen, and an XLand ruleset file (``benchmark_path``) is a tiny one written
 here. The per-suite files test what is particular to a suite (the packages'
@@ -39,6 +44,9 @@ import numpy as np
 import pytest
 
 from disco import types
+from disco.environments import base
+from disco.environments import brax_envs
+from disco.environments import gymnax_envs
 from disco.environments import registry
 
 from conftest import assert_copies_step_alike
@@ -48,18 +56,39 @@ SEEDS = 2  # vmapped rollouts
 STEPS = 100  # steps per scanned rollout
 LIMIT = 6  # the step limit, where an environment has one: truncations happen
 PER_FAMILY = 4
-# Settings that bound an episode's length (gymnax's, xminigrid's).
-STEP_LIMIT_SETTINGS = ("max_steps_in_episode", "max_steps")
+# Groups that run more kinds: every continuous gymnax kind (small, cheap).
+PER_GROUP = {"gymnax/continuous": 5}
+# Settings that bound an episode's length (gymnax's, xminigrid's, brax's).
+STEP_LIMIT_SETTINGS = ("max_steps_in_episode", "max_steps", "episode_length")
 # Registered names the contract cannot build here, and why.
 EXCLUDED = {
     # Building it reads MNIST files, downloaded once (test_env_gymnax.py
     # checks that it never downloads).
     "gymnax/MNISTBandit-bsuite": "needs the MNIST files",
+    # brax compiles slowly on CPU (tens of seconds a program):
+    # brax/inverted_pendulum, the cheapest, runs the contract; the others
+    # go through the same adapter code, and test_env_brax.py builds and
+    # traces every one.
+    **{
+        n: "brax/inverted_pendulum covers the adapter"
+        for n in brax_envs.ENV_NAMES
+        if n != "brax/inverted_pendulum"
+    },
 }
+# Families of optional packages: their names are skipped, with the reason,
+# where the package is not installed.
+OPTIONAL_PACKAGES = {"brax": "brax"}
+# Names with continuous actions (a group of their own in the choice).
+CONTINUOUS = frozenset(gymnax_envs.CONTINUOUS_NAMES + brax_envs.ENV_NAMES)
 
 
 def family(name: str) -> str:
   return name.split("/")[0]
+
+
+def group(name: str) -> str:
+  """The family, with ``/continuous`` for continuous-action names."""
+  return family(name) + ("/continuous" if name in CONTINUOUS else "")
 
 
 def kind(name: str) -> str:
@@ -78,26 +107,27 @@ def spread(names: list[str], count: int) -> list[str]:
 
 def contract_names() -> list[str]:
   """The registered names the contract runs on (see the module docstring)."""
-  kinds = collections.defaultdict(dict)  # family -> {kind: its first name}
+  kinds = collections.defaultdict(dict)  # group -> {kind: its first name}
   for name in registry.env_names():
     if name not in EXCLUDED:
-      kinds[family(name)].setdefault(kind(name), name)
+      kinds[group(name)].setdefault(kind(name), name)
   return [
       n
-      for names in kinds.values()
-      for n in spread(list(names.values()), PER_FAMILY)
+      for key, names in kinds.items()
+      for n in spread(list(names.values()), PER_GROUP.get(key, PER_FAMILY))
   ]
 
 
 NAMES = contract_names()
 JITTABLE = [n for n in NAMES if registry.is_jittable(n)]
 HOST = [n for n in NAMES if not registry.is_jittable(n)]
-# The first name of each family: the costlier checks run on it alone.
+# The first name of each group: the costlier checks run on it alone.
 FIRST_OF_FAMILY = [
     n
     for i, n in enumerate(JITTABLE)
-    if family(n) not in map(family, JITTABLE[:i])
+    if group(n) not in map(group, JITTABLE[:i])
 ]
+CONTINUOUS_JITTABLE = [n for n in JITTABLE if n in CONTINUOUS]
 
 
 def xland_benchmark_file(path: Path) -> Path:
@@ -144,7 +174,14 @@ def benchmark_path(tmp_path_factory) -> Path:
 
 def settings_for(name: str, benchmark_path: Path | None = None) -> dict:
   """The contract's settings of ``name``: its step limit at ``LIMIT``, and
-  the tiny ruleset file where it needs one."""
+  the tiny ruleset file where it needs one (skips the test where the
+  family's optional package is not installed)."""
+  if family(name) in OPTIONAL_PACKAGES:
+    pytest.importorskip(
+        OPTIONAL_PACKAGES[family(name)],
+        reason=f"{name} needs the optional package (pip install -e "
+        f"'.[{family(name)}]')",
+    )
   accepted = registry.get_entry(name).settings
   settings = {k: LIMIT for k in STEP_LIMIT_SETTINGS if k in accepted}
   if "benchmark_path" in accepted:
@@ -155,6 +192,17 @@ def settings_for(name: str, benchmark_path: Path | None = None) -> dict:
 # ----------------------------------------------------------- rollouts ----
 
 
+def random_actions(env, key, lead: tuple[int, ...]):
+  """Uniformly random actions ``lead + action shape``: discrete ones in
+  ``[0, num_actions)``, continuous ones in the spec's bounds."""
+  spec = env.action_spec()
+  if base.is_continuous(spec):
+    return jax.random.uniform(
+        key, lead + spec.shape, minval=spec.minimum, maxval=spec.maximum
+    )
+  return jax.random.randint(key, lead, 0, env.num_actions)
+
+
 def rollout_fn(env, steps: int = STEPS):
   """``run(key) -> (first timestep, [steps, B] timesteps, the state after
   every step)``: reset, then a ``lax.scan`` of uniformly random actions."""
@@ -162,9 +210,7 @@ def rollout_fn(env, steps: int = STEPS):
   def run(key):
     reset_key, action_key = jax.random.split(key)
     state, first = env.reset(reset_key)
-    actions = jax.random.randint(
-        action_key, (steps, env.batch_size), 0, env.num_actions
-    )
+    actions = random_actions(env, action_key, (steps, env.batch_size))
 
     def step(state, action):
       state, ts = env.step(state, action)
@@ -268,6 +314,8 @@ def check_keys_determine(run, keys, outputs) -> None:
 def test_the_choice_covers_every_family():
   families = {family(n) for n in registry.env_names()}
   assert {family(n) for n in NAMES} == families
+  assert {group(n) for n in NAMES} == {group(n) for n in registry.env_names()}
+  assert set(gymnax_envs.CONTINUOUS_NAMES) <= set(NAMES)
   assert len(NAMES) == len(set(NAMES))
   for name in NAMES:
     assert name in registry.env_names() and name not in EXCLUDED
@@ -282,9 +330,13 @@ def test_specs_and_reset(name, benchmark_path):
   obs = env.observation_spec()
   assert obs.dtype == np.float32
   action = env.action_spec()
-  assert action.dtype == np.int32 and action.shape == ()
-  assert action.minimum == 0 and action.maximum == env.num_actions - 1
-  assert env.num_actions >= 2
+  assert env.is_continuous == (name in CONTINUOUS)
+  if env.is_continuous:
+    check_continuous_spec(env)
+  else:
+    assert action.dtype == np.int32 and action.shape == ()
+    assert action.minimum == 0 and action.maximum == env.num_actions - 1
+    assert env.num_actions >= 2
   state, ts = env.reset(jax.random.PRNGKey(0))
   check_timestep(env, ts, ())
   check_first(ts)
@@ -292,6 +344,21 @@ def test_specs_and_reset(name, benchmark_path):
     # Every leaf leads with the stream axis (copies and searches use it).
     for leaf in jax.tree.leaves(state):
       assert leaf.shape[:1] == (B,)
+
+
+def check_continuous_spec(env) -> None:
+  """A float32 ``[D]`` action with finite bounds ``[D]``, minimum below
+  maximum; no number of discrete actions."""
+  action = env.action_spec()
+  assert action.dtype == np.float32 and len(action.shape) == 1
+  assert action.shape[0] >= 1
+  for bound in (action.minimum, action.maximum):
+    assert np.shape(bound) == action.shape
+    assert np.asarray(bound).dtype == np.float32
+    assert np.isfinite(bound).all()
+  assert np.all(action.minimum < action.maximum)
+  with pytest.raises(ValueError, match="continuous"):
+    _ = env.num_actions
 
 
 @pytest.mark.parametrize("name", JITTABLE)
@@ -324,8 +391,34 @@ def assert_same(x, y) -> None:
 @pytest.mark.parametrize("name", FIRST_OF_FAMILY)
 def test_state_copies_step_alike(name, benchmark_path):
   env = registry.make_env(name, B, **settings_for(name, benchmark_path))
-  actions = jnp.arange(B, dtype=jnp.int32) % env.num_actions
+  if env.is_continuous:
+    actions = random_actions(env, jax.random.PRNGKey(2), (B,))
+  else:
+    actions = jnp.arange(B, dtype=jnp.int32) % env.num_actions
   assert_copies_step_alike(env, actions)
+
+
+@pytest.mark.parametrize("name", CONTINUOUS_JITTABLE)
+def test_actions_beyond_the_bounds_act_as_clipped(name):
+  env = registry.make_env(name, B, **settings_for(name))
+  spec = env.action_spec()
+  width = spec.maximum - spec.minimum
+  state, _ = env.reset(jax.random.PRNGKey(7))
+  above = jnp.arange(B)[:, None] % 2 == 0  # streams pushed above / below
+  for t in range(3):
+    # Actions beyond the bounds in every dimension (at step 1 exactly on
+    # them).
+    u = 1.0 + jax.random.uniform(jax.random.PRNGKey(t), (B,) + spec.shape)
+    u = u if t != 1 else jnp.zeros_like(u)
+    beyond = jnp.where(
+        above, spec.maximum + u * width, spec.minimum - u * width
+    )
+    clipped = jnp.clip(beyond, spec.minimum, spec.maximum)
+    expected = jax.device_get(env.step(state, clipped))
+    state, ts = env.step(state, beyond)
+    jax.tree.map(
+        np.testing.assert_array_equal, jax.device_get((state, ts)), expected
+    )
 
 
 @pytest.mark.parametrize("name", HOST)

@@ -1,9 +1,10 @@
 """gymnax environments as batched, jittable ``disco`` environments.
 
-Every discrete-action environment of gymnax's registry is available as
-``gymnax/<id>`` (``ENV_NAMES``), e.g. ``gymnax/CartPole-v1`` or
-``gymnax/Breakout-MinAtar``; continuous-action ones (Pendulum,
-MountainCarContinuous, PointRobot, Reacher, Swimmer) are rejected.
+Every environment of gymnax's registry is available as ``gymnax/<id>``
+(``ENV_NAMES``), e.g. ``gymnax/CartPole-v1`` or ``gymnax/Breakout-MinAtar``
+(discrete actions, ``DISCRETE_IDS``) and ``gymnax/Pendulum-v1`` or
+``gymnax/MountainCarContinuous-v0`` (continuous actions,
+``CONTINUOUS_IDS``).
 
   env = gymnax_envs.make("CartPole-v1", batch_size=32,
                          max_steps_in_episode=200)
@@ -26,6 +27,15 @@ only truncated. (Some gymnax environments end only by their time limit, e.g.
 Freeway-MinAtar, DiscountingChain-bsuite and the misc bandits; gymnax calls
 those ends truncations, so they have discount 1 here too.)
 
+Actions. A discrete environment takes ``[B]`` int32 actions in
+``[0, num_actions)``. A continuous one takes ``[B, D]`` float32 actions; its
+``action_spec()`` has the bounds of gymnax's ``Box`` action space at the
+environment's parameters (Pendulum-v1: ``[1]`` in ``[-2, 2]``, the
+``max_torque`` setting; MountainCarContinuous-v0: ``[1]`` in ``[-1, 1]``;
+PointRobot-misc: ``[2]`` in ``[-0.1, 0.1]``; Reacher-misc and Swimmer-misc:
+``[2]`` in ``[-1, 1]``), and actions are clipped to them before gymnax sees
+them.
+
 Observations keep gymnax's shape (e.g. ``[4]`` for CartPole, ``[10, 10, C]``
 for MinAtar) and are cast to float32. gymnax is imported only when an
 environment is built, so ``import disco`` stays fast; gymnax needs ``six``
@@ -43,6 +53,8 @@ import functools
 import inspect
 import os
 from typing import Any
+
+import numpy as np
 
 from disco.environments import base
 from disco.environments import suite_utils
@@ -74,7 +86,17 @@ DISCRETE_IDS: tuple[str, ...] = (
     "Pong-misc",
     "FrozenLake-misc",
 )
-ENV_NAMES: tuple[str, ...] = tuple(PREFIX + i for i in DISCRETE_IDS)
+# The continuous-action ids of gymnax 1.0.1's registry (Box action spaces).
+CONTINUOUS_IDS: tuple[str, ...] = (
+    "Pendulum-v1",
+    "MountainCarContinuous-v0",
+    "PointRobot-misc",
+    "Reacher-misc",
+    "Swimmer-misc",
+)
+ENV_IDS: tuple[str, ...] = DISCRETE_IDS + CONTINUOUS_IDS
+ENV_NAMES: tuple[str, ...] = tuple(PREFIX + i for i in ENV_IDS)
+CONTINUOUS_NAMES: tuple[str, ...] = tuple(PREFIX + i for i in CONTINUOUS_IDS)
 
 MNIST_ID = "MNISTBandit-bsuite"
 MNIST_DIR = "/tmp/mnist"  # where gymnax's loader looks (and downloads to)
@@ -137,7 +159,7 @@ def _params_fields(params: Any) -> dict[str, Any]:
 
 @functools.cache
 def _defaults(env_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-  """``(constructor defaults, parameter defaults)`` of a discrete id."""
+  """``(constructor defaults, parameter defaults)`` of an id."""
   gymnax = _import_gymnax()
   if env_id == MNIST_ID:
     # Built only from its class: building it would download MNIST.
@@ -161,32 +183,39 @@ def _defaults(env_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _check_id(env_id: str) -> str:
-  """The bare gymnax id of a discrete environment, or ``ValueError``."""
+  """The bare gymnax id of a supported environment, or ``ValueError``."""
   gymnax = _import_gymnax()
   env_id = _strip(env_id)
-  valid = [i for i in gymnax.registered_envs if i in DISCRETE_IDS]
+  valid = [i for i in gymnax.registered_envs if i in ENV_IDS]
   if env_id in valid:
     return env_id
-  if env_id in gymnax.registered_envs:
-    raise ValueError(
-        f"gymnax environment {env_id!r} has a continuous action space; disco "
-        f"needs discrete actions. Valid ids: {', '.join(valid)}."
-    )
   raise suite_utils.unknown_name_error("gymnax environment", env_id, valid)
 
 
 class GymnaxEnvironment(suite_utils.SuiteEnvironment):
-  """``batch_size`` streams of a discrete-action gymnax environment.
+  """``batch_size`` streams of a gymnax environment.
 
   ``reset(rng)`` -> ``(SuiteState, EnvTimestep)`` with observations
   ``[B, *gymnax obs shape]`` float32 and step_type FIRST; ``step(state,
-  actions [B] int32)`` steps every stream with gymnax's own ``step`` (which
-  resets finished episodes) and maps its ``terminated``/``truncated`` flags
-  to LAST with discount 0/1.
+  actions)`` (``[B]`` int32, or ``[B, D]`` float32 for a continuous action
+  space, clipped to its bounds) steps every stream with gymnax's own
+  ``step`` (which resets finished episodes) and maps its
+  ``terminated``/``truncated`` flags to LAST with discount 0/1.
   """
 
   def _num_package_actions(self) -> int:
     return self.package_env.action_space(self.package_params).n
+
+  def _package_action_bounds(self):
+    from gymnax.environments import spaces  # pylint: disable=g-import-not-at-top
+
+    space = self.package_env.action_space(self.package_params)
+    if isinstance(space, spaces.Discrete):
+      return None
+    return (
+        np.broadcast_to(np.asarray(space.low, np.float32), space.shape),
+        np.broadcast_to(np.asarray(space.high, np.float32), space.shape),
+    )
 
   def _reset_stream(self, params, key):
     obs, env_state = self.package_env.reset(key, params)
@@ -203,8 +232,8 @@ def make(env_id: str, batch_size: int, **settings: Any) -> GymnaxEnvironment:
   """Builds ``batch_size`` streams of gymnax environment ``env_id``.
 
   Args:
-    env_id: a gymnax id such as ``"CartPole-v1"`` (with or without the
-      ``"gymnax/"`` prefix); must have discrete actions.
+    env_id: a gymnax id such as ``"CartPole-v1"`` or ``"Pendulum-v1"``
+      (with or without the ``"gymnax/"`` prefix).
     batch_size: number of streams ``B`` (>= 1).
     **settings: constructor arguments and parameter overrides (see
       ``env_specs()``).
@@ -213,9 +242,10 @@ def make(env_id: str, batch_size: int, **settings: Any) -> GymnaxEnvironment:
     A jittable ``GymnaxEnvironment``.
 
   Raises:
-    ValueError: for an unknown or continuous-action id (naming the valid
-      ones), an unknown setting (naming the valid ones), an ill-typed value,
-      or MNISTBandit-bsuite without its data files.
+    ValueError: for an unknown id (naming the valid ones), an unknown
+      setting (naming the valid ones), an ill-typed value, MNISTBandit-bsuite
+      without its data files, or an action space that is neither discrete
+      nor a box of dimension ``[D]``.
   """
   gymnax = _import_gymnax()
   from gymnax.environments import spaces  # pylint: disable=g-import-not-at-top
@@ -234,9 +264,16 @@ def make(env_id: str, batch_size: int, **settings: Any) -> GymnaxEnvironment:
   ctor_kwargs = {k: v for k, v in settings.items() if k in ctor_defaults}
   overrides = {k: v for k, v in settings.items() if k in param_defaults}
   package_env, params = gymnax.make(env_id, **ctor_kwargs)
-  if not isinstance(package_env.action_space(params), spaces.Discrete):
-    raise ValueError(f"{name} has no discrete action space.")
   params = params.replace(**overrides)
+  space = package_env.action_space(params)
+  discrete = isinstance(space, spaces.Discrete)
+  if discrete != (env_id in DISCRETE_IDS) or (
+      not discrete and len(space.shape) != 1
+  ):
+    raise ValueError(
+        f"{name}: unexpected action space {space!r} (this adapter supports "
+        "gymnax 1.0.1's discrete spaces and boxes of shape [D])."
+    )
   return GymnaxEnvironment(batch_size, package_env, params, name)
 
 
@@ -251,7 +288,7 @@ def env_specs() -> (
   once, except MNISTBandit-bsuite, whose defaults come from its class).
   """
   specs = {}
-  for env_id in DISCRETE_IDS:
+  for env_id in ENV_IDS:
     ctor, fields = _defaults(env_id)
     specs[PREFIX + env_id] = (
         functools.partial(make, env_id),

@@ -16,7 +16,8 @@ this table.
 
 Keys are ``"catch/<rows>x<columns>"`` (any size is derived exactly by
 ``catch_entry``; ``"catch"`` means the default ``"catch/8x8"``),
-``"delayed_chain"``, ``"gymnax/<id>"`` and ``"xminigrid/<id>"``
+``"delayed_chain"``, ``"gymnax/<id>"``, ``"xminigrid/<id>"`` and
+``"brax/<id>"``
 (``env_key`` gives the key of an environment and its settings). The LPG grid
 worlds have no entry: their optimal returns are not known.
 
@@ -24,8 +25,15 @@ The random returns of gymnax and xminigrid environments were measured with
 ``python benchmarks/random_returns.py --episodes 4096 --seed 0`` (gymnax
 1.0.1, xminigrid 0.9.3, default environment parameters; the uniform random
 policy over each environment's action space, which for MinAtar is gymnax's
-default minimal action set); the printed standard errors are quoted in the
-entries.
+default minimal action set, and for gymnax's continuous ones uniform over
+its ``Box``); the printed standard errors are quoted in the entries. Those
+of the Brax environments were measured the same way with ``--envs
+brax/<id> --episodes N --seed 0`` (N = 256, or 64 for the costlier bodies;
+brax 0.14.2, disco's adapter at its
+defaults: backend ``positional``, ``episode_length`` 1000, actions uniform
+in ``[-1, 1]^D``). Brax has no documented reference return for these
+environments at these settings (see ``_brax_entries``) except
+``brax/inverted_pendulum``'s exact maximum.
 """
 
 from __future__ import annotations
@@ -193,6 +201,82 @@ def _gymnax_control(
   )
 
 
+_BRAX_RANDOM_CMD = (
+    "measured: python benchmarks/random_returns.py --envs {name} --episodes "
+    "{episodes} --seed 0 (uniform actions in [-1, 1]^D through disco's "
+    "adapter, brax 0.14.2, backend positional, episode_length 1000)"
+)
+_BRAX_NO_REFERENCE = (
+    "none documented for brax 0.14's environments: brax's training notebook "
+    "(github.com/google/brax, notebooks/training.ipynb) gives PPO and SAC "
+    "hyperparameters per environment and a plotted curve, no tabulated "
+    "return (its stored plot does not match the hyperparameters beside it); "
+    "purejaxrl's ppo_continuous_action.py publishes none; the returns of "
+    "the Brax paper (Freeman et al. 2021) are of brax's older v1 "
+    "environments (other bodies, rewards and observations)"
+)
+# id -> (random return, its s.e.m., episodes): benchmarks/random_returns.py.
+_BRAX_RANDOM = {
+    "ant": (-183.3508, 21.8798, 64),
+    "halfcheetah": (-115.7181, 6.856, 64),
+    "hopper": (92.3677, 11.8946, 64),
+    "walker2d": (284.2074, 20.5147, 64),
+    "humanoid": (413.124, 7.6245, 64),
+    "humanoidstandup": (6841.9152, 38.1945, 64),
+    "inverted_pendulum": (23.2656, 0.7466, 256),
+    "inverted_double_pendulum": (502.0661, 6.8617, 256),
+    "reacher": (-831.9896, 2.2716, 256),
+    "pusher": (-1534.5526, 11.552, 64),
+}
+
+
+def _brax_entries() -> list[ReferenceEntry]:
+  """The Brax entries (default settings only): measured random returns;
+  the exact maximum of ``brax/inverted_pendulum``; no reference for the
+  others (normalising them raises ``MissingReferenceError`` unless a
+  reference, e.g. a tuned PPO's return, is supplied as an override)."""
+  entries = []
+  for env_id, (random_return, sem, episodes) in _BRAX_RANDOM.items():
+    name = f"brax/{env_id}"
+    command = _BRAX_RANDOM_CMD.format(name=name, episodes=episodes)
+    common = dict(
+        env=name,
+        random_return=random_return,
+        random_source=f"{command}: {random_return} +- {sem} s.e.m. over "
+        f"{episodes} episodes",
+    )
+    if env_id == "inverted_pendulum":
+      entries.append(
+          ReferenceEntry(
+              **common,
+              reference_return=1000.0,
+              reference_algorithm="optimal policy (maximum return)",
+              budget_env_steps=None,
+              source=(
+                  "exact maximum: brax's InvertedPendulum pays +1 per step "
+                  "while the pole is within 0.2 rad of upright "
+                  "(brax/envs/inverted_pendulum.py), and an episode lasts "
+                  "at most episode_length=1000 steps"
+              ),
+          )
+      )
+      continue
+    entries.append(
+        ReferenceEntry(
+            **common,
+            reference_return=None,
+            reference_algorithm="none",
+            budget_env_steps=None,
+            source=_BRAX_NO_REFERENCE,
+            notes=(
+                "no documented reference return for brax 0.14's "
+                f"{env_id} at backend positional and episode_length 1000"
+            ),
+        )
+    )
+  return entries
+
+
 def _delayed_chain_entry() -> ReferenceEntry:
   """The delayed chain's exact entry (every variant)."""
   return ReferenceEntry(
@@ -297,11 +381,32 @@ def _build_table() -> dict[str, ReferenceEntry]:
           " The random return is the time limit: no random episode of "
           "4096 reached the goal within 200 steps.",
       ),
+      _gymnax_control(
+          "Pendulum-v1",
+          -1232.4794,
+          4.5355,
+          -130.0,
+          1_000_000,
+          "100 generations of OpenES",
+          " The random policy draws each torque uniformly from [-2, 2].",
+      ),
+      _gymnax_control(
+          "MountainCarContinuous-v0",
+          -33.1967,
+          0.0513,
+          92.0,
+          1_000_000,
+          "500 generations of SimpleGA",
+          " The random policy draws each force uniformly from [-1, 1]: it "
+          "pays about 0.1 / 3 a step for 999 steps and rarely reaches the "
+          "goal.",
+      ),
       _gymnax_minatar("Breakout-MinAtar", 0.4182, 0.0102, 28.0),
       _gymnax_minatar("Asterix-MinAtar", 0.4944, 0.0135, 15.0),
       _gymnax_minatar("Freeway-MinAtar", 0.3982, 0.0098, 58.0),
       _gymnax_minatar("SpaceInvaders-MinAtar", 4.0813, 0.0493, 131.0),
       *_xminigrid_entries(),
+      *_brax_entries(),
   ]
   return {e.env: e for e in entries}
 

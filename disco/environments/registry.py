@@ -22,6 +22,7 @@ import functools
 from typing import Any
 
 from disco.environments import base
+from disco.environments import brax_envs
 from disco.environments import catch
 from disco.environments import catch_dm_env
 from disco.environments import delayed_chain
@@ -215,3 +216,17 @@ for _suite, _description in (
         functools.partial(lambda specs, name: specs()[name][1], _specs, _name),
         description=_description,
     )
+# Continuous-action environments: gymnax's Box-action ids (registered above)
+# and Brax (an optional package, imported only when one of its environments
+# is built; its settings are known without it).
+for _name in gymnax_envs.CONTINUOUS_NAMES:
+  _REGISTRY[_name] = dataclasses.replace(
+      _REGISTRY[_name], description="gymnax (continuous actions)"
+  )
+for _name, (_make, _settings) in brax_envs.env_specs().items():
+  register_env(
+      _name,
+      _make,
+      _settings,
+      description="Brax (continuous actions; pip install -e '.[brax]')",
+  )

@@ -15,6 +15,12 @@ The observation of a LAST step is already the first observation of the next
 episode: a subclass's ``_step_stream`` must return the state and observation
 after the package's (or its own) automatic reset.
 
+Actions are discrete (a subclass says how many with ``_num_package_actions``:
+``step`` takes ``[B]`` int32) or continuous (a subclass returns per-dimension
+bounds from ``_package_action_bounds``: ``step`` takes ``[B, D]`` float32
+and clips them to the bounds before the package sees them, as
+``base.Environment`` promises).
+
 The batched state is a ``SuiteState``: the package's state, the package's
 parameters, one PRNG key and one step count per stream, every leaf leading
 with ``[B]``, so
@@ -134,13 +140,16 @@ def first_timestep(observation: types.Array) -> types.EnvTimestep:
 class SuiteEnvironment(base.Environment, abc.ABC):
   """``B`` streams of a package's pure, single-stream environment.
 
-  Subclasses implement ``_num_package_actions``, and ``_reset_stream`` and
-  ``_step_stream`` for one stream (they are vmapped over the ``B`` streams
-  and jitted here). ``reset(rng)`` returns ``(SuiteState, EnvTimestep)``
-  with step_type FIRST and observations
-  ``[B, *observation_spec().shape]`` float32; ``step(state, actions [B])``
-  advances every stream. Both are pure and jitted, so they compose with
-  ``jit``/``vmap``/``scan`` and the state can be copied.
+  Subclasses implement ``_reset_stream`` and ``_step_stream`` for one
+  stream (they are vmapped over the ``B`` streams and jitted here), and
+  either ``_num_package_actions`` (discrete actions) or
+  ``_package_action_bounds`` (continuous actions). ``reset(rng)`` returns
+  ``(SuiteState, EnvTimestep)`` with step_type FIRST and observations
+  ``[B, *observation_spec().shape]`` float32; ``step(state, actions)``
+  advances every stream with ``[B]`` int32 actions (discrete) or ``[B, D]``
+  float32 ones, clipped to the bounds (continuous). Both are pure and
+  jitted, so they compose with ``jit``/``vmap``/``scan`` and the state can
+  be copied.
 
   Attributes:
     name: the environment's disco name, e.g. ``"gymnax/CartPole-v1"``.
@@ -167,7 +176,13 @@ class SuiteEnvironment(base.Environment, abc.ABC):
     self.package_env = package_env
     self.package_params = params
     self.params = canonical_params(params)
-    self._num_actions = int(self._num_package_actions())
+    bounds = self._package_action_bounds()
+    if bounds is None:
+      self._num_actions = int(self._num_package_actions())
+      self._action_bounds = None
+    else:
+      self._num_actions = None
+      self._action_bounds = _check_bounds(name, *bounds)
     self._reset = jax.jit(jax.vmap(self._reset_one))
     self._step = jax.jit(jax.vmap(self._step_one))
     obs = jax.eval_shape(
@@ -175,9 +190,20 @@ class SuiteEnvironment(base.Environment, abc.ABC):
     )[1]
     self._observation_shape = tuple(jnp.shape(obs))
 
-  @abc.abstractmethod
   def _num_package_actions(self) -> int:
-    """The number of discrete actions of ``package_env`` (at ``params``)."""
+    """The number of discrete actions of ``package_env`` (at ``params``);
+    only asked where ``_package_action_bounds`` is ``None``."""
+    raise NotImplementedError(
+        f"{type(self).__name__} implements neither _num_package_actions "
+        "nor _package_action_bounds."
+    )
+
+  def _package_action_bounds(
+      self,
+  ) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(minimum [D], maximum [D])`` of a continuous action space, or
+    ``None`` (the default) for discrete actions."""
+    return None
 
   @abc.abstractmethod
   def _reset_stream(
@@ -194,7 +220,8 @@ class SuiteEnvironment(base.Environment, abc.ABC):
     Args:
       params: the stream's package parameters.
       env_state: the stream's package state.
-      action: int32 scalar.
+      action: int32 scalar (discrete), or float32 ``[D]`` already clipped
+        to the bounds (continuous).
       key: a fresh PRNG key for this step (and the reset it may need).
 
     Returns:
@@ -215,6 +242,8 @@ class SuiteEnvironment(base.Environment, abc.ABC):
     return state, first_timestep(obs)
 
   def _step_one(self, state, action):
+    if self._action_bounds is not None:
+      action = jnp.clip(action, *self._action_bounds)
     key = jax.random.fold_in(state.rng, state.num_steps)
     env_state, obs, reward, terminated, truncated = self._step_stream(
         state.params, state.env_state, action, key
@@ -233,7 +262,14 @@ class SuiteEnvironment(base.Environment, abc.ABC):
   def step(
       self, state: SuiteState, actions: types.Array
   ) -> tuple[SuiteState, types.EnvTimestep]:
-    """Applies ``actions`` ``[B]`` (ints in ``[0, num_actions)``)."""
+    """Applies ``actions``: ``[B]`` ints in ``[0, num_actions)`` (discrete)
+    or ``[B, D]`` floats, clipped to the spec's bounds (continuous)."""
+    if self._action_bounds is not None:
+      actions = jnp.asarray(actions, jnp.float32)
+      chex.assert_shape(
+          actions, (self.batch_size,) + self._action_bounds[0].shape
+      )
+      return self._step(state, actions)
     actions = jnp.asarray(actions, jnp.int32)
     chex.assert_shape(actions, (self.batch_size,))
     return self._step(state, actions)
@@ -242,12 +278,40 @@ class SuiteEnvironment(base.Environment, abc.ABC):
     return specs.Array(self._observation_shape, np.float32, name="observation")
 
   def action_spec(self) -> specs.BoundedArray:
+    if self._action_bounds is not None:
+      minimum, maximum = self._action_bounds
+      return specs.BoundedArray(
+          minimum.shape, np.float32, minimum, maximum, name="action"
+      )
     return specs.BoundedArray(
         (), np.int32, 0, self._num_actions - 1, name="action"
     )
 
   def __repr__(self) -> str:
     return f"{type(self).__name__}({self.name!r}, batch_size={self.batch_size})"
+
+
+def _check_bounds(
+    name: str, minimum: Any, maximum: Any
+) -> tuple[np.ndarray, np.ndarray]:
+  """Continuous action bounds as float32 ``[D]`` arrays (a scalar bound is
+  broadcast), or ``ValueError`` unless finite with ``minimum <= maximum``."""
+  minimum = np.asarray(minimum, np.float32)
+  maximum = np.asarray(maximum, np.float32)
+  minimum, maximum = np.broadcast_arrays(
+      np.atleast_1d(minimum), np.atleast_1d(maximum)
+  )
+  if (
+      minimum.ndim != 1
+      or not np.all(np.isfinite(minimum))
+      or not np.all(np.isfinite(maximum))
+      or np.any(minimum > maximum)
+  ):
+    raise ValueError(
+        f"{name}: continuous action bounds must be finite vectors [D] with "
+        f"minimum <= maximum, got {minimum} and {maximum}."
+    )
+  return minimum.copy(), maximum.copy()
 
 
 # ------------------------------------------------------------- errors ----

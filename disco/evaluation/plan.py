@@ -210,6 +210,8 @@ def _make_env(
       env_settings.setdefault("seed", seed)
   try:
     env = env_registry.make_env(settings.env, num_envs, **env_settings)
+  except ImportError as e:  # an optional suite's package: its own line says
+    raise UsageError(errors.one_line(e)) from None
   except (ValueError, TypeError) as e:
     raise UsageError(f"Bad env settings: {errors.one_line(e)}") from None
   return env, env_settings
