@@ -250,3 +250,47 @@ def test_spo_on_a_state_without_streams_is_one_usage_line(tmp_path):
   ) as info:
     evaluation.build(_config(tmp_path, rule="spo"))
   assert "\n" not in str(info.value)
+
+
+# PPO on Pendulum-v1 (random: -1232, reference_scores): the loop of Stable
+# Baselines' zoo setting for Pendulum (gamma 0.9, Adam 1e-3, 10 epochs, no
+# entropy bonus) on 16 environments x 256 steps, rewards scaled by 0.01
+# instead of its normalisation.
+PENDULUM_PPO = dict(
+    env="gymnax/Pendulum-v1",
+    learning_rate=1e-3,
+    num_envs=16,
+    batch_size=16,
+    rollout_len=256,
+    update_epochs=10,
+    num_minibatches=4,
+    iterations_per_call=25,
+)
+PENDULUM_HYPER_PARAMS = dict(
+    discount_factor=0.9, entropy_cost=0.0, reward_scale=0.01
+)
+
+
+def _pendulum(tmp_path, total_env_steps, num_seeds, last_episodes):
+  config = _config(
+      tmp_path,
+      total_env_steps=total_env_steps,
+      num_seeds=num_seeds,
+      last_episodes=last_episodes,
+      **PENDULUM_PPO,
+  )
+  config.env_settings = {}
+  config.hyper_params = PENDULUM_HYPER_PARAMS
+  return evaluation.evaluate(config, log=lambda _: None, progress=False)
+
+
+def test_ppo_improves_on_pendulum_short(tmp_path):
+  """The CI form: 100k steps take a random -1232 to about -600."""
+  summary = _pendulum(tmp_path, 100_000, 2, 20)
+  assert summary["final_return_mean"] > -900.0, summary
+
+
+@pytest.mark.slow
+def test_ppo_learns_pendulum(tmp_path):
+  summary = _pendulum(tmp_path, 500_000, 3, 40)
+  assert summary["final_return_mean"] > -300.0, summary

@@ -5,7 +5,10 @@ For a rollout of ``T`` transitions in ``B`` environments, with the acting
 ``behaviour_outputs``) and the trained network's logits ``pi`` and values
 ``V``, all ``[T+1, B, ...]``:
 
-  * advantages ``A`` ``[T, B]``: GAE(gamma, lambda) on ``V_old``
+  * advantages ``A`` ``[T, B]``: GAE(gamma, lambda) of the rewards times
+    ``reward_scale`` (1 by default; returns in the hundreds, as Pendulum's,
+    learn better scaled down, as Brax's PPO does with ``reward_scaling``) on
+    ``V_old``
     (``returns.gae``: 0 bootstrap at a termination, cut at a truncation),
     normalised to mean 0 and standard deviation 1 over the loss mask of the
     batch the learner step sees (with sample reuse: each minibatch);
@@ -48,6 +51,7 @@ PPO_HYPER_PARAMS = dict(
     clip_epsilon=0.2,
     entropy_cost=0.01,
     value_cost=0.5,
+    reward_scale=1.0,
 )
 
 
@@ -89,7 +93,7 @@ class PPO(base.UpdateRule):
         1.0 - inputs.is_terminal.astype(old_values.dtype)
     )
     advs = returns.gae(
-        inputs.rewards,
+        self.hyper_params["reward_scale"] * inputs.rewards,
         discounts,
         old_values,
         self.hyper_params["gae_lambda"],

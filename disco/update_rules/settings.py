@@ -59,6 +59,7 @@ HYPER_PARAM_MEANINGS = {
     "value_cost": "weight of the value loss",
     "pg_cost": "weight of the policy-gradient loss",
     "clip_epsilon": "PPO's ratio (and value) clip",
+    "reward_scale": "factor on the rewards (Brax PPO's reward_scaling)",
     "dpo_alpha": "DPO drift's scale for positive advantages",
     "dpo_beta": "DPO drift's scale for negative advantages (rollback)",
     "target_update_tau": "Polyak step of the target network",
