@@ -270,3 +270,47 @@ def test_solve_rates_reach_the_evaluation_outputs(tmp_path):
   assert info["final_episode_info"] == summary["final_episode_info"]
   solved = summary["final_episode_info"]["episode/solved"]
   assert len(solved["per_seed"]) == 2 and 0.0 <= solved["mean"] <= 1.0
+
+
+# ---------------------------------------------------------- reference ----
+
+
+def _replay(env, state, moves: str):
+  """Plays ``moves`` (``URDL``) with jumanji's own step: the return and the
+  last timestep."""
+  total, step = 0.0, jax.jit(env.package_env.step)
+  for move in moves:
+    state, timestep = step(state, jnp.asarray("URDL".index(move), jnp.int32))
+    total += float(timestep.reward)
+  return total, timestep
+
+
+def test_the_reference_return_is_the_toy_levels_optimum():
+  # pylint: disable-next=g-import-not-at-top
+  from disco.environments import reference_scores
+
+  env = registry.make_env(NAME, 1)
+  toy = env.package_env.generator
+  states = {}
+  for k in range(16):
+    state = toy(jax.random.PRNGKey(k))
+    states[int(state.variable_grid[2, 1])] = state
+  solvable, unsolvable = states[0], states[sokoban_envs.BOX]
+  # Shortest ways, found by benchmarks/open_env_returns.py sokoban_optimal
+  # (a breadth-first search over every state of the level).
+  total, last = _replay(env, solvable, "DDDRDDRRUUURUULLDLDURRRDRDDDLUU")
+  assert bool(last.last()) and bool(last.extras["solved"])
+  assert total == pytest.approx(4 + 10 - 0.1 * 31)
+  # The other level's box at (2, 1) lies against the left wall, so it can
+  # only slide along column 1, which holds no target: at most 3 boxes.
+  fixed = np.asarray(unsolvable.fixed_grid)
+  assert (fixed[:, 0] == sokoban_envs.WALL).all()
+  assert not (fixed[:, 1] == sokoban_envs.TARGET).any()
+  moves = "URURURDDRDRDRUUULDRDLDLLUUULURRURRD"
+  total, last = _replay(env, unsolvable, moves)
+  assert float(last.extras["prop_correct_boxes"]) == 0.75
+  assert total == pytest.approx(3 - 0.1 * len(moves))
+  # Kept there until the 120-step limit: 3 - 12.
+  optimum = ((4 + 10 - 3.1) + (3 - 12.0)) / 2
+  entry = reference_scores.REFERENCE_TABLE[NAME]
+  assert entry.reference_return == pytest.approx(optimum)

@@ -221,7 +221,10 @@ class CraftaxEnvironment(suite_utils.SuiteEnvironment):
     return env_state, obs, reward, terminated, truncated, self._info(env_state)
 
   def _step_stream(self, params, env_state, action, key):
-    """One stream's step with its own new world (``reset_ratio=1``)."""
+    """One stream's step with a new world of its own where the episode
+    ended: craftax's auto-reset, which ``step`` batches for
+    ``reset_ratio=1`` (the base class's per-stream ``_step``, a vmap of
+    this, is its reference in the tests)."""
     step_key, reset_key = jax.random.split(key)
     stepped, obs, reward, terminated, truncated, _ = self._advance(
         params, env_state, action, step_key
