@@ -270,13 +270,14 @@ def _log_summary(
       f"episodes: {fmt(summary['final_return_mean'])} ({ci_text}); per "
       f"seed: {per_seed}"
   )
-  if summary.get("final_episode_info"):
+  info = summary.get("final_episode_info") or {}
+  if info:
+    shown = {k: v["mean"] for k, v in info.items() if v["mean"] != 0.0}
+    zeros = len(info) - len(shown)
     log(
         "Final episode info over the same episodes (mean over seeds): "
-        + ", ".join(
-            f"{k} {fmt(v['mean'])}"
-            for k, v in summary["final_episode_info"].items()
-        )
+        + ", ".join(f"{k} {fmt(v)}" for k, v in shown.items())
+        + (f"{'; ' if shown else ''}{zeros} more at 0" if zeros else "")
     )
   log(
       f"Env steps: {summary['env_steps']} per seed; learner steps: "
