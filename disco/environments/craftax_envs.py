@@ -81,7 +81,10 @@ SYMBOLIC_IDS: tuple[str, ...] = (
 PIXEL_IDS: tuple[str, ...] = ("Craftax-Classic-Pixels-v1", "Craftax-Pixels-v1")
 ENV_IDS: tuple[str, ...] = SYMBOLIC_IDS + PIXEL_IDS
 ENV_NAMES: tuple[str, ...] = tuple(PREFIX + i for i in ENV_IDS)
-INSTALL = "pip install -e '.[craftax]' (or pip install 'craftax>=1.6,<1.7')"
+INSTALL = (
+    "pip install -e '.[craftax]' (from a checkout) or "
+    "pip install 'disco-rl-harness[craftax]'"
+)
 DEFAULT_RESET_RATIO = 16
 ACHIEVEMENT_PREFIX = "achievement/"
 _NO_TIME_LIMIT = jnp.iinfo(jnp.int32).max

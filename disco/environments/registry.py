@@ -7,12 +7,12 @@ Register your own with ``register_env``; the launchers then accept its name
 
 Registered here: Catch (jittable and ``dm_env``), the LPG grid worlds
 (``lpg/<layout>``) and delayed chain of Oh et al. (2020), random grid-world
-levels (``lpg/random``, see ``lpg_levels``), every
-discrete-action gymnax environment (``gymnax/<id>``), the XLand-MiniGrid
-environments (``xminigrid/<id>``), Craftax (``craftax/<id>``, an optional
-package) and Sokoban (``jumanji/Sokoban-v0``, an optional package). The
-suites' packages are imported only when one of their environments is built
-or its settings are read.
+levels (``lpg/random``, see ``lpg_levels``), every gymnax environment
+(``gymnax/<id>``; the continuous-action ones too), the XLand-MiniGrid
+environments (``xminigrid/<id>``), and from optional packages Brax
+(``brax/<id>``), Craftax (``craftax/<id>``) and Sokoban
+(``jumanji/Sokoban-v0``). The suites' packages are imported only when one of
+their environments is built or its settings are read.
 """
 
 from __future__ import annotations

@@ -66,7 +66,10 @@ from disco.environments import suite_utils
 PREFIX = "jumanji/"
 ENV_ID = "Sokoban-v0"
 ENV_NAMES: tuple[str, ...] = (PREFIX + ENV_ID,)
-INSTALL = "pip install -e '.[sokoban]' (or pip install 'jumanji>=1.1,<1.2')"
+INSTALL = (
+    "pip install -e '.[sokoban]' (from a checkout) or "
+    "pip install 'disco-rl-harness[sokoban]'"
+)
 GENERATORS = ("toy", "simple", "boxoban")
 DEFAULTS: dict[str, Any] = dict(
     generator="toy", boxoban_levels="", time_limit=120
