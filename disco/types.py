@@ -50,12 +50,22 @@ class EnvTimestep:
       episode's, so that rewards and terminations are never lost).
     discount: ``[B]`` float32 environment discount: 0 where the episode
       terminated, 1 otherwise (a truncated episode is LAST with discount 1).
+    info: per-episode environment metrics, ``{name: [B] float32}``, or None
+      (the default: every environment without such metrics). Where
+      ``step_type`` is LAST, ``info[name]`` describes the episode that ended
+      there (e.g. Craftax's ``achievement/collect_wood``: 1 if the episode
+      unlocked it); the values of other steps are never read. An environment
+      that has info gives the same names from ``reset`` (zeros) and every
+      ``step``, so that timesteps keep one structure in a ``lax.scan``.
+      ``disco.training.acting.episode_stats`` averages them over the episodes
+      that end in a rollout (as ``episode/<name>``).
   """
 
   observation: ArrayTree
   reward: Array
   step_type: Array
   discount: Array
+  info: dict[str, Array] | None = None
 
   @property
   def is_last(self) -> Array:
@@ -81,6 +91,10 @@ class ActorTimestep:
     logits: ``[B, P]`` parameters of the behaviour policy (``A`` logits,
       or a Gaussian's ``2 D`` mean and log-std; see ``disco.policies``).
     extras: rule-specific acting outputs (e.g. SPO search statistics).
+    env_info: the ``EnvTimestep.info`` of arriving here (``{name: [B]}``),
+      attached by ``disco.training.acting.unroll_actor`` for
+      ``episode_stats``; None for environments without info, and never
+      stored in a replay (the loop drops it after its statistics).
   """
 
   observations: ArrayTree
@@ -91,6 +105,7 @@ class ActorTimestep:
   agent_outs: AgentOuts
   logits: Array
   extras: ArrayTree = None
+  env_info: dict[str, Array] | None = None
 
   @property
   def is_last(self) -> Array:

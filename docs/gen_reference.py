@@ -249,6 +249,8 @@ def environments_page() -> str:
       "gymnax": "gymnax",
       "xminigrid": "XLand-MiniGrid",
       "brax": "Brax",
+      "craftax": "Craftax",
+      "jumanji": "Sokoban (jumanji)",
   }
   out = [
       GENERATED,

@@ -58,8 +58,15 @@ LIMIT = 6  # the step limit, where an environment has one: truncations happen
 PER_FAMILY = 4
 # Groups that run more kinds: every continuous gymnax kind (small, cheap).
 PER_GROUP = {"gymnax/continuous": 5}
-# Settings that bound an episode's length (gymnax's, xminigrid's, brax's).
-STEP_LIMIT_SETTINGS = ("max_steps_in_episode", "max_steps", "episode_length")
+# Settings that bound an episode's length (gymnax's, xminigrid's, brax's,
+# craftax's, jumanji Sokoban's).
+STEP_LIMIT_SETTINGS = (
+    "max_steps_in_episode",
+    "max_steps",
+    "episode_length",
+    "max_timesteps",
+    "time_limit",
+)
 # Registered names the contract cannot build here, and why.
 EXCLUDED = {
     # Building it reads MNIST files, downloaded once (test_env_gymnax.py
@@ -74,10 +81,21 @@ EXCLUDED = {
         for n in brax_envs.ENV_NAMES
         if n != "brax/inverted_pendulum"
     },
+    # Craftax compiles slowly too (a step and a world generation).
+    # Craftax-Classic-Symbolic-v1 runs the contract; the full game goes
+    # through the same adapter code, and the pixel variants are the same
+    # games rendered: test_env_craftax.py traces them.
+    "craftax/Craftax-Symbolic-v1": "the Classic game covers its adapter",
+    "craftax/Craftax-Classic-Pixels-v1": "the symbolic game, rendered",
+    "craftax/Craftax-Pixels-v1": "the symbolic game, rendered",
 }
 # Families of optional packages: their names are skipped, with the reason,
-# where the package is not installed.
-OPTIONAL_PACKAGES = {"brax": "brax"}
+# where the package is not installed: family -> (module, setup.cfg extra).
+OPTIONAL_PACKAGES = {
+    "brax": ("brax", "brax"),
+    "craftax": ("craftax", "craftax"),
+    "jumanji": ("jumanji", "sokoban"),
+}
 # Names with continuous actions (a group of their own in the choice).
 CONTINUOUS = frozenset(gymnax_envs.CONTINUOUS_NAMES + brax_envs.ENV_NAMES)
 
@@ -178,9 +196,9 @@ def settings_for(name: str, benchmark_path: Path | None = None) -> dict:
   family's optional package is not installed)."""
   if family(name) in OPTIONAL_PACKAGES:
     pytest.importorskip(
-        OPTIONAL_PACKAGES[family(name)],
+        OPTIONAL_PACKAGES[family(name)][0],
         reason=f"{name} needs the optional package (pip install -e "
-        f"'.[{family(name)}]')",
+        f"'.[{OPTIONAL_PACKAGES[family(name)][1]}]')",
     )
   accepted = registry.get_entry(name).settings
   settings = {k: LIMIT for k in STEP_LIMIT_SETTINGS if k in accepted}

@@ -16,8 +16,8 @@ this table.
 
 Keys are ``"catch/<rows>x<columns>"`` (any size is derived exactly by
 ``catch_entry``; ``"catch"`` means the default ``"catch/8x8"``),
-``"delayed_chain"``, ``"gymnax/<id>"``, ``"xminigrid/<id>"`` and
-``"brax/<id>"``
+``"delayed_chain"``, ``"gymnax/<id>"``, ``"xminigrid/<id>"``,
+``"brax/<id>"``, ``"craftax/<id>"`` and ``"jumanji/Sokoban-v0"``
 (``env_key`` gives the key of an environment and its settings). The LPG grid
 worlds have no entry: their optimal returns are not known.
 
@@ -33,7 +33,10 @@ brax 0.14.2, disco's adapter at its
 defaults: backend ``positional``, ``episode_length`` 1000, actions uniform
 in ``[-1, 1]^D``). Brax has no documented reference return for these
 environments at these settings (see ``_brax_entries``) except
-``brax/inverted_pendulum``'s exact maximum.
+``brax/inverted_pendulum``'s exact maximum. Those of Craftax and Sokoban
+were measured through disco's own adapters with ``python
+benchmarks/open_env_returns.py random`` (craftax 1.6.1, jumanji 1.1.2; see
+the entries).
 """
 
 from __future__ import annotations
@@ -357,6 +360,93 @@ def _xminigrid_entries() -> list[ReferenceEntry]:
   ]
 
 
+_OPEN_RANDOM_CMD = (
+    "measured: python benchmarks/open_env_returns.py random --episodes "
+    "{episodes} --seed 0 (uniform random actions through disco's adapter, "
+    "default settings; each stream's first episode)"
+)
+_CRAFTAX_PAPER = (
+    "Matthews et al. (2024), Craftax: A Lightning-Fast Benchmark for "
+    "Open-Ended Reinforcement Learning, ICML (arXiv:2402.16801)"
+)
+
+
+def _open_env_entries() -> list[ReferenceEntry]:
+  """Craftax (the package's games) and Sokoban (jumanji's toy levels)."""
+  classic = "craftax/Craftax-Classic-Symbolic-v1"
+  full = "craftax/Craftax-Symbolic-v1"
+  return [
+      ReferenceEntry(
+          env=classic,
+          random_return=1.6029,
+          random_source=_OPEN_RANDOM_CMD.format(episodes=1024)
+          + "): 1.6029 +- 0.0412 s.e.m. over 1024 episodes (147 steps on "
+          "average)",
+          reference_return=0.9 * 22,
+          reference_algorithm="PPO (Craftax authors' purejaxrl-based PPO)",
+          budget_env_steps=1_000_000_000,
+          source=(
+              f"{_CRAFTAX_PAPER}, abstract: PPO with 1 billion environment "
+              "interactions 'averages 90% of the optimal reward' on "
+              "Craftax-Classic; the optimum is 22 (+1 per achievement, 22 "
+              "achievements; the +-0.1 per health point changed sums to at "
+              "most 0 from full health): 0.9 * 22 = 19.8"
+          ),
+          notes=(
+              "A rounded percentage from the abstract, converted with the "
+              "optimum of 22; symbolic observations. For the default "
+              "settings (other ones, even reset_ratio, make another key)."
+          ),
+      ),
+      ReferenceEntry(
+          env=full,
+          random_return=1.0834,
+          random_source=_OPEN_RANDOM_CMD.format(episodes=1024)
+          + "): 1.0834 +- 0.0365 s.e.m. over 1024 episodes (264 steps on "
+          "average)",
+          reference_return=0.119 * 226,
+          reference_algorithm="PPO (Craftax authors' Craftax_Baselines ppo.py)",
+          budget_env_steps=1_000_000_000,
+          source=(
+              "Craftax README (github.com/MichaelTMatthews/Craftax, commit "
+              "0a2f7f99), Scoreboard, Craftax-1B: PPO 11.9 (reward as % of "
+              f"the maximum, 226), from {_CRAFTAX_PAPER}: 0.119 * 226 = "
+              "26.894"
+          ),
+          notes=(
+              "At 1 million steps (Craftax-1M) the same table gives PPO "
+              "2.2% (4.972). For the default settings (other ones, even "
+              "reset_ratio, make another key)."
+          ),
+      ),
+      ReferenceEntry(
+          env="jumanji/Sokoban-v0",
+          random_return=-11.8494,
+          random_source=_OPEN_RANDOM_CMD.format(episodes=4096)
+          + ", jumanji's toy levels): -11.8494 +- 0.0058 s.e.m. over 4096 "
+          "episodes (all of them reach the 120-step limit)",
+          reference_return=0.95,
+          reference_algorithm="optimal policy (exact, mean over levels)",
+          budget_env_steps=None,
+          source=(
+              "exact: python benchmarks/open_env_returns.py sokoban_optimal "
+              "(breadth-first search with jumanji's rules, replayed in the "
+              "environment). jumanji's ToyGenerator draws one of two levels "
+              "with probability 1/2: the first is solved in 31 steps at best "
+              "(-0.1 per step, +1 per box onto a target, +10 for solving: "
+              "10.9); the second cannot be solved (a box starts against a "
+              "wall with no target along it), at best 3 boxes reach targets "
+              "and the episode runs to the 120-step limit (3 - 12 = -9.0): "
+              "(10.9 - 9.0) / 2 = 0.95"
+          ),
+          notes=(
+              "For the default generator='toy' and time_limit=120 only; "
+              "Boxoban levels have other anchors."
+          ),
+      ),
+  ]
+
+
 def _build_table() -> dict[str, ReferenceEntry]:
   entries = [
       catch_entry(8, 8),
@@ -407,6 +497,7 @@ def _build_table() -> dict[str, ReferenceEntry]:
       _gymnax_minatar("SpaceInvaders-MinAtar", 4.0813, 0.0493, 131.0),
       *_xminigrid_entries(),
       *_brax_entries(),
+      *_open_env_entries(),
   ]
   return {e.env: e for e in entries}
 

@@ -7,10 +7,12 @@ Register your own with ``register_env``; the launchers then accept its name
 
 Registered here: Catch (jittable and ``dm_env``), the LPG grid worlds
 (``lpg/<layout>``) and delayed chain of Oh et al. (2020), random grid-world
-levels (``lpg/random``, see ``lpg_levels``), every
-discrete-action gymnax environment (``gymnax/<id>``) and the XLand-MiniGrid
-environments (``xminigrid/<id>``). The suites' packages are imported only
-when one of their environments is built or its settings are read.
+levels (``lpg/random``, see ``lpg_levels``), every gymnax environment
+(``gymnax/<id>``; the continuous-action ones too), the XLand-MiniGrid
+environments (``xminigrid/<id>``), and from optional packages Brax
+(``brax/<id>``), Craftax (``craftax/<id>``) and Sokoban
+(``jumanji/Sokoban-v0``). The suites' packages are imported only when one of
+their environments is built or its settings are read.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from disco.environments import base
 from disco.environments import brax_envs
 from disco.environments import catch
 from disco.environments import catch_dm_env
+from disco.environments import craftax_envs
 from disco.environments import delayed_chain
 from disco.environments import gymnax_envs
 from disco.environments import lpg_grid
 from disco.environments import lpg_levels
+from disco.environments import sokoban_envs
 from disco.environments import xminigrid_envs
 
 
@@ -207,6 +211,11 @@ for _specs, _description in (
 for _suite, _description in (
     (gymnax_envs, "gymnax"),
     (xminigrid_envs, "XLand-MiniGrid"),
+    (
+        craftax_envs,
+        "Craftax (achievements logged; pip install -e '.[craftax]')",
+    ),
+    (sokoban_envs, "Sokoban (jumanji; pip install -e '.[sokoban]')"),
 ):
   _specs = functools.cache(_suite.env_specs)
   for _name in _suite.ENV_NAMES:

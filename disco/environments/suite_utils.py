@@ -34,7 +34,8 @@ close matches, unknown settings and ill-typed setting values.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+import contextlib
 import difflib
 import numbers
 from typing import Any
@@ -379,3 +380,25 @@ def check_setting_value(
         f"Setting {key}={value!r} of environment {env_name!r} must be "
         f"{what} (default {default!r})."
     )
+
+
+class MissingPackageError(ImportError, ValueError):
+  """An optional suite's package (or one it imports) is not installed. A
+  ``ValueError`` too, so that the launchers report it as bad input: one
+  line, exit status 2."""
+
+
+@contextlib.contextmanager
+def requires_package(
+    env_name: str, package: str, install: str
+) -> Iterator[None]:
+  """Turns a ``ModuleNotFoundError`` raised inside (importing ``package``
+  or what it imports) into a ``MissingPackageError`` naming ``install``."""
+  try:
+    yield
+  except ModuleNotFoundError as e:
+    missing = f"module {e.name!r} is missing" if e.name else str(e)
+    raise MissingPackageError(
+        f"Environment {env_name!r} needs the package {package!r} ({missing}):"
+        f" {install}"
+    ) from e

@@ -4,6 +4,12 @@
 settings and the schedule), then ``metrics.csv``, ``learning_curve.png``,
 ``params_seed<k>.npz`` and ``summary.json``; each is written whole or not at
 all (``disco.files``).
+
+An environment with per-episode info (``EnvTimestep.info``, e.g. Craftax's
+achievements) adds its ``episode/<name>`` columns to ``metrics.csv`` (the
+mean over the episodes that ended in each iteration) and ``final_episode_info``
+to ``summary.json`` (their mean over the last episodes, as the final return
+is); other environments' files are as before.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from disco import weights as weights_lib
 from disco.evaluation import plan as plan_lib
 from disco.evaluation import running
 from disco.evaluation import settings as settings_lib
+from disco.training import acting
 from disco.training import analysis
 from disco.training import loop as loop_lib
 from disco.update_rules import resolve
@@ -151,6 +158,34 @@ def diverged_text(summary: dict[str, Any]) -> str:
   )
 
 
+def final_episode_info(
+    metrics: dict[str, np.ndarray], last_episodes: int
+) -> dict[str, dict[str, Any]]:
+  """Per ``episode/<name>`` metric (environment info, ``acting.episode_stats``)
+  its final value over the same last episodes as the final return:
+  ``{name: {"per_seed": [...], "mean": x}}`` (None where a seed diverged or
+  has no episode); empty for an environment without info."""
+  episodes = np.asarray(metrics["episodes"])
+  out = {}
+  for name in sorted(metrics):
+    if not name.startswith(acting.EPISODE_INFO_PREFIX):
+      continue
+    # Iteration means back to sums, so that windows weigh every episode.
+    sums = np.nan_to_num(np.asarray(metrics[name], np.float64)) * episodes
+    windowed = dict(metrics, return_sum=sums)
+    per_seed = analysis.final_scores(windowed, last_episodes)
+    finite = per_seed[np.isfinite(per_seed)]
+    out[name] = dict(
+        per_seed=[_finite(x) for x in per_seed],
+        mean=_finite(finite.mean()) if finite.size else None,
+    )
+  return out
+
+
+def _finite(x: float) -> float | None:
+  return float(x) if np.isfinite(x) else None
+
+
 def summarize(plan: Plan, result: RunResult) -> dict[str, Any]:
   """The summary (``summary.json``) of a run: its final scores, diverged
   seeds, parameter files and rates."""
@@ -174,6 +209,9 @@ def summarize(plan: Plan, result: RunResult) -> dict[str, Any]:
       total_env_steps=int(plan.env_steps * len(plan.seeds)),
       **_rates(plan, result),
   )
+  info = final_episode_info(result.metrics, plan.settings.last_episodes)
+  if info:
+    summary["final_episode_info"] = info
   return summary
 
 
@@ -232,6 +270,15 @@ def _log_summary(
       f"episodes: {fmt(summary['final_return_mean'])} ({ci_text}); per "
       f"seed: {per_seed}"
   )
+  info = summary.get("final_episode_info") or {}
+  if info:
+    shown = {k: v["mean"] for k, v in info.items() if v["mean"] != 0.0}
+    zeros = len(info) - len(shown)
+    log(
+        "Final episode info over the same episodes (mean over seeds): "
+        + ", ".join(f"{k} {fmt(v)}" for k, v in shown.items())
+        + (f"{'; ' if shown else ''}{zeros} more at 0" if zeros else "")
+    )
   log(
       f"Env steps: {summary['env_steps']} per seed; learner steps: "
       f"{summary['learner_steps']} per seed"

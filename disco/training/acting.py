@@ -1,4 +1,11 @@
-"""Acting in jittable environments: rollouts and episode statistics."""
+"""Acting in jittable environments: rollouts and episode statistics.
+
+Per-episode environment metrics (``EnvTimestep.info``, e.g. Craftax's
+achievements) travel with the rollout as ``ActorTimestep.env_info``
+(``with_env_info``) and come out of ``episode_stats`` as
+``episode/<name>``: their mean over the episodes that ended in the rollout.
+Environments without info add nothing (not even the names).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,9 @@ import jax.numpy as jnp
 from disco import agent as agent_lib
 from disco import types
 from disco.environments import base as env_base
+
+# episode_stats's name of the mean of an environment's info ``<name>``.
+EPISODE_INFO_PREFIX = "episode/"
 
 
 @chex.dataclass(frozen=True)
@@ -41,6 +51,16 @@ def init_actor(
   )
 
 
+def with_env_info(
+    actor_ts: types.ActorTimestep, timestep: types.EnvTimestep
+) -> types.ActorTimestep:
+  """``actor_ts`` (chosen at ``timestep``) carrying ``timestep.info``; the
+  same object where the environment has no info."""
+  if not timestep.info:
+    return actor_ts
+  return actor_ts.replace(env_info=timestep.info)
+
+
 def unroll_actor(
     agent: agent_lib.Agent,
     env: env_base.Environment,
@@ -54,7 +74,8 @@ def unroll_actor(
 
   Returns the advanced carry and the rollout ``[length, B, ...]``; step ``i``
   uses the ``i``-th key of ``jax.random.split(rng, length)``. The carry's
-  episode statistics are not updated here (see ``episode_stats``).
+  episode statistics are not updated here (see ``episode_stats``); where the
+  environment has info, the rollout carries it (``with_env_info``).
   """
   search_env = env if agent.rule.needs_env_copies else None
 
@@ -68,6 +89,7 @@ def unroll_actor(
         env=search_env,
         env_state=env_state,
     )
+    actor_ts = with_env_info(actor_ts, timestep)
     env_state, timestep = env.step(env_state, actor_ts.actions)
     return (env_state, timestep), actor_ts
 
@@ -83,7 +105,10 @@ def episode_stats(
   """Episode returns/lengths completed within a ``[T, B]`` rollout.
 
   ``rollout.rewards[t]`` is the reward of arriving at step ``t``, and
-  ``rollout.is_last[t]`` marks the last step of an episode.
+  ``rollout.is_last[t]`` marks the last step of an episode. Where the
+  rollout carries environment info (``rollout.env_info``, ``{name: [T,
+  B]}``), ``episode/<name>`` is its mean over the episodes that ended (NaN
+  where none did), as ``mean_return`` is for returns.
   """
 
   def step(acc, x):
@@ -112,4 +137,9 @@ def episode_stats(
       ),
       reward_mean=rollout.rewards.mean(),
   )
+  for name, value in (rollout.env_info or {}).items():
+    total = jnp.where(done, value, 0.0).sum()
+    stats[EPISODE_INFO_PREFIX + name] = jnp.where(
+        episodes > 0, total / denom, jnp.nan
+    )
   return actor.replace(episode_return=ret, episode_length=length), stats

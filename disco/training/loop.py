@@ -309,11 +309,11 @@ class EvalLoop:
           env_state,
           step_rng,
       )
+      steps.append(acting.with_env_info(actor_ts, timestep))
       env_state, timestep = self.env.step(
           env_state, np.asarray(actor_ts.actions)
       )
       timestep = jax.tree.map(jnp.asarray, timestep)
-      steps.append(actor_ts)
     rollout = jax.tree.map(lambda *x: jnp.stack(x), *steps)
     return actor.replace(env_state=env_state, timestep=timestep), rollout
 
@@ -321,8 +321,10 @@ class EvalLoop:
   def _collect(
       self, state: TrainState, actor: acting.ActorCarry, rollout, sample_rng
   ):
-    """Episode statistics, replay insert and the learner's batch."""
+    """Episode statistics, replay insert and the learner's batch (the
+    environment's info, used by the statistics only, is dropped)."""
     actor, stats = acting.episode_stats(actor, rollout)
+    rollout = rollout.replace(env_info=None)
     if state.replay is None:
       replay, batch = None, rollout
     else:
