@@ -302,7 +302,7 @@ def test_disco_eval_without_brax_exits_2_with_one_line(tmp_path):
   assert done.returncode == 2, done.stderr
   lines = done.stderr.strip().splitlines()
   assert lines == [
-      "disco-eval: error: The brax environments need the package 'brax' "
+      "disco-eval: error: Environment 'brax/ant' needs the package 'brax' "
       "(module 'brax' is missing): pip install -e '.[brax]' (from a "
       "checkout) or pip install 'disco-rl-harness[brax]'."
   ]

@@ -197,25 +197,16 @@ class BraxStreamState:
   time: types.Array
 
 
-class MissingPackageError(ImportError, ValueError):
-  """The ``brax`` package (or one it imports) is not installed. A
-  ``ValueError`` too, so that the launchers report it as bad input: one
-  line, exit status 2."""
+MissingPackageError = suite_utils.MissingPackageError
 
 
-def _import_envs():
+def _import_envs(env_id: str):
   """``brax.envs``, or ``MissingPackageError`` naming the install command."""
-  try:
-    # MuJoCo's MJX prints a line to stdout when its optional NVIDIA Warp
-    # backend is absent, on every import; it is not about disco's run.
+  # MuJoCo's MJX prints a line to stdout when its optional NVIDIA Warp
+  # backend is absent, on every import; it is not about disco's run.
+  with suite_utils.requires_package(PREFIX + env_id, "brax", f"{INSTALL}."):
     with contextlib.redirect_stdout(io.StringIO()):
       from brax import envs  # pylint: disable=g-import-not-at-top
-  except ModuleNotFoundError as e:
-    missing = f"module {e.name!r} is missing" if e.name else str(e)
-    raise MissingPackageError(
-        f"The brax environments need the package 'brax' ({missing}): "
-        f"{INSTALL}."
-    ) from e
   return envs
 
 
@@ -250,7 +241,7 @@ def _is_simple(value: Any) -> bool:
 def package_kwarg_defaults(env_id: str) -> dict[str, Any]:
   """The installed brax's constructor arguments of ``env_id`` with simple
   defaults (what ``KWARG_DEFAULTS`` must hold)."""
-  envs = _import_envs()
+  envs = _import_envs(env_id)
   cls = envs._envs[env_id]  # pylint: disable=protected-access
   params = inspect.signature(cls.__init__).parameters.values()
   return {
@@ -394,7 +385,7 @@ def make(env_id: str, batch_size: int, **settings: Any) -> BraxEnvironment:
   env_id = _check_id(env_id)
   name = PREFIX + env_id
   _check_settings(name, env_id, settings)
-  envs = _import_envs()
+  envs = _import_envs(env_id)
   kwargs = {
       k: tuple(v) if isinstance(v, list) else v
       for k, v in settings.items()
