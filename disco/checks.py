@@ -154,18 +154,17 @@ def check_number(value: Any, name: str, positive: bool = False) -> float:
 
 def check_policy(value: Any, name: str = "policy") -> dict[str, Any]:
   """``config.<name>``, the continuous-action policy's settings
-  (``disco.policies.make_policy``), without its None (default) values."""
-  given = {k: v for k, v in as_dict(value or {}, name).items() if v is not None}
-  if "squash" in given:
-    check_bool(given["squash"], f"{name}.squash")
-  if "init_log_std" in given:
-    given["init_log_std"] = check_number(
-        given["init_log_std"], f"{name}.init_log_std"
-    )
-  if "log_std" in given and given["log_std"] not in policies.LOG_STDS:
+  (``disco.policies.make_policy``; None values: its defaults)."""
+  given = as_dict(value or {}, name)
+  set_values = {k: v for k, v in given.items() if v is not None}
+  if "squash" in set_values:
+    check_bool(set_values["squash"], f"{name}.squash")
+  if "init_log_std" in set_values:
+    check_number(set_values["init_log_std"], f"{name}.init_log_std")
+  if "log_std" in set_values and set_values["log_std"] not in policies.LOG_STDS:
     raise UsageError(
         f"config.{name}.log_std must be one of "
-        f"{', '.join(policies.LOG_STDS)}, got {given['log_std']!r}."
+        f"{', '.join(policies.LOG_STDS)}, got {set_values['log_std']!r}."
     )
   return given
 

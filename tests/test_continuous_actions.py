@@ -18,6 +18,7 @@ from disco import errors
 from disco import evaluation
 from disco import policies
 from disco import types
+from disco.environments import registry as env_registry
 from disco.meta import validation as val
 from disco.update_rules import actor_critic
 from disco.update_rules import policy_gradient
@@ -54,6 +55,14 @@ def _inputs(value_size: int = 1) -> types.UpdateRuleInputs:
       ),
       policy=POLICY,
   )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _toy_env_registered_here_only():
+  """The toy environment leaves the registry with this module (other files
+  read the registry's families)."""
+  yield
+  env_registry.unregister_env(continuous_toy.NAME)
 
 
 def test_log_prob_and_entropy_constants():

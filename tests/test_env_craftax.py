@@ -79,7 +79,15 @@ def test_names_and_settings():
   assert "fractal_noise_angles" not in classic
 
 
-@pytest.mark.parametrize("env_id", craftax_envs.ENV_IDS)
+@pytest.mark.parametrize(
+    "env_id",
+    [
+        # Building a pixel game renders craftax's textures (minutes in a
+        # fresh install): the full check only.
+        pytest.param(i, marks=pytest.mark.slow) if "Pixels" in i else i
+        for i in craftax_envs.ENV_IDS
+    ],
+)
 def test_the_listed_parameters_are_the_packages(env_id):
   # Listed without importing craftax (docs, launchers): checked here.
   import dataclasses  # pylint: disable=g-import-not-at-top

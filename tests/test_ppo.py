@@ -265,6 +265,7 @@ def test_registry_defaults_are_purejaxrls():
       clip_epsilon=0.2,
       entropy_cost=0.01,
       value_cost=0.5,
+      reward_scale=1.0,
   )
   with pytest.raises(ValueError, match="num_updates"):
     agent_lib.make_agent(settings, 2)

@@ -183,7 +183,13 @@ class CompareSettings:
         hyper_params={},
         rule_kwargs={},
         network={},
-        policy=problems.get(checks.check_policy, config.policy, default={}),
+        policy={
+            k: v
+            for k, v in problems.get(
+                checks.check_policy, config.policy, default={}
+            ).items()
+            if v is not None
+        },
         tuning=None,
         statistics=statistics,
         references=problems.get(

@@ -256,8 +256,9 @@ def _with_agent_settings(
   rule = _with_rule_settings(rule, settings.hyper_params, settings.rule_kwargs)
   overrides = {k: v for k, v in settings.network.items() if v is not None}
   agent_settings.network = {**agent_settings.network.to_dict(), **overrides}
-  if settings.policy:
-    agent_settings.policy = settings.policy
+  policy = {k: v for k, v in settings.policy.items() if v is not None}
+  if policy:
+    agent_settings.policy = policy
   return rule
 
 

@@ -63,8 +63,8 @@ class EvalSettings:
       and ``max_grad_norm`` (0: no clip), ``adam_eps`` and ``loss_mask``.
     hyper_params, rule_kwargs: overrides of the rule's settings.
     network: overrides of the agent network (None values: the rule's).
-    policy: the continuous-action policy's settings given
-      (``disco.policies.make_policy``; the others are its defaults).
+    policy: the continuous-action policy's settings
+      (``disco.policies.make_policy``; None values: its defaults).
     iterations_per_call: iterations per compiled call.
     last_episodes: episodes of the final score.
     output_dir: the run folder ('': ``runs/eval-<rule>-<time>``).
