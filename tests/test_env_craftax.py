@@ -126,8 +126,18 @@ def test_pool_size():
     "env_id, obs_shape, actions, achievements",
     [
         ("Craftax-Symbolic-v1", (8268,), 43, 67),
-        ("Craftax-Classic-Pixels-v1", (63, 63, 3), 17, 22),
-        ("Craftax-Pixels-v1", (130, 110, 3), 43, 67),
+        # The pixel games render craftax's textures first (minutes in a fresh
+        # install): the full check only.
+        pytest.param(
+            "Craftax-Classic-Pixels-v1",
+            (63, 63, 3),
+            17,
+            22,
+            marks=pytest.mark.slow,
+        ),
+        pytest.param(
+            "Craftax-Pixels-v1", (130, 110, 3), 43, 67, marks=pytest.mark.slow
+        ),
     ],
 )
 def test_the_other_games_trace(env_id, obs_shape, actions, achievements):
