@@ -55,6 +55,7 @@ class Agent:
     policy: the action distribution (``disco.policies``); None: a
       categorical one over ``num_actions``. A continuous policy needs a rule
       with ``supports_continuous_actions``.
+    rule_name: the rule's registry name, for messages (None: its class's).
   """
 
   def __init__(
@@ -70,6 +71,7 @@ class Agent:
       adam_eps: float = optimizers.DEFAULT_ADAM_EPS,
       learning_rate_decay_steps: int | None = None,
       policy: policies.Policy | None = None,
+      rule_name: str | None = None,
   ):
     if policy is None:
       if num_actions is None or num_actions < 2:
@@ -84,7 +86,7 @@ class Agent:
     if not policy.is_continuous and policy.param_size < 2:
       raise ValueError(f"num_actions must be >= 2, got {policy.param_size}.")
     if policy.is_continuous and not rule.supports_continuous_actions:
-      raise ValueError(continuous_refusal(rule))
+      raise ValueError(continuous_refusal(rule, rule_name))
     rule = rule.for_policy(policy)
     if loss_mask not in LOSS_MASKS:
       raise ValueError(
@@ -424,8 +426,6 @@ def make_agent(
     policy = policies.make_policy(
         action_spec, registry.as_dict(settings.get("policy", None) or {})
     )
-    if policy.is_continuous and not rule.supports_continuous_actions:
-      raise ValueError(continuous_refusal(rule, settings.get("rule")))
   network = settings.network
   if isinstance(network, config_dict.ConfigDict):
     network = network.to_dict()
@@ -453,4 +453,5 @@ def make_agent(
       adam_eps=settings.get("adam_eps", optimizers.DEFAULT_ADAM_EPS),
       learning_rate_decay_steps=decay_steps,
       policy=policy,
+      rule_name=settings.get("rule"),
   )
