@@ -417,14 +417,23 @@ def eval_config(
   return config
 
 
+# (environment, repr of its sorted settings) -> whether its actions are
+# continuous: each environment is built once (a Brax body loads a model).
+_CONTINUOUS: dict[tuple[str, str], bool] = {}
+
+
 def _is_continuous(env: str, env_settings: Mapping[str, Any]) -> bool:
   """Whether environment ``env`` (with its settings) has continuous
   actions (False where it cannot be built: ``evaluation.build`` says
   why)."""
-  try:
-    return env_registry.make_env(env, 1, **env_settings).is_continuous
-  except (TypeError, ValueError, ImportError):
-    return False
+  key = (env, repr(sorted(env_settings.items())))
+  if key not in _CONTINUOUS:
+    try:
+      built = env_registry.make_env(env, 1, **env_settings)
+      _CONTINUOUS[key] = built.is_continuous
+    except (TypeError, ValueError, ImportError):
+      _CONTINUOUS[key] = False
+  return _CONTINUOUS[key]
 
 
 # ------------------------------------------------------------- parsing ----
