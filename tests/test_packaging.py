@@ -140,3 +140,52 @@ def test_accelerator_extras_match_the_jax_bounds():
   extras = parser["options.extras_require"]
   for extra in ("cuda12", "cuda13", "tpu"):
     assert extras[extra].split() == [f"jax[{extra}]{jax_bounds}"], extra
+
+
+# Imported by the functions that need them: about two seconds that every
+# launcher process would otherwise pay before it parses its flags.
+HEAVY_MODULES = ("scipy.stats", "rliable", "matplotlib", "pandas", "arch")
+
+
+def test_launchers_start_without_the_statistics_and_plotting_stack():
+  code = (
+      "import sys\n"
+      "from disco.launch import compare, evaluate, meta_train, validate\n"
+      f"print(sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))\n"
+  )
+  result = subprocess.run(
+      [sys.executable, "-c", code],
+      capture_output=True,
+      text=True,
+      check=True,
+      cwd=conftest.REPO_DIR,
+  )
+  assert result.stdout.strip() == "[]", result.stdout
+
+
+@pytest.mark.parametrize(
+    "versions, refused",
+    [
+        (dict(pandas="3.0.1", arch="7.2.0"), True),
+        (dict(pandas="2.3.3", arch="7.2.0"), False),
+        (dict(pandas="3.0.1", arch="8.0.0"), False),
+        (dict(pandas="3.0.1"), False),  # no arch installed
+    ],
+)
+def test_pandas_3_beside_arch_7_is_refused_before_anything_runs(
+    versions, refused
+):
+  from importlib import metadata  # pylint: disable=g-import-not-at-top
+
+  from disco.comparison import aggregates  # pylint: disable=g-import-not-at-top
+
+  def version(package):
+    if package not in versions:
+      raise metadata.PackageNotFoundError(package)
+    return versions[package]
+
+  if refused:
+    with pytest.raises(ImportError, match="Install pandas<3"):
+      aggregates.check_installed_versions(version)
+  else:
+    aggregates.check_installed_versions(version)

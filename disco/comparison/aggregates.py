@@ -23,21 +23,58 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 import contextlib
 import dataclasses
+from importlib import metadata
 import itertools
 import math
+from types import ModuleType
 
 import numpy as np
-from rliable import metrics as rly_metrics
-from scipy import stats
 
-try:
-  from rliable import library as rly  # pylint: disable=g-import-not-at-top
-except TypeError as e:  # arch 7 (what rliable allows) under pandas 3
-  raise ImportError(
-      "rliable.library failed to import: rliable needs arch<8, and arch 7 "
-      "does not work with pandas 3. Install pandas<3: "
-      "pip install 'pandas>=2.2,<3' (setup.cfg pins it)."
-  ) from e
+_PANDAS_3_ERROR = (
+    "rliable.library failed to import: rliable needs arch<8, and arch 7 "
+    "does not work with pandas 3. Install pandas<3: "
+    "pip install 'pandas>=2.2,<3' (setup.cfg pins it)."
+)
+
+
+def check_installed_versions(
+    version: Callable[[str], str] = metadata.version,
+) -> None:
+  """``ImportError`` where the installed pandas and arch cannot import
+  ``rliable.library`` (pandas 3 beside arch 7), read from the packages'
+  metadata (``version``) without importing them."""
+
+  def major(package: str) -> int | None:
+    try:
+      return int(version(package).split(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+      return None
+
+  if (major("pandas") or 0) >= 3 and (major("arch") or 8) < 8:
+    raise ImportError(_PANDAS_3_ERROR)
+
+
+# rliable, scipy.stats and what rliable.library brings (arch, statsmodels,
+# pandas, matplotlib) take about two seconds to import, which every
+# launcher process would pay before parsing its flags: they are imported
+# where first used. The one known way for them to fail to import is
+# refused here, when this module is imported, before any training starts.
+check_installed_versions()
+
+
+def _rly_metrics() -> ModuleType:
+  from rliable import metrics  # pylint: disable=g-import-not-at-top
+
+  return metrics
+
+
+def _rly_library() -> ModuleType:
+  try:
+    from rliable import library  # pylint: disable=g-import-not-at-top
+  except TypeError as e:  # arch 7 (what rliable allows) under pandas 3
+    raise ImportError(_PANDAS_3_ERROR) from e
+  return library
+
 
 ScoreDict = Mapping[str, np.ndarray]
 
@@ -241,7 +278,7 @@ def _interval_estimate(
 ) -> tuple[np.ndarray, np.ndarray]:
   """``rliable``'s stratified bootstrap of one entry: ``(point, [2, k])``."""
   with seeded_global_rng(seed):
-    points, intervals = rly.get_interval_estimates(
+    points, intervals = _rly_library().get_interval_estimates(
         {"x": scores},
         func,
         reps=int(reps),
@@ -276,6 +313,8 @@ def approximate_coverage(
         f"Need >= 2 seeds and >= 1 environment, got {num_seeds} and "
         f"{num_envs}."
     )
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   z = stats.norm.ppf(0.5 + confidence / 2.0)
   shrink = math.sqrt((num_seeds - 1) / num_seeds)
   df = num_envs * (num_seeds - 1)
@@ -312,10 +351,12 @@ def iqm(scores: np.ndarray) -> float:
   Args:
     scores: ``[num_seeds, num_envs]`` (any shape is flattened).
   """
-  return float(rly_metrics.aggregate_iqm(np.asarray(scores, np.float64)))
+  return float(_rly_metrics().aggregate_iqm(np.asarray(scores, np.float64)))
 
 
 def _all_metrics(gamma: float) -> Callable[[np.ndarray], np.ndarray]:
+  rly_metrics = _rly_metrics()
+
   def func(x: np.ndarray) -> np.ndarray:
     return np.array(
         [
@@ -415,7 +456,9 @@ def probability_of_improvement(
         )
     point, interval = _interval_estimate(
         [scores[x], scores[y]],
-        lambda a, b: np.array([rly_metrics.probability_of_improvement(a, b)]),
+        lambda a, b: np.array(
+            [_rly_metrics().probability_of_improvement(a, b)]
+        ),
         reps,
         confidence,
         seed,
@@ -477,7 +520,7 @@ def performance_profiles(
   results = {}
   for rule, x in scores.items():
     with seeded_global_rng(seed):
-      profile, cis = rly.create_performance_profile(
+      profile, cis = _rly_library().create_performance_profile(
           {rule: x},
           taus,
           use_score_distribution=use_score_distribution,
@@ -536,6 +579,8 @@ def sample_efficiency_curves(
         f"points has shape {points.shape}; the scores have "
         f"{num_points} evaluation points."
     )
+
+  rly_metrics = _rly_metrics()
 
   def iqm_per_point(x: np.ndarray) -> np.ndarray:
     return np.array(

@@ -24,7 +24,6 @@ import dataclasses
 import math
 
 import numpy as np
-from scipy import stats
 
 from disco.comparison import significance
 
@@ -115,6 +114,8 @@ def false_positive_rate(
 def _metric(x: np.ndarray, metric: str) -> np.ndarray:
   """``metric`` of scores ``x`` ``[..., num_seeds, num_envs]`` -> ``[...]``,
   as ``rliable.metrics`` computes it."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   if metric == "mean":
     return x.mean(axis=(-2, -1))
   if metric == "iqm":
@@ -193,6 +194,8 @@ def interval_coverage(
   Returns:
     The rate of intervals containing the true value.
   """
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   if metric not in METRICS:
     raise ValueError(f"Unknown metric {metric!r}; use one of {METRICS}.")
   if num_seeds < 2:

@@ -13,8 +13,6 @@ from collections.abc import Sequence
 import math
 
 import numpy as np
-from scipy import special
-from scipy import stats
 
 # ------------------------------------------------------------- checks ----
 
@@ -73,6 +71,8 @@ def cohens_d(a: Sequence[float], b: Sequence[float]) -> float:
 def hedges_correction(df: int) -> float:
   """Hedges' exact small-sample factor ``J(df) = G(df/2) / (sqrt(df/2)
   G((df-1)/2))`` for ``df = n_a + n_b - 2`` degrees of freedom."""
+  from scipy import special  # pylint: disable=g-import-not-at-top
+
   if df < 2:
     raise ValueError(f"Hedges' correction needs df >= 2, got {df}.")
   return float(
@@ -91,6 +91,8 @@ def hedges_g(a: Sequence[float], b: Sequence[float]) -> float:
 def rank_biserial(a: Sequence[float], b: Sequence[float]) -> float:
   """Rank-biserial correlation ``2 U_a / (n_a n_b) - 1`` in [-1, 1], i.e.
   ``P(a > b) - P(a < b)`` over all pairs of seeds (ties count one half)."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   a, b = as_sample("a", a), as_sample("b", b)
   u_a = stats.mannwhitneyu(a, b, alternative="two-sided").statistic
   return float(2.0 * u_a / (a.size * b.size) - 1.0)
@@ -105,6 +107,8 @@ def t_test_power(effect_size: float, n: int, alpha: float = 0.05) -> float:
   Under the alternative the statistic follows a noncentral t distribution
   with ``2n - 2`` degrees of freedom and noncentrality ``d sqrt(n / 2)``.
   """
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   check_probability("alpha", alpha)
   if n < 2:
     raise ValueError(f"A t-test needs n >= 2 seeds per rule, got {n}.")
@@ -124,6 +128,8 @@ def seeds_needed(
   d = 1, alpha = 0.05, power = 0.8 gives 17. Returns ``None`` for d = 0 (no
   number of seeds suffices) and 2 for an infinite d.
   """
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   check_probability("alpha", alpha)
   check_probability("power", power)
   d = abs(float(effect_size))

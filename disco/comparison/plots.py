@@ -15,11 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from matplotlib import colormaps
-from matplotlib import figure as figure_lib
-from matplotlib.backends import backend_agg
 import numpy as np
-from rliable import plot_utils
 
 from disco import files
 from disco.comparison import aggregates
@@ -34,20 +30,36 @@ _METRIC_TITLES = {
 }
 
 
+# matplotlib and rliable.plot_utils (with seaborn, pandas and scipy.stats)
+# take over a second to import: they are imported by the functions that
+# draw, not by every process that imports the comparison package.
+
+
+def _plot_utils():
+  from rliable import plot_utils  # pylint: disable=g-import-not-at-top
+
+  return plot_utils
+
+
 def _new_figure(
     figsize: tuple[float, float], ncols: int = 1
-) -> tuple[figure_lib.Figure, Any]:
+) -> tuple[Any, Any]:
+  from matplotlib import figure as figure_lib  # pylint: disable=g-import-not-at-top
+  from matplotlib.backends import backend_agg  # pylint: disable=g-import-not-at-top
+
   fig = figure_lib.Figure(figsize=figsize, dpi=100, layout="constrained")
   backend_agg.FigureCanvasAgg(fig)
   axes = fig.subplots(1, ncols, squeeze=False)[0]
   return fig, axes
 
 
-def _save(fig: figure_lib.Figure, path: PathLike) -> Path:
+def _save(fig: Any, path: PathLike) -> Path:
   return files.save_figure(fig, path, bbox_inches="tight", format="png")
 
 
 def _colors(names: Sequence[str]) -> dict[str, Any]:
+  from matplotlib import colormaps  # pylint: disable=g-import-not-at-top
+
   palette = colormaps["tab10"]
   return {name: palette(i % 10) for i, name in enumerate(names)}
 
@@ -120,7 +132,7 @@ def plot_performance_profiles(
     raise ValueError("No profiles to plot.")
   taus = next(iter(profiles.values())).taus
   fig, (ax,) = _new_figure((7, 4.5))
-  plot_utils.plot_performance_profiles(
+  _plot_utils().plot_performance_profiles(
       {r: p.fraction for r, p in profiles.items()},
       taus,
       performance_profile_cis={r: (p.low, p.high) for r, p in profiles.items()},
@@ -159,7 +171,7 @@ def plot_probability_of_improvement(
     estimates[key] = result.probability.estimate
     intervals[key] = np.array([result.probability.low, result.probability.high])
   fig, (ax,) = _new_figure((5, 0.8 + 0.45 * len(estimates)))
-  plot_utils.plot_probability_of_improvement(
+  _plot_utils().plot_probability_of_improvement(
       estimates,
       intervals,
       pair_separator=sep,
@@ -194,7 +206,7 @@ def plot_sample_efficiency(
     raise ValueError("No curves to plot.")
   points = next(iter(curves.values())).points
   fig, (ax,) = _new_figure((7, 4.5))
-  plot_utils.plot_sample_efficiency_curve(
+  _plot_utils().plot_sample_efficiency_curve(
       points,
       {r: c.iqm for r, c in curves.items()},
       {r: np.stack([c.low, c.high]) for r, c in curves.items()},

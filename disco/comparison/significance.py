@@ -51,7 +51,6 @@ import itertools
 import math
 
 import numpy as np
-from scipy import stats
 
 from disco.comparison import aggregates
 from disco.comparison import effect_sizes
@@ -161,6 +160,8 @@ def per_seed_aggregate(scores: np.ndarray, how: str = "mean") -> np.ndarray:
   Returns:
     ``[num_seeds]``, one score per seed for the tests.
   """
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   scores = np.asarray(scores, np.float64)
   if scores.ndim != 2:
     raise ValueError(

@@ -31,7 +31,6 @@ import math
 import warnings
 
 import numpy as np
-from scipy import stats
 
 from disco.comparison import effect_sizes
 
@@ -246,6 +245,8 @@ def _no_variance_fallback(
 def _welch(
     a: np.ndarray, b: np.ndarray, reps: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   with warnings.catch_warnings():  # constant rows: handled below
     warnings.simplefilter("ignore", RuntimeWarning)
     result = stats.ttest_ind(a, b, equal_var=False, axis=1)
@@ -270,6 +271,8 @@ def _rank_permutation_p(
   for ties), with the statistic ``|U - n_a n_b / 2|``: exact over every
   split of the seeds when there are at most ``max(reps, MW_EXACT_SPLITS)``,
   else over that many random splits (the same for every row)."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   n_a = a.shape[1]
   ranks = stats.rankdata(np.concatenate([a, b], axis=1), axis=1)
   n = ranks.shape[1]
@@ -299,6 +302,8 @@ def _rank_permutation_p(
 def _mann_whitney(
     a: np.ndarray, b: np.ndarray, reps: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   result = stats.mannwhitneyu(a, b, alternative="two-sided", axis=1)
   statistic = np.asarray(result.statistic, np.float64)
   p = np.asarray(result.pvalue, np.float64).copy()
@@ -376,6 +381,8 @@ def _bootstrap(
 def _permutation(
     a: np.ndarray, b: np.ndarray, reps: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   result = stats.permutation_test(
       (a, b),
       _mean_difference,
@@ -465,6 +472,8 @@ def mean_difference_interval(
   """Welch's ``confidence`` interval of ``mean(a) - mean(b)`` (scipy's
   ``ttest_ind(...).confidence_interval``); NaN when neither sample
   varies."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   effect_sizes.check_probability("confidence", confidence)
   a, b = effect_sizes.as_sample("a", a), effect_sizes.as_sample("b", b)
   if min(a.size, b.size) < 2:

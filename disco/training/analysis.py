@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from disco import files
 
@@ -127,6 +126,14 @@ def return_curve(metrics: Metrics, min_episodes: int = 100) -> np.ndarray:
   return curve
 
 
+def _t_ppf(q: float, df: np.ndarray) -> np.ndarray:
+  """Student's t quantile (scipy.stats, imported on first use: it takes
+  about a second, which every launcher process would pay)."""
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
+  return stats.t.ppf(q, df)
+
+
 def mean_curve(
     curves: np.ndarray, confidence: float = 0.95
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -151,7 +158,7 @@ def mean_curve(
     sem = np.sqrt(sq.sum(axis=0) / np.maximum(n - 1, 1)) / np.sqrt(
         np.maximum(n, 1)
     )
-    half = stats.t.ppf(0.5 + confidence / 2, np.maximum(n - 1, 1)) * sem
+    half = _t_ppf(0.5 + confidence / 2, np.maximum(n - 1, 1)) * sem
   half = np.where(n >= 2, half, np.nan)
   return mean, mean - half, mean + half
 
@@ -222,6 +229,8 @@ def bootstrap_ci(
     return None
   if np.all(scores == scores[0]):
     return float(scores[0]), float(scores[0])
+  from scipy import stats  # pylint: disable=g-import-not-at-top
+
   result = stats.bootstrap(
       (scores,),
       np.mean,
