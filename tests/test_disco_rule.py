@@ -360,6 +360,7 @@ def test_losses_read_per_action_outputs_only_at_taken_actions(disco_setup):
     np.testing.assert_array_equal(g * (1 - mask), 0.0, err_msg=key)
 
 
+@pytest.mark.slow  # about 30 s; the meta-step itself is checked in CI
 def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
     disco_setup,
 ):
@@ -404,6 +405,7 @@ def test_validation_backward_at_taken_actions_keeps_the_meta_gradient(
   ) <= 1e-7 * optax.tree.norm(want)
 
 
+@pytest.mark.slow  # about 30 s; the meta-step itself is checked in CI
 def test_looped_and_rematerialised_inner_steps_keep_the_meta_gradient(
     disco_setup,
 ):

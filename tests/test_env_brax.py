@@ -98,8 +98,19 @@ def test_importing_disco_does_not_import_brax():
   subprocess.run([sys.executable, "-c", code], check=True)
 
 
+# Tracing a body takes 3-8 s (brax builds its model): CI builds the smallest
+# and the ant; the full check (-m slow) every body.
+IN_CI = ("inverted_pendulum", "ant")
+
+
 @needs_brax
-@pytest.mark.parametrize("env_id", list(SIZES))
+@pytest.mark.parametrize(
+    "env_id",
+    [
+        e if e in IN_CI else pytest.param(e, marks=pytest.mark.slow)
+        for e in SIZES
+    ],
+)
 def test_every_environment_builds_and_its_step_traces(env_id):
   obs_size, action_size = SIZES[env_id]
   env = registry.make_env("brax/" + env_id, B)

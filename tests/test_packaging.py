@@ -105,6 +105,7 @@ def test_installed_disco_eval_runs_from_another_directory(installed, tmp_path):
   )
 
 
+@pytest.mark.slow  # 30 s; CI runs the installed disco-eval the same way
 def test_installed_disco_meta_train_runs_from_another_directory(
     installed, tmp_path
 ):

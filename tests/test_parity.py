@@ -236,6 +236,7 @@ def test_meta_train_steps_parity():
     assert any(k.startswith(part) for k in keys), part
 
 
+@pytest.mark.slow  # the unrolled meta-gradient's parity runs in CI
 def test_meta_gradient_parity_with_a_rolled_inner_loop(fixtures_dir):
   """The inner steps as a ``lax.scan`` loop (the default unrolls the
   fixture's 2 steps) give the published meta-gradient too."""
