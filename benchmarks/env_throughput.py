@@ -1,4 +1,4 @@
-"""Environment throughput: disco's gymnax/xminigrid adapters vs the packages.
+"""Environment throughput: disco's suite adapters against the packages' loops.
 
 For each environment, two jitted ``lax.scan`` loops of ``--steps`` steps over
 ``--batch`` streams with a uniform-random policy:
@@ -6,8 +6,17 @@ For each environment, two jitted ``lax.scan`` loops of ``--steps`` steps over
   * ours: ``env.step`` of the disco adapter (per-stream keys, automatic
     reset, ``EnvTimestep`` with float32 observations);
   * package: the package's own step, ``jit(vmap(step))`` style with its own
-    automatic reset (gymnax's ``step`` resets by itself; xminigrid's through
-    ``GymAutoResetWrapper``), parameters closed over as constants.
+    automatic reset, parameters closed over as constants: gymnax's ``step``
+    resets by itself; xminigrid's through ``GymAutoResetWrapper``; Craftax
+    built with ``auto_reset=True`` (a new world generated at every step, as
+    craftax's gymnax interface does); jumanji's Sokoban through
+    ``jumanji.wrappers.AutoResetWrapper``; Brax through
+    ``brax.envs.training.wrap`` (its ``EpisodeWrapper`` time limit and
+    ``AutoResetWrapper``, which restores the first state rather than
+    drawing a new one).
+
+Random actions: uniform over the discrete actions, or uniform in the bounds
+of a continuous action space.
 
 Both loops consume the observations and rewards (summed into the carry) so
 that neither is dead code. After one compiling call each, ``--rounds``
@@ -17,6 +26,17 @@ env steps/s (steps x batch / seconds) and the ratio ours / package (target:
 
   python benchmarks/env_throughput.py --batch 256 --steps 1000 --rounds 5
   python benchmarks/env_throughput.py --envs gymnax/Asterix-MinAtar
+  python benchmarks/env_throughput.py --batch 256 --steps 100 \
+      --envs craftax/Craftax-Classic-Symbolic-v1,jumanji/Sokoban-v0
+  python benchmarks/env_throughput.py --batch 64 --steps 100 \
+      --envs craftax/Craftax-Classic-Symbolic-v1 --env_settings reset_ratio=1
+  python benchmarks/env_throughput.py --batch 64 --steps 100 \
+      --envs brax/halfcheetah,brax/ant
+
+``--env_settings`` are passed to the adapter (``name=value`` pairs, values
+parsed as Python literals), for example Craftax's ``reset_ratio=1`` (a world
+per finished stream, the package's behaviour) against the default reset
+pool.
 
 XLand environments need ``--benchmark_path`` (a local ruleset file). Timings
 are only meaningful on an otherwise idle machine.
@@ -25,6 +45,7 @@ are only meaningful on an otherwise idle machine.
 from __future__ import annotations
 
 import argparse
+import ast
 from collections.abc import Callable
 from pathlib import Path
 import sys
@@ -38,7 +59,7 @@ if not __package__:  # run as a file: import the other scripts as a package
 
 from benchmarks import cli
 from benchmarks import timing
-from disco.environments import gymnax_envs
+from disco.environments import registry
 from disco.environments import suite_utils
 from disco.environments import xminigrid_envs
 
@@ -48,16 +69,30 @@ DEFAULT_ENVS = (
 TARGET = 0.9
 
 
+PREFIXES = ("gymnax/", "xminigrid/", "craftax/", "jumanji/", "brax/")
+
+
 def make_env(
     name: str, batch: int, settings: dict[str, Any]
 ) -> suite_utils.SuiteEnvironment:
-  if name.startswith(gymnax_envs.PREFIX):
-    return gymnax_envs.make(name, batch)
-  if name.startswith(xminigrid_envs.PREFIX):
-    return xminigrid_envs.make(name, batch, **settings)
-  raise ValueError(
-      f"--envs: {name!r} is neither gymnax/<id> nor " "xminigrid/<id>."
-  )
+  if not name.startswith(PREFIXES):
+    raise ValueError(
+        f"--envs: {name!r} is not one of {', '.join(PREFIXES)}<id>."
+    )
+  return registry.make_env(name, batch, **settings)
+
+
+def random_actions(key, env: suite_utils.SuiteEnvironment) -> jax.Array:
+  """``[B]`` uniform discrete actions or ``[B, D]`` uniform in the bounds."""
+  spec = env.action_spec()
+  if env.is_continuous:
+    return jax.random.uniform(
+        key,
+        (env.batch_size, *spec.shape),
+        minval=spec.minimum,
+        maxval=spec.maximum,
+    )
+  return jax.random.randint(key, (env.batch_size,), 0, env.num_actions)
 
 
 def ours_loop(env: suite_utils.SuiteEnvironment, steps: int) -> Callable:
@@ -65,8 +100,7 @@ def ours_loop(env: suite_utils.SuiteEnvironment, steps: int) -> Callable:
 
   def body(carry, key):
     state, total = carry
-    actions = jax.random.randint(key, (env.batch_size,), 0, env.num_actions)
-    state, ts = env.step(state, actions)
+    state, ts = env.step(state, random_actions(key, env))
     return (state, total + ts.observation.sum() + ts.reward.sum()), None
 
   def run(carry, key):
@@ -75,50 +109,98 @@ def ours_loop(env: suite_utils.SuiteEnvironment, steps: int) -> Callable:
   return jax.jit(run)
 
 
+def _gymnax_style(package, params, batch):
+  """``(init, step)`` of a gymnax-interface environment (gymnax, Craftax)."""
+
+  def init(key):
+    _, states = jax.vmap(package.reset, in_axes=(0, None))(
+        jax.random.split(key, batch), params
+    )
+    return states
+
+  def step(states, actions, step_key):
+    obs, states, reward, _, _ = jax.vmap(package.step, in_axes=(0, 0, 0, None))(
+        jax.random.split(step_key, batch), states, actions, params
+    )[:5]
+    return states, obs, reward
+
+  return init, step
+
+
+def _package_steps(env: suite_utils.SuiteEnvironment):
+  """``(init(key) -> state, step(state, actions, key) -> (state, obs,
+  reward))`` of the package's own batched loop with automatic reset."""
+  batch, params = env.batch_size, env.package_params
+  if env.name.startswith("gymnax/"):
+    return _gymnax_style(env.package_env, params, batch)
+  if env.name.startswith("craftax/"):
+    from craftax import craftax_env  # pylint: disable=g-import-not-at-top
+
+    package = craftax_env.make_craftax_env_from_name(
+        env.name.split("/", 1)[1], auto_reset=True
+    )
+    return _gymnax_style(package, params, batch)
+  if env.name.startswith("jumanji/"):
+    import jumanji.wrappers  # pylint: disable=g-import-not-at-top
+
+    package = jumanji.wrappers.AutoResetWrapper(env.package_env)
+
+    def init(key):
+      return jax.vmap(package.reset)(jax.random.split(key, batch))
+
+    def step(carry, actions, unused_key):
+      states, timesteps = jax.vmap(package.step)(carry[0], actions)
+      return (states, timesteps), timesteps.observation.grid, timesteps.reward
+
+    return init, step
+  if env.name.startswith("brax/"):
+    from brax.envs.wrappers import training  # pylint: disable=g-import-not-at-top
+
+    package = training.wrap(
+        env.package_env, episode_length=int(params.episode_length)
+    )
+
+    def init(key):
+      return package.reset(jax.random.split(key, batch))
+
+    def step(states, actions, unused_key):
+      states = package.step(states, actions)
+      return states, states.obs, states.reward
+
+    return init, step
+  from xminigrid import wrappers  # pylint: disable=g-import-not-at-top
+
+  package = wrappers.GymAutoResetWrapper(env.package_env)
+
+  def init(key):
+    return jax.vmap(package.reset, in_axes=(None, 0))(
+        params, jax.random.split(key, batch)
+    )
+
+  def step(timesteps, actions, unused_key):
+    timesteps = jax.vmap(package.step, in_axes=(None, 0, 0))(
+        params, timesteps, actions
+    )
+    return timesteps, timesteps.observation, timesteps.reward
+
+  return init, step
+
+
 def package_loop(
     env: suite_utils.SuiteEnvironment, steps: int
 ) -> tuple[Callable, Callable]:
   """``(init(key) -> carry, run(carry, key) -> carry)`` over the package."""
-  batch, num_actions = env.batch_size, env.num_actions
-  params = env.package_params
-  if env.name.startswith(gymnax_envs.PREFIX):
-    package = env.package_env
+  package_init, package_step = _package_steps(env)
 
-    def init(key):
-      _, states = jax.vmap(package.reset, in_axes=(0, None))(
-          jax.random.split(key, batch), params
-      )
-      return states, jnp.zeros(())
-
-    def step(states, action_key, step_key):
-      actions = jax.random.randint(action_key, (batch,), 0, num_actions)
-      obs, states, reward, _, _, _ = jax.vmap(
-          package.step, in_axes=(0, 0, 0, None)
-      )(jax.random.split(step_key, batch), states, actions, params)
-      return states, obs, reward
-
-  else:
-    from xminigrid import wrappers  # pylint: disable=g-import-not-at-top
-
-    package = wrappers.GymAutoResetWrapper(env.package_env)
-
-    def init(key):
-      timesteps = jax.vmap(package.reset, in_axes=(None, 0))(
-          params, jax.random.split(key, batch)
-      )
-      return timesteps, jnp.zeros(())
-
-    def step(timesteps, action_key, unused_step_key):
-      actions = jax.random.randint(action_key, (batch,), 0, num_actions)
-      timesteps = jax.vmap(package.step, in_axes=(None, 0, 0))(
-          params, timesteps, actions
-      )
-      return timesteps, timesteps.observation, timesteps.reward
+  def init(key):
+    return package_init(key), jnp.zeros(())
 
   def body(carry, key):
     states, total = carry
     action_key, step_key = jax.random.split(key)
-    states, obs, reward = step(states, action_key, step_key)
+    states, obs, reward = package_step(
+        states, random_actions(action_key, env), step_key
+    )
     total = total + obs.astype(jnp.float32).sum() + reward.sum()
     return (states, total), None
 
@@ -175,7 +257,12 @@ def main(argv=None) -> dict[str, float]:
   parser.add_argument(
       "--envs",
       default=DEFAULT_ENVS,
-      help="comma-separated gymnax/<id> and xminigrid/<id>",
+      help="comma-separated names: " + ", ".join(f"{p}<id>" for p in PREFIXES),
+  )
+  parser.add_argument(
+      "--env_settings",
+      default="",
+      help="comma-separated name=value settings given to every adapter",
   )
   parser.add_argument(
       "--batch", type=int, default=256, help="streams stepped together"
@@ -200,6 +287,18 @@ def main(argv=None) -> dict[str, float]:
   if min(args.batch, args.steps, args.rounds) < 1:
     parser.error("--batch, --steps and --rounds must be >= 1")
   names = [n.strip() for n in args.envs.split(",") if n.strip()]
+  for name in names:
+    if not name.startswith(PREFIXES):
+      parser.error(f"--envs: {name!r} is not one of {', '.join(PREFIXES)}<id>")
+  extra = {}
+  for pair in filter(None, (p.strip() for p in args.env_settings.split(","))):
+    key, sep, value = pair.partition("=")
+    if not sep:
+      parser.error(f"--env_settings: {pair!r} is not name=value")
+    try:
+      extra[key.strip()] = ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError):
+      extra[key.strip()] = value.strip()
   print(
       f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}); "
       f"batch={args.batch}, steps per call={args.steps}, "
@@ -207,9 +306,9 @@ def main(argv=None) -> dict[str, float]:
   )
   ratios = {}
   for name in names:
-    settings = {}
+    settings = dict(extra)
     if name.startswith(xminigrid_envs.PREFIX + xminigrid_envs.XLAND_PREFIX):
-      settings = dict(
+      settings.update(
           benchmark_path=args.benchmark_path, ruleset_id=args.ruleset_id
       )
     ratios[name] = benchmark(name, args, settings)

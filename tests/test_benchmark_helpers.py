@@ -139,3 +139,40 @@ def test_run_each_skips_finished_runs_and_keeps_the_order(tmp_path, capsys):
   for name in ("a-s1", "a-s0", "b-s0"):
     (tmp_path / name).mkdir()
   assert [p.name for p in meta_runs.run_dirs(tmp_path, "a")] == ["a-s0", "a-s1"]
+
+
+def test_env_throughput_runs_discrete_and_continuous_adapters(capsys):
+  pytest.importorskip("jumanji")
+  from benchmarks import env_throughput  # pylint: disable=g-import-not-at-top
+
+  ratios = env_throughput.main(
+      [
+          "--envs",
+          "gymnax/Pendulum-v1,jumanji/Sokoban-v0",
+          "--batch",
+          "2",
+          "--steps",
+          "3",
+          "--rounds",
+          "1",
+      ]
+  )
+  assert set(ratios) == {"gymnax/Pendulum-v1", "jumanji/Sokoban-v0"}
+  assert all(r > 0 for r in ratios.values())
+  assert "jumanji/Sokoban-v0: ours" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--env_settings", "reset_ratio"], "is not name=value"),
+        (["--envs", "catch"], "is not one of"),
+    ],
+)
+def test_env_throughput_bad_arguments_are_one_line(args, message, capsys):
+  from benchmarks import env_throughput  # pylint: disable=g-import-not-at-top
+
+  with pytest.raises(SystemExit) as raised:
+    env_throughput.main(args)
+  assert raised.value.code == 2
+  assert message in capsys.readouterr().err
