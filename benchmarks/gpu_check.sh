@@ -51,13 +51,7 @@ within() { # SECONDS CMD...: CMD under a time limit, skipped (rc 124) if none le
   timeout "$t" "$@"
 }
 
-if [ -d .gpu/whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --target /tmp/site .gpu/whl/*.whl >"$OUT/setup.log" 2>&1 ||
-    { tail -20 "$OUT/setup.log"; exit 1; }
-  export PYTHONPATH=/tmp/site:$PWD
-  ln -sfn "$PWD/configs" disco/configs
-fi
+. benchmarks/gpu_setup.sh
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import jax, sys; print(sys.version.split()[0], jax.__version__, jax.devices())"
