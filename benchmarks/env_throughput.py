@@ -72,16 +72,6 @@ TARGET = 0.9
 PREFIXES = ("gymnax/", "xminigrid/", "craftax/", "jumanji/", "brax/")
 
 
-def make_env(
-    name: str, batch: int, settings: dict[str, Any]
-) -> suite_utils.SuiteEnvironment:
-  if not name.startswith(PREFIXES):
-    raise ValueError(
-        f"--envs: {name!r} is not one of {', '.join(PREFIXES)}<id>."
-    )
-  return registry.make_env(name, batch, **settings)
-
-
 def random_actions(key, env: suite_utils.SuiteEnvironment) -> jax.Array:
   """``[B]`` uniform discrete actions or ``[B, D]`` uniform in the bounds."""
   spec = env.action_spec()
@@ -220,7 +210,7 @@ def benchmark(
     name: str, args: argparse.Namespace, settings: dict[str, Any]
 ) -> float:
   """Prints and returns the ratio of median steps/s, ours / package."""
-  env = make_env(name, args.batch, settings)
+  env = registry.make_env(name, args.batch, **settings)
   ours_run = ours_loop(env, args.steps)
   package_init, package_run = package_loop(env, args.steps)
   key = jax.random.PRNGKey(args.seed)
