@@ -9,6 +9,7 @@ chain (other observation shapes and action counts, weighted groups).
 from __future__ import annotations
 
 import nbformat
+import pytest
 
 import conftest
 
@@ -16,7 +17,10 @@ COLABS = conftest.REPO_DIR / "colabs"
 NOTEBOOK = COLABS / "meta_train.ipynb"
 
 
-def tiny_parameters(output_dir) -> str:
+def tiny_parameters(output_dir, estimators: bool) -> str:
+  """The notebook's parameters cell at tiny settings; without
+  ``estimators`` its ES and LPO sections are skipped (0 generations)."""
+  generations = 2 if estimators else 0
   return f"""\
 init_meta_params = 'random'
 num_meta_steps = 3
@@ -48,12 +52,12 @@ eval_iterations_per_call = 3
 eval_last_episodes = 5
 eval_network = dict(dense=(16,), model_lstm_size=8, model_head_hiddens=(8,))
 compare_with_initial_rule = True
-es_generations = 2
+es_generations = {generations}
 es_population_size = 2
 es_sigma = 0.05
 es_lifetime_iterations = 2
 es_meta_learning_rate = 1e-2
-lpo_generations = 1
+lpo_generations = {generations // 2}
 lpo_population = (dict(env='catch', env_settings=dict(rows=5, columns=5)),)
 lpo_rollout_len = 8
 lpo_population_size = 2
@@ -79,11 +83,11 @@ def test_meta_train_notebook_is_valid_and_up_to_date(monkeypatch):
   assert namespace["agent_network"]["dense"] == (512, 512)
 
 
-def test_meta_train_notebook_runs(tmp_path, monkeypatch):
+def run_tiny(tmp_path, monkeypatch, estimators: bool) -> tuple[str, int]:
   conftest.require_python3_kernel()
   nb = nbformat.read(NOTEBOOK, as_version=4)
   out = tmp_path / "run"
-  conftest.parameters_cell(nb).source = tiny_parameters(out)
+  conftest.parameters_cell(nb).source = tiny_parameters(out, estimators)
   text, images = conftest.run_notebook(nb, monkeypatch)
   assert "2 x catch-5x5" in text and "2 x delayed_chain" in text
   assert "3 meta-steps; checkpoints: [2, 3]" in text
@@ -91,10 +95,6 @@ def test_meta_train_notebook_runs(tmp_path, monkeypatch):
   assert "Exported" in text and "'rule': 'disco'" in text
   assert "discovered (meta-step 3): mean return over the last 5" in text
   assert "initial (random): mean return" in text
-  assert "ES: 2 generations of 2 members; mean fitness" in text
-  assert "LPO: 1 generations of 2 members; exported" in text
-  # rewards, meta loss, evaluation curves, ES fitness, LPO drifts
-  assert images >= 5
   for name in (
       "metrics.csv",
       "rewards.png",
@@ -102,3 +102,22 @@ def test_meta_train_notebook_runs(tmp_path, monkeypatch):
       "meta_params.npz",
   ):
     assert (out / name).is_file(), name
+  return text, images
+
+
+def test_meta_train_notebook_runs(tmp_path, monkeypatch):
+  # The ES and LPO sections skipped (their estimators have their own tests;
+  # the slow test below runs the sections).
+  text, images = run_tiny(tmp_path, monkeypatch, estimators=False)
+  assert "ES:" not in text and "LPO:" not in text
+  assert images >= 3  # rewards, meta loss, evaluation curves
+
+
+@pytest.mark.slow
+def test_meta_train_notebook_runs_its_es_and_lpo_sections(
+    tmp_path, monkeypatch
+):
+  text, images = run_tiny(tmp_path, monkeypatch, estimators=True)
+  assert "ES: 2 generations of 2 members; mean fitness" in text
+  assert "LPO: 1 generations of 2 members; exported" in text
+  assert images >= 5  # and ES fitness, LPO drifts

@@ -479,13 +479,14 @@ def test_disco103_learns_catch_short(disco103_path):
   """Short CI version of the Disco103 learning check (the full one, Catch 8x8
   with the published notebook's settings, is benchmarks/disco103_catch.py and
   the slow launcher test): the published weights and Disco settings on Catch
-  5x5 with an on-policy loop (8 envs x 8 steps), two seeds vmapped, 64k env
+  5x5 with an on-policy loop (8 envs x 8 steps), two seeds vmapped, 48k env
   steps.
 
-  How fast a seed learns here varies a lot: over seeds 0-3 the 200-episode
-  mean at 64k steps was 0.95, 0.96, 0.20 and 0.20, and every seed passed 0.8
-  later (by 112k). Random play scores about -0.6. So the check asks for a
-  clear rise on every seed and a mean over seeds of at least 0.6."""
+  How fast a seed learns here varies a lot: the 200-episode means of seeds
+  0-3 (2026-11-28, JAX 0.10.2, CPU) were -0.19, 0.44, -0.63, -0.51 at 24k
+  steps, 0.94, 0.98, 0.01, -0.23 at 40k, 0.99, 0.98, 0.98, 0.18 at 48k and
+  0.99, 0.99, 1.00, 0.96 at 64k. Random play scores about -0.6. So the check
+  asks seeds 0 and 1 for a clear rise and a mean of at least 0.6 at 48k."""
   from disco import weights
 
   cfg = loop_lib.LoopConfig(
@@ -499,10 +500,10 @@ def test_disco103_learns_catch_short(disco103_path):
   meta_params = weights.load_disco103(disco103_path)
   states = eval_loop.init_seeds([0, 1])
   chunks = []
-  for _ in range(4):
+  for _ in range(3):
     states, metrics = eval_loop.run(states, meta_params, 250)
     chunks.append(metrics)
   metrics = analysis.concat_metrics(chunks)
-  assert int(metrics["env_steps"][0, -1]) == 64_000
+  assert int(metrics["env_steps"][0, -1]) == 48_000
   scores = analysis.final_scores(metrics, 200)
   assert np.all(scores >= 0.2) and scores.mean() >= 0.6, scores
