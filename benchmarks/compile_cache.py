@@ -4,7 +4,8 @@ Each launcher runs twice in a fresh process with the same settings and a cache
 folder that starts empty: the first run (cold) compiles every program and
 fills the cache, the second (warm) loads them. For each run it prints the
 programs compiled and loaded, the seconds spent in XLA (compiling, or loading
-from the cache), the launcher's own estimate of the first call's extra time
+from the cache) and, before it, tracing and lowering (which the cache cannot
+save), the launcher's own estimate of the first call's extra time
 (``compile_time_s`` in ``summary.json``: first call minus a steady call) and
 the wall time of the whole process::
 
@@ -53,7 +54,7 @@ LAUNCHERS = {
 
 _LINE = re.compile(
     r"Compilation cache: .+; (\d+) programs loaded, (\d+) compiled "
-    r"\(([\d.]+) s in XLA\)"
+    r"\(([\d.]+) s in XLA; before it ([\d.]+) s tracing, ([\d.]+) s lowering\)"
 )
 
 
@@ -88,11 +89,13 @@ def run_once(module: str, args: list[str], cache: Path, out: Path) -> dict:
   found = _LINE.search(proc.stdout)
   if not found:
     raise SystemExit(f"{module}: no compilation-cache line in its output")
-  loaded, compiled, xla = found.groups()
+  loaded, compiled, xla, trace, lower = found.groups()
   return dict(
       loaded=int(loaded),
       compiled=int(compiled),
       xla_s=float(xla),
+      trace_s=float(trace),
+      lowering_s=float(lower),
       first_call_extra_s=_launcher_compile_time(out),
       wall_s=clock.wall,
   )
@@ -114,6 +117,8 @@ def main() -> None:
               "programs compiled",
               "programs loaded",
               "XLA s",
+              "tracing s",
+              "lowering s",
               "first call minus steady, s",
               "process wall s",
           )
@@ -130,7 +135,7 @@ def main() -> None:
           extra = r["first_call_extra_s"]
           print(
               f"| {name} | {start} | {r['compiled']} | {r['loaded']} | "
-              f"{r['xla_s']:.1f} | "
+              f"{r['xla_s']:.1f} | {r['trace_s']:.1f} | {r['lowering_s']:.1f} | "
               f"{'-' if extra is None else f'{extra:.1f}'} | "
               f"{r['wall_s']:.1f} |",
               flush=True,

@@ -19,8 +19,10 @@ folder to clear it. Since it holds native code that the process runs, a
 folder any user may write to gets a one-line warning.
 
 ``CompileStats`` counts, through JAX's monitoring events, how many programs a
-process compiled and how many it loaded from the cache, and the seconds spent
-in XLA; the launchers print it as one line.
+process compiled and how many it loaded from the cache, the seconds spent
+in XLA, and the seconds spent tracing and lowering the programs before that
+(which the cache cannot save: JAX keys it on the lowered program); the
+launchers print it as one line.
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ ENV_VAR = "JAX_COMPILATION_CACHE_DIR"
 
 _HITS = "/jax/compilation_cache/cache_hits"
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+# Recorded for top-level programs only (a jit traced inside another is not
+# counted twice).
+_TRACE = "/jax/core/compile/jaxpr_trace_duration"
+_LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 
 
 def default_dir() -> Path:
@@ -166,11 +172,15 @@ class CompileStats:
     programs: programs handed to XLA (compiled, or loaded from the cache).
     hits: of those, loaded from the persistent cache.
     backend_seconds: seconds in XLA (compiling, or loading from the cache).
+    trace_seconds: seconds tracing Python functions to jaxprs.
+    lowering_seconds: seconds lowering jaxprs to StableHLO programs.
   """
 
   programs: int = 0
   hits: int = 0
   backend_seconds: float = 0.0
+  trace_seconds: float = 0.0
+  lowering_seconds: float = 0.0
 
   def __post_init__(self):
     jax.monitoring.register_event_listener(self._on_event)
@@ -184,6 +194,10 @@ class CompileStats:
     if event == _BACKEND_COMPILE:
       self.programs += 1
       self.backend_seconds += seconds
+    elif event == _TRACE:
+      self.trace_seconds += seconds
+    elif event == _LOWER:
+      self.lowering_seconds += seconds
 
   def close(self) -> None:
     """Stops counting."""
@@ -200,16 +214,23 @@ class CompileStats:
         programs_compiled=self.compiled,
         programs_from_cache=self.hits,
         xla_seconds=round(self.backend_seconds, 3),
+        trace_seconds=round(self.trace_seconds, 3),
+        lowering_seconds=round(self.lowering_seconds, 3),
     )
 
   def describe(self, folder: Path | None) -> str:
     """One line: where the cache is and what it saved."""
+    seconds = (
+        f"{self.backend_seconds:.1f} s in XLA; before it "
+        f"{self.trace_seconds:.1f} s tracing, "
+        f"{self.lowering_seconds:.1f} s lowering"
+    )
     if folder is None:
       return (
           f"Compilation cache: off; {self.compiled} programs compiled "
-          f"({self.backend_seconds:.1f} s in XLA)."
+          f"({seconds})."
       )
     return (
         f"Compilation cache: {folder}; {self.hits} programs loaded, "
-        f"{self.compiled} compiled ({self.backend_seconds:.1f} s in XLA)."
+        f"{self.compiled} compiled ({seconds})."
     )

@@ -216,17 +216,14 @@ def test_bad_settings(estimator, overrides, match, tmp_path):
 
 
 def test_bad_estimator_settings_exit_2_with_one_line(tmp_path):
-  for args, match in (
-      (["--config.estimator=evolve"], "Unknown estimator 'evolve'"),
-      (["--config.estimator=es", "--config.es.strategy=Nope"], "Nope"),
-      (
-          ["--config.estimator=es", "--config.es.population_size=3"],
-          "antithetic pairs",
-      ),
-  ):
-    result = run_launcher([*TINY_FLAGS, *args], cwd=tmp_path)
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, lines
-    assert lines[0].startswith("disco-meta-train: error: ")
-    assert match in lines[0]
+  # One launcher process: test_bad_settings checks the other messages in
+  # this process (the launcher turns every such error into this one line).
+  result = run_launcher(
+      [*TINY_FLAGS, "--config.estimator=es", "--config.es.strategy=Nope"],
+      cwd=tmp_path,
+  )
+  assert result.returncode == 2, result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and "Traceback" not in result.stderr, lines
+  assert lines[0].startswith("disco-meta-train: error: ")
+  assert "Nope" in lines[0]
