@@ -138,6 +138,23 @@ def test_export_round_trip(straight_run, tmp_path):
   assert tree_equal(reloaded, params)
 
 
+def test_fine_tuning_starts_from_exactly_disco103(
+    disco103_path, tmp_path, monkeypatch
+):
+  """``init_meta_params='disco103'``: the first meta-step's meta-parameters
+  (and the meta-optimiser's view of them) are the published weights, bit for
+  bit."""
+  monkeypatch.setenv("DISCO_WEIGHTS", str(disco103_path))
+  plan = mt.build(
+      tiny_config(init_meta_params="disco103", output_dir=str(tmp_path / "o"))
+  )
+  published = weights_lib.load_disco103(disco103_path)
+  assert tree_equal(plan.meta_params, published)
+  state = mt.initial_state(plan)
+  assert int(state.step) == 0
+  assert tree_equal(jax.device_get(state.meta_params), published)
+
+
 def test_checkpoint_restores_onto_shardings(straight_run, tmp_path):
   out = straight_run["out"]
   plan = mt.build(tiny_config(output_dir=str(tmp_path / "x")))
