@@ -45,7 +45,6 @@ are only meaningful on an otherwise idle machine.
 from __future__ import annotations
 
 import argparse
-import ast
 from collections.abc import Callable
 from pathlib import Path
 import sys
@@ -59,6 +58,8 @@ if not __package__:  # run as a file: import the other scripts as a package
 
 from benchmarks import cli
 from benchmarks import timing
+from disco import errors
+from disco.comparison import settings as compare_settings
 from disco.environments import registry
 from disco.environments import suite_utils
 from disco.environments import xminigrid_envs
@@ -280,15 +281,14 @@ def main(argv=None) -> dict[str, float]:
   for name in names:
     if not name.startswith(PREFIXES):
       parser.error(f"--envs: {name!r} is not one of {', '.join(PREFIXES)}<id>")
-  extra = {}
-  for pair in filter(None, (p.strip() for p in args.env_settings.split(","))):
-    key, sep, value = pair.partition("=")
-    if not sep:
-      parser.error(f"--env_settings: {pair!r} is not name=value")
-    try:
-      extra[key.strip()] = ast.literal_eval(value.strip())
-    except (ValueError, SyntaxError):
-      extra[key.strip()] = value.strip()
+  try:  # disco-compare's "env:key=value,..." parser, without the name
+    _, extra = compare_settings.parse_spec(
+        ":" + args.env_settings, "--env_settings"
+    )
+  except errors.UsageError:
+    parser.error(
+        f"--env_settings: {args.env_settings!r} is not name=value pairs"
+    )
   print(
       f"device: {jax.devices()[0].device_kind} ({jax.default_backend()}); "
       f"batch={args.batch}, steps per call={args.steps}, "
