@@ -33,7 +33,6 @@ def tiny_parameters(output_dir, full: bool) -> str:
   population (Catch and the delayed chain: two meta-step programs) and the
   ES and LPO sections; otherwise Catch alone and those sections skipped (0
   generations)."""
-  generations = 2 if full else 0
   population = (
       f"({CATCH_GROUP}, {CHAIN_GROUP})" if full else f"({CATCH_GROUP},)"
   )
@@ -64,12 +63,12 @@ eval_iterations_per_call = 3
 eval_last_episodes = 5
 eval_network = dict(dense=(16,), model_lstm_size=8, model_head_hiddens=(8,))
 compare_with_initial_rule = True
-es_generations = {generations}
+es_generations = {2 if full else 0}
 es_population_size = 2
 es_sigma = 0.05
 es_lifetime_iterations = 2
 es_meta_learning_rate = 1e-2
-lpo_generations = {generations // 2}
+lpo_generations = {1 if full else 0}
 lpo_population = (dict(env='catch', env_settings=dict(rows=5, columns=5)),)
 lpo_rollout_len = 8
 lpo_population_size = 2
