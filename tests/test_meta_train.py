@@ -231,10 +231,13 @@ def test_corrupt_checkpoint_is_refused(straight_run, tmp_path):
   assert (directory / "4").is_dir()  # not deleted or overwritten
 
 
+@pytest.mark.slow
 def test_resume_is_bit_exact_in_a_fresh_process(straight_run, tmp_path):
   """Kill after step 2 (the step-4 checkpoint and outputs never written, but
   the CSV has rows 3 and 4), resume in a new process, run to step 4: same
-  metrics and state as the uninterrupted run."""
+  metrics and state as the uninterrupted run. (CI resumes in fresh processes
+  in test_distributed.py, on the LPG rule, whose meta-step traces in a third
+  of Disco's time.)"""
   src, out = straight_run["out"], tmp_path / "resumed"
   out.mkdir()
   shutil.copy(src / mt.CONFIG_FILE, out / mt.CONFIG_FILE)

@@ -271,27 +271,33 @@ def test_atomic_files_have_normal_permissions_and_survive_failures(tmp_path):
 
 
 def test_overwrite_with_fewer_seeds_leaves_no_old_seed_files(tmp_path):
+  """In this process (disco-eval's library call; the launcher only parses
+  flags into the same config)."""
   out = tmp_path / "run"
-  first = launch(
-      "evaluate", [*EVAL_FLAGS, f"--config.output_dir={out}"], tmp_path
+  config = evaluation.default_config()
+  config.update(
+      rule="actor_critic",
+      total_env_steps=200,
+      num_envs=2,
+      rollout_len=5,
+      batch_size=4,
+      replay_capacity=16,
+      min_replay_size=4,
+      iterations_per_call=10,
+      num_seeds=2,
+      seed=3,
+      last_episodes=20,
+      output_dir=str(out),
   )
-  assert first.returncode == 0, first.stderr[-3000:]
+  config.env_settings.update(rows=5, columns=5)
+  evaluation.evaluate(config, log=lambda _: None, progress=False)
   assert {p.name for p in out.glob("params_seed*")} == {
       "params_seed3.npz",
       "params_seed4.npz",
   }
   (out / "notes.txt").write_text("the old run's")
-  again = launch(
-      "evaluate",
-      [
-          *EVAL_FLAGS,
-          f"--config.output_dir={out}",
-          "--config.num_seeds=1",
-          "--config.overwrite=True",
-      ],
-      tmp_path,
-  )
-  assert again.returncode == 0, again.stderr[-3000:]
+  config.update(num_seeds=1, overwrite=True)
+  evaluation.evaluate(config, log=lambda _: None, progress=False)
   assert [p.name for p in out.glob("params_seed*")] == ["params_seed3.npz"]
   assert not (out / "notes.txt").exists()
   assert json.loads((out / "summary.json").read_text())["seeds"] == [3]
