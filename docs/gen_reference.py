@@ -37,6 +37,7 @@ LAUNCHERS = (
     ("disco-meta-train", "meta_train", "disco.launch.meta_train"),
     ("disco-compare", "compare", "disco.launch.compare"),
     ("disco-validate", "validate", "disco.launch.validate"),
+    ("disco-distill", "distill", "disco.launch.distill"),
 )
 # Config files that start from another launcher's config and change some keys.
 DERIVED_CONFIGS = (("meta_train_lpg", "meta_train", "disco-meta-train"),)
@@ -77,6 +78,13 @@ API_PAGES = (
         "Meta-training: its settings, the trainer and its hooks, "
         "meta-gradients, estimators, level samplers, the population step, "
         "checkpoints and validation.",
+    ),
+    (
+        "Distillation",
+        "disco.distillation",
+        "A smaller Disco meta-network fitted to a teacher's targets: the "
+        "settings, the resumable dataset, the fit and its agreement, and "
+        "`distill`.",
     ),
     (
         "Comparison",
@@ -537,8 +545,8 @@ def index_page() -> str:
           "* [Environments](environments.md): every registered environment "
           "and its settings;",
           "* [Launcher configs](configs.md): every config key of "
-          "`disco-eval`, `disco-meta-train`, `disco-compare` and "
-          "`disco-validate`;",
+          "`disco-eval`, `disco-meta-train`, `disco-compare`, "
+          "`disco-validate` and `disco-distill`;",
           "* [Python API](api/index.md): every module, from its "
           "docstrings.\n",
           "Regenerate after changing a rule, an environment or a config: "

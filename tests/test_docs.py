@@ -48,6 +48,7 @@ LAUNCHERS = {
     "disco-meta-train": ("disco.launch.meta_train", "meta_train"),
     "disco-compare": ("disco.launch.compare", "compare"),
     "disco-validate": ("disco.launch.validate", "validate"),
+    "disco-distill": ("disco.launch.distill", "distill"),
 }
 MODULES = {module: program for program, (module, _) in LAUNCHERS.items()}
 # Values for the shell variables the shown commands use (a variable that is

@@ -130,6 +130,9 @@ class MetaNetConfig:
   aux_stddev: float | None = 0.3
   policy_target_stddev: float | None = 0.3
   state_stddev: float | None = 1.0
+  # 0: no per-lifetime LSTM (a stateless network: no modulation, empty
+  # ``meta_rnn_state``), e.g. for a distilled student that reads its
+  # lifetime from ``lifetime_conditioning`` instead.
   meta_hidden_size: int = 128
   meta_policy_channels: Sequence[int] = (16, 2)
   meta_embedding_size: Sequence[int] = (16,)
@@ -332,13 +335,15 @@ class DiscoMetaNet(hk.Module):
       self, inputs: types.UpdateRuleInputs, axis_name: str | None = None
   ) -> dict[str, jax.Array]:
     c = self._config
-    init_state = self._meta_lstm.initial_state()
-    meta_rnn_state = hk.get_state(
-        "meta_rnn_state",
-        shape=jax.tree.map(lambda x: x.shape, init_state),
-        dtype=jax.tree.map(lambda x: x.dtype, init_state),
-        init=lambda *_: init_state,
-    )
+    stateful = c.meta_hidden_size > 0
+    if stateful:
+      init_state = self._meta_lstm.initial_state()
+      meta_rnn_state = hk.get_state(
+          "meta_rnn_state",
+          shape=jax.tree.map(lambda x: x.shape, init_state),
+          dtype=jax.tree.map(lambda x: x.dtype, init_state),
+          init=lambda *_: init_state,
+      )
     batch = inputs.is_terminal.shape[1]
     num_actions = inputs.agent_out["logits"].shape[-1]
 
@@ -359,10 +364,11 @@ class DiscoMetaNet(hk.Module):
         reverse=True,
     )  # [T, B, H]
 
-    modulation = hk.Linear(
-        x.shape[-1], w_init=_truncated_normal(c.state_stddev)
-    )(meta_rnn_state.hidden)
-    x = x * modulation
+    if stateful:
+      modulation = hk.Linear(
+          x.shape[-1], w_init=_truncated_normal(c.state_stddev)
+      )(meta_rnn_state.hidden)
+      x = x * modulation
 
     meta_input_emb = hk.Linear(1, w_init=_truncated_normal(c.output_stddev))(x)
     aux_init = _truncated_normal(c.aux_stddev)
@@ -380,10 +386,11 @@ class DiscoMetaNet(hk.Module):
     ]
 
     meta_out = dict(pi=pi_hat, y=y_hat, z=z_hat, meta_input_emb=meta_input_emb)
-    hk.set_state(
-        "meta_rnn_state",
-        self._meta_lstm.unroll(inputs, meta_out, meta_rnn_state, axis_name),
-    )
+    if stateful:
+      hk.set_state(
+          "meta_rnn_state",
+          self._meta_lstm.unroll(inputs, meta_out, meta_rnn_state, axis_name),
+      )
     return meta_out
 
 

@@ -332,6 +332,18 @@ class EvalLoop:
       batch = replay_lib.sample(replay, sample_rng, self.config.batch_size)
     return state.replace(actor=actor, replay=replay), batch, stats
 
+  def learner_batch(self, state: TrainState, rng: jax.Array):
+    """What the learner of one seed trains on next, drawn afresh: a replay
+    sample ``[T+1, B]`` if the loop replays, else a new rollout from the
+    actor's current state (which is left as it was). Jittable
+    environments only."""
+    if state.replay is None:
+      _, rollout = self._unroll(
+          state.learner.params, state.learner.rule_state, state.actor, rng
+      )
+      return rollout.replace(env_info=None)
+    return replay_lib.sample(state.replay, rng, self.config.batch_size)
+
   def _ready(self, state: TrainState) -> jax.Array:
     """Whether to learn this iteration (the same for every seed)."""
     if state.replay is None:

@@ -184,9 +184,12 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
     )
 
   # ---------------------------------------------------------------- targets
-  def unroll_meta_net(
+  def meta_net_inputs(
       self, inputs: base.Inputs, context: base.LearnerContext
-  ) -> tuple[base.MetaOut, types.RuleState]:
+  ) -> tuple[base.Inputs, Any, types.RuleState]:
+    """The meta-network's view of a rollout: ``inputs`` with the target
+    network's outputs and the Retrace values in ``extra_from_rule``; also
+    those values and the rule state with its EMAs advanced."""
     inputs.check_shapes()
     target_out = context.unroll_fn(
         context.rule_state["target_params"], inputs.observations
@@ -213,10 +216,29 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
             **self._lifetime_extra(rule_state, inputs.rewards.shape),
         )
     )
-    meta_out, rnn_state = self._meta_net.apply(
+    return meta_inputs, value_outs, rule_state
+
+  def apply_meta_net(
+      self,
+      meta_params: types.MetaParams,
+      rnn_state: Any,
+      meta_inputs: base.Inputs,
+      axis_name: str | None = None,
+  ) -> tuple[dict[str, jax.Array], Any]:
+    """The meta-network alone: ``{pi [T, B, A], y, z [T, B, P],
+    meta_input_emb [T, B, 1]}`` and its new per-lifetime state."""
+    return self._meta_net.apply(
+        meta_params, rnn_state, None, meta_inputs, axis_name
+    )
+
+  def unroll_meta_net(
+      self, inputs: base.Inputs, context: base.LearnerContext
+  ) -> tuple[base.MetaOut, types.RuleState]:
+    meta_inputs, value_outs, rule_state = self.meta_net_inputs(inputs, context)
+    target_out = meta_inputs.extra_from_rule["target_out"]
+    meta_out, rnn_state = self.apply_meta_net(
         context.meta_params,
         rule_state["rnn_state"],
-        None,
         meta_inputs,
         context.axis_name,
     )
