@@ -1,0 +1,303 @@
+r"""Disco103 distilled into smaller meta-networks: agreement, returns, speed (issue 48).
+
+  python benchmarks/distillation.py all --root /work/runs/distill \
+      --out benchmarks/results/distillation
+
+``all`` runs the steps below in turn; each is a command of its own too
+(``distill``, ``compare``, ``speed``, ``report``, all with ``--root``), and
+each skips what is finished, so the command resumes after a kill.
+
+``distill`` runs ``disco-distill`` once per student size (``--hidden``,
+the per-trajectory LSTM's units; every student has no per-lifetime LSTM and
+reads its lifetime instead) into ``<root>/h<H>``, all sharing one dataset
+in ``<root>/dataset``: Disco103's agents on ``TRAIN`` and, held out,
+``HELD_OUT`` (``--seeds`` agents each, ``--steps`` env steps, 8 batches
+kept per agent), ``--fit_steps`` fitting steps. The students' files go to
+``<root>/rules/student_h<H>.npz``.
+
+``compare`` runs ``disco-compare`` of Disco103 and the students on
+``COMPARE`` (``--compare_seeds`` seeds, ``--compare_steps`` env steps, every
+rule in Disco103's loop) into ``<root>/compare``.
+
+``speed`` times learner steps of every rule on Catch 8x8 with the published
+evaluation loop, interleaved (``--rounds`` rounds of one compiled call of
+``--iterations`` iterations each), alone on the machine, into
+``<root>/speed.json``.
+
+``report`` writes to ``--out``: ``agreement.csv`` (every student, split and
+environment), ``fit_h<H>.csv``, ``table.md`` (parameters, agreement, final
+returns with their interval, the return relative to Disco103's, learner
+steps/s against Disco103's), ``tradeoff.png`` and the comparison's report
+and figures.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+import shutil
+import subprocess
+import sys
+
+if not __package__:  # run as a file: import the other scripts as a package
+  sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from benchmarks import cli
+from benchmarks import meta_runs
+from benchmarks import timing
+
+TRAIN = ("catch", "lpg/dense")
+HELD_OUT = ("catch:rows=8,columns=8",)
+COMPARE = ("catch:rows=8,columns=8",)
+TEACHER = "disco103"
+
+
+def _student_file(root: Path, hidden: int) -> Path:
+  return root / "rules" / f"student_h{hidden}.npz"
+
+
+def _sizes(args) -> list[int]:
+  return [int(h) for h in args.hidden.split(",")]
+
+
+def distill(args) -> None:
+  root = Path(args.root)
+  for hidden in _sizes(args):
+    out = root / f"h{hidden}"
+    if not (out / "summary.json").is_file():
+      command = [
+          sys.executable,
+          "-m",
+          "disco.launch.distill",
+          f"--config.teacher={TEACHER}",
+          f"--config.student.hidden_size={hidden}",
+          f"--config.envs={TRAIN!r}",
+          f"--config.held_out_envs={HELD_OUT!r}",
+          f"--config.dataset.num_seeds={args.seeds}",
+          f"--config.dataset.total_env_steps={args.steps}",
+          f"--config.dataset.folder={root / 'dataset'}",
+          f"--config.fit.steps={args.fit_steps}",
+          f"--config.output_dir={out}",
+      ]
+      print(" ".join(command[2:]), flush=True)
+      subprocess.run(command, check=True)
+    target = _student_file(root, hidden)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(out / "student.npz", target)
+
+
+def compare(args) -> None:
+  root = Path(args.root)
+  files = [_student_file(root, h) for h in _sizes(args)]
+  missing = [str(f) for f in files if not f.is_file()]
+  if missing:
+    raise SystemExit(f"missing rule files {missing}: run `distill` first")
+  command = [
+      sys.executable,
+      "-m",
+      "disco.launch.compare",
+      f"--config.rules={(TEACHER, *map(str, files))!r}",
+      f"--config.envs={COMPARE!r}",
+      f"--config.num_seeds={args.compare_seeds}",
+      f"--config.total_env_steps={args.compare_steps}",
+      "--config.last_episodes=500",
+      f"--config.output_dir={root / 'compare'}",
+  ]
+  print(" ".join(command[2:]), flush=True)
+  meta_runs.run_compare(command, 1)
+
+
+def speed(args) -> None:
+  """Learner steps/s of every rule, interleaved, in this process."""
+  from disco import evaluation  # pylint: disable=g-import-not-at-top
+
+  root = Path(args.root)
+  rules = {TEACHER: TEACHER}
+  rules.update({f"h{h}": str(_student_file(root, h)) for h in _sizes(args)})
+  candidates, steps = {}, {}
+  for name, rule in rules.items():
+    config = evaluation.make_config(
+        rule=rule,
+        env_settings=dict(rows=8, columns=8),
+        iterations_per_call=args.iterations,
+        total_env_steps=10**6,
+        output_dir=str(root / "speed-scratch"),
+        overwrite=True,
+    )
+    plan = evaluation.build(config, log=lambda _: None)
+    states = plan.loop.init_seeds(plan.seeds)
+    # Fill the replay first, so that every timed iteration learns.
+    states, _ = plan.loop.run(states, plan.rule.meta_params, args.iterations)
+    steps[name] = (
+        args.iterations * plan.loop_config.updates_per_learning_iteration
+    )
+
+    candidates[name] = timing.Stepper(
+        lambda s, plan=plan: plan.loop.run(
+            s, plan.rule.meta_params, args.iterations
+        )[0],
+        states,
+    )
+  times = timing.interleave(candidates, args.rounds, warmup=1)
+  figures = {
+      name: dict(
+          learner_steps_per_s=steps[name] / times.median(name),
+          ratio_to_teacher=times.median(TEACHER) / times.median(name),
+          seconds=times.rounds[name],
+      )
+      for name in candidates
+  }
+  (root / "speed.json").write_text(json.dumps(figures, indent=1))
+  for name, f in figures.items():
+    print(
+        f"{name}: {f['learner_steps_per_s']:.2f} learner steps/s, "
+        f"{f['ratio_to_teacher']:.3f}x Disco103's"
+    )
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+  with open(path, newline="") as f:
+    return list(csv.DictReader(f))
+
+
+def report(args) -> None:
+  root, out = Path(args.root), Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  rows, table = [], []
+  speed_figures = {}
+  if (root / "speed.json").is_file():
+    speed_figures = json.loads((root / "speed.json").read_text())
+  finals = _final_returns(root / "compare")
+  teacher_final = finals.get(TEACHER)
+  for hidden in _sizes(args):
+    run = root / f"h{hidden}"
+    summary = json.loads((run / "summary.json").read_text())
+    for row in _read_csv(run / "agreement.csv"):
+      rows.append(dict(student=f"h{hidden}", **row))
+    shutil.copyfile(run / "fit.csv", out / f"fit_h{hidden}.csv")
+    held = [
+        r
+        for r in _read_csv(run / "agreement.csv")
+        if r["split"] == "held_out" and r["who"] == "student"
+    ]
+    final = finals.get(_student_file(root, hidden).stem)
+    table.append(
+        cli.table_row(
+            [
+                f"h{hidden}",
+                f"{summary['student_meta_params']:,}",
+                f"{summary['teacher_meta_params'] / summary['student_meta_params']:.1f}x",
+                f"{float(held[0]['pi_top1']):.3f}",
+                f"{float(held[0]['pi_kl']):.4f}",
+                _fmt_final(final),
+                _relative(final, teacher_final),
+                _speed(speed_figures, f"h{hidden}"),
+            ]
+        )
+    )
+  cli.write_csv(out / "agreement.csv", rows)
+  header = cli.table_header(
+      [
+          "student",
+          "meta-parameters",
+          "fewer than Disco103",
+          "held-out top-1",
+          "held-out pi KL",
+          "final return (95% CI)",
+          "of Disco103's",
+          "learner steps/s vs Disco103",
+      ]
+  )
+  teacher_row = cli.table_row(
+      [
+          "Disco103",
+          "754,778",
+          "1x",
+          "1",
+          "0",
+          _fmt_final(teacher_final),
+          "1",
+          _speed(speed_figures, TEACHER),
+      ]
+  )
+  cli.write_table(out, "\n".join([header, teacher_row, *table]) + "\n")
+  if (root / "compare").is_dir():
+    meta_runs.copy_comparison(root / "compare", out)
+
+
+def _final_returns(compared: Path) -> dict[str, tuple[float, float, float]]:
+  """Rule label -> (mean final return, CI low, CI high) from the
+  comparison's summaries."""
+  finals = {}
+  for summary in compared.glob("runs/*/*/summary.json"):
+    data = json.loads(summary.read_text())
+    ci = data.get("final_return_ci") or (float("nan"), float("nan"))
+    finals[summary.parent.parent.name] = (
+        data["final_return_mean"],
+        ci[0],
+        ci[1],
+    )
+  return finals
+
+
+def _fmt_final(final) -> str:
+  if final is None:
+    return "not run"
+  return f"{final[0]:.3f} [{final[1]:.3f}, {final[2]:.3f}]"
+
+
+def _relative(final, teacher) -> str:
+  if final is None or teacher is None:
+    return "not run"
+  return f"{final[0] / teacher[0]:.3f}"
+
+
+def _speed(figures, name: str) -> str:
+  if name not in figures:
+    return "not run"
+  f = figures[name]
+  return f"{f['learner_steps_per_s']:.2f} ({f['ratio_to_teacher']:.3f}x)"
+
+
+def _shared(p) -> None:
+  p.add_argument("--root", required=True)
+  p.add_argument("--hidden", default="64,32,16")
+
+
+def _distill_flags(p) -> None:
+  p.add_argument("--seeds", type=int, default=2)
+  p.add_argument("--steps", type=int, default=40_000)
+  p.add_argument("--fit_steps", type=int, default=2000)
+
+
+def _compare_flags(p) -> None:
+  p.add_argument("--compare_seeds", type=int, default=5)
+  p.add_argument("--compare_steps", type=int, default=40_000)
+
+
+def _speed_flags(p) -> None:
+  p.add_argument("--iterations", type=int, default=50)
+  p.add_argument("--rounds", type=int, default=3)
+
+
+def _report_flags(p) -> None:
+  p.add_argument("--out", default="benchmarks/results/distillation")
+
+
+def main() -> None:
+  cli.run_commands(
+      __doc__,
+      {
+          "distill": cli.Command(distill, _distill_flags),
+          "compare": cli.Command(compare, _compare_flags),
+          "speed": cli.Command(speed, _speed_flags),
+          "report": cli.Command(report, _report_flags),
+      },
+      shared=_shared,
+      all_steps=("distill", "compare", "speed", "report"),
+  )
+
+
+if __name__ == "__main__":
+  main()
