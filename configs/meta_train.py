@@ -50,6 +50,13 @@ def get_config() -> config_dict.ConfigDict:
           batch_size=32,  # environments per agent
           rollout_len=16,  # actor steps per training rollout (validation: 2x)
           inner_steps=2,  # agent updates per meta-step
+          # A replay per agent (the backprop estimator): its rollouts go in,
+          # and each inner update learns from replay_batch_size
+          # trajectories drawn from it (0: the rollouts' batch), as
+          # Disco103's agents learn in evaluation (capacity 1024, batches
+          # of 64). 0: no replay; each update learns from its own rollout.
+          replay_capacity=0,
+          replay_batch_size=0,
           # The rule to meta-train: a registered rule with meta-parameters
           # (disco, lpg, ta_lpg; configs/meta_train_lpg.py sets up LPG).
           rule="disco",

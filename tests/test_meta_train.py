@@ -143,16 +143,25 @@ def test_fine_tuning_starts_from_exactly_disco103(
 ):
   """``init_meta_params='disco103'``: the first meta-step's meta-parameters
   (and the meta-optimiser's view of them) are the published weights, bit for
-  bit."""
+  bit; with the agents' replay (how Disco103's agents learn), every agent
+  starts with an empty one (the replay's mechanics: test_population.py)."""
   monkeypatch.setenv("DISCO_WEIGHTS", str(disco103_path))
   plan = mt.build(
-      tiny_config(init_meta_params="disco103", output_dir=str(tmp_path / "o"))
+      tiny_config(
+          init_meta_params="disco103",
+          replay_capacity=8,
+          replay_batch_size=4,
+          output_dir=str(tmp_path / "o"),
+      )
   )
   published = weights_lib.load_disco103(disco103_path)
   assert tree_equal(plan.meta_params, published)
   state = mt.initial_state(plan)
   assert int(state.step) == 0
   assert tree_equal(jax.device_get(state.meta_params), published)
+  (agents,) = state.agents
+  assert [int(x) for x in agents.replay.size] == [0, 0]
+  assert agents.replay.items.observations.shape[:2] == (2, 8)  # [agents, 8]
 
 
 def test_checkpoint_restores_onto_shardings(straight_run, tmp_path):
@@ -480,3 +489,21 @@ def test_plot_draws_every_group_including_names_with_slashes():
   rewards_fig, _ = history_lib.MetricsHistory(rows).plot()
   labels = {line.get_label() for line in rewards_fig.axes[0].get_lines()}
   assert labels == {"population", "catch-5x5", "gymnax/CartPole-v1"}
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(replay_capacity=1), "cannot hold one meta-step's rollouts"),
+        (dict(replay_batch_size=4), "without a replay"),
+        (
+            dict(replay_capacity=8, estimator="es"),
+            "the agents' replay is the backprop estimator's",
+        ),
+        (dict(replay_capacity=-1), "replay_capacity must be >= 0"),
+    ],
+)
+def test_bad_replay_settings_are_one_line(overrides, message, tmp_path):
+  with pytest.raises(errors.UsageError, match=message) as e:
+    mt.build(tiny_config(output_dir=str(tmp_path / "x"), **overrides))
+  assert "\n" not in str(e.value)

@@ -293,3 +293,42 @@ def test_non_finite_meta_gradient_skips_the_update(poisoned):
     np.testing.assert_array_equal(a, b)
   assert int(after.step) == 2  # the agents moved on
   assert [int(x) for x in after.agents[1].age] == [0, 1]
+
+
+def test_replay_fills_empties_with_a_new_lifetime_and_feeds_the_updates(
+    tmp_path,
+):
+  """Each meta-step adds its batch_size x inner_steps trajectories; an agent
+  starting a new lifetime starts with an empty replay; updates that learn
+  from replayed batches end elsewhere than updates on the fresh rollouts."""
+  settings = dict(
+      **TINY_LPG,
+      lifetime_meta_steps=3,
+      population=MIXED[:1],
+  )
+  plan = mt.build(
+      tiny_config(
+          **settings,
+          replay_capacity=5,
+          replay_batch_size=3,
+          output_dir=str(tmp_path / "a"),
+      )
+  )
+  fresh = mt.build(tiny_config(**settings, output_dir=str(tmp_path / "b")))
+  pops = [plan.population, fresh.population]
+  states = [p.init(jax.random.PRNGKey(0), plan.meta_params) for p in pops]
+  assert states[1].agents[0].replay is None
+  sizes, losses = [], []
+  for _ in range(4):
+    (state, logs), (states[1], fresh_logs) = (
+        pops[0].step(states[0]),
+        pops[1].step(states[1]),
+    )
+    states[0] = state
+    sizes.append([int(x) for x in state.agents[0].replay.size])
+    losses.append((float(logs["meta_loss"]), float(fresh_logs["meta_loss"])))
+  # Two agents, ages staggered 0 and 1, new lifetimes at age 3; 2
+  # trajectories a meta-step, at most 5 kept.
+  assert sizes == [[2, 2], [4, 0], [0, 2], [2, 4]], sizes
+  replayed, on_fresh = losses[0]
+  assert np.isfinite(replayed) and replayed != on_fresh, losses

@@ -109,6 +109,13 @@ class PopulationConfig:
     program holds no trace of them; any schedule: one program).
   key_scheme: which random keys the agents use (``disco.meta.keys``):
     ``published`` (the notebook's) or ``per_agent``.
+  replay_capacity: trajectories each agent keeps in a replay (0: none).
+    With a replay, the training rollouts of a meta-step go into it and each
+    inner update learns from ``replay_batch_size`` trajectories drawn from
+    it, as Disco103's agents learn in evaluation; the validation rollout
+    stays fresh. A new lifetime starts with an empty replay.
+  replay_batch_size: trajectories per inner update from the replay (0: the
+    rollouts' batch).
   """
 
   rollout_len: int = 16
@@ -118,9 +125,16 @@ class PopulationConfig:
   outer: meta_gradient_lib.OuterLossConfig = meta_gradient_lib.OuterLossConfig()
   faults: divergence.FaultInjection | None = None
   key_scheme: str = keys_lib.PUBLISHED
+  replay_capacity: int = 0
+  replay_batch_size: int = 0
 
   def __post_init__(self):
     keys_lib.check_scheme(self.key_scheme)
+    if self.replay_capacity < 0 or self.replay_batch_size < 0:
+      raise ValueError(
+          f"replay_capacity={self.replay_capacity} and replay_batch_size="
+          f"{self.replay_batch_size} must be >= 0."
+      )
     if self.lifetime_updates is not None:
       low, high = self.lifetime_updates
       if not self.inner_steps <= low <= high:

@@ -71,6 +71,7 @@ from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import meta_step
 from disco.meta import value_function
 from disco.training import acting
+from disco.training import replay as replay_lib
 
 # The outline's names, here too for the callers that import them from here.
 AXIS = meta_step.AXIS
@@ -82,7 +83,7 @@ group_weights = meta_step.group_weights
 apply_meta_update = meta_step.apply_meta_update
 
 # fold_in salts of the level keys (they leave every other key unchanged).
-_LEVEL_SALT, _REFERENCE_SALT = 0x1E7E1, 0x4EFE
+_LEVEL_SALT, _REFERENCE_SALT, _REPLAY_SALT = 0x1E7E1, 0x4EFE, 0x4E91A
 
 
 @chex.dataclass(frozen=True)
@@ -96,6 +97,8 @@ class AgentState:
   lifetime: jax.Array | None = None
   # The lifetime's level and its scores (with a level sampler only).
   levels: level_samplers.LevelTrack | None = None
+  # The trajectories the inner updates learn from (with a replay only).
+  replay: replay_lib.ReplayState | None = None
 
 
 def draw_lifetime(rng: jax.Array, low: int, high: int) -> jax.Array:
@@ -170,15 +173,55 @@ class Population(MetaStepProgram):
       lifetime = draw_lifetime(
           jax.random.fold_in(learner_rng, 1), *self.config.lifetime_updates
       )
+    learner = group.agent.initial_learner_state(learner_rng, obs, lifetime)
+    replay = None
+    if self.config.replay_capacity:
+      rollout = jax.eval_shape(
+          lambda: self._unroll(
+              group, learner, actor, env_rng, self.config.rollout_len
+          )[1]
+      )
+      replay = replay_lib.init(
+          rollout.replace(env_info=None), self.config.replay_capacity
+      )
     return AgentState(
-        learner=group.agent.initial_learner_state(learner_rng, obs, lifetime),
+        learner=learner,
         value=group.value_fn.initial_state(value_rng, obs),
         actor=actor,
         age=jnp.zeros([], jnp.int32),
         rng=rng,
         lifetime=lifetime,
         levels=track,
+        replay=replay,
     )
+
+  @staticmethod
+  def _unroll(group: AgentGroup, learner, actor, key, length):
+    """``length`` actor steps with ``learner``'s parameters: ``(actor,
+    rollout [length + 1, B])``."""
+    return acting.unroll_actor(
+        group.agent,
+        group.env,
+        learner.params,
+        learner.rule_state,
+        actor,
+        key,
+        length,
+    )
+
+  def _replayed(self, replay, train, act_rng):
+    """``train`` ``[N, T+1, B]`` into ``replay``; the new replay and ``N``
+    batches ``[N, T+1, replay_batch_size]`` drawn from it."""
+    for n in range(self.config.inner_steps):
+      replay = replay_lib.add(
+          replay,
+          jax.tree.map(lambda x, n=n: x[n], train.replace(env_info=None)),
+      )
+    batch = self.config.replay_batch_size or jax.tree.leaves(train)[0].shape[2]
+    keys = jax.random.split(
+        jax.random.fold_in(act_rng, _REPLAY_SALT), self.config.inner_steps
+    )
+    return replay, jax.vmap(lambda k: replay_lib.sample(replay, k, batch))(keys)
 
   def _initial(self, rng, meta_params):
     """Agent ages are staggered over the lifetime."""
@@ -235,6 +278,10 @@ class Population(MetaStepProgram):
     actor, train, stats, valid, valid_best, valid_stats = self._rollouts(
         group, state, act_rng
     )
+    rewards = train.rewards
+    replay = state.replay
+    if replay is not None:
+      replay, train = self._replayed(replay, train, act_rng)
     grads, (learner, value, train_logs, meta_logs) = (
         meta_gradient_lib.meta_gradient(
             meta_params,
@@ -248,9 +295,14 @@ class Population(MetaStepProgram):
             cfg.outer,
         )
     )
-    logs = _agent_logs(meta_logs, train_logs, train.rewards, stats)
+    logs = _agent_logs(meta_logs, train_logs, rewards, stats)
     new_state = state.replace(
-        learner=learner, value=value, actor=actor, age=state.age + 1, rng=rng
+        learner=learner,
+        value=value,
+        actor=actor,
+        age=state.age + 1,
+        rng=rng,
+        replay=replay,
     )
     losses = (meta_logs["meta_loss"], train_logs["total_loss"])
     finite = ops.all_finite((grads, learner, value, losses))
@@ -290,15 +342,7 @@ class Population(MetaStepProgram):
     cfg, learner = self.config, state.learner
 
     def rollout(actor, key, length):
-      return acting.unroll_actor(
-          group.agent,
-          group.env,
-          learner.params,
-          learner.rule_state,
-          actor,
-          key,
-          length,
-      )
+      return self._unroll(group, learner, actor, key, length)
 
     tracking = group.level_sampler is not None
 

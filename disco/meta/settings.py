@@ -380,6 +380,7 @@ def _population_config(config, p: checks.Problems):
   lifetime_updates = p.get(_lifetime_updates, config, inner_steps)
   if lifetime_updates is not None and lifetime_meta_steps:
     lifetime_updates = None  # reported by _lifetime_updates
+  replay_capacity, replay_batch_size = p.get(_replay, config, default=(0, 0))
   return population_lib.PopulationConfig(
       rollout_len=rollout_len,
       inner_steps=inner_steps,
@@ -390,7 +391,37 @@ def _population_config(config, p: checks.Problems):
       ),
       outer=outer,
       faults=None,
+      replay_capacity=replay_capacity,
+      replay_batch_size=replay_batch_size,
   )
+
+
+def _replay(config) -> tuple[int, int]:
+  """``(replay_capacity, replay_batch_size)``, checked."""
+  capacity = checks.check_int(config.replay_capacity, "replay_capacity", 0)
+  batch = checks.check_int(config.replay_batch_size, "replay_batch_size", 0)
+  if not capacity:
+    if batch:
+      raise UsageError(
+          f"config.replay_batch_size={batch} without a replay: set "
+          "config.replay_capacity too (or replay_batch_size=0)."
+      )
+    return 0, 0
+  if str(config.estimator) != estimators_lib.BACKPROP:
+    raise UsageError(
+        f"config.replay_capacity={capacity}: the agents' replay is the "
+        f"backprop estimator's, not {str(config.estimator)!r}'s; set "
+        "replay_capacity=0 or estimator='backprop'."
+    )
+  trajectories = checks.check_int(config.batch_size, "batch_size", 1)
+  needed = trajectories * checks.check_int(config.inner_steps, "inner_steps", 1)
+  if capacity < needed:
+    raise UsageError(
+        f"config.replay_capacity={capacity} cannot hold one meta-step's "
+        f"rollouts ({config.batch_size} environments x {config.inner_steps} "
+        f"inner steps = {needed} trajectories): use at least {needed}."
+    )
+  return capacity, batch
 
 
 def _estimator(config) -> str:
