@@ -209,15 +209,6 @@ class CompileStats:
     """Programs compiled by XLA (not found in the cache)."""
     return self.programs - self.hits
 
-  def as_dict(self) -> dict[str, float | int]:
-    return dict(
-        programs_compiled=self.compiled,
-        programs_from_cache=self.hits,
-        xla_seconds=round(self.backend_seconds, 3),
-        trace_seconds=round(self.trace_seconds, 3),
-        lowering_seconds=round(self.lowering_seconds, 3),
-    )
-
   def describe(self, folder: Path | None) -> str:
     """One line: where the cache is and what it saved."""
     seconds = (
