@@ -15,9 +15,10 @@ in ``<root>/dataset``: Disco103's agents on ``TRAIN`` and, held out,
 kept per agent), ``--fit_steps`` fitting steps. The students' files go to
 ``<root>/rules/student_h<H>.npz``.
 
-``compare`` runs ``disco-compare`` of Disco103 and the students on
-``COMPARE`` (``--compare_seeds`` seeds, ``--compare_steps`` env steps, every
-rule in Disco103's loop) into ``<root>/compare``.
+``compare`` runs ``disco-compare`` of Disco103 and the students of
+``--compare_hidden`` on ``COMPARE`` (``--compare_seeds`` seeds,
+``--compare_steps`` env steps, every rule in Disco103's loop) into
+``<root>/compare``.
 
 ``speed`` times learner steps of every rule on Catch 8x8 with the published
 evaluation loop, interleaved (``--rounds`` rounds of one compiled call of
@@ -89,7 +90,7 @@ def distill(args) -> None:
 
 def compare(args) -> None:
   root = Path(args.root)
-  files = [_student_file(root, h) for h in _sizes(args)]
+  files = [_student_file(root, int(h)) for h in args.compare_hidden.split(",")]
   missing = [str(f) for f in files if not f.is_file()]
   if missing:
     raise SystemExit(f"missing rule files {missing}: run `distill` first")
@@ -272,7 +273,8 @@ def _distill_flags(p) -> None:
 
 
 def _compare_flags(p) -> None:
-  p.add_argument("--compare_seeds", type=int, default=5)
+  p.add_argument("--compare_hidden", default="64,32")
+  p.add_argument("--compare_seeds", type=int, default=3)
   p.add_argument("--compare_steps", type=int, default=40_000)
 
 
