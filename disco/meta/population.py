@@ -198,7 +198,8 @@ class Population(MetaStepProgram):
   @staticmethod
   def _unroll(group: AgentGroup, learner, actor, key, length):
     """``length`` actor steps with ``learner``'s parameters: ``(actor,
-    rollout [length + 1, B])``."""
+    rollout [length, B])`` (``length`` timesteps: ``length - 1``
+    transitions)."""
     return acting.unroll_actor(
         group.agent,
         group.env,
@@ -210,8 +211,9 @@ class Population(MetaStepProgram):
     )
 
   def _replayed(self, replay, train, act_rng):
-    """``train`` ``[N, T+1, B]`` into ``replay``; the new replay and ``N``
-    batches ``[N, T+1, replay_batch_size]`` drawn from it."""
+    """``train`` ``[N, T+1, B]`` (``T + 1 = rollout_len``) into ``replay``;
+    the new replay and ``N`` batches ``[N, T+1, replay_batch_size]`` drawn
+    from it."""
     for n in range(self.config.inner_steps):
       replay = replay_lib.add(
           replay,
