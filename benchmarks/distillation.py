@@ -28,8 +28,9 @@ evaluation loop, interleaved (``--rounds`` rounds of one compiled call of
 ``report`` writes to ``--out``: ``agreement.csv`` (every student, split and
 environment), ``fit_h<H>.csv``, ``table.md`` (parameters, agreement, final
 returns with their interval, the return relative to Disco103's, learner
-steps/s against Disco103's), ``tradeoff.png`` and the comparison's report
-and figures.
+steps/s against Disco103's), ``tradeoff.png`` (meta-parameters against
+learner steps/s, each rule labelled with its agreement and return) and the
+comparison's report and figures.
 """
 
 from __future__ import annotations
@@ -223,8 +224,50 @@ def report(args) -> None:
       ]
   )
   cli.write_table(out, "\n".join([header, teacher_row, *table]) + "\n")
+  _plot_tradeoff(root, args, speed_figures, finals, out / "tradeoff.png")
   if (root / "compare").is_dir():
     meta_runs.copy_comparison(root / "compare", out)
+
+
+def _plot_tradeoff(root, args, speed_figures, finals, path) -> None:
+  """Meta-parameters against learner steps/s (relative to Disco103's),
+  each point labelled with its held-out top-1 agreement and final return."""
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  points = [(TEACHER, 754_778, TEACHER, "top-1 1")]
+  for hidden in _sizes(args):
+    summary = json.loads((root / f"h{hidden}" / "summary.json").read_text())
+    held = [
+        r
+        for r in _read_csv(root / f"h{hidden}" / "agreement.csv")
+        if r["split"] == "held_out" and r["who"] == "student"
+    ]
+    points.append(
+        (
+            f"h{hidden}",
+            summary["student_meta_params"],
+            _student_file(root, hidden).stem,
+            f"top-1 {float(held[0]['pi_top1']):.3f}",
+        )
+    )
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for name, size, label, agreement in points:
+    if name not in speed_figures:
+      continue
+    ratio = speed_figures[name]["ratio_to_teacher"]
+    final = finals.get(label)
+    text = f"{name}\n{agreement}" + (
+        f"\nreturn {final[0]:.2f}" if final else ""
+    )
+    ax.scatter(size, ratio)
+    ax.annotate(text, (size, ratio), textcoords="offset points", xytext=(5, 5))
+  ax.set_xscale("log")
+  ax.set_xlabel("meta-parameters")
+  ax.set_ylabel("learner steps/s, relative to Disco103")
+  ax.axhline(1.5, color="grey", lw=0.5, ls="--")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
 
 
 def _final_returns(compared: Path) -> dict[str, tuple[float, float, float]]:
