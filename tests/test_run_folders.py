@@ -43,6 +43,7 @@ from meta_settings import TINY_FLAGS
 from meta_settings import TINY_LPG_FLAGS
 from meta_settings import subprocess_env
 from meta_settings import tiny_config
+from test_evaluate_launcher import tiny_config as tiny_eval_config
 
 EVAL_FLAGS = faults.TINY_EVAL_FLAGS
 COMPARE_FLAGS = faults.TINY_COMPARE_FLAGS
@@ -273,23 +274,8 @@ def test_atomic_files_have_normal_permissions_and_survive_failures(tmp_path):
 def test_overwrite_with_fewer_seeds_leaves_no_old_seed_files(tmp_path):
   """In this process (disco-eval's library call; the launcher only parses
   flags into the same config)."""
-  out = tmp_path / "run"
-  config = evaluation.default_config()
-  config.update(
-      rule="actor_critic",
-      total_env_steps=200,
-      num_envs=2,
-      rollout_len=5,
-      batch_size=4,
-      replay_capacity=16,
-      min_replay_size=4,
-      iterations_per_call=10,
-      num_seeds=2,
-      seed=3,
-      last_episodes=20,
-      output_dir=str(out),
-  )
-  config.env_settings.update(rows=5, columns=5)
+  config = tiny_eval_config(tmp_path)
+  out = Path(config.output_dir)
   evaluation.evaluate(config, log=lambda _: None, progress=False)
   assert {p.name for p in out.glob("params_seed*")} == {
       "params_seed3.npz",

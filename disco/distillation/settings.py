@@ -30,15 +30,9 @@ CONFIG_NAME = "distill"
 UsageError = errors.UsageError
 
 # The loop settings of the gathering runs that may be overridden (None: the
-# teacher's defaults, as disco-eval would train it).
-LOOP_KEYS = (
-    "num_envs",
-    "rollout_len",
-    "batch_size",
-    "replay_capacity",
-    "min_replay_size",
-    "iterations_per_call",
-)
+# teacher's defaults, as disco-eval would train it): those a comparison
+# passes on to disco-eval, but for its score's window.
+LOOP_KEYS = tuple(k for k in compare_settings.EVAL_KEYS if k != "last_episodes")
 
 
 def default_config() -> config_dict.ConfigDict:
