@@ -183,6 +183,11 @@ def test_the_student_file_loads_and_evaluates(run):
   net = rule.rule.net_config
   assert (net.hidden_size, net.meta_hidden_size) == (64, 0)
   assert net.lifetime_conditioning and net.prediction_size == 600
+  # A student of it, in turn, carries the same terms.
+  teacher = resolve.resolve_rule(str(path))
+  assert distillation.workflow._licence(teacher, str(path)) == (
+      metadata["licence"]
+  )
   # The notebook trained agents with it (evaluation.run on its path).
   found = re.search(
       r"student: mean return over the last episodes (\S+)", run["text"]

@@ -32,6 +32,7 @@ import numpy as np
 from disco import errors
 from disco import files
 from disco import run_folders
+from disco import weights
 from disco.distillation import dataset as dataset_lib
 from disco.distillation import fitting
 from disco.distillation import settings as settings_lib
@@ -113,6 +114,16 @@ def _plot(path, history: list[dict[str, float]]) -> None:
   fig.tight_layout()
   files.save_figure(fig, path, dpi=100)
   plt.close(fig)
+
+
+def _licence(teacher: resolve.ResolvedRule, name: str) -> str | None:
+  """The terms a student carries: Disco103's for the published weights, a
+  teacher file's own ``licence`` line otherwise (None: none given)."""
+  if teacher.source == "pretrained":
+    return DISCO103_TERMS
+  if teacher.source == "file":
+    return weights.load_metadata(name).get("licence")
+  return None
 
 
 def _open(settings: settings_lib.DistillSettings):
@@ -204,11 +215,7 @@ def distill(
             f"{row['split']} {row['env']}: top-1 {row['pi_top1']:.3f}, "
             + ", ".join(f"{k} {row[f'{k}_kl']:.3g}" for k in fitting.HEADS)
         )
-    terms = (
-        DISCO103_TERMS
-        if teacher.source == "pretrained" or "disco103" in teacher.label
-        else None
-    )
+    terms = _licence(teacher, settings.teacher)
     path = rule_files.export_meta_params(
         out / STUDENT_FILE,
         params,
