@@ -40,7 +40,6 @@ from disco.training import analysis
 from disco.update_rules import resolve
 
 UsageError = errors.UsageError
-SPLITS = ("train", "held_out")
 HELD_OUT_SEED_OFFSET = 1000
 _METADATA_KEY = "__metadata__"
 _RETURN_KEY = "__teacher_return__"

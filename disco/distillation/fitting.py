@@ -222,11 +222,14 @@ def fit(
   return carry[0], history
 
 
-def agreement(pair: Pair, student_params: Any) -> dict[str, float]:
-  """How close the student's targets are to the teacher's over every sample
-  of the shard: the mean KL per head (``pi_kl``, ``y_kl``, ``z_kl``) and
-  the share of transitions where both policy targets rank the same action
-  first (``pi_top1``)."""
+def agreement(
+    pair: Pair, students: Mapping[str, Any]
+) -> dict[str, dict[str, float]]:
+  """How close each student's targets are to the teacher's over every sample
+  of the shard (``students``: name -> meta-parameters of the same network,
+  evaluated by one compiled program): the mean KL per head (``pi_kl``,
+  ``y_kl``, ``z_kl``) and the share of transitions where both policy targets
+  rank the same action first (``pi_top1``)."""
 
   @jax.jit
   def one(params, sample):
@@ -237,11 +240,14 @@ def agreement(pair: Pair, student_params: Any) -> dict[str, float]:
     )
     return dict(**kls, pi_top1=_masked_mean(same.astype(jnp.float32), mask))
 
-  rows = [
-      jax.device_get(one(student_params, _index(pair.shard.samples, i)))
-      for i in range(pair.shard.num_samples)
-  ]
-  return {
-      f"{k}_kl" if k in HEADS else k: float(np.mean([r[k] for r in rows]))
-      for k in rows[0]
-  }
+  out = {}
+  for name, params in students.items():
+    rows = [
+        jax.device_get(one(params, _index(pair.shard.samples, i)))
+        for i in range(pair.shard.num_samples)
+    ]
+    out[name] = {
+        f"{k}_kl" if k in HEADS else k: float(np.mean([r[k] for r in rows]))
+        for k in rows[0]
+    }
+  return out

@@ -198,14 +198,15 @@ def distill(
     _plot(out / "fit.png", history)
     rows = []
     for pair in pairs:
-      for who, p in (("student", params), ("untrained", init)):
+      measured = fitting.agreement(pair, dict(student=params, untrained=init))
+      for who, figures in measured.items():
         rows.append(
             dict(
                 split=pair.shard.split,
                 env=pair.shard.label,
                 who=who,
                 samples=pair.shard.num_samples,
-                **fitting.agreement(pair, p),
+                **figures,
             )
         )
     _write_csv(out / "agreement.csv", rows)
