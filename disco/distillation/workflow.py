@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable
 import csv
 import dataclasses
-import io
 from pathlib import Path
 import time
 from typing import Any
@@ -93,11 +92,10 @@ def student_settings(
 
 
 def _write_csv(path, rows: list[dict[str, Any]]) -> None:
-  buffer = io.StringIO()
-  writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
-  writer.writeheader()
-  writer.writerows(rows)
-  files.write_text(path, buffer.getvalue())
+  with files.atomic_write(path, "w", newline="") as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
 
 
 def _plot(path, history: list[dict[str, float]]) -> None:
