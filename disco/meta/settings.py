@@ -380,7 +380,9 @@ def _population_config(config, p: checks.Problems):
   lifetime_updates = p.get(_lifetime_updates, config, inner_steps)
   if lifetime_updates is not None and lifetime_meta_steps:
     lifetime_updates = None  # reported by _lifetime_updates
-  replay_capacity, replay_batch_size = p.get(_replay, config, default=(0, 0))
+  replay_capacity, replay_batch_size = p.get(
+      _replay, config, inner_steps, default=(0, 0)
+  )
   return population_lib.PopulationConfig(
       rollout_len=rollout_len,
       inner_steps=inner_steps,
@@ -396,8 +398,9 @@ def _population_config(config, p: checks.Problems):
   )
 
 
-def _replay(config) -> tuple[int, int]:
-  """``(replay_capacity, replay_batch_size)``, checked."""
+def _replay(config, inner_steps: int) -> tuple[int, int]:
+  """``(replay_capacity, replay_batch_size)``, checked (``inner_steps``
+  checked before; a bad ``batch_size`` is reported by its own check)."""
   capacity = checks.check_int(config.replay_capacity, "replay_capacity", 0)
   batch = checks.check_int(config.replay_batch_size, "replay_batch_size", 0)
   if not capacity:
@@ -413,12 +416,14 @@ def _replay(config) -> tuple[int, int]:
         f"backprop estimator's, not {str(config.estimator)!r}'s; set "
         "replay_capacity=0 or estimator='backprop'."
     )
-  trajectories = checks.check_int(config.batch_size, "batch_size", 1)
-  needed = trajectories * checks.check_int(config.inner_steps, "inner_steps", 1)
+  trajectories = config.batch_size
+  if not isinstance(trajectories, int) or trajectories < 1:
+    return capacity, batch
+  needed = trajectories * inner_steps
   if capacity < needed:
     raise UsageError(
         f"config.replay_capacity={capacity} cannot hold one meta-step's "
-        f"rollouts ({config.batch_size} environments x {config.inner_steps} "
+        f"rollouts ({trajectories} environments x {inner_steps} "
         f"inner steps = {needed} trajectories): use at least {needed}."
     )
   return capacity, batch
