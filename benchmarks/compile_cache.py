@@ -26,6 +26,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 
 if not __package__:  # run as a file: import the other scripts as a package
   sys.path[0] = str(Path(__file__).resolve().parents[1])
@@ -54,8 +55,11 @@ LAUNCHERS = {
 
 _LINE = re.compile(
     r"Compilation cache: .+; (\d+) programs loaded, (\d+) compiled "
-    r"\(([\d.]+) s in XLA; before it ([\d.]+) s tracing, ([\d.]+) s lowering\)"
+    r"\(([\d.]+) s in XLA; before it ([\d.]+) s tracing, ([\d.]+) s lowering"
+    r"(?:; (\d+) traced program\(s\) loaded)?\)"
 )
+# The meta-training progress bar once its first meta-step is done.
+_FIRST_META_STEP = re.compile(rb"\| 1/\d+ \[")
 
 
 def _launcher_compile_time(out: Path) -> float | None:
@@ -70,8 +74,9 @@ def _launcher_compile_time(out: Path) -> float | None:
 def run_once(module: str, args: list[str], cache: Path, out: Path) -> dict:
   env = dict(os.environ)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)
+  first_step = []
   with timing.Stopwatch() as clock:
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -81,24 +86,45 @@ def run_once(module: str, args: list[str], cache: Path, out: Path) -> dict:
             f"--config.compilation_cache={cache}",
         ],
         env=env,
-        capture_output=True,
-        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
+    stderr = threading.Thread(
+        target=_watch, args=(proc.stderr, clock, first_step, errors := [])
+    )
+    stderr.start()
+    stdout = proc.stdout.read().decode()
+    proc.wait()
+    stderr.join()
   if proc.returncode != 0:
-    raise SystemExit(f"{module} failed:\n{proc.stderr[-3000:]}")
-  found = _LINE.search(proc.stdout)
+    raise SystemExit(f"{module} failed:\n{b''.join(errors)[-3000:].decode()}")
+  found = _LINE.search(stdout)
   if not found:
     raise SystemExit(f"{module}: no compilation-cache line in its output")
-  loaded, compiled, xla, trace, lower = found.groups()
+  loaded, compiled, xla, trace, lower, traced = found.groups()
   return dict(
       loaded=int(loaded),
       compiled=int(compiled),
+      traced_loaded=int(traced or 0),
       xla_s=float(xla),
       trace_s=float(trace),
       lowering_s=float(lower),
       first_call_extra_s=_launcher_compile_time(out),
+      first_meta_step_s=first_step[0] if first_step else None,
       wall_s=clock.wall,
   )
+
+
+def _watch(stream, clock, first_step: list, chunks: list) -> None:
+  """Reads ``stream`` to its end into ``chunks``, noting in ``first_step``
+  the seconds on ``clock`` at the first meta-step's progress update."""
+  seen = b""
+  while chunk := stream.read1(4096):
+    chunks.append(chunk)
+    if not first_step:
+      seen = seen[-64:] + chunk
+      if _FIRST_META_STEP.search(seen):
+        first_step.append(clock.seconds())
 
 
 def main() -> None:
@@ -119,7 +145,9 @@ def main() -> None:
               "XLA s",
               "tracing s",
               "lowering s",
+              "traced programs loaded",
               "first call minus steady, s",
+              "to the first meta-step, s",
               "process wall s",
           )
       )
@@ -132,11 +160,13 @@ def main() -> None:
         for start in ("cold", "warm"):
           out = Path(tmp) / f"{name}-{repeat}-{start}"
           r = run_once(module, args, cache, out)
-          extra = r["first_call_extra_s"]
+          extra, first = r["first_call_extra_s"], r["first_meta_step_s"]
           print(
               f"| {name} | {start} | {r['compiled']} | {r['loaded']} | "
               f"{r['xla_s']:.1f} | {r['trace_s']:.1f} | {r['lowering_s']:.1f} | "
+              f"{r['traced_loaded']} | "
               f"{'-' if extra is None else f'{extra:.1f}'} | "
+              f"{'-' if first is None else f'{first:.1f}'} | "
               f"{r['wall_s']:.1f} |",
               flush=True,
           )

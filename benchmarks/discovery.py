@@ -51,7 +51,6 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-import shutil
 import sys
 
 if not __package__:  # run as a file: import the other scripts as a package
@@ -154,48 +153,16 @@ def run(args) -> None:
   )
 
 
-def best_rule(root: Path, variant: str) -> tuple[Path, float] | None:
-  """The variant's best validated meta-parameters over its seeds."""
-  best = None
-  for run_dir in meta_runs.run_dirs(root, variant):
-    scores = meta_runs.validation_scores(run_dir)
-    path = run_dir / "best_meta_params.npz"
-    if scores and path.is_file():
-      score = max(scores.values())
-      if best is None or score > best[1]:
-        best = (path, score)
-  return best
-
-
 def compare(args) -> None:
   root = Path(args.root)
-  rules_dir = root / "rules"
-  rules_dir.mkdir(parents=True, exist_ok=True)
-  rules, overrides, chosen = [], [], {}
-  chosen_file = rules_dir / "chosen.json"
-  before = json.loads(chosen_file.read_text()) if chosen_file.is_file() else {}
-  for variant in () if args.baselines_only else VARIANTS:
-    best = best_rule(root, variant)
-    if best is None:
-      continue
-    path = rules_dir / f"discovered_{variant}.npz"
-    chosen[variant] = dict(source=str(best[0]), validation_score=best[1])
-    if before.get(variant, chosen[variant]) != chosen[variant]:
-      # disco-compare keeps finished runs: those of the earlier pick would
-      # stand for the new one.
-      raise SystemExit(
-          f"the best {variant} rule changed since the last comparison "
-          f"({before[variant]['source']} -> {best[0]}): delete "
-          f"{root / 'compare' / 'runs' / path.stem} and {chosen_file}, then "
-          "compare again"
-      )
-    shutil.copyfile(best[0], path)
-    rules.append(str(path))
-    overrides.append(f"{path}:learning_rate={args.agent_lr}")
-  if not rules and not args.baselines_only:
+  variants = () if args.baselines_only else VARIANTS
+  chosen = meta_runs.pick_rules(
+      root, {f"discovered_{v}": [v] for v in variants}
+  )
+  if not chosen and not args.baselines_only:
     raise SystemExit(f"no validated run under {root}: run `run` first")
-  if rules:
-    chosen_file.write_text(json.dumps(chosen, indent=2))
+  rules = [str(path) for path in chosen.values()]
+  overrides = [f"{path}:learning_rate={args.agent_lr}" for path in rules]
   rules += ["actor_critic", "ppo", "disco103"]
   loop = [f"--config.{k}={v}" for k, v in LOOP.items()]
   command = [
@@ -266,9 +233,9 @@ def report(args) -> None:
   chosen = root / "rules" / "chosen.json"
   if chosen.is_file():
     lines += ["", "Rules taken to the comparison:", ""]
-    for variant, c in json.loads(chosen.read_text()).items():
+    for rule, c in json.loads(chosen.read_text()).items():
       lines.append(
-          f"* `discovered_{variant}`: {c['source']} "
+          f"* `{rule}`: {c['source']} "
           f"(validation IQM {c['validation_score']:.3f})"
       )
   compared = root / "compare"

@@ -5,6 +5,7 @@ finished, and reading their histories and validations."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+import json
 from pathlib import Path
 import shutil
 import subprocess
@@ -139,3 +140,57 @@ def copy_comparison(compared: Path, out: Path) -> None:
       shutil.copyfile(compared / name, out / f"compare_{name}")
   for figure in compared.glob("*.png"):
     shutil.copyfile(figure, out / f"compare_{figure.name}")
+
+
+def best_validated(
+    root: Path, names: Sequence[str]
+) -> tuple[Path, float] | None:
+  """``(best_meta_params.npz, score)`` of the run of ``names`` (any seed)
+  with the highest validation score (None: no validated run)."""
+  best = None
+  for run_dir in (d for name in names for d in run_dirs(root, name)):
+    scores = validation_scores(run_dir)
+    path = run_dir / "best_meta_params.npz"
+    if scores and path.is_file():
+      score = max(scores.values())
+      if best is None or score > best[1]:
+        best = (path, score)
+  return best
+
+
+def pick_rules(
+    root: Path, candidates: Mapping[str, Sequence[str]]
+) -> dict[str, Path]:
+  """For each rule, copies the best validated meta-parameters of its
+  candidate runs (``{rule: names}``, `best_validated`) to
+  ``<root>/rules/<rule>.npz`` and records the pick in
+  ``<root>/rules/chosen.json``; ``{rule: copy}`` of the rules with a
+  validated run.
+
+  Raises:
+    SystemExit: a rule's best run changed since the last pick (the
+      comparison's finished runs of the earlier pick would stand for it).
+  """
+  rules_dir = root / "rules"
+  rules_dir.mkdir(parents=True, exist_ok=True)
+  chosen_file = rules_dir / "chosen.json"
+  before = json.loads(chosen_file.read_text()) if chosen_file.is_file() else {}
+  chosen, paths = {}, {}
+  for rule, names in candidates.items():
+    best = best_validated(root, names)
+    if best is None:
+      continue
+    path = rules_dir / f"{rule}.npz"
+    chosen[rule] = dict(source=str(best[0]), validation_score=best[1])
+    if before.get(rule, chosen[rule]) != chosen[rule]:
+      raise SystemExit(
+          f"the best {rule} rule changed since the last comparison "
+          f"({before[rule]['source']} -> {best[0]}): delete "
+          f"{root / 'compare' / 'runs' / rule} and {chosen_file}, then "
+          "compare again"
+      )
+    shutil.copyfile(best[0], path)
+    paths[rule] = path
+  if chosen:
+    chosen_file.write_text(json.dumps(chosen, indent=2))
+  return paths

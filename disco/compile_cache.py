@@ -39,6 +39,7 @@ import jax
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
 import jax.monitoring
 
+from disco import program_cache
 from disco import weights as weights_lib
 
 # Values of the launchers' ``compilation_cache`` setting that turn it off.
@@ -47,6 +48,8 @@ OFF_VALUES = ("off", "none", "false", "0")
 # evicted (a meta-step at the published settings is about 10 MB on CPU).
 MAX_BYTES = 4 * 2**30
 ENV_VAR = "JAX_COMPILATION_CACHE_DIR"
+# The folder `enable` turned on in this process (None: off).
+_enabled: Path | None = None
 
 _HITS = "/jax/compilation_cache/cache_hits"
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
@@ -125,6 +128,8 @@ def enable(setting: str | None, program: str) -> Path | None:
     folder cannot be written: then one warning line is printed to stderr and
     the run goes on uncached.
   """
+  global _enabled
+  _enabled = None
   folder = resolve(setting)
   # JAX decides once per process whether the cache is used (at the first
   # compilation); start that decision afresh under the new settings.
@@ -161,7 +166,13 @@ def enable(setting: str | None, program: str) -> Path | None:
   # processes sharing the folder) and its LRU eviction.
   jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
   repair(folder)
+  _enabled = folder
   return folder
+
+
+def enabled_folder() -> Path | None:
+  """The folder the last `enable` of this process turned on (None: none)."""
+  return _enabled
 
 
 @dataclasses.dataclass
@@ -181,8 +192,11 @@ class CompileStats:
   backend_seconds: float = 0.0
   trace_seconds: float = 0.0
   lowering_seconds: float = 0.0
+  # Traced programs taken from `program_cache` stores before this began.
+  _traced_before: int = dataclasses.field(init=False, default=0, repr=False)
 
   def __post_init__(self):
+    self._traced_before = program_cache.loaded_count()
     jax.monitoring.register_event_listener(self._on_event)
     jax.monitoring.register_event_duration_secs_listener(self._on_duration)
 
@@ -221,7 +235,9 @@ class CompileStats:
           f"Compilation cache: off; {self.compiled} programs compiled "
           f"({seconds})."
       )
+    traced = program_cache.loaded_count() - self._traced_before
+    kept = f"; {traced} traced program(s) loaded" if traced else ""
     return (
         f"Compilation cache: {folder}; {self.hits} programs loaded, "
-        f"{self.compiled} compiled ({seconds})."
+        f"{self.compiled} compiled ({seconds}{kept})."
     )

@@ -141,6 +141,27 @@ def test_run_each_skips_finished_runs_and_keeps_the_order(tmp_path, capsys):
   assert [p.name for p in meta_runs.run_dirs(tmp_path, "a")] == ["a-s0", "a-s1"]
 
 
+def test_pick_rules_takes_the_best_validated_run_and_refuses_a_change(
+    tmp_path, monkeypatch
+):
+  scores = {"a-s0": {0: 0.1, 50: 0.4}, "a-s1": {0: 0.3}, "b-s0": {0: 0.2}}
+  monkeypatch.setattr(
+      meta_runs, "validation_scores", lambda run_dir: scores[run_dir.name]
+  )
+  for name in scores:
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "best_meta_params.npz").write_text(name)
+  picked = meta_runs.pick_rules(tmp_path, {"best": ["a", "b"], "only_b": ["b"]})
+  assert picked["best"].read_text() == "a-s0"
+  assert picked["only_b"].read_text() == "b-s0"
+  assert meta_runs.pick_rules(tmp_path, {"best": ["a", "b"]}) == {
+      "best": picked["best"]
+  }
+  scores["b-s0"] = {0: 0.9}  # another run is now the best
+  with pytest.raises(SystemExit, match="best rule changed"):
+    meta_runs.pick_rules(tmp_path, {"best": ["a", "b"]})
+
+
 def test_env_throughput_runs_discrete_and_continuous_adapters(capsys):
   pytest.importorskip("jumanji")
   from benchmarks import env_throughput  # pylint: disable=g-import-not-at-top

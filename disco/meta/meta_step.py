@@ -48,6 +48,7 @@ import optax
 
 from disco import agent as agent_lib
 from disco import ops
+from disco import program_cache
 from disco import types
 from disco.environments import base as env_base
 from disco.meta import divergence
@@ -361,6 +362,7 @@ class MetaStepProgram(abc.ABC):
     self.weights = group_weights(self.groups)
     self.mesh = Mesh(np.asarray(self.devices), (AXIS,))
     self._step = self._build_step()
+    self._exported: program_cache.ExportedProgram | None = None
 
   @property
   def num_agents(self) -> int:
@@ -555,5 +557,24 @@ class MetaStepProgram(abc.ABC):
 
   def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
     """One meta-step (one compiled program)."""
-    fields, logs = self._step(*self._step_args(state))
+    step = self._step if self._exported is None else self._exported
+    fields, logs = step(*self._step_args(state))
     return state.replace(**fields), logs
+
+  def keep_traced(self, store: program_cache.Store, key: str) -> None:
+    """Keeps the traced meta-step in ``store`` under ``key`` (whatever else
+    shapes the program: the run's settings) and takes it from there when
+    it was kept before (`disco.program_cache`)."""
+    n = len(self.inputs)
+
+    def structure(args, log_names):
+      fields = dict(zip(self.inputs, args[:n], strict=True))
+      return jax.tree.structure((fields, dict.fromkeys(log_names, 0)))
+
+    self._exported = program_cache.ExportedProgram(
+        self._step,
+        store,
+        key,
+        describe=lambda out: sorted(out[1]),
+        structure=structure,
+    )

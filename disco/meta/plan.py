@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 import dataclasses
 import functools
+import json
 from pathlib import Path
+import sys
 from typing import Any
 
 import jax
@@ -23,8 +25,10 @@ from jax.sharding import PartitionSpec as P
 from ml_collections import config_dict
 
 from disco import agent as agent_lib
+from disco import compile_cache
 from disco import distributed
 from disco import errors
+from disco import program_cache
 from disco import run_folders
 from disco.environments import reference_scores
 from disco.environments import registry as env_registry
@@ -223,6 +227,43 @@ def _normalizers(s: MetaTrainSettings, groups) -> dict[str, tuple]:
   return out
 
 
+# Settings that never reach the meta-step program: the run's folder, its
+# bookkeeping and the validation (programs of its own).
+_HOST_SETTINGS = (
+    "output_dir",
+    "resume",
+    "compilation_cache",
+    "tracking",
+    "log_every",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "num_meta_steps",
+    "max_consecutive_skips",
+    "validation",
+)
+
+
+def _program_key(s: MetaTrainSettings) -> str:
+  """What shapes the meta-step program besides its arguments and disco's
+  code: the other settings, and the sources of the modules
+  ``config.imports`` names (`disco.program_cache`)."""
+  config = {
+      k: v for k, v in s.config.to_dict().items() if k not in _HOST_SETTINGS
+  }
+  imported = [
+      getattr(sys.modules.get(name.strip()), "__file__", None) or name
+      for name in str(s.config.imports).split(",")
+      if name.strip()
+  ]
+  return json.dumps(
+      dict(
+          config=run_folders.to_jsonable(config),
+          imports=program_cache.source_digest(imported),
+      ),
+      sort_keys=True,
+  )
+
+
 def _make_population(s: MetaTrainSettings, groups, devices):
   optimizer = s.meta_optimizer.make()
   if s.estimator == estimators_lib.ES:
@@ -278,6 +319,9 @@ def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
   elif s.init_meta_params not in (rule_files.RANDOM, rule_files.DISCO103):
     # Fail early on a bad value even though the checkpoint supersedes it.
     rule_files.check_init_path(s.init_meta_params)
+  store = program_cache.store(compile_cache.enabled_folder())
+  if store is not None:
+    population.keep_traced(store, _program_key(s))
   plan = Plan(
       run_settings=s,
       groups=groups,

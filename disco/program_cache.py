@@ -1,0 +1,308 @@
+"""Traced programs kept on disk, so that a later start skips tracing them.
+
+The compilation cache (`disco.compile_cache`) saves XLA's work, but JAX keys
+it on the lowered program, so every process first traces and lowers its
+programs again; for a meta-step that is most of a warm start (the
+linearisation of the inner updates: about 15 s of a 37 s start at the
+published settings on a small CPU). ``ExportedProgram`` keeps a jitted
+function's `jax.export` form (its StableHLO, serialised) in
+``<compilation cache>/exported/`` and a later process deserialises it instead
+of tracing; calling it lowers a thin wrapper, and XLA finds the compiled
+program in the compilation cache.
+
+A stored program is found under a hash of
+
+* the caller's key (whatever shapes the program besides its arguments: the
+  run's settings),
+* this process's `fingerprint`: disco's source files, the version of every
+  installed distribution, Python, the backend and its devices, and JAX's
+  flags,
+* the arguments' tree structure, shapes, dtypes and shardings,
+
+so a change in any of them misses and traces afresh. Code outside these (a
+module of your own that a module named by ``--config.imports`` imports)
+is not in the key: after editing it, delete the ``exported`` folder or run
+with ``--config.compilation_cache=off``.
+
+Only single-process runs use it (a multi-process run traces as before), and
+a function that cannot be exported (a host callback, say) is simply traced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+from pathlib import Path
+import sys
+from typing import Any
+
+import jax
+import numpy as np
+
+from disco import files
+
+# Bump when what a stored program holds or how it is keyed changes.
+FORMAT = "1"
+FOLDER = "exported"
+# Programs kept; beyond it the least recently used go first.
+MAX_PROGRAMS = 32
+_PROGRAM_SUFFIX = ".jaxexport"
+_DESCRIPTION_SUFFIX = ".json"
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_loaded = 0  # programs this process took from a store
+
+
+def _sha256(parts: Sequence[str | bytes]) -> str:
+  digest = hashlib.sha256()
+  for part in parts:
+    data = part.encode() if isinstance(part, str) else part
+    digest.update(len(data).to_bytes(8, "little"))
+    digest.update(data)
+  return digest.hexdigest()
+
+
+def source_digest(paths: Sequence[str | os.PathLike[str]]) -> str:
+  """A hash of the files' names and contents (a missing file counts as
+  missing)."""
+  parts = []
+  for path in sorted(str(p) for p in paths):
+    parts.append(path)
+    try:
+      parts.append(Path(path).read_bytes())
+    except OSError:
+      parts.append("<missing>")
+  return _sha256(parts)
+
+
+@functools.lru_cache(maxsize=1)
+def fingerprint() -> str:
+  """What, besides a program's own key and arguments, decides what tracing
+  makes of it in this process."""
+  sources = sorted(_PACKAGE_DIR.rglob("*.py"))
+  distributions = sorted(
+      f"{d.metadata['Name']}=={d.version}"
+      for d in importlib.metadata.distributions()
+  )
+  flags = sorted(
+      f"{k}={v!r}"
+      for k, v in jax.config.values.items()
+      if "cache" not in k and "log" not in k
+  )
+  devices = [f"{d.platform}:{d.device_kind}" for d in jax.devices()]
+  return _sha256(
+      [
+          FORMAT,
+          sys.version,
+          source_digest(sources),
+          *distributions,
+          *flags,
+          jax.default_backend(),
+          *devices,
+          str(jax.process_count()),
+      ]
+  )
+
+
+@functools.lru_cache(maxsize=4096)
+def _placement(sharding: Any, shape: tuple[int, ...]) -> str:
+  """Which part of an array of ``shape`` each device holds under
+  ``sharding`` (the same text for shardings that place it alike, e.g. a
+  one-device mesh's ``P('x')`` and ``P()``)."""
+  parts = sharding.devices_indices_map(shape)
+  return repr(sorted((d.id, index) for d, index in parts.items()))
+
+
+def _arguments_key(in_tree: Any, leaves: Sequence[Any]) -> tuple[Any, ...]:
+  """A quick, hashable key of the arguments' structure, dtypes, shapes,
+  weak types and shardings (checked at every call)."""
+  return (
+      in_tree,
+      *(
+          (
+              getattr(leaf, "dtype", type(leaf)),
+              getattr(leaf, "shape", ()),
+              getattr(getattr(leaf, "aval", None), "weak_type", None),
+              getattr(leaf, "sharding", None),
+          )
+          for leaf in leaves
+      ),
+  )
+
+
+def _signature(in_tree: Any, leaves: Sequence[Any]) -> str:
+  """The arguments' structure, shapes, dtypes and placements as text, the
+  same in every process (part of a stored program's name)."""
+  parts = [str(in_tree)]
+  for leaf in leaves:
+    # A Python scalar has no dtype and is weakly typed.
+    dtype = getattr(leaf, "dtype", type(leaf).__name__)
+    weak = getattr(getattr(leaf, "aval", None), "weak_type", dtype == "float")
+    sharding = getattr(leaf, "sharding", None)
+    shape = tuple(np.shape(leaf))
+    placed = "host" if sharding is None else _placement(sharding, shape)
+    parts.append(f"{dtype}{list(shape)}|{weak}|{placed}")
+  return "\n".join(parts)
+
+
+class Store:
+  """The folder of exported programs (``<folder>/exported``)."""
+
+  def __init__(self, folder: str | os.PathLike[str]):
+    self.folder = Path(folder) / FOLDER
+
+  def _paths(self, name: str) -> tuple[Path, Path]:
+    return (
+        self.folder / f"{name}{_PROGRAM_SUFFIX}",
+        self.folder / f"{name}{_DESCRIPTION_SUFFIX}",
+    )
+
+  def load(self, name: str) -> tuple[jax.export.Exported, dict] | None:
+    """The program stored as ``name`` and its description (None: none, or
+    one that cannot be read)."""
+    program, description = self._paths(name)
+    try:
+      described = json.loads(description.read_text())
+      if not isinstance(described, dict) or described.get("format") != FORMAT:
+        return None
+      exported = jax.export.deserialize(bytearray(program.read_bytes()))
+      os.utime(program)  # recently used
+    except Exception:  # noqa: BLE001 - absent, half-written or corrupt: a miss
+      return None
+    return exported, described
+
+  def save(
+      self, name: str, exported: jax.export.Exported, description: dict
+  ) -> None:
+    """Stores the program (then evicts the least recently used beyond
+    ``MAX_PROGRAMS``); a folder that cannot be written is left alone."""
+    program, described = self._paths(name)
+    try:
+      files.write_json(described, description)
+      files.write_bytes(program, exported.serialize())
+      self._evict()
+    except OSError:
+      pass
+
+  def _evict(self) -> None:
+    stored = sorted(
+        self.folder.glob(f"*{_PROGRAM_SUFFIX}"),
+        key=lambda p: p.stat().st_mtime,
+        reverse=True,
+    )
+    for program in stored[MAX_PROGRAMS:]:
+      for path in self._paths(program.name.removesuffix(_PROGRAM_SUFFIX)):
+        path.unlink(missing_ok=True)
+
+
+class ExportedProgram:
+  """A jitted function called through its exported form, kept in a `Store`.
+
+  Called like the function. The output's tree structure is not stored with
+  the program (JAX serialises only its own containers); ``describe`` turns
+  an output (its leaves replaced by ``None``) into JSON, and ``structure``
+  rebuilds the output's tree structure from the arguments and that
+  description. Programs whose output ``structure`` does not rebuild are
+  used in this process only.
+  """
+
+  def __init__(
+      self,
+      jitted: Callable[..., Any],
+      store: Store,
+      key: str,
+      describe: Callable[[Any], Any],
+      structure: Callable[[tuple[Any, ...], Any], Any],
+  ):
+    self._jitted = jitted
+    self._store = store
+    self._key = key
+    self._describe = describe
+    self._structure = structure
+    # Per arguments key, and per stored name: (call, output structure), or
+    # None for a function that is traced as usual.
+    self._programs: dict[tuple[Any, ...], Any] = {}
+    self._by_name: dict[str, Any] = {}
+
+  def __call__(self, *args: Any) -> Any:
+    leaves, in_tree = jax.tree.flatten(args)
+    key = _arguments_key(in_tree, leaves)
+    first = key not in self._programs
+    if first:
+      name = _sha256(
+          [FORMAT, self._key, fingerprint(), _signature(in_tree, leaves)]
+      )
+      if name not in self._by_name:  # else: placed alike, the same program
+        self._by_name[name] = self._prepare(args, leaves, in_tree, name)
+      self._programs[key] = self._by_name[name]
+    entry = self._programs[key]
+    if entry is not None:
+      call, out_tree = entry
+      try:
+        return jax.tree.unflatten(out_tree, call(*leaves))
+      except Exception:  # the function's own call below decides
+        if not first:
+          raise
+        self._programs[key] = None  # cannot run here: trace as usual
+    return self._jitted(*args)
+
+  def _prepare(self, args, leaves, in_tree, name):
+    loaded = self._store.load(name)
+    if loaded is not None:
+      exported, stored = loaded
+      try:
+        out_tree = self._structure(args, stored.get("output"))
+      except (TypeError, ValueError):  # a description of something else
+        out_tree = None
+      if (
+          out_tree is not None
+          and out_tree.num_leaves == len(exported.out_avals)
+          and len(exported.in_avals) == len(leaves)
+      ):
+        global _loaded
+        _loaded += 1
+        return jax.jit(exported.call), out_tree
+    try:
+      exported, out_tree = _export(self._jitted, in_tree, leaves)
+    except Exception:  # noqa: BLE001 - not exportable: traced as usual
+      return None
+    description = self._describe(
+        jax.tree.unflatten(out_tree, [None] * out_tree.num_leaves)
+    )
+    if self._structure(args, description) == out_tree:
+      self._store.save(
+          name,
+          exported,
+          dict(format=FORMAT, jax=jax.__version__, output=description),
+      )
+    return jax.jit(exported.call), out_tree
+
+
+def _export(jitted, in_tree, leaves) -> tuple[jax.export.Exported, Any]:
+  """``jitted`` over the flattened arguments, exported, and its output's
+  tree structure."""
+  box = {}
+
+  def flat(*flat_args):
+    out = jitted(*jax.tree.unflatten(in_tree, flat_args))
+    out_leaves, box["tree"] = jax.tree.flatten(out)
+    return out_leaves
+
+  exported = jax.export.export(jax.jit(flat))(*leaves)
+  return exported, box["tree"]
+
+
+def store(folder: str | os.PathLike[str] | None) -> Store | None:
+  """The store in the compilation cache's ``folder`` (None: no folder, or
+  a run of several processes)."""
+  if folder is None or jax.process_count() > 1:
+    return None
+  return Store(folder)
+
+
+def loaded_count() -> int:
+  """Programs this process took from a store instead of tracing them."""
+  return _loaded
