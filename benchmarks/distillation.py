@@ -25,6 +25,11 @@ evaluation loop, interleaved (``--rounds`` rounds of one compiled call of
 ``--iterations`` iterations each), alone on the machine, into
 ``<root>/speed.json``.
 
+``meta_speed`` (not part of ``all``) times meta-steps at the published
+meta-training settings (``configs/meta_train.py``) with Disco103's
+meta-network and each student's, interleaved (``--rounds``), alone on the
+machine, into ``<root>/meta_speed.json``.
+
 ``report`` writes to ``--out``: ``agreement.csv`` (every student, split and
 environment), ``fit_h<H>.csv``, ``table.md`` (parameters, agreement, final
 returns with their interval, the return relative to Disco103's, learner
@@ -155,6 +160,45 @@ def speed(args) -> None:
     print(
         f"{name}: {f['learner_steps_per_s']:.2f} learner steps/s, "
         f"{f['ratio_to_teacher']:.3f}x Disco103's"
+    )
+
+
+def meta_speed(args) -> None:
+  """Seconds per meta-step at the published meta-training settings with
+  Disco103's meta-network and each student's, interleaved, in this
+  process."""
+  from disco import weights  # pylint: disable=g-import-not-at-top
+  from disco.meta import trainer  # pylint: disable=g-import-not-at-top
+
+  root = Path(args.root)
+  nets = {TEACHER: None}
+  for h in _sizes(args):
+    metadata = weights.NpzFile(_student_file(root, h)).metadata()
+    nets[f"h{h}"] = metadata["rule_kwargs"]["net"]
+  candidates = {}
+  for name, net in nets.items():
+    config = trainer.default_config()
+    config.output_dir = str(root / "meta-speed-scratch" / name)
+    if net is not None:
+      config.rule_kwargs = dict(net=net)
+    plan = trainer.build(config)
+    candidates[name] = timing.Stepper(
+        plan.population.step, trainer.initial_state(plan), logs=True
+    )
+  times = timing.interleave(candidates, args.rounds, warmup=1)
+  figures = {
+      name: dict(
+          seconds_per_meta_step=times.median(name),
+          ratio_to_teacher=times.median(TEACHER) / times.median(name),
+          seconds=times.rounds[name],
+      )
+      for name in candidates
+  }
+  (root / "meta_speed.json").write_text(json.dumps(figures, indent=1))
+  for name, f in figures.items():
+    print(
+        f"{name}: {f['seconds_per_meta_step']:.3f} s per meta-step, "
+        f"{f['ratio_to_teacher']:.3f}x Disco103's speed"
     )
 
 
@@ -337,6 +381,10 @@ def main() -> None:
           "distill": cli.Command(distill, _distill_flags),
           "compare": cli.Command(compare, _compare_flags),
           "speed": cli.Command(speed, _speed_flags),
+          "meta_speed": cli.Command(
+              meta_speed,
+              lambda p: p.add_argument("--rounds", type=int, default=5),
+          ),
           "report": cli.Command(report, _report_flags),
       },
       shared=_shared,

@@ -22,14 +22,15 @@ fresh agents each, ``--validation_steps`` env steps, Disco103's replay loop
 with learner batches of 8 trajectories), into ``validation.csv`` and
 ``best_meta_params.npz``.
 
-``compare`` takes the best validated rule over the runs (``rules/finetuned.npz``;
-the validation at meta-step 0 is Disco103's own, so a run that never beats
-it gives Disco103 back)
-and runs ``disco-compare`` on the held-out environments: it, Disco103 (both
-on the replay loop and Disco103's agent settings), actor-critic tuned per
-environment (learning rate x entropy cost on seeds kept apart; the
-environment suite's on-policy loop) and PPO (its own loop), all with the
-same network, ``--compare_seeds`` seeds of ``--compare_steps`` env steps.
+``compare`` takes the rule fine-tuning ends with: the final
+meta-parameters of the run whose last validation scores highest
+(``rules/finetuned.npz``; a run's best validated parameters may be those of
+meta-step 0, Disco103's own), and runs ``disco-compare`` on the held-out
+environments: it, Disco103 (both on the replay loop and Disco103's agent
+settings), actor-critic tuned per environment (learning rate x entropy cost
+on seeds kept apart; the environment suite's on-policy loop) and PPO (its
+own loop), all with the same network, ``--compare_seeds`` seeds of
+``--compare_steps`` env steps.
 
 ``report`` writes ``validation.png``, ``validation.csv`` and ``table.md`` and
 copies the comparison's report and figures.
@@ -38,6 +39,7 @@ copies the comparison's report and figures.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 import sys
 
@@ -134,7 +136,12 @@ def compare(args) -> None:
   rules = ("disco103", "actor_critic", "ppo")
   if not args.baselines_only:
     names = [run_name(lr) for lr in _meta_lrs(args)]
-    chosen = meta_runs.pick_rules(root, {RULE: names})
+    chosen = meta_runs.pick_rules(
+        root,
+        {RULE: names},
+        file="meta_params.npz",
+        score=meta_runs.last_score,
+    )
     if RULE not in chosen:
       raise SystemExit(f"no validated run under {root}: run `run` first")
     rules = (str(chosen[RULE]), *rules)
@@ -202,6 +209,14 @@ def report(args) -> None:
   ax.legend()
   fig.tight_layout()
   fig.savefig(out / "validation.png", dpi=100)
+  chosen = root / "rules" / "chosen.json"
+  if chosen.is_file():
+    c = json.loads(chosen.read_text())[RULE]
+    lines += [
+        "",
+        f"Compared as `{RULE}`: {c['source']} (last validation IQM "
+        f"{c['validation_score']:.3f}).",
+    ]
   meta_runs.copy_comparison(root / "compare", out)
   cli.write_table(out, "\n".join(lines) + "\n")
 

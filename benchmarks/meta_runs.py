@@ -10,6 +10,7 @@ from pathlib import Path
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -142,27 +143,42 @@ def copy_comparison(compared: Path, out: Path) -> None:
     shutil.copyfile(figure, out / f"compare_{figure.name}")
 
 
+def best_score(scores: Mapping[int, float]) -> float:
+  """A run's highest validation score."""
+  return max(scores.values())
+
+
+def last_score(scores: Mapping[int, float]) -> float:
+  """A run's validation score at its last validation."""
+  return scores[max(scores)]
+
+
 def best_validated(
-    root: Path, names: Sequence[str]
+    root: Path,
+    names: Sequence[str],
+    file: str = "best_meta_params.npz",
+    score: Callable[[Mapping[int, float]], float] = best_score,
 ) -> tuple[Path, float] | None:
-  """``(best_meta_params.npz, score)`` of the run of ``names`` (any seed)
-  with the highest validation score (None: no validated run)."""
+  """``(<run>/<file>, score)`` of the run of ``names`` (any seed) whose
+  validations ``score`` highest: by default the best validated
+  meta-parameters of all (None: no validated run)."""
   best = None
   for run_dir in (d for name in names for d in run_dirs(root, name)):
     scores = validation_scores(run_dir)
-    path = run_dir / "best_meta_params.npz"
+    path = run_dir / file
     if scores and path.is_file():
-      score = max(scores.values())
-      if best is None or score > best[1]:
-        best = (path, score)
+      score_of_run = score(scores)
+      if best is None or score_of_run > best[1]:
+        best = (path, score_of_run)
   return best
 
 
 def pick_rules(
-    root: Path, candidates: Mapping[str, Sequence[str]]
+    root: Path, candidates: Mapping[str, Sequence[str]], **how: Any
 ) -> dict[str, Path]:
-  """For each rule, copies the best validated meta-parameters of its
-  candidate runs (``{rule: names}``, `best_validated`) to
+  """For each rule, copies the meta-parameters `best_validated` picks
+  (``how``: its ``file`` and ``score``) among its candidate runs
+  (``{rule: names}``) to
   ``<root>/rules/<rule>.npz`` and records the pick in
   ``<root>/rules/chosen.json``; ``{rule: copy}`` of the rules with a
   validated run.
@@ -177,7 +193,7 @@ def pick_rules(
   before = json.loads(chosen_file.read_text()) if chosen_file.is_file() else {}
   chosen, paths = {}, {}
   for rule, names in candidates.items():
-    best = best_validated(root, names)
+    best = best_validated(root, names, **how)
     if best is None:
       continue
     path = rules_dir / f"{rule}.npz"

@@ -61,6 +61,11 @@ agent_loss_mask = 'published'
 batch_size = 32  # environments per agent
 rollout_len = 16
 inner_steps = 2
+# A replay per agent (0: none): each inner update learns from
+# replay_batch_size trajectories of its last replay_capacity, as Disco103's
+# agents learn best; e.g. 256 and 32 to fine-tune Disco103 that way.
+replay_capacity = 0
+replay_batch_size = 0
 agent_network = dict(dense=(512, 512), model_lstm_size=256,
                      model_head_hiddens=(256,))
 agent_learning_rate = 5e-4
@@ -134,6 +139,7 @@ config = trainer.default_config()
 config.update(dict(
     population=population,
     batch_size=batch_size, rollout_len=rollout_len, inner_steps=inner_steps,
+    replay_capacity=replay_capacity, replay_batch_size=replay_batch_size,
     meta_learning_rate=meta_learning_rate, init_meta_params=init_meta_params,
     seed=seed, num_meta_steps=num_meta_steps, output_dir=output_dir,
     resume=True))  # the folder may hold an earlier run of this notebook
