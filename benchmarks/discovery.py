@@ -49,7 +49,6 @@ the comparison's ``report.md`` and figures.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 import sys
 
@@ -195,52 +194,14 @@ def compare(args) -> None:
 
 
 def report(args) -> None:
-  from matplotlib import pyplot as plt
-
   root = Path(args.root)
-  out = Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  lines = [
-      "| run | meta-steps | validation IQM at 0 | at the end | best (meta-step) |",
-      "|---|---|---|---|---|",
-  ]
-  rows = []
-  fig, ax = plt.subplots(figsize=(7, 4))
-  for i, variant in enumerate(VARIANTS):
-    for j, run_dir in enumerate(meta_runs.run_dirs(root, variant)):
-      scores = meta_runs.validation_scores(run_dir)
-      if not scores:
-        continue
-      rows += meta_runs.validation_rows(run_dir)
-      steps = sorted(scores)
-      lines.append(meta_runs.validation_table_row(run_dir, scores))
-      ax.plot(
-          steps,
-          [scores[s] for s in steps],
-          color=f"C{i}",
-          alpha=0.8,
-          label=variant if j == 0 else None,
-      )
-  if not rows:
-    raise SystemExit(f"no validation.csv under {root}")
-  cli.write_csv(out / "validation.csv", rows)
-  ax.set_xlabel("meta-step (ES: generation)")
-  ax.set_ylabel("held-out validation IQM (0: random, 1: reference)")
-  ax.set_title("CartPole, Breakout-MinAtar, MiniGrid-Empty-8x8, held out")
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(out / "validation.png", dpi=100)
-  chosen = root / "rules" / "chosen.json"
-  if chosen.is_file():
-    lines += ["", "Rules taken to the comparison:", ""]
-    for rule, c in json.loads(chosen.read_text()).items():
-      lines.append(
-          f"* `{rule}`: {c['source']} "
-          f"(validation IQM {c['validation_score']:.3f})"
-      )
-  compared = root / "compare"
-  meta_runs.copy_comparison(compared, out)
-  cli.write_table(out, "\n".join(lines) + "\n")
+  meta_runs.write_validation_report(
+      root,
+      Path(args.out),
+      {v: meta_runs.run_dirs(root, v) for v in VARIANTS},
+      title="CartPole, Breakout-MinAtar, MiniGrid-Empty-8x8, held out",
+      xlabel="meta-step (ES: generation)",
+  )
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:

@@ -39,7 +39,6 @@ copies the comparison's report and figures.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 import sys
 
@@ -181,44 +180,17 @@ def compare(args) -> None:
 
 
 def report(args) -> None:
-  from matplotlib import pyplot as plt
-
   root = Path(args.root)
-  out = Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  lines = [
-      "| run | meta-steps | validation IQM at 0 | at the end | best (meta-step) |",
-      "|---|---|---|---|---|",
-  ]
-  rows = []
-  fig, ax = plt.subplots(figsize=(7, 4))
-  for run_dir in sorted(root.glob("finetune_lr*-s*")):
-    scores = meta_runs.validation_scores(run_dir)
-    if not scores:
-      continue
-    rows += meta_runs.validation_rows(run_dir)
-    lines.append(meta_runs.validation_table_row(run_dir, scores))
-    steps = sorted(scores)
-    ax.plot(steps, [scores[s] for s in steps], marker="o", label=run_dir.name)
-  if not rows:
-    raise SystemExit(f"no validation.csv under {root}")
-  cli.write_csv(out / "validation.csv", rows)
-  ax.set_xlabel("meta-step (0: Disco103)")
-  ax.set_ylabel("held-out validation IQM (0: random, 1: reference)")
-  ax.set_title("Fine-tuning Disco103: CartPole, Breakout-MinAtar, Catch 8x8")
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(out / "validation.png", dpi=100)
-  chosen = root / "rules" / "chosen.json"
-  if chosen.is_file():
-    c = json.loads(chosen.read_text())[RULE]
-    lines += [
-        "",
-        f"Compared as `{RULE}`: {c['source']} (last validation IQM "
-        f"{c['validation_score']:.3f}).",
-    ]
-  meta_runs.copy_comparison(root / "compare", out)
-  cli.write_table(out, "\n".join(lines) + "\n")
+  meta_runs.write_validation_report(
+      root,
+      Path(args.out),
+      {
+          f"meta-learning rate {lr:g}": meta_runs.run_dirs(root, run_name(lr))
+          for lr in _meta_lrs(args)
+      },
+      title="Fine-tuning Disco103: CartPole, Breakout-MinAtar, Catch 8x8",
+      xlabel="meta-step (0: Disco103)",
+  )
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks import cli
 from disco.meta import history as history_lib
 from disco.meta import validation as validation_lib
 
@@ -197,11 +198,18 @@ def pick_rules(
     if best is None:
       continue
     path = rules_dir / f"{rule}.npz"
-    chosen[rule] = dict(source=str(best[0]), validation_score=best[1])
-    if before.get(rule, chosen[rule]) != chosen[rule]:
+    chosen[rule] = dict(
+        source=str(best[0]),
+        validation_score=best[1],
+        by=how.get("score", best_score).__name__.replace("_", " "),
+    )
+    earlier = before.get(rule, chosen[rule])
+    if any(
+        earlier[k] != chosen[rule][k] for k in ("source", "validation_score")
+    ):
       raise SystemExit(
           f"the best {rule} rule changed since the last comparison "
-          f"({before[rule]['source']} -> {best[0]}): delete "
+          f"({earlier['source']} -> {best[0]}): delete "
           f"{root / 'compare' / 'runs' / rule} and {chosen_file}, then "
           "compare again"
       )
@@ -210,3 +218,68 @@ def pick_rules(
   if chosen:
     chosen_file.write_text(json.dumps(chosen, indent=2))
   return paths
+
+
+def write_validation_report(
+    root: Path,
+    out: Path,
+    groups: Mapping[str, Sequence[Path]],
+    title: str,
+    xlabel: str = "meta-step",
+) -> None:
+  """Into ``out``: ``validation.csv`` and ``validation.png`` of the runs'
+  validations (one colour per group, ``{label: run folders}``), ``table.md``
+  (a row per run, then the rules `pick_rules` took to the comparison) and
+  the comparison's report and figures (`copy_comparison`).
+
+  Raises:
+    SystemExit: no run has a validation.
+  """
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  out.mkdir(parents=True, exist_ok=True)
+  lines = [
+      "| run | meta-steps | validation IQM at 0 | at the end | best (meta-step) |",
+      "|---|---|---|---|---|",
+  ]
+  rows = []
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for i, (label, dirs) in enumerate(groups.items()):
+    labelled = False
+    for run_dir in dirs:
+      scores = validation_scores(run_dir)
+      if not scores:
+        continue
+      rows += validation_rows(run_dir)
+      lines.append(validation_table_row(run_dir, scores))
+      steps = sorted(scores)
+      ax.plot(
+          steps,
+          [scores[s] for s in steps],
+          color=f"C{i}",
+          alpha=0.8,
+          marker="o" if len(steps) < 20 else None,
+          label=None if labelled else label,
+      )
+      labelled = True
+  if not rows:
+    raise SystemExit(f"no validation.csv under {root}")
+  cli.write_csv(out / "validation.csv", rows)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel("held-out validation IQM (0: random, 1: reference)")
+  ax.set_title(title)
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(out / "validation.png", dpi=100)
+  plt.close(fig)
+  chosen = root / "rules" / "chosen.json"
+  if chosen.is_file():
+    lines += ["", "Rules taken to the comparison:", ""]
+    for rule, c in json.loads(chosen.read_text()).items():
+      by = c.get("by", "best score")
+      lines.append(
+          f"* `{rule}`: {c['source']} (validation IQM "
+          f"{c['validation_score']:.3f}, the runs' {by})"
+      )
+  copy_comparison(root / "compare", out)
+  cli.write_table(out, "\n".join(lines) + "\n")
