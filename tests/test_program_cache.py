@@ -10,9 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import meta_settings
 from disco import program_cache
 from disco.meta import plan as plan_lib
+
+import meta_settings
 
 
 @jax.tree_util.register_dataclass
@@ -140,9 +141,7 @@ def test_the_loaded_meta_step_computes_what_the_traced_one_does(
     tmp_path, monkeypatch
 ):
   folder = tmp_path / "cache"
-  monkeypatch.setattr(
-      plan_lib.compile_cache, "enabled_folder", lambda: folder
-  )
+  monkeypatch.setattr(plan_lib.compile_cache, "enabled_folder", lambda: folder)
   config = meta_settings.tiny_config(
       **meta_settings.TINY_LPG, output_dir=str(tmp_path / "run")
   )
@@ -160,7 +159,10 @@ def test_the_loaded_meta_step_computes_what_the_traced_one_does(
   traced = population._step(*population._step_args(state))  # plain jit
   traced = (state.replace(**traced[0]), traced[1])
   for a, b, c in zip(
-      jax.tree.leaves(traced), jax.tree.leaves(stored), jax.tree.leaves(loaded)
+      jax.tree.leaves(traced),
+      jax.tree.leaves(stored),
+      jax.tree.leaves(loaded),
+      strict=True,
   ):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
