@@ -44,6 +44,8 @@ agent_loss_mask = 'valid'
 batch_size = 2
 rollout_len = 3
 inner_steps = 1
+replay_capacity = 0
+replay_batch_size = 0
 agent_network = dict(dense=(16,), model_lstm_size=8, model_head_hiddens=(8,))
 agent_learning_rate = 5e-4
 value_fn_dense = (8, 8)
