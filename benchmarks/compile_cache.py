@@ -74,7 +74,7 @@ def _launcher_compile_time(out: Path) -> float | None:
 def run_once(module: str, args: list[str], cache: Path, out: Path) -> dict:
   env = dict(os.environ)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)
-  first_step = []
+  first_step, stderr_chunks = [], []
   with timing.Stopwatch() as clock:
     proc = subprocess.Popen(
         [
@@ -89,15 +89,16 @@ def run_once(module: str, args: list[str], cache: Path, out: Path) -> dict:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    stderr = threading.Thread(
-        target=_watch, args=(proc.stderr, clock, first_step, errors := [])
+    reader = threading.Thread(
+        target=_watch, args=(proc.stderr, clock, first_step, stderr_chunks)
     )
-    stderr.start()
+    reader.start()
     stdout = proc.stdout.read().decode()
     proc.wait()
-    stderr.join()
+    reader.join()
   if proc.returncode != 0:
-    raise SystemExit(f"{module} failed:\n{b''.join(errors)[-3000:].decode()}")
+    stderr_text = b"".join(stderr_chunks).decode(errors="replace")
+    raise SystemExit(f"{module} failed:\n{stderr_text[-3000:]}")
   found = _LINE.search(stdout)
   if not found:
     raise SystemExit(f"{module}: no compilation-cache line in its output")
