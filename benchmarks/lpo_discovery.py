@@ -125,19 +125,14 @@ def run(args) -> None:
 def best_rule(root: Path, variant: str) -> tuple[Path, float, int]:
   """A variant's best validated meta-parameters over its seeds: (file,
   score, generation)."""
-  best = None
-  for path in meta_runs.run_dirs(root, variant):
-    scores = meta_runs.validation_scores(path)
-    if not scores or not (path / "best_meta_params.npz").is_file():
-      continue
-    step = max(scores, key=scores.get)
-    if best is None or scores[step] > best[1]:
-      best = (path / "best_meta_params.npz", scores[step], step)
+  best = meta_runs.best_validated(root, [variant])
   if best is None:
     raise SystemExit(
         f"no validated {variant} run under {root}: run `run` first"
     )
-  return best
+  path, score = best
+  scores = meta_runs.validation_scores(path.parent)
+  return path, score, max(scores, key=scores.get)
 
 
 def _choose(root: Path, variant: str, target: Path) -> dict:
