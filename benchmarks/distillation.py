@@ -1,26 +1,32 @@
 r"""Disco103 distilled into smaller meta-networks: agreement, returns, speed (issue 48).
 
   python benchmarks/distillation.py all --root /work/runs/distill \
-      --out benchmarks/results/distillation
+      --students h64,h32,flat_h64_t256 --out benchmarks/results/distillation
 
 ``all`` runs the steps below in turn; each is a command of its own too
 (``distill``, ``compare``, ``speed``, ``report``, all with ``--root``), and
 each skips what is finished, so the command resumes after a kill.
 
-``distill`` runs ``disco-distill`` once per student size (``--hidden``,
-the per-trajectory LSTM's units; every student has no per-lifetime LSTM and
-reads its lifetime instead) into ``<root>/h<H>``, all sharing one dataset
-in ``<root>/dataset``: Disco103's agents on ``TRAIN`` and, held out,
-``HELD_OUT`` (``--seeds`` agents each, ``--steps`` env steps, 8 batches
-kept per agent), ``--fit_steps`` fitting steps. The students' files go to
-``<root>/rules/student_h<H>.npz``.
+``distill`` runs ``disco-distill`` once per student of ``--students``
+(``h<H>``: Disco103's agent, a per-trajectory LSTM of ``H`` units;
+``flat_h<H>``: the same with a flat agent, ``student_agent='flat'``;
+``..._t<W>``: agents with a torso of two ``W``-unit layers; every student
+has no per-lifetime LSTM and reads its lifetime instead) into
+``<root>/<student>``, all sharing one dataset in ``<root>/dataset``:
+Disco103's agents on ``TRAIN`` and, held out, ``HELD_OUT`` (``--seeds``
+agents each, ``--steps`` env steps, 8 batches kept per agent),
+``--fit_steps`` fitting steps. The students' files go to
+``<root>/rules/student_<student>.npz``.
 
-``compare`` runs ``disco-compare`` of Disco103 and the students of
-``--compare_hidden`` on ``COMPARE`` (``--compare_seeds`` seeds,
+``compare`` runs ``disco-compare`` of Disco103, the students of
+``--compare_students`` and the controls of ``--controls`` (Disco103 with
+agents of a ``W``-unit torso, ``disco103_t<W>``) on ``COMPARE`` (``--compare_seeds`` seeds,
 ``--compare_steps`` env steps, every rule in Disco103's loop) into
-``<root>/compare``.
+``<root>/<compare_out>`` (``compare`` by default). ``report`` reads every
+folder of ``--compare_out`` (comma-separated) and sets each student's return
+against the Disco103 of its own comparison.
 
-``speed`` times learner steps of every rule on Catch 8x8 with the published
+``speed`` times learner steps of every rule (the controls too) on Catch 8x8 with the published
 evaluation loop, interleaved (``--rounds`` rounds of one compiled call of
 ``--iterations`` iterations each), alone on the machine, into
 ``<root>/speed.json``.
@@ -31,7 +37,7 @@ meta-network and each student's, interleaved (``--rounds``), alone on the
 machine, into ``<root>/meta_speed.json``.
 
 ``report`` writes to ``--out``: ``agreement.csv`` (every student, split and
-environment), ``fit_h<H>.csv``, ``table.md`` (parameters, agreement, final
+environment), ``fit_<student>.csv``, ``table.md`` (parameters, agreement, final
 returns with their interval, the return relative to Disco103's, learner
 steps/s against Disco103's), ``tradeoff.png`` (meta-parameters against
 learner steps/s, each rule labelled with its agreement and return) and the
@@ -43,6 +49,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+import re
 import shutil
 import subprocess
 import sys
@@ -60,25 +67,44 @@ COMPARE = ("catch:rows=8,columns=8",)
 TEACHER = "disco103"
 
 
-def _student_file(root: Path, hidden: int) -> Path:
-  return root / "rules" / f"student_h{hidden}.npz"
+def _student_file(root: Path, student: str) -> Path:
+  return root / "rules" / f"student_{student}.npz"
 
 
-def _sizes(args) -> list[int]:
-  return [int(h) for h in args.hidden.split(",")]
+def _students(names: str) -> dict[str, list[str]]:
+  """Student names -> their ``disco-distill`` flags: ``[flat_]h<H>[_t<W>]``,
+  a per-trajectory LSTM of ``H`` units, with ``flat_`` a flat agent, with
+  ``_t<W>`` a torso of two dense layers of ``W`` units."""
+  students = {}
+  for name in filter(None, names.split(",")):
+    found = re.fullmatch(r"(flat_)?h(\d+)(?:_t(\d+))?", name.strip())
+    if not found:
+      raise SystemExit(
+          f"student {name!r}: give h<units>, flat_h<units> or either with "
+          "_t<torso units>"
+      )
+    flat, hidden, torso = found.groups()
+    flags = [
+        f"--config.student.hidden_size={hidden}",
+        f"--config.student_agent={'flat' if flat else 'teacher'}",
+    ]
+    if torso:
+      flags.append(f"--config.student_torso=({torso}, {torso})")
+    students[name.strip()] = flags
+  return students
 
 
 def distill(args) -> None:
   root = Path(args.root)
-  for hidden in _sizes(args):
-    out = root / f"h{hidden}"
+  for name, flags in _students(args.students).items():
+    out = root / name
     if not (out / "summary.json").is_file():
       command = [
           sys.executable,
           "-m",
           "disco.launch.distill",
           f"--config.teacher={TEACHER}",
-          f"--config.student.hidden_size={hidden}",
+          *flags,
           f"--config.envs={TRAIN!r}",
           f"--config.held_out_envs={HELD_OUT!r}",
           f"--config.dataset.num_seeds={args.seeds}",
@@ -89,17 +115,47 @@ def distill(args) -> None:
       ]
       print(" ".join(command[2:]), flush=True)
       subprocess.run(command, check=True)
-    target = _student_file(root, hidden)
+    target = _student_file(root, name)
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(out / "student.npz", target)
 
 
+def _control_file(root: Path, torso: int) -> Path:
+  """Disco103 with agents of a smaller torso (two ``torso``-unit layers):
+  the control that tells a flat student's speed and returns from those of
+  its torso alone. Written once, into ``<root>/rules``."""
+  from disco.distillation import workflow  # pylint: disable=g-import-not-at-top
+  from disco.meta import rule_files  # pylint: disable=g-import-not-at-top
+  from disco.update_rules import resolve  # pylint: disable=g-import-not-at-top
+
+  path = root / "rules" / f"{TEACHER}_t{torso}.npz"
+  if not path.is_file():
+    teacher = resolve.resolve_rule(TEACHER)
+    settings = teacher.settings.copy_and_resolve_references()
+    settings.network.dense = (torso, torso)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rule_files.export_meta_params(
+        path,
+        teacher.meta_params,
+        settings,
+        meta_step=0,
+        with_network=True,
+        licence=workflow.DISCO103_TERMS,
+    )
+  return path
+
+
+def _controls(args) -> list[int]:
+  return [int(t) for t in args.controls.split(",") if t]
+
+
 def compare(args) -> None:
   root = Path(args.root)
-  files = [_student_file(root, int(h)) for h in args.compare_hidden.split(",")]
+  files = [_student_file(root, s) for s in _students(args.compare_students)]
   missing = [str(f) for f in files if not f.is_file()]
   if missing:
     raise SystemExit(f"missing rule files {missing}: run `distill` first")
+  files += [_control_file(root, t) for t in _controls(args)]
   command = [
       sys.executable,
       "-m",
@@ -109,10 +165,15 @@ def compare(args) -> None:
       f"--config.num_seeds={args.compare_seeds}",
       f"--config.total_env_steps={args.compare_steps}",
       "--config.last_episodes=500",
-      f"--config.output_dir={root / 'compare'}",
+      f"--config.output_dir={_compared(args)[0]}",
   ]
   print(" ".join(command[2:]), flush=True)
   meta_runs.run_compare(command, 1)
+
+
+def _compared(args) -> list[Path]:
+  """The comparison folders, the one ``compare`` writes first."""
+  return [Path(args.root) / f for f in args.compare_out.split(",")]
 
 
 def speed(args) -> None:
@@ -121,7 +182,12 @@ def speed(args) -> None:
 
   root = Path(args.root)
   rules = {TEACHER: TEACHER}
-  rules.update({f"h{h}": str(_student_file(root, h)) for h in _sizes(args)})
+  rules.update(
+      {s: str(_student_file(root, s)) for s in _students(args.students)}
+  )
+  rules.update(
+      {f"{TEACHER}_t{t}": str(_control_file(root, t)) for t in _controls(args)}
+  )
   candidates, steps = {}, {}
   for name, rule in rules.items():
     config = evaluation.make_config(
@@ -165,22 +231,25 @@ def speed(args) -> None:
 
 def meta_speed(args) -> None:
   """Seconds per meta-step at the published meta-training settings with
-  Disco103's meta-network and each student's, interleaved, in this
-  process."""
+  Disco103's meta-network and each student's (and a student's agent: flat,
+  or of its own torso), interleaved, in this process."""
   from disco import weights  # pylint: disable=g-import-not-at-top
   from disco.meta import trainer  # pylint: disable=g-import-not-at-top
 
   root = Path(args.root)
-  nets = {TEACHER: None}
-  for h in _sizes(args):
-    metadata = weights.NpzFile(_student_file(root, h)).metadata()
-    nets[f"h{h}"] = metadata["rule_kwargs"]["net"]
+  rules = {TEACHER: (None, None)}
+  for s in _students(args.students):
+    metadata = weights.NpzFile(_student_file(root, s)).metadata()
+    network = (metadata.get("settings") or {}).get("network") or {}
+    rules[s] = (metadata["rule_kwargs"], network.get("dense"))
   candidates = {}
-  for name, net in nets.items():
+  for name, (kwargs, torso) in rules.items():
     config = trainer.default_config()
     config.output_dir = str(root / "meta-speed-scratch" / name)
-    if net is not None:
-      config.rule_kwargs = dict(net=net)
+    if kwargs is not None:
+      config.rule_kwargs = kwargs
+    if torso is not None:
+      config.agent.network.dense = tuple(torso)
     plan = trainer.build(config)
     candidates[name] = timing.Stepper(
         plan.population.step, trainer.initial_state(plan), logs=True
@@ -214,31 +283,36 @@ def report(args) -> None:
   speed_figures = {}
   if (root / "speed.json").is_file():
     speed_figures = json.loads((root / "speed.json").read_text())
-  finals = _final_returns(root / "compare")
-  teacher_final = finals.get(TEACHER)
-  for hidden in _sizes(args):
-    run = root / f"h{hidden}"
+  comparisons = [_final_returns(folder) for folder in _compared(args)]
+  # A student's return, and Disco103's in the same comparison.
+  finals = {}
+  for found in reversed(comparisons):
+    finals.update({k: (v, found.get(TEACHER)) for k, v in found.items()})
+  for name in _students(args.students):
+    run = root / name
     summary = json.loads((run / "summary.json").read_text())
     for row in _read_csv(run / "agreement.csv"):
-      rows.append(dict(student=f"h{hidden}", **row))
-    shutil.copyfile(run / "fit.csv", out / f"fit_h{hidden}.csv")
+      rows.append(dict(student=name, **row))
+    shutil.copyfile(run / "fit.csv", out / f"fit_{name}.csv")
     held = [
         r
         for r in _read_csv(run / "agreement.csv")
         if r["split"] == "held_out" and r["who"] == "student"
     ]
-    final = finals.get(_student_file(root, hidden).stem)
+    final, its_teacher = finals.get(
+        _student_file(root, name).stem, (None, None)
+    )
     table.append(
         cli.table_row(
             [
-                f"h{hidden}",
+                name,
                 f"{summary['student_meta_params']:,}",
                 f"{summary['teacher_meta_params'] / summary['student_meta_params']:.1f}x",
                 f"{float(held[0]['pi_top1']):.3f}",
                 f"{float(held[0]['pi_kl']):.4f}",
                 _fmt_final(final),
-                _relative(final, teacher_final),
-                _speed(speed_figures, f"h{hidden}"),
+                _relative(final, its_teacher),
+                _speed(speed_figures, name),
             ]
         )
     )
@@ -255,22 +329,54 @@ def report(args) -> None:
           "learner steps/s vs Disco103",
       ]
   )
-  teacher_row = cli.table_row(
-      [
-          "Disco103",
-          "754,778",
-          "1x",
-          "1",
-          "0",
-          _fmt_final(teacher_final),
-          "1",
-          _speed(speed_figures, TEACHER),
-      ]
+  # Disco103's row, once per comparison (each has its own seeds).
+  teacher_rows = [
+      cli.table_row(
+          [
+              "Disco103"
+              + (f" ({folder.name})" if len(comparisons) > 1 else ""),
+              "754,778",
+              "1x",
+              "1",
+              "0",
+              _fmt_final(found.get(TEACHER)),
+              "1",
+              _speed(speed_figures, TEACHER),
+          ]
+      )
+      for folder, found in zip(_compared(args), comparisons, strict=True)
+  ]
+  controls = []
+  for torso in _controls(args):
+    name = f"{TEACHER}_t{torso}"
+    final, its_teacher = finals.get(name, (None, None))
+    controls.append(
+        cli.table_row(
+            [
+                f"Disco103, torso ({torso}, {torso})",
+                "754,778",
+                "1x",
+                "1",
+                "0",
+                _fmt_final(final),
+                _relative(final, its_teacher),
+                _speed(speed_figures, name),
+            ]
+        )
+    )
+  cli.write_table(
+      out, "\n".join([header, *teacher_rows, *controls, *table]) + "\n"
   )
-  cli.write_table(out, "\n".join([header, teacher_row, *table]) + "\n")
-  _plot_tradeoff(root, args, speed_figures, finals, out / "tradeoff.png")
-  if (root / "compare").is_dir():
-    meta_runs.copy_comparison(root / "compare", out)
+  _plot_tradeoff(
+      root,
+      args,
+      speed_figures,
+      {k: v[0] for k, v in finals.items()},
+      out / "tradeoff.png",
+  )
+  for folder in _compared(args):
+    if folder.is_dir():
+      meta_runs.copy_comparison(folder, out, f"{folder.name}_")
 
 
 def _plot_tradeoff(root, args, speed_figures, finals, path) -> None:
@@ -279,18 +385,22 @@ def _plot_tradeoff(root, args, speed_figures, finals, path) -> None:
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
   points = [(TEACHER, 754_778, TEACHER, "top-1 1")]
-  for hidden in _sizes(args):
-    summary = json.loads((root / f"h{hidden}" / "summary.json").read_text())
+  points += [
+      (f"{TEACHER}_t{t}", 754_778, f"{TEACHER}_t{t}", "top-1 1")
+      for t in _controls(args)
+  ]
+  for name in _students(args.students):
+    summary = json.loads((root / name / "summary.json").read_text())
     held = [
         r
-        for r in _read_csv(root / f"h{hidden}" / "agreement.csv")
+        for r in _read_csv(root / name / "agreement.csv")
         if r["split"] == "held_out" and r["who"] == "student"
     ]
     points.append(
         (
-            f"h{hidden}",
+            name,
             summary["student_meta_params"],
-            _student_file(root, hidden).stem,
+            _student_file(root, name).stem,
             f"top-1 {float(held[0]['pi_top1']):.3f}",
         )
     )
@@ -350,7 +460,13 @@ def _speed(figures, name: str) -> str:
 
 def _shared(p) -> None:
   p.add_argument("--root", required=True)
-  p.add_argument("--hidden", default="64,32,16")
+  # Disco103 with agents of these torso widths (comma-separated; '' none):
+  # compared and timed beside the students.
+  p.add_argument("--controls", default="256")
+  # Comparison folders under --root (comma-separated; compare writes the
+  # first, report reads them all).
+  p.add_argument("--compare_out", default="compare")
+  p.add_argument("--students", default="h64,h32,flat_h64_t256")
 
 
 def _distill_flags(p) -> None:
@@ -360,7 +476,7 @@ def _distill_flags(p) -> None:
 
 
 def _compare_flags(p) -> None:
-  p.add_argument("--compare_hidden", default="64,32")
+  p.add_argument("--compare_students", default="h32,flat_h64_t256")
   p.add_argument("--compare_seeds", type=int, default=3)
   p.add_argument("--compare_steps", type=int, default=40_000)
 

@@ -134,14 +134,16 @@ def run_compare(command: Sequence[str], shards: int) -> None:
   subprocess.run(command, check=True)
 
 
-def copy_comparison(compared: Path, out: Path) -> None:
-  """The comparison's report, tables and figures into ``out`` (prefixed
-  ``compare_``)."""
+def copy_comparison(
+    compared: Path, out: Path, prefix: str = "compare_"
+) -> None:
+  """The comparison's report, tables and figures into ``out``, their names
+  prefixed by ``prefix``."""
   for name in ("report.md", "results.csv", "tuning.csv", "statistics.json"):
     if (compared / name).is_file():
-      shutil.copyfile(compared / name, out / f"compare_{name}")
+      shutil.copyfile(compared / name, out / f"{prefix}{name}")
   for figure in compared.glob("*.png"):
-    shutil.copyfile(figure, out / f"compare_{figure.name}")
+    shutil.copyfile(figure, out / f"{prefix}{figure.name}")
 
 
 def best_score(scores: Mapping[int, float]) -> float:

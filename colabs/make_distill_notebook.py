@@ -27,7 +27,10 @@ with the student beside agents trained by the teacher.
 The student keeps the teacher's inputs, losses and agent; its meta-network
 is smaller: an LSTM of `student_hidden_size` units (Disco103: 256) and no
 per-lifetime LSTM, reading its progress through its lifetime as two inputs
-instead.
+instead. With `student_agent = 'flat'` the student's agents drop Disco103's
+action-conditional model (no `z` or `aux_pi`; their per-action values `q`
+come from a linear head); the student then reads the teacher's inputs
+without `z` and learns the `pi` and `y` targets.
 
 The same from the command line: `disco-distill` (see `configs/distill.py`);
 its student file then trains agents with
@@ -37,6 +40,7 @@ PARAMETERS = """\
 # Settings (this cell is tagged `parameters`: tools may replace it).
 teacher = 'disco103'  # or the path of a Disco rule file
 student_hidden_size = 32
+student_agent = 'teacher'  # or 'flat': agents without the action model
 envs = ('catch',)  # the agents whose batches the student is fitted to
 held_out_envs = ('catch:rows=8,columns=8',)  # agreement only
 num_seeds = 2  # agents per environment
@@ -84,6 +88,7 @@ else:
   config = distillation.make_config(
       teacher=teacher, envs=envs, held_out_envs=held_out_envs,
       student=dict(hidden_size=student_hidden_size),
+      student_agent=student_agent,
       dataset=dict(num_seeds=num_seeds, total_env_steps=total_env_steps,
                    samples_per_seed=samples_per_seed, **loop),
       fit=dict(steps=fit_steps, log_every=log_every),
@@ -95,15 +100,16 @@ print(f"meta-parameters: teacher {summary['teacher_meta_params']:,}, "
 FIT_MD = """\
 ## The fit and the agreement
 
-The KL from the teacher's targets to the student's per head, during the
-fit; then, per environment, the student's KL and the share of transitions
+The KL from the teacher's targets to the student's per head (those the
+student's agent learns), during the fit; then, per environment, the student's KL and the share of transitions
 where both policy targets rank the same action first (`pi_top1`), beside an
 untrained student's."""
 
 FIT = """\
 rows = list(csv.DictReader((out / 'fit.csv').open()))
 steps = [int(r['step']) for r in rows]
-for key in ('pi_kl', 'y_kl', 'z_kl'):
+heads = [k for k in rows[0] if k.endswith('_kl')]
+for key in heads:
   plt.plot(steps, [float(r[key]) for r in rows], label=key)
 plt.yscale('log')
 plt.xlabel('fitting step')
@@ -111,8 +117,9 @@ plt.legend()
 plt.show()
 for r in csv.DictReader((out / 'agreement.csv').open()):
   print(f"{r['split']:>8} {r['env']:<24} {r['who']:<9} "
-        f"top-1 {float(r['pi_top1']):.3f}  pi KL {float(r['pi_kl']):.4f}  "
-        f"y KL {float(r['y_kl']):.4f}  z KL {float(r['z_kl']):.4f}")"""
+        f"top-1 {float(r['pi_top1']):.3f}  "
+        + '  '.join(f"{k.replace('_kl', ' KL')} {float(r[k]):.4f}"
+                    for k in heads))"""
 
 EVAL_MD = """\
 ## Agents trained by the student

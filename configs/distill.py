@@ -44,7 +44,20 @@ def get_config() -> config_dict.ConfigDict:
               meta_policy_channels=p(tuple),
               meta_embedding_size=p(tuple),
               meta_pred_embedding_size=p(tuple),
+              # 'disco103' (the teacher's inputs) or 'flat' (without z; the
+              # default of a flat student_agent). None: the teacher's.
+              input_option=p(str),
           ),
+          # The agent the student trains: 'teacher' (the teacher's, with
+          # its action-conditional model) or 'flat' (no action-conditional
+          # model: no z or aux_pi, per-action q from a linear head; the
+          # student reads no z and learns the pi and y targets alone).
+          student_agent="teacher",
+          # The torso of the student's agents (the sizes of its dense
+          # layers, e.g. (256, 256)), written into the student's file so
+          # that agents trained with it use it; None: the teacher's
+          # (Disco103: (512, 512)). The fit does not depend on it.
+          student_torso=p(tuple),
           # Environments whose agents give the fitting data, and held-out
           # ones measured only (spec strings as disco-compare's
           # config.envs: 'name' or 'name:key=value,...').

@@ -530,3 +530,83 @@ def test_lifetime_inputs_reach_the_disco_meta_net():
         lambda a, b: not np.allclose(a, b), step(other).params, after.params
     )
     assert any(jax.tree.leaves(changed))
+
+
+# ------------------------------------------------------------ flat agent ----
+
+
+def _flat_agent():
+  settings = registry.default_settings("disco")
+  settings.network = dict(dense=(8,), head_w_init_std=1e-2)
+  settings.rule_kwargs = dict(
+      action_model=False,
+      net=dict(input_option="flat", hidden_size=8, meta_hidden_size=0),
+  )
+  return agent_lib.make_agent(settings, num_actions=3)
+
+
+def test_flat_agent_has_no_action_model_and_learns_every_head():
+  """``action_model=False``: logits, y and per-action values q from linear
+  heads, no action-conditional model (no z, no aux_pi), no z target; one
+  learner step moves the policy, y and q heads and carries a
+  meta-gradient."""
+  agent = _flat_agent()
+  rule = agent.rule
+  assert rule.target_heads == ("pi", "y")
+  rng = np.random.default_rng(5)
+  obs = jnp.asarray(rng.random((T + 1, B, 5, 5, 1)) < 0.2, jnp.float32)
+  params = agent.init_params(jax.random.PRNGKey(0), obs[0, 0])
+  out = agent.unroll(params, obs)
+  assert {k: v.shape for k, v in out.items()} == dict(
+      logits=(T + 1, B, 3), y=(T + 1, B, P), q=(T + 1, B, 3, BINS)
+  )
+  meta_params = _random_meta_params(rule, seed=3)
+  # The meta-network has no z head: one output of prediction size (y).
+  heads = [
+      k
+      for k, v in meta_params.items()
+      if "w" in v and v["w"].shape[-1] == P and v["w"].ndim == 2
+  ]
+  assert len(heads) == 1, heads
+  rollout = types.ActorRollout(
+      observations=obs,
+      actions=jnp.asarray(rng.integers(0, 3, (T + 1, B)), jnp.int32),
+      rewards=jnp.asarray(rng.normal(size=(T + 1, B)), jnp.float32),
+      **conftest.step_fields(np.ones((T + 1, B), bool)),
+      agent_outs=dict(logits=out["logits"]),
+      logits=out["logits"],
+  )
+  state = types.LearnerState(
+      params=params,
+      opt_state=agent.optimizer.init(params),
+      rule_state=rule.init_rule_state(jax.random.PRNGKey(0), params),
+  )
+
+  def objective(meta_params):
+    new_state, logs = agent.learner_step(
+        jax.random.PRNGKey(1), rollout, state, meta_params, True
+    )
+    return sum(jnp.sum(x) for x in jax.tree.leaves(new_state.params)), (
+        new_state,
+        logs,
+    )
+
+  grads, (new_state, logs) = jax.jit(jax.grad(objective, has_aux=True))(
+      meta_params
+  )
+  moved = {
+      k for k, v in new_state.params.items() if _norm(_sub(v, params[k])) > 0
+  }
+  assert len(moved) == len(params), set(params) - moved
+  new_out = agent.unroll(new_state.params, obs)
+  for key in ("logits", "y", "q"):
+    assert np.abs(np.asarray(new_out[key] - out[key])).max() > 0, key
+  assert "q_loss" in logs and "z_entropy" not in logs, sorted(logs)
+  assert _norm(grads) > 1e-6
+
+
+def test_flat_agent_refuses_per_action_inputs():
+  with pytest.raises(ValueError, match="only the action-conditional model"):
+    disco_rule.Disco(action_model=False)
+  with pytest.raises(ValueError, match="input_option='flatt' is not one of"):
+    meta_nets.MetaNetConfig(input_option="flatt")

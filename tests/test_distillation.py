@@ -57,9 +57,10 @@ TINY_LOOP = (
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, disco103_path):
-  """One tiny distillation of Disco103 at ``TINY``'s sizes, by the notebook
-  (which runs the library's ``distill``, then trains agents with the
-  student file): its run folder and output."""
+  """One tiny distillation of Disco103 into a flat student (no action-
+  conditional model) at ``TINY``'s sizes, by the notebook (which runs the
+  library's ``distill``, then trains agents with the student file): its run
+  folder and output."""
   conftest.require_python3_kernel()
   out = tmp_path_factory.mktemp("distill") / "run"
   nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -67,6 +68,7 @@ def run(tmp_path_factory, disco103_path):
   conftest.parameters_cell(nb).source = f"""\
 teacher = 'disco103'
 student_hidden_size = 64
+student_agent = 'flat'
 envs = {TINY['envs']!r}
 held_out_envs = {TINY['held_out_envs']!r}
 num_seeds = {data['num_seeds']}
@@ -142,9 +144,12 @@ def test_run_writes_its_outputs(run):
   for row in rows:
     assert row["samples"] == "4"  # 2 agents x 2 points
     assert 0.0 <= float(row["pi_top1"]) <= 1.0
-    assert all(np.isfinite(float(row[f"{k}_kl"])) for k in fitting.HEADS)
+    # A flat student learns the pi and y targets only.
+    assert all(np.isfinite(float(row[f"{k}_kl"])) for k in ("pi", "y"))
+    assert "z_kl" not in row
   fit = list(csv.DictReader((out / "fit.csv").open()))
   assert [int(r["step"]) for r in fit] == [10, 20]
+  assert list(fit[0]) == ["step", "loss", "pi_kl", "y_kl"]
 
 
 def test_loss_is_zero_for_a_student_that_is_the_teacher(run):
@@ -183,6 +188,11 @@ def test_the_student_file_loads_and_evaluates(run):
   net = rule.rule.net_config
   assert (net.hidden_size, net.meta_hidden_size) == (64, 0)
   assert net.lifetime_conditioning and net.prediction_size == 600
+  assert net.input_option == "flat" and not rule.rule.action_model
+  # Without student_torso, the teacher's agent network (none in the file).
+  assert "settings" not in metadata
+  assert tuple(rule.settings.network.dense) == (512, 512)
+  assert set(rule.rule.agent_output_spec(3)) == {"logits", "y", "q"}
   # A student of it, in turn, carries the same terms.
   teacher = resolve.resolve_rule(str(path))
   assert distillation.workflow._licence(teacher, str(path)) == (
@@ -193,6 +203,43 @@ def test_the_student_file_loads_and_evaluates(run):
       r"student: mean return over the last episodes (\S+)", run["text"]
   )
   assert found and np.isfinite(float(found.group(1))), run["text"][-2000:]
+
+
+def test_a_student_with_the_teachers_agent_fits_and_exports(run, tmp_path):
+  """The default ``student_agent='teacher'`` on the run's dataset: the
+  student learns all three targets and keeps Disco103's agent (its action-
+  conditional model and z, aux_pi, q outputs), here with a torso of its
+  own that its file carries."""
+  out = tmp_path / "teacher_agent"
+  summary = distillation.distill(
+      tiny_config(
+          student_torso=(32,),
+          dataset=dict(TINY["dataset"], folder=str(run["out"] / "dataset")),
+          fit=dict(steps=10, log_every=10),
+          output_dir=str(out),
+      ),
+      log=lambda _: None,
+  )
+  fit = list(csv.DictReader((out / "fit.csv").open()))
+  assert list(fit[0]) == ["step", "loss", "pi_kl", "y_kl", "z_kl"]
+  rows = list(csv.DictReader((out / "agreement.csv").open()))
+  assert all(np.isfinite(float(r["z_kl"])) for r in rows)
+  path = out / distillation.STUDENT_FILE
+  kwargs = weights.load_metadata(path)["rule_kwargs"]
+  assert kwargs["action_model"] is True
+  assert kwargs["net"]["input_option"] == "disco103"
+  resolved = resolve.resolve_rule(str(path))
+  assert tuple(resolved.settings.network.dense) == (32,)
+  student = resolved.rule
+  assert student.action_model and student.target_heads == ("pi", "y", "z")
+  assert set(student.agent_output_spec(3)) == {
+      "logits",
+      "y",
+      "z",
+      "aux_pi",
+      "q",
+  }
+  assert summary["student_meta_params"] < summary["teacher_meta_params"] / 5
 
 
 def test_the_dataset_is_reused_and_checked(run):
@@ -247,6 +294,16 @@ def test_a_stopped_gathering_resumes_at_the_missing_shard(
         (dict(student=dict(meta_hidden_size=8)), "per-lifetime LSTM"),
         (dict(envs=("catchh",)), "Unknown environment 'catchh'"),
         (dict(fit=dict(steps=0)), "fit.steps must be >= 1"),
+        (dict(student_agent="tiny"), "student_agent='tiny': give one of"),
+        (dict(student_torso=(0, 8)), "student_torso=.* positive integers"),
+        (
+            dict(student_agent="flat", student=dict(input_option="disco103")),
+            "only the action-conditional model gives",
+        ),
+        (
+            dict(student_agent="flat", fit=dict(pi_cost=0.0, y_cost=0.0)),
+            r"costs of the student's targets \('pi', 'y'\) are all 0",
+        ),
     ],
 )
 def test_mismatches_and_bad_settings_are_one_line(

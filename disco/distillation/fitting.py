@@ -7,11 +7,12 @@ inputs exactly as in a learner step (``Disco.meta_net_inputs``); the teacher
 gives its targets ``pi [T, B, A]``, ``y`` and ``z [T, B, P]`` from them with
 its recorded per-lifetime state, and the student its own, from the same
 inputs (plus the agent's lifetime ``n / N, log N`` when it conditions on
-it). The loss is what the agent's own losses compare targets with: the KL
-from the teacher's target to the student's, per head, averaged over the
-transitions the agent's loss counts (``mask``) and weighted by
-``pi_cost``, ``y_cost``, ``z_cost``. It is zero for a student that is the
-teacher.
+it; a flat student reads the ones it takes). The loss is what the agent's
+own losses compare targets with: the KL from the teacher's target to the
+student's, per head the student's agent learns (``Disco.target_heads``: a
+flat student has no ``z``), averaged over the transitions the agent's loss
+counts (``mask``) and weighted by ``pi_cost``, ``y_cost``, ``z_cost``. It
+is zero for a student that is the teacher.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ from disco.distillation import dataset as dataset_lib
 from disco.networks import meta_nets
 from disco.update_rules import base
 from disco.update_rules import disco as disco_rule
-
-HEADS = ("pi", "y", "z")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +51,11 @@ class Pair:
   def teacher(self) -> disco_rule.Disco:
     return self.shard.plan.agent.rule
 
+  @property
+  def heads(self) -> tuple[str, ...]:
+    """The targets compared: those the student's agent learns."""
+    return self.student.target_heads
+
 
 def targets(
     pair: Pair,
@@ -70,7 +74,7 @@ def targets(
 
   Returns:
     ``(teacher_out, student_out, mask [T, B])``; the heads of both are
-    ``pi [T, B, A]``, ``y`` and ``z [T, B, P]``.
+    ``pair.heads``: ``pi [T, B, A]``, ``y`` and ``z [T, B, P]``.
   """
   agent = pair.shard.plan.agent
   rule_state = sample["rule_state"]
@@ -97,8 +101,8 @@ def targets(
       student_rnn_state,
       _with_lifetime(pair, meta_inputs, sample["learner_steps"]),
   )
-  teacher_out = {k: jax.lax.stop_gradient(teacher_out[k]) for k in HEADS}
-  return teacher_out, {k: student_out[k] for k in HEADS}, inputs.mask
+  teacher_out = {k: jax.lax.stop_gradient(teacher_out[k]) for k in pair.heads}
+  return teacher_out, {k: student_out[k] for k in pair.heads}, inputs.mask
 
 
 def _initial_rnn_state(student: disco_rule.Disco):
@@ -132,10 +136,10 @@ def head_kls(
     mask: jax.Array,
 ) -> dict[str, jax.Array]:
   """``{head: mean KL(teacher || student)}`` over the ``mask``ed
-  transitions."""
+  transitions, for each head of ``student_out``."""
   return {
       k: _masked_mean(ops.categorical_kl(teacher_out[k], student_out[k]), mask)
-      for k in HEADS
+      for k in student_out
   }
 
 
@@ -148,7 +152,7 @@ def sample_loss(
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """The distillation loss of one sample and its per-head KLs."""
   kls = head_kls(*targets(pair, sample, student_params, student_rnn_state))
-  loss = sum(costs[f"{k}_cost"] * kls[k] for k in HEADS)
+  loss = sum(costs[f"{k}_cost"] * kls[k] for k in kls)
   return loss, kls
 
 
@@ -167,9 +171,11 @@ def fit(
 
   Returns:
     The student's meta-parameters and the mean loss and KLs of each
-    ``log_every`` steps (``{step, loss, pi_kl, y_kl, z_kl}``).
+    ``log_every`` steps (``{step, loss, pi_kl, y_kl[, z_kl]}``: the
+    student's heads).
   """
-  costs = {f"{k}_cost": getattr(fit_settings, f"{k}_cost") for k in HEADS}
+  heads = pairs[0].heads
+  costs = {f"{k}_cost": getattr(fit_settings, f"{k}_cost") for k in heads}
   optimizer = optax.chain(
       optax.clip_by_global_norm(fit_settings.max_grad_norm),
       optax.adam(fit_settings.learning_rate),
@@ -179,12 +185,12 @@ def fit(
 
   def loss_fn(params, data, rng):
     keys = jax.random.split(rng, len(pairs))
-    total, kls = 0.0, {k: 0.0 for k in HEADS}
+    total, kls = 0.0, {k: 0.0 for k in heads}
     for pair, samples, size, key in zip(pairs, data, sizes, keys, strict=True):
       i = jax.random.randint(key, [], 0, size)
       loss, logs = sample_loss(pair, costs, params, _index(samples, i))
       total += loss / len(pairs)
-      kls = {k: kls[k] + logs[k] / len(pairs) for k in HEADS}
+      kls = {k: kls[k] + logs[k] / len(pairs) for k in heads}
     return total, kls
 
   def chunk(carry, data):
@@ -214,7 +220,7 @@ def fit(
     row = dict(
         step=n * fit_settings.log_every,
         loss=float(logs["loss"]),
-        **{f"{k}_kl": float(logs[k]) for k in HEADS},
+        **{f"{k}_kl": float(logs[k]) for k in heads},
     )
     history.append(row)
     if on_log is not None:
@@ -227,9 +233,10 @@ def agreement(
 ) -> dict[str, dict[str, float]]:
   """How close each student's targets are to the teacher's over every sample
   of the shard (``students``: name -> meta-parameters of the same network,
-  evaluated by one compiled program): the mean KL per head (``pi_kl``,
-  ``y_kl``, ``z_kl``) and the share of transitions where both policy targets
-  rank the same action first (``pi_top1``)."""
+  evaluated by one compiled program): the mean KL per head of
+  ``pair.heads`` (``pi_kl``, ``y_kl``, ``z_kl``) and the share of
+  transitions where both policy targets rank the same action first
+  (``pi_top1``)."""
 
   @jax.jit
   def one(params, sample):
@@ -246,8 +253,6 @@ def agreement(
         jax.device_get(one(params, _index(pair.shard.samples, i)))
         for i in range(pair.shard.num_samples)
     ]
-    out[name] = {
-        f"{k}_kl" if k in HEADS else k: float(np.mean([r[k] for r in rows]))
-        for k in rows[0]
-    }
+    means = {k: float(np.mean([r[k] for r in rows])) for k in rows[0]}
+    out[name] = {f"{k}_kl" if k in pair.heads else k: means[k] for k in means}
   return out

@@ -8,7 +8,10 @@ agent) with another meta-network: the ``student`` settings override fields
 of ``networks.meta_nets.MetaNetConfig`` (``hidden_size``,
 ``meta_hidden_size``, the embedding and channel sizes, ...), by default a
 64-unit LSTM without the per-lifetime LSTM that reads its lifetime as two
-inputs (``lifetime_conditioning``) instead.
+inputs (``lifetime_conditioning``) instead. With ``student_agent='flat'``
+the student's agent has no action-conditional model (``Disco`` with
+``action_model=False``): the student reads the teacher's inputs without
+``z`` and learns its ``pi`` and ``y`` targets.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ from disco.networks import meta_nets
 
 PROGRAM = "disco-distill"
 CONFIG_NAME = "distill"
+# ``student_agent``: the teacher's agent, or one without the action-
+# conditional model (``Disco(action_model=False)``).
+STUDENT_AGENTS = ("teacher", "flat")
 UsageError = errors.UsageError
 
 # The loop settings of the gathering runs that may be overridden (None: the
@@ -82,6 +88,8 @@ class DistillSettings:
 
   teacher: str
   student: Mapping[str, Any]  # MetaNetConfig overrides
+  student_agent: str  # one of STUDENT_AGENTS
+  student_torso: tuple[int, ...] | None  # dense sizes; None: the teacher's
   envs: tuple[tuple[str, dict[str, Any]], ...]
   held_out_envs: tuple[tuple[str, dict[str, Any]], ...]
   dataset: GatherSettings
@@ -118,9 +126,17 @@ class DistillSettings:
     }
     if min(costs.values()) < 0 or not any(costs.values()):
       raise UsageError(f"config.fit costs {costs} must be >= 0, not all 0.")
+    student_agent = str(config.student_agent)
+    if student_agent not in STUDENT_AGENTS:
+      raise UsageError(
+          f"config.student_agent={student_agent!r}: give one of "
+          f"{', '.join(STUDENT_AGENTS)}."
+      )
     return cls(
         teacher=teacher,
-        student=_student(config.student),
+        student=_student(config.student, student_agent),
+        student_agent=student_agent,
+        student_torso=_torso(config.student_torso),
         envs=_envs(config.envs, "envs"),
         held_out_envs=_envs(config.held_out_envs, "held_out_envs"),
         dataset=GatherSettings(
@@ -153,9 +169,14 @@ class DistillSettings:
     )
 
 
-def _student(student: config_dict.ConfigDict) -> dict[str, Any]:
-  """The student's ``MetaNetConfig`` overrides (None values dropped)."""
+def _student(
+    student: config_dict.ConfigDict, student_agent: str
+) -> dict[str, Any]:
+  """The student's ``MetaNetConfig`` overrides (None values dropped; a flat
+  agent's student reads the flat inputs unless told otherwise)."""
   given = {k: v for k, v in student.to_dict().items() if v is not None}
+  if student_agent == "flat":
+    given.setdefault("input_option", "flat")
   try:
     meta_nets.MetaNetConfig(**given)
   except (TypeError, ValueError) as e:
@@ -169,6 +190,23 @@ def _student(student: config_dict.ConfigDict) -> dict[str, Any]:
         "lifetime instead)."
     )
   return given
+
+
+def _torso(sizes: Any) -> tuple[int, ...] | None:
+  if sizes is None:
+    return None
+  if isinstance(sizes, int):
+    sizes = (sizes,)
+  try:
+    torso = tuple(int(s) for s in sizes)
+  except (TypeError, ValueError):
+    torso = ()
+  if not torso or min(torso) < 1 or list(torso) != list(sizes):
+    raise UsageError(
+        f"config.student_torso={sizes!r}: give the sizes of the dense "
+        "layers as positive integers, e.g. (256, 256)."
+    )
+  return torso
 
 
 def _envs(specs: Any, key: str) -> tuple[tuple[str, dict[str, Any]], ...]:

@@ -54,10 +54,15 @@ def num_params(tree) -> int:
 
 
 def student_settings(
-    teacher: resolve.ResolvedRule, student: dict[str, Any]
+    teacher: resolve.ResolvedRule,
+    student: dict[str, Any],
+    student_agent: str = "teacher",
+    student_torso: tuple[int, ...] | None = None,
 ) -> config_dict.ConfigDict:
   """The student's agent settings: the teacher's, with the Disco rule's
-  meta-network changed by ``student`` (``MetaNetConfig`` fields).
+  meta-network changed by ``student`` (``MetaNetConfig`` fields), for a
+  ``'flat'`` ``student_agent`` without the action-conditional model, and
+  with ``student_torso`` the dense layers of its agents' torso.
 
   Raises:
     UsageError: the teacher is not a Disco meta-network rule, or the student
@@ -73,6 +78,7 @@ def student_settings(
       f.name: getattr(teacher.rule.net_config, f.name)
       for f in dataclasses.fields(teacher.rule.net_config)
       if f.name != "input_option"
+      or isinstance(teacher.rule.net_config.input_option, str)
   }
   size = net["prediction_size"]
   if student.get("prediction_size", size) != size:
@@ -88,6 +94,10 @@ def student_settings(
         settings.rule_kwargs.to_dict(),
         net=run_folders.to_jsonable({**net, **student}),
     )
+    if student_agent == "flat":
+      settings.rule_kwargs.action_model = False
+    if student_torso is not None:
+      settings.network.dense = tuple(student_torso)
   return settings
 
 
@@ -103,7 +113,7 @@ def _plot(path, history: list[dict[str, float]]) -> None:
 
   fig, ax = plt.subplots(figsize=(6, 3.5))
   steps = [r["step"] for r in history]
-  for key in ("loss", "pi_kl", "y_kl", "z_kl"):
+  for key in [k for k in history[0] if k != "step"]:
     ax.plot(steps, [r[key] for r in history], label=key)
   ax.set_yscale("log")
   ax.set_xlabel("fitting step")
@@ -156,11 +166,22 @@ def distill(
   if not isinstance(settings, settings_lib.DistillSettings):
     settings = settings_lib.DistillSettings.from_config(config)
   teacher = resolve.resolve_rule(settings.teacher)
-  student_config = student_settings(teacher, dict(settings.student))
+  student_config = student_settings(
+      teacher,
+      dict(settings.student),
+      settings.student_agent,
+      settings.student_torso,
+  )
   try:
     student = registry.make_rule(student_config)
   except ValueError as e:
     raise UsageError(f"config.student: {errors.one_line(e)}") from None
+  heads = student.target_heads
+  if not any(getattr(settings.fit, f"{k}_cost") for k in heads):
+    raise UsageError(
+        f"config.fit costs of the student's targets {heads} are all 0: give "
+        "one of them a positive weight."
+    )
   out, lock = _open(settings)
   try:
     run_folders.write_json(
@@ -188,7 +209,7 @@ def distill(
         settings.fit,
         lambda _, row: log(
             f"step {row['step']}: loss {row['loss']:.4g} "
-            + " ".join(f"{k} {row[f'{k}_kl']:.3g}" for k in fitting.HEADS)
+            + " ".join(f"{k} {row[f'{k}_kl']:.3g}" for k in heads)
         ),
     )
     fit_seconds = time.perf_counter() - start
@@ -212,7 +233,7 @@ def distill(
       if row["who"] == "student":
         log(
             f"{row['split']} {row['env']}: top-1 {row['pi_top1']:.3f}, "
-            + ", ".join(f"{k} {row[f'{k}_kl']:.3g}" for k in fitting.HEADS)
+            + ", ".join(f"{k} {row[f'{k}_kl']:.3g}" for k in heads)
         )
     terms = _licence(teacher, settings.teacher)
     path = rule_files.export_meta_params(
@@ -220,6 +241,7 @@ def distill(
         params,
         student_config,
         meta_step=settings.fit.steps,
+        with_network=True,
         distilled_from=settings.teacher,
         **({"licence": terms} if terms else {}),
     )
@@ -229,6 +251,8 @@ def distill(
         student_meta_params=num_params(params),
         student=path,
         student_net=student_config.rule_kwargs.net.to_dict(),
+        student_agent=settings.student_agent,
+        student_network=run_folders.to_jsonable(student_config.network),
         final_fit=history[-1],
         agreement=rows,
         teacher_returns={

@@ -100,21 +100,33 @@ def check_init_path(init: str) -> Path:
 
 
 def export_meta_params(
-    path: str | Path, meta_params, settings, meta_step: int, **extra
+    path: str | Path,
+    meta_params,
+    settings,
+    meta_step: int,
+    with_network: bool = False,
+    **extra,
 ) -> Path:
   """Saves meta-parameters with the metadata ``disco-eval`` resolves them by
   (``rule``, ``rule_kwargs``, ``meta_step``, the rule's ``hyper_params``
-  in ``settings`` where they differ from its defaults, and any ``extra``)."""
+  in ``settings`` where they differ from its defaults, with
+  ``with_network`` the agent network of ``settings`` where it differs from
+  the rule's default one (agents trained with the file then use it), and
+  any ``extra``)."""
   metadata = dict(
       run_folders.to_jsonable(extra),
       rule=settings.rule,
       rule_kwargs=run_folders.to_jsonable(settings.rule_kwargs),
       meta_step=int(meta_step),
   )
-  hyper_params = run_folders.to_jsonable(settings.hyper_params)
-  defaults = rule_registry.default_settings(settings.rule).hyper_params
-  if hyper_params != run_folders.to_jsonable(defaults):
-    metadata["settings"] = dict(hyper_params=hyper_params)
+  defaults = rule_registry.default_settings(settings.rule)
+  overrides = {}
+  for key in ("hyper_params",) + (("network",) if with_network else ()):
+    value = run_folders.to_jsonable(settings[key])
+    if value != run_folders.to_jsonable(defaults[key]):
+      overrides[key] = value
+  if overrides:
+    metadata["settings"] = overrides
   return weights_lib.save_meta_params(
       path,
       jax.tree.map(np.asarray, jax.device_get(meta_params)),

@@ -112,6 +112,40 @@ def disco103_input_option() -> MetaNetInputOption:
   return MetaNetInputOption(base=base, action_conditional=action_conditional)
 
 
+# The inputs only an agent with the action-conditional model gives: its
+# per-action predictions ``z`` (online and target network).
+Z_SOURCES = ("agent_out/z", "extra_from_rule/target_out/z")
+
+
+def flat_input_option() -> MetaNetInputOption:
+  """Disco103's inputs that a flat agent (no action-conditional model, so
+  no ``z``; see ``disco.update_rules.disco``) gives:
+  ``disco103_input_option`` without its ``Z_SOURCES``."""
+  full = disco103_input_option()
+
+  def keep(specs):
+    return tuple(s for s in specs if s.source not in Z_SOURCES)
+
+  return MetaNetInputOption(
+      base=keep(full.base), action_conditional=keep(full.action_conditional)
+  )
+
+
+# Input options by the name a rule file gives (``MetaNetConfig.input_option``).
+INPUT_OPTIONS = dict(disco103=disco103_input_option, flat=flat_input_option)
+
+
+def z_sources(option: MetaNetInputOption) -> list[str]:
+  """The ``Z_SOURCES`` that ``option`` reads."""
+  return sorted(
+      {
+          s.source
+          for s in option.base + option.action_conditional
+          if s.source in Z_SOURCES
+      }
+  )
+
+
 # The ``extra_from_rule`` entry of the lifetime inputs
 # (``MetaNetConfig.lifetime_conditioning``).
 LIFETIME_KEY = "lifetime"
@@ -137,23 +171,35 @@ class MetaNetConfig:
   meta_policy_channels: Sequence[int] = (16, 2)
   meta_embedding_size: Sequence[int] = (16,)
   meta_pred_embedding_size: Sequence[int] = (16, 1)
-  input_option: MetaNetInputOption = dataclasses.field(
-      default_factory=disco103_input_option
-  )
+  # A ``MetaNetInputOption``, or the name of one in ``INPUT_OPTIONS`` (how
+  # rule files give it).
+  input_option: MetaNetInputOption | str = "disco103"
   # The agent's lifetime as two more per-transition inputs, as TA-LPG's
   # (Jackson et al. 2024): its progress n / N and log N, N in agent updates
   # (``extra_from_rule/lifetime``, ``[T, B, 2]``). Off for Disco103, whose
   # weights do not take them.
   lifetime_conditioning: bool = False
 
+  def __post_init__(self):
+    if isinstance(self.input_option, str) and (
+        self.input_option not in INPUT_OPTIONS
+    ):
+      raise ValueError(
+          f"input_option={self.input_option!r} is not one of "
+          f"{sorted(INPUT_OPTIONS)}."
+      )
+
   def resolved_input_option(self) -> MetaNetInputOption:
-    """``input_option``, with the lifetime inputs when conditioning."""
+    """``input_option`` (built from its name), with the lifetime inputs when
+    conditioning."""
+    option = self.input_option
+    if isinstance(option, str):
+      option = INPUT_OPTIONS[option]()
     if not self.lifetime_conditioning:
-      return self.input_option
+      return option
     return dataclasses.replace(
-        self.input_option,
-        base=self.input_option.base
-        + (_spec(f"extra_from_rule/{LIFETIME_KEY}"),),
+        option,
+        base=option.base + (_spec(f"extra_from_rule/{LIFETIME_KEY}"),),
     )
 
 
@@ -324,11 +370,14 @@ class MetaLSTM(hk.Module):
 
 
 class DiscoMetaNet(hk.Module):
-  """Rollout -> ``{pi [T,B,A], y [T,B,P], z [T,B,P], meta_input_emb [T,B,1]}``."""
+  """Rollout -> ``{pi [T,B,A], y [T,B,P], z [T,B,P], meta_input_emb [T,B,1]}``
+  (no ``z`` without ``predicts_z``: for an agent without the action-
+  conditional model)."""
 
-  def __init__(self, config: MetaNetConfig):
+  def __init__(self, config: MetaNetConfig, predicts_z: bool = True):
     super().__init__(name="lstm")
     self._config = config
+    self._predicts_z = predicts_z
     self._meta_lstm = MetaLSTM(config)
 
   def __call__(
@@ -373,7 +422,9 @@ class DiscoMetaNet(hk.Module):
     meta_input_emb = hk.Linear(1, w_init=_truncated_normal(c.output_stddev))(x)
     aux_init = _truncated_normal(c.aux_stddev)
     y_hat = hk.Linear(c.prediction_size, w_init=aux_init)(x)
-    z_hat = hk.Linear(c.prediction_size, w_init=aux_init)(x)
+    targets = dict(y=y_hat)
+    if self._predicts_z:
+      targets["z"] = hk.Linear(c.prediction_size, w_init=aux_init)(x)
 
     w = jnp.broadcast_to(
         x[:, :, None], x.shape[:2] + (num_actions,) + x.shape[2:]
@@ -385,7 +436,7 @@ class DiscoMetaNet(hk.Module):
         ..., 0
     ]
 
-    meta_out = dict(pi=pi_hat, y=y_hat, z=z_hat, meta_input_emb=meta_input_emb)
+    meta_out = dict(pi=pi_hat, **targets, meta_input_emb=meta_input_emb)
     if stateful:
       hk.set_state(
           "meta_rnn_state",
@@ -394,11 +445,13 @@ class DiscoMetaNet(hk.Module):
     return meta_out
 
 
-def make_meta_net(config: MetaNetConfig) -> hk.TransformedWithState:
+def make_meta_net(
+    config: MetaNetConfig, predicts_z: bool = True
+) -> hk.TransformedWithState:
   """``init(rng, inputs, axis_name)`` / ``apply(params, state, rng, inputs,
   axis_name)``; the state holds ``{'lstm': {'meta_rnn_state': LSTMState}}``."""
 
   def forward(inputs, axis_name=None):
-    return DiscoMetaNet(config)(inputs, axis_name)
+    return DiscoMetaNet(config, predicts_z)(inputs, axis_name)
 
   return hk.transform_with_state(forward)

@@ -7,6 +7,12 @@ meta-network reads the rollout (with Retrace values from a Polyak-averaged
 target network) and outputs targets ``pi``, ``y``, ``z``; the agent minimises
 the KL divergence to them. The ``q`` head is trained by a value loss that never
 carries meta-gradients.
+
+With ``action_model=False`` the agent is flat: no action-conditional model,
+so no ``z`` and no ``aux_pi``; ``q`` comes from a linear head on the torso
+(``[A, bins]`` per state) instead of the model. Its meta-network reads no
+``z`` (e.g. ``input_option="flat"``) and only its ``pi`` and ``y`` targets
+are used (a distilled student, ``disco.distillation``).
 """
 
 from __future__ import annotations
@@ -69,6 +75,12 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
     default_lifetime: the lifetime (agent updates) of an agent that
       ``start_lifetime`` was not called for (``net.lifetime_conditioning``
       only).
+    action_model: whether the agent has the action-conditional model (the
+      published agent); False: a flat agent (no z or aux_pi, q from a linear
+      head; the meta-network must read no z, e.g. net.input_option='flat').
+
+  Raises:
+    ValueError: a flat agent whose meta-network reads ``z``.
   """
 
   # z, aux_pi and q enter the losses at the taken action only.
@@ -89,16 +101,29 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
       moving_average_decay: float = 0.99,
       moving_average_eps: float = 1e-6,
       default_lifetime: int = base.DEFAULT_LIFETIME,
+      action_model: bool = True,
   ):
     super().__init__(hyper_params, moving_average_decay, moving_average_eps)
     if isinstance(net, dict):
       net = meta_nets.MetaNetConfig(**net)
     self.net_config = net or meta_nets.MetaNetConfig()
+    self.action_model = bool(action_model)
+    needed = meta_nets.z_sources(self.net_config.resolved_input_option())
+    if needed and not self.action_model:
+      raise ValueError(
+          f"action_model=False but the meta-network reads {needed}, which "
+          "only the action-conditional model gives: use "
+          "net.input_option='flat' or action_model=True."
+      )
+    # The heads whose targets the agent learns.
+    self.target_heads = ("pi", "y", "z") if self.action_model else ("pi", "y")
     self._q_head = categorical.ValueHead(
         categorical=True, max_abs_value=max_abs_value, nonlinear_transform=True
     )
     self._num_bins = num_bins
-    self._meta_net = meta_nets.make_meta_net(self.net_config)
+    self._meta_net = meta_nets.make_meta_net(
+        self.net_config, predicts_z=self.action_model
+    )
     self._set_default_lifetime(default_lifetime)
 
   @property
@@ -108,12 +133,17 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
   # ------------------------------------------------------------------ specs
   def flat_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
     size = self.net_config.prediction_size
-    return dict(
+    spec = dict(
         logits=base.logits_spec(num_actions),
         y=types.ArraySpec((size,), np.float32),
     )
+    if not self.action_model:
+      spec["q"] = types.ArraySpec((num_actions, self._num_bins), np.float32)
+    return spec
 
   def model_output_spec(self, num_actions: int) -> dict[str, types.ArraySpec]:
+    if not self.action_model:
+      return {}
     size = self.net_config.prediction_size
     return dict(
         z=types.ArraySpec((size,), np.float32),
@@ -269,39 +299,43 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
     hyper_params = self.hyper_params
     actions = inputs.actions[:-1]
     out = jax.tree.map(lambda x: x[:-1], inputs.agent_out)
-    z_a = ops.at_actions(out["z"], actions)
-    pi_hat, y_hat, z_hat = meta_out["pi"], meta_out["y"], meta_out["z"]
+    pi_hat, y_hat = meta_out["pi"], meta_out["y"]
     if not backprop:
-      pi_hat, y_hat, z_hat = jax.lax.stop_gradient((pi_hat, y_hat, z_hat))
+      pi_hat, y_hat = jax.lax.stop_gradient((pi_hat, y_hat))
     pi_loss = _kl(pi_hat, out["logits"])
     y_loss = _kl(y_hat, out["y"])
-    z_loss = _kl(z_hat, z_a)
-    # One-step policy prediction: aux_pi(s_t, a_t) predicts pi(s_{t+1}).
-    aux_pi_a = ops.at_actions(out["aux_pi"], actions)
-    next_logits = jax.lax.stop_gradient(inputs.agent_out["logits"][1:])
-    aux_loss = _kl(next_logits, aux_pi_a) * (1.0 - inputs.is_terminal)
-    loss = (
-        hyper_params["pi_cost"] * pi_loss
-        + hyper_params["y_cost"] * y_loss
-        + hyper_params["z_cost"] * z_loss
-        + hyper_params["aux_policy_cost"] * aux_loss
-    )
+    loss = hyper_params["pi_cost"] * pi_loss + hyper_params["y_cost"] * y_loss
     logs = dict(
         logits=out["logits"],
         y=out["y"],
-        z=out["z"],
         entropy=_entropy(out["logits"]),
         y_entropy=_entropy(out["y"]),
-        z_entropy=_entropy(z_a),
         pi_loss=pi_loss,
-        aux_kl_loss=aux_loss,
         pi_hat=pi_hat,
         y_hat=y_hat,
-        z_hat=z_hat,
         pi_hat_entropy=_entropy(pi_hat),
-        aux_policy_entropy=_entropy(aux_pi_a),
-        aux_target_entropy=_entropy(next_logits),
     )
+    if self.action_model:
+      z_a = ops.at_actions(out["z"], actions)
+      z_hat = meta_out["z"]
+      if not backprop:
+        z_hat = jax.lax.stop_gradient(z_hat)
+      # One-step policy prediction: aux_pi(s_t, a_t) predicts pi(s_{t+1}).
+      aux_pi_a = ops.at_actions(out["aux_pi"], actions)
+      next_logits = jax.lax.stop_gradient(inputs.agent_out["logits"][1:])
+      aux_loss = _kl(next_logits, aux_pi_a) * (1.0 - inputs.is_terminal)
+      loss += (
+          hyper_params["z_cost"] * _kl(z_hat, z_a)
+          + hyper_params["aux_policy_cost"] * aux_loss
+      )
+      logs.update(
+          z=out["z"],
+          z_entropy=_entropy(z_a),
+          aux_kl_loss=aux_loss,
+          z_hat=z_hat,
+          aux_policy_entropy=_entropy(aux_pi_a),
+          aux_target_entropy=_entropy(next_logits),
+      )
     return loss, {k: jnp.mean(v) for k, v in logs.items()}
 
   def agent_loss_no_meta(
@@ -329,12 +363,15 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
       actions: jax.Array,
   ) -> tuple[jax.Array, types.Logs]:
     costs = self.hyper_params
-    z_a = ops.at_actions(valid_out["z"][:-1], actions)
-    neg_entropy = -jnp.mean(_entropy(valid_out["y"])) - jnp.mean(_entropy(z_a))
+    neg_entropy = -jnp.mean(_entropy(valid_out["y"]))
+    if self.action_model:
+      z_a = ops.at_actions(valid_out["z"][:-1], actions)
+      neg_entropy -= jnp.mean(_entropy(z_a))
     # Squared (per inner step) means of each target, averaged over steps.
     mean_square = sum(
         jnp.mean(jnp.square(jnp.mean(train_meta_out[k], axis=(1, 2, 3))))
         for k in ("y", "z", "pi")
+        if k in self.target_heads
     )
     target_logits = train_meta_out["target_out"]["logits"][:, :-1]
     target_kl = jnp.mean(
