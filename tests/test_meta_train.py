@@ -119,6 +119,7 @@ def test_export_round_trip(straight_run, tmp_path):
       moving_average_decay=0.99,
       moving_average_eps=1e-6,
       default_lifetime=250,
+      action_model=True,
   )
   resolved = resolve.resolve_rule(str(path))
   settings, params = resolved.settings, resolved.meta_params
