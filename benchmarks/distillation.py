@@ -128,7 +128,7 @@ def _control_file(root: Path, torso: int) -> Path:
   from disco.meta import rule_files  # pylint: disable=g-import-not-at-top
   from disco.update_rules import resolve  # pylint: disable=g-import-not-at-top
 
-  path = root / "rules" / f"{TEACHER}_t{torso}.npz"
+  path = root / "rules" / f"{_control_name(torso)}.npz"
   if not path.is_file():
     teacher = resolve.resolve_rule(TEACHER)
     settings = teacher.settings.copy_and_resolve_references()
@@ -147,6 +147,20 @@ def _control_file(root: Path, torso: int) -> Path:
 
 def _controls(args) -> list[int]:
   return [int(t) for t in args.controls.split(",") if t]
+
+
+def _control_name(torso: int) -> str:
+  """A control's name: its file's stem, its label in speed and reports."""
+  return f"{TEACHER}_t{torso}"
+
+
+def _held_out_agreement(run: Path) -> dict[str, str]:
+  """The student's agreement row on the held-out environment."""
+  return next(
+      r
+      for r in _read_csv(run / "agreement.csv")
+      if r["split"] == "held_out" and r["who"] == "student"
+  )
 
 
 def compare(args) -> None:
@@ -186,7 +200,7 @@ def speed(args) -> None:
       {s: str(_student_file(root, s)) for s in _students(args.students)}
   )
   rules.update(
-      {f"{TEACHER}_t{t}": str(_control_file(root, t)) for t in _controls(args)}
+      {_control_name(t): str(_control_file(root, t)) for t in _controls(args)}
   )
   candidates, steps = {}, {}
   for name, rule in rules.items():
@@ -294,11 +308,7 @@ def report(args) -> None:
     for row in _read_csv(run / "agreement.csv"):
       rows.append(dict(student=name, **row))
     shutil.copyfile(run / "fit.csv", out / f"fit_{name}.csv")
-    held = [
-        r
-        for r in _read_csv(run / "agreement.csv")
-        if r["split"] == "held_out" and r["who"] == "student"
-    ]
+    held = _held_out_agreement(run)
     final, its_teacher = finals.get(
         _student_file(root, name).stem, (None, None)
     )
@@ -308,8 +318,8 @@ def report(args) -> None:
                 name,
                 f"{summary['student_meta_params']:,}",
                 f"{summary['teacher_meta_params'] / summary['student_meta_params']:.1f}x",
-                f"{float(held[0]['pi_top1']):.3f}",
-                f"{float(held[0]['pi_kl']):.4f}",
+                f"{float(held['pi_top1']):.3f}",
+                f"{float(held['pi_kl']):.4f}",
                 _fmt_final(final),
                 _relative(final, its_teacher),
                 _speed(speed_figures, name),
@@ -348,7 +358,7 @@ def report(args) -> None:
   ]
   controls = []
   for torso in _controls(args):
-    name = f"{TEACHER}_t{torso}"
+    name = _control_name(torso)
     final, its_teacher = finals.get(name, (None, None))
     controls.append(
         cli.table_row(
@@ -386,22 +396,18 @@ def _plot_tradeoff(root, args, speed_figures, finals, path) -> None:
 
   points = [(TEACHER, 754_778, TEACHER, "top-1 1")]
   points += [
-      (f"{TEACHER}_t{t}", 754_778, f"{TEACHER}_t{t}", "top-1 1")
+      (_control_name(t), 754_778, _control_name(t), "top-1 1")
       for t in _controls(args)
   ]
   for name in _students(args.students):
     summary = json.loads((root / name / "summary.json").read_text())
-    held = [
-        r
-        for r in _read_csv(root / name / "agreement.csv")
-        if r["split"] == "held_out" and r["who"] == "student"
-    ]
+    held = _held_out_agreement(root / name)
     points.append(
         (
             name,
             summary["student_meta_params"],
             _student_file(root, name).stem,
-            f"top-1 {float(held[0]['pi_top1']):.3f}",
+            f"top-1 {float(held['pi_top1']):.3f}",
         )
     )
   fig, ax = plt.subplots(figsize=(6, 4))

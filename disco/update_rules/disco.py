@@ -115,8 +115,6 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
           "only the action-conditional model gives: use "
           "net.input_option='flat' or action_model=True."
       )
-    # The heads whose targets the agent learns.
-    self.target_heads = ("pi", "y", "z") if self.action_model else ("pi", "y")
     self._q_head = categorical.ValueHead(
         categorical=True, max_abs_value=max_abs_value, nonlinear_transform=True
     )
@@ -125,6 +123,11 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
         self.net_config, predicts_z=self.action_model
     )
     self._set_default_lifetime(default_lifetime)
+
+  @property
+  def target_heads(self) -> tuple[str, ...]:
+    """The heads whose targets the agent learns (no z for a flat agent)."""
+    return ("pi", "y", "z") if self.action_model else ("pi", "y")
 
   @property
   def lifetime_conditioning(self) -> bool:
