@@ -36,12 +36,23 @@ meta-training settings (``configs/meta_train.py``) with Disco103's
 meta-network and each student's, interleaved (``--rounds``), alone on the
 machine, into ``<root>/meta_speed.json``.
 
+``suite`` trains Disco103, the controls and the students of
+``--suite_students`` on ``SUITE_ENVS`` (``--suite_envs``) as the
+environment suite does (``env_suite.py``: its budgets times
+``--suite_budget_scale``, its convolutional torsos, ``--suite_seeds``
+seeds from 0, every rule in the replay loop with learner batches of 8,
+``suite_settings.LOOPS['replay_batch8']``) into
+``<root>/suite/<rule>/<env>``; finished runs are kept.
+
 ``report`` writes to ``--out``: ``agreement.csv`` (every student, split and
 environment), ``fit_<student>.csv``, ``table.md`` (parameters, agreement, final
 returns with their interval, the return relative to Disco103's, learner
 steps/s against Disco103's), ``tradeoff.png`` (meta-parameters against
 learner steps/s, each rule labelled with its agreement and return) and the
-comparison's report and figures.
+comparison's report and figures; with ``suite`` runs, ``suite.md`` (per
+environment and rule: final return with its interval and per seed, the
+return normalised between a uniform random policy (0) and Disco103 (1) with
+its interval, P(rule > Disco103)) and ``suite_curves_<env>.png``.
 """
 
 from __future__ import annotations
@@ -54,17 +65,29 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
+
 if not __package__:  # run as a file: import the other scripts as a package
   sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from benchmarks import cli
 from benchmarks import meta_runs
+from benchmarks import suite_settings
 from benchmarks import timing
 
 TRAIN = ("catch", "lpg/dense")
 HELD_OUT = ("catch:rows=8,columns=8",)
 COMPARE = ("catch:rows=8,columns=8",)
 TEACHER = "disco103"
+# The suite's environments where Disco103 learns with a replay
+# (docs/results/learning.md), and the loop it learns them with.
+SUITE_ENVS = (
+    "gymnax/Breakout-MinAtar",
+    "gymnax/SpaceInvaders-MinAtar",
+    "lpg/dense",
+)
+SUITE_LOOP = "replay_batch8"
+SUITE_LAST_EPISODES = 200
 
 
 def _student_file(root: Path, student: str) -> Path:
@@ -285,6 +308,139 @@ def meta_speed(args) -> None:
     )
 
 
+def _suite_rules(args) -> dict[str, str]:
+  """Label -> rule (name or file) of every rule ``suite`` trains."""
+  root = Path(args.root)
+  rules = {TEACHER: TEACHER}
+  rules.update(
+      {_control_name(t): str(_control_file(root, t)) for t in _controls(args)}
+  )
+  for s in _students(args.suite_students):
+    path = _student_file(root, s)
+    if not path.is_file():
+      raise SystemExit(f"missing rule file {path}: run `distill` first")
+    rules[s] = str(path)
+  return rules
+
+
+def _suite_folder(root: Path, label: str, env: str) -> Path:
+  return root / "suite" / label / re.sub(r"[^A-Za-z0-9_.-]+", "_", env)
+
+
+def suite(args) -> None:
+  root = Path(args.root)
+  rules = _suite_rules(args)
+  for env in args.suite_envs.split(","):
+    _, settings, budget, conv = suite_settings.suite_entry(env)
+    for label, rule in rules.items():
+      folder = _suite_folder(root, label, env)
+      print(f"suite: {label} on {env} -> {folder}", flush=True)
+      config = suite_settings.eval_config(
+          rule,
+          env,
+          int(budget * args.suite_budget_scale),
+          args.suite_seeds,
+          folder,
+          SUITE_LAST_EPISODES,
+          loop=suite_settings.LOOPS[SUITE_LOOP],
+          network=dict(conv_channels=tuple(conv)) if conv else None,
+          env_settings=settings,
+      )
+      suite_settings.run(config, folder)
+
+
+def normalised_interval(
+    scores: np.ndarray,
+    teacher: np.ndarray,
+    floor: float,
+    reps: int = 4000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+  """``(mean(scores) - floor) / (mean(teacher) - floor)`` and its 95%
+  percentile-bootstrap interval, both rules' seeds resampled independently.
+
+  Args:
+    scores: ``[S]`` a rule's final returns.
+    teacher: ``[S']`` Disco103's final returns.
+    floor: the return normalised to 0 (a uniform random policy's).
+  """
+  rng = np.random.default_rng(seed)
+  scores, teacher = np.asarray(scores), np.asarray(teacher)
+  a = rng.choice(scores, (reps, scores.size)).mean(1)
+  b = rng.choice(teacher, (reps, teacher.size)).mean(1)
+  ratios = (a - floor) / (b - floor)
+  point = (scores.mean() - floor) / (teacher.mean() - floor)
+  low, high = np.percentile(ratios, [2.5, 97.5])
+  return float(point), float(low), float(high)
+
+
+def _suite_report(args, out: Path) -> None:
+  """``suite.md`` and the curves of every environment with runs."""
+  from benchmarks import env_suite  # pylint: disable=g-import-not-at-top
+  from disco.comparison import aggregates  # pylint: disable=g-import-not-at-top
+  from disco.comparison import results  # pylint: disable=g-import-not-at-top
+  from disco.training import analysis  # pylint: disable=g-import-not-at-top
+
+  root = Path(args.root)
+  labels = [TEACHER, *map(_control_name, _controls(args))]
+  labels += list(_students(args.suite_students))
+  rows = []
+  for env in args.suite_envs.split(","):
+    runs = {
+        label: results.load_run(_suite_folder(root, label, env))
+        for label in labels
+        if (_suite_folder(root, label, env) / results.SUMMARY).is_file()
+    }
+    if TEACHER not in runs:
+      continue
+    _, settings, budget, _ = suite_settings.suite_entry(env)
+    floor = env_suite.random_return(env, settings, 5000)
+    teacher = runs[TEACHER].final_scores()
+    for label, run in runs.items():
+      scores = run.final_scores()
+      ci = analysis.bootstrap_ci(scores) or (np.nan, np.nan)
+      improvement = aggregates.probability_of_improvement(
+          {label: scores[:, None], TEACHER: teacher[:, None]},
+          pairs=[(label, TEACHER)],
+      )[(label, TEACHER)].probability
+      rows.append(
+          cli.table_row(
+              [
+                  env,
+                  f"{int(budget * args.suite_budget_scale):,}",
+                  label,
+                  f"{scores.mean():.2f} [{ci[0]:.2f}, {ci[1]:.2f}]",
+                  ", ".join(f"{x:.2f}" for x in scores),
+                  "{:.2f} [{:.2f}, {:.2f}]".format(
+                      *normalised_interval(scores, teacher, floor)
+                  ),
+                  "-" if label == TEACHER else str(improvement),
+                  f"{floor:.2f}",
+              ]
+          )
+      )
+    analysis.plot_learning_curves(
+        {label: run.metrics for label, run in runs.items()},
+        path=out / f"suite_curves_{env.replace('/', '_')}.png",
+        min_episodes=results.CURVE_EPISODES,
+        title=f"{env} ({args.suite_seeds} seeds)",
+    )
+  if rows:
+    header = cli.table_header(
+        [
+            "environment",
+            "env steps per seed",
+            "rule",
+            "final return (95% CI)",
+            "per seed",
+            "of Disco103's (random 0, Disco103 1)",
+            "P(rule > Disco103)",
+            "uniform random",
+        ]
+    )
+    (out / "suite.md").write_text("\n".join([header, *rows]) + "\n")
+
+
 def _read_csv(path: Path) -> list[dict[str, str]]:
   with open(path, newline="") as f:
     return list(csv.DictReader(f))
@@ -326,7 +482,8 @@ def report(args) -> None:
             ]
         )
     )
-  cli.write_csv(out / "agreement.csv", rows)
+  if rows:
+    cli.write_csv(out / "agreement.csv", rows)
   header = cli.table_header(
       [
           "student",
@@ -387,6 +544,7 @@ def report(args) -> None:
   for folder in _compared(args):
     if folder.is_dir():
       meta_runs.copy_comparison(folder, out, f"{folder.name}_")
+  _suite_report(args, out)
 
 
 def _plot_tradeoff(root, args, speed_figures, finals, path) -> None:
@@ -473,6 +631,11 @@ def _shared(p) -> None:
   # first, report reads them all).
   p.add_argument("--compare_out", default="compare")
   p.add_argument("--students", default="h64,h32,flat_h64_t256")
+  # The suite's runs (``suite`` trains them, ``report`` reads them).
+  p.add_argument("--suite_students", default="flat_h64_t256")
+  p.add_argument("--suite_envs", default=",".join(SUITE_ENVS))
+  p.add_argument("--suite_seeds", type=int, default=3)
+  p.add_argument("--suite_budget_scale", type=float, default=0.5)
 
 
 def _distill_flags(p) -> None:
@@ -502,6 +665,7 @@ def main() -> None:
       {
           "distill": cli.Command(distill, _distill_flags),
           "compare": cli.Command(compare, _compare_flags),
+          "suite": cli.Command(suite),
           "speed": cli.Command(speed, _speed_flags),
           "meta_speed": cli.Command(
               meta_speed,
@@ -510,7 +674,7 @@ def main() -> None:
           "report": cli.Command(report, _report_flags),
       },
       shared=_shared,
-      all_steps=("distill", "compare", "speed", "report"),
+      all_steps=("distill", "compare", "suite", "speed", "report"),
   )
 
 

@@ -1,11 +1,13 @@
 """The benchmark scripts' shared pieces: ``benchmarks/timing.py``,
-``benchmarks/cli.py`` and ``benchmarks/meta_runs.py`` (no script runs)."""
+``benchmarks/cli.py``, ``benchmarks/meta_runs.py`` and the distillation
+benchmark's normalised return (no script runs)."""
 
 from __future__ import annotations
 
 import csv
 import sys
 
+import numpy as np
 import pytest
 
 from benchmarks import cli
@@ -197,3 +199,21 @@ def test_env_throughput_bad_arguments_are_one_line(args, message, capsys):
     env_throughput.main(args)
   assert raised.value.code == 2
   assert message in capsys.readouterr().err
+
+
+def test_normalised_return_and_its_interval():
+  from benchmarks import distillation
+
+  teacher = np.array([7.0, 9.0, 8.0])
+  # Disco103 against itself is 1 and its interval holds 1.
+  point, low, high = distillation.normalised_interval(teacher, teacher, 1.0)
+  assert point == pytest.approx(1.0) and low < 1.0 < high
+  # Halfway between random (1) and Disco103's mean (8): 0.5, whatever the
+  # seeds' order.
+  half = np.array([5.0, 4.0, 4.5])
+  point, low, high = distillation.normalised_interval(half, teacher, 1.0)
+  assert point == pytest.approx(0.5) and low <= 0.5 <= high
+  # Equal seeds leave only the teacher's spread in the interval.
+  flat = np.full(3, 4.5)
+  point, low, high = distillation.normalised_interval(flat, teacher, 1.0)
+  assert low == pytest.approx(3.5 / 8.0) and high == pytest.approx(3.5 / 6.0)
