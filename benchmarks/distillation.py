@@ -4,8 +4,9 @@ r"""Disco103 distilled into smaller meta-networks: agreement, returns, speed (is
       --students h64,h32,flat_h64_t256 --out benchmarks/results/distillation
 
 ``all`` runs the steps below in turn; each is a command of its own too
-(``distill``, ``compare``, ``speed``, ``report``, all with ``--root``), and
-each skips what is finished, so the command resumes after a kill.
+(``distill``, ``compare``, ``suite``, ``speed``, ``report``, all with
+``--root``), and each skips what is finished, so the command resumes after a
+kill.
 
 ``distill`` runs ``disco-distill`` once per student of ``--students``
 (``h<H>``: Disco103's agent, a per-trajectory LSTM of ``H`` units;
@@ -42,17 +43,18 @@ environment suite does (``env_suite.py``: its budgets times
 ``--suite_budget_scale``, its convolutional torsos, ``--suite_seeds``
 seeds from 0, every rule in the replay loop with learner batches of 8,
 ``suite_settings.LOOPS['replay_batch8']``) into
-``<root>/suite/<rule>/<env>``; finished runs are kept.
+``<root>/suite/<rule>/<env>``; finished runs are kept. It then writes to
+``--out`` ``suite.md`` (per environment and rule: final return with its
+interval and per seed, the return normalised between a uniform random
+policy (0) and Disco103 (1) with its interval, P(rule > Disco103)) and
+``suite_curves_<env>.png``.
 
 ``report`` writes to ``--out``: ``agreement.csv`` (every student, split and
 environment), ``fit_<student>.csv``, ``table.md`` (parameters, agreement, final
 returns with their interval, the return relative to Disco103's, learner
 steps/s against Disco103's), ``tradeoff.png`` (meta-parameters against
 learner steps/s, each rule labelled with its agreement and return) and the
-comparison's report and figures; with ``suite`` runs, ``suite.md`` (per
-environment and rule: final return with its interval and per seed, the
-return normalised between a uniform random policy (0) and Disco103 (1) with
-its interval, P(rule > Disco103)) and ``suite_curves_<env>.png``.
+comparison's report and figures.
 """
 
 from __future__ import annotations
@@ -347,6 +349,7 @@ def suite(args) -> None:
           env_settings=settings,
       )
       suite_settings.run(config, folder)
+  _suite_report(args, Path(args.out))
 
 
 def normalised_interval(
@@ -375,7 +378,8 @@ def normalised_interval(
 
 
 def _suite_report(args, out: Path) -> None:
-  """``suite.md`` and the curves of every environment with runs."""
+  """``suite.md`` and the curves of every environment with runs, into
+  ``out``."""
   from benchmarks import env_suite  # pylint: disable=g-import-not-at-top
   from disco.comparison import aggregates  # pylint: disable=g-import-not-at-top
   from disco.comparison import results  # pylint: disable=g-import-not-at-top
@@ -441,6 +445,16 @@ def _suite_report(args, out: Path) -> None:
     (out / "suite.md").write_text("\n".join([header, *rows]) + "\n")
 
 
+def _teacher_size() -> int:
+  """Disco103's number of meta-parameters."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  from disco.update_rules import resolve  # pylint: disable=g-import-not-at-top
+
+  params = resolve.resolve_rule(TEACHER).meta_params
+  return sum(x.size for x in jax.tree.leaves(params))
+
+
 def _read_csv(path: Path) -> list[dict[str, str]]:
   with open(path, newline="") as f:
     return list(csv.DictReader(f))
@@ -449,6 +463,7 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 def report(args) -> None:
   root, out = Path(args.root), Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
+  teacher_size = _teacher_size()
   rows, table = [], []
   speed_figures = {}
   if (root / "speed.json").is_file():
@@ -502,7 +517,7 @@ def report(args) -> None:
           [
               "Disco103"
               + (f" ({folder.name})" if len(comparisons) > 1 else ""),
-              "754,778",
+              f"{teacher_size:,}",
               "1x",
               "1",
               "0",
@@ -521,7 +536,7 @@ def report(args) -> None:
         cli.table_row(
             [
                 f"Disco103, torso ({torso}, {torso})",
-                "754,778",
+                f"{teacher_size:,}",
                 "1x",
                 "1",
                 "0",
@@ -539,22 +554,24 @@ def report(args) -> None:
       args,
       speed_figures,
       {k: v[0] for k, v in finals.items()},
+      teacher_size,
       out / "tradeoff.png",
   )
   for folder in _compared(args):
     if folder.is_dir():
       meta_runs.copy_comparison(folder, out, f"{folder.name}_")
-  _suite_report(args, out)
 
 
-def _plot_tradeoff(root, args, speed_figures, finals, path) -> None:
+def _plot_tradeoff(
+    root, args, speed_figures, finals, teacher_size, path
+) -> None:
   """Meta-parameters against learner steps/s (relative to Disco103's),
   each point labelled with its held-out top-1 agreement and final return."""
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
 
-  points = [(TEACHER, 754_778, TEACHER, "top-1 1")]
+  points = [(TEACHER, teacher_size, TEACHER, "top-1 1")]
   points += [
-      (_control_name(t), 754_778, _control_name(t), "top-1 1")
+      (_control_name(t), teacher_size, _control_name(t), "top-1 1")
       for t in _controls(args)
   ]
   for name in _students(args.students):
@@ -631,6 +648,8 @@ def _shared(p) -> None:
   # first, report reads them all).
   p.add_argument("--compare_out", default="compare")
   p.add_argument("--students", default="h64,h32,flat_h64_t256")
+  # Where ``report`` and ``suite`` write their tables and figures.
+  p.add_argument("--out", default="benchmarks/results/distillation")
   # The suite's runs (``suite`` trains them, ``report`` reads them).
   p.add_argument("--suite_students", default="flat_h64_t256")
   p.add_argument("--suite_envs", default=",".join(SUITE_ENVS))
@@ -655,10 +674,6 @@ def _speed_flags(p) -> None:
   p.add_argument("--rounds", type=int, default=3)
 
 
-def _report_flags(p) -> None:
-  p.add_argument("--out", default="benchmarks/results/distillation")
-
-
 def main() -> None:
   cli.run_commands(
       __doc__,
@@ -671,7 +686,7 @@ def main() -> None:
               meta_speed,
               lambda p: p.add_argument("--rounds", type=int, default=5),
           ),
-          "report": cli.Command(report, _report_flags),
+          "report": cli.Command(report),
       },
       shared=_shared,
       all_steps=("distill", "compare", "suite", "speed", "report"),
