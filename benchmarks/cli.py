@@ -21,7 +21,8 @@ import dataclasses
 import json
 from pathlib import Path
 import subprocess
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 RESULT = "RESULT "
 
@@ -99,6 +100,12 @@ def write_csv(
     writer = csv.DictWriter(f, fieldnames=list(fieldnames or rows[0]))
     writer.writeheader()
     writer.writerows(rows)
+
+
+def usage_error(message: str) -> NoReturn:
+  """Ends the script on bad input: one line on stderr, exit status 2."""
+  print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
+  raise SystemExit(2)
 
 
 def write_table(out: Path, text: str, name: str = "table.md") -> None:

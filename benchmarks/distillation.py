@@ -47,7 +47,8 @@ seeds from 0, every rule in the replay loop with learner batches of 8,
 ``--out`` ``suite.md`` (per environment and rule: final return with its
 interval and per seed, the return normalised between a uniform random
 policy (0) and Disco103 (1) with its interval, P(rule > Disco103)) and
-``suite_curves_<env>.png``.
+``suite_curves_<env>.png``. A student's file comes from ``<root>/rules``,
+else from ``KEPT_RULES`` (the files kept in the repository).
 
 ``report`` writes to ``--out``: ``agreement.csv`` (every student, split and
 environment), ``fit_<student>.csv``, ``table.md`` (parameters, agreement, final
@@ -81,6 +82,9 @@ TRAIN = ("catch", "lpg/dense")
 HELD_OUT = ("catch:rows=8,columns=8",)
 COMPARE = ("catch:rows=8,columns=8",)
 TEACHER = "disco103"
+# Students' rule files kept in the repository (``suite`` uses them where
+# ``<root>/rules`` has none, so that it needs no ``distill`` first).
+KEPT_RULES = Path(__file__).resolve().parent / "results/distillation/rules"
 # The suite's environments where Disco103 learns with a replay
 # (docs/results/learning.md), and the loop it learns them with.
 SUITE_ENVS = (
@@ -104,7 +108,7 @@ def _students(names: str) -> dict[str, list[str]]:
   for name in filter(None, names.split(",")):
     found = re.fullmatch(r"(flat_)?h(\d+)(?:_t(\d+))?", name.strip())
     if not found:
-      raise SystemExit(
+      cli.usage_error(
           f"student {name!r}: give h<units>, flat_h<units> or either with "
           "_t<torso units>"
       )
@@ -193,7 +197,7 @@ def compare(args) -> None:
   files = [_student_file(root, s) for s in _students(args.compare_students)]
   missing = [str(f) for f in files if not f.is_file()]
   if missing:
-    raise SystemExit(f"missing rule files {missing}: run `distill` first")
+    cli.usage_error(f"missing rule files {missing}: run `distill` first")
   files += [_control_file(root, t) for t in _controls(args)]
   command = [
       sys.executable,
@@ -320,7 +324,12 @@ def _suite_rules(args) -> dict[str, str]:
   for s in _students(args.suite_students):
     path = _student_file(root, s)
     if not path.is_file():
-      raise SystemExit(f"missing rule file {path}: run `distill` first")
+      path = KEPT_RULES / path.name
+    if not path.is_file():
+      cli.usage_error(
+          f"no rule file for student {s} in {root / 'rules'} or {KEPT_RULES}:"
+          " run `distill` first"
+      )
     rules[s] = str(path)
   return rules
 

@@ -217,3 +217,23 @@ def test_normalised_return_and_its_interval():
   flat = np.full(3, 4.5)
   point, low, high = distillation.normalised_interval(flat, teacher, 1.0)
   assert low == pytest.approx(3.5 / 8.0) and high == pytest.approx(3.5 / 6.0)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (dict(suite_students="tiny"), "student 'tiny': give h<units>"),
+        (dict(suite_students="h7"), "no rule file for student h7"),
+    ],
+)
+def test_distillation_suite_bad_students_are_one_line(
+    args, message, tmp_path, capsys
+):
+  from benchmarks import distillation
+
+  namespace = type("Args", (), dict(root=str(tmp_path), controls="", **args))
+  with pytest.raises(SystemExit) as exit_info:
+    distillation._suite_rules(namespace)
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and message in err[0], err
