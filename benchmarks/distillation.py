@@ -335,7 +335,7 @@ def _suite_rules(args) -> dict[str, str]:
 
 
 def _suite_folder(root: Path, label: str, env: str) -> Path:
-  return root / "suite" / label / re.sub(r"[^A-Za-z0-9_.-]+", "_", env)
+  return root / "suite" / label / suite_settings.slug(env)
 
 
 def suite(args) -> None:
@@ -434,7 +434,7 @@ def _suite_report(args, out: Path) -> None:
       )
     analysis.plot_learning_curves(
         {label: run.metrics for label, run in runs.items()},
-        path=out / f"suite_curves_{env.replace('/', '_')}.png",
+        path=out / f"suite_curves_{suite_settings.slug(env)}.png",
         min_episodes=results.CURVE_EPISODES,
         title=f"{env} ({args.suite_seeds} seeds)",
     )
@@ -659,7 +659,7 @@ def _shared(p) -> None:
   p.add_argument("--students", default="h64,h32,flat_h64_t256")
   # Where ``report`` and ``suite`` write their tables and figures.
   p.add_argument("--out", default="benchmarks/results/distillation")
-  # The suite's runs (``suite`` trains them, ``report`` reads them).
+  # ``suite``: its students, environments, seeds and budgets.
   p.add_argument("--suite_students", default="flat_h64_t256")
   p.add_argument("--suite_envs", default=",".join(SUITE_ENVS))
   p.add_argument("--suite_seeds", type=int, default=3)

@@ -41,7 +41,6 @@ import itertools
 import json
 import math
 from pathlib import Path
-import re
 import sys
 
 import jax
@@ -64,10 +63,6 @@ SUITE = suite.SUITE
 LOOP = suite.ON_POLICY
 LOOPS = suite.LOOPS
 LAST_EPISODES = 200
-
-
-def _slug(name: str) -> str:
-  return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def random_return(
@@ -118,7 +113,7 @@ def run(
 ) -> Path:
   """Trains (unless done) and returns the run folder (default:
   ``out/<rule>/<env>``)."""
-  folder = folder or out / _slug(rule) / _slug(env)
+  folder = folder or out / suite.slug(rule) / suite.slug(env)
   config = suite.eval_config(
       rule,
       env,
@@ -171,7 +166,11 @@ def tune(
         out,
         loop,
         hyper,
-        folder=out / "tuning" / _slug(rule) / _slug(env) / _slug(name),
+        folder=out
+        / "tuning"
+        / suite.slug(rule)
+        / suite.slug(env)
+        / suite.slug(name),
         seed=suite.TUNE_SEED,
         learning_rate=point.get("learning_rate"),
     )
@@ -305,13 +304,13 @@ def main(argv=None) -> None:
               rule,
               loop=loops.get(rule),
               hyper_params=hyper,
-              folder=out / _slug(f"{rule}-tuned") / _slug(env),
+              folder=out / suite.slug(f"{rule}-tuned") / suite.slug(env),
               learning_rate=point.get("learning_rate"),
           )
       )
     analysis.plot_learning_curves(
         {rule: r.metrics for rule, r in runs.items()},
-        path=out / f"curves_{_slug(env)}.png",
+        path=out / f"curves_{suite.slug(env)}.png",
         min_episodes=results_lib.CURVE_EPISODES,
         title=f"{env} ({args.seeds} seeds)",
     )

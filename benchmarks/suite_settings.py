@@ -10,6 +10,7 @@ run).
 from __future__ import annotations
 
 from pathlib import Path
+import re
 from typing import Any
 
 from disco import evaluation
@@ -75,6 +76,11 @@ TUNE_RULES = ("actor_critic", "ppo")
 TUNE_GRID = dict(learning_rate=(3e-4, 1e-3), entropy_cost=(0.01, 0.05))
 TUNE_SEEDS = 2
 TUNE_SEED = 100  # tuning seeds 100, 101; reported seeds start at 0
+
+
+def slug(name: str) -> str:
+  """``name`` (a rule or environment) as one folder or file name."""
+  return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
 
 def suite_entry(env: str) -> tuple[str, dict, int, tuple]:
