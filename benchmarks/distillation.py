@@ -42,7 +42,7 @@ machine, into ``<root>/meta_speed.json``.
 environment suite does (``env_suite.py``: its budgets times
 ``--suite_budget_scale``, its convolutional torsos, ``--suite_seeds``
 seeds from 0, every rule in the replay loop with learner batches of 8,
-``suite_settings.LOOPS['replay_batch8']``) into
+``suite_settings.LOOPS['replay_batch8']``, ``env_suite.run``) into
 ``<root>/suite/<rule>/<env>``; finished runs are kept. It then writes to
 ``--out`` ``suite.md`` (per environment and rule: final return with its
 interval and per seed, the return normalised between a uniform random
@@ -93,7 +93,6 @@ SUITE_ENVS = (
     "lpg/dense",
 )
 SUITE_LOOP = "replay_batch8"
-SUITE_LAST_EPISODES = 200
 
 
 def _student_file(root: Path, student: str) -> Path:
@@ -339,6 +338,8 @@ def _suite_folder(root: Path, label: str, env: str) -> Path:
 
 
 def suite(args) -> None:
+  from benchmarks import env_suite  # pylint: disable=g-import-not-at-top
+
   root = Path(args.root)
   rules = _suite_rules(args)
   for env in args.suite_envs.split(","):
@@ -346,18 +347,17 @@ def suite(args) -> None:
     for label, rule in rules.items():
       folder = _suite_folder(root, label, env)
       print(f"suite: {label} on {env} -> {folder}", flush=True)
-      config = suite_settings.eval_config(
+      env_suite.run(
           rule,
           env,
+          settings,
           int(budget * args.suite_budget_scale),
+          conv,
           args.suite_seeds,
-          folder,
-          SUITE_LAST_EPISODES,
+          root / "suite",
           loop=suite_settings.LOOPS[SUITE_LOOP],
-          network=dict(conv_channels=tuple(conv)) if conv else None,
-          env_settings=settings,
+          folder=folder,
       )
-      suite_settings.run(config, folder)
   _suite_report(args, Path(args.out))
 
 
