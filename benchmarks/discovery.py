@@ -142,7 +142,7 @@ def run(args) -> None:
   variants = args.variants.split(",")
   unknown = set(variants) - set(VARIANTS)
   if unknown:
-    raise SystemExit(f"unknown variants {sorted(unknown)}; known: {VARIANTS}")
+    cli.usage_error(f"unknown variants {sorted(unknown)}; known: {VARIANTS}")
   meta_runs.run_each(
       Path(args.root),
       meta_runs.seed_major(variants, args.seeds),
@@ -159,7 +159,7 @@ def compare(args) -> None:
       root, {f"discovered_{v}": [v] for v in variants}
   )
   if not chosen and not args.baselines_only:
-    raise SystemExit(f"no validated run under {root}: run `run` first")
+    cli.usage_error(f"no validated run under {root}: run `run` first")
   rules = [str(path) for path in chosen.values()]
   overrides = [f"{path}:learning_rate={args.agent_lr}" for path in rules]
   rules += ["actor_critic", "ppo", "disco103"]

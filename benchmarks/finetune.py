@@ -142,7 +142,7 @@ def compare(args) -> None:
         score=meta_runs.last_score,
     )
     if RULE not in chosen:
-      raise SystemExit(f"no validated run under {root}: run `run` first")
+      cli.usage_error(f"no validated run under {root}: run `run` first")
     rules = (str(chosen[RULE]), *rules)
   envs = tuple(
       e["env"]

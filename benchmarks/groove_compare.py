@@ -323,7 +323,7 @@ def main():
     steps = dict(ours=timing.Stepper(ours, state, logs=True))
     if args.groove is not None:
       if not (args.groove / "models" / "lpg.py").is_file():
-        raise SystemExit(f"--groove={args.groove} is not a GROOVE checkout.")
+        cli.usage_error(f"--groove={args.groove} is not a GROOVE checkout.")
       groove = patched_groove(args.groove, tmp / "groove")
       step, carry = groove_step(groove, args)
       steps["groove"] = timing.Stepper(step, carry, logs=True)

@@ -323,7 +323,7 @@ def run(args) -> None:
   _check_modes(args)
   sides = ("ours", "groove") if args.groove else ("ours",)
   if args.groove and not (args.groove / "models" / "lpg.py").is_file():
-    raise SystemExit(f"--groove={args.groove} is not a GROOVE checkout.")
+    cli.usage_error(f"--groove={args.groove} is not a GROOVE checkout.")
 
   def start(side: str, seed: int, out: Path) -> None:
     if side == "ours":
@@ -403,7 +403,7 @@ def report(args) -> None:
           label=label,
       )
   if not summary:
-    raise SystemExit(f"no runs under {root}")
+    cli.usage_error(f"no runs under {root}: run `run` first")
   means = [
       "",
       "| side | seeds | training return, last 250 | held-out return at the "
@@ -448,7 +448,7 @@ def _step_seconds(path: Path, side: str) -> float:
 def _check_modes(args) -> None:
   for key in ("train", "held_out"):
     if getattr(args, key) not in GROOVE_MODES:
-      raise SystemExit(
+      cli.usage_error(
           f"--{key}={getattr(args, key)}: use one of {', '.join(GROOVE_MODES)}"
       )
 

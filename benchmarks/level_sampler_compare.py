@@ -103,7 +103,7 @@ def report(args) -> None:
 
   rows = read_validation(Path(args.root))
   if not rows:
-    raise SystemExit(f"no validation.csv under {args.root}")
+    cli.usage_error(f"no validation.csv under {args.root}: run `run` first")
   out = Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   cli.write_csv(out / "validation.csv", rows)

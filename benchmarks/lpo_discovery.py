@@ -109,7 +109,7 @@ def _variants(args) -> list[str]:
   names = args.variants.split(",")
   unknown = sorted(set(names) - set(VARIANTS))
   if unknown:
-    raise SystemExit(f"unknown variants {unknown}; known: {list(VARIANTS)}")
+    cli.usage_error(f"unknown variants {unknown}; known: {list(VARIANTS)}")
   return names
 
 
@@ -127,9 +127,7 @@ def best_rule(root: Path, variant: str) -> tuple[Path, float, int]:
   score, generation)."""
   best = meta_runs.best_validated(root, [variant])
   if best is None:
-    raise SystemExit(
-        f"no validated {variant} run under {root}: run `run` first"
-    )
+    cli.usage_error(f"no validated {variant} run under {root}: run `run` first")
   path, score = best
   scores = meta_runs.validation_scores(path.parent)
   return path, score, max(scores, key=scores.get)
@@ -145,7 +143,7 @@ def _choose(root: Path, variant: str, target: Path) -> dict:
   if record.is_file() and json.loads(record.read_text()) != chosen:
     runs = root / "compare" / "runs"
     if runs.is_dir():
-      raise SystemExit(
+      cli.usage_error(
           f"the best {variant} rule changed since the last comparison "
           f"({json.loads(record.read_text())['source']} -> {source}): delete "
           f"{runs} and {record}, then run distill and compare again"
@@ -217,7 +215,7 @@ def compare(args) -> None:
   files = [] if args.baselines_only else rule_files(root, args.student_hidden)
   missing = [str(f) for f in files if not f.is_file()]
   if missing:
-    raise SystemExit(f"missing rule files {missing}: run `distill` first")
+    cli.usage_error(f"missing rule files {missing}: run `distill` first")
   names = [*map(str, files), "dpo", "ppo"]
   overrides = [f"{f}:learning_rate={AGENT_LR}" for f in files]
   overrides.append(f"dpo:learning_rate={AGENT_LR}")
@@ -303,7 +301,7 @@ def report(args) -> None:
         label=variant if first else None,
     )
   if not rows:
-    raise SystemExit(f"no validation.csv under {root}")
+    cli.usage_error(f"no validation.csv under {root}: run `run` first")
   cli.write_csv(out / "validation.csv", rows)
   ax_v.set_xlabel("generation")
   ax_v.set_ylabel("held-out score (0: random, 1: reference)")

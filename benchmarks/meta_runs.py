@@ -209,7 +209,7 @@ def pick_rules(
     if any(
         earlier[k] != chosen[rule][k] for k in ("source", "validation_score")
     ):
-      raise SystemExit(
+      cli.usage_error(
           f"the best {rule} rule changed since the last comparison "
           f"({earlier['source']} -> {best[0]}): delete "
           f"{root / 'compare' / 'runs' / rule} and {chosen_file}, then "
@@ -265,7 +265,7 @@ def write_validation_report(
       )
       labelled = True
   if not rows:
-    raise SystemExit(f"no validation.csv under {root}")
+    cli.usage_error(f"no validation.csv under {root}: run `run` first")
   cli.write_csv(out / "validation.csv", rows)
   ax.set_xlabel(xlabel)
   ax.set_ylabel("held-out validation IQM (0: random, 1: reference)")

@@ -126,7 +126,7 @@ def import_purejaxrl(checkout: Path, module: str):
   navix) get empty stand-ins."""
   source = checkout / "purejaxrl"
   if not (source / f"{module}.py").is_file():
-    raise SystemExit(
+    cli.usage_error(
         f"--purejaxrl {checkout}: no purejaxrl/{module}.py there; pass the "
         "root of a checkout of https://github.com/luchris429/purejaxrl."
     )

@@ -243,16 +243,20 @@ def main():
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--layout_samples", type=int, default=2048)
   args = parser.parse_args()
+  known = GYMNAX_ENVS + XMINIGRID_ENVS + BRAX_ENVS
+  unknown = [name for name in args.envs if name not in known]
+  if unknown:
+    cli.usage_error(
+        f"--envs: unknown {', '.join(unknown)}; known: {', '.join(known)}"
+    )
   for name in args.envs:
     clock = timing.Stopwatch()
     if name in GYMNAX_ENVS:
       returns = gymnax_returns(name, args.episodes, args.seed)
     elif name in XMINIGRID_ENVS:
       returns = xminigrid_returns(name, args.episodes, args.seed)
-    elif name in BRAX_ENVS:
-      returns = brax_returns(name, args.episodes, args.seed)
     else:
-      raise SystemExit(f"Unknown environment {name!r}.")
+      returns = brax_returns(name, args.episodes, args.seed)
     sem = returns.std(ddof=1) / np.sqrt(returns.size)
     print(
         f"{name}: random return {returns.mean():.4f} +- {sem:.4f} (s.e.m.)"

@@ -144,7 +144,7 @@ def test_run_each_skips_finished_runs_and_keeps_the_order(tmp_path, capsys):
 
 
 def test_pick_rules_takes_the_best_validated_run_and_refuses_a_change(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, capsys
 ):
   scores = {"a-s0": {0: 0.1, 50: 0.4}, "a-s1": {0: 0.3}, "b-s0": {0: 0.2}}
   monkeypatch.setattr(
@@ -160,8 +160,11 @@ def test_pick_rules_takes_the_best_validated_run_and_refuses_a_change(
       "best": picked["best"]
   }
   scores["b-s0"] = {0: 0.9}  # another run is now the best
-  with pytest.raises(SystemExit, match="best rule changed"):
+  with pytest.raises(SystemExit) as exit_info:
     meta_runs.pick_rules(tmp_path, {"best": ["a", "b"]})
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "best best rule changed" in err[0], err
 
 
 def test_env_throughput_runs_discrete_and_continuous_adapters(capsys):
