@@ -46,7 +46,8 @@ seeds from 0, every rule in the replay loop with learner batches of 8,
 ``<root>/suite/<rule>/<env>``; finished runs are kept. It then writes to
 ``--out`` ``suite.md`` (per environment and rule: final return with its
 interval and per seed, the return normalised between a uniform random
-policy (0) and Disco103 (1) with its interval, P(rule > Disco103)) and
+policy (0) and Disco103 (1) with its interval, none where Disco103 is not
+above random, P(rule > Disco103)) and
 ``suite_curves_<env>.png``. A student's file comes from ``<root>/rules``,
 else from ``KEPT_RULES`` (the files kept in the repository).
 
@@ -367,9 +368,11 @@ def normalised_interval(
     floor: float,
     reps: int = 4000,
     seed: int = 0,
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float] | None:
   """``(mean(scores) - floor) / (mean(teacher) - floor)`` and its 95%
-  percentile-bootstrap interval, both rules' seeds resampled independently.
+  percentile-bootstrap interval, both rules' seeds resampled independently;
+  ``None`` where Disco103 is not above random (the lower end of its mean's
+  interval at or below ``floor``), where the ratio means nothing.
 
   Args:
     scores: ``[S]`` a rule's final returns.
@@ -380,10 +383,19 @@ def normalised_interval(
   scores, teacher = np.asarray(scores), np.asarray(teacher)
   a = rng.choice(scores, (reps, scores.size)).mean(1)
   b = rng.choice(teacher, (reps, teacher.size)).mean(1)
+  if np.percentile(b, 2.5) <= floor:
+    return None
   ratios = (a - floor) / (b - floor)
   point = (scores.mean() - floor) / (teacher.mean() - floor)
   low, high = np.percentile(ratios, [2.5, 97.5])
   return float(point), float(low), float(high)
+
+
+def _normalised_cell(scores, teacher, floor) -> str:
+  interval = normalised_interval(scores, teacher, floor)
+  if interval is None:
+    return "- (Disco103 not above random)"
+  return "{:.2f} [{:.2f}, {:.2f}]".format(*interval)
 
 
 def _suite_report(args, out: Path) -> None:
@@ -424,9 +436,7 @@ def _suite_report(args, out: Path) -> None:
                   label,
                   f"{scores.mean():.2f} [{ci[0]:.2f}, {ci[1]:.2f}]",
                   ", ".join(f"{x:.2f}" for x in scores),
-                  "{:.2f} [{:.2f}, {:.2f}]".format(
-                      *normalised_interval(scores, teacher, floor)
-                  ),
+                  _normalised_cell(scores, teacher, floor),
                   "-" if label == TEACHER else str(improvement),
                   f"{floor:.2f}",
               ]

@@ -220,6 +220,9 @@ def test_normalised_return_and_its_interval():
   flat = np.full(3, 4.5)
   point, low, high = distillation.normalised_interval(flat, teacher, 1.0)
   assert low == pytest.approx(3.5 / 8.0) and high == pytest.approx(3.5 / 6.0)
+  # No ratio where Disco103 is not clearly above random.
+  level = np.array([0.5, 1.5, 2.5])
+  assert distillation.normalised_interval(half, level, 1.0) is None
 
 
 @pytest.mark.parametrize(
