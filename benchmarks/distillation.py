@@ -51,6 +51,16 @@ above random, P(rule > Disco103)) and
 ``suite_curves_<env>.png``. A student's file comes from ``<root>/rules``,
 else from ``KEPT_RULES`` (the files kept in the repository).
 
+``suite_agreement`` (not part of ``all``) measures the students of
+``--suite_students`` against Disco103 on the inputs of agents trained as
+``suite`` trains them: Disco103's agents (its network with the suite's
+convolutional torso, the suite's loop) on each of ``--suite_envs``,
+``--seeds`` agents of ``--steps`` env steps (seeds from 1000, apart from
+the suite's), 8 learner batches kept per agent, into
+``<root>/suite_dataset/<env>`` (kept, reused); then each student's (and an
+untrained student's) top-1 policy agreement and KL per head there, into
+``--out``/``suite_agreement.csv``.
+
 ``report`` writes to ``--out``: ``agreement.csv`` (every student, split and
 environment), ``fit_<student>.csv``, ``table.md`` (parameters, agreement, final
 returns with their interval, the return relative to Disco103's, learner
@@ -62,6 +72,7 @@ comparison's report and figures.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 import re
@@ -314,13 +325,11 @@ def meta_speed(args) -> None:
     )
 
 
-def _suite_rules(args) -> dict[str, str]:
-  """Label -> rule (name or file) of every rule ``suite`` trains."""
+def _suite_student_files(args) -> dict[str, str]:
+  """Student -> its rule file, for the students of ``--suite_students``:
+  from ``<root>/rules``, else from ``KEPT_RULES``."""
   root = Path(args.root)
-  rules = {TEACHER: TEACHER}
-  rules.update(
-      {_control_name(t): str(_control_file(root, t)) for t in _controls(args)}
-  )
+  files = {}
   for s in _students(args.suite_students):
     path = _student_file(root, s)
     if not path.is_file():
@@ -330,7 +339,18 @@ def _suite_rules(args) -> dict[str, str]:
           f"no rule file for student {s} in {root / 'rules'} or {KEPT_RULES}:"
           " run `distill` first"
       )
-    rules[s] = str(path)
+    files[s] = str(path)
+  return files
+
+
+def _suite_rules(args) -> dict[str, str]:
+  """Label -> rule (name or file) of every rule ``suite`` trains."""
+  root = Path(args.root)
+  rules = {TEACHER: TEACHER}
+  rules.update(
+      {_control_name(t): str(_control_file(root, t)) for t in _controls(args)}
+  )
+  rules.update(_suite_student_files(args))
   return rules
 
 
@@ -360,6 +380,73 @@ def suite(args) -> None:
           folder=folder,
       )
   _suite_report(args, Path(args.out))
+
+
+def suite_agreement(args) -> None:
+  """The students' agreement with Disco103 on the inputs of the suite's
+  agents (module docstring)."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  from disco.distillation import dataset as dataset_lib  # pylint: disable=g-import-not-at-top
+  from disco.distillation import fitting  # pylint: disable=g-import-not-at-top
+  from disco.distillation import settings as distill_settings  # pylint: disable=g-import-not-at-top
+  from disco.update_rules import resolve  # pylint: disable=g-import-not-at-top
+
+  root, out = Path(args.root), Path(args.out)
+  students = {
+      s: resolve.resolve_rule(f) for s, f in _suite_student_files(args).items()
+  }
+  teacher = resolve.resolve_rule(TEACHER)
+  base = distill_settings.DistillSettings.from_config(
+      distill_settings.make_config(teacher=TEACHER)
+  )
+  rows = []
+  for env in args.suite_envs.split(","):
+    name, env_settings, _, conv = suite_settings.suite_entry(env)
+    agent = teacher.settings.copy_and_resolve_references()
+    agent.network.conv_channels = tuple(conv)
+    gather = dataclasses.replace(
+        base,
+        envs=(),
+        held_out_envs=((name, env_settings),),
+        dataset=dataclasses.replace(
+            base.dataset,
+            num_seeds=args.seeds,
+            total_env_steps=args.steps,
+            loop=suite_settings.LOOPS[SUITE_LOOP],
+        ),
+    )
+    (shard,) = dataset_lib.gather(
+        gather,
+        dataclasses.replace(teacher, settings=agent),
+        root / "suite_dataset" / suite_settings.slug(env),
+    )
+    for label, student in students.items():
+      pair = fitting.Pair(shard, teacher.meta_params, student.rule)
+      untrained = student.rule.init_meta_params(jax.random.PRNGKey(0))
+      measured = fitting.agreement(
+          pair, dict(student=student.meta_params, untrained=untrained)
+      )
+      for who, figures in measured.items():
+        rows.append(
+            dict(
+                env=env,
+                student=label,
+                who=who,
+                samples=shard.num_samples,
+                pi_top1=figures["pi_top1"],
+                pi_kl=figures["pi_kl"],
+                y_kl=figures["y_kl"],
+                z_kl=figures.get("z_kl", ""),
+            )
+        )
+        print(
+            f"{env} {label} ({who}): top-1 {figures['pi_top1']:.3f}, "
+            f"pi KL {figures['pi_kl']:.4f}, y KL {figures['y_kl']:.4f}",
+            flush=True,
+        )
+  out.mkdir(parents=True, exist_ok=True)
+  cli.write_csv(out / "suite_agreement.csv", rows)
 
 
 def normalised_interval(
@@ -676,9 +763,13 @@ def _shared(p) -> None:
   p.add_argument("--suite_budget_scale", type=float, default=0.5)
 
 
-def _distill_flags(p) -> None:
+def _dataset_flags(p) -> None:
   p.add_argument("--seeds", type=int, default=2)
   p.add_argument("--steps", type=int, default=40_000)
+
+
+def _distill_flags(p) -> None:
+  _dataset_flags(p)
   p.add_argument("--fit_steps", type=int, default=2000)
 
 
@@ -700,6 +791,7 @@ def main() -> None:
           "distill": cli.Command(distill, _distill_flags),
           "compare": cli.Command(compare, _compare_flags),
           "suite": cli.Command(suite),
+          "suite_agreement": cli.Command(suite_agreement, _dataset_flags),
           "speed": cli.Command(speed, _speed_flags),
           "meta_speed": cli.Command(
               meta_speed,
