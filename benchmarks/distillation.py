@@ -16,8 +16,11 @@ has no per-lifetime LSTM and reads its lifetime instead) into
 ``<root>/<student>``, all sharing one dataset in ``<root>/dataset``:
 Disco103's agents on ``TRAIN`` and, held out, ``HELD_OUT`` (``--seeds``
 agents each, ``--steps`` env steps, 8 batches kept per agent),
-``--fit_steps`` fitting steps. The students' files go to
-``<root>/rules/student_<student>.npz``.
+``--fit_steps`` fitting steps; students named ``..._minatar`` share
+``<root>/dataset_minatar`` instead: Disco103's agents trained as ``suite``
+trains them (the convolutional torso, the suite's loop) on
+``MINATAR_TRAIN`` and, held out, ``MINATAR_HELD_OUT``. The students' files
+go to ``<root>/rules/student_<student>.npz``.
 
 ``compare`` runs ``disco-compare`` of Disco103, the students of
 ``--compare_students`` and the controls of ``--controls`` (Disco103 with
@@ -105,6 +108,12 @@ SUITE_ENVS = (
     "lpg/dense",
 )
 SUITE_LOOP = "replay_batch8"
+# Students named ``..._minatar`` are fitted on Disco103's agents on these
+# games instead, as the suite trains them (its torso and loop).
+MINATAR_SUFFIX = "_minatar"
+MINATAR_TRAIN = ("gymnax/Breakout-MinAtar", "gymnax/SpaceInvaders-MinAtar")
+MINATAR_HELD_OUT = ("gymnax/Asterix-MinAtar",)
+MINATAR_CONV = (16,)
 
 
 def _student_file(root: Path, student: str) -> Path:
@@ -117,11 +126,13 @@ def _students(names: str) -> dict[str, list[str]]:
   ``_t<W>`` a torso of two dense layers of ``W`` units."""
   students = {}
   for name in filter(None, names.split(",")):
-    found = re.fullmatch(r"(flat_)?h(\d+)(?:_t(\d+))?", name.strip())
+    found = re.fullmatch(
+        rf"(flat_)?h(\d+)(?:_t(\d+))?(?:{MINATAR_SUFFIX})?", name.strip()
+    )
     if not found:
       cli.usage_error(
           f"student {name!r}: give h<units>, flat_h<units> or either with "
-          "_t<torso units>"
+          f"_t<torso units>, then optionally {MINATAR_SUFFIX}"
       )
     flat, hidden, torso = found.groups()
     flags = [
@@ -134,6 +145,32 @@ def _students(names: str) -> dict[str, list[str]]:
   return students
 
 
+def _data_flags(root: Path, name: str) -> list[str]:
+  """The teacher and data of a student: Disco103 on ``TRAIN`` (held out
+  ``HELD_OUT``) with its published loop, into ``<root>/dataset``; for a
+  ``..._minatar`` student, Disco103 with the suite's convolutional torso on
+  ``MINATAR_TRAIN`` (held out ``MINATAR_HELD_OUT``) with the suite's loop,
+  into ``<root>/dataset_minatar``."""
+  if not name.endswith(MINATAR_SUFFIX):
+    return [
+        f"--config.teacher={TEACHER}",
+        f"--config.envs={TRAIN!r}",
+        f"--config.held_out_envs={HELD_OUT!r}",
+        f"--config.dataset.folder={root / 'dataset'}",
+    ]
+  teacher = _teacher_variant(
+      root, f"{TEACHER}_conv16", conv_channels=MINATAR_CONV
+  )
+  loop = suite_settings.LOOPS[SUITE_LOOP]
+  return [
+      f"--config.teacher={teacher}",
+      f"--config.envs={MINATAR_TRAIN!r}",
+      f"--config.held_out_envs={MINATAR_HELD_OUT!r}",
+      f"--config.dataset.folder={root / 'dataset_minatar'}",
+      *(f"--config.dataset.{k}={v}" for k, v in loop.items()),
+  ]
+
+
 def distill(args) -> None:
   root = Path(args.root)
   for name, flags in _students(args.students).items():
@@ -143,13 +180,10 @@ def distill(args) -> None:
           sys.executable,
           "-m",
           "disco.launch.distill",
-          f"--config.teacher={TEACHER}",
           *flags,
-          f"--config.envs={TRAIN!r}",
-          f"--config.held_out_envs={HELD_OUT!r}",
+          *_data_flags(root, name),
           f"--config.dataset.num_seeds={args.seeds}",
           f"--config.dataset.total_env_steps={args.steps}",
-          f"--config.dataset.folder={root / 'dataset'}",
           f"--config.fit.steps={args.fit_steps}",
           f"--config.output_dir={out}",
       ]
@@ -163,16 +197,24 @@ def distill(args) -> None:
 def _control_file(root: Path, torso: int) -> Path:
   """Disco103 with agents of a smaller torso (two ``torso``-unit layers):
   the control that tells a flat student's speed and returns from those of
-  its torso alone. Written once, into ``<root>/rules``."""
+  its torso alone."""
+  return _teacher_variant(root, _control_name(torso), dense=(torso, torso))
+
+
+def _teacher_variant(root: Path, name: str, **network) -> Path:
+  """Disco103's meta-parameters in a rule file whose agents' network
+  settings are ``network`` over Disco103's. Written once, into
+  ``<root>/rules/<name>.npz``."""
   from disco.distillation import workflow  # pylint: disable=g-import-not-at-top
   from disco.meta import rule_files  # pylint: disable=g-import-not-at-top
   from disco.update_rules import resolve  # pylint: disable=g-import-not-at-top
 
-  path = root / "rules" / f"{_control_name(torso)}.npz"
+  path = root / "rules" / f"{name}.npz"
   if not path.is_file():
     teacher = resolve.resolve_rule(TEACHER)
     settings = teacher.settings.copy_and_resolve_references()
-    settings.network.dense = (torso, torso)
+    for key, value in network.items():
+      settings.network[key] = value
     path.parent.mkdir(parents=True, exist_ok=True)
     rule_files.export_meta_params(
         path,

@@ -230,6 +230,8 @@ def test_normalised_return_and_its_interval():
     [
         (dict(suite_students="tiny"), "student 'tiny': give h<units>"),
         (dict(suite_students="h7"), "no rule file for student h7"),
+        (dict(suite_students="h7_minatr"), "then optionally _minatar"),
+        (dict(suite_students="h7_minatar"), "no rule file for student h7_min"),
     ],
 )
 def test_distillation_suite_bad_students_are_one_line(
