@@ -408,6 +408,10 @@ def suite(args) -> None:
   for env in args.suite_envs.split(","):
     _, settings, budget, conv = suite_settings.suite_entry(env)
     for label, rule in rules.items():
+      if label.endswith(MINATAR_SUFFIX) and not conv:
+        # Its file carries the convolutional torso of its teacher's agents.
+        print(f"suite: {label} not on {env} (no convolutional torso there)")
+        continue
       folder = _suite_folder(root, label, env)
       print(f"suite: {label} on {env} -> {folder}", flush=True)
       env_suite.run(
@@ -476,10 +480,7 @@ def suite_agreement(args) -> None:
                 student=label,
                 who=who,
                 samples=shard.num_samples,
-                pi_top1=figures["pi_top1"],
-                pi_kl=figures["pi_kl"],
-                y_kl=figures["y_kl"],
-                z_kl=figures.get("z_kl", ""),
+                **figures,
             )
         )
         print(
@@ -488,7 +489,8 @@ def suite_agreement(args) -> None:
             flush=True,
         )
   out.mkdir(parents=True, exist_ok=True)
-  cli.write_csv(out / "suite_agreement.csv", rows)
+  columns = list(dict.fromkeys(k for row in rows for k in row))
+  cli.write_csv(out / "suite_agreement.csv", rows, columns)
 
 
 def normalised_interval(
