@@ -113,7 +113,6 @@ SUITE_LOOP = "replay_batch8"
 MINATAR_SUFFIX = "_minatar"
 MINATAR_TRAIN = ("gymnax/Breakout-MinAtar", "gymnax/SpaceInvaders-MinAtar")
 MINATAR_HELD_OUT = ("gymnax/Asterix-MinAtar",)
-MINATAR_CONV = (16,)
 
 
 def _student_file(root: Path, student: str) -> Path:
@@ -158,8 +157,12 @@ def _data_flags(root: Path, name: str) -> list[str]:
         f"--config.held_out_envs={HELD_OUT!r}",
         f"--config.dataset.folder={root / 'dataset'}",
     ]
+  (conv,) = {
+      tuple(suite_settings.suite_entry(env)[3])
+      for env in (*MINATAR_TRAIN, *MINATAR_HELD_OUT)
+  }
   teacher = _teacher_variant(
-      root, f"{TEACHER}_conv16", conv_channels=MINATAR_CONV
+      root, f"{TEACHER}_conv{'_'.join(map(str, conv))}", conv_channels=conv
   )
   loop = suite_settings.LOOPS[SUITE_LOOP]
   return [
@@ -201,6 +204,15 @@ def _control_file(root: Path, torso: int) -> Path:
   return _teacher_variant(root, _control_name(torso), dense=(torso, torso))
 
 
+def _with_network(teacher, **network):
+  """``teacher`` (a resolved rule) with a copy of its agent settings whose
+  network settings are ``network`` over its own."""
+  settings = teacher.settings.copy_and_resolve_references()
+  for key, value in network.items():
+    settings.network[key] = value
+  return dataclasses.replace(teacher, settings=settings)
+
+
 def _teacher_variant(root: Path, name: str, **network) -> Path:
   """Disco103's meta-parameters in a rule file whose agents' network
   settings are ``network`` over Disco103's. Written once, into
@@ -211,15 +223,12 @@ def _teacher_variant(root: Path, name: str, **network) -> Path:
 
   path = root / "rules" / f"{name}.npz"
   if not path.is_file():
-    teacher = resolve.resolve_rule(TEACHER)
-    settings = teacher.settings.copy_and_resolve_references()
-    for key, value in network.items():
-      settings.network[key] = value
+    teacher = _with_network(resolve.resolve_rule(TEACHER), **network)
     path.parent.mkdir(parents=True, exist_ok=True)
     rule_files.export_meta_params(
         path,
         teacher.meta_params,
-        settings,
+        teacher.settings,
         meta_step=0,
         with_network=True,
         licence=workflow.DISCO103_TERMS,
@@ -449,8 +458,6 @@ def suite_agreement(args) -> None:
   rows = []
   for env in args.suite_envs.split(","):
     name, env_settings, _, conv = suite_settings.suite_entry(env)
-    agent = teacher.settings.copy_and_resolve_references()
-    agent.network.conv_channels = tuple(conv)
     gather = dataclasses.replace(
         base,
         envs=(),
@@ -464,7 +471,7 @@ def suite_agreement(args) -> None:
     )
     (shard,) = dataset_lib.gather(
         gather,
-        dataclasses.replace(teacher, settings=agent),
+        _with_network(teacher, conv_channels=tuple(conv)),
         root / "suite_dataset" / suite_settings.slug(env),
     )
     for label, student in students.items():
