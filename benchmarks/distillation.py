@@ -43,7 +43,8 @@ machine, into ``<root>/meta_speed.json``.
 ``suite`` trains Disco103, the controls and the students of
 ``--suite_students`` on ``SUITE_ENVS`` (``--suite_envs``) as the
 environment suite does (``env_suite.py``: its budgets times
-``--suite_budget_scale``, its convolutional torsos, ``--suite_seeds``
+``--suite_budget_scale``, its torsos: convolutional on the MinAtar games,
+flat elsewhere, whatever a rule file's own; ``--suite_seeds``
 seeds from 0, every rule in the replay loop with learner batches of 8,
 ``suite_settings.LOOPS['replay_batch8']``, ``env_suite.run``) into
 ``<root>/suite/<rule>/<env>``; finished runs are kept. It then writes to
@@ -417,10 +418,6 @@ def suite(args) -> None:
   for env in args.suite_envs.split(","):
     _, settings, budget, conv = suite_settings.suite_entry(env)
     for label, rule in rules.items():
-      if label.endswith(MINATAR_SUFFIX) and not conv:
-        # Its file carries the convolutional torso of its teacher's agents.
-        print(f"suite: {label} not on {env} (no convolutional torso there)")
-        continue
       folder = _suite_folder(root, label, env)
       print(f"suite: {label} on {env} -> {folder}", flush=True)
       env_suite.run(

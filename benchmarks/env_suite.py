@@ -114,7 +114,41 @@ def run(
   """Trains (unless done) and returns the run folder (default:
   ``out/<rule>/<env>``)."""
   folder = folder or out / suite.slug(rule) / suite.slug(env)
-  config = suite.eval_config(
+  config = run_config(
+      rule,
+      env,
+      settings,
+      budget,
+      conv,
+      seeds,
+      folder,
+      loop,
+      hyper_params,
+      seed,
+      learning_rate,
+  )
+  return suite.run(config, folder)
+
+
+def run_config(
+    rule: str,
+    env: str,
+    settings: dict,
+    budget: int,
+    conv: tuple,
+    seeds: int,
+    folder: Path,
+    loop: dict | None = None,
+    hyper_params: dict | None = None,
+    seed: int = 0,
+    learning_rate: float | None = None,
+):
+  """The ``disco-eval`` config of one run of ``run``. The agents' torso is
+  always the suite's: ``conv`` channels, or ``()`` (flat observations into
+  the dense torso), whatever torso the rule's own agent settings name (a
+  rule file exported with a convolutional torso runs flat where the suite's
+  observations are flat)."""
+  return suite.eval_config(
       rule,
       env,
       budget,
@@ -122,13 +156,12 @@ def run(
       folder,
       LAST_EPISODES,
       loop=LOOP if loop is None else loop,
-      network=dict(conv_channels=tuple(conv)) if conv else None,
+      network=dict(conv_channels=tuple(conv)),
       hyper_params=hyper_params,
       env_settings=settings,
       seed=seed,
       learning_rate=learning_rate,
   )
-  return suite.run(config, folder)
 
 
 def tune(

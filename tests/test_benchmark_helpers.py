@@ -1,6 +1,7 @@
 """The benchmark scripts' shared pieces: ``benchmarks/timing.py``,
 ``benchmarks/cli.py``, ``benchmarks/meta_runs.py`` and the distillation
-benchmark's normalised return (no script runs)."""
+benchmark's normalised return and the environment suite's run settings (no
+script runs)."""
 
 from __future__ import annotations
 
@@ -245,3 +246,18 @@ def test_distillation_suite_bad_students_are_one_line(
   assert exit_info.value.code == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and message in err[0], err
+
+
+def test_env_suite_gives_every_rule_the_suites_torso(tmp_path):
+  """A rule file exported with a convolutional torso (the MinAtar student)
+  runs flat where the suite's observations are flat, and with the suite's
+  channels where they are images."""
+  from benchmarks import distillation
+  from benchmarks import env_suite
+  from disco.evaluation import plan as plan_lib
+
+  rule = str(distillation.KEPT_RULES / "student_h32_minatar.npz")
+  for env, conv in (("lpg/dense", ()), ("gymnax/Breakout-MinAtar", (8,))):
+    config = env_suite.run_config(rule, env, {}, 1000, conv, 1, tmp_path)
+    plan = plan_lib.build(config, log=lambda _: None)
+    assert tuple(plan.rule.settings.network.conv_channels) == conv, env
