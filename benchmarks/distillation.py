@@ -35,6 +35,12 @@ evaluation loop, interleaved (``--rounds`` rounds of one compiled call of
 ``--iterations`` iterations each), alone on the machine, into
 ``<root>/speed.json``.
 
+``suite_speed`` (not part of ``all``) times learner steps of the rules
+``suite`` trains (Disco103, the controls, the students of
+``--suite_students``) on ``--speed_env`` (one of the suite's environments)
+as ``suite`` trains them, interleaved the same way, alone on the machine,
+into ``<root>/suite_speed_<env>.json``.
+
 ``meta_speed`` (not part of ``all``) times meta-steps at the published
 meta-training settings (``configs/meta_train.py``) with Disco103's
 meta-network and each student's, interleaved (``--rounds``), alone on the
@@ -283,7 +289,8 @@ def _compared(args) -> list[Path]:
 
 
 def speed(args) -> None:
-  """Learner steps/s of every rule, interleaved, in this process."""
+  """Learner steps/s of every rule on Catch 8x8 with the published loop,
+  interleaved, in this process."""
   from disco import evaluation  # pylint: disable=g-import-not-at-top
 
   root = Path(args.root)
@@ -294,24 +301,61 @@ def speed(args) -> None:
   rules.update(
       {_control_name(t): str(_control_file(root, t)) for t in _controls(args)}
   )
-  candidates, steps = {}, {}
-  for name, rule in rules.items():
-    config = evaluation.make_config(
-        rule=rule,
-        env_settings=dict(rows=8, columns=8),
-        iterations_per_call=args.iterations,
-        total_env_steps=10**6,
-        output_dir=str(root / "speed-scratch"),
-        overwrite=True,
+  configs = {
+      name: evaluation.make_config(
+          rule=rule,
+          env_settings=dict(rows=8, columns=8),
+          iterations_per_call=args.iterations,
+          total_env_steps=10**6,
+          output_dir=str(root / "speed-scratch"),
+          overwrite=True,
+      )
+      for name, rule in rules.items()
+  }
+  _time_learner_steps(configs, args, root / "speed.json")
+
+
+def suite_speed(args) -> None:
+  """Learner steps/s of the rules ``suite`` trains on ``--speed_env`` as
+  ``suite`` trains them (its torso and loop), interleaved, in this
+  process."""
+  from benchmarks import env_suite  # pylint: disable=g-import-not-at-top
+
+  root = Path(args.root)
+  env, settings, _, conv = suite_settings.suite_entry(args.speed_env)
+  configs = {}
+  for label, rule in _suite_rules(args).items():
+    config = env_suite.run_config(
+        rule,
+        env,
+        settings,
+        10**6,
+        conv,
+        1,
+        root / "speed-scratch",
+        loop=suite_settings.LOOPS[SUITE_LOOP],
     )
+    config.iterations_per_call = args.iterations
+    configs[label] = config
+  slug = suite_settings.slug(env)
+  _time_learner_steps(configs, args, root / f"suite_speed_{slug}.json")
+
+
+def _time_learner_steps(configs: dict, args, path: Path) -> None:
+  """Times ``--rounds`` interleaved calls of ``--iterations`` iterations of
+  each config's loop (after one call that fills its replay, so that every
+  timed iteration learns) and writes each rule's learner steps/s and its
+  speed against Disco103's to ``path``."""
+  from disco import evaluation  # pylint: disable=g-import-not-at-top
+
+  candidates, steps = {}, {}
+  for name, config in configs.items():
     plan = evaluation.build(config, log=lambda _: None)
     states = plan.loop.init_seeds(plan.seeds)
-    # Fill the replay first, so that every timed iteration learns.
     states, _ = plan.loop.run(states, plan.rule.meta_params, args.iterations)
     steps[name] = (
         args.iterations * plan.loop_config.updates_per_learning_iteration
     )
-
     candidates[name] = timing.Stepper(
         lambda s, plan=plan: plan.loop.run(
             s, plan.rule.meta_params, args.iterations
@@ -327,7 +371,7 @@ def speed(args) -> None:
       )
       for name in candidates
   }
-  (root / "speed.json").write_text(json.dumps(figures, indent=1))
+  path.write_text(json.dumps(figures, indent=1))
   for name, f in figures.items():
     print(
         f"{name}: {f['learner_steps_per_s']:.2f} learner steps/s, "
@@ -406,6 +450,12 @@ def _suite_rules(args) -> dict[str, str]:
   return rules
 
 
+def _suite_envs(args) -> list[tuple[str, dict, int, tuple]]:
+  """The suite's entries of ``--suite_envs``, every one checked before any
+  runs."""
+  return [suite_settings.suite_entry(e) for e in args.suite_envs.split(",")]
+
+
 def _suite_folder(root: Path, label: str, env: str) -> Path:
   return root / "suite" / label / suite_settings.slug(env)
 
@@ -415,8 +465,7 @@ def suite(args) -> None:
 
   root = Path(args.root)
   rules = _suite_rules(args)
-  for env in args.suite_envs.split(","):
-    _, settings, budget, conv = suite_settings.suite_entry(env)
+  for env, settings, budget, conv in _suite_envs(args):
     for label, rule in rules.items():
       folder = _suite_folder(root, label, env)
       print(f"suite: {label} on {env} -> {folder}", flush=True)
@@ -453,12 +502,11 @@ def suite_agreement(args) -> None:
       distill_settings.make_config(teacher=TEACHER)
   )
   rows = []
-  for env in args.suite_envs.split(","):
-    name, env_settings, _, conv = suite_settings.suite_entry(env)
+  for env, env_settings, _, conv in _suite_envs(args):
     gather = dataclasses.replace(
         base,
         envs=(),
-        held_out_envs=((name, env_settings),),
+        held_out_envs=((env, env_settings),),
         dataset=dataclasses.replace(
             base.dataset,
             num_seeds=args.seeds,
@@ -545,7 +593,7 @@ def _suite_report(args, out: Path) -> None:
   labels = [TEACHER, *map(_control_name, _controls(args))]
   labels += list(_students(args.suite_students))
   rows = []
-  for env in args.suite_envs.split(","):
+  for env, settings, budget, _ in _suite_envs(args):
     runs = {
         label: results.load_run(_suite_folder(root, label, env))
         for label in labels
@@ -553,7 +601,6 @@ def _suite_report(args, out: Path) -> None:
     }
     if TEACHER not in runs:
       continue
-    _, settings, budget, _ = suite_settings.suite_entry(env)
     floor = env_suite.random_return(env, settings, 5000)
     teacher = runs[TEACHER].final_scores()
     for label, run in runs.items():
@@ -832,6 +879,11 @@ def _speed_flags(p) -> None:
   p.add_argument("--rounds", type=int, default=3)
 
 
+def _suite_speed_flags(p) -> None:
+  _speed_flags(p)
+  p.add_argument("--speed_env", default=SUITE_ENVS[0])
+
+
 def main() -> None:
   cli.run_commands(
       __doc__,
@@ -841,6 +893,7 @@ def main() -> None:
           "suite": cli.Command(suite),
           "suite_agreement": cli.Command(suite_agreement, _dataset_flags),
           "speed": cli.Command(speed, _speed_flags),
+          "suite_speed": cli.Command(suite_speed, _suite_speed_flags),
           "meta_speed": cli.Command(
               meta_speed,
               lambda p: p.add_argument("--rounds", type=int, default=5),

@@ -13,6 +13,7 @@ from pathlib import Path
 import re
 from typing import Any
 
+from benchmarks import cli
 from disco import evaluation
 from disco.comparison import results as results_lib
 from disco.environments import registry
@@ -88,7 +89,10 @@ def suite_entry(env: str) -> tuple[str, dict, int, tuple]:
   for entry in SUITE:
     if entry[0] == env:
       return entry
-  raise KeyError(f"{env!r} is not in the suite: {[e[0] for e in SUITE]}")
+  cli.usage_error(
+      f"environment {env!r} is not in the suite; give one of "
+      f"{', '.join(e[0] for e in SUITE)}"
+  )
 
 
 def eval_config(

@@ -261,3 +261,14 @@ def test_env_suite_gives_every_rule_the_suites_torso(tmp_path):
     config = env_suite.run_config(rule, env, {}, 1000, conv, 1, tmp_path)
     plan = plan_lib.build(config, log=lambda _: None)
     assert tuple(plan.rule.settings.network.conv_channels) == conv, env
+
+
+def test_distillation_suite_checks_every_environment_first(capsys):
+  from benchmarks import distillation
+
+  namespace = type("Args", (), dict(suite_envs="lpg/dense,gymnax/Pong"))
+  with pytest.raises(SystemExit) as exit_info:
+    distillation._suite_envs(namespace)
+  assert exit_info.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "'gymnax/Pong' is not in the suite" in err[0], err
