@@ -54,11 +54,13 @@ flat elsewhere, whatever a rule file's own; ``--suite_seeds``
 seeds from 0, every rule in the replay loop with learner batches of 8,
 ``suite_settings.LOOPS['replay_batch8']``, ``env_suite.run``) into
 ``<root>/suite/<rule>/<env>``; finished runs are kept. It then writes to
-``--out`` ``suite.md`` (per environment and rule: final return with its
-interval and per seed, the return normalised between a uniform random
-policy (0) and Disco103 (1) with its interval, none where Disco103 is not
-above random, P(rule > Disco103)) and
-``suite_curves_<env>.png``. A student's file comes from ``<root>/rules``,
+``--out`` ``suite.md`` (per environment and rule: how many times fewer
+meta-parameters than Disco103, final return with its interval and per
+seed, the return normalised between a uniform random policy (0) and
+Disco103 (1) with its interval, none where Disco103 is not above random,
+P(rule > Disco103), learner steps/s where ``suite_speed`` timed the
+environment), ``suite_curves_<env>.png`` and, for the timed environments,
+``suite_tradeoff.png`` (speed against normalised return). A student's file comes from ``<root>/rules``,
 else from ``KEPT_RULES`` (the files kept in the repository).
 
 ``suite_agreement`` (not part of ``all``) measures the students of
@@ -574,15 +576,15 @@ def normalised_interval(
   return float(point), float(low), float(high)
 
 
-def _normalised_cell(scores, teacher, floor) -> str:
-  interval = normalised_interval(scores, teacher, floor)
+def _normalised_cell(interval: tuple[float, float, float] | None) -> str:
   if interval is None:
     return "- (Disco103 not above random)"
   return "{:.2f} [{:.2f}, {:.2f}]".format(*interval)
 
 
 def _suite_report(args, out: Path) -> None:
-  """``suite.md`` and the curves of every environment with runs, into
+  """``suite.md``, the curves of every environment with runs and, where
+  ``suite_speed`` timed an environment, ``suite_tradeoff.png``, into
   ``out``."""
   from benchmarks import env_suite  # pylint: disable=g-import-not-at-top
   from disco.comparison import aggregates  # pylint: disable=g-import-not-at-top
@@ -590,17 +592,19 @@ def _suite_report(args, out: Path) -> None:
   from disco.training import analysis  # pylint: disable=g-import-not-at-top
 
   root = Path(args.root)
-  labels = [TEACHER, *map(_control_name, _controls(args))]
-  labels += list(_students(args.suite_students))
-  rows = []
+  rules = _suite_rules(args)
+  sizes = {label: _meta_param_count(rule) for label, rule in rules.items()}
+  rows, tradeoff = [], {}
   for env, settings, budget, _ in _suite_envs(args):
     runs = {
         label: results.load_run(_suite_folder(root, label, env))
-        for label in labels
+        for label in rules
         if (_suite_folder(root, label, env) / results.SUMMARY).is_file()
     }
     if TEACHER not in runs:
       continue
+    speed_file = root / f"suite_speed_{suite_settings.slug(env)}.json"
+    speeds = json.loads(speed_file.read_text()) if speed_file.is_file() else {}
     floor = env_suite.random_return(env, settings, 5000)
     teacher = runs[TEACHER].final_scores()
     for label, run in runs.items():
@@ -610,17 +614,24 @@ def _suite_report(args, out: Path) -> None:
           {label: scores[:, None], TEACHER: teacher[:, None]},
           pairs=[(label, TEACHER)],
       )[(label, TEACHER)].probability
+      normalised = normalised_interval(scores, teacher, floor)
+      if speeds and label in speeds and normalised:
+        tradeoff.setdefault(env, []).append(
+            (label, speeds[label]["ratio_to_teacher"], normalised)
+        )
       rows.append(
           cli.table_row(
               [
                   env,
                   f"{int(budget * args.suite_budget_scale):,}",
                   label,
+                  f"{sizes[TEACHER] / sizes[label]:.1f}x",
                   f"{scores.mean():.2f} [{ci[0]:.2f}, {ci[1]:.2f}]",
                   ", ".join(f"{x:.2f}" for x in scores),
-                  _normalised_cell(scores, teacher, floor),
+                  _normalised_cell(normalised),
                   "-" if label == TEACHER else str(improvement),
                   f"{floor:.2f}",
+                  _speed(speeds, label) if speeds else "not timed",
               ]
           )
       )
@@ -636,23 +647,66 @@ def _suite_report(args, out: Path) -> None:
             "environment",
             "env steps per seed",
             "rule",
+            "fewer meta-parameters than Disco103",
             "final return (95% CI)",
             "per seed",
             "of Disco103's (random 0, Disco103 1)",
             "P(rule > Disco103)",
             "uniform random",
+            "learner steps/s (vs Disco103)",
         ]
     )
     (out / "suite.md").write_text("\n".join([header, *rows]) + "\n")
+  if tradeoff:
+    _plot_suite_tradeoff(tradeoff, sizes, out / "suite_tradeoff.png")
 
 
-def _teacher_size() -> int:
-  """Disco103's number of meta-parameters."""
+def _plot_suite_tradeoff(
+    tradeoff: dict[str, list[tuple[str, float, tuple[float, float, float]]]],
+    sizes: dict[str, int],
+    path: Path,
+) -> None:
+  """Per environment, each rule's learner steps/s against Disco103's (x)
+  and its normalised return with its interval (y), labelled with how many
+  times fewer meta-parameters it has; the targets' lines (1.5x speed, 90%
+  and 95% of the return) dashed."""
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  fig, axes = plt.subplots(
+      1, len(tradeoff), figsize=(5 * len(tradeoff), 4), squeeze=False
+  )
+  for ax, (env, points) in zip(axes[0], tradeoff.items(), strict=True):
+    for label, ratio, (point, low, high) in points:
+      ax.errorbar(
+          ratio, point, yerr=[[point - low], [high - point]], fmt="o", capsize=3
+      )
+      fewer = sizes[TEACHER] / sizes[label]
+      ax.annotate(
+          f"{label} ({fewer:.0f}x fewer)" if fewer > 1.5 else label,
+          (ratio, point),
+          textcoords="offset points",
+          xytext=(5, 5),
+          fontsize=8,
+      )
+    for level in (0.9, 0.95):
+      ax.axhline(level, color="grey", lw=0.5, ls="--")
+    ax.axvline(1.5, color="grey", lw=0.5, ls="--")
+    ax.margins(x=0.35)
+    ax.set_title(env)
+    ax.set_xlabel("learner steps/s, relative to Disco103")
+    ax.set_ylabel("normalised return (random 0, Disco103 1)")
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def _meta_param_count(rule: str) -> int:
+  """The number of meta-parameters of ``rule`` (a name or a file)."""
   import jax  # pylint: disable=g-import-not-at-top
 
   from disco.update_rules import resolve  # pylint: disable=g-import-not-at-top
 
-  params = resolve.resolve_rule(TEACHER).meta_params
+  params = resolve.resolve_rule(rule).meta_params
   return sum(x.size for x in jax.tree.leaves(params))
 
 
@@ -664,7 +718,7 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
 def report(args) -> None:
   root, out = Path(args.root), Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  teacher_size = _teacher_size()
+  teacher_size = _meta_param_count(TEACHER)
   rows, table = [], []
   speed_figures = {}
   if (root / "speed.json").is_file():
