@@ -60,8 +60,9 @@ seed, the return normalised between a uniform random policy (0) and
 Disco103 (1) with its interval, none where Disco103 is not above random,
 P(rule > Disco103), learner steps/s where ``suite_speed`` timed the
 environment), ``suite_curves_<env>.png`` and, for the timed environments,
-``suite_tradeoff.png`` (speed against normalised return). A student's file comes from ``<root>/rules``,
-else from ``KEPT_RULES`` (the files kept in the repository).
+``suite_tradeoff.png`` (speed against normalised return). A student's
+file comes from ``<root>/rules``, else from ``KEPT_RULES`` (the files kept
+in the repository).
 
 ``suite_agreement`` (not part of ``all``) measures the students of
 ``--suite_students`` against Disco103 on the inputs of agents trained as
