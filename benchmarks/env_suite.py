@@ -105,27 +105,15 @@ def run(
     conv: tuple,
     seeds: int,
     out: Path,
-    loop: dict | None = None,
-    hyper_params: dict | None = None,
     folder: Path | None = None,
-    seed: int = 0,
-    learning_rate: float | None = None,
+    **options,
 ) -> Path:
   """Trains (unless done) and returns the run folder (default:
-  ``out/<rule>/<env>``)."""
+  ``out/<rule>/<env>``); ``options`` are ``run_config``'s (``loop``,
+  ``hyper_params``, ``seed``, ``learning_rate``)."""
   folder = folder or out / suite.slug(rule) / suite.slug(env)
   config = run_config(
-      rule,
-      env,
-      settings,
-      budget,
-      conv,
-      seeds,
-      folder,
-      loop,
-      hyper_params,
-      seed,
-      learning_rate,
+      rule, env, settings, budget, conv, seeds, folder, **options
   )
   return suite.run(config, folder)
 
@@ -197,8 +185,8 @@ def tune(
         conv,
         suite.TUNE_SEEDS,
         out,
-        loop,
-        hyper,
+        loop=loop,
+        hyper_params=hyper,
         folder=out
         / "tuning"
         / suite.slug(rule)
