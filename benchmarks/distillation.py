@@ -616,7 +616,7 @@ def _suite_report(args, out: Path) -> None:
           pairs=[(label, TEACHER)],
       )[(label, TEACHER)].probability
       normalised = normalised_interval(scores, teacher, floor)
-      if speeds and label in speeds and normalised:
+      if label in speeds and normalised:
         tradeoff.setdefault(env, []).append(
             (label, speeds[label]["ratio_to_teacher"], normalised)
         )
