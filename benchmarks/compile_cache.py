@@ -71,7 +71,16 @@ def _launcher_compile_time(out: Path) -> float | None:
   return None
 
 
-def run_once(module: str, args: list[str], cache: Path, out: Path) -> dict:
+def run_once(
+    module: str,
+    args: list[str],
+    cache: Path,
+    out: Path,
+    cwd: Path | None = None,
+) -> dict:
+  """One launcher process: its compilation-cache line's counts and seconds,
+  the time to its first meta-step and its wall time. ``cwd``: the folder it
+  starts in (a checkout there is the code it imports)."""
   env = dict(os.environ)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)
   first_step, stderr_chunks = [], []
@@ -86,6 +95,7 @@ def run_once(module: str, args: list[str], cache: Path, out: Path) -> dict:
             f"--config.compilation_cache={cache}",
         ],
         env=env,
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

@@ -7,12 +7,26 @@ last axis ``[..., A]``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import distrax
 import jax
 import jax.numpy as jnp
+import numpy as np
 import rlax
 
 from disco import types
+
+
+def prng_seeds(seeds: Sequence[int]) -> np.ndarray:
+  """``seeds`` as the integers ``jax.random.PRNGKey`` reads Python ints as
+  (their low 32 bits, or 64 with ``jax_enable_x64``), so that a compiled
+  program makes the same keys from them: ``PRNGKey(prng_seeds(s)[i])`` under
+  ``jit`` equals ``PRNGKey(s[i])``.
+  """
+  if jax.config.jax_enable_x64:
+    return np.asarray([int(s) for s in seeds], np.int64)
+  return np.asarray([int(s) % 2**32 for s in seeds], np.uint32)
 
 
 def softmax_entropy(logits: jax.Array) -> jax.Array:

@@ -33,6 +33,7 @@ import tqdm
 from disco import errors
 from disco import evaluation
 from disco import files
+from disco import ops
 from disco import run_folders
 from disco import stopping
 from disco.distillation import settings as settings_lib
@@ -266,12 +267,30 @@ def gather(
   return shards
 
 
+def _draw_keys(seed: int, draws: int, num_seeds: int) -> np.ndarray:
+  """The seeds' keys of each of ``draws`` record points, ``[draws,
+  num_seeds, 2]``: draw ``j`` splits the ``j``-th key of a chain from
+  ``PRNGKey(seed)`` over the seeds (one compiled program)."""
+
+  def chain(seed):
+    rng, out = jax.random.PRNGKey(seed), []
+    for _ in range(draws):
+      rng, key = jax.random.split(rng)
+      out.append(jax.random.split(key, num_seeds))
+    return jnp.stack(out)
+
+  (key_seed,) = ops.prng_seeds([seed])
+  return np.asarray(jax.jit(chain)(key_seed))
+
+
 def _gather_one(plan: evaluation.Plan, settings, record):
   """Trains the plan's agents with the teacher; their samples and mean
   final return."""
   points = set(record_points(plan.num_calls, settings.dataset.samples_per_seed))
   states = plan.loop.init_seeds(plan.local_seeds)
-  rng = jax.random.PRNGKey(settings.dataset.seed)
+  keys = iter(
+      _draw_keys(settings.dataset.seed, len(points), len(plan.local_seeds))
+  )
   drawn, chunks = [], []
   bar = tqdm.tqdm(
       range(1, plan.num_calls + 1),
@@ -288,8 +307,6 @@ def _gather_one(plan: evaluation.Plan, settings, record):
     )
     chunks.append(metrics)
     if call in points:
-      rng, key = jax.random.split(rng)
-      keys = jax.random.split(key, len(plan.local_seeds))
-      drawn.append(jax.device_get(record(states, keys)))
+      drawn.append(jax.device_get(record(states, next(keys))))
   samples = jax.tree.map(lambda *x: np.concatenate(x, axis=0), *drawn)
   return samples, _teacher_return(analysis.concat_metrics(chunks))

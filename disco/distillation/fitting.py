@@ -208,11 +208,14 @@ def fit(
     return carry, jax.tree.map(jnp.mean, logs)
 
   chunk = jax.jit(chunk)
-  carry = (
-      init_params,
-      optimizer.init(init_params),
-      jax.random.PRNGKey(fit_settings.seed),
-  )
+  (seed,) = ops.prng_seeds([fit_settings.seed])
+  carry = jax.jit(
+      lambda params, seed: (
+          params,
+          optimizer.init(params),
+          jax.random.PRNGKey(seed),
+      )
+  )(init_params, seed)
   history = []
   num_chunks = -(-fit_settings.steps // fit_settings.log_every)
   for n in range(1, num_chunks + 1):

@@ -195,7 +195,7 @@ def distill(
     gather_seconds = time.perf_counter() - start
     pairs = [fitting.Pair(s, teacher.meta_params, student) for s in shards]
     train = [p for p in pairs if p.shard.split == "train"]
-    init = student.init_meta_params(jax.random.PRNGKey(settings.fit.seed))
+    init = student.random_meta_params(settings.fit.seed)
     log(
         f"Fitting a student of {num_params(init):,} meta-parameters (teacher "
         f"{num_params(teacher.meta_params):,}) on "

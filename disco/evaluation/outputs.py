@@ -129,12 +129,12 @@ def _save_params(
 ) -> None:
   """Saves the parameters of this process's seeds, except those of the
   ``diverged`` seeds."""
+  # One transfer to the host; slicing there compiles nothing.
+  all_params = jax.device_get(states.learner.params)
   for k, seed in enumerate(plan.local_seeds):
     if seed in diverged:
       continue
-    params = jax.tree.map(
-        lambda x, k=k: np.asarray(x[k]), states.learner.params
-    )
+    params = jax.tree.map(lambda x, k=k: np.asarray(x[k]), all_params)
     weights_lib.save_meta_params(
         plan.output_dir / _params_file(seed),
         params,

@@ -293,11 +293,11 @@ def _with_rule_settings(
         rule,
         settings=settings,
         rule=rebuilt,
-        meta_params=rebuilt.init_meta_params(jax.random.PRNGKey(0)),
+        meta_params=rebuilt.random_meta_params(),
     )
   shapes = jax.tree.map(
       lambda x: (x.shape, x.dtype),
-      jax.eval_shape(rebuilt.init_meta_params, jax.random.PRNGKey(0)),
+      rebuilt.meta_param_shapes(),
   )
   given = jax.tree.map(lambda x: (np.shape(x), x.dtype), rule.meta_params)
   if shapes != given:

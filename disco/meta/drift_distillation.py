@@ -100,7 +100,7 @@ def _linear_fit(
   x = np.asarray(features, np.float64).reshape(-1, features.shape[-1])
   y = np.asarray(targets, np.float64).reshape(-1)
   weights, *_ = np.linalg.lstsq(x, y, rcond=None)
-  like = student.init_meta_params(jax.random.PRNGKey(0))  # one [F, 1] leaf
+  like = student.meta_param_shapes()  # one [F, 1] leaf
   return jax.tree.map(
       lambda leaf: jnp.asarray(weights.reshape(leaf.shape), leaf.dtype), like
   )

@@ -34,7 +34,6 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 import dataclasses
-import functools
 from typing import Any
 
 import chex
@@ -498,19 +497,23 @@ class MetaStepProgram(abc.ABC):
   def init(
       self, rng: jax.Array, meta_params: types.MetaParams
   ) -> MetaTrainState:
-    """The initial state, placed (``place``).
+    """The initial state, as one compiled program whose output is placed
+    (``state_shardings``).
 
-    Every device initialises only its own agents (one compiled program per
-    group, its output sharded like the agents), so with several processes
+    Every device initialises only its own agents, so with several processes
     each process holds only its agents' states.
     """
-    state = MetaTrainState(
+    return jax.jit(self._initial_state, out_shardings=self.state_shardings())(
+        rng, meta_params
+    )
+
+  def _initial_state(self, rng, meta_params) -> MetaTrainState:
+    return MetaTrainState(
         meta_params=meta_params,
         meta_opt_state=self.meta_optimizer.init(meta_params),
         step=jnp.zeros([], jnp.int32),
         **self._initial(rng, meta_params),
     )
-    return self.place(state)
 
   def _init_groups(
       self,
@@ -518,34 +521,34 @@ class MetaStepProgram(abc.ABC):
       keys: Sequence[jax.Array],
       meta_params: types.MetaParams,
   ) -> tuple[Any, ...]:
-    """Per group, ``init_group(group, key, meta_params)`` compiled with its
-    output sharded like the agents."""
-    sharded = NamedSharding(self.mesh, P(AXIS))
+    """Per group, ``init_group(group, key, meta_params)``."""
     return tuple(
-        jax.jit(functools.partial(init_group, g), out_shardings=sharded)(
-            key, meta_params
-        )
+        init_group(g, key, meta_params)
         for g, key in zip(self.groups, keys, strict=True)
     )
 
+  def state_shardings(self) -> MetaTrainState:
+    """Where a state's fields live (a prefix of the state's tree): agents
+    sharded over the devices, everything else replicated."""
+    replicated = NamedSharding(self.mesh, P())
+    return MetaTrainState(
+        meta_params=replicated,
+        meta_opt_state=replicated,
+        agents=NamedSharding(self.mesh, P(AXIS)),
+        step=replicated,
+        rng=replicated,
+        estimator=replicated,
+        levels=replicated,
+    )
+
   def place(self, state: MetaTrainState) -> MetaTrainState:
-    """Shards agents over the devices and replicates the rest.
+    """``state`` moved to ``state_shardings``.
 
     With several processes, every process must pass the same values (e.g.
     meta-parameters loaded from a file); it keeps the shards of its own
     devices.
     """
-    replicated = NamedSharding(self.mesh, P())
-    sharded = NamedSharding(self.mesh, P(AXIS))
-    return state.replace(
-        meta_params=jax.device_put(state.meta_params, replicated),
-        meta_opt_state=jax.device_put(state.meta_opt_state, replicated),
-        step=jax.device_put(state.step, replicated),
-        rng=jax.device_put(state.rng, replicated),
-        estimator=jax.device_put(state.estimator, replicated),
-        levels=jax.device_put(state.levels, replicated),
-        agents=jax.device_put(state.agents, sharded),
-    )
+    return jax.device_put(state, self.state_shardings())
 
   def _step_args(self, state: MetaTrainState) -> tuple[Any, ...]:
     return tuple(getattr(state, name) for name in self.inputs)

@@ -20,14 +20,13 @@ import sys
 from typing import Any
 
 import jax
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 from ml_collections import config_dict
 
 from disco import agent as agent_lib
 from disco import compile_cache
 from disco import distributed
 from disco import errors
+from disco import ops
 from disco import program_cache
 from disco import run_folders
 from disco.environments import reference_scores
@@ -396,32 +395,23 @@ def abstract_state(
     population: population_lib.Population, rule
 ) -> population_lib.MetaTrainState:
   """Shapes, dtypes and shardings of the population's state (no compute)."""
-  meta_params = jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
+  meta_params = rule.meta_param_shapes()
   shapes = jax.eval_shape(population.init, jax.random.PRNGKey(0), meta_params)
-  replicated = NamedSharding(population.mesh, P())
-  sharded = NamedSharding(population.mesh, P(population_lib.AXIS))
 
-  def with_sharding(sharding):
-    return lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+  def placed(sharding, subtree):
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+        subtree,
+    )
 
-  return shapes.replace(
-      meta_params=jax.tree.map(with_sharding(replicated), shapes.meta_params),
-      meta_opt_state=jax.tree.map(
-          with_sharding(replicated), shapes.meta_opt_state
-      ),
-      step=with_sharding(replicated)(shapes.step),
-      rng=with_sharding(replicated)(shapes.rng),
-      agents=jax.tree.map(with_sharding(sharded), shapes.agents),
-      estimator=jax.tree.map(with_sharding(replicated), shapes.estimator),
-      levels=jax.tree.map(with_sharding(replicated), shapes.levels),
-  )
+  return jax.tree.map(placed, population.state_shardings(), shapes)
 
 
 def initial_state(plan: Plan) -> population_lib.MetaTrainState:
   """The state of a new run (agents from ``config.seed``)."""
-  return plan.population.init(
-      jax.random.PRNGKey(plan.run_settings.seed), plan.meta_params
-  )
+  (seed,) = ops.prng_seeds([plan.run_settings.seed])
+  rng = jax.jit(jax.random.PRNGKey)(seed)  # one program, not two
+  return plan.population.init(rng, plan.meta_params)
 
 
 def write_config(plan: Plan) -> None:

@@ -41,9 +41,9 @@ def load_initial_meta_params(
     UsageError: unknown value, missing or mismatching file.
   """
   init = str(init).strip()
-  expected = jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
+  expected = rule.meta_param_shapes()
   if init == RANDOM:
-    return jax.jit(rule.init_meta_params)(jax.random.PRNGKey(init_seed))
+    return rule.random_meta_params(init_seed)
   if init == DISCO103:
     if rule_name not in (DISCO, DISCO103):
       raise UsageError(

@@ -209,9 +209,7 @@ def _rule_name(config) -> str:
     rule = rule_registry.make_rule(rule_registry.default_settings(name))
   except ValueError as e:
     raise UsageError(f"config.rule: {one_line(e)}") from None
-  if not jax.tree.leaves(
-      jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
-  ):
+  if not jax.tree.leaves(rule.meta_param_shapes()):
     raise UsageError(
         f"config.rule={name!r} has no meta-parameters to meta-train: use a "
         "rule with a meta-network (e.g. disco, lpg, ta_lpg)."

@@ -19,7 +19,7 @@ Every iteration reports ``diverged`` per seed: 1 when the learner state
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 import dataclasses
 from typing import Any
 
@@ -227,12 +227,28 @@ class EvalLoop:
     self._actor_step = jax.jit(self._actor_step_impl)
     self._learn = jax.jit(self._learn_impl)
     self._run = jax.jit(self._run_impl, static_argnums=2)
+    self._init_seeds = jax.jit(
+        jax.vmap(lambda seed: self.init(jax.random.PRNGKey(seed)))
+    )
+    self._seed_keys = jax.jit(
+        lambda seed: tuple(jax.random.split(jax.random.PRNGKey(seed), 3))
+    )
+    self._init_host_seed = jax.jit(
+        lambda *args: jax.tree.map(lambda x: x[None], self._init_learner(*args))
+    )
 
   # ------------------------------------------------------------------ setup
   def init(self, rng: jax.Array) -> TrainState:
-    """Initial state for one seed."""
+    """Initial state for one seed (traceable where the environment is
+    jittable)."""
     env_rng, learner_rng, loop_rng = jax.random.split(rng, 3)
     actor = acting.init_actor(self.env, env_rng)
+    return self._init_learner(actor, learner_rng, loop_rng)
+
+  def _init_learner(
+      self, actor: acting.ActorCarry, learner_rng: jax.Array, loop_rng
+  ) -> TrainState:
+    """The state of one seed around its reset environments ``actor``."""
     learner = self.agent.initial_learner_state(
         learner_rng,
         jax.tree.map(lambda x: x[0], actor.timestep.observation),
@@ -268,10 +284,25 @@ class EvalLoop:
         learner_steps=jnp.zeros([], jnp.int32),
     )
 
-  def init_seeds(self, seeds: list[int] | np.ndarray) -> TrainState:
-    """Initial states stacked over seeds (leading axis ``[S]``)."""
-    states = [self.init(jax.random.PRNGKey(int(s))) for s in seeds]
-    return jax.tree.map(lambda *x: jnp.stack(x), *states)
+  def init_seeds(self, seeds: Sequence[int] | np.ndarray) -> TrainState:
+    """Initial states stacked over seeds (leading axis ``[S]``); seed ``s``
+    starts from ``init(PRNGKey(s))``.
+
+    With a jittable environment this is one compiled program for all seeds;
+    a host environment is reset from Python between two compiled programs
+    (the seed's keys, then the rest of its state).
+    """
+    seeds = ops.prng_seeds(seeds)
+    if self.env.is_jittable:
+      return self._init_seeds(seeds)
+    states = []
+    for seed in seeds:
+      env_rng, learner_rng, loop_rng = self._seed_keys(seed)
+      actor = acting.init_actor(self.env, env_rng)
+      states.append(self._init_host_seed(actor, learner_rng, loop_rng))
+    if len(states) == 1:
+      return states[0]
+    return jax.tree.map(lambda *x: np.concatenate(x), *states)
 
   # ----------------------------------------------------------------- acting
   def _actor_step_impl(self, params, rule_state, timestep, env_state, rng):

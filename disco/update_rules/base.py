@@ -231,6 +231,22 @@ class UpdateRule(abc.ABC):
     del rng
     return {}
 
+  def meta_param_shapes(self) -> types.MetaParams:
+    """``init_meta_params``'s output as ``jax.ShapeDtypeStruct`` leaves
+    (traced only: nothing is computed or compiled)."""
+    return jax.eval_shape(lambda: self.init_meta_params(jax.random.PRNGKey(0)))
+
+  def random_meta_params(self, seed: int = 0) -> types.MetaParams:
+    """``init_meta_params(PRNGKey(seed))``, computed by one compiled program
+    (none for a rule without meta-parameters)."""
+    shapes = self.meta_param_shapes()
+    if not jax.tree.leaves(shapes):
+      return shapes
+    (key_seed,) = ops.prng_seeds([seed])
+    return jax.jit(lambda s: self.init_meta_params(jax.random.PRNGKey(s)))(
+        key_seed
+    )
+
   def init_rule_state(
       self, rng: Array, params: types.Params
   ) -> types.RuleState:

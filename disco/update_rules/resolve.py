@@ -75,7 +75,7 @@ def _build_rule(settings: config_dict.ConfigDict):
     rule = registry.make_rule(settings)
   except ValueError as e:
     raise UsageError(one_line(e)) from None
-  return rule, jax.eval_shape(rule.init_meta_params, jax.random.PRNGKey(0))
+  return rule, rule.meta_param_shapes()
 
 
 def _load_checked(path, expected, what: str):
@@ -109,7 +109,7 @@ def _resolve_named(name: str, weights: str | None) -> ResolvedRule:
     )
     source = "file"
   else:
-    meta_params = rule.init_meta_params(jax.random.PRNGKey(0))
+    meta_params = rule.random_meta_params()
     source = "random" if has_meta_params else "none"
   return ResolvedRule(
       label=name,
