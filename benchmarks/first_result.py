@@ -102,6 +102,15 @@ def _final_returns(out: Path) -> str:
   return " ".join(f"{x:.6f}" for x in summary["final_return_per_seed"])
 
 
+def _figures(run: dict, *more: str) -> dict:
+  """A launcher run's program counts and seconds (2 decimals), in the
+  CSVs' column order."""
+  keys = ("compiled", "loaded", "xla_s", "trace_s", "lowering_s", *more)
+  return {
+      k: run[k] if isinstance(run[k], int) else round(run[k], 2) for k in keys
+  }
+
+
 def readme(flags) -> None:
   path = Path(flags.out) / "readme.csv"
   for k, code in _rounds(flags, "readme"):
@@ -119,12 +128,7 @@ def readme(flags) -> None:
           dict(
               round=k,
               code=code,
-              compiled=r["compiled"],
-              loaded=r["loaded"],
-              xla_s=round(r["xla_s"], 2),
-              trace_s=round(r["trace_s"], 2),
-              lowering_s=round(r["lowering_s"], 2),
-              wall_s=round(r["wall_s"], 2),
+              **_figures(r, "wall_s"),
               final_returns=_final_returns(out),
           ),
       )
@@ -200,13 +204,7 @@ def meta_train(flags) -> None:
                 round=k,
                 code=code,
                 start=start,
-                compiled=r["compiled"],
-                loaded=r["loaded"],
-                xla_s=round(r["xla_s"], 2),
-                trace_s=round(r["trace_s"], 2),
-                lowering_s=round(r["lowering_s"], 2),
-                first_meta_step_s=round(r["first_meta_step_s"], 2),
-                wall_s=round(r["wall_s"], 2),
+                **_figures(r, "first_meta_step_s", "wall_s"),
             ),
         )
 
