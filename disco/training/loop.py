@@ -234,7 +234,9 @@ class EvalLoop:
         lambda seed: tuple(jax.random.split(jax.random.PRNGKey(seed), 3))
     )
     self._init_host_seed = jax.jit(
-        lambda *args: jax.tree.map(lambda x: x[None], self._init_learner(*args))
+        lambda *args: jax.tree.map(
+            lambda x: x[None], self._init_from_actor(*args)
+        )
     )
 
   # ------------------------------------------------------------------ setup
@@ -243,9 +245,9 @@ class EvalLoop:
     jittable)."""
     env_rng, learner_rng, loop_rng = jax.random.split(rng, 3)
     actor = acting.init_actor(self.env, env_rng)
-    return self._init_learner(actor, learner_rng, loop_rng)
+    return self._init_from_actor(actor, learner_rng, loop_rng)
 
-  def _init_learner(
+  def _init_from_actor(
       self, actor: acting.ActorCarry, learner_rng: jax.Array, loop_rng
   ) -> TrainState:
     """The state of one seed around its reset environments ``actor``."""
