@@ -40,7 +40,7 @@ FIRST_COMMANDS = (
     "'.[test]' && python -m ipykernel install --sys-prefix --name python3 && "
     "python -m pytest",
 )
-README_MAX_CHARS = 12_000
+README_MAX_CHARS = 8_000
 
 # Program -> (launcher module, config name).
 LAUNCHERS = {
