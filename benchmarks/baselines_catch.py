@@ -28,10 +28,11 @@ from disco import agent as agent_lib
 from disco.environments import catch
 from disco.training import analysis
 from disco.training import loop
+from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
 RULES = ("actor_critic", "policy_gradient", "mpo", "spo")
-LOSS_MASKS = agent_lib.LOSS_MASKS
+LOSS_MASKS = rule_registry.LOSS_MASKS
 
 # Loop presets: the published evaluation notebook's (2 streams x 29 steps, a
 # replay of 1024 trajectories, batches of 64) and an on-policy one (every

@@ -46,7 +46,7 @@ def main():
   parser.add_argument(
       "--loss_mask",
       default="published",
-      choices=agent_lib.LOSS_MASKS,
+      choices=rule_registry.LOSS_MASKS,
       help="transitions the agent's losses average over",
   )
   args = parser.parse_args()

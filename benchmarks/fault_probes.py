@@ -31,6 +31,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 
 import numpy as np
@@ -436,6 +437,296 @@ def probe_world_writable_cache(r: Runner, tmp: Path) -> dict:
   return _result(*result, f"warned about the folder: {warned}")
 
 
+# ------------------------------------------- issue 67: nothing lost ----
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+  if not folder.exists():
+    return {}
+  return {
+      str(p.relative_to(folder)): p.read_bytes()
+      for p in folder.rglob("*")
+      if p.is_file() and ".disco-lock" not in p.name
+  }
+
+
+def _kept(before: dict, folder: Path) -> str:
+  after = _tree(folder)
+  lost = sorted(set(before) - set(after))
+  changed = sorted(k for k in before if k in after and before[k] != after[k])
+  if not lost and not changed:
+    return "nothing removed or changed"
+  return f"lost: {', '.join(lost[:4]) or '-'}; changed: {', '.join(changed[:4]) or '-'}"
+
+
+def probe_overwrite_project(r: Runner, tmp: Path) -> dict:
+  """A folder of the user's (its own config.json, src/, data/) given to
+  disco-eval with overwrite=True."""
+  out = tmp / "project"
+  (out / "src").mkdir(parents=True)
+  (out / "src" / "model.py").write_text("print('mine')\n")
+  (out / "data").mkdir()
+  (out / "data" / "train.csv").write_text("x\n1\n")
+  (out / "config.json").write_text('{"lr": 3}\n')
+  before = _tree(out)
+  result = _eval(r, tmp, out, "--config.overwrite=True")
+  return _result(*result, _kept(before, out))
+
+
+def probe_overwrite_meta_run(r: Runner, tmp: Path) -> dict:
+  """disco-eval with overwrite=True on a meta-training run's folder."""
+  out = tmp / "meta"
+  _meta(r, tmp, out)
+  before = _tree(out)
+  result = _eval(r, tmp, out, "--config.overwrite=True")
+  return _result(
+      *result, f"checkpoints: {_checkpoints(out)}; {_kept(before, out)}"
+  )
+
+
+def _rule_file(path: Path, shift: float) -> Path:
+  """An LPG rule file (GRU of 8) whose meta-parameters are ``shift``, saved
+  by this repository's code (its format is every checkout's)."""
+  import jax  # pylint: disable=import-outside-toplevel
+
+  from disco import weights  # pylint: disable=import-outside-toplevel
+  from disco.update_rules import registry  # pylint: disable=import-outside-toplevel
+
+  settings = registry.default_settings("lpg")
+  settings.rule_kwargs.net.hidden_size = 8
+  shapes = registry.make_rule(settings).meta_param_shapes()
+  params = jax.tree.map(lambda s: np.full(s.shape, shift, s.dtype), shapes)
+  weights.save_meta_params(
+      path,
+      params,
+      metadata=dict(rule="lpg", rule_kwargs=dict(net=dict(hidden_size=8))),
+  )
+  return path
+
+
+def probe_compare_changed_rule(r: Runner, tmp: Path) -> dict:
+  """disco-compare rerun after the rule file was rewritten at the same
+  path with other meta-parameters."""
+  _rule_file(tmp / "mine.npz", 0.01)
+  out = tmp / "sweep"
+  flags = ["--config.rules=('mine.npz',)"]
+  _compare(r, tmp, out, *flags)
+  first = _tree(out / "runs")
+  _rule_file(tmp / "mine.npz", -0.02)
+  result = _compare(r, tmp, out, *flags)
+  summaries = [k for k in first if k.endswith("summary.json")]
+  rerun = [k for k in summaries if _tree(out / "runs").get(k) != first[k]]
+  return _result(*result, f"cells run again: {len(rerun)} of {len(summaries)}")
+
+
+def _flip_middle_bit(path: Path) -> None:
+  content = bytearray(path.read_bytes())
+  content[len(content) // 2] ^= 1
+  path.write_bytes(bytes(content))
+
+
+def _meta_params_diff(a: Path, b: Path) -> str:
+  if not (a.exists() and b.exists()):
+    return "meta_params.npz missing"
+  with np.load(a) as x, np.load(b) as y:
+    keys = [k for k in x.files if not k.startswith("__")]
+    diff = max(float(np.max(np.abs(x[k] - y[k]))) for k in keys)
+  return f"meta-params vs an uninterrupted run: max |diff| {diff:.2g}"
+
+
+def probe_checkpoint_bit_flip(r: Runner, tmp: Path) -> dict:
+  """One bit flipped in the newest checkpoint's largest data file, then
+  resume to meta-step 3; compared with an uninterrupted 3-step run."""
+  clean, out = tmp / "clean", tmp / "meta"
+  _meta(r, tmp, clean, "--config.num_meta_steps=3")
+  _meta(r, tmp, out)
+  data = [p for p in (out / "checkpoints" / "2").rglob("*") if p.is_file()]
+  data = [p for p in data if p.parent.name == "d"] or data
+  _flip_middle_bit(max(data, key=lambda p: p.stat().st_size))
+  result = _meta(
+      r, tmp, out, "--config.resume=True", "--config.num_meta_steps=3"
+  )
+  return _result(
+      *result,
+      f"checkpoints: {_checkpoints(out)}; "
+      + _meta_params_diff(out / "meta_params.npz", clean / "meta_params.npz"),
+  )
+
+
+def probe_stored_program_changed(r: Runner, tmp: Path) -> dict:
+  """A float constant of the stored (traced) meta-step changed on disk,
+  then a new run with the same settings; compared with a run without the
+  cache."""
+  cache, clean, out = tmp / "cache", tmp / "clean", tmp / "meta"
+  _meta(r, tmp, clean, "--config.compilation_cache=off")
+  _meta(r, tmp, tmp / "first", f"--config.compilation_cache={cache}")
+  stored = sorted(
+      (cache / "exported").glob("*.jaxexport"), key=lambda p: -p.stat().st_size
+  )
+  if not stored:
+    return dict(
+        status=-1,
+        lines=0,
+        tracebacks=0,
+        rss=0,
+        disk="no stored program",
+        last="",
+    )
+  content = stored[0].read_bytes()
+  old, new = np.float32(0.999).tobytes(), np.float32(0.25).tobytes()
+  what = "0.999 -> 0.25" if old in content else "a middle byte flipped"
+  if old in content:
+    stored[0].write_bytes(content.replace(old, new, 1))
+  else:
+    _flip_middle_bit(stored[0])
+  result = _meta(r, tmp, out, f"--config.compilation_cache={cache}")
+  return _result(
+      *result,
+      f"{what}; "
+      + _meta_params_diff(out / "meta_params.npz", clean / "meta_params.npz"),
+  )
+
+
+def probe_rule_file_setting(r: Runner, tmp: Path) -> dict:
+  """A rule file whose metadata sets learning_rate=-1e9."""
+  path = tmp / "rule.npz"
+  with open(path, "wb") as f:
+    metadata = json.dumps(
+        dict(rule="actor_critic", settings=dict(learning_rate=-1e9))
+    )
+    np.savez(f, __disco_metadata__=np.array(metadata))
+  out = tmp / "run"
+  result = _eval(r, tmp, out, f"--config.rule={path}")
+  summary = out / "summary.json"
+  return _result(*result, f"run: {'finished' if summary.exists() else 'none'}")
+
+
+def probe_lock_file_deleted(r: Runner, tmp: Path) -> dict:
+  """The lock file (and its owner file) deleted while disco-meta-train
+  runs, then a second disco-meta-train --config.resume=True on the
+  folder."""
+  out = tmp / "meta"
+  first = _meta(
+      r,
+      tmp,
+      out,
+      "--config.num_meta_steps=6",
+      "--config.resume=True",
+      wait=False,
+  )
+  lock = out / ".disco-lock"
+  deadline = time.monotonic() + 120
+  while not (out / "config.json").exists() and time.monotonic() < deadline:
+    time.sleep(0.1)
+  for path in (lock, out / ".disco-lock.owner"):
+    path.unlink(missing_ok=True)
+  second = _meta(
+      r, tmp, out, "--config.num_meta_steps=6", "--config.resume=True"
+  )
+  first_status = Runner.finish(first)[0]
+  rows = []
+  if (out / "metrics.csv").exists():
+    rows = (out / "metrics.csv").read_text().splitlines()[1:]
+  return _result(
+      *second,
+      f"exits {first_status}/{second[0]}; metrics.csv rows: {len(rows)} "
+      "(6 meta-steps)",
+  )
+
+
+def probe_stale_seed_file(r: Runner, tmp: Path) -> dict:
+  """A 2-seed run whose config.json was removed, run again with 1 seed
+  (no overwrite)."""
+  out = tmp / "run"
+  _eval(r, tmp, out)
+  (out / "config.json").unlink()
+  result = _eval(r, tmp, out, "--config.num_seeds=1")
+  seeds = sorted(p.name for p in out.glob("params_seed*.npz"))
+  return _result(*result, f"seed files after the rerun: {', '.join(seeds)}")
+
+
+def probe_lying_bzip2(r: Runner, tmp: Path) -> dict:
+  """A 1.3 KB .npz whose bzip2 member declares 144 bytes and inflates to
+  1 GiB."""
+  path = tmp / "bomb.npz"
+  with zipfile.ZipFile(path, "w", zipfile.ZIP_BZIP2) as z:
+    with z.open("__disco_metadata__.npy", "w") as f:
+      np.lib.format.write_array(f, np.array(json.dumps(dict(rule="lpg"))))
+    with z.open("lstm/w.npy", "w", force_zip64=True) as f:
+      np.lib.format.write_array(f, np.zeros(4, np.float32))
+      chunk = bytes(1 << 24)
+      for _ in range((1 << 30) // len(chunk)):
+        f.write(chunk)
+  content = bytearray(path.read_bytes())
+  name = b"lstm/w.npy"
+  for signature, size_at, name_at in (
+      (b"PK\x03\x04", 22, 30),
+      (b"PK\x01\x02", 24, 46),
+  ):
+    start = 0
+    while (start := content.find(signature, start)) >= 0:
+      if content[start + name_at : start + name_at + len(name)] == name:
+        content[start + size_at : start + size_at + 4] = (144).to_bytes(
+            4, "little"
+        )
+      start += 4
+  path.write_bytes(bytes(content))
+  result = _rule_file_probe(r, tmp, path)
+  result["disk"] += f"; file {path.stat().st_size / 1024:.1f} KB"
+  return result
+
+
+def _tmpfs(folder: Path, size: str) -> bool:
+  folder.mkdir()
+  done = subprocess.run(
+      ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+      capture_output=True,
+      check=False,
+  )
+  return done.returncode == 0
+
+
+def probe_tmpfs_checkpoint(r: Runner, tmp: Path) -> dict:
+  """disco-meta-train writing to a 96 KB tmpfs (needs root): full during
+  the first checkpoint."""
+  disk = tmp / "disk"
+  if not _tmpfs(disk, "96k"):
+    return dict(
+        status=-1,
+        lines=0,
+        tracebacks=0,
+        rss=0,
+        disk="cannot mount a tmpfs",
+        last="",
+    )
+  try:
+    result = _meta(r, tmp, disk / "meta")
+    return _result(*result, f"checkpoints: {_checkpoints(disk / 'meta')}")
+  finally:
+    subprocess.run(["umount", str(disk)], check=False)
+
+
+def probe_tmpfs_cache(r: Runner, tmp: Path) -> dict:
+  """disco-eval whose compilation cache folder is on a full 32 KB tmpfs
+  (needs root)."""
+  disk = tmp / "disk"
+  if not _tmpfs(disk, "32k"):
+    return dict(
+        status=-1,
+        lines=0,
+        tracebacks=0,
+        rss=0,
+        disk="cannot mount a tmpfs",
+        last="",
+    )
+  try:
+    out = tmp / "run"
+    result = _eval(r, tmp, out, f"--config.compilation_cache={disk / 'cache'}")
+    return _result(*result, f"summary.json {_valid_json(out / 'summary.json')}")
+  finally:
+    subprocess.run(["umount", str(disk)], check=False)
+
+
 PROBES = {
     "crafted_xland": (
         "disco-validate on a run folder whose XLand benchmark_path is a "
@@ -500,6 +791,55 @@ PROBES = {
     "world_writable_cache": (
         "a launcher whose compilation cache folder is mode 0777",
         probe_world_writable_cache,
+    ),
+    "overwrite_project": (
+        "disco-eval overwrite=True on a project folder (its own config.json, "
+        "src/, data/)",
+        probe_overwrite_project,
+    ),
+    "overwrite_meta_run": (
+        "disco-eval overwrite=True on a meta-training run folder",
+        probe_overwrite_meta_run,
+    ),
+    "compare_changed_rule": (
+        "disco-compare rerun after its rule file was rewritten at the same "
+        "path",
+        probe_compare_changed_rule,
+    ),
+    "checkpoint_bit_flip": (
+        "disco-meta-train resume after one bit of the newest checkpoint's "
+        "data was flipped",
+        probe_checkpoint_bit_flip,
+    ),
+    "stored_program_changed": (
+        "disco-meta-train with a constant of its stored traced program "
+        "changed on disk",
+        probe_stored_program_changed,
+    ),
+    "rule_file_setting": (
+        "disco-eval with a rule file whose metadata sets learning_rate=-1e9",
+        probe_rule_file_setting,
+    ),
+    "lock_file_deleted": (
+        "a second disco-meta-train after the first's .disco-lock was deleted",
+        probe_lock_file_deleted,
+    ),
+    "stale_seed_file": (
+        "disco-eval with 1 seed over a 2-seed run whose config.json is gone",
+        probe_stale_seed_file,
+    ),
+    "lying_bzip2": (
+        "disco-eval with a 1.3 KB .npz whose bzip2 member declares 144 bytes "
+        "and inflates to 1 GiB",
+        probe_lying_bzip2,
+    ),
+    "tmpfs_checkpoint": (
+        "disco-meta-train on a 96 KB tmpfs, full during the first checkpoint",
+        probe_tmpfs_checkpoint,
+    ),
+    "tmpfs_cache": (
+        "disco-eval with its compilation cache on a full 32 KB tmpfs",
+        probe_tmpfs_cache,
     ),
 }
 

@@ -26,8 +26,6 @@ from disco.networks import agent_nets
 from disco.update_rules import base
 from disco.update_rules import registry
 
-LOSS_MASKS = ("valid", "published")
-
 
 class Agent:
   """An agent trained by an update rule.
@@ -40,7 +38,7 @@ class Agent:
     learning_rate: Adam learning rate.
     max_abs_update: elementwise clip of Adam's update direction (None: no
       clip).
-    loss_mask: which transitions the losses average over (``LOSS_MASKS``):
+    loss_mask: which transitions the losses average over (``registry.LOSS_MASKS``):
       ``"valid"``, every transition with a valid target (all but those cut
       by a time limit; the transition out of an episode's last state is the
       next episode's first move), or ``"published"``, as the published
@@ -88,10 +86,10 @@ class Agent:
     if policy.is_continuous and not rule.supports_continuous_actions:
       raise ValueError(continuous_refusal(rule, rule_name))
     rule = rule.for_policy(policy)
-    if loss_mask not in LOSS_MASKS:
+    if loss_mask not in registry.LOSS_MASKS:
       raise ValueError(
           f"Unknown loss_mask {loss_mask!r}; use one of "
-          f"{', '.join(LOSS_MASKS)}."
+          f"{', '.join(registry.LOSS_MASKS)}."
       )
     self.loss_mask = loss_mask
     self.rule = rule

@@ -124,13 +124,43 @@ def check_config_keys(
     )
 
 
-def check_int(value: Any, name: str, minimum: int) -> int:
-  """``value`` as an int ``>= minimum`` (``name`` is its config key)."""
+# The largest seed: ``jax.random.PRNGKey`` reads a seed's low 32 bits
+# (``ops.prng_seeds``), so a larger one would repeat a smaller one's keys.
+MAX_SEED = 2**32 - 1
+# The largest count of environment steps: the training loop counts them in
+# int32 (``training.loop``).
+MAX_ENV_STEPS = 2**31 - 1
+
+
+def check_int(
+    value: Any,
+    name: str,
+    minimum: int,
+    maximum: int | None = None,
+    why: str = "",
+) -> int:
+  """``value`` as an int ``>= minimum`` and, if given, ``<= maximum``
+  (``name`` is its config key; ``why``, if given, says in the message why
+  the maximum)."""
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
     raise UsageError(f"config.{name} must be an integer, got {value!r}.")
   if value < minimum:
     raise UsageError(f"config.{name} must be >= {minimum}, got {value}.")
+  if maximum is not None and value > maximum:
+    raise UsageError(
+        f"config.{name} must be <= {maximum}{f' ({why})' if why else ''}, "
+        f"got {value}."
+    )
   return int(value)
+
+
+def check_seed(value: Any, name: str = "seed", count: int = 1) -> int:
+  """``value`` as the first of ``count`` seeds ``value .. value + count -
+  1``, each in ``0 .. MAX_SEED`` (``name`` is its config key)."""
+  why = "seeds are 32-bit: jax.random.PRNGKey reads their low 32 bits"
+  if count > 1:
+    why += f", and the {count} seeds run from seed to seed + {count - 1}"
+  return check_int(value, name, 0, MAX_SEED - max(count - 1, 0), why)
 
 
 def check_bool(value: Any, name: str) -> bool:
@@ -139,14 +169,18 @@ def check_bool(value: Any, name: str) -> bool:
   return value
 
 
+def is_finite_number(value: Any) -> bool:
+  """Whether ``value`` is a finite int or float (not a bool)."""
+  return (
+      isinstance(value, (int, float))
+      and not isinstance(value, bool)
+      and math.isfinite(value)
+  )
+
+
 def check_number(value: Any, name: str, positive: bool = False) -> float:
   """``value`` as a finite float (``> 0`` if ``positive``)."""
-  if (
-      isinstance(value, bool)
-      or not isinstance(value, (int, float))
-      or not math.isfinite(value)
-      or (positive and not value > 0)
-  ):
+  if not is_finite_number(value) or (positive and not value > 0):
     need = "a number > 0" if positive else "a finite number"
     raise UsageError(f"config.{name} must be {need}, got {value!r}.")
   return float(value)

@@ -34,11 +34,13 @@ import stat
 import sys
 import tempfile
 import time
+import warnings
 
 import jax
 from jax.experimental.compilation_cache import compilation_cache as jax_cache
 import jax.monitoring
 
+from disco import errors
 from disco import program_cache
 from disco import weights as weights_lib
 
@@ -167,7 +169,46 @@ def enable(setting: str | None, program: str) -> Path | None:
   jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
   repair(folder)
   _enabled = folder
+  _fold_write_warnings(program)
   return folder
+
+
+# JAX's warning for each program it cannot write to the cache.
+_WRITE_WARNING = "Error writing persistent compilation cache entry"
+
+
+class _WriteWarnings:
+  """Says JAX's warnings that programs cannot be written to the cache (one
+  per program: tens in a run on a full disk) as one line, the first; drops
+  the others, and shows every other warning as ``shown`` does."""
+
+  def __init__(self, shown):
+    self.shown = shown
+    self.program = ""
+    self.said = False
+
+  def __call__(self, message, category, filename, lineno, file=None, line=None):
+    text = str(message)
+    if not text.startswith(_WRITE_WARNING):
+      self.shown(message, category, filename, lineno, file, line)
+    elif not self.said:
+      self.said = True
+      reason = errors.one_line(text.partition("': ")[2] or text)
+      print(
+          f"{self.program}: warning: compiled programs cannot be written to "
+          f"the compilation cache folder {_enabled} "
+          f"({reason}); the run "
+          "goes on, and later runs compile them again.",
+          file=sys.stderr,
+      )
+
+
+def _fold_write_warnings(program: str) -> None:
+  """Routes this process's warnings through one ``_WriteWarnings``."""
+  fold = warnings.showwarning
+  if not isinstance(fold, _WriteWarnings):
+    fold = warnings.showwarning = _WriteWarnings(fold)
+  fold.program, fold.said = program, False
 
 
 def enabled_folder() -> Path | None:

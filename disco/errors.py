@@ -8,15 +8,21 @@
   into it;
 * ``Stopped``: SIGINT or SIGTERM asked a run to stop (``disco.stopping``),
   raised at a safe point (status 130).
+
+``name_too_long_message`` names a path the file system refuses as too long
+(a usage error). The module imports nothing beyond the standard library at
+import time (``disco.stopping``, which the launchers import first, relies on
+it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 import contextlib
+import errno
+import os
+from pathlib import Path
 from typing import Any
-
-from disco import files
 
 
 class UsageError(Exception):
@@ -54,6 +60,8 @@ def one_line(message: Any) -> str:
 def resource_problem(error: BaseException) -> str | None:
   """``"disk"`` or ``"memory"`` when ``error`` (or its cause) is a full
   disk or an exhausted device memory."""
+  from disco import files  # here: keeps this module's import light
+
   seen = set()
   while error is not None and id(error) not in seen:
     seen.add(id(error))
@@ -86,6 +94,62 @@ def resource_message(error: BaseException, hint: str) -> str | None:
         f"{hint}"
     )
   return None
+
+
+# Shown of a name longer than the file system allows: its first characters.
+_SHOWN_OF_A_LONG_NAME = 24
+
+
+def name_too_long_message(error: BaseException) -> str | None:
+  """The one line for a path the file system refuses as too long (an
+  ``OSError`` with ``errno.ENAMETOOLONG``, as ``error`` or its cause): the
+  path, which of its names is too long (or that the whole path is) and the
+  limit, and to choose a shorter one. None for other errors."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.errno == errno.ENAMETOOLONG:
+      break
+    error = error.__cause__ or error.__context__
+  else:
+    return None
+  if not error.filename:
+    return (
+        f"A path is longer than the file system allows ({one_line(error)}): "
+        "choose shorter folder and file names."
+    )
+  path = Path(os.fsdecode(error.filename))
+  name_max = _path_limit(path, "PC_NAME_MAX", 255)
+  long_names = [p for p in path.parts if len(os.fsencode(p)) > name_max]
+  if not long_names:
+    path_max = _path_limit(path, "PC_PATH_MAX", 4096)
+    return (
+        f"The path {path} is longer than the file system allows "
+        f"({len(os.fsencode(str(path)))} bytes; at most {path_max}): choose "
+        "a shorter path."
+    )
+  shown = Path(
+      *(
+          f"{p[:_SHOWN_OF_A_LONG_NAME]}..." if p in long_names else p
+          for p in path.parts
+      )
+  )
+  sizes = ", ".join(f"{len(os.fsencode(p))} bytes" for p in long_names)
+  return (
+      f"The path {shown} has a name longer than the file system allows "
+      f"({sizes}; at most {name_max} bytes per name): choose a shorter name."
+  )
+
+
+def _path_limit(path: Path, name: str, default: int) -> int:
+  """``os.pathconf``'s ``name`` on the deepest existing folder of ``path``."""
+  for folder in (path, *path.parents):
+    if os.path.isdir(folder):
+      try:
+        return os.pathconf(folder, name)
+      except (OSError, ValueError):
+        break
+  return default
 
 
 @contextlib.contextmanager

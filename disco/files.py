@@ -8,23 +8,31 @@ normally created file (``0666`` less the umask, e.g. ``0644``), renamed over
 the target, and the folder itself is synced so that the rename survives a
 crash. A reader sees the old file or the new one, never a part of one; a full
 disk or a kill leaves the old file as it was (and at most a hidden
-``.<name>.*.tmp`` beside it, which the next write or an overwrite removes).
+``.<name>.*.tmp`` beside it, which the next write of ``<name>`` removes, as
+the next run in the folder removes every such file).
 
 ``FolderLock`` makes one process the writer of an output folder: it holds an
 ``fcntl`` lock (``filelock``) on a file in the folder for the whole run and
 records who holds it, so that a second process gets one line naming the
-first. The lock goes when the process ends, however it ends.
+first. The folder's main lock (``LOCK_FILE``) also locks the folder itself
+(``flock`` on it, where the file system allows), so deleting the lock file
+during a run does not admit a second writer. The lock goes when the process
+ends, however it ends.
 
-``clear_folder`` empties an output folder for ``overwrite=True`` without
-leaving it (entries are unlinked, links are never followed).
+``remove_entries`` removes what ``overwrite=True`` replaces (entries are
+unlinked, links are never followed). ``file_digest`` is a file's SHA-256
+(checkpoint manifests, and the input files a run's ``config.json`` records).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 import contextlib
 import datetime
 import errno
+import fcntl
+import glob
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -38,6 +46,7 @@ import filelock
 LOCK_FILE = ".disco-lock"
 OWNER_SUFFIX = ".owner"
 _TMP_SUFFIX = ".tmp"
+_CHUNK_BYTES = 1 << 20
 
 
 def _current_umask() -> int:
@@ -103,6 +112,8 @@ def atomic_write(
   except BaseException:
     Path(tmp).unlink(missing_ok=True)
     raise
+  for stale in path.parent.glob(f".{glob.escape(path.name)}.*{_TMP_SUFFIX}"):
+    stale.unlink(missing_ok=True)  # of an earlier, interrupted write
   fsync_folder(path.parent)
 
 
@@ -147,6 +158,20 @@ def append_line(path: str | os.PathLike[str], line: str) -> None:
       written += os.write(fd, data[written:])
   finally:
     os.close(fd)
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+  """The SHA-256 (hex) of the file at ``path``, read once, in chunks of
+  1 MiB (a large file is never held whole in memory).
+
+  Raises:
+    OSError: the file cannot be read.
+  """
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    while chunk := f.read(_CHUNK_BYTES):
+      digest.update(chunk)
+  return digest.hexdigest()
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -196,10 +221,11 @@ class FolderLock:
     self.path = self.folder / name
     self.owner_path = self.folder / (name + OWNER_SUFFIX)
     self._lock: filelock.BaseFileLock | None = None
+    self._folder_fd: int | None = None
 
   @property
   def names(self) -> tuple[str, str]:
-    """The lock's own files (kept by ``clear_folder``)."""
+    """The lock's own files."""
     return self.path.name, self.owner_path.name
 
   def owner(self) -> dict[str, Any] | None:
@@ -210,17 +236,46 @@ class FolderLock:
       return None
     return owner if isinstance(owner, dict) else None
 
+  def _in_use(self) -> FolderInUse:
+    return FolderInUse(
+        f"{self.folder} is in use by {_owner_text(self.owner())}: one "
+        "process writes an output folder at a time; wait for it to end, "
+        "or choose another output folder."
+    )
+
+  def _lock_folder(self) -> None:
+    """``flock`` on the folder itself (the main lock only): it cannot be
+    deleted away from under the run as the lock file can."""
+    if self.path.name != LOCK_FILE:
+      return
+    fd = os.open(self.folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      os.close(fd)
+      raise self._in_use() from None
+    except OSError:  # a file system without folder locks: the file's alone
+      os.close(fd)
+      return
+    self._folder_fd = fd
+
+  def _unlock_folder(self) -> None:
+    if self._folder_fd is not None:
+      os.close(self._folder_fd)  # closing releases the flock
+      self._folder_fd = None
+
   def acquire(self) -> FolderLock:
     self.folder.mkdir(parents=True, exist_ok=True)
+    self._lock_folder()
     lock = filelock.FileLock(str(self.path), timeout=0)
     try:
       lock.acquire()
     except filelock.Timeout:
-      raise FolderInUse(
-          f"{self.folder} is in use by {_owner_text(self.owner())}: one "
-          "process writes an output folder at a time; wait for it to end, "
-          "or choose another output folder."
-      ) from None
+      self._unlock_folder()
+      raise self._in_use() from None
+    except BaseException:
+      self._unlock_folder()
+      raise
     self._lock = lock
     write_json(
         self.owner_path,
@@ -242,6 +297,7 @@ class FolderLock:
       self.owner_path.unlink()
     self._lock.release()
     self._lock = None
+    self._unlock_folder()
 
   @property
   def held(self) -> bool:
@@ -254,17 +310,15 @@ class FolderLock:
     self.release()
 
 
-def clear_folder(folder: str | os.PathLike[str], keep: tuple[str, ...] = ()):
-  """Removes every entry of ``folder`` except the names in ``keep``: files
-  and links are unlinked (a link's target is left alone), sub-folders are
-  removed with their contents. Nothing outside ``folder`` is touched."""
+def remove_entries(folder: str | os.PathLike[str], names: Iterable[str]):
+  """Removes the entries ``names`` of ``folder``: files and links are
+  unlinked (a link's target is left alone), sub-folders are removed with their
+  contents. Nothing outside ``folder`` is touched."""
   folder = Path(folder)
-  for entry in os.scandir(folder):
-    if entry.name in keep:
-      continue
-    path = folder / entry.name
-    if entry.is_dir(follow_symlinks=False):
+  for name in names:
+    path = folder / name
+    if path.is_dir() and not path.is_symlink():
       shutil.rmtree(path)
     else:
-      path.unlink()
+      path.unlink(missing_ok=True)
   fsync_folder(folder)

@@ -46,7 +46,7 @@ import numpy as np
 from disco import files
 
 # Bump when what a stored program holds or how it is keyed changes.
-FORMAT = "1"
+FORMAT = "2"  # 2: the description holds the program's SHA-256
 FOLDER = "exported"
 # Programs kept; beyond it the least recently used go first.
 MAX_PROGRAMS = 32
@@ -148,11 +148,25 @@ def _signature(in_tree: Any, leaves: Sequence[Any]) -> str:
   return "\n".join(parts)
 
 
-class Store:
-  """The folder of exported programs (``<folder>/exported``)."""
+def _warn_on_stderr(message: str) -> None:
+  print(f"disco: warning: {message}", file=sys.stderr)
 
-  def __init__(self, folder: str | os.PathLike[str]):
+
+class Store:
+  """The folder of exported programs (``<folder>/exported``).
+
+  Args:
+    folder: the compilation cache's folder.
+    warn: says one line (a damaged program); default: stderr.
+  """
+
+  def __init__(
+      self,
+      folder: str | os.PathLike[str],
+      warn: Callable[[str], None] = _warn_on_stderr,
+  ):
     self.folder = Path(folder) / FOLDER
+    self.warn = warn
 
   def _paths(self, name: str) -> tuple[Path, Path]:
     return (
@@ -162,15 +176,28 @@ class Store:
 
   def load(self, name: str) -> tuple[jax.export.Exported, dict] | None:
     """The program stored as ``name`` and its description (None: none, or
-    one that cannot be read)."""
+    one that cannot be read). The program's bytes are checked against the
+    SHA-256 its description recorded when it was saved before anything is
+    deserialised: a program that differs is a miss, said in one warning
+    line (``warn``), and is traced and stored afresh."""
     program, description = self._paths(name)
     try:
       described = json.loads(description.read_text())
       if not isinstance(described, dict) or described.get("format") != FORMAT:
         return None
-      exported = jax.export.deserialize(bytearray(program.read_bytes()))
+      data = program.read_bytes()
+    except Exception:  # noqa: BLE001 - absent or half-written: a miss
+      return None
+    if _sha256([data]) != described.get("sha256"):
+      self.warn(
+          f"the stored program {program} differs from the digest saved with "
+          "it (damaged or changed on disk): tracing it again."
+      )
+      return None
+    try:
+      exported = jax.export.deserialize(bytearray(data))
       os.utime(program)  # recently used
-    except Exception:  # noqa: BLE001 - absent, half-written or corrupt: a miss
+    except Exception:  # noqa: BLE001 - unreadable by this JAX: a miss
       return None
     return exported, described
 
@@ -180,9 +207,10 @@ class Store:
     """Stores the program (then evicts the least recently used beyond
     ``MAX_PROGRAMS``); a folder that cannot be written is left alone."""
     program, described = self._paths(name)
+    data = exported.serialize()
     try:
-      files.write_json(described, description)
-      files.write_bytes(program, exported.serialize())
+      files.write_json(described, dict(description, sha256=_sha256([data])))
+      files.write_bytes(program, data)
       self._evict()
     except OSError:
       pass

@@ -1,17 +1,22 @@
-"""Run folders: where a run writes, one writer at a time.
+"""Run folders: where a run writes, one writer at a time, and what it owns.
 
 A run folder is chosen (``output_dir``), claimed by one process
-(``claim_output_dir``: a ``disco.files.FolderLock``) and, for
-``overwrite=True``, emptied first (``empty_output_dir``, only if it holds a
-run). JSON goes through ``to_jsonable`` and an atomic write; ``run_record``
-notes the versions and devices every run saves. ``fmt``, ``steady_state`` and
+(``claim_output_dir``: a ``disco.files.FolderLock``) and opened for one kind
+of run (``open_run_folder``): the folder's marker (``.disco-run``) names the
+kind, and ``overwrite=True`` removes only what that kind writes
+(``RunKind.owns``), never a file of another kind or of the user. JSON goes
+through ``to_jsonable`` and an atomic write; ``run_record`` notes the
+versions and devices every run saves. ``fmt``, ``steady_state`` and
 ``processes_text`` format what runs print.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+import dataclasses
 import datetime
+import fnmatch
+import json
 import math
 import os
 from pathlib import Path
@@ -96,37 +101,146 @@ def claim_output_dir(
     raise UsageError(f"Cannot create output_dir {out}: {e}.") from None
 
 
-def _left_over(name: str) -> bool:
-  """A temporary file of an interrupted atomic write."""
-  return name.startswith(".") and name.endswith(".tmp")
+MARKER_FILE = ".disco-run"
 
 
-def empty_output_dir(out: Path, lock: files.FolderLock) -> list[str]:
-  """Empties ``out`` for ``overwrite=True`` (keeping ``lock``'s files);
-  returns the names removed. Only a folder that holds a run (its
-  ``config.json`` or ``summary.json``) or nothing but left-over temporary
-  files is emptied.
+@dataclasses.dataclass(frozen=True)
+class RunKind:
+  """What one kind of run folder holds.
+
+  Attributes:
+    name: the kind, as the folder's marker (``.disco-run``) records it, e.g.
+      ``"eval"``.
+    description: the kind in words, e.g. ``"an evaluation run"``.
+    owns: ``fnmatch`` patterns of the top-level names its runs write (files
+      and sub-folders); ``overwrite`` removes these and nothing else.
+    again: how to run it again in that folder, for the message that refuses
+      a folder already holding such a run (e.g. ``"pass
+      --config.overwrite=True to replace it"``).
+  """
+
+  name: str
+  description: str
+  owns: tuple[str, ...]
+  again: str
+
+  def owned(self, name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in self.owns)
+
+
+def _housekeeping(name: str) -> bool:
+  """Locks, the marker, and temporary files of interrupted atomic writes:
+  never a run's content."""
+  return (
+      name.startswith(files.LOCK_FILE)
+      or name == MARKER_FILE
+      or (name.startswith(".") and name.endswith(".tmp"))
+  )
+
+
+def read_marker(out: Path) -> dict[str, Any] | None:
+  """The folder's marker (``{"kind": ..., "description": ...}``), None if it
+  has none (or an unreadable one)."""
+  try:
+    marker = json.loads((out / MARKER_FILE).read_text())
+  except (OSError, ValueError):
+    return None
+  if not isinstance(marker, dict) or not isinstance(marker.get("kind"), str):
+    return None
+  return marker
+
+
+def _listed(names: Sequence[str], most: int = 4) -> str:
+  shown = ", ".join(names[:most])
+  return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def check_run_folder(
+    out: Path, kind: RunKind, *, overwrite: bool = False, resume: bool = False
+) -> list[str]:
+  """Whether a run of ``kind`` may write into ``out``; returns the names that
+  ``overwrite`` would remove (none otherwise).
+
+  A folder is free when it does not exist, holds nothing but locks and
+  temporary files, or (with ``resume``: a run that continues what is there)
+  holds only what ``kind`` writes and no other kind's marker. With
+  ``overwrite``, a folder marked as ``kind``'s (``.disco-run``) that holds
+  only what ``kind`` writes is emptied of it. Everything else is refused:
+  nothing is removed that ``disco`` did not write.
 
   Raises:
-    UsageError: ``out`` holds other files: it is not a run folder.
+    UsageError: ``out`` holds another kind's run, files ``kind`` does not
+      write, or (without ``overwrite`` or ``resume``) a run of ``kind``; one
+      line naming what is there and what to do.
   """
-  entries = sorted(n for n in os.listdir(out) if n not in lock.names)
+  try:
+    entries = sorted(n for n in os.listdir(out) if not _housekeeping(n))
+  except FileNotFoundError:
+    return []
+  except OSError as e:
+    raise UsageError(f"Cannot read output_dir {out}: {e}.") from None
+  marker = read_marker(out)
+  if marker is not None and marker["kind"] != kind.name:
+    what = marker.get("description") or f"a {marker['kind']!r} run"
+    raise UsageError(
+        f"output_dir {out} holds {what} ({MARKER_FILE}): {kind.description} "
+        "never writes into another kind of run folder; choose another folder."
+    )
   if not entries:
     return []
-  holds_run = (out / "config.json").exists() or (out / "summary.json").exists()
-  if not holds_run and not all(_left_over(n) for n in entries):
+  foreign = [n for n in entries if not kind.owned(n)]
+  if foreign:
     raise UsageError(
-        f"output_dir {out} is not empty and holds no run (no config.json): "
-        "overwrite=True only empties run folders; choose an empty or new "
-        "folder."
+        f"output_dir {out} holds files {kind.description} does not write "
+        f"({_listed(foreign)}): nothing was changed; choose an empty or new "
+        "folder, or move them out."
     )
+  if overwrite:
+    if marker is None:
+      raise UsageError(
+          f"output_dir {out} has no {MARKER_FILE} marker (written by an older "
+          f"disco, or not by disco), so overwrite will not remove "
+          f"{_listed(entries)}: delete them yourself or choose another folder."
+      )
+    return entries
+  if resume:
+    return []
+  raise UsageError(
+      f"output_dir {out} already holds {kind.description} "
+      f"({_listed(entries)}): {kind.again}, or choose another folder."
+  )
+
+
+def open_run_folder(
+    out: Path,
+    lock: files.FolderLock,
+    kind: RunKind,
+    *,
+    overwrite: bool = False,
+    resume: bool = False,
+) -> list[str]:
+  """Under the writer's ``lock``: ``check_run_folder``, then removes what
+  ``overwrite`` replaces and the temporary files of interrupted writes, and
+  marks the folder as ``kind``'s; returns the names removed.
+
+  Raises:
+    UsageError: as ``check_run_folder``, or the folder cannot be emptied or
+      marked.
+  """
+  removed = check_run_folder(out, kind, overwrite=overwrite, resume=resume)
+  left_over = [
+      n for n in os.listdir(out) if n.startswith(".") and n.endswith(".tmp")
+  ]
   try:
-    files.clear_folder(out, keep=lock.names)
+    files.remove_entries(out, [*removed, *left_over])
+    if read_marker(out) is None:
+      files.write_json(
+          out / MARKER_FILE,
+          dict(kind=kind.name, description=kind.description),
+      )
   except OSError as e:
-    raise UsageError(
-        f"Cannot empty output_dir {out} for overwrite=True: {e}."
-    ) from None
-  return entries
+    raise UsageError(f"Cannot prepare output_dir {out}: {e}.") from None
+  return removed
 
 
 def fmt(x: float | None, digits: int = 3) -> str:

@@ -5,6 +5,15 @@ of raising wherever the program happens to be: training loops call
 ``check_stop`` between steps (it raises ``errors.Stopped``), saves that must
 finish run under ``signals_deferred``. A second Ctrl-C outside a save exits at
 once (every output file is written atomically).
+
+Before that (``install_stop_handlers``), while a launcher imports its
+libraries and parses its flags, ``exit_while_starting`` makes either signal
+end the process at once with one line and ``errors.INTERRUPTED_EXIT``:
+nothing has been written yet, and Python's own ``KeyboardInterrupt`` would
+print a traceback there, or be lost when it is raised inside a
+garbage-collection callback (Python only reports those). This module and
+``disco.errors`` import only the standard library, so that the launchers set
+this up before their first heavy import.
 """
 
 from __future__ import annotations
@@ -57,9 +66,30 @@ def _on_signal(signum, frame) -> None:
     os._exit(errors.INTERRUPTED_EXIT)  # every output file is written atomically
 
 
+def _on_signal_while_starting(signum, frame) -> None:
+  del frame
+  name = signal.Signals(signum).name
+  _say(f"{name} received while starting: stopped before anything was written.")
+  os._exit(errors.INTERRUPTED_EXIT)  # nothing to save or clean up yet
+
+
+def exit_while_starting(program: str) -> None:
+  """Until ``install_stop_handlers``: SIGINT and SIGTERM end the process at
+  once, with one line on stderr (``<program>: SIGINT received while
+  starting: ...``) and exit status ``errors.INTERRUPTED_EXIT``.
+
+  For a launcher process only (it changes the process's signal handling),
+  before anything is written (see the module's docstring).
+  """
+  _STOP.program = program
+  for signum in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(signum, _on_signal_while_starting)
+
+
 def install_stop_handlers(program: str) -> None:
   """SIGINT and SIGTERM set the stop flag (see ``check_stop``) instead of
-  raising where the program happens to be."""
+  raising where the program happens to be (this ends
+  ``exit_while_starting``)."""
   _STOP.program = program
   for signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(signum, _on_signal)

@@ -16,7 +16,12 @@ diverged) are neither saved nor loaded: both raise ``WeightsError``.
 Loading reads a file once (``NpzFile``): the zip entries and every array's
 ``.npy`` header first, checked against the expected shapes and a size bound
 (``MAX_BYTES``) before any data is decompressed, so a damaged or hostile file
-(a ``.npy``, a text file, a zip bomb) is one clear ``WeightsError``.
+(a ``.npy``, a text file, a zip bomb) is one clear ``WeightsError``. Members
+must be stored or deflate-compressed (what ``np.savez`` and
+``np.savez_compressed`` write): ``zipfile`` inflates those in bounded chunks
+and never past the size a member declares, so a member whose declared size
+lies cannot take more memory than it declares (bzip2 and LZMA members, which
+``zipfile`` decompresses without such a bound, are refused unread).
 
 ``load_disco103`` finds the published Disco103 weights (explicit path,
 ``$DISCO_WEIGHTS``, the user cache, a ``shared/weights`` folder beside the
@@ -62,6 +67,8 @@ MAX_METADATA_BYTES = 1 << 20
 _BOMB_MIN_BYTES = 1 << 24
 _BOMB_RATIO = 100
 _NPY_MAGIC = b"\x93NUMPY"
+# Member compressions whose reads ``zipfile`` bounds by the declared size.
+_BOUNDED_COMPRESSION = (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED)
 
 
 class WeightsError(ValueError):
@@ -256,6 +263,11 @@ def _refuse_other_formats(path: Path) -> None:
     )
 
 
+def _compression_name(method: int) -> str:
+  names = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
+  return names.get(method, "unknown")
+
+
 class NpzFile:
   """An ``.npz`` opened once: its members' headers are read (and checked)
   before any array data is decompressed.
@@ -270,8 +282,8 @@ class NpzFile:
     WeightsError: a missing file, a file that is not a zip archive (a
       ``.npy``, a text file...), a member that is not a numeric ``.npy``
       array or whose size does not match its header, arrays declaring more
-      than ``max_bytes``, or a member that compresses implausibly well (a
-      zip bomb).
+      than ``max_bytes``, a member that compresses implausibly well (a
+      zip bomb), or one compressed other than stored or deflate.
   """
 
   def __init__(self, path: str | os.PathLike[str], max_bytes: int = MAX_BYTES):
@@ -337,6 +349,14 @@ class NpzFile:
         raise WeightsError(
             f"{self.path} holds {info.filename!r}, which is not an .npy "
             "array: this is not a meta-parameter file."
+        )
+      if info.compress_type not in _BOUNDED_COMPRESSION:
+        raise WeightsError(
+            f"{self.path}: array {key} is compressed with method "
+            f"{info.compress_type} ({_compression_name(info.compress_type)}); "
+            "a meta-parameter file holds stored or deflate members only (as "
+            "np.savez and np.savez_compressed write them): refused before "
+            "decompressing it."
         )
       if (
           info.file_size > _BOMB_MIN_BYTES

@@ -96,3 +96,16 @@ def run_launcher(args, cwd, timeout=600):
       text=True,
       timeout=timeout,
   )
+
+
+def flip_one_bit(checkpoint: Path) -> Path:
+  """Flips the lowest bit of the middle byte of the largest array data file
+  of the checkpoint folder ``checkpoint`` (orbax's ``.../d/<hash>`` files),
+  as a disk or a copy might; orbax reads such a file back without complaint,
+  with other values. Returns the file."""
+  data = [p for p in (checkpoint / "state").rglob("*") if p.parent.name == "d"]
+  path = max(data, key=lambda p: (p.stat().st_size, str(p)))
+  content = bytearray(path.read_bytes())
+  content[len(content) // 2] ^= 1
+  path.write_bytes(bytes(content))
+  return path

@@ -3,22 +3,32 @@ existing runs, and bad input (tiny settings throughout)."""
 
 from __future__ import annotations
 
+import bz2
 import csv
 import json
+from pathlib import Path
+import pickle
 import shutil
 import subprocess
 import sys
 import time
 
+import faults
+import jax
+import numpy as np
 import pytest
 
 from disco import checks
 from disco import comparison
 from disco import errors
 from disco import evaluation
+from disco import files
+from disco import weights
 from disco.launch import common
 from disco.launch import compare
+from disco.meta import validation as val
 from disco.training import analysis
+from disco.update_rules import resolve
 
 RULES = ("actor_critic", "policy_gradient")
 ENVS = ("catch:rows=5,columns=5", "delayed_chain:chain_length=3")
@@ -40,8 +50,7 @@ TINY = [
 
 
 def tiny_with(args):
-  """TINY with ``args`` replacing its flags of the same names (a repeated
-  tuple flag would extend the tuple)."""
+  """TINY with ``args`` replacing its flags of the same names."""
   names = {a.partition("=")[0] for a in args}
   return [a for a in TINY if a.partition("=")[0] not in names] + list(args)
 
@@ -498,3 +507,152 @@ def test_runs_saved_with_old_rule_settings_stay_finished(sweep, tmp_path):
   path.write_text(json.dumps(record))
   finished, why = cell.status(plan.settings)
   assert not finished and "normalize_adv" in why, why
+
+
+# ------------------------------------------- input files by digest ----
+
+
+def _lpg_rule_file(path, shift=0.0):
+  """An LPG rule file: random meta-parameters (plus ``shift``) and metadata
+  naming the rule, so that ``shift`` changes the contents, not the
+  settings."""
+  params = jax.tree.map(
+      lambda x: np.asarray(x) + np.asarray(shift, np.asarray(x).dtype),
+      resolve.resolve_rule("lpg").meta_params,
+  )
+  return weights.save_meta_params(path, params, metadata=dict(rule="lpg"))
+
+
+def _tiny_compare_config(rule, out):
+  flags = [
+      f
+      for f in faults.TINY_COMPARE_FLAGS
+      if not f.startswith("--config.rules=")
+  ]
+  return _config(
+      [*flags, f"--config.rules=({str(rule)!r},)", f"--config.output_dir={out}"]
+  )
+
+
+def test_a_rule_file_changed_at_the_same_path_runs_again(tmp_path, monkeypatch):
+  """Issue 67: config.json records the rule file by SHA-256; rerunning
+  keeps the run while the file is the same, and runs it again, naming the
+  file, once it is rewritten at the same path with other contents."""
+  monkeypatch.chdir(tmp_path)
+  rule = _lpg_rule_file(Path("rules") / "mine.npz")  # relative, as typed
+  out = tmp_path / "sweep"
+  cell = out / "runs" / "mine" / "catch_5x5"
+
+  def rerun():
+    lines = []
+    comparison.compare(
+        _tiny_compare_config(rule, out), log=lines.append, progress=False
+    )
+    return lines
+
+  rerun()
+  record = json.loads((cell / "config.json").read_text())
+  old = files.file_digest(rule)
+  assert record["run"]["input_files"] == {
+      "rule": {"path": str(rule), "sha256": old}
+  }
+  finished_at = (cell / "summary.json").stat().st_mtime_ns
+  lines = rerun()
+  assert any("1 finished already" in line for line in lines), lines
+  assert not any("again" in line for line in lines), lines
+  assert (cell / "summary.json").stat().st_mtime_ns == finished_at
+
+  _lpg_rule_file(rule, shift=1.0)  # same path, same settings, new contents
+  new = files.file_digest(rule)
+  assert new != old
+  lines = rerun()
+  assert any("0 finished already" in line for line in lines), lines
+  (again,) = [line for line in lines if "again" in line]
+  assert (
+      f"rule file {rule} changed since the run (sha256 {old[:12]}... -> "
+      f"{new[:12]}...)" in again
+  ), again
+  assert "other settings" not in again
+  record = json.loads((cell / "config.json").read_text())
+  assert record["run"]["input_files"]["rule"]["sha256"] == new
+
+  # A run folder written before digests were recorded cannot be verified.
+  del record["run"]["input_files"]
+  (cell / "config.json").write_text(json.dumps(record))
+  plan = comparison.build(_tiny_compare_config(rule, out))
+  finished, why = plan.cells[0].status(plan.settings)
+  assert not finished
+  assert (
+      why
+      == f"no digest of rule file {rule} was recorded, so it cannot be verified"
+  )
+
+
+def _ruleset_file(path, goal):
+  """An XLand ruleset benchmark file (xminigrid's format) of two rulesets
+  whose goals are all ``goal``."""
+  benchmark = dict(
+      goals=np.full((2, 5), goal, np.uint8),
+      rules=np.zeros((2, 1, 7), np.uint8),
+      init_tiles=np.zeros((2, 2, 2), np.uint8),
+      num_rules=np.zeros((2, 1), np.uint8),
+  )
+  with bz2.open(path, "wb") as f:
+    pickle.dump(benchmark, f)
+  return path
+
+
+def test_validation_rows_refuse_a_ruleset_file_changed_since(tmp_path):
+  """Issue 67: disco-validate keeps the rows of validated meta-steps; they
+  are kept only while the held-out environments' files (an XLand ruleset
+  file) have the digests validation.json recorded."""
+  ruleset = _ruleset_file(tmp_path / "ruleset.bz2", 1)
+  settings = val.parse_settings(
+      dict(
+          val.default_config(),
+          envs=(
+              dict(
+                  env="xminigrid/XLand-MiniGrid-R1-9x9",
+                  env_settings=dict(benchmark_path=str(ruleset)),
+              ),
+          ),
+      )
+  )
+
+  def export(path, params, step, **extra):
+    return weights.save_meta_params(
+        path, params, metadata=dict(rule="lpg", meta_step=step, **extra)
+    )
+
+  run = tmp_path / "run"
+  record = val.Record(run, settings, export)
+  key, scores = settings.envs[0].key, np.array([0.5, 0.5])
+  result = val.StepResult(
+      meta_step=0,
+      returns={key: scores},
+      normalized={key: scores},
+      aggregate=0.5,
+  )
+  assert record.add(result, {"m": {"w": np.zeros(2, np.float32)}})
+  role = "validation.envs[0].env_settings.benchmark_path"
+  old = files.file_digest(ruleset)
+  saved = json.loads(record.settings_path.read_text())
+  assert saved["input_files"] == {role: {"path": str(ruleset), "sha256": old}}
+  val.Record(run, settings, export)  # the same file: the rows stand
+
+  _ruleset_file(ruleset, 2)
+  new = files.file_digest(ruleset)
+  with pytest.raises(errors.UsageError) as info:
+    val.Record(run, settings, export)
+  message = str(info.value)
+  assert "\n" not in message
+  assert (
+      f"{role} file {ruleset} changed since its rows were made (sha256 "
+      f"{old[:12]}... -> {new[:12]}...)" in message
+  ), message
+
+  # A validation.json written before digests were recorded: unverifiable.
+  del saved["input_files"]
+  record.settings_path.write_text(json.dumps(saved))
+  with pytest.raises(errors.UsageError, match="cannot be verified"):
+    val.Record(run, settings, export)

@@ -15,6 +15,7 @@ program), so it compiles once.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from disco.meta import trainer as mt
 
 from meta_settings import MIXED
 from meta_settings import TINY_LPG
+from meta_settings import flip_one_bit
 from meta_settings import subprocess_env
 from meta_settings import tiny_config
 
@@ -87,6 +89,82 @@ def test_checkpoints_are_never_saved_with_non_finite_values(tmp_path):
         manager.save(_tree(bad), step=2)
     # Nothing written, so the finite one was not rotated out.
     assert manager.all_steps() == [1]
+
+
+def _random_tree(seed):
+  return {
+      "a": jax.random.normal(jax.random.PRNGKey(seed), [64, 64]),
+      "n": jnp.array(seed, jnp.int32),
+  }
+
+
+def test_flipped_bit_moves_the_checkpoint_aside(tmp_path):
+  """One flipped bit in an array data file (which orbax reads back with
+  other values, without complaint) fails the file's digest: the strict
+  restore refuses it, and the fallback moves it aside in one line and goes
+  back to the previous checkpoint, exactly; with none left, it gives None
+  (the launcher then refuses to resume, in one line)."""
+  template = jax.eval_shape(lambda: _random_tree(0))
+  logs = []
+  with ckpt_lib.CheckpointManager(tmp_path / "c", keep=3) as manager:
+    for step in (1, 2):
+      manager.save(_random_tree(step), step=step)
+    flipped = flip_one_bit(manager.path(2))
+    name = flipped.relative_to(manager.path(2)).as_posix()
+    with pytest.raises(ckpt_lib.CorruptCheckpointError) as info:
+      manager.restore(template)
+    assert f"{name} differs from its digest" in str(info.value)
+    restored = manager.restore_newest_readable(template, logs.append)
+    assert restored.step == 1 and manager.all_steps() == [1]
+    np.testing.assert_array_equal(restored.state["a"], _random_tree(1)["a"])
+    assert (tmp_path / "c" / "2.damaged" / name).is_file()
+    (line,) = logs
+    assert line.startswith("Checkpoint 2 is damaged (") and "\n" not in line
+    assert name in line and "2.damaged" in line and "falling back" in line
+    flip_one_bit(manager.path(1))
+    assert manager.restore_newest_readable(template, logs.append) is None
+    assert manager.all_steps() == [] and len(logs) == 2
+
+
+def test_missing_file_or_digest_manifest_is_damage(tmp_path):
+  template = jax.eval_shape(lambda: _random_tree(0))
+  with ckpt_lib.CheckpointManager(tmp_path / "c", keep=3) as manager:
+    manager.save(_random_tree(1), step=1)
+    folder = manager.path(1)
+    assert manager.restore(template).step == 1  # reading changes no file
+    removed = folder / "state" / "manifest.ocdbt"
+    content = removed.read_bytes()
+    removed.unlink()
+    with pytest.raises(
+        ckpt_lib.CorruptCheckpointError,
+        match="state/manifest.ocdbt is missing",
+    ):
+      manager.restore(template)
+    removed.write_bytes(content)
+    (folder / ckpt_lib.DIGESTS_FILE).unlink()  # e.g. a crash before it
+    with pytest.raises(
+        ckpt_lib.CorruptCheckpointError, match="file_digests.json is missing"
+    ):
+      manager.restore(template)
+    (folder / ckpt_lib.DIGESTS_FILE).write_text("{")
+    with pytest.raises(ckpt_lib.CorruptCheckpointError, match="unreadable"):
+      manager.restore(template)
+
+
+def test_checkpoint_of_before_digests_is_read_unchecked(tmp_path):
+  """A checkpoint written before file digests (no manifest, and a record
+  that does not ask for one) restores as before, unverified."""
+  template = jax.eval_shape(lambda: _random_tree(0))
+  with ckpt_lib.CheckpointManager(tmp_path / "c", keep=3) as manager:
+    manager.save(_random_tree(1), step=1)
+    folder = manager.path(1)
+    (folder / ckpt_lib.DIGESTS_FILE).unlink()
+    record_file = folder / ckpt_lib.RECORD_ITEM / "metadata"
+    record = json.loads(record_file.read_text())
+    del record[ckpt_lib.DIGESTS_KEY]
+    record_file.write_text(json.dumps(record))
+    restored = manager.restore(template)
+    np.testing.assert_array_equal(restored.state["a"], _random_tree(1)["a"])
 
 
 def test_restore_falls_back_past_damaged_checkpoints(tmp_path):
@@ -228,6 +306,58 @@ def test_resume_falls_back_then_repeated_skips_stop(
       restored = manager.restore(template, step)  # refuses non-finite ones
       assert all_finite(restored.state)
   assert restored.extra["divergence"]["skipped_updates"] == 1
+
+
+def test_flipped_bit_in_the_newest_checkpoint_is_caught_on_resume(
+    plan, poisoned_run, tmp_path
+):
+  """A run resumed to meta-step 4 writes a sound checkpoint 4; one bit of
+  its data flipped, resuming again moves it aside in one line, continues
+  from checkpoint 2 and ends bit for bit as the uninterrupted run (metrics,
+  export and checkpoint 4)."""
+  out = tmp_path / "run"
+  shutil.copytree(poisoned_run["out"], out)
+  shutil.rmtree(out / mt.CHECKPOINT_DIR / "4")  # the garbage one
+  config = faulty_config(out)
+  config.update(
+      num_meta_steps=4, checkpoint_every=2, max_consecutive_skips=3, resume=True
+  )
+  settings = faulty_settings(
+      config,
+      poison_agent_at_steps=AGENT_STEPS,
+      poison_meta_grad_at_steps=GRAD_STEPS,
+  )
+  resumed_plan = dataclasses.replace(plan, run_settings=settings)
+  mt.run(resumed_plan, lambda _: None, False)
+  template = mt.abstract_state(plan.population, plan.rule)
+  sound = ckpt_lib.restore_latest(out / mt.CHECKPOINT_DIR, template)
+  assert sound.step == 4
+  flipped = flip_one_bit(out / mt.CHECKPOINT_DIR / "4")
+  lines = []
+  result = mt.run(resumed_plan, lines.append, False)
+  mt.write(resumed_plan, result, lines.append)
+  damaged = [line for line in lines if "is damaged" in line]
+  assert len(damaged) == 1 and damaged[0].startswith("Checkpoint 4 is damaged")
+  assert f"{flipped.name} differs from its digest" in damaged[0]
+  assert "4.damaged" in damaged[0]
+  assert any("Resuming from" in x and "meta-step 2)" in x for x in lines)
+  assert (out / mt.METRICS_FILE).read_text() == (
+      poisoned_run["out"] / mt.METRICS_FILE
+  ).read_text()
+  exported = weights_lib.load_meta_params(out / mt.META_PARAMS_FILE)
+  uninterrupted = weights_lib.load_meta_params(
+      poisoned_run["out"] / mt.META_PARAMS_FILE
+  )
+  for a, b in zip(
+      jax.tree.leaves(exported), jax.tree.leaves(uninterrupted), strict=True
+  ):
+    np.testing.assert_array_equal(a, b)
+  again = ckpt_lib.restore_latest(out / mt.CHECKPOINT_DIR, template)
+  assert again.step == 4
+  for a, b in zip(
+      jax.tree.leaves(again.state), jax.tree.leaves(sound.state), strict=True
+  ):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_diverged_exits_with_status_3_and_one_line(tmp_path):

@@ -166,8 +166,12 @@ def test_end_to_end_writes_outputs(tmp_path):
 
   # The folder now holds a run: refused unless overwrite=True.
   with pytest.raises(errors.UsageError, match="overwrite"):
-    evaluation.build(tiny_config(tmp_path))
-  evaluation.build(tiny_config(tmp_path, overwrite=True))
+    evaluation.open_output(evaluation.build(tiny_config(tmp_path)))
+  lock = evaluation.open_output(
+      evaluation.build(tiny_config(tmp_path, overwrite=True))
+  )
+  lock.release()
+  assert not list(out.glob("params_seed*"))  # the old run's files are gone
 
 
 def test_ppo_with_sample_reuse_end_to_end(tmp_path):
@@ -348,8 +352,9 @@ def test_default_output_dir(tmp_path, monkeypatch):
   assert plan.output_dir.name.startswith("eval-actor_critic-")
   (tmp_path / "occupied").mkdir()
   (tmp_path / "occupied" / "config.json").write_text("{}")
-  with pytest.raises(errors.UsageError, match="already holds a run"):
-    evaluation.build(tiny_config(tmp_path, output_dir="occupied"))
+  occupied = evaluation.build(tiny_config(tmp_path, output_dir="occupied"))
+  with pytest.raises(errors.UsageError, match="already holds an evaluation"):
+    evaluation.open_output(occupied)
   (tmp_path / "a_file").write_text("")
   with pytest.raises(errors.UsageError, match="not a folder"):
     evaluation.build(tiny_config(tmp_path, output_dir="a_file"))

@@ -5,6 +5,7 @@ same numbers."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -102,7 +103,8 @@ def test_a_corrupt_or_unrebuildable_program_is_traced_again(tmp_path):
   _check(_program(step, tmp_path)(_STATE, 1.5))
   assert len(traces) == 1
   assert stored.read_bytes() != b"not a program"  # stored afresh
-  stored.with_suffix(".json").write_text('{"format": "1", "output": 3}')
+  described = json.loads(stored.with_suffix(".json").read_text())
+  stored.with_suffix(".json").write_text(json.dumps(dict(described, output=3)))
   step, traces = _traced_function()
   _check(_program(step, tmp_path)(_STATE, 1.5))
   assert len(traces) == 1
@@ -112,6 +114,46 @@ def test_a_corrupt_or_unrebuildable_program_is_traced_again(tmp_path):
   wrong = lambda args, names: jax.tree.structure(dict.fromkeys(names, 0))
   _check(_program(step, other, structure=wrong)(_STATE, 1.5))
   assert not list((other / program_cache.FOLDER).glob("*"))
+
+
+def test_a_changed_constant_in_a_stored_program_is_caught(tmp_path):
+  """A stored program whose constant 0.999 was changed to 0.25 on disk
+  still deserialises and runs (to other numbers): its digest, saved with it,
+  makes it a miss with one warning, and the result is right."""
+
+  def make():
+    traces = []
+
+    @jax.jit
+    def step(state, scale):
+      traces.append(1)
+      new = _State(x=state.x * scale * 0.999, count=state.count + 1)
+      return new, {"total": new.x.sum(), "first": new.x[0]}
+
+    return step, traces
+
+  warnings = []
+
+  def program(step):
+    store = program_cache.Store(tmp_path, warn=warnings.append)
+    return program_cache.ExportedProgram(
+        step, store, "settings", _describe, _structure
+    )
+
+  step, _ = make()
+  program(step)(_STATE, 1.5)
+  (stored,) = (tmp_path / program_cache.FOLDER).glob("*.jaxexport")
+  content = stored.read_bytes()
+  constant = np.float32(0.999).tobytes()
+  assert content.count(constant) == 1
+  stored.write_bytes(content.replace(constant, np.float32(0.25).tobytes()))
+  step, traces = make()
+  state, _ = program(step)(_STATE, 1.5)
+  np.testing.assert_allclose(state.x, np.asarray(_STATE.x) * 1.5 * 0.999)
+  assert len(traces) == 1  # traced again, not loaded
+  (line,) = warnings
+  assert "differs from the digest" in line and str(stored) in line
+  assert stored.read_bytes().count(constant) == 1  # stored afresh
 
 
 def test_a_function_that_cannot_be_exported_is_traced(tmp_path):

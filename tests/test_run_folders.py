@@ -13,13 +13,16 @@ from __future__ import annotations
 import bz2
 import errno
 import json
+import logging
 import os
 from pathlib import Path
 import pickle
 import shutil
 import signal
 import subprocess
+import sys
 import tracemalloc
+import warnings
 import zipfile
 
 import faults
@@ -28,14 +31,17 @@ import numpy as np
 import pytest
 
 from disco import comparison
+from disco import compile_cache
 from disco import errors
 from disco import evaluation
 from disco import files
+from disco import run_folders
 from disco import stopping
 from disco import weights
 from disco.environments import xminigrid_envs
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import follower
+from disco.meta import run_folder as meta_run_folder
 from disco.meta import trainer as mt
 from disco.update_rules import resolve
 
@@ -226,6 +232,65 @@ def test_a_zip_bomb_is_refused_with_bounded_memory(tmp_path):
   assert peak < (16 << 20), peak
 
 
+def _lying_bzip2_bomb(path: Path, inflated: int = 256 << 20) -> Path:
+  """A small .npz whose array member is bzip2-compressed and declares 144
+  bytes (a 16-byte array) in its zip entries but inflates to ``inflated``
+  bytes: ``zipfile`` decompresses bzip2 without bounding the output, so
+  merely reading the member's .npy header would take that much memory."""
+  with zipfile.ZipFile(path, "w", zipfile.ZIP_BZIP2) as z:
+    with z.open("__disco_metadata__.npy", "w") as f:
+      np.lib.format.write_array(f, np.array(json.dumps(dict(rule="lpg"))))
+    with z.open("lstm/w.npy", "w", force_zip64=True) as f:
+      np.lib.format.write_array(f, np.zeros(4, np.float32))
+      chunk = bytes(1 << 22)
+      for _ in range(inflated // len(chunk)):
+        f.write(chunk)
+  content = bytearray(path.read_bytes())
+  name = b"lstm/w.npy"
+  for signature, size_at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+    start = 0
+    while (start := content.find(signature, start)) >= 0:
+      name_at = start + (30 if size_at == 22 else 46)
+      if content[name_at : name_at + len(name)] == name:
+        content[start + size_at : start + size_at + 4] = (144).to_bytes(
+            4, "little"
+        )
+      start += 4
+  path.write_bytes(bytes(content))
+  (info,) = [
+      i for i in zipfile.ZipFile(path).infolist() if i.filename == "lstm/w.npy"
+  ]
+  assert info.file_size == 144 and info.compress_type == zipfile.ZIP_BZIP2
+  return path
+
+
+def test_a_lying_bzip2_archive_is_refused_unread(tmp_path):
+  """Only stored and deflate members are read (zipfile bounds those by the
+  declared size while inflating): the bzip2 member is refused before a byte
+  of it is decompressed, in one line from the command line."""
+  path = _lying_bzip2_bomb(tmp_path / "bomb.npz")
+  assert path.stat().st_size < (64 << 10)
+  tracemalloc.start()
+  try:
+    with pytest.raises(errors.UsageError, match="stored or deflate"):
+      resolve.resolve_rule(str(path))
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert peak < (16 << 20), peak
+  result = launch(
+      "evaluate",
+      [
+          *EVAL_FLAGS,
+          f"--config.rule={path}",
+          f"--config.output_dir={tmp_path}/o",
+      ],
+      cwd=tmp_path,
+  )
+  assert_one_line(result, 2, "disco-eval", "bzip2")
+  assert not (tmp_path / "o").exists()
+
+
 def test_shapes_are_checked_before_the_data_is_read(tmp_path, monkeypatch):
   path = weights.save_meta_params(
       tmp_path / "p.npz", {"m": {"w": np.ones((3, 4), np.float32)}}
@@ -241,6 +306,73 @@ def test_shapes_are_checked_before_the_data_is_read(tmp_path, monkeypatch):
   with pytest.raises(weights.WeightsError, match="shape mismatch"):
     weights.load_meta_params(path, expected)
   assert not read
+
+
+@pytest.mark.parametrize(
+    "metadata, match",
+    [
+        (
+            dict(settings=dict(learning_rate=-1e9)),
+            "learning_rate=-1000000000.0",
+        ),
+        (dict(settings=dict(adam_eps=0.0)), "adam_eps=0.0"),
+        (dict(settings=dict(max_grad_norm=-3)), "max_grad_norm=-3"),
+        (dict(settings=dict(loss_mask="all")), "loss_mask='all'"),
+        (
+            dict(settings=dict(hyper_params=dict(discount_factor=1.5))),
+            "hyper_params.discount_factor=1.5",
+        ),
+        (
+            dict(rule_kwargs=dict(moving_average_decay=5)),
+            "moving_average_decay=5",
+        ),
+        (
+            dict(rule_kwargs=dict(moving_average_eps=-1)),
+            "moving_average_eps=-1",
+        ),
+    ],
+)
+def test_settings_in_a_rule_file_are_checked_like_flags(
+    metadata, match, tmp_path
+):
+  path = weights.save_meta_params(
+      tmp_path / "rule.npz", {}, metadata=dict(rule="actor_critic", **metadata)
+  )
+  with pytest.raises(errors.UsageError) as info:
+    resolve.resolve_rule(str(path))
+  assert str(info.value).startswith(
+      f"The settings in the metadata of rule file {path}: "
+  )
+  assert match in str(info.value)
+
+
+def test_a_rule_file_with_an_out_of_range_setting_is_one_line(tmp_path):
+  path = weights.save_meta_params(
+      tmp_path / "rule.npz",
+      {},
+      metadata=dict(rule="actor_critic", settings=dict(learning_rate=-1e9)),
+  )
+  result = launch(
+      "evaluate",
+      [
+          *EVAL_FLAGS,
+          f"--config.rule={path}",
+          f"--config.output_dir={tmp_path}/o",
+      ],
+      cwd=tmp_path,
+  )
+  assert_one_line(result, 2, "disco-eval", "must be a finite number > 0")
+  assert not (tmp_path / "o").exists()
+  flag = launch(  # the same value as a flag: refused alike
+      "evaluate",
+      [
+          *EVAL_FLAGS,
+          "--config.hyper_params.td_lambda=2",
+          f"--config.output_dir={tmp_path}/f",
+      ],
+      cwd=tmp_path,
+  )
+  assert_one_line(flag, 2, "disco-eval", "hyper_params.td_lambda=2")
 
 
 # ------------------------------------------------------ atomic files ----
@@ -281,24 +413,108 @@ def test_overwrite_with_fewer_seeds_leaves_no_old_seed_files(tmp_path):
       "params_seed3.npz",
       "params_seed4.npz",
   }
-  (out / "notes.txt").write_text("the old run's")
+  assert run_folders.read_marker(out)["kind"] == "eval"
   config.update(num_seeds=1, overwrite=True)
   evaluation.evaluate(config, log=lambda _: None, progress=False)
   assert [p.name for p in out.glob("params_seed*")] == ["params_seed3.npz"]
-  assert not (out / "notes.txt").exists()
   assert json.loads((out / "summary.json").read_text())["seeds"] == [3]
 
 
-def test_overwrite_empties_only_run_folders(tmp_path):
-  out = tmp_path / "mine"
-  out.mkdir()
-  (out / "thesis.tex").write_text("precious")
-  config = evaluation.default_config()
-  config.update(rule="actor_critic", output_dir=str(out), overwrite=True)
-  plan = evaluation.build(config, log=lambda _: None)
-  with pytest.raises(errors.UsageError, match="holds no run"):
-    evaluation.open_output(plan)
-  assert (out / "thesis.tex").read_text() == "precious"
+def _tree(folder: Path) -> dict[str, bytes]:
+  return {
+      p.relative_to(folder).as_posix(): p.read_bytes()
+      for p in sorted(folder.rglob("*"))
+      if p.is_file() and not p.name.startswith(".disco-lock")
+  }
+
+
+def _meta_train_folder(out: Path) -> None:
+  """A meta-training run folder as disco-meta-train leaves it (its marker,
+  a checkpoint, the exported rule, its config)."""
+  with run_folders.claim_output_dir(out, "disco-meta-train") as lock:
+    run_folders.open_run_folder(out, lock, meta_run_folder.RUN_KIND)
+  (out / "checkpoints" / "2").mkdir(parents=True)
+  (out / "checkpoints" / "2" / "state").write_bytes(b"weeks of compute")
+  (out / "meta_params.npz").write_bytes(b"the discovered rule")
+  (out / "config.json").write_text("{}")
+
+
+@pytest.mark.parametrize("folder", ["project", "meta_train", "own_notes"])
+def test_overwrite_refuses_a_folder_it_did_not_write(folder, tmp_path):
+  """``disco-eval --config.overwrite=True`` removes only what an evaluation
+  wrote: a project folder that happens to hold a config.json, a
+  meta-training run, and an evaluation run to which the user added a file
+  are each refused in one line naming what would be lost, and nothing in
+  them changes."""
+  out = tmp_path / "out"
+  if folder == "project":
+    (out / "src").mkdir(parents=True)
+    (out / "src" / "model.py").write_text("print('mine')")
+    (out / "data").mkdir()
+    (out / "config.json").write_text('{"lr": 3}')
+    match = "holds files an evaluation run does not write (data, src)"
+  elif folder == "meta_train":
+    _meta_train_folder(out)
+    match = "holds a meta-training run (.disco-run)"
+  else:
+    config = tiny_eval_config(tmp_path, output_dir=str(out))
+    evaluation.evaluate(config, log=lambda _: None, progress=False)
+    (out / "notes.txt").write_text("what I saw")
+    match = "does not write (notes.txt)"
+  before = _tree(out)
+  result = launch(
+      "evaluate",
+      [*EVAL_FLAGS, f"--config.output_dir={out}", "--config.overwrite=True"],
+      cwd=tmp_path,
+  )
+  assert_one_line(result, 2, "disco-eval", match)
+  assert _tree(out) == before
+
+
+def test_a_run_folder_of_an_older_disco_is_not_overwritten(tmp_path):
+  """A run folder without the marker (written before it existed, or by
+  hand) holds nothing overwrite may remove."""
+  config = tiny_eval_config(tmp_path)
+  out = Path(config.output_dir)
+  evaluation.evaluate(config, log=lambda _: None, progress=False)
+  (out / run_folders.MARKER_FILE).unlink()
+  before = _tree(out)
+  config.update(overwrite=True)
+  with pytest.raises(errors.UsageError, match="has no .disco-run marker"):
+    evaluation.evaluate(config, log=lambda _: None, progress=False)
+  assert _tree(out) == before
+
+
+def test_a_run_without_config_json_is_still_a_run(tmp_path):
+  """The no-overwrite check sees a run where overwrite would: seed files
+  and a summary without config.json are refused, not silently mixed with
+  the next run's."""
+  config = tiny_eval_config(tmp_path)
+  out = Path(config.output_dir)
+  evaluation.evaluate(config, log=lambda _: None, progress=False)
+  (out / "config.json").unlink()
+  result = launch(
+      "evaluate",
+      [*EVAL_FLAGS, f"--config.output_dir={out}", "--config.num_seeds=1"],
+      cwd=tmp_path,
+  )
+  assert_one_line(result, 2, "disco-eval", "already holds an evaluation run")
+  assert (out / "params_seed4.npz").exists()
+
+
+def test_the_next_run_removes_temporary_files_of_interrupted_writes(tmp_path):
+  target = tmp_path / "summary.json"
+  stale = tmp_path / ".summary.json.abc123.tmp"
+  stale.write_bytes(b"half")
+  other = tmp_path / ".metrics.csv.def456.tmp"
+  other.write_bytes(b"half")
+  files.write_json(target, dict(x=1))
+  assert not stale.exists() and other.exists()  # that file's own only
+  kind = run_folders.RunKind("eval", "an evaluation run", ("*.json",), "")
+  with run_folders.claim_output_dir(tmp_path, "test") as lock:
+    run_folders.open_run_folder(tmp_path, lock, kind, resume=True)
+  assert not other.exists()
+  assert json.loads(target.read_text()) == dict(x=1)
 
 
 # -------------------------------------------------------- one writer ----
@@ -318,6 +534,23 @@ def test_a_second_process_on_a_locked_folder_gets_one_line(tmp_path):
   line = assert_one_line(result, 2, "disco-eval", "is in use by disco-eval")
   assert f"pid {os.getpid()}" in line
   assert not (out / "config.json").exists()
+
+
+def test_a_deleted_lock_file_does_not_admit_a_second_writer(tmp_path):
+  """The writer also holds a lock on the folder itself: deleting
+  ``.disco-lock`` (and its owner file) during a run leaves the folder
+  locked."""
+  out = tmp_path / "run"
+  with run_folders.claim_output_dir(out, "disco-eval"):
+    (out / files.LOCK_FILE).unlink()
+    (out / (files.LOCK_FILE + files.OWNER_SUFFIX)).unlink()
+    result = launch(
+        "evaluate", [*EVAL_FLAGS, f"--config.output_dir={out}"], tmp_path
+    )
+    assert_one_line(result, 2, "disco-eval", "is in use by")
+    assert not (out / "config.json").exists()
+  with run_folders.claim_output_dir(out, "disco-eval"):  # free again
+    pass
 
 
 def test_one_writer_per_folder_in_every_launcher(tmp_path):
@@ -455,6 +688,82 @@ def test_a_full_disk_at_a_checkpoint_is_one_line_with_the_resume_command(
   )
   line = assert_one_line(result, 1, "disco-meta-train", "The disk is full")
   assert f"--config.resume=True --config.output_dir={out}" in line
+
+
+def _small_tmpfs(folder: Path, size: str) -> Path:
+  """A tmpfs of ``size`` mounted at ``folder`` (skips the test where this
+  process may not mount one); unmounted by the caller."""
+  folder.mkdir()
+  if os.geteuid() != 0 or shutil.which("mount") is None:
+    pytest.skip("mounting a small tmpfs needs root")
+  done = subprocess.run(
+      ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+      capture_output=True,
+      check=False,
+  )
+  if done.returncode != 0:
+    pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+  return folder
+
+
+def test_a_tmpfs_filling_during_a_checkpoint_gives_one_line(tmp_path):
+  """A real full disk (a 96 KB tmpfs) in the middle of orbax's save: its
+  writer threads' tracebacks are folded into the launcher's one line."""
+  disk = _small_tmpfs(tmp_path / "disk", "96k")
+  try:
+    out = disk / "meta"
+    result = launch(
+        "meta_train",
+        [
+            *META_FLAGS,
+            "--config.checkpoint_every=1",
+            f"--config.output_dir={out}",
+        ],
+        tmp_path,
+    )
+    line = assert_one_line(result, 1, "disco-meta-train", "The disk is full")
+    assert f"--config.output_dir={out}" in line
+    assert "Traceback" not in result.stderr
+  finally:
+    subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_a_failing_save_prints_nothing_but_its_error(capsys):
+  """What a save logs (orbax, to the absl logger) and prints is let out
+  when it completes and dropped when it raises."""
+  absl_logger = logging.getLogger("absl")
+  with ckpt_lib.held_output():
+    absl_logger.warning("saved fine")
+    print("and said so", file=sys.stderr)
+  assert "and said so" in capsys.readouterr().err
+  with pytest.raises(OSError):
+    with ckpt_lib.held_output():
+      absl_logger.error("writer thread: Traceback ...")
+      print("Traceback (most recent call last): ...", file=sys.stderr)
+      raise OSError(errno.ENOSPC, "No space left on device")
+  assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_full_compilation_cache_folder_is_one_warning(tmp_path, capsys):
+  """JAX warns once per program it cannot write to the cache: the first
+  becomes one line, the rest are dropped, other warnings go on as before."""
+  with warnings.catch_warnings(record=True) as shown:
+    warnings.simplefilter("always")
+    try:
+      compile_cache.enable(str(tmp_path / "cache"), "disco-eval")
+      for name in ("jit_a", "jit_b", "jit_c"):
+        warnings.warn(
+            "Error writing persistent compilation cache entry for "
+            f"'{name}': OSError: [Errno 28] No space left on device",
+            stacklevel=1,
+        )
+      warnings.warn("something else", stacklevel=1)
+    finally:
+      compile_cache.enable("off", "disco-eval")
+  (line,) = capsys.readouterr().err.strip().splitlines()
+  assert line.startswith("disco-eval: warning: compiled programs cannot")
+  assert "No space left on device" in line
+  assert [str(w.message) for w in shown] == ["something else"]
 
 
 def test_a_second_sigterm_does_not_cut_the_exit_save_short(tmp_path):

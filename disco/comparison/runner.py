@@ -36,6 +36,20 @@ UsageError = errors.UsageError
 CompareSettings = settings_lib.CompareSettings
 Cell, Plan = runs.Cell, runs.Plan
 PROGRAM = settings_lib.PROGRAM
+RUN_KIND = run_folders.RunKind(
+    name="compare",
+    description="a comparison",
+    owns=(
+        runs.RUNS_DIR,
+        tuning_lib.TUNING_DIR,
+        tuning_lib.TUNING_CSV,
+        "report.md",
+        "results.csv",
+        "statistics.json",
+        "*.png",
+    ),
+    again="run the same command to continue it",
+)
 
 
 def build(settings: CompareSettings | config_dict.ConfigDict) -> Plan:
@@ -240,13 +254,17 @@ def compare(
   index, count = plan.shard
   hint = "run the same command again: finished runs are kept."
   if count == 1:
-    with run_folders.claim_output_dir(plan.output_dir, PROGRAM):
+    with run_folders.claim_output_dir(plan.output_dir, PROGRAM) as lock:
+      run_folders.open_run_folder(plan.output_dir, lock, RUN_KIND, resume=True)
       with errors.resource_errors(hint):
         if plan.run_dirs:
           return write(plan, plan.run_dirs, log)
         return write(plan, run(plan, log, progress), log)
   shard_lock = f"{files.LOCK_FILE}-shard-{index}-of-{count}"
-  with run_folders.claim_output_dir(plan.output_dir, PROGRAM, shard_lock):
+  with run_folders.claim_output_dir(
+      plan.output_dir, PROGRAM, shard_lock
+  ) as lock:
+    run_folders.open_run_folder(plan.output_dir, lock, RUN_KIND, resume=True)
     with errors.resource_errors(hint):
       run_dirs = run(plan, log, progress)
       if not all(_summary_complete(d) for d in run_dirs):

@@ -2,8 +2,11 @@
 
 A ``Cell`` is one run; its folder is ``output_dir/runs/<rule>/<env>``. A
 run whose folder holds a complete summary and a ``config.json`` with the
-settings the comparison would give it is finished (``Cell.status``), so a
-killed sweep continues where it stopped and a changed setting runs again.
+settings the comparison would give it, and the same input files (a rule
+file, a weights file, an XLand ruleset file: compared by SHA-256 digest,
+``evaluation.outputs.input_files``), is finished (``Cell.status``), so a
+killed sweep continues where it stopped, and a changed setting or a file
+rewritten at the same path runs again.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from disco.comparison import report as report_lib
 from disco.comparison import results as results_lib
 from disco.comparison import settings as settings_lib
 from disco.environments import registry as env_registry
+from disco.evaluation import outputs as eval_outputs
 from disco.update_rules import resolve
 from disco.update_rules import settings as rule_settings
 
@@ -117,9 +121,14 @@ class Cell:
     """``(finished, why not)``: finished when the folder holds a complete
     ``summary.json`` and a ``config.json`` saying it ran with the settings
     this comparison would run it with (rule settings saved by an earlier
-    version read as today's: ``rule_settings.upgraded_settings``); ``why
-    not`` names a damaged or stale run (None for a run that never
-    finished)."""
+    version read as today's: ``rule_settings.upgraded_settings``) and with
+    the same input files: each file the run would read now (its rule file,
+    weights file, XLand ruleset file) has the SHA-256 digest recorded in
+    ``config.json`` (each read once here). ``why not`` is one line naming a
+    damaged or stale run: the settings that differ, or else each input
+    file that changed since the run, or that the run recorded no digest of
+    (a folder written before digests were recorded cannot be verified, so
+    it runs again); None for a run that never finished."""
     out = self.output_dir
     if not (out / results_lib.SUMMARY).exists():
       return False, None
@@ -154,6 +163,17 @@ class Cell:
       return False, (
           f"it ran with other settings ({'; '.join(diff[:3])}{more})"
       )
+    try:
+      inputs = eval_outputs.input_files(plan)
+    except OSError as e:
+      return False, f"an input file is unreadable ({errors.one_line(e)})"
+    run = record.get("run")
+    changes = eval_outputs.input_file_changes(
+        run.get(eval_outputs.INPUT_FILES) if isinstance(run, dict) else None,
+        inputs,
+    )
+    if changes:
+      return False, "; ".join(changes)
     return True, None
 
 

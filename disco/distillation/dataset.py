@@ -96,7 +96,6 @@ def _eval_config(
       num_seeds=gather.num_seeds,
       seed=seed,
       output_dir=str(scratch),
-      overwrite=True,
       **gather.loop,
   )
   return config

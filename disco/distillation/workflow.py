@@ -42,6 +42,20 @@ from disco.update_rules import resolve
 
 UsageError = errors.UsageError
 STUDENT_FILE = "student.npz"
+RUN_KIND = run_folders.RunKind(
+    name="distill",
+    description="a distillation run",
+    owns=(
+        "config.json",
+        "dataset",
+        "fit.csv",
+        "fit.png",
+        "agreement.csv",
+        STUDENT_FILE,
+        "summary.json",
+    ),
+    again="pass overwrite=True to run it again",
+)
 # The terms a rule derived from the Disco103 meta-parameters carries.
 DISCO103_TERMS = (
     "Derived from the Disco103 meta-parameters (Google DeepMind, CC-BY 4.0, "
@@ -135,16 +149,27 @@ def _licence(teacher: resolve.ResolvedRule, name: str) -> str | None:
 
 
 def _open(settings: settings_lib.DistillSettings):
+  """The output folder, locked and checked (``RUN_KIND``): a folder of an
+  unfinished distillation continues, a finished one is refused unless
+  ``overwrite`` (which removes its files first)."""
   out = run_folders.output_dir(settings.output_dir, "distill")
   lock = run_folders.claim_output_dir(out, settings_lib.PROGRAM)
-  if settings.overwrite:
-    run_folders.empty_output_dir(out, lock)
-  elif (out / "summary.json").exists():
-    lock.release()
-    raise UsageError(
-        f"output_dir {out} holds a finished distillation: use a new "
-        "output_dir, or overwrite=True to run it again."
+  try:
+    if not settings.overwrite and (out / "summary.json").exists():
+      raise UsageError(
+          f"output_dir {out} holds a finished distillation: use a new "
+          "output_dir, or overwrite=True to run it again."
+      )
+    run_folders.open_run_folder(
+        out,
+        lock,
+        RUN_KIND,
+        overwrite=settings.overwrite,
+        resume=not settings.overwrite,
     )
+  except BaseException:
+    lock.release()
+    raise
   return out, lock
 
 

@@ -1,9 +1,10 @@
 """What a meta-evaluation writes into its run folder, and tells trackers.
 
 ``config.json`` (before training: the settings, the rule's resolved
-settings and the schedule), then ``metrics.csv``, ``learning_curve.png``,
-``params_seed<k>.npz`` and ``summary.json``; each is written whole or not at
-all (``disco.files``).
+settings, and the ``run`` record: the schedule, versions and the input files
+by SHA-256 digest, ``input_files``), then ``metrics.csv``,
+``learning_curve.png``, ``params_seed<k>.npz`` and ``summary.json``; each is
+written whole or not at all (``disco.files``).
 
 An environment with per-episode info (``EnvTimestep.info``, e.g. Craftax's
 achievements) adds its ``episode/<name>`` columns to ``metrics.csv`` (the
@@ -14,14 +15,16 @@ is); other environments' files are as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
 from disco import distributed
+from disco import errors
 from disco import files
 from disco import run_folders
 from disco import tracking
@@ -32,17 +35,120 @@ from disco.evaluation import settings as settings_lib
 from disco.training import acting
 from disco.training import analysis
 from disco.training import loop as loop_lib
+from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
 Plan = plan_lib.Plan
 RunResult = running.RunResult
 CURVE_EPISODES = running.CURVE_EPISODES
+UsageError = errors.UsageError
 OUTPUT_FILES = (
     "config.json",
     "metrics.csv",
     "learning_curve.png",
     "summary.json",
 )
+RUN_KIND = run_folders.RunKind(
+    name="eval",
+    description="an evaluation run",
+    owns=(
+        *OUTPUT_FILES,
+        "params_seed*.npz",
+        tracking.TENSORBOARD_DIR,
+        tracking.WANDB_DIR,
+    ),
+    again="pass --config.overwrite=True to replace it",
+)
+INPUT_FILES = "input_files"  # the key of the files read, by digest
+# Environment settings that name a file the environment reads (XLand's
+# ruleset benchmark, ``disco.environments.xminigrid_envs``).
+FILE_SETTINGS = ("benchmark_path",)
+_SHOWN_HEX = 12  # digits of a digest shown in a message
+
+
+def env_input_paths(
+    env_settings: Mapping[str, Any], prefix: str = "env_settings."
+) -> dict[str, str]:
+  """``{prefix + setting: path}`` of the ``FILE_SETTINGS`` that
+  ``env_settings`` sets (to a non-empty value)."""
+  return {
+      prefix + key: str(env_settings[key])
+      for key in FILE_SETTINGS
+      if env_settings.get(key)
+  }
+
+
+def input_paths(plan: Plan) -> dict[str, str]:
+  """The files a run reads, by role, each path as given: ``rule`` (a rule
+  given by file, as ``resolve.resolve_rule`` tells one from a registered
+  name), ``weights`` (a named rule's meta-parameter file, when given) and
+  ``env_settings.<setting>`` for each environment setting naming a file
+  (``env_input_paths``)."""
+  paths = {}
+  rule = str(plan.settings.rule).strip()
+  if rule not in rule_registry.rule_names() and resolve.is_rule_path(rule):
+    paths["rule"] = rule
+  weights = str(plan.settings.weights or "").strip()
+  if weights:
+    paths["weights"] = weights
+  paths.update(env_input_paths(plan.env_settings))
+  return paths
+
+
+def file_digests(paths: Mapping[str, str]) -> dict[str, dict[str, str]]:
+  """``{role: {"path": path, "sha256": hex digest}}`` of ``paths``
+  (``{role: path}``; ``~`` is expanded to read, not in the record), each file
+  read once (``files.file_digest``).
+
+  Raises:
+    OSError: a file cannot be read.
+  """
+  return {
+      role: dict(
+          path=str(path), sha256=files.file_digest(Path(path).expanduser())
+      )
+      for role, path in sorted(paths.items())
+  }
+
+
+def input_files(plan: Plan) -> dict[str, dict[str, str]]:
+  """The input files of ``plan``'s run by digest (``file_digests`` of
+  ``input_paths``): ``config.json``'s ``input_files``.
+
+  Raises:
+    OSError: a file cannot be read.
+  """
+  return file_digests(input_paths(plan))
+
+
+def input_file_changes(
+    saved: Any,
+    current: Mapping[str, Mapping[str, str]],
+    since: str = "the run",
+) -> list[str]:
+  """Why input files recorded as ``saved`` (a ``file_digests`` record read
+  back; None or anything else than a dict: nothing recorded, as by a
+  version before digests) do not vouch for ``current`` (``file_digests``
+  of the files read now): one phrase per role of ``current``, in role
+  order, ``"<role> file <path> changed since <since> (sha256 <old>... ->
+  <new>...)"``, or ``"no digest of <role> file <path> was recorded, so it
+  cannot be verified"``. Roles only in ``saved`` are not named (the
+  settings that name files differ then). Empty when every file is the
+  same."""
+  saved = saved if isinstance(saved, dict) else {}
+  out = []
+  for role, now in sorted(current.items()):
+    what = f"{role} file {now['path']}"
+    entry = saved.get(role)
+    old = entry.get("sha256") if isinstance(entry, dict) else None
+    if not isinstance(old, str):
+      out.append(f"no digest of {what} was recorded, so it cannot be verified")
+    elif old != now["sha256"]:
+      out.append(
+          f"{what} changed since {since} (sha256 {old[:_SHOWN_HEX]}... -> "
+          f"{now['sha256'][:_SHOWN_HEX]}...)"
+      )
+  return out
 
 
 def resolved_config(plan: Plan) -> dict[str, Any]:
@@ -59,16 +165,32 @@ def resolved_config(plan: Plan) -> dict[str, Any]:
 
 
 def write_config(plan: Plan) -> None:
-  """Creates ``output_dir`` and writes ``config.json`` (before training)."""
+  """Creates ``output_dir`` and writes ``config.json`` (before training),
+  its ``run`` record holding the run's input files by digest
+  (``run.input_files``: ``input_files``), so that a file changed at the same
+  path later makes the run stale (``disco.comparison.runs.Cell.status``).
+
+  Raises:
+    UsageError: an input file cannot be read.
+  """
+  try:
+    inputs = input_files(plan)
+  except OSError as e:
+    raise UsageError(
+        f"Cannot read an input file of the run: {errors.one_line(e)}"
+    ) from None
   out = run_folders.make_dir(plan.output_dir)
   run_folders.write_json(
       out / "config.json",
       dict(
           config=resolved_config(plan),
           rule_settings=plan.rule.settings.to_dict(),
-          run=dict(
-              seeds=plan.seeds, **plan.schedule, **run_folders.run_record()
-          ),
+          run={
+              "seeds": plan.seeds,
+              **plan.schedule,
+              **run_folders.run_record(),
+              INPUT_FILES: inputs,
+          },
       ),
   )
 
@@ -77,18 +199,20 @@ def open_output(
     plan: Plan, program: str = settings_lib.PROGRAM
 ) -> files.FolderLock:
   """Takes the lock of ``plan.output_dir`` (the writer's, held until
-  released), checks again under it that the folder is free, empties it for
-  ``overwrite=True`` and writes ``config.json``; returns the lock.
+  released), checks under it that the folder is free (``RUN_KIND``:
+  ``run_folders.open_run_folder``), removes the earlier run's files for
+  ``overwrite=True``, and writes ``config.json``; returns the lock.
 
   Raises:
     UsageError: another process writes the folder, or it holds a run
-      (without overwrite), or other files (with overwrite).
+      (without overwrite), another kind of run, or files an evaluation does
+      not write.
   """
   lock = run_folders.claim_output_dir(plan.output_dir, program)
   try:
-    plan_lib.check_free(plan.output_dir, plan.settings.overwrite)
-    if plan.settings.overwrite:
-      run_folders.empty_output_dir(plan.output_dir, lock)
+    run_folders.open_run_folder(
+        plan.output_dir, lock, RUN_KIND, overwrite=plan.settings.overwrite
+    )
     write_config(plan)
   except BaseException:
     lock.release()

@@ -138,7 +138,6 @@ def build(
   )
   _warn(settings, rule, loop_config, log)
   output_dir = run_folders.output_dir(settings.output_dir, f"eval-{rule.label}")
-  check_free(output_dir, settings.overwrite)
   rule = _with_agent_settings(rule, settings)
   iterations_per_call, num_calls = plan_iterations(
       settings.total_env_steps,
@@ -161,16 +160,6 @@ def build(
       num_calls=num_calls,
       output_dir=output_dir,
   )
-
-
-def check_free(out: Path, overwrite: bool) -> None:
-  """Raises a ``UsageError`` when ``out`` holds a run and ``overwrite`` is
-  off."""
-  if (out / "config.json").exists() and not overwrite:
-    raise UsageError(
-        f"output_dir {out} already holds a run (config.json): choose another "
-        "folder or pass --config.overwrite=True."
-    )
 
 
 def _loop_config(

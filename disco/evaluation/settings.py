@@ -146,11 +146,29 @@ class EvalSettings:
     def get(key: str) -> Any:
       return values.get(key, defaults[key])
 
-    def number(key: str, minimum: int) -> int:
+    def number(
+        key: str, minimum: int, maximum: int | None = None, why: str = ""
+    ) -> int:
       return problems.get(
-          checks.check_int, get(key), key, minimum, default=defaults[key]
+          checks.check_int,
+          get(key),
+          key,
+          minimum,
+          maximum,
+          why,
+          default=defaults[key],
       )
 
+    total_env_steps = number(
+        "total_env_steps",
+        1,
+        checks.MAX_ENV_STEPS,
+        "the training loop counts env steps in int32",
+    )
+    num_seeds = number("num_seeds", 1, checks.MAX_SEED + 1, "seeds are 32-bit")
+    seed = problems.get(
+        checks.check_seed, get("seed"), "seed", num_seeds, default=0
+    )
     block = problems.get(checks.as_dict, get("distributed"), "distributed")
     return cls(
         rule=get("rule"),
@@ -163,9 +181,9 @@ class EvalSettings:
             "env_settings",
             default={},
         ),
-        total_env_steps=number("total_env_steps", 1),
-        num_seeds=number("num_seeds", 1),
-        seed=number("seed", 0),
+        total_env_steps=total_env_steps,
+        num_seeds=num_seeds,
+        seed=seed,
         **_loop(get, problems),
         learning_rate=problems.get(_optional_number, get, "learning_rate"),
         hyper_params=problems.get(

@@ -1,1 +1,62 @@
-"""Launchers: disco-eval and disco-meta-train, and the core they share."""
+"""Launchers: disco-eval, disco-meta-train, disco-compare, disco-validate and
+disco-distill, and the core they share (``common``).
+
+When this process is one of them (``python -m disco.launch.<module>`` or its
+console script), importing this package, which Python does before the
+launcher module imports its libraries, installs
+``stopping.exit_while_starting``: Ctrl-C or SIGTERM while the program starts
+then ends it at once with one line and exit status 130, instead of a
+traceback or, raised inside a garbage-collection callback, no effect at all.
+Importing it anywhere else (a test, a notebook) changes nothing. It imports
+only the standard library and ``disco.stopping`` (which does the same).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import os
+import sys
+
+from disco import stopping
+
+# Each launcher module and its program (the console scripts of setup.cfg).
+PROGRAMS = {
+    "disco.launch.evaluate": "disco-eval",
+    "disco.launch.meta_train": "disco-meta-train",
+    "disco.launch.compare": "disco-compare",
+    "disco.launch.validate": "disco-validate",
+    "disco.launch.distill": "disco-distill",
+}
+# Python's options that take the next argument as their value.
+_OPTIONS_WITH_VALUE = ("-X", "-W", "--check-hash-based-pycs")
+
+
+def running_program(
+    command_line: Sequence[str] | None = None, script: str | None = None
+) -> str | None:
+  """The launcher this process runs, by its program name, or None.
+
+  ``command_line`` is the command Python started with (default:
+  ``sys.orig_argv``), naming a launcher as ``python [options] -m
+  disco.launch.<module>``; ``script`` is the program's path (default:
+  ``sys.argv[0]``), a console script whose name is a launcher's.
+  """
+  command_line = sys.orig_argv if command_line is None else command_line
+  script = sys.argv[0] if script is None else script
+  if os.path.basename(script) in PROGRAMS.values():
+    return os.path.basename(script)
+  args = iter(command_line[1:])
+  for arg in args:
+    if arg in _OPTIONS_WITH_VALUE:
+      next(args, None)
+    elif arg.startswith("-m"):
+      module = arg[2:] or next(args, "")
+      return PROGRAMS.get(module)
+    elif not arg.startswith("-") or arg.startswith("-c") or arg == "-":
+      return None  # a script file, code, or standard input
+  return None
+
+
+_PROGRAM = running_program()
+if _PROGRAM is not None:
+  stopping.exit_while_starting(_PROGRAM)

@@ -4,14 +4,17 @@ Every launcher (``disco-eval``, ``disco-meta-train``, ``disco-compare``,
 ``disco-validate``) is ``run_launcher``: absl flags with an ``ml_collections``
 ``--config`` file whose values are overridden as ``--config.key=value``, a
 call of the library, and its output. Errors end the program with one line:
-``errors.UsageError`` status 2, ``errors.Diverged`` 3, ``errors.ResourceError``
-(or a full disk or exhausted device memory) 1, a stop by SIGINT/SIGTERM 130.
+``errors.UsageError`` (or a path the file system refuses as too long) status
+2, ``errors.Diverged`` 3, ``errors.ResourceError`` (or a full disk or
+exhausted device memory) 1, a stop by SIGINT/SIGTERM 130 (at most two lines:
+see ``run_launcher``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 import difflib
+import os
 from pathlib import Path
 import re
 import sys
@@ -23,6 +26,7 @@ from absl import logging
 import jax
 from ml_collections import config_dict
 from ml_collections import config_flags
+from ml_collections.config_flags import config_path as ml_config_path
 
 from disco import checks
 from disco import compile_cache
@@ -37,9 +41,19 @@ one_line = errors.one_line
 LISTED = object()
 
 
-def fail(program: str, message: Any, status: int = 2) -> NoReturn:
-  """Prints a one-line error and exits with ``status``."""
+def fail(
+    program: str, message: Any, status: int = 2, at_once: bool = False
+) -> NoReturn:
+  """Prints a one-line error and exits with ``status``; ``at_once`` ends
+  the process without the interpreter's shutdown (after flushing the
+  output), for a failed write that left background writers behind: a full
+  disk during a checkpoint leaves orbax's threads and futures, whose
+  errors the shutdown would print after this line."""
   print(f"{program}: error: {one_line(message)}", file=sys.stderr)
+  if at_once:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
   sys.exit(status)
 
 
@@ -47,6 +61,8 @@ def fail(program: str, message: Any, status: int = 2) -> NoReturn:
 
 
 _CONFIG_FILE_ARG = re.compile(r"^--?config(=(.*))?$")
+# ``--config.KEY=VALUE`` or ``--config.KEY`` (its value the next argument).
+_OVERRIDE_ARG = re.compile(r"^--?config\.([^=]+)(=.*)?$")
 
 
 def config_file_from_argv(
@@ -75,17 +91,48 @@ def config_file_from_argv(
   return Path(path), arg, rest
 
 
+def _a_setting(value: Any) -> str:
+  """``value``'s kind in words: ``"a string"``, ``"an integer"``, ..."""
+  kinds = {
+      str: "a string",
+      bool: "a True/False",
+      int: "an integer",
+      float: "a number",
+      tuple: "a tuple",
+      list: "a list",
+      type(None): "an unset (None)",
+  }
+  return kinds.get(type(value), f"a {type(value).__name__}")
+
+
 def unknown_override(
     argv: Sequence[str], config: config_dict.ConfigDict
 ) -> str | None:
   """Describes the first ``--config.a.b=...`` naming a key that is not in
-  ``config``, with its close matches."""
+  ``config``, with its close matches, or a key under a setting that is not
+  a group (``--config.meta_optimizer.learning_rate`` where
+  ``meta_optimizer`` is a string)."""
   for arg in argv:
     m = re.match(r"^--?(?:no)?config\.([^=]+)", arg)
     if not m:
       continue
     node, path = config, []
     for key in m.group(1).split("."):
+      if path and not isinstance(node, config_dict.ConfigDict):
+        setting = "config." + ".".join(path)
+        parent = config
+        for p in path[:-1]:
+          parent = parent[p]
+        close = difflib.get_close_matches(key, list(parent.keys()), 1)
+        hint = "".join(
+            f" Did you mean 'config.{'.'.join([*path[:-1], c])}'?"
+            for c in close
+        )
+        return (
+            f"{setting} is {_a_setting(node)} setting ({node!r}), not a "
+            f"group of settings: it has no key '{key}' (in "
+            f"{arg.split('=')[0]}). Set it itself as --{setting}=VALUE." + hint
+        )
       if not isinstance(node, config_dict.ConfigDict) or key not in node:
         where = "config" + "".join(f".{p}" for p in path)
         keys = (
@@ -134,6 +181,7 @@ def parse_config_flags(
   config = checks.load_config_file(path, arg)
   if prepare is not None:
     prepare(config, argv)
+  argv = last_tuple_overrides(argv, config)
   try:
     if "config" not in fv:
       config_flags.DEFINE_config_dict(
@@ -146,12 +194,56 @@ def parse_config_flags(
       )
     return fv(argv)
   except Exception as e:  # noqa: BLE001 - every parse failure is a usage error
-    # ml_collections raises AttributeError/KeyError for unknown keys, absl
-    # its own errors for bad values.
+    # ml_collections raises AttributeError/KeyError for unknown keys and
+    # TypeError for a key under a setting that is not a group, absl its own
+    # errors for bad values.
     message = None
-    if isinstance(e, (AttributeError, KeyError)):
+    if isinstance(e, (AttributeError, KeyError, TypeError)):
       message = unknown_override(argv, config)
     raise UsageError(message or one_line(e)) from None
+
+
+def _is_tuple_setting(key: str, config: config_dict.ConfigDict) -> bool:
+  """Whether ``config``'s setting ``key`` (``a.b``) holds a tuple (False for
+  a key it lacks: the parser reports that)."""
+  try:
+    kind = ml_config_path.get_type(key, config)
+  except Exception:  # noqa: BLE001 - any lookup failure: not a tuple
+    return False
+  return kind is tuple or ml_config_path.get_origin(kind) is tuple
+
+
+def last_tuple_overrides(
+    argv: Sequence[str], config: config_dict.ConfigDict
+) -> list[str]:
+  """``argv`` (a program name, then arguments) with only the last of the
+  ``--config.KEY=VALUE`` (or ``--config.KEY VALUE``) flags that set the same
+  tuple setting of ``config``.
+
+  ``ml_collections`` joins a repeated tuple flag's values
+  (``--config.dense=(16,) --config.dense=(32,)`` gives ``(16, 32)``); with
+  this, the last one wins, as for every other setting. Nothing after
+  ``--`` is a flag.
+  """
+  argv = list(argv)
+  spans: list[tuple[str, int, int]] = []  # (key, first, past the last)
+  i = 1
+  while i < len(argv) and argv[i] != "--":
+    m = _OVERRIDE_ARG.match(argv[i])
+    end = i + 1
+    if m and _is_tuple_setting(m.group(1), config):
+      if m.group(2) is None and end < len(argv):
+        end += 1  # --config.KEY VALUE
+      spans.append((m.group(1), i, end))
+    i = end
+  last = {key: first for key, first, _ in spans}
+  dropped = {
+      j
+      for key, first, end in spans
+      if last[key] != first
+      for j in range(first, end)
+  }
+  return [a for j, a in enumerate(argv) if j not in dropped]
 
 
 def override_value(argv: Sequence[str], key: str) -> str | None:
@@ -202,18 +294,22 @@ def _call_body(
     argv: Sequence[str],
 ) -> None:
   """``body(config)`` with the compilation cache, its failures as one line
-  and an exit status."""
-  cache_folder = compile_cache.enable(
-      config.get("compilation_cache", ""), program
-  )
-  compile_stats = compile_cache.CompileStats()
+  and an exit status. A stop that SIGINT or SIGTERM asked for while
+  ``body`` ran and that ``body`` did not act on (it came after its last
+  safe point) still ends the program with status 130 once ``body``
+  returns."""
   try:
+    cache_folder = compile_cache.enable(
+        config.get("compilation_cache", ""), program
+    )
+    compile_stats = compile_cache.CompileStats()
     if len(argv) > 1:
       raise UsageError(
           f"Unexpected argument(s) {list(argv[1:])}: settings "
           "are given as --config.<key>=<value>."
       )
     listed = body(config) is LISTED
+    stopping.check_stop("after the run had finished")
     if not listed and jax.process_index() == 0:  # as the other output
       print(compile_stats.describe(cache_folder))
   except UsageError as e:
@@ -221,14 +317,17 @@ def _call_body(
   except errors.Diverged as e:
     fail(program, e, errors.DIVERGED_EXIT)
   except errors.ResourceError as e:
-    fail(program, e, errors.RESOURCE_EXIT)
+    fail(program, e, errors.RESOURCE_EXIT, at_once=True)
   except KeyboardInterrupt:
     sys.exit(errors.INTERRUPTED_EXIT)
   except Exception as e:
+    message = errors.name_too_long_message(e)  # bad input, not a resource
+    if message is not None:
+      fail(program, message)
     message = errors.resource_message(e, "run the same command again.")
     if message is None:
       raise
-    fail(program, message, errors.RESOURCE_EXIT)
+    fail(program, message, errors.RESOURCE_EXIT, at_once=True)
 
 
 def run_launcher(
@@ -248,9 +347,16 @@ def run_launcher(
   ``UsageError`` (while parsing or from ``body``) prints one line and exits
   with status 2, ``errors.Diverged`` one line and status 3, an
   ``errors.ResourceError`` (or a full disk or exhausted device memory that
-  ``body`` did not name) one line and status 1. Ctrl-C and
-  SIGTERM set a flag that ``body`` checks at safe points (``check_stop``),
-  where it may save its state; the program then exits with status 130.
+  ``body`` did not name) one line and status 1; a path with a name longer
+  than the file system allows one line and status 2.
+
+  Ctrl-C and SIGTERM set a flag that ``body`` checks at safe points
+  (``check_stop``), where it may save its state, and again when it returns;
+  the program then exits with status 130 (the handler's line and at most
+  one more). Before ``body`` is called (while the flags are parsed, and
+  while the launcher module imports its libraries when ``disco.launch``
+  installed ``stopping.exit_while_starting``) either signal ends the
+  program at once with one line and status 130.
   """
   default_config = checks.config_path(config_name)
   main_module = sys.modules.get("__main__")
@@ -268,6 +374,11 @@ def run_launcher(
       )
     except UsageError as e:
       fail(program, e)
+    except OSError as e:  # e.g. --config=PATH with too long a name
+      message = errors.name_too_long_message(e)
+      if message is None:
+        raise
+      fail(program, message)
 
   _define_rule_listing_flags()
 
@@ -289,4 +400,12 @@ def run_launcher(
     stopping.install_stop_handlers(program)
     _call_body(program, body, flags.FLAGS.config, argv)
 
-  app.run(main, flags_parser=flags_parser)
+  try:
+    app.run(main, flags_parser=flags_parser)
+  except KeyboardInterrupt:  # Ctrl-C before install_stop_handlers
+    fail(
+        program,
+        "SIGINT received while starting: stopped before anything was "
+        "written.",
+        errors.INTERRUPTED_EXIT,
+    )

@@ -25,14 +25,40 @@ restored into (another population size, network, environment...)
 or overwritten silently. ``restore_newest_readable`` goes back past corrupt
 checkpoints, moving each aside (to ``<step>.damaged`` in the same folder,
 which the manager ignores) rather than deleting it.
+
+File digests: once orbax has finished a save (its temporary folder renamed
+into ``<step>/``), a JSON manifest ``<step>/file_digests.json`` is written
+atomically (``disco.files.write_json``) with the SHA-256 of every file of the
+checkpoint (path relative to ``<step>/`` -> hex digest). ``restore`` checks
+every listed file before reading anything: a file that differs from its
+digest or is missing, an unreadable manifest, or no manifest where the
+checkpoint's record says one was written (e.g. a crash between orbax's save
+and the manifest) make the checkpoint corrupt (``CorruptCheckpointError``), so
+resuming moves it aside like any damaged one. Files that the manifest does not
+list are not read by the restore and are ignored. Checkpoints written before
+digests existed (no manifest, and a record that does not ask for one) cannot
+be verified: they are read as before, unchecked.
+
+With several processes (``jax.distributed``), every process writes its own
+shards (``ocdbt.process_<i>``) into the shared checkpoint folder and orbax's
+process 0 renames it; after a barrier, process 0 alone digests every file
+(all processes') and writes the manifest, and a second barrier holds the
+others until it exists. Every process checks the digests on restore (they
+read the same shared folder, as orbax requires).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import contextlib
 import dataclasses
+import io
+import json
+import logging
 import math
 from pathlib import Path
+import sys
+import time
 from typing import Any
 
 import jax
@@ -40,6 +66,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 import orbax.checkpoint as ocp
 
+from disco import files
 from disco import ops
 
 FORMAT_VERSION = 1
@@ -118,6 +145,148 @@ def manifest_diff(
 
 def _fmt(m: Mapping[str, Any]) -> str:
   return f"{m['dtype']}{list(m['shape'])}"
+
+
+# ------------------------------------------------------- file digests ----
+
+DIGESTS_FILE = "file_digests.json"
+# The record's key saying that a digest manifest is written after the save.
+DIGESTS_KEY = "file_digests"
+_DIGEST_ALGORITHM = "sha256"
+
+
+def folder_digests(folder: Path) -> dict[str, str]:
+  """``{relative posix path: SHA-256}`` of every file under ``folder``
+  except the digest manifest itself, sorted by path."""
+  paths = sorted(
+      p for p in folder.rglob("*") if p.is_file() and p.name != DIGESTS_FILE
+  )
+  return {p.relative_to(folder).as_posix(): files.file_digest(p) for p in paths}
+
+
+def digest_problems(folder: Path, expected: Mapping[str, str]) -> list[str]:
+  """What differs between the files under ``folder`` and ``expected``
+  (``folder_digests``'s form): missing files and files whose digest differs,
+  one phrase each, in path order; files not in ``expected`` are not read."""
+  problems = []
+  for name in sorted(expected):
+    path = folder / name
+    if not path.is_file():
+      problems.append(f"{name} is missing")
+    elif files.file_digest(path) != expected[name]:
+      problems.append(f"{name} differs from its digest")
+  return problems
+
+
+def read_digests(folder: Path) -> dict[str, str] | None:
+  """The digests listed in ``folder``'s manifest, or ``None`` when it has
+  none.
+
+  Raises:
+    ValueError: the manifest is unreadable or not of the expected form.
+  """
+  path = folder / DIGESTS_FILE
+  if not path.exists():
+    return None
+  try:
+    data = json.loads(path.read_text())
+  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ValueError(f"{DIGESTS_FILE} is unreadable ({e})") from e
+  digests = data.get("files") if isinstance(data, dict) else None
+  if (
+      not isinstance(digests, dict)
+      or data.get("algorithm") != _DIGEST_ALGORITHM
+      or not all(isinstance(v, str) for v in digests.values())
+  ):
+    raise ValueError(f"{DIGESTS_FILE} is not a {_DIGEST_ALGORITHM} manifest")
+  return digests
+
+
+def write_digests(folder: Path) -> Path:
+  """Writes ``folder``'s manifest of ``folder_digests`` atomically."""
+  return files.write_json(
+      folder / DIGESTS_FILE,
+      dict(algorithm=_DIGEST_ALGORITHM, files=folder_digests(folder)),
+  )
+
+
+def _sync(name: str) -> None:
+  """A barrier of every process (nothing with one process)."""
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(name)
+
+
+# ------------------------------------------------- orbax's thread noise ----
+
+
+class _Hold(logging.Filter):
+  """Keeps the records logged to a logger instead of letting them out."""
+
+  def __init__(self):
+    super().__init__()
+    self.records: list[logging.LogRecord] = []
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    self.records.append(record)
+    return False
+
+
+def _until_quiet(
+    held: io.StringIO, quiet_s: float = 0.5, most_s: float = 5.0
+) -> None:
+  """Waits until nothing has been written to ``held`` for ``quiet_s``
+  seconds (at most ``most_s`` in all)."""
+  start = last_change = time.monotonic()
+  size = held.tell()
+  while time.monotonic() - last_change < quiet_s:
+    if time.monotonic() - start > most_s:
+      return
+    time.sleep(0.05)
+    if held.tell() != size:
+      size, last_change = held.tell(), time.monotonic()
+
+
+class _Unretrieved(logging.Filter):
+  """Drops asyncio's "Future exception was never retrieved"."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Future exception was never")
+
+
+_UNRETRIEVED = _Unretrieved()
+
+
+@contextlib.contextmanager
+def held_output() -> Iterator[None]:
+  """Holds back what a save prints and logs (``sys.stderr`` and the ``absl``
+  logger orbax logs to): let out as it came once the block completes, and
+  dropped when it raises. A failing save (a full disk, say) makes each of
+  orbax's writer threads log its error with a traceback, and tensorstore's
+  callbacks print more into closed event loops, tens to hundreds of lines
+  for one failure; the error the save raises says it in one line (and
+  asyncio's later complaints that those writes' errors were never read are
+  dropped from then on)."""
+  hold, logger, stderr = _Hold(), logging.getLogger("absl"), sys.stderr
+  held = io.StringIO()
+  logger.addFilter(hold)
+  sys.stderr = held
+  try:
+    yield
+  except BaseException:
+    # The writes still in flight fail into the closed event loops for a
+    # moment longer; the failed writes' futures, collected later, would
+    # each log that no one read their exception (it was read, and raised).
+    _until_quiet(held)
+    asyncio_logger = logging.getLogger("asyncio")
+    if _UNRETRIEVED not in asyncio_logger.filters:
+      asyncio_logger.addFilter(_UNRETRIEVED)
+    raise
+  finally:
+    sys.stderr = stderr
+    logger.removeFilter(hold)
+  stderr.write(held.getvalue())
+  for record in hold.records:
+    logger.handle(record)
 
 
 # ---------------------------------------------------- JSON-safe values ----
@@ -272,7 +441,9 @@ class CheckpointManager:
 
     ``step`` defaults to ``int(state.step)``. Saving a step that is already
     saved does nothing (e.g. the exit save right after a periodic one).
-    Returns the checkpoint's folder.
+    Once orbax's save is complete, the folder's digest manifest is written
+    (by process 0, between barriers of every process). Returns the
+    checkpoint's folder.
 
     Raises:
       CheckpointError: ``state`` holds a NaN or an infinity (nothing is
@@ -295,23 +466,59 @@ class CheckpointManager:
         history=[dict(r) for r in history],
         config=None if config is None else dict(config),
         extra=dict(extra or {}),
+        **{DIGESTS_KEY: DIGESTS_FILE},
     )
     arrays = {_leaf_name(i): leaf for i, leaf in enumerate(leaves)}
-    self._orbax().save(
-        step,
-        args=ocp.args.Composite(
-            **{
-                STATE_ITEM: ocp.args.StandardSave(arrays),
-                RECORD_ITEM: ocp.args.JsonSave(_encode(record)),
-            }
-        ),
-    )
-    self._orbax().wait_until_finished()
+    with held_output():
+      self._orbax().save(
+          step,
+          args=ocp.args.Composite(
+              **{
+                  STATE_ITEM: ocp.args.StandardSave(arrays),
+                  RECORD_ITEM: ocp.args.JsonSave(_encode(record)),
+              }
+          ),
+      )
+      self._orbax().wait_until_finished()
+    _sync(f"checkpoint {step} saved")  # every process's files are in place
+    if jax.process_index() == 0:
+      write_digests(self.path(step))
+    _sync(f"checkpoint {step} digests written")
     return self.path(step)
 
   # ----------------------------------------------------------- restore
+  def check_files(self, step: int) -> dict[str, Any]:
+    """Checks the files of checkpoint ``step`` against its digest manifest,
+    then returns its record (``read_record``).
+
+    Raises:
+      CorruptCheckpointError: a file is missing or differs from its digest,
+        the manifest is unreadable, or it is missing and the record says one
+        was written. A checkpoint of before digests (no manifest, a record
+        without ``DIGESTS_KEY``) passes unchecked.
+    """
+    folder = self.path(step)
+    try:
+      digests = read_digests(folder)
+    except ValueError as e:
+      raise self._corrupt(step, e) from e
+    if digests is not None:
+      problems = digest_problems(folder, digests)
+      if problems:
+        more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+        raise self._corrupt(step, f"{problems[0]}{more}")
+    record = self.read_record(step)
+    if digests is None and record.get(DIGESTS_KEY):
+      raise self._corrupt(
+          step,
+          f"its {DIGESTS_FILE} is missing (the save was cut short after "
+          "orbax wrote it, or the file was removed)",
+      )
+    return record
+
   def read_record(self, step: int) -> dict[str, Any]:
-    """The JSON record of checkpoint ``step`` (no arrays are read)."""
+    """The JSON record of checkpoint ``step`` (no arrays are read, and no
+    digest is checked: ``check_files`` does)."""
     try:
       restored = self._orbax().restore(
           step, args=ocp.args.Composite(**{RECORD_ITEM: ocp.args.JsonRestore()})
@@ -351,8 +558,9 @@ class CheckpointManager:
       step: which checkpoint.
 
     Raises:
-      CorruptCheckpointError: an unreadable checkpoint, or one with
-        non-finite values.
+      CorruptCheckpointError: an unreadable checkpoint, one whose files do
+        not match their digests (``check_files``), or one with non-finite
+        values.
       CheckpointError: no checkpoint, or one whose state does not match
         ``template`` (the message names the differing leaves).
     """
@@ -365,7 +573,7 @@ class CheckpointManager:
           f"No checkpoint of step {step} in "
           f"{self.directory} (have {self.all_steps()})."
       )
-    record = self.read_record(step)
+    record = self.check_files(step)
     expected = tree_manifest(template)
     diff = manifest_diff(record["manifest"], expected)
     if diff:

@@ -290,7 +290,10 @@ def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
     UsageError: for any bad setting, with a one-line explanation.
   """
   s = settings_lib.as_settings(config)
-  run_folder.check_free(s.output_dir, s.resume)
+  # Early, before anything compiles; again under the writer's lock.
+  run_folders.check_run_folder(
+      s.output_dir, run_folder.RUN_KIND, resume=s.resume
+  )
   devices = _devices(s.num_devices)
   groups = _attach_level_samplers(s, _make_groups(s))
   bad = [

@@ -18,8 +18,11 @@ from typing import Any
 from ml_collections import config_dict
 
 from disco import errors
+from disco import run_folders
+from disco import tracking
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import settings as settings_lib
+from disco.meta import validation_record
 from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
@@ -32,6 +35,27 @@ CONFIG_FILE, METRICS_FILE, SUMMARY_FILE = (
 )
 REWARDS_PLOT, LOSS_PLOT = "rewards.png", "meta_loss.png"
 META_PARAMS_FILE = "meta_params.npz"
+RUN_KIND = run_folders.RunKind(
+    name="meta-train",
+    description="a meta-training run",
+    owns=(
+        CONFIG_FILE,
+        METRICS_FILE,
+        SUMMARY_FILE,
+        REWARDS_PLOT,
+        LOSS_PLOT,
+        META_PARAMS_FILE,
+        CHECKPOINT_DIR,
+        validation_record.CSV_FILE,
+        validation_record.PLOT_FILE,
+        validation_record.BEST_FILE,
+        validation_record.SETTINGS_FILE,
+        validation_record.LOCK_FILE,
+        tracking.TENSORBOARD_DIR,
+        tracking.WANDB_DIR,
+    ),
+    again="pass --config.resume=True to continue it",
+)
 # Settings a resumed run may change: they do not alter the computation (the
 # devices and processes only change the rounding of the meta-gradient mean).
 RESUMABLE_KEYS = (
@@ -61,18 +85,6 @@ def checkpoint_steps(directory: Path) -> list[int]:
       for p in directory.iterdir()
       if p.is_dir() and p.name.isdigit()
   )
-
-
-def check_free(out: Path, resume: bool) -> None:
-  """Refuses a folder that holds a run unless the run is resumed."""
-  holds_run = (out / CONFIG_FILE).exists() or bool(
-      checkpoint_steps(out / CHECKPOINT_DIR)
-  )
-  if holds_run and not resume:
-    raise UsageError(
-        f"output_dir {out} already holds a meta-training run: pass "
-        "--config.resume=True to continue it, or choose another folder."
-    )
 
 
 def _with_rule_defaults(config: dict) -> dict:

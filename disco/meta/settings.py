@@ -517,13 +517,13 @@ def _from_config(config: config_dict.ConfigDict) -> MetaTrainSettings:
           ("checkpoint_every", 0),
           ("keep_checkpoints", 1),
           ("log_every", 1),
-          ("seed", 0),
-          ("init_seed", 0),
           ("max_consecutive_skips", 1),
           ("batch_size", 1),
           ("num_devices", 0),
       )
   }
+  for key in ("seed", "init_seed"):
+    ints[key] = p.get(checks.check_seed, config[key], key)
   resume = p.get(checks.check_bool, config.resume, "resume", default=False)
   agent = p.get(_agent_settings, config)
   estimator = p.get(_estimator, config)

@@ -372,7 +372,8 @@ def train(
   if distributed.is_main():
     lock = run_folders.claim_output_dir(out, PROGRAM)
   try:
-    run_folder.check_free(out, resume)  # again, now that no other writes
+    if lock is not None:  # again, now that no other process writes
+      run_folders.open_run_folder(out, lock, run_folder.RUN_KIND, resume=resume)
     with errors.resource_errors(
         f"continue with --config.resume=True --config.output_dir={out} (the "
         "same command otherwise)."

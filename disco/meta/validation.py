@@ -27,8 +27,10 @@ The run folder gets (``Record``):
   far, in the format of ``meta_params.npz`` (``disco-eval
   --config.rule=<run>/best_meta_params.npz``), its metadata adding
   ``validation_score`` and ``validation_envs``;
-* ``validation.json``: the validation settings the rows were made with (a
-  later validation with other settings is refused rather than mixed in).
+* ``validation.json``: the validation settings the rows were made with,
+  and the files the held-out environments read (an XLand ruleset file) by
+  SHA-256 digest (a later validation with other settings, or with such a file
+  changed at the same path, is refused rather than mixed in).
 
 A meta-step that ``validation.csv`` already holds is never validated again:
 a resumed run (which repeats the meta-steps after its checkpoint bit for bit)
@@ -400,7 +402,6 @@ class Validator:
         iterations_per_call=s.iterations_per_call,
         last_episodes=s.last_episodes,
         output_dir=str(self.run_dir),  # nothing is written there
-        overwrite=True,
         **s.loop,
     )
     return config

@@ -3,9 +3,11 @@
 ``Record`` keeps ``validation.csv`` (one row per meta-step, environment and
 seed; rewritten whole and atomically), ``validation.png``,
 ``best_meta_params.npz`` (written before the rows that name it) and
-``validation.json`` (the settings the rows were made with; other settings are
-refused rather than mixed in), under a file lock shared by every writer of
-the folder (the run itself and ``disco-validate``).
+``validation.json`` (the settings the rows were made with, and the files the
+held-out environments read, e.g. an XLand ruleset file, by SHA-256 digest:
+``input_files``; other settings, or a file changed at the same path since,
+are refused rather than mixed in), under a file lock shared by every writer
+of the folder (the run itself and ``disco-validate``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from disco import errors
 from disco import files
 from disco import run_folders
 from disco import weights as weights_lib
+from disco.evaluation import outputs as eval_outputs
 
 if TYPE_CHECKING:
   from disco.meta.validation import Settings
@@ -66,6 +69,31 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         )
     )
   return out
+
+
+def input_files(settings: Settings) -> dict[str, dict[str, str]]:
+  """The files the held-out environments of ``settings`` read (e.g. an
+  XLand ruleset file), by digest: ``{"validation.envs[<i>].env_settings.
+  <setting>": {"path": ..., "sha256": ...}}``
+  (``evaluation.outputs.file_digests``), each file read once.
+
+  Raises:
+    UsageError: a file cannot be read.
+  """
+  paths = {}
+  for i, env in enumerate(settings.envs):
+    paths.update(
+        eval_outputs.env_input_paths(
+            env.env_settings, f"validation.envs[{i}].env_settings."
+        )
+    )
+  try:
+    return eval_outputs.file_digests(paths)
+  except OSError as e:
+    raise UsageError(
+        f"Cannot read a file of the held-out environments: "
+        f"{errors.one_line(e)}"
+    ) from None
 
 
 def _write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -136,8 +164,14 @@ class Record:
       meta-parameter file as the run's ``meta_params.npz`` is written.
     write: whether this process writes (process 0).
 
+  The digests of the held-out environments' files (``input_files``) are
+  taken once, when the record is made (just after ``Validator`` built the
+  environments from them), and compared with those ``validation.json``
+  recorded at every check.
+
   Raises:
-    UsageError: the folder's rows were made with other settings.
+    UsageError: the folder's rows were made with other settings or other
+      input files (``check_settings``), or an input file is unreadable.
   """
 
   def __init__(
@@ -155,9 +189,18 @@ class Record:
     self.plot_path = self.run_dir / PLOT_FILE
     self.best_path = self.run_dir / BEST_FILE
     self.settings_path = self.run_dir / SETTINGS_FILE
+    self.input_files = input_files(settings)
     self.check_settings()
 
   def check_settings(self) -> None:
+    """Refuses to add rows to those of ``validation.json`` made with other
+    settings, or with an input file whose digest differs from the one
+    recorded or that it recorded no digest of (a record written before
+    digests were recorded, for a file that cannot be verified).
+
+    Raises:
+      UsageError: one line naming what differs and the way out.
+    """
     if not self.settings_path.is_file():
       return
     try:
@@ -178,6 +221,18 @@ class Record:
           f"{self.csv_path} was made with other validation settings "
           f"({'; '.join(diff)}): use those, or move {CSV_FILE}, {BEST_FILE} "
           f"and {SETTINGS_FILE} aside to start a new validation history."
+      )
+    changes = eval_outputs.input_file_changes(
+        saved.get(eval_outputs.INPUT_FILES),
+        self.input_files,
+        since="its rows were made",
+    )
+    if changes:
+      raise UsageError(
+          f"{self.csv_path} was made with other input files "
+          f"({'; '.join(changes)}): restore them, or move {CSV_FILE}, "
+          f"{BEST_FILE} and {SETTINGS_FILE} aside to start a new validation "
+          "history."
       )
 
   def rows(self) -> list[dict[str, Any]]:
@@ -229,7 +284,13 @@ class Record:
           key=lambda r: r["meta_step"],
       )
       if not self.settings_path.is_file():
-        run_folders.write_json(self.settings_path, self.settings.record())
+        run_folders.write_json(
+            self.settings_path,
+            {
+                **self.settings.record(),
+                eval_outputs.INPUT_FILES: self.input_files,
+            },
+        )
       _write_rows(self.csv_path, rows)
       plot(rows, self.plot_path)
     return new_best

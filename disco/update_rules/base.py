@@ -52,6 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from disco import checks
 from disco import ops
 from disco import policies
 from disco import types
@@ -340,8 +341,11 @@ class MovingAverageRule(UpdateRule):
   Args:
     hyper_params: as ``UpdateRule``; ``discount_factor`` and ``td_lambda``
       set the returns of ``normalized_returns``.
-    moving_average_decay: decay of the moving averages.
-    moving_average_eps: epsilon added to their standard deviation.
+    moving_average_decay: decay of the moving averages, in [0, 1].
+    moving_average_eps: epsilon added to their standard deviation, >= 0.
+
+  Raises:
+    ValueError: a decay or epsilon out of range (or not a finite number).
   """
 
   def __init__(
@@ -350,6 +354,21 @@ class MovingAverageRule(UpdateRule):
       moving_average_decay: float,
       moving_average_eps: float,
   ):
+    if not checks.is_finite_number(moving_average_decay) or not (
+        0 <= moving_average_decay <= 1
+    ):
+      raise ValueError(
+          f"moving_average_decay={moving_average_decay!r} must be a number "
+          "in [0, 1]."
+      )
+    if (
+        not checks.is_finite_number(moving_average_eps)
+        or moving_average_eps < 0
+    ):
+      raise ValueError(
+          f"moving_average_eps={moving_average_eps!r} must be a finite number "
+          ">= 0."
+      )
     super().__init__(hyper_params)
     self._ema_decay = moving_average_decay
     self._ema_eps = moving_average_eps

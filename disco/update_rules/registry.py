@@ -45,10 +45,12 @@ import copy
 import dataclasses
 import difflib
 import inspect
+import math
 from typing import Any
 
 from ml_collections import config_dict
 
+from disco import checks
 from disco import optimizers
 from disco import types
 from disco import weights
@@ -77,6 +79,9 @@ SETTINGS_KEYS = (
     "network",
     "policy",
 )
+# What ``loss_mask`` may be: the losses average over the valid transitions,
+# or over those the published implementation counts (``disco.agent.Agent``).
+LOSS_MASKS = ("valid", "published")
 # The optional agent settings and their defaults (the published agent's).
 OPTIONAL_DEFAULTS = dict(
     max_abs_update=1.0,
@@ -316,10 +321,14 @@ def default_settings(name: str) -> config_dict.ConfigDict:
 def make_rule(settings: config_dict.ConfigDict) -> base.UpdateRule:
   """The rule that agent ``settings`` describe (read with
   ``moved_to_hyper_params``: settings saved before a keyword argument became
-  a hyper-parameter build the same rule).
+  a hyper-parameter build the same rule). Every source of agent settings
+  passes here, so this is where their values are checked: the optimiser's
+  (``check_agent_values``), the hyper-parameters' (finite numbers,
+  ``UpdateRule.__init__``) and the rule's own (its factory).
 
   Raises:
-    ValueError: unknown rule or settings its factory rejects.
+    ValueError: unknown rule, an optimiser setting out of range, or settings
+      its factory rejects.
   """
   unknown = sorted(set(settings.keys()) - set(SETTINGS_KEYS))
   if unknown:
@@ -327,11 +336,62 @@ def make_rule(settings: config_dict.ConfigDict) -> base.UpdateRule:
         f"Unknown agent setting(s) {unknown}; valid: "
         f"{', '.join(SETTINGS_KEYS)}."
     )
+  check_agent_values(settings)
   entry = get_entry(settings.rule)
   hyper_params, rule_kwargs = moved_to_hyper_params(
       entry.make, settings.hyper_params, settings.rule_kwargs
   )
   return _build(entry, rule_kwargs, hyper_params)
+
+
+# Hyper-parameters the rules share whose meaning bounds them.
+HYPER_PARAM_RANGES = {
+    "discount_factor": (0.0, 1.0),
+    "td_lambda": (0.0, 1.0),
+    "gae_lambda": (0.0, 1.0),
+    "target_update_tau": (0.0, 1.0),
+}
+
+
+def check_agent_values(settings: Mapping[str, Any]) -> None:
+  """Checks agent settings' numbers wherever they come from (flags, a rule
+  file's metadata, a saved config): ``learning_rate`` and ``adam_eps`` finite
+  and > 0, ``max_abs_update`` and ``max_grad_norm`` None (no clip) or finite
+  and > 0, ``anneal_learning_rate`` a bool, ``loss_mask`` one of
+  ``LOSS_MASKS``, every hyper-parameter a finite
+  number (within ``HYPER_PARAM_RANGES`` for those it names).
+
+  Raises:
+    ValueError: naming every value out of range.
+  """
+  problems = []
+  for key in ("learning_rate", "adam_eps"):
+    value = settings.get(key, OPTIONAL_DEFAULTS.get(key))
+    if not checks.is_finite_number(value) or value <= 0:
+      problems.append(f"{key}={value!r} must be a finite number > 0")
+  for key in ("max_abs_update", "max_grad_norm"):
+    value = settings.get(key, OPTIONAL_DEFAULTS[key])
+    if value is not None and (not checks.is_finite_number(value) or value <= 0):
+      problems.append(
+          f"{key}={value!r} must be None (no clip) or a finite number > 0"
+      )
+  for key, value in as_dict(settings.get("hyper_params") or {}).items():
+    low, high = HYPER_PARAM_RANGES.get(key, (-math.inf, math.inf))
+    if not checks.is_finite_number(value) or not low <= value <= high:
+      bounds = "" if math.isinf(high) else f" in [{low}, {high}]"
+      problems.append(
+          f"hyper_params.{key}={value!r} must be a finite number{bounds}"
+      )
+  loss_mask = settings.get("loss_mask", OPTIONAL_DEFAULTS["loss_mask"])
+  if loss_mask not in LOSS_MASKS:
+    problems.append(
+        f"loss_mask={loss_mask!r} must be one of {', '.join(LOSS_MASKS)}"
+    )
+  anneal = settings.get("anneal_learning_rate", False)
+  if not isinstance(anneal, bool):
+    problems.append(f"anneal_learning_rate={anneal!r} must be True or False")
+  if problems:
+    raise ValueError("; ".join(problems) + ".")
 
 
 # The published actor-critic network; MPO, SPO and policy gradient use it too.

@@ -69,12 +69,13 @@ def is_rule_path(name_or_path: str) -> bool:
   )
 
 
-def _build_rule(settings: config_dict.ConfigDict):
-  """``(rule, expected meta-parameter shapes)``."""
+def _build_rule(settings: config_dict.ConfigDict, where: str = ""):
+  """``(rule, expected meta-parameter shapes)``; ``where`` names the source
+  of ``settings`` in the error (e.g. ``"The settings of rule file X: "``)."""
   try:
     rule = registry.make_rule(settings)
   except ValueError as e:
-    raise UsageError(one_line(e)) from None
+    raise UsageError(f"{where}{one_line(e)}") from None
   return rule, rule.meta_param_shapes()
 
 
@@ -193,7 +194,9 @@ def _resolve_file(path: Path) -> ResolvedRule:
     except weights_lib.WeightsError as e:
       raise UsageError(f"Cannot read rule file {path}: {one_line(e)}") from None
     settings = _settings_from_metadata(path, metadata)
-    rule, expected = _build_rule(settings)
+    rule, expected = _build_rule(
+        settings, f"The settings in the metadata of rule file {path}: "
+    )
     try:
       meta_params = npz.params(expected)
     except weights_lib.NonFiniteError as e:
