@@ -22,12 +22,17 @@ shipped config has a switch for them.
 from __future__ import annotations
 
 import bz2
+from collections.abc import Iterator
+import contextlib
 import importlib.util
 import json
 import os
 from pathlib import Path
 import pickle
+import random
 import re
+import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -93,6 +98,7 @@ class Runner:
       fault: str | None = None,
       extra_path: str | None = None,
       wait: bool = True,
+      preexec_fn=None,
   ):
     """``(exit status, stderr, peak RSS in MB)`` of one launcher run (or the
     ``Popen`` when not ``wait``)."""
@@ -107,6 +113,7 @@ class Runner:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=preexec_fn,
     )
     if not wait:
       return proc
@@ -511,12 +518,14 @@ def probe_compare_changed_rule(r: Runner, tmp: Path) -> dict:
   out = tmp / "sweep"
   flags = ["--config.rules=('mine.npz',)"]
   _compare(r, tmp, out, *flags)
-  first = _tree(out / "runs")
+  summary = out / "runs" / "mine" / "catch_5x5" / "summary.json"
+  first = summary.read_bytes() if summary.exists() else None
   _rule_file(tmp / "mine.npz", -0.02)
   result = _compare(r, tmp, out, *flags)
-  summaries = [k for k in first if k.endswith("summary.json")]
-  rerun = [k for k in summaries if _tree(out / "runs").get(k) != first[k]]
-  return _result(*result, f"cells run again: {len(rerun)} of {len(summaries)}")
+  again = summary.exists() and summary.read_bytes() != first
+  return _result(
+      *result, f"the rule file's run trained again: {'yes' if again else 'no'}"
+  )
 
 
 def _flip_middle_bit(path: Path) -> None:
@@ -564,14 +573,7 @@ def probe_stored_program_changed(r: Runner, tmp: Path) -> dict:
       (cache / "exported").glob("*.jaxexport"), key=lambda p: -p.stat().st_size
   )
   if not stored:
-    return dict(
-        status=-1,
-        lines=0,
-        tracebacks=0,
-        rss=0,
-        disk="no stored program",
-        last="",
-    )
+    return _not_run("no stored program")
   content = stored[0].read_bytes()
   old, new = np.float32(0.999).tobytes(), np.float32(0.25).tobytes()
   what = "0.999 -> 0.25" if old in content else "a middle byte flipped"
@@ -646,85 +648,137 @@ def probe_stale_seed_file(r: Runner, tmp: Path) -> dict:
 
 
 def probe_lying_bzip2(r: Runner, tmp: Path) -> dict:
-  """A 1.3 KB .npz whose bzip2 member declares 144 bytes and inflates to
+  """A 1.2 KB .npz whose bzip2 member declares 144 bytes and inflates to
   1 GiB."""
-  path = tmp / "bomb.npz"
-  with zipfile.ZipFile(path, "w", zipfile.ZIP_BZIP2) as z:
-    with z.open("__disco_metadata__.npy", "w") as f:
-      np.lib.format.write_array(f, np.array(json.dumps(dict(rule="lpg"))))
-    with z.open("lstm/w.npy", "w", force_zip64=True) as f:
-      np.lib.format.write_array(f, np.zeros(4, np.float32))
-      chunk = bytes(1 << 24)
-      for _ in range((1 << 30) // len(chunk)):
-        f.write(chunk)
-  content = bytearray(path.read_bytes())
-  name = b"lstm/w.npy"
-  for signature, size_at, name_at in (
-      (b"PK\x03\x04", 22, 30),
-      (b"PK\x01\x02", 24, 46),
-  ):
-    start = 0
-    while (start := content.find(signature, start)) >= 0:
-      if content[start + name_at : start + name_at + len(name)] == name:
-        content[start + size_at : start + size_at + 4] = (144).to_bytes(
-            4, "little"
-        )
-      start += 4
-  path.write_bytes(bytes(content))
+  path = faults.lying_bzip2_npz(tmp / "bomb.npz", 1 << 30)
   result = _rule_file_probe(r, tmp, path)
   result["disk"] += f"; file {path.stat().st_size / 1024:.1f} KB"
   return result
 
 
-def _tmpfs(folder: Path, size: str) -> bool:
+def _not_run(why: str) -> dict:
+  return dict(status=-1, lines=0, tracebacks=0, rss=0, disk=why, last="")
+
+
+@contextlib.contextmanager
+def _tmpfs(folder: Path, size: str) -> Iterator[bool]:
+  """Whether a tmpfs of ``size`` is mounted at ``folder`` (it needs root);
+  unmounted after the block."""
   folder.mkdir()
   done = subprocess.run(
       ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
       capture_output=True,
       check=False,
   )
-  return done.returncode == 0
+  try:
+    yield done.returncode == 0
+  finally:
+    if done.returncode == 0:
+      subprocess.run(["umount", str(folder)], check=False)
 
 
 def probe_tmpfs_checkpoint(r: Runner, tmp: Path) -> dict:
   """disco-meta-train writing to a 96 KB tmpfs (needs root): full during
   the first checkpoint."""
-  disk = tmp / "disk"
-  if not _tmpfs(disk, "96k"):
-    return dict(
-        status=-1,
-        lines=0,
-        tracebacks=0,
-        rss=0,
-        disk="cannot mount a tmpfs",
-        last="",
-    )
-  try:
-    result = _meta(r, tmp, disk / "meta")
-    return _result(*result, f"checkpoints: {_checkpoints(disk / 'meta')}")
-  finally:
-    subprocess.run(["umount", str(disk)], check=False)
+  with _tmpfs(tmp / "disk", "96k") as mounted:
+    if not mounted:
+      return _not_run("cannot mount a tmpfs")
+    out = tmp / "disk" / "meta"
+    return _result(*_meta(r, tmp, out), f"checkpoints: {_checkpoints(out)}")
 
 
 def probe_tmpfs_cache(r: Runner, tmp: Path) -> dict:
   """disco-eval whose compilation cache folder is on a full 32 KB tmpfs
   (needs root)."""
-  disk = tmp / "disk"
-  if not _tmpfs(disk, "32k"):
-    return dict(
-        status=-1,
-        lines=0,
-        tracebacks=0,
-        rss=0,
-        disk="cannot mount a tmpfs",
-        last="",
-    )
-  try:
+  with _tmpfs(tmp / "disk", "32k") as mounted:
+    if not mounted:
+      return _not_run("cannot mount a tmpfs")
     out = tmp / "run"
-    result = _eval(r, tmp, out, f"--config.compilation_cache={disk / 'cache'}")
+    result = _eval(
+        r, tmp, out, f"--config.compilation_cache={tmp / 'disk' / 'cache'}"
+    )
     return _result(*result, f"summary.json {_valid_json(out / 'summary.json')}")
-  finally:
-    subprocess.run(["umount", str(disk)], check=False)
+
+
+def probe_host_memory_abort(r: Runner, tmp: Path) -> dict:
+  """disco-eval under a 1.8 GB address-space limit (XLA aborts while
+  compiling: it cannot start a thread), then the same command with
+  overwrite=True and no limit: the row is the rerun's."""
+  out = tmp / "run"
+
+  def limit():
+    resource.setrlimit(resource.RLIMIT_AS, (1800 << 20, 1800 << 20))
+
+  first = _eval(r, tmp, out, "--config.compilation_cache=off", preexec_fn=limit)
+  again = _eval(r, tmp, out, "--config.overwrite=True")
+  return _result(
+      *again,
+      f"first run: exit {first[0]}, {len(_messages(first[1]))} stderr lines",
+  )
+
+
+def probe_sigint_early(r: Runner, tmp: Path) -> dict:
+  """SIGINT at 12 moments spread over the first 3 s of disco-eval (one
+  drawn in each 0.25 s span): the worst exit (a status other than 130, or
+  the most stderr lines) is the row's; every status is listed."""
+  rng = random.Random(0)
+  results = []
+  for k in range(12):
+    delay = 0.05 + 0.245 * (k + rng.random())
+    proc = r.run(
+        "evaluate",
+        [*EVAL_FLAGS, f"--config.output_dir={tmp / f'run{k}'}"],
+        tmp,
+        wait=False,
+    )
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    results.append(Runner.finish(proc))
+  worst = max(results, key=lambda x: (x[0] != 130, len(_messages(x[1])), x[0]))
+  statuses = ", ".join(str(x[0]) for x in results)
+  finished = sum((tmp / f"run{k}" / "summary.json").exists() for k in range(12))
+  return _result(
+      *worst, f"exits: {statuses}; runs finished despite SIGINT: {finished}"
+  )
+
+
+def probe_long_name(r: Runner, tmp: Path) -> dict:
+  """disco-eval with an output folder whose name is 300 characters."""
+  out = tmp / ("a" * 300)
+  return _result(*_eval(r, tmp, out), "")
+
+
+def probe_huge_seed(r: Runner, tmp: Path) -> dict:
+  """disco-eval --config.seed=9223372036854775807, then the same command
+  with seed 3."""
+  out = tmp / "run"
+  result = _eval(r, tmp, out, "--config.seed=9223372036854775807")
+  again = _eval(r, tmp, out, "--config.seed=3")
+  return _result(*result, f"the corrected rerun's exit: {again[0]}")
+
+
+def probe_key_under_string(r: Runner, tmp: Path) -> dict:
+  """disco-meta-train --config.meta_optimizer.learning_rate=0.5 (a key
+  under a string setting)."""
+  out = tmp / "meta"
+  return _result(
+      *_meta(r, tmp, out, "--config.meta_optimizer.learning_rate=0.5"), ""
+  )
+
+
+def probe_tuple_twice(r: Runner, tmp: Path) -> dict:
+  """disco-compare with --config.rules given twice: the first
+  actor_critic, the second policy_gradient."""
+  out = tmp / "sweep"
+  result = _compare(
+      r,
+      tmp,
+      out,
+      "--config.rules=('actor_critic',)",
+      "--config.rules=('policy_gradient',)",
+  )
+  rules = sorted(p.name for p in (out / "runs").glob("*"))
+  return _result(*result, f"rules run: {', '.join(rules) or 'none'}")
 
 
 PROBES = {
@@ -840,6 +894,33 @@ PROBES = {
     "tmpfs_cache": (
         "disco-eval with its compilation cache on a full 32 KB tmpfs",
         probe_tmpfs_cache,
+    ),
+    "host_memory_abort": (
+        "disco-eval aborted by XLA out of host memory (1.8 GB address-space "
+        "limit), then run again",
+        probe_host_memory_abort,
+    ),
+    "sigint_early": (
+        "disco-eval sent SIGINT at 12 moments of its first 3 s (the worst "
+        "of them)",
+        probe_sigint_early,
+    ),
+    "long_name": (
+        "disco-eval with an output folder name of 300 characters",
+        probe_long_name,
+    ),
+    "huge_seed": (
+        "disco-eval --config.seed=9223372036854775807",
+        probe_huge_seed,
+    ),
+    "key_under_string": (
+        "disco-meta-train --config.meta_optimizer.learning_rate=0.5",
+        probe_key_under_string,
+    ),
+    "tuple_twice": (
+        "disco-compare --config.rules=('actor_critic',) "
+        "--config.rules=('policy_gradient',)",
+        probe_tuple_twice,
     ),
 }
 

@@ -93,8 +93,8 @@ def get_config() -> config_dict.ConfigDict:
               z_cost=1.0,
           ),
           output_dir="",  # '' -> runs/distill-<UTC time>
-          # Empty a finished run's folder (dataset included) and run again;
-          # without it, an unfinished run's folder resumes its dataset.
+          # Remove a finished distillation's files (dataset included) and run
+          # again; without it, an unfinished run's folder resumes its dataset.
           overwrite=False,
           # Compiled programs are kept on disk and reused by later runs:
           # '' -> $JAX_COMPILATION_CACHE_DIR or ~/.cache/disco/jax (under

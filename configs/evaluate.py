@@ -112,7 +112,9 @@ def get_config() -> config_dict.ConfigDict:
           # 'tensorboard' (output_dir/tensorboard), 'wandb' (output_dir/wandb,
           # offline unless WANDB_MODE=online) or a list, 'csv,tensorboard'.
           tracking="csv",
-          overwrite=False,  # allow writing into a folder holding another run
+          # Replace an earlier evaluation in output_dir: its files go, and
+          # nothing else (another kind of run or a file of yours is refused).
+          overwrite=False,
           # Compiled programs are kept on disk and reused by later runs:
           # '' -> $JAX_COMPILATION_CACHE_DIR or ~/.cache/disco/jax (under
           # $XDG_CACHE_HOME if set), a folder, or 'off'.

@@ -58,8 +58,9 @@ def one_line(message: Any) -> str:
 
 
 def resource_problem(error: BaseException) -> str | None:
-  """``"disk"`` or ``"memory"`` when ``error`` (or its cause) is a full
-  disk or an exhausted device memory."""
+  """``"disk"``, ``"memory"`` or ``"host memory"`` when ``error`` (or its
+  cause) is a full disk, an exhausted device memory or an exhausted host
+  memory (a ``MemoryError``)."""
   from disco import files  # here: keeps this module's import light
 
   seen = set()
@@ -70,13 +71,15 @@ def resource_problem(error: BaseException) -> str | None:
       return "disk"
     if "RESOURCE_EXHAUSTED" in text:
       return "memory"
+    if isinstance(error, MemoryError):
+      return "host memory"
     error = error.__cause__ or error.__context__
   return None
 
 
 def resource_message(error: BaseException, hint: str) -> str | None:
-  """The one line for a full disk or exhausted device memory (None for
-  other errors); ``hint`` says how to continue."""
+  """The one line for a full disk or an exhausted device or host memory
+  (None for other errors); ``hint`` says how to continue."""
   problem = resource_problem(error)
   if problem == "disk":
     where = getattr(error, "filename", None)
@@ -84,6 +87,11 @@ def resource_message(error: BaseException, hint: str) -> str | None:
     return (
         f"The disk is full (no space left on device{where}): free space on "
         f"it, then {hint}"
+    )
+  if problem == "host memory":
+    return (
+        "Out of host memory: lower the sizes (num_seeds, batch_size, "
+        f"num_envs, the population, replay_capacity) or free memory, then {hint}"
     )
   if problem == "memory":
     detail = one_line(error).split("RESOURCE_EXHAUSTED:", 1)[-1].strip()

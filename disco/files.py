@@ -189,7 +189,8 @@ class FolderInUse(Exception):
   """Another process holds the lock of an output folder."""
 
 
-def _owner_text(owner: dict[str, Any] | None) -> str:
+def owner_text(owner: dict[str, Any] | None) -> str:
+  """Who holds (or held) a ``FolderLock``, in words."""
   if not owner:
     return "another process (it did not record its name)"
   return (
@@ -222,6 +223,9 @@ class FolderLock:
     self.owner_path = self.folder / (name + OWNER_SUFFIX)
     self._lock: filelock.BaseFileLock | None = None
     self._folder_fd: int | None = None
+    # Who held the lock last without releasing it (``owner``'s form), as
+    # ``acquire`` found it; None when the last holder released it.
+    self.abandoned_by: dict[str, Any] | None = None
 
   @property
   def names(self) -> tuple[str, str]:
@@ -238,7 +242,7 @@ class FolderLock:
 
   def _in_use(self) -> FolderInUse:
     return FolderInUse(
-        f"{self.folder} is in use by {_owner_text(self.owner())}: one "
+        f"{self.folder} is in use by {owner_text(self.owner())}: one "
         "process writes an output folder at a time; wait for it to end, "
         "or choose another output folder."
     )
@@ -277,6 +281,9 @@ class FolderLock:
       self._unlock_folder()
       raise
     self._lock = lock
+    # An owner file left by a holder that is gone: it ended without
+    # releasing the lock (killed, or aborted, e.g. out of host memory).
+    self.abandoned_by = self.owner()
     write_json(
         self.owner_path,
         dict(

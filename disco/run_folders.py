@@ -21,6 +21,7 @@ import math
 import os
 from pathlib import Path
 import re
+import sys
 from typing import Any
 
 import jax
@@ -89,16 +90,30 @@ def claim_output_dir(
   """Creates ``out`` and takes its writer's lock (held until released or
   the process ends).
 
+  Says in one warning line on stderr when the last holder of the lock
+  ended without releasing it (``FolderLock.abandoned_by``: a run killed, or
+  aborted by the runtime, e.g. out of host memory while XLA compiled, which
+  could not say so itself).
+
   Raises:
     UsageError: another process holds it (one line naming that process), or
       the folder cannot be created.
   """
   try:
-    return files.FolderLock(out, program, name).acquire()
+    lock = files.FolderLock(out, program, name).acquire()
   except files.FolderInUse as e:
     raise UsageError(str(e)) from None
   except OSError as e:
     raise UsageError(f"Cannot create output_dir {out}: {e}.") from None
+  if lock.abandoned_by is not None:
+    print(
+        f"{program}: warning: the last run in {out} "
+        f"({files.owner_text(lock.abandoned_by)}) ended without finishing "
+        "(killed, or aborted: e.g. out of host memory while compiling); its "
+        "files are as it left them.",
+        file=sys.stderr,
+    )
+  return lock
 
 
 MARKER_FILE = ".disco-run"

@@ -4,12 +4,18 @@ A fault is a patch of one function, applied by a wrapper (``command``) before
 the launcher's module runs as ``__main__``; nothing in the shipped configs
 switches them on. The tests of issue 45 and ``benchmarks/fault_probes.py``
 use them. Each patched target exists in the code before and after issue 45,
-so the probes run against both.
+so the probes run against both. ``lying_bzip2_npz`` crafts an input file
+both use (issue 67).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 import sys
+import zipfile
+
+import numpy as np
 
 # Tiny disco-eval and disco-compare runs (seconds on a CPU) to inject into.
 TINY_EVAL_FLAGS = (
@@ -126,3 +132,37 @@ def command(launcher: str, args, fault: str | None = None) -> list[str]:
       + f"\nimport runpy\nrunpy.run_module({module!r}, run_name='__main__')"
   )
   return [sys.executable, "-c", wrapper]
+
+
+def lying_bzip2_npz(path: Path, inflated: int) -> Path:
+  """A small .npz whose array member is bzip2-compressed and declares 144
+  bytes (a 16-byte array) in its zip entries but inflates to ``inflated``
+  bytes: ``zipfile`` decompresses bzip2 without bounding the output, so
+  merely reading the member's .npy header takes that much memory."""
+  name = "lstm/w.npy"
+  with zipfile.ZipFile(path, "w", zipfile.ZIP_BZIP2) as z:
+    with z.open("__disco_metadata__.npy", "w") as f:
+      np.lib.format.write_array(f, np.array(json.dumps(dict(rule="lpg"))))
+    with z.open(name, "w", force_zip64=True) as f:
+      np.lib.format.write_array(f, np.zeros(4, np.float32))
+      chunk = bytes(1 << 22)
+      for _ in range(inflated // len(chunk)):
+        f.write(chunk)
+  content = bytearray(path.read_bytes())
+  # The uncompressed size in the local and the central header (signature,
+  # offset of the size, offset of the name).
+  for signature, size_at, name_at in (
+      (b"PK\x03\x04", 22, 30),
+      (b"PK\x01\x02", 24, 46),
+  ):
+    start = 0
+    while (start := content.find(signature, start)) >= 0:
+      if content[start + name_at :].startswith(name.encode()):
+        content[start + size_at : start + size_at + 4] = (144).to_bytes(
+            4, "little"
+        )
+      start += 4
+  path.write_bytes(bytes(content))
+  with zipfile.ZipFile(path) as z:
+    assert z.getinfo(name).file_size == 144
+  return path

@@ -132,7 +132,9 @@ def test_truncated_transition_counts_under_neither_mask(rule, output_grads):
 
 
 def test_bad_loss_mask():
-  with pytest.raises(ValueError, match="loss_mask 'all'.*valid, published"):
+  with pytest.raises(
+      ValueError, match="loss_mask='all' must be one of valid, published"
+  ):
     _agent("actor_critic", "all")
 
 

@@ -276,7 +276,6 @@ def test_e_sigint_in_the_first_seconds_exits_130_with_at_most_two_lines(
   rng = random.Random()
   low, high, n = 0.05, 3.0, 12
   width = (high - low) / n
-  start = time.monotonic()
   for k in range(n):
     for attempt in range(3):
       delay = low + width * (k + rng.random())
@@ -290,7 +289,6 @@ def test_e_sigint_in_the_first_seconds_exits_130_with_at_most_two_lines(
     assert 1 <= len(lines) <= 2, seen
     assert all(line.startswith("disco-eval: ") for line in lines), seen
     assert not (out / "summary.json").exists(), seen
-  assert time.monotonic() - start < 90
 
 
 def test_e_the_start_guard_is_for_launcher_processes_only():

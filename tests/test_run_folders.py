@@ -21,6 +21,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import tracemalloc
 import warnings
 import zipfile
@@ -194,6 +195,19 @@ def _bad_rule_file(kind: str, folder: Path) -> Path:
   return path
 
 
+def _evaluate_rule_file(path: Path, tmp_path: Path):
+  """disco-eval of the rule file ``path`` into ``tmp_path/o``."""
+  return launch(
+      "evaluate",
+      [
+          *EVAL_FLAGS,
+          f"--config.rule={path}",
+          f"--config.output_dir={tmp_path}/o",
+      ],
+      cwd=tmp_path,
+  )
+
+
 @pytest.mark.parametrize(
     "kind, match",
     [
@@ -204,15 +218,7 @@ def _bad_rule_file(kind: str, folder: Path) -> Path:
 )
 def test_bad_rule_files_are_one_line(kind, match, tmp_path):
   path = _bad_rule_file(kind, tmp_path)
-  result = launch(
-      "evaluate",
-      [
-          *EVAL_FLAGS,
-          f"--config.rule={path}",
-          f"--config.output_dir={tmp_path}/o",
-      ],
-      cwd=tmp_path,
-  )
+  result = _evaluate_rule_file(path, tmp_path)
   line = assert_one_line(result, 2, "disco-eval", match)
   assert "allow_pickle" not in line  # numpy's hint to load it unsafely
 
@@ -232,43 +238,11 @@ def test_a_zip_bomb_is_refused_with_bounded_memory(tmp_path):
   assert peak < (16 << 20), peak
 
 
-def _lying_bzip2_bomb(path: Path, inflated: int = 256 << 20) -> Path:
-  """A small .npz whose array member is bzip2-compressed and declares 144
-  bytes (a 16-byte array) in its zip entries but inflates to ``inflated``
-  bytes: ``zipfile`` decompresses bzip2 without bounding the output, so
-  merely reading the member's .npy header would take that much memory."""
-  with zipfile.ZipFile(path, "w", zipfile.ZIP_BZIP2) as z:
-    with z.open("__disco_metadata__.npy", "w") as f:
-      np.lib.format.write_array(f, np.array(json.dumps(dict(rule="lpg"))))
-    with z.open("lstm/w.npy", "w", force_zip64=True) as f:
-      np.lib.format.write_array(f, np.zeros(4, np.float32))
-      chunk = bytes(1 << 22)
-      for _ in range(inflated // len(chunk)):
-        f.write(chunk)
-  content = bytearray(path.read_bytes())
-  name = b"lstm/w.npy"
-  for signature, size_at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
-    start = 0
-    while (start := content.find(signature, start)) >= 0:
-      name_at = start + (30 if size_at == 22 else 46)
-      if content[name_at : name_at + len(name)] == name:
-        content[start + size_at : start + size_at + 4] = (144).to_bytes(
-            4, "little"
-        )
-      start += 4
-  path.write_bytes(bytes(content))
-  (info,) = [
-      i for i in zipfile.ZipFile(path).infolist() if i.filename == "lstm/w.npy"
-  ]
-  assert info.file_size == 144 and info.compress_type == zipfile.ZIP_BZIP2
-  return path
-
-
 def test_a_lying_bzip2_archive_is_refused_unread(tmp_path):
   """Only stored and deflate members are read (zipfile bounds those by the
   declared size while inflating): the bzip2 member is refused before a byte
   of it is decompressed, in one line from the command line."""
-  path = _lying_bzip2_bomb(tmp_path / "bomb.npz")
+  path = faults.lying_bzip2_npz(tmp_path / "bomb.npz", 256 << 20)
   assert path.stat().st_size < (64 << 10)
   tracemalloc.start()
   try:
@@ -278,15 +252,7 @@ def test_a_lying_bzip2_archive_is_refused_unread(tmp_path):
   finally:
     tracemalloc.stop()
   assert peak < (16 << 20), peak
-  result = launch(
-      "evaluate",
-      [
-          *EVAL_FLAGS,
-          f"--config.rule={path}",
-          f"--config.output_dir={tmp_path}/o",
-      ],
-      cwd=tmp_path,
-  )
+  result = _evaluate_rule_file(path, tmp_path)
   assert_one_line(result, 2, "disco-eval", "bzip2")
   assert not (tmp_path / "o").exists()
 
@@ -352,15 +318,7 @@ def test_a_rule_file_with_an_out_of_range_setting_is_one_line(tmp_path):
       {},
       metadata=dict(rule="actor_critic", settings=dict(learning_rate=-1e9)),
   )
-  result = launch(
-      "evaluate",
-      [
-          *EVAL_FLAGS,
-          f"--config.rule={path}",
-          f"--config.output_dir={tmp_path}/o",
-      ],
-      cwd=tmp_path,
-  )
+  result = _evaluate_rule_file(path, tmp_path)
   assert_one_line(result, 2, "disco-eval", "must be a finite number > 0")
   assert not (tmp_path / "o").exists()
   flag = launch(  # the same value as a flag: refused alike
@@ -551,6 +509,37 @@ def test_a_deleted_lock_file_does_not_admit_a_second_writer(tmp_path):
     assert not (out / "config.json").exists()
   with run_folders.claim_output_dir(out, "disco-eval"):  # free again
     pass
+
+
+def test_a_run_that_died_is_named_at_the_next_start(tmp_path):
+  """A run killed outright (as an abort out of host memory kills it) cannot
+  say so; the next run in its folder does, in one warning line, and goes
+  on."""
+  out = tmp_path / "run"
+  first = subprocess.Popen(
+      faults.command("evaluate", [*EVAL_FLAGS, f"--config.output_dir={out}"]),
+      cwd=tmp_path,
+      env=subprocess_env(),
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL,
+  )
+  try:
+    while not (out / "config.json").exists() and first.poll() is None:
+      time.sleep(0.05)
+  finally:
+    first.kill()
+    first.wait()
+  assert first.returncode == -signal.SIGKILL
+  result = launch(
+      "evaluate",
+      [*EVAL_FLAGS, f"--config.output_dir={out}", "--config.overwrite=True"],
+      tmp_path,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  (line,) = error_lines(result)
+  assert line.startswith(f"disco-eval: warning: the last run in {out} ")
+  assert f"pid {first.pid}" in line and "ended without finishing" in line
+  assert (out / "summary.json").exists()
 
 
 def test_one_writer_per_folder_in_every_launcher(tmp_path):
@@ -812,6 +801,9 @@ def test_resource_errors_name_the_resource():
   with pytest.raises(errors.ResourceError, match="Out of device memory"):
     with errors.resource_errors(hint):
       raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 8 GiB")
+  with pytest.raises(errors.ResourceError, match="Out of host memory.*do X"):
+    with errors.resource_errors(hint):
+      raise MemoryError()
   with pytest.raises(KeyError):
     with errors.resource_errors(hint):
       raise KeyError("other")

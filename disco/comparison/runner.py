@@ -154,7 +154,8 @@ def _tune(
 
 
 def _train(cell: Cell, settings: CompareSettings, progress: bool) -> None:
-  """Trains ``cell`` into its folder (emptied first), holding its lock."""
+  """Trains ``cell`` into its folder (an earlier run's files removed first:
+  ``evaluation.outputs.RUN_KIND``), holding its lock."""
   plan = cell.build(settings)
   lock = evaluation.open_output(plan, PROGRAM)
   try:

@@ -69,7 +69,9 @@ class EvalSettings:
     last_episodes: episodes of the final score.
     output_dir: the run folder ('': ``runs/eval-<rule>-<time>``).
     tracking: the tracking backends' spec (``disco.tracking``).
-    overwrite: empty a folder that holds a run first.
+    overwrite: remove an earlier evaluation's files from ``output_dir``
+      first (``disco.run_folders``: only those, in a folder marked as an
+      evaluation's).
     compilation_cache: the compilation cache folder (the launcher's).
     distributed: the processes' settings (None: one process).
     distributed_config: ``config.distributed`` as given.

@@ -10,8 +10,9 @@ and environments. The run writes ``config.json``, ``metrics.csv``,
 ``learning_curve.png``, ``params_seed<k>.npz`` and ``summary.json`` into
 ``output_dir``, each written whole or not at all (``disco.files``), holding
 the folder's lock for the whole run (a second process on the folder gets one
-line and exit status 2); ``--config.overwrite=True`` empties a folder that
-holds a run first. Bad input (a rule or weights file with non-finite values
+line and exit status 2); ``--config.overwrite=True`` first removes an earlier
+evaluation's files from a folder marked as an evaluation's (nothing else:
+``disco.run_folders``). Bad input (a rule or weights file with non-finite values
 included) ends the program with a one-line message on stderr and exit status
 2. A seed whose agent diverges (non-finite parameters) is reported with the
 environment step where it did, and left out of the curves and final
