@@ -19,15 +19,18 @@ import pytest
 
 from disco import checks
 from disco import errors
+from disco import files
 from disco import weights as weights_lib
 from disco.launch import common
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
+from disco.meta import plan as plan_lib
 from disco.meta import trainer as mt
 from disco.update_rules import resolve
 
 from meta_settings import TINY
 from meta_settings import TINY_FLAGS
+from meta_settings import TINY_LPG
 from meta_settings import run_launcher
 from meta_settings import tiny_config
 
@@ -445,6 +448,25 @@ def test_mismatched_weights_file(tmp_path):
         ],
         tmp_path,
     )
+
+
+def test_config_json_records_the_initial_meta_parameters_by_digest(tmp_path):
+  plan = mt.build(tiny_config(output_dir=str(tmp_path / "a"), **TINY_LPG))
+  path = weights_lib.save_meta_params(
+      tmp_path / "init.npz",
+      plan.meta_params,
+      metadata=dict(rule="lpg", rule_kwargs=TINY_LPG["rule_kwargs"]),
+  )
+  plan = mt.build(
+      tiny_config(
+          output_dir=str(tmp_path / "b"), init_meta_params=str(path), **TINY_LPG
+      )
+  )
+  plan_lib.write_config(plan)
+  record = json.loads((tmp_path / "b" / "config.json").read_text())["run"]
+  assert record["input_files"] == {
+      "init_meta_params": dict(path=str(path), sha256=files.file_digest(path))
+  }
 
 
 def test_bad_input_exit_code_and_one_line(straight_run, tmp_path):

@@ -250,7 +250,7 @@ def _statistics(
           default=defaults.reps,
       ),
       seed=problems.get(
-          checks.check_int, config.seed, "seed", 0, default=defaults.seed
+          checks.check_seed, config.seed, "seed", default=defaults.seed
       ),
       num_points=get(checks.check_int, "num_points", 2),
       confidence=get(_probability, "confidence"),
@@ -282,7 +282,9 @@ def _with_runs(
     )
     return settings
   num_seeds = problems.get(checks.check_int, config.num_seeds, "num_seeds", 1)
-  seed = problems.get(checks.check_int, config.seed, "seed", 0, default=0)
+  seed = problems.get(
+      checks.check_seed, config.seed, "seed", num_seeds or 1, default=0
+  )
   tuning = problems.get(_tuning, config, range(seed, seed + (num_seeds or 1)))
   num_labels = len(config.rules) + (
       len(tuning.rules) if tuning and tuning.keep_untuned else 0

@@ -141,7 +141,7 @@ class DistillSettings:
         held_out_envs=_envs(config.held_out_envs, "held_out_envs"),
         dataset=GatherSettings(
             num_seeds=checks.check_int(data.num_seeds, "dataset.num_seeds", 1),
-            seed=checks.check_int(data.seed, "dataset.seed", 0),
+            seed=checks.check_seed(data.seed, "dataset.seed"),
             total_env_steps=checks.check_int(
                 data.total_env_steps, "dataset.total_env_steps", 1
             ),
@@ -159,7 +159,7 @@ class DistillSettings:
             max_grad_norm=checks.check_number(
                 fit.max_grad_norm, "fit.max_grad_norm", positive=True
             ),
-            seed=checks.check_int(fit.seed, "fit.seed", 0),
+            seed=checks.check_seed(fit.seed, "fit.seed"),
             log_every=checks.check_int(fit.log_every, "fit.log_every", 1),
             **costs,
         ),

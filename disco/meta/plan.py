@@ -31,6 +31,7 @@ from disco import program_cache
 from disco import run_folders
 from disco.environments import reference_scores
 from disco.environments import registry as env_registry
+from disco.evaluation import outputs as eval_outputs
 from disco.meta import es as es_lib
 from disco.meta import estimators as estimators_lib
 from disco.meta import level_samplers
@@ -417,8 +418,37 @@ def initial_state(plan: Plan) -> population_lib.MetaTrainState:
   return plan.population.init(rng, plan.meta_params)
 
 
+def input_files(plan: Plan) -> dict[str, dict[str, str]]:
+  """The files a new run reads, by digest (``evaluation.outputs.
+  file_digests``): ``init_meta_params`` when it is a file, and each
+  group's environment files (``population[<i>].env_settings.<setting>``,
+  e.g. an XLand ruleset). A resumed run reads its checkpoint instead, whose
+  files have digests of their own.
+
+  Raises:
+    UsageError: a file cannot be read.
+  """
+  s = plan.run_settings
+  paths = {}
+  if s.init_meta_params not in (rule_files.RANDOM, rule_files.DISCO103):
+    paths["init_meta_params"] = s.init_meta_params
+  for i, group in enumerate(s.groups):
+    paths.update(
+        eval_outputs.env_input_paths(
+            group.env_settings, f"population[{i}].env_settings."
+        )
+    )
+  try:
+    return eval_outputs.file_digests(paths)
+  except OSError as e:
+    raise UsageError(
+        f"Cannot read an input file of the run: {errors.one_line(e)}"
+    ) from None
+
+
 def write_config(plan: Plan) -> None:
-  """Creates ``output_dir`` and writes ``config.json``."""
+  """Creates ``output_dir`` and writes ``config.json``, its ``run`` record
+  holding the run's input files by digest (``input_files``)."""
   out = run_folders.make_dir(plan.output_dir)
   run_folders.write_json(
       out / CONFIG_FILE,
@@ -435,6 +465,7 @@ def write_config(plan: Plan) -> None:
                   for g in plan.groups
               ],
               **run_folders.run_record(),
+              **{eval_outputs.INPUT_FILES: input_files(plan)},
           ),
       ),
   )

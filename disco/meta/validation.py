@@ -256,7 +256,7 @@ def parse_settings(block: Any, where: str = "validation") -> Settings:
       every=every,
       envs=held_out,
       num_seeds=checks.check_int(cfg["num_seeds"], f"{where}.num_seeds", 1),
-      seed=checks.check_int(cfg["seed"], f"{where}.seed", 0),
+      seed=checks.check_seed(cfg["seed"], f"{where}.seed"),
       last_episodes=checks.check_int(
           cfg["last_episodes"], f"{where}.last_episodes", 1
       ),
