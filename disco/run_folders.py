@@ -143,13 +143,18 @@ class RunKind:
     return any(fnmatch.fnmatchcase(name, p) for p in self.owns)
 
 
+def _left_over(name: str) -> bool:
+  """A temporary file of an interrupted atomic write."""
+  return name.startswith(".") and name.endswith(".tmp")
+
+
 def _housekeeping(name: str) -> bool:
   """Locks, the marker, and temporary files of interrupted atomic writes:
   never a run's content."""
   return (
       name.startswith(files.LOCK_FILE)
       or name == MARKER_FILE
-      or (name.startswith(".") and name.endswith(".tmp"))
+      or _left_over(name)
   )
 
 
@@ -243,9 +248,7 @@ def open_run_folder(
       marked.
   """
   removed = check_run_folder(out, kind, overwrite=overwrite, resume=resume)
-  left_over = [
-      n for n in os.listdir(out) if n.startswith(".") and n.endswith(".tmp")
-  ]
+  left_over = [n for n in os.listdir(out) if _left_over(n)]
   try:
     files.remove_entries(out, [*removed, *left_over])
     if read_marker(out) is None:
