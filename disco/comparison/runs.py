@@ -165,8 +165,8 @@ class Cell:
       )
     try:
       inputs = eval_outputs.input_files(plan)
-    except OSError as e:
-      return False, f"an input file is unreadable ({errors.one_line(e)})"
+    except UsageError as e:
+      return False, errors.one_line(e).rstrip(".")
     run = record.get("run")
     changes = eval_outputs.input_file_changes(
         run.get(eval_outputs.INPUT_FILES) if isinstance(run, dict) else None,

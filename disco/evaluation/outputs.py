@@ -101,14 +101,18 @@ def file_digests(paths: Mapping[str, str]) -> dict[str, dict[str, str]]:
   read once (``files.file_digest``).
 
   Raises:
-    OSError: a file cannot be read.
+    UsageError: a file cannot be read (one line naming its role and path).
   """
-  return {
-      role: dict(
-          path=str(path), sha256=files.file_digest(Path(path).expanduser())
-      )
-      for role, path in sorted(paths.items())
-  }
+  out = {}
+  for role, path in sorted(paths.items()):
+    try:
+      digest = files.file_digest(Path(path).expanduser())
+    except OSError as e:
+      raise UsageError(
+          f"Cannot read the {role} file {path}: {e.strerror or e}."
+      ) from None
+    out[role] = dict(path=str(path), sha256=digest)
+  return out
 
 
 def input_files(plan: Plan) -> dict[str, dict[str, str]]:
@@ -116,7 +120,7 @@ def input_files(plan: Plan) -> dict[str, dict[str, str]]:
   ``input_paths``): ``config.json``'s ``input_files``.
 
   Raises:
-    OSError: a file cannot be read.
+    UsageError: a file cannot be read.
   """
   return file_digests(input_paths(plan))
 
@@ -173,12 +177,7 @@ def write_config(plan: Plan) -> None:
   Raises:
     UsageError: an input file cannot be read.
   """
-  try:
-    inputs = input_files(plan)
-  except OSError as e:
-    raise UsageError(
-        f"Cannot read an input file of the run: {errors.one_line(e)}"
-    ) from None
+  inputs = input_files(plan)
   out = run_folders.make_dir(plan.output_dir)
   run_folders.write_json(
       out / "config.json",

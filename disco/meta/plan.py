@@ -438,12 +438,7 @@ def input_files(plan: Plan) -> dict[str, dict[str, str]]:
             group.env_settings, f"population[{i}].env_settings."
         )
     )
-  try:
-    return eval_outputs.file_digests(paths)
-  except OSError as e:
-    raise UsageError(
-        f"Cannot read an input file of the run: {errors.one_line(e)}"
-    ) from None
+  return eval_outputs.file_digests(paths)
 
 
 def write_config(plan: Plan) -> None:

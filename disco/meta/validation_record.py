@@ -87,13 +87,7 @@ def input_files(settings: Settings) -> dict[str, dict[str, str]]:
             env.env_settings, f"validation.envs[{i}].env_settings."
         )
     )
-  try:
-    return eval_outputs.file_digests(paths)
-  except OSError as e:
-    raise UsageError(
-        f"Cannot read a file of the held-out environments: "
-        f"{errors.one_line(e)}"
-    ) from None
+  return eval_outputs.file_digests(paths)
 
 
 def _write_rows(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
