@@ -247,28 +247,33 @@ def _until_quiet(
 
 
 class _Unretrieved(logging.Filter):
-  """Drops asyncio's "Future exception was never retrieved"."""
+  """Drops asyncio's "Future/Task exception was never retrieved"."""
 
   def filter(self, record: logging.LogRecord) -> bool:
-    return not str(record.msg).startswith("Future exception was never")
+    return "exception was never retrieved" not in str(record.msg)
 
 
 _UNRETRIEVED = _Unretrieved()
+# The loggers a save's threads log to: orbax's (absl) and asyncio's.
+_SAVE_LOGGERS = ("absl", "asyncio")
 
 
 @contextlib.contextmanager
 def held_output() -> Iterator[None]:
-  """Holds back what a save prints and logs (``sys.stderr`` and the ``absl``
-  logger orbax logs to): let out as it came once the block completes, and
-  dropped when it raises. A failing save (a full disk, say) makes each of
-  orbax's writer threads log its error with a traceback, and tensorstore's
-  callbacks print more into closed event loops, tens to hundreds of lines
-  for one failure; the error the save raises says it in one line (and
-  asyncio's later complaints that those writes' errors were never read are
-  dropped from then on)."""
-  hold, logger, stderr = _Hold(), logging.getLogger("absl"), sys.stderr
+  """Holds back what a save prints and logs (``sys.stderr``, and the
+  ``absl`` and ``asyncio`` loggers orbax's threads log to): let out as it
+  came once the block completes, and dropped when it raises. A failing save
+  (a full disk, say) makes each of orbax's writer threads log its error with
+  a traceback, asyncio log each failed write's task whose exception no one
+  read, and tensorstore's callbacks print into closed event loops: tens to
+  hundreds of lines for one failure, which the error the save raises says
+  in one line (asyncio's later complaints about those writes are dropped
+  from then on)."""
+  hold, stderr = _Hold(), sys.stderr
+  loggers = [logging.getLogger(name) for name in _SAVE_LOGGERS]
   held = io.StringIO()
-  logger.addFilter(hold)
+  for logger in loggers:
+    logger.addFilter(hold)
   sys.stderr = held
   try:
     yield
@@ -283,10 +288,11 @@ def held_output() -> Iterator[None]:
     raise
   finally:
     sys.stderr = stderr
-    logger.removeFilter(hold)
+    for logger in loggers:
+      logger.removeFilter(hold)
   stderr.write(held.getvalue())
   for record in hold.records:
-    logger.handle(record)
+    logging.getLogger(record.name).handle(record)
 
 
 # ---------------------------------------------------- JSON-safe values ----
