@@ -28,11 +28,11 @@ from disco import agent as agent_lib
 from disco.environments import catch
 from disco.training import analysis
 from disco.training import loop
-from disco.update_rules import registry as rule_registry
+from disco.update_rules import agent_settings
 from disco.update_rules import resolve
 
 RULES = ("actor_critic", "policy_gradient", "mpo", "spo")
-LOSS_MASKS = rule_registry.LOSS_MASKS
+LOSS_MASKS = agent_settings.LOSS_MASKS
 
 # Loop presets: the published evaluation notebook's (2 streams x 29 steps, a
 # replay of 1024 trajectories, batches of 64) and an on-policy one (every
@@ -56,12 +56,10 @@ def run_rule(rule: str, loss_mask: str, args) -> dict:
   resolved = resolve.resolve_rule(
       rule, args.weights if rule == "disco103" else None
   )
-  resolved.settings.loss_mask = loss_mask
+  settings = resolved.settings.replace(loss_mask=loss_mask)
   config = LOOPS[args.loop]
   env = catch.Catch(config.num_envs, rows=args.rows, columns=args.columns)
-  agent = agent_lib.make_agent(
-      resolved.settings, env.num_actions, rule=resolved.rule
-  )
+  agent = agent_lib.make_agent(settings, env.num_actions, rule=resolved.rule)
   eval_loop = loop.EvalLoop(agent, env, config)
   states = eval_loop.init_seeds(args.seeds)
   solved_at = [None] * len(args.seeds)

@@ -22,6 +22,7 @@ from disco import weights
 from disco.environments import registry
 from disco.training import analysis
 from disco.training import loop
+from disco.update_rules import agent_settings
 from disco.update_rules import registry as rule_registry
 
 
@@ -46,14 +47,15 @@ def main():
   parser.add_argument(
       "--loss_mask",
       default="published",
-      choices=rule_registry.LOSS_MASKS,
+      choices=agent_settings.LOSS_MASKS,
       help="transitions the agent's losses average over",
   )
   args = parser.parse_args()
 
   cfg = loop.LoopConfig()  # the published notebook's settings
-  settings = rule_registry.default_settings("disco103")
-  settings.loss_mask = args.loss_mask
+  settings = rule_registry.default_settings("disco103").replace(
+      loss_mask=args.loss_mask
+  )
   env = registry.make_env(
       "catch", cfg.num_envs, rows=args.rows, columns=args.columns
   )

@@ -217,9 +217,9 @@ def _control_file(root: Path, torso: int) -> Path:
 def _with_network(teacher, **network):
   """``teacher`` (a resolved rule) with a copy of its agent settings whose
   network settings are ``network`` over its own."""
-  settings = teacher.settings.copy_and_resolve_references()
-  for key, value in network.items():
-    settings.network[key] = value
+  settings = teacher.settings.replace(
+      network=dict(teacher.settings.network, **network)
+  )
   return dataclasses.replace(teacher, settings=settings)
 
 

@@ -63,8 +63,10 @@ def build(weights_path=None, seeds=1, network=None, sizes=None):
   some of the agent network's settings)."""
   s = dict(NOTEBOOK, **(sizes or {}))
   settings = rule_registry.default_settings("disco")
-  settings.learning_rate = s["learning_rate"]
-  settings.network.update(network or {})
+  settings = settings.replace(
+      learning_rate=s["learning_rate"],
+      network=dict(settings.network, **(network or {})),
+  )
   env = registry.make_env(
       "catch", s["num_envs"], rows=s["rows"], columns=s["columns"]
   )

@@ -500,7 +500,12 @@ def _rule_file(path: Path, shift: float) -> Path:
   from disco.update_rules import registry  # pylint: disable=import-outside-toplevel
 
   settings = registry.default_settings("lpg")
-  settings.rule_kwargs.net.hidden_size = 8
+  settings = settings.replace(
+      rule_kwargs=dict(
+          settings.rule_kwargs,
+          net=dict(settings.rule_kwargs["net"], hidden_size=8),
+      )
+  )
   shapes = registry.make_rule(settings).meta_param_shapes()
   params = jax.tree.map(lambda s: np.full(s.shape, shift, s.dtype), shapes)
   weights.save_meta_params(

@@ -217,8 +217,9 @@ def eval_learner_step(
   from disco.update_rules import registry as rule_registry
 
   settings = rule_registry.default_settings("disco")
-  settings.learning_rate = 1e-2
-  settings.network.update(network or {})
+  settings = settings.replace(
+      learning_rate=1e-2, network=dict(settings.network, **(network or {}))
+  )
   env = registry.make_env("catch", batch_size, rows=rows, columns=rows)
   agent = agent_lib.make_agent(settings, env.num_actions)
   rng = jax.random.PRNGKey(0)

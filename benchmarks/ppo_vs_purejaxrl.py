@@ -194,18 +194,22 @@ def ours_runner(config, seeds, env_name=None, env_settings=None, dense=None):
   )
   iterations = config["TOTAL_TIMESTEPS"] // loop_config.env_steps_per_iteration
   settings = rule_registry.default_settings("ppo")
-  settings.learning_rate = config["LR"]
-  settings.max_grad_norm = config["MAX_GRAD_NORM"]
-  settings.anneal_learning_rate = config["ANNEAL_LR"]
-  settings.network.activation = config["ACTIVATION"]
+  network = dict(settings.network, activation=config["ACTIVATION"])
   if dense is not None:
-    settings.network.dense = tuple(dense)
-  settings.hyper_params.update(
-      discount_factor=config["GAMMA"],
-      gae_lambda=config["GAE_LAMBDA"],
-      clip_epsilon=config["CLIP_EPS"],
-      entropy_cost=config["ENT_COEF"],
-      value_cost=config["VF_COEF"],
+    network["dense"] = tuple(dense)
+  settings = settings.replace(
+      learning_rate=config["LR"],
+      max_grad_norm=config["MAX_GRAD_NORM"],
+      anneal_learning_rate=config["ANNEAL_LR"],
+      network=network,
+      hyper_params=dict(
+          settings.hyper_params,
+          discount_factor=config["GAMMA"],
+          gae_lambda=config["GAE_LAMBDA"],
+          clip_epsilon=config["CLIP_EPS"],
+          entropy_cost=config["ENT_COEF"],
+          value_cost=config["VF_COEF"],
+      ),
   )
   env = env_registry.make_env(
       env_name or "gymnax/" + config["ENV_NAME"],

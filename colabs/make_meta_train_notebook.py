@@ -243,7 +243,8 @@ program, other meta-parameters)."""
 
 EVAL = """\
 env = registry.make_env(eval_env, eval_num_envs, **eval_env_settings)
-eval_settings.network.update(eval_network)
+eval_settings = eval_settings.replace(
+    network=dict(eval_settings.network, **eval_network))
 agent = agent_lib.make_agent(eval_settings, env.num_actions,
                              rule=discovered.rule)
 loop = loop_lib.EvalLoop(agent, env, loop_lib.LoopConfig(

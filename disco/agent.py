@@ -16,13 +16,13 @@ from dm_env import specs
 import haiku as hk
 import jax
 import jax.numpy as jnp
-from ml_collections import config_dict
 import optax
 
 from disco import optimizers
 from disco import policies
 from disco import types
 from disco.networks import agent_nets
+from disco.update_rules import agent_settings as agent_settings_lib
 from disco.update_rules import base
 from disco.update_rules import registry
 
@@ -38,7 +38,8 @@ class Agent:
     learning_rate: Adam learning rate.
     max_abs_update: elementwise clip of Adam's update direction (None: no
       clip).
-    loss_mask: which transitions the losses average over (``registry.LOSS_MASKS``):
+    loss_mask: which transitions the losses average over
+      (``agent_settings.LOSS_MASKS``):
       ``"valid"``, every transition with a valid target (all but those cut
       by a time limit; the transition out of an episode's last state is the
       next episode's first move), or ``"published"``, as the published
@@ -86,10 +87,10 @@ class Agent:
     if policy.is_continuous and not rule.supports_continuous_actions:
       raise ValueError(continuous_refusal(rule, rule_name))
     rule = rule.for_policy(policy)
-    if loss_mask not in registry.LOSS_MASKS:
+    if loss_mask not in agent_settings_lib.LOSS_MASKS:
       raise ValueError(
           f"Unknown loss_mask {loss_mask!r}; use one of "
-          f"{', '.join(registry.LOSS_MASKS)}."
+          f"{', '.join(agent_settings_lib.LOSS_MASKS)}."
       )
     self.loss_mask = loss_mask
     self.rule = rule
@@ -382,7 +383,7 @@ def continuous_refusal(rule: base.UpdateRule, name: str | None = None) -> str:
 
 
 def make_agent(
-    settings: config_dict.ConfigDict,
+    settings: agent_settings_lib.AgentSettings,
     num_actions: int | None = None,
     rule: base.UpdateRule | None = None,
     axis_name: str | None = None,
@@ -390,12 +391,11 @@ def make_agent(
     observation_spec: specs.Array | None = None,
     action_spec: specs.BoundedArray | None = None,
 ) -> Agent:
-  """The agent that ``settings`` describe (see ``update_rules.registry``).
+  """The agent that ``settings`` describe.
 
   Args:
-    settings: agent settings (``rule``, ``rule_kwargs``, ``hyper_params``,
-      ``learning_rate``, ``max_abs_update``, ``max_grad_norm``,
-      ``adam_eps``, ``anneal_learning_rate``, ``loss_mask``, ``network``).
+    settings: the agent settings (``registry.default_settings``, merged
+      with overrides by ``overrides.merged``).
     num_actions: ``A`` of a categorical policy (or give ``action_spec``).
     rule: the rule, if already built from ``settings`` (else built here).
     axis_name: see ``Agent``.
@@ -421,14 +421,9 @@ def make_agent(
     rule = registry.make_rule(settings)
   policy = None
   if action_spec is not None:
-    policy = policies.make_policy(
-        action_spec, registry.as_dict(settings.get("policy", None) or {})
-    )
-  network = settings.network
-  if isinstance(network, config_dict.ConfigDict):
-    network = network.to_dict()
+    policy = policies.make_policy(action_spec, dict(settings.policy))
   decay_steps = None
-  if settings.get("anneal_learning_rate", False):
+  if settings.anneal_learning_rate:
     if num_updates is None or num_updates < 1:
       raise ValueError(
           "anneal_learning_rate decays the learning rate to 0 over the run: "
@@ -436,7 +431,9 @@ def make_agent(
           f"run, >= 1; got {num_updates}) or set anneal_learning_rate=False."
       )
     decay_steps = int(num_updates)
-  net_config = agent_nets.make_net_config(network)
+  net_config = agent_nets.make_net_config(
+      agent_settings_lib.thawed(settings.network)
+  )
   if observation_spec is not None:
     net_config = net_config.with_observation(observation_spec)
   return Agent(
@@ -445,11 +442,11 @@ def make_agent(
       net_config=net_config,
       learning_rate=settings.learning_rate,
       max_abs_update=settings.max_abs_update,
-      loss_mask=settings.get("loss_mask", "valid"),
+      loss_mask=settings.loss_mask,
       axis_name=axis_name,
-      max_grad_norm=settings.get("max_grad_norm", None),
-      adam_eps=settings.get("adam_eps", optimizers.DEFAULT_ADAM_EPS),
+      max_grad_norm=settings.max_grad_norm,
+      adam_eps=settings.adam_eps,
       learning_rate_decay_steps=decay_steps,
       policy=policy,
-      rule_name=settings.get("rule"),
+      rule_name=settings.rule,
   )

@@ -47,7 +47,7 @@ from disco import weights as weights_lib
 # Values of the launchers' ``compilation_cache`` setting that turn it off.
 OFF_VALUES = ("off", "none", "false", "0")
 # The cache's size bound: beyond it the least recently used programs are
-# evicted (a meta-step at the published settings is about 10 MB on CPU).
+# evicted.
 MAX_BYTES = 4 * 2**30
 ENV_VAR = "JAX_COMPILATION_CACHE_DIR"
 # The folder `enable` turned on in this process (None: off).

@@ -1,9 +1,5 @@
-"""Small array operations shared by networks, value functions and rules.
-
-Everything here is a pure function of arrays (or pytrees of arrays) and may
-be used under ``jit``/``vmap``/``grad``. Policies are given by logits over the
-last axis ``[..., A]``.
-"""
+"""Small pure array operations shared by networks, value functions and
+rules (usable under ``jit``/``vmap``/``grad``)."""
 
 from __future__ import annotations
 
@@ -19,11 +15,9 @@ from disco import types
 
 
 def prng_seeds(seeds: Sequence[int]) -> np.ndarray:
-  """``seeds`` as the integers ``jax.random.PRNGKey`` reads Python ints as
-  (their low 32 bits, or 64 with ``jax_enable_x64``), so that a compiled
-  program makes the same keys from them: ``PRNGKey(prng_seeds(s)[i])`` under
-  ``jit`` equals ``PRNGKey(s[i])``.
-  """
+  """``seeds`` as the integers ``jax.random.PRNGKey`` reads Python ints as (low
+  32 bits, or 64 with ``jax_enable_x64``): ``PRNGKey(prng_seeds(s)[i])`` under
+  ``jit`` equals ``PRNGKey(s[i])``."""
   if jax.config.jax_enable_x64:
     return np.asarray([int(s) for s in seeds], np.int64)
   return np.asarray([int(s) % 2**32 for s in seeds], np.uint32)
@@ -37,8 +31,7 @@ def softmax_entropy(logits: jax.Array) -> jax.Array:
 def categorical_kl(target_logits: jax.Array, logits: jax.Array) -> jax.Array:
   """``KL(softmax(target_logits) || softmax(logits))``: ``[..., A]`` -> ``[...]``.
 
-  Gradients flow into both arguments; stop them on the target where it is a
-  fixed target.
+  Gradients flow into both arguments.
   """
   return rlax.categorical_kl_divergence(target_logits, logits)
 
@@ -46,11 +39,8 @@ def categorical_kl(target_logits: jax.Array, logits: jax.Array) -> jax.Array:
 def polyak(
     target: types.ArrayTree, online: types.ArrayTree, tau: float
 ) -> types.ArrayTree:
-  """Moves ``target`` towards ``online``: ``(1 - tau) * target + tau * online``.
-
-  (Written out rather than ``optax.incremental_update``, whose other order of
-  the two products rounds differently from the published Disco update.)
-  """
+  """``(1 - tau) * target + tau * online``, rounded as the published Disco
+  update (not ``optax.incremental_update``)."""
   return jax.tree.map(lambda t, o: t * (1.0 - tau) + tau * o, target, online)
 
 
@@ -71,16 +61,11 @@ def masked_mean(
 
 
 def all_finite(tree: types.ArrayTree) -> jax.Array:
-  """Whether every floating-point entry of ``tree`` is finite: a scalar bool
-  (True for a tree without floating-point leaves). Integer leaves (counters,
-  RNG keys) are not checked.
+  """Scalar bool: every floating-point entry of ``tree`` is finite (integer
+  leaves are not checked; True without floating-point leaves).
 
-  The per-leaf checks are combined by a dot product, not by ``jnp.all``:
-  XLA rewrites an ``all`` over stacked scalars into a chain of ``and``s and
-  then copies that whole chain into the fusion of every consumer, so a
-  tree-wide select on the result (``tree_where``) grew the compiled program
-  with leaves x leaves (three quarters of a meta-step's optimised HLO and
-  compile time). XLA does not copy a dot into its consumers.
+  Combines the per-leaf checks with a dot product, not ``jnp.all``, which XLA
+  copies into every consumer's fusion (a large compiled program).
   """
   checks = [
       jnp.all(jnp.isfinite(x))
@@ -97,9 +82,8 @@ def all_finite(tree: types.ArrayTree) -> jax.Array:
 
 
 def tree_where(pred: jax.Array, on_true: types.ArrayTree, on_false):
-  """``jnp.where(pred, a, b)`` for every pair of leaves of two trees of the
-  same structure. ``pred`` is a scalar, or a prefix of every leaf's shape
-  (``[N]`` picks rows of ``[N, ...]`` leaves)."""
+  """``jnp.where(pred, a, b)`` leaf by leaf over two trees of one structure;
+  ``pred`` is a scalar or a prefix of every leaf's shape."""
   pred = jnp.asarray(pred)
 
   def select(a, b):
@@ -127,8 +111,7 @@ def _take_action_fwd(x, taken):
 
 
 def _take_action_bwd(taken, cotangent):
-  # The incoming gradient, masked: a gather's own gradient would scatter into
-  # a zero-filled ``[T, B, A, ...]`` buffer (slow for wide outputs such as z).
+  # The incoming gradient, masked (cheaper than a gather's scatter).
   return jnp.where(taken, cotangent[:, :, None], 0.0), None
 
 

@@ -1,13 +1,9 @@
 """The agent optimiser: Adam with a gradient-free denominator, clipped updates.
 
-Meta-gradients flow through the agent's parameter updates. Letting them flow
-through Adam's second-moment estimate too makes them noisy and unstable, so the
-denominator is treated as a constant (``stop_gradient``), as in the published
-DiscoRL setup.
-
-Optional stages, off by default (the published agent's optimiser is then
-unchanged, state included): global-norm gradient clipping before Adam and a
-learning rate annealed linearly to 0, as PPO implementations use.
+Meta-gradients flow through the agent's updates; Adam's second moment is a
+constant for them (``stop_gradient``), as in the published DiscoRL setup.
+Gradient-norm clipping and a linear learning-rate decay are optional and
+off by default (the published optimiser, state included).
 """
 
 from __future__ import annotations
@@ -54,17 +50,16 @@ def agent_optimizer(
     adam_eps: float = DEFAULT_ADAM_EPS,
     decay_steps: int | None = None,
 ) -> optax.GradientTransformation:
-  """[clip the gradients' global norm] -> Adam (constant denominator) ->
-  [elementwise clip] -> scale by ``-lr`` (or by a decaying ``-lr``).
+  """[global-norm clip] -> Adam (constant denominator) -> [elementwise clip]
+  -> scale by ``-lr`` (or a decaying ``-lr``).
 
   Args:
-    learning_rate: Adam's learning rate (the initial one when decaying).
-    max_abs_update: elementwise clip of Adam's direction (None: no clip).
-    max_grad_norm: clip the gradients to this global norm first (None: no
-      clip).
+    learning_rate: Adam's (initial) learning rate.
+    max_abs_update: elementwise clip of Adam's direction (None: none).
+    max_grad_norm: global-norm clip of the gradients (None: none).
     adam_eps: epsilon of Adam's denominator.
-    decay_steps: if given, the learning rate falls linearly from
-      ``learning_rate`` to 0 over this many updates and stays 0 after.
+    decay_steps: if given, the learning rate falls linearly to 0 over this
+      many updates, then stays 0.
   """
   stages = []
   if max_grad_norm is not None:

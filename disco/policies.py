@@ -1,24 +1,14 @@
-"""Action distributions: how a network's policy output becomes actions.
+"""Action distributions: how a network's ``logits`` output ``[..., P]``
+becomes actions.
 
-The agent network has one policy output, ``logits`` (``[..., P]``): the
-parameters of the policy's distribution. What they mean depends on the
-environment's actions:
+  * ``Categorical(num_actions)``: int32 actions ``[...]``, ``P = A`` logits.
+  * ``Gaussian(action_size, ...)``: float32 actions ``[..., D]``, ``P = 2
+    D`` (mean, then log-std). With ``squash``, samples ``u`` map into the
+    bounds by ``low + (tanh(u) + 1) (high - low) / 2``; without, the
+    environment clips actions and rollouts keep the unclipped samples.
 
-  * ``Categorical(num_actions)``: discrete actions ``[...]`` int32; ``P = A``
-    unnormalised log-probabilities.
-  * ``Gaussian(action_size, ...)``: continuous actions ``[..., D]`` float32;
-    ``P = 2 D``, the mean then the log standard deviation of a diagonal
-    Gaussian. With ``squash`` the Gaussian's sample ``u`` is mapped into the
-    action bounds by ``low + (tanh(u) + 1) (high - low) / 2`` and the
-    log-density carries the change-of-variables correction; without it, the
-    sample is the action and the environment clips it to its bounds (as
-    purejaxrl's ``ClipAction``); the rollout keeps the unclipped sample, so
-    log-probabilities are those of what the policy drew.
-
-A policy is a frozen dataclass of static settings (a pytree with no
-leaves), so it can ride along in inputs under ``jit``. Its functions take
-the parameters and return arrays; they broadcast over leading dimensions.
-``make_policy`` builds the one that fits an environment's action spec.
+A policy is a frozen dataclass of static settings (a leafless pytree);
+its functions broadcast over leading dimensions.
 """
 
 from __future__ import annotations
@@ -38,8 +28,7 @@ import rlax
 Array = jax.Array
 
 LOG_STDS = ("state_independent", "state_dependent")
-# The log standard deviation is kept in this range (far from where it binds
-# in practice; it stops exp(log_std) from overflowing or vanishing).
+# Clip range of the log standard deviation (keeps exp(log_std) finite).
 LOG_STD_RANGE = (-20.0, 2.0)
 # Squashed actions are pulled this far inside (-1, 1) before atanh.
 ATANH_MARGIN = 1e-6
@@ -139,13 +128,12 @@ class Gaussian(Policy):
 
   Attributes:
     action_size: ``D``.
-    minimum: ``D`` lower bounds of the actions (``-inf`` for none).
+    minimum: ``D`` lower bounds (``-inf``: none).
     maximum: ``D`` upper bounds.
-    squash: map samples into the bounds with ``tanh`` (the bounds must then
-      be finite).
+    squash: map samples into the bounds with ``tanh`` (finite bounds only).
     log_std: ``"state_independent"`` (one learnt vector, as purejaxrl's and
-      Brax's PPO) or ``"state_dependent"`` (a head of the network).
-    init_log_std: the log standard deviation the network starts from.
+      Brax's PPO) or ``"state_dependent"`` (a network head).
+    init_log_std: the initial log standard deviation.
   """
 
   action_size: int
@@ -220,9 +208,8 @@ class Gaussian(Policy):
     return self._to_bounds(mean) if self.squash else mean
 
   def log_prob(self, params: Array, actions: Array) -> Array:
-    """The density of ``actions`` as sampled; for ``squash``, the Gaussian's
-    density at ``atanh`` of the rescaled action minus ``sum log |d a / d
-    u|``."""
+    """The density of ``actions`` as sampled (with ``squash``: the Gaussian's at
+    the ``atanh`` of the rescaled action, change-of-variables corrected)."""
     if not self.squash:
       return self.gaussian(params).log_prob(actions)
     centre, half = self._half_range()
@@ -237,14 +224,11 @@ class Gaussian(Policy):
     return self.gaussian(params).log_prob(u) - log_det
 
   def entropy(self, params: Array) -> Array:
-    """The Gaussian's exact entropy (with ``squash``: of the Gaussian
-    before squashing, which the squashed policy's entropy never exceeds by
-    more than ``sum log half-range``; it keeps the bonus deterministic)."""
+    """The exact entropy of the Gaussian before any squashing."""
     return self.gaussian(params).entropy()
 
   def kl(self, params: Array, other: Array) -> Array:
-    """KL of the Gaussians before squashing (equal to the squashed ones':
-    the squashing map is the same invertible map for both)."""
+    """KL of the Gaussians before squashing (equal to the squashed ones')."""
     return self.gaussian(params).kl_divergence(self.gaussian(other))
 
 
@@ -254,11 +238,10 @@ def make_policy(
   """The policy for an environment's ``action_spec``.
 
   Args:
-    action_spec: a discrete spec (integer, shape ``()``) gives
-      ``Categorical``; a continuous one (floating, shape ``[D]``) gives
-      ``Gaussian`` with its bounds.
+    action_spec: integer, shape ``()``: ``Categorical``; floating, shape
+      ``[D]``: ``Gaussian`` with its bounds.
     settings: ``Gaussian``'s ``squash``, ``log_std`` and ``init_log_std``
-      (discrete actions take none).
+      (none for discrete actions).
 
   Raises:
     ValueError: for an unknown setting or value, or settings for discrete

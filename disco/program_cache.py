@@ -3,8 +3,7 @@
 The compilation cache (`disco.compile_cache`) saves XLA's work, but JAX keys
 it on the lowered program, so every process first traces and lowers its
 programs again; for a meta-step that is most of a warm start (the
-linearisation of the inner updates: about 15 s of a 37 s start at the
-published settings on a small CPU). ``ExportedProgram`` keeps a jitted
+linearisation of the inner updates). ``ExportedProgram`` keeps a jitted
 function's `jax.export` form (its StableHLO, serialised) in
 ``<compilation cache>/exported/`` and a later process deserialises it instead
 of tracing; calling it lowers a thin wrapper, and XLA finds the compiled

@@ -12,7 +12,7 @@ versions and devices every run saves. ``fmt``, ``steady_state`` and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 import dataclasses
 import datetime
 import fnmatch
@@ -66,7 +66,7 @@ def to_jsonable(x: Any) -> Any:
     x = x.to_dict()
   if isinstance(x, (np.ndarray, jax.Array)):
     return to_jsonable(np.asarray(x).tolist())
-  if isinstance(x, dict):
+  if isinstance(x, Mapping):
     return {str(k): to_jsonable(v) for k, v in x.items()}
   if isinstance(x, (list, tuple)):
     return [to_jsonable(v) for v in x]

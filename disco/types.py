@@ -1,14 +1,10 @@
 """Typed, immutable pytrees shared across the package.
 
-Layout conventions (time-major throughout):
-  * a rollout of ``T`` transitions holds ``T+1`` states, so per-state arrays
-    (observations, actions, agent outputs) are ``[T+1, B, ...]``;
-  * per-transition arrays handed to update rules (rewards, terminations) are
-    ``[T, B]``: entry ``t`` describes the move from state ``t`` to ``t+1``.
-
-All containers are frozen ``chex`` dataclasses: use ``.replace(...)`` to derive
-a modified copy. They are registered as pytrees, so they pass through
-``jit``/``vmap``/``scan`` unchanged.
+Time-major throughout: a rollout of ``T`` transitions holds ``T+1`` states;
+per-state arrays (observations, actions, agent outputs) are ``[T+1, B,
+...]``, per-transition arrays (rewards, terminations) ``[T, B]``, entry
+``t`` being the move from state ``t`` to ``t+1``. Containers are frozen
+``chex`` dataclasses (pytrees; derive copies with ``.replace``).
 """
 
 from __future__ import annotations
@@ -42,23 +38,13 @@ class EnvTimestep:
   """What a batched environment returns after ``reset`` or ``step``.
 
   Attributes:
-    observation: ``[B, ...]`` observation (after an auto-reset: the first
-      observation of the next episode).
+    observation: ``[B, ...]`` (after an auto-reset, the next episode's first).
     reward: ``[B]`` float32 reward of the transition that led here.
-    step_type: ``[B]`` int32 in {FIRST, MID, LAST}; LAST marks the final step
-      of an episode (kept even though the observation is already the next
-      episode's, so that rewards and terminations are never lost).
-    discount: ``[B]`` float32 environment discount: 0 where the episode
-      terminated, 1 otherwise (a truncated episode is LAST with discount 1).
-    info: per-episode environment metrics, ``{name: [B] float32}``, or None
-      (the default: every environment without such metrics). Where
-      ``step_type`` is LAST, ``info[name]`` describes the episode that ended
-      there (e.g. Craftax's ``achievement/collect_wood``: 1 if the episode
-      unlocked it); the values of other steps are never read. An environment
-      that has info gives the same names from ``reset`` (zeros) and every
-      ``step``, so that timesteps keep one structure in a ``lax.scan``.
-      ``disco.training.acting.episode_stats`` averages them over the episodes
-      that end in a rollout (as ``episode/<name>``).
+    step_type: ``[B]`` int32 FIRST, MID or LAST (an episode's last step).
+    discount: ``[B]`` float32: 0 where the episode terminated, else 1
+      (truncation: LAST with discount 1).
+    info: ``{name: [B] float32}`` per-episode metrics, or None; read only at
+      LAST steps; the same names from ``reset`` (zeros) and every ``step``.
   """
 
   observation: ArrayTree
@@ -74,27 +60,19 @@ class EnvTimestep:
 
 @chex.dataclass(frozen=True)
 class ActorTimestep:
-  """One acting step, as stored in rollouts.
+  """One acting step of a rollout (``ActorRollout``: ``[T+1]`` leading).
 
   Attributes:
-    observations: ``[B, ...]`` observation the action was chosen at.
-    actions: ``[B]`` int32 (discrete) or ``[B, D]`` float32 (continuous)
-      chosen actions, as the policy drew them (unclipped).
-    rewards: ``[B]`` reward received on arriving at this observation.
-    step_types: ``[B]`` int32 step type of arriving here (FIRST, MID, LAST;
-      at LAST the observation is already the next episode's first).
-    discounts: ``[B]`` float32 environment discount of arriving here: 0 where
-      the episode terminated, 1 otherwise (a truncated episode is LAST with
-      discount 1).
-    agent_outs: dict of ``[B, ...]`` acting-network outputs named by the
-      rule's ``behaviour_outputs``.
-    logits: ``[B, P]`` parameters of the behaviour policy (``A`` logits,
-      or a Gaussian's ``2 D`` mean and log-std; see ``disco.policies``).
+    observations: ``[B, ...]`` the action was chosen at.
+    actions: ``[B]`` int32 or ``[B, D]`` float32, unclipped.
+    rewards: ``[B]`` received on arriving here.
+    step_types: ``[B]`` int32 of arriving here.
+    discounts: ``[B]`` float32 environment discount of arriving here.
+    agent_outs: ``[B, ...]`` acting-network outputs (the rule's
+      ``behaviour_outputs``).
+    logits: ``[B, P]`` behaviour-policy parameters.
     extras: rule-specific acting outputs (e.g. SPO search statistics).
-    env_info: the ``EnvTimestep.info`` of arriving here (``{name: [B]}``),
-      attached by ``disco.training.acting.unroll_actor`` for
-      ``episode_stats``; None for environments without info, and never
-      stored in a replay (the loop drops it after its statistics).
+    env_info: ``EnvTimestep.info`` of arriving here, or None; never replayed.
   """
 
   observations: ArrayTree
@@ -109,7 +87,7 @@ class ActorTimestep:
 
   @property
   def is_last(self) -> Array:
-    """Where this step is the last of an episode (terminated or truncated)."""
+    """Where the step ends an episode (terminated or truncated)."""
     return self.step_types == LAST
 
 
@@ -119,12 +97,12 @@ ActorRollout = ActorTimestep
 
 @chex.dataclass(frozen=True)
 class EmaState:
-  """Moments of an exponential moving average (zero-initialised, debiased).
+  """Moments of an exponential moving average (``disco.value_fns.ema``).
 
   Attributes:
     moment1: running mean.
     moment2: running mean of squares.
-    decay_product: product of all decays applied so far (for debiasing).
+    decay_product: product of the decays so far (for debiasing).
   """
 
   moment1: ArrayTree
@@ -134,11 +112,7 @@ class EmaState:
 
 @chex.dataclass(frozen=True)
 class ValueOuts:
-  """Value estimates and targets for a rollout (see ``disco.value_fns``).
-
-  Per-state entries are ``[T+1, B]``; per-transition entries ``[T, B]``;
-  action-value entries carry an extra action axis ``[..., A]``.
-  """
+  """Value estimates and targets of a rollout (``disco.value_fns``)."""
 
   value: Array  # [T+1, B] V(s)
   target_value: Array  # [T+1, B] V(s) from the target network
@@ -161,30 +135,28 @@ class ValueOuts:
 class UpdateRuleInputs:
   """What an update rule sees of a rollout.
 
-  Transition ``t`` goes from state ``t`` to state ``t+1``. Episodes reset
-  inside the transition that ends them, so state ``t+1`` is then the first
-  state of the next episode: a terminated transition bootstraps with
-  discount 0, and a truncated one (a time limit) has no valid bootstrap at
-  all, so it is left out of the losses (``mask``) and no return crosses it.
+  Episodes reset inside the transition that ends them: a terminated
+  transition bootstraps with discount 0; a truncated one (time limit) has no
+  valid bootstrap, so it is masked out of the losses and no return crosses
+  it.
 
   Attributes:
     observations: ``[T+1, B, ...]``.
-    actions: ``[T+1, B]`` int32 (discrete) or ``[T+1, B, D]`` float32
-      (continuous) actions (the last one is not part of any transition).
-    rewards: ``[T, B]`` reward of transition t.
-    is_terminal: ``[T, B]`` bool, whether transition t terminated its
-      episode (environment discount 0).
-    agent_out: dict of ``[T+1, B, ...]`` outputs of the network being trained.
-    behaviour_agent_out: dict of ``[T+1, B, ...]`` outputs of the acting network.
-    value_out: optional value estimates supplied from outside the rule.
-    extra_from_rule: rule-computed extras (e.g. Disco's meta-network inputs).
-    actor_extras: rule-specific acting outputs carried by the rollout.
-    is_truncated: ``[T, B]`` bool, whether transition t was cut by a time
-      limit (None: no truncations).
-    mask: ``[T, B]`` float, 1 for the transitions that count in the losses
-      (None: all of them); losses are averaged over these.
-    policy: the action distribution that ``agent_out["logits"]``
-      parameterises (a ``disco.policies.Policy``; None: categorical).
+    actions: ``[T+1, B]`` int32 or ``[T+1, B, D]`` float32 (the last is in no
+      transition).
+    rewards: ``[T, B]``.
+    is_terminal: ``[T, B]`` bool, transition ``t`` terminated.
+    agent_out: ``[T+1, B, ...]`` outputs of the network being trained.
+    behaviour_agent_out: ``[T+1, B, ...]`` outputs of the acting network.
+    value_out: value estimates from outside the rule, if any.
+    extra_from_rule: rule-computed extras (e.g. meta-network inputs).
+    actor_extras: rule-specific acting outputs of the rollout.
+    is_truncated: ``[T, B]`` bool, transition ``t`` hit a time limit (None:
+      none did).
+    mask: ``[T, B]`` float, 1 for transitions the losses average over (None:
+      all).
+    policy: the ``disco.policies.Policy`` of ``agent_out["logits"]`` (None:
+      categorical).
   """
 
   observations: ArrayTree
@@ -209,19 +181,18 @@ class UpdateRuleInputs:
 
   @property
   def truncated(self) -> Array:
-    """``is_truncated``, or all False where it is not given: ``[T, B]``."""
+    """``[T, B]`` ``is_truncated``, or all False."""
     if self.is_truncated is None:
       return jnp.zeros(self.is_terminal.shape, bool)
     return self.is_truncated
 
   @property
   def episode_ends(self) -> Array:
-    """``[T, B]`` bool: transition t ended its episode (terminated or
-    truncated), so state t+1 belongs to the next one."""
+    """``[T, B]`` bool: transition ``t`` terminated or was truncated."""
     return jnp.logical_or(self.is_terminal, self.truncated)
 
   def check_shapes(self) -> tuple[int, int]:
-    """Checks the time-major layout (at trace time); returns ``(T, B)``.
+    """Checks the time-major layout at trace time; returns ``(T, B)``.
 
     Raises:
       AssertionError: naming the first array whose shape does not fit.
@@ -243,12 +214,8 @@ class UpdateRuleInputs:
 
   @property
   def should_reset_bwd(self) -> Array:
-    """``[T+1, B]`` reset flags for RNNs unrolled backwards in time.
-
-    Entry t is True where transition t ended an episode, so a backward RNN
-    does not carry information from the next episode into this one; the
-    extra last entry (the bootstrap state) is False.
-    """
+    """``[T+1, B]`` reset flags for RNNs unrolled backwards: ``episode_ends``
+    then False for the bootstrap state."""
     ends = self.episode_ends
     return jnp.concatenate([ends, jnp.zeros_like(ends[:1])], axis=0)
 
@@ -266,8 +233,7 @@ class LearnerState:
   Attributes:
     params: agent network parameters.
     opt_state: optimiser state.
-    rule_state: the update rule's own state (EMA statistics, target
-      parameters, dual variables, meta-RNN state, ...).
+    rule_state: the update rule's own state (EMAs, target parameters, ...).
   """
 
   params: Params
@@ -277,14 +243,14 @@ class LearnerState:
 
 @chex.dataclass(frozen=True)
 class LearnerUpdate:
-  """What one learner step computes (``disco.agent.Agent.learner_update``).
+  """One learner step's results (``disco.agent.Agent.learner_update``).
 
   Attributes:
     learner_state: the updated learner state.
     logs: scalar logs of the loss and the optimiser step.
     meta_out: the rule's loss targets (``UpdateRule.unroll_meta_net``).
-    grads: the gradient of the loss with respect to the agent parameters,
-      before the optimiser.
+    grads: the loss gradient w.r.t. the agent parameters, before the
+      optimiser.
   """
 
   learner_state: LearnerState

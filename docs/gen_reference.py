@@ -5,7 +5,7 @@ r"""Writes the site's reference pages (docs/reference/) from the code.
 
 Nothing on these pages is written by hand: the rules and their settings come
 from ``disco.update_rules.registry`` (and the launchers' own listing,
-``disco.update_rules.settings.rows``), the environments and their settings from
+``disco.update_rules.overrides.rows``), the environments and their settings from
 ``disco.environments.registry``, the launchers' config keys from
 ``configs/*.py`` (defaults from ``get_config()``, meanings from the comments
 beside each key), and the Python API pages are mkdocstrings directives, one
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 import io
 from pathlib import Path
 import sys
@@ -113,7 +113,7 @@ def plain(value: Any) -> Any:
   """``value`` with arrays as lists and mappings as dicts (for printing)."""
   if hasattr(value, "to_dict"):
     value = value.to_dict()
-  if isinstance(value, dict):
+  if isinstance(value, Mapping):
     return {k: plain(v) for k, v in value.items()}
   if isinstance(value, (list, tuple)):
     return type(value)(plain(v) for v in value)
@@ -162,8 +162,8 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 
 def rules_page() -> str:
+  from disco.update_rules import overrides
   from disco.update_rules import registry
-  from disco.update_rules import settings as rule_settings
 
   names = registry.rule_names()
   out = [
@@ -209,7 +209,7 @@ def rules_page() -> str:
         )
         + ".\n"
     )
-    rows = [(code(k), code(v), cell(m)) for k, v, m in rule_settings.rows(name)]
+    rows = [(code(k), code(v), cell(m)) for k, v, m in overrides.rows(name)]
     rows += [
         (code(f"network.{k}"), code(text(v)), "the agent network")
         for k, v in sorted(plain(settings.network).items())

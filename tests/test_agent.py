@@ -13,6 +13,7 @@ from disco import agent as agent_lib
 from disco import optimizers
 from disco import types
 from disco.networks import agent_nets
+from disco.update_rules import agent_settings
 from disco.update_rules import registry
 
 import conftest
@@ -128,14 +129,16 @@ def test_unknown_rule_names_close_matches_and_valid_rules():
 
 
 def test_bad_rule_settings_are_a_value_error():
-  settings = registry.default_settings("actor_critic")
-  settings.rule_kwargs.no_such_option = 1
+  defaults = registry.default_settings("actor_critic")
+  settings = defaults.replace(
+      rule_kwargs=dict(defaults.rule_kwargs, no_such_option=1)
+  )
   with pytest.raises(ValueError, match="rule_kwargs for rule 'actor_critic'"):
     registry.make_rule(settings)
-  settings = registry.default_settings("actor_critic")
-  settings.optimizer = "sgd"
   with pytest.raises(ValueError, match=r"Unknown agent setting.*optimizer"):
-    registry.make_rule(settings)
+    agent_settings.AgentSettings.from_dict(
+        dict(defaults.to_dict(), optimizer="sgd")
+    )
 
 
 def test_unknown_network_setting_lists_valid_ones():
@@ -154,15 +157,15 @@ def test_agent_needs_two_actions():
 
 # --------------------------------------------------------- tiny agents ----
 def _settings(rule):
-  settings = registry.default_settings(rule)
-  settings.network = dict(
-      dense=(8,),
-      head_w_init_std=1e-2,
-      model_lstm_size=8,
-      model_head_hiddens=(8,),
+  return registry.default_settings(rule).replace(
+      network=dict(
+          dense=(8,),
+          head_w_init_std=1e-2,
+          model_lstm_size=8,
+          model_head_hiddens=(8,),
+      ),
+      learning_rate=0.1,
   )
-  settings.learning_rate = 0.1
-  return settings
 
 
 def _observations(rng, *lead):

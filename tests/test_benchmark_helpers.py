@@ -260,7 +260,7 @@ def test_env_suite_gives_every_rule_the_suites_torso(tmp_path):
   for env, conv in (("lpg/dense", ()), ("gymnax/Breakout-MinAtar", (8,))):
     config = env_suite.run_config(rule, env, {}, 1000, conv, 1, tmp_path)
     plan = plan_lib.build(config, log=lambda _: None)
-    assert tuple(plan.rule.settings.network.conv_channels) == conv, env
+    assert tuple(plan.rule.settings.network["conv_channels"]) == conv, env
 
 
 def test_distillation_suite_checks_every_environment_first(capsys):

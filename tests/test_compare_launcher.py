@@ -28,6 +28,7 @@ from disco.launch import common
 from disco.launch import compare
 from disco.meta import validation as val
 from disco.training import analysis
+from disco.update_rules import migrations
 from disco.update_rules import resolve
 
 RULES = ("actor_critic", "policy_gradient")
@@ -500,12 +501,22 @@ def test_runs_saved_with_old_rule_settings_stay_finished(sweep, tmp_path):
   for key in ("entropy_cost", "pg_cost"):
     saved["rule_kwargs"][key] = saved["hyper_params"].pop(key)
   path.write_text(json.dumps(record))
-  assert cell.status(plan.settings) == (True, None)
+  # Read as today's keys, with a warning naming the folder and both keys.
+  with pytest.warns(migrations.OldSettingWarning) as caught:
+    assert cell.status(plan.settings) == (True, None)
+  messages = [str(w.message) for w in caught]
+  for key in ("entropy_cost", "pg_cost"):
+    assert any(
+        m.startswith(str(path))
+        and f"rule_kwargs.{key} is read as hyper_params.{key}" in m
+        for m in messages
+    ), messages
   saved["rule_kwargs"]["normalize_adv"] = not saved["rule_kwargs"][
       "normalize_adv"
   ]
   path.write_text(json.dumps(record))
-  finished, why = cell.status(plan.settings)
+  with pytest.warns(migrations.OldSettingWarning):
+    finished, why = cell.status(plan.settings)
   assert not finished and "normalize_adv" in why, why
 
 

@@ -199,8 +199,8 @@ def test_per_rule_settings_reach_each_rules_runs(tmp_path):
   )
   plan = comparison.build(config)
   settings = {c.label: c.build(plan.settings).rule.settings for c in plan.cells}
-  assert settings["ppo"].hyper_params.clip_epsilon == 0.1
-  assert settings["ppo"].rule_kwargs.normalize_advantages is False
-  assert settings["actor_critic"].hyper_params.entropy_cost == 0.03
-  assert settings["ppo"].hyper_params.entropy_cost == 0.01  # its default
-  assert settings["actor_critic"].rule_kwargs.normalize_adv is False
+  assert settings["ppo"].hyper_params["clip_epsilon"] == 0.1
+  assert settings["ppo"].rule_kwargs["normalize_advantages"] is False
+  assert settings["actor_critic"].hyper_params["entropy_cost"] == 0.03
+  assert settings["ppo"].hyper_params["entropy_cost"] == 0.01  # its default
+  assert settings["actor_critic"].rule_kwargs["normalize_adv"] is False

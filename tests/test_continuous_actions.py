@@ -234,8 +234,9 @@ def _validator(tmp_path, rule: str):
           iterations_per_call=4,
       )
   )
-  rule_settings = registry.default_settings(rule)
-  rule_settings.anneal_learning_rate = False
+  rule_settings = registry.default_settings(rule).replace(
+      anneal_learning_rate=False
+  )
   made = registry.make_rule(rule_settings)
   return val.Validator(settings, rule_settings, made, tmp_path), made
 

@@ -139,12 +139,13 @@ def test_backward_lstm_resets_at_episode_end(meta_net):
 
 # ---------------------------------------------------------- the agent ----
 def _tiny_disco_agent():
-  settings = registry.default_settings("disco")
-  settings.network = dict(
-      dense=(8,),
-      head_w_init_std=1e-2,
-      model_lstm_size=8,
-      model_head_hiddens=(8,),
+  settings = registry.default_settings("disco").replace(
+      network=dict(
+          dense=(8,),
+          head_w_init_std=1e-2,
+          model_lstm_size=8,
+          model_head_hiddens=(8,),
+      )
   )
   return agent_lib.make_agent(settings, num_actions=3)
 
@@ -462,12 +463,14 @@ def test_lifetime_inputs_reach_the_disco_meta_net():
   """``net.lifetime_conditioning`` gives the Disco meta-network TA-LPG's
   inputs: the agent's progress n / N and log N, from a rule state that
   counts its updates. Off (Disco103), the rule keeps no lifetime."""
-  settings = registry.default_settings("disco")
-  settings.network = dict(
-      dense=(8,), model_lstm_size=8, model_head_hiddens=(8,)
-  )
   net = dict(prediction_size=8, hidden_size=8, meta_hidden_size=8)
-  settings.rule_kwargs.net = dict(net, lifetime_conditioning=True)
+  settings = registry.default_settings("disco")
+  settings = settings.replace(
+      network=dict(dense=(8,), model_lstm_size=8, model_head_hiddens=(8,)),
+      rule_kwargs=dict(
+          settings.rule_kwargs, net=dict(net, lifetime_conditioning=True)
+      ),
+  )
   agent = agent_lib.make_agent(settings, num_actions=3)
   plain = disco_rule.Disco(net=net)
   assert "lifetime" not in plain.init_rule_state(jax.random.PRNGKey(0), {})
@@ -536,11 +539,12 @@ def test_lifetime_inputs_reach_the_disco_meta_net():
 
 
 def _flat_agent():
-  settings = registry.default_settings("disco")
-  settings.network = dict(dense=(8,), head_w_init_std=1e-2)
-  settings.rule_kwargs = dict(
-      action_model=False,
-      net=dict(input_option="flat", hidden_size=8, meta_hidden_size=0),
+  settings = registry.default_settings("disco").replace(
+      network=dict(dense=(8,), head_w_init_std=1e-2),
+      rule_kwargs=dict(
+          action_model=False,
+          net=dict(input_option="flat", hidden_size=8, meta_hidden_size=0),
+      ),
   )
   return agent_lib.make_agent(settings, num_actions=3)
 

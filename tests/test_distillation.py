@@ -191,7 +191,7 @@ def test_the_student_file_loads_and_evaluates(run):
   assert net.input_option == "flat" and not rule.rule.action_model
   # Without student_torso, the teacher's agent network (none in the file).
   assert "settings" not in metadata
-  assert tuple(rule.settings.network.dense) == (512, 512)
+  assert tuple(rule.settings.network["dense"]) == (512, 512)
   assert set(rule.rule.agent_output_spec(3)) == {"logits", "y", "q"}
   # A student of it, in turn, carries the same terms.
   teacher = resolve.resolve_rule(str(path))
@@ -229,7 +229,7 @@ def test_a_student_with_the_teachers_agent_fits_and_exports(run, tmp_path):
   assert kwargs["action_model"] is True
   assert kwargs["net"]["input_option"] == "disco103"
   resolved = resolve.resolve_rule(str(path))
-  assert tuple(resolved.settings.network.dense) == (32,)
+  assert tuple(resolved.settings.network["dense"]) == (32,)
   student = resolved.rule
   assert student.action_model and student.target_heads == ("pi", "y", "z")
   assert set(student.agent_output_spec(3)) == {

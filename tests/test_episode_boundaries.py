@@ -25,14 +25,15 @@ RULES = ("actor_critic", "policy_gradient", "ppo", "mpo", "spo", "disco")
 
 
 def _agent(rule: str, loss_mask: str) -> agent_lib.Agent:
-  settings = registry.default_settings(rule)
-  settings.network = dict(
-      dense=(8,),
-      head_w_init_std=1e-2,
-      model_lstm_size=8,
-      model_head_hiddens=(8,),
+  settings = registry.default_settings(rule).replace(
+      network=dict(
+          dense=(8,),
+          head_w_init_std=1e-2,
+          model_lstm_size=8,
+          model_head_hiddens=(8,),
+      ),
+      loss_mask=loss_mask,
   )
-  settings.loss_mask = loss_mask
   return agent_lib.make_agent(settings, num_actions=A, num_updates=1)
 
 
@@ -252,16 +253,19 @@ def test_truncation_is_not_termination_in_the_learned_values(rule):
   for truncate in (True, False):
     env = _ConstantReward(8, limit=4, truncate=truncate)
     settings = registry.default_settings(rule)
-    settings.network = dict(
-        dense=(16,),
-        head_w_init_std=1e-2,
-        model_lstm_size=8,
-        model_head_hiddens=(8,),
-    )
-    settings.learning_rate = 1e-2
-    settings.hyper_params.discount_factor = 0.9
+    hyper_params = dict(settings.hyper_params, discount_factor=0.9)
     if rule == "mpo":
-      settings.hyper_params.target_update_tau = 0.05
+      hyper_params["target_update_tau"] = 0.05
+    settings = settings.replace(
+        network=dict(
+            dense=(16,),
+            head_w_init_std=1e-2,
+            model_lstm_size=8,
+            model_head_hiddens=(8,),
+        ),
+        learning_rate=1e-2,
+        hyper_params=hyper_params,
+    )
     agent = agent_lib.make_agent(settings, env.num_actions)
     cfg = loop_lib.LoopConfig(
         num_envs=8, rollout_len=9, batch_size=8, replay_capacity=0

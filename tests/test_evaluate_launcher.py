@@ -317,8 +317,8 @@ def test_resolve_rule_by_name_and_file(tmp_path):
   resolved = resolve.resolve_rule(str(path))
   settings = resolved.settings
   assert settings.rule == "actor_critic" and settings.learning_rate == 0.5
-  assert settings.rule_kwargs.num_bins == 11
-  assert settings.rule_kwargs.categorical_value  # default kept
+  assert settings.rule_kwargs["num_bins"] == 11
+  assert settings.rule_kwargs["categorical_value"]  # default kept
   assert resolved.meta_params == {} and resolved.label == "ac"
   assert resolved.rule.flat_output_spec(3)["v"].shape == (11,)
   bad = weights.save_meta_params(
@@ -665,7 +665,7 @@ def test_hyper_params_and_optimiser_from_the_command_line(tmp_path):
   plan = evaluation.build(config)
   assert plan.agent.rule.hyper_params["entropy_cost"] == 0.01
   settings = plan.rule.settings
-  assert settings.hyper_params.entropy_cost == 0.01
+  assert settings.hyper_params["entropy_cost"] == 0.01
   assert (settings.max_grad_norm, settings.max_abs_update) == (0.5, None)
   assert settings.adam_eps == 1e-5
   evaluation.write_config(plan)

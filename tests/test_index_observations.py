@@ -228,9 +228,12 @@ def test_value_function_on_indices_is_the_one_hot_value_function(dense):
   )
   assert index_fn.net_config.num_states == index_env.num_states
   settings = rule_registry.default_settings("lpg")
-  settings.rule_kwargs.net.update(TINY_NET)
-  settings.network = dict(
-      settings.network.to_dict(), dense=(4,), obs_embedding="one_hot"
+  settings = settings.replace(
+      rule_kwargs=dict(
+          settings.rule_kwargs,
+          net=dict(settings.rule_kwargs["net"], **TINY_NET),
+      ),
+      network=dict(settings.network, dense=(4,), obs_embedding="one_hot"),
   )
   agent = agent_lib.make_agent(
       settings,

@@ -288,9 +288,13 @@ def test_draw_lifetime_range():
 
 def tiny_settings(name="ta_lpg"):
   settings = registry.default_settings(name)
-  settings.rule_kwargs.net.update(TINY_NET)
-  settings.network = dict(settings.network.to_dict(), **TINY_AGENT_NET)
-  return settings
+  return settings.replace(
+      rule_kwargs=dict(
+          settings.rule_kwargs,
+          net=dict(settings.rule_kwargs["net"], **TINY_NET),
+      ),
+      network=dict(settings.network, **TINY_AGENT_NET),
+  )
 
 
 @pytest.fixture(scope="module")
@@ -368,13 +372,12 @@ def test_meta_gradient_matches_finite_differences():
   advantages are constants of the meta-gradient by design, and with more
   inner steps the meta-network's inputs are too, as GROOVE's)."""
   with jax.enable_x64(True):
-    settings = tiny_settings("lpg")
     # The agent's Adam excludes its denominator from differentiation (as
     # the published meta-trainer); a huge epsilon makes it constant, so the
     # meta-gradient is the exact derivative.
-    settings.adam_eps = 1e6
-    settings.learning_rate = 1e5
-    settings.max_grad_norm = None
+    settings = tiny_settings("lpg").replace(
+        adam_eps=1e6, learning_rate=1e5, max_grad_norm=None
+    )
     env = env_registry.make_env("lpg/dense", 2)
     agent = agent_lib.make_agent(settings, env.num_actions)
     value_fn = value_function.ValueFunction(

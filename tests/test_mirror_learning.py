@@ -162,14 +162,14 @@ def test_registry_entries_use_ppos_agent_and_loop():
     entry = registry.get_entry(name)
     assert dict(entry.loop) == registry.PPO_LOOP
     settings = registry.default_settings(name)
-    assert settings.network.to_dict() == (
-        registry.default_settings("ppo").network.to_dict()
+    assert dict(settings.network) == dict(
+        registry.default_settings("ppo").network
     )
-  assert registry.default_settings("dpo").hyper_params.dpo_alpha == 2.0
-  assert registry.default_settings("dpo").hyper_params.dpo_beta == 0.6
+  assert registry.default_settings("dpo").hyper_params["dpo_alpha"] == 2.0
+  assert registry.default_settings("dpo").hyper_params["dpo_beta"] == 0.6
   lpo = registry.default_settings("lpo")
-  assert lpo.rule_kwargs.features == "lu2022"
-  assert lpo.rule_kwargs.hidden_size == 128
+  assert lpo.rule_kwargs["features"] == "lu2022"
+  assert lpo.rule_kwargs["hidden_size"] == 128
 
 
 @pytest.mark.parametrize(
@@ -182,6 +182,6 @@ def test_registry_entries_use_ppos_agent_and_loop():
 )
 def test_bad_lpo_settings(kwargs, message):
   settings = registry.default_settings("lpo")
-  settings.rule_kwargs.update(kwargs)
+  settings = settings.replace(rule_kwargs=dict(settings.rule_kwargs, **kwargs))
   with pytest.raises(ValueError, match=message):
     agent_lib.make_agent(settings, 2, num_updates=10)

@@ -23,11 +23,9 @@ TINY = dict(dense=(16,), model_lstm_size=8, model_head_hiddens=(8,))
 
 
 def _disco_settings(compute_dtype):
-  settings = registry.default_settings("disco")
-  settings.network = agent_nets.network_settings(
-      **TINY, compute_dtype=compute_dtype
+  return registry.default_settings("disco").replace(
+      network=agent_nets.network_settings(**TINY, compute_dtype=compute_dtype)
   )
-  return settings
 
 
 def _observations(seed, *lead):

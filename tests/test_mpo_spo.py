@@ -314,13 +314,15 @@ ROWS = COLUMNS = 5
 
 def _spo_agent(head_std=1e-2, **rule_kwargs):
   settings = registry.default_settings("spo")
-  settings.network = dict(
-      dense=(16,),
-      head_w_init_std=head_std,
-      model_lstm_size=8,
-      model_head_hiddens=(8,),
+  settings = settings.replace(
+      network=dict(
+          dense=(16,),
+          head_w_init_std=head_std,
+          model_lstm_size=8,
+          model_head_hiddens=(8,),
+      ),
+      rule_kwargs=dict(settings.rule_kwargs, **rule_kwargs),
   )
-  settings.rule_kwargs.update(rule_kwargs)
   return agent_lib.make_agent(settings, num_actions=A)
 
 
@@ -566,7 +568,9 @@ def test_registered_settings():
     agent = agent_lib.make_agent(settings, num_actions=A)
     assert agent.rule.agent_output_spec(A)["logits"].shape == (A,)
   settings = registry.default_settings("spo")
-  settings.rule_kwargs.resampling_mode = "always"
+  settings = settings.replace(
+      rule_kwargs=dict(settings.rule_kwargs, resampling_mode="always")
+  )
   with pytest.raises(ValueError, match="resampling_mode"):
     registry.make_rule(settings)
 
@@ -696,7 +700,7 @@ def test_spo_unroll_meta_net_targets_duals_and_target_network():
     step = np.asarray(new_state["duals"][key] - state["duals"][key])
     assert np.sign(step) == -np.sign(np.asarray(grads[key])), key
     np.testing.assert_allclose(
-        np.abs(step), settings.rule_kwargs.dual_lr, rtol=0.05
+        np.abs(step), settings.rule_kwargs["dual_lr"], rtol=0.05
     )
 
   # Logged temperature: the pre-update dual.
@@ -716,12 +720,15 @@ def test_spo_search_two_steps_deep_matches_hand_computed_advantages():
   reference (the stored value is already discounted)."""
   gamma_s, lambda_s, n = 0.8, 0.5, 3
   settings = registry.default_settings("spo")
-  settings.rule_kwargs.update(
-      num_particles=n,
-      search_depth=2,
-      resampling_period=3,
-      search_gamma=gamma_s,
-      search_gae_lambda=lambda_s,
+  settings = settings.replace(
+      rule_kwargs=dict(
+          settings.rule_kwargs,
+          num_particles=n,
+          search_depth=2,
+          resampling_period=3,
+          search_gamma=gamma_s,
+          search_gae_lambda=lambda_s,
+      )
   )
   rule = registry.make_rule(settings)
   games = [[2, 1, 4, 2], [1, 3, 4, 0]]  # rows to fall: 2 and 3

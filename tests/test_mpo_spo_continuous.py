@@ -414,11 +414,10 @@ def test_scaled_actions():
 
 def _settings(rule, **rule_kwargs):
   settings = registry.default_settings(rule)
-  settings.network = dict(
-      dense=(16,), model_lstm_size=8, model_head_hiddens=(8,)
+  return settings.replace(
+      network=dict(dense=(16,), model_lstm_size=8, model_head_hiddens=(8,)),
+      rule_kwargs=dict(settings.rule_kwargs, **rule_kwargs),
   )
-  settings.rule_kwargs.update(rule_kwargs)
-  return settings
 
 
 def test_action_input_critic_network():
@@ -656,7 +655,9 @@ def test_spo_learns_reach_target_short():
   """SPO's search already picks the better of its sampled actions; the
   policy it trains improves on them."""
   settings = registry.default_settings("spo")
-  settings.rule_kwargs.update(num_particles=8, search_depth=1)
+  settings = settings.replace(
+      rule_kwargs=dict(settings.rule_kwargs, num_particles=8, search_depth=1)
+  )
   returns = _learn(StreamReach(8, size=2), settings, 200)
   start, end = returns[:20].mean(), returns[-40:].mean()
   assert end > start + 0.4, (start, end)

@@ -256,9 +256,10 @@ def test_registry_defaults_are_purejaxrls():
   assert settings.learning_rate == 2.5e-4 and settings.max_grad_norm == 0.5
   assert settings.adam_eps == 1e-5 and settings.anneal_learning_rate
   assert settings.max_abs_update is None
-  assert settings.network.dense == (64, 64)
-  assert settings.network.activation == "tanh"
-  assert settings.network.separate_torsos and settings.network.activate_final
+  network = settings.network
+  assert network["dense"] == (64, 64)
+  assert network["activation"] == "tanh"
+  assert network["separate_torsos"] and network["activate_final"]
   assert dict(settings.hyper_params) == dict(
       discount_factor=0.99,
       gae_lambda=0.95,
@@ -289,8 +290,9 @@ def test_ppo_learns_catch(rule):
   """CI version: Catch 5x5, one seed, 16 envs x 16 steps, 2 epochs x 4
   minibatches; DPO (PPO with DPO's drift) too."""
   settings = registry.default_settings(rule)
-  settings.learning_rate = 3e-3
-  settings.network.dense = (32,)
+  settings = settings.replace(
+      learning_rate=3e-3, network=dict(settings.network, dense=(32,))
+  )
   config = loop_lib.LoopConfig(
       num_envs=16,
       rollout_len=16,

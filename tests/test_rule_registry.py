@@ -68,7 +68,7 @@ def registered():
 def test_registered_rule_gets_settings_and_an_agent(registered):
   assert registered in registry.rule_names()
   settings = registry.default_settings(registered)
-  assert settings.rule == registered and settings.hyper_params.scale == 1.0
+  assert settings.rule == registered and settings.hyper_params["scale"] == 1.0
   agent = agent_lib.make_agent(settings, num_actions=3)
   assert isinstance(agent.rule, ImmediateReward)
   with pytest.raises(ValueError, match="already registered"):
@@ -79,7 +79,7 @@ def test_registered_rule_gets_settings_and_an_agent(registered):
     registry.register_rule("other", ImmediateReward, dict(learning_rate=0.1))
   # Unset settings come from the factory and the rule it builds.
   assert settings.max_abs_update == 1.0
-  assert settings.rule_kwargs.to_dict() == {}
+  assert dict(settings.rule_kwargs) == {}
   assert "immediate_reward" in evaluate.listing("rule")
 
 

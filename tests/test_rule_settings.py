@@ -1,11 +1,14 @@
-"""Tests for rule settings from flags (disco.update_rules.settings) in
-disco-eval and disco-meta-train, and their listing."""
+"""Tests for rule settings from flags (disco.update_rules.overrides) in
+disco-eval and disco-meta-train, their listing, and settings written by
+earlier versions (disco.update_rules.migrations)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
+import warnings
 
 from absl import flags
 import jax
@@ -23,14 +26,16 @@ from disco.launch import common
 from disco.launch import evaluate
 from disco.launch import meta_train
 from disco.meta import run_folder
+from disco.meta import settings as meta_settings_lib
 from disco.meta import trainer
 from disco.update_rules import actor_critic
-from disco.update_rules import disco
+from disco.update_rules import agent_settings
+from disco.update_rules import migrations
+from disco.update_rules import overrides
 from disco.update_rules import policy_gradient
 from disco.update_rules import registry
 from disco.update_rules import resolve
-from disco.update_rules import settings as rule_settings
-from disco.update_rules.settings import KEYS
+from disco.update_rules.overrides import KEYS
 
 import meta_settings
 import test_evaluate_launcher
@@ -86,7 +91,7 @@ def documented_rule():
 
 
 def test_listing_comes_from_the_registry_and_the_factories(documented_rule):
-  rows = {s: (d, m) for s, d, m in rule_settings.rows(documented_rule)}
+  rows = {s: (d, m) for s, d, m in overrides.rows(documented_rule)}
   assert rows["hyper_params.test_cost"] == (
       "0.25",
       "a coefficient of the rule's loss",
@@ -100,7 +105,7 @@ def test_listing_comes_from_the_registry_and_the_factories(documented_rule):
       "a switch only this test's rule has",
   )
   assert rows["learning_rate"][0] == "0.125"
-  table = rule_settings.describe()
+  table = overrides.describe()
   header = table.splitlines()[0].split()
   assert header == ["rule", "setting", "default", "meaning"]
   for name in registry.rule_names():  # every rule, every hyper-parameter
@@ -109,10 +114,10 @@ def test_listing_comes_from_the_registry_and_the_factories(documented_rule):
           line.split()[:2] == [name, f"hyper_params.{key}"]
           for line in table.splitlines()
       ), (name, key)
-  ppo = {s: d for s, d, _ in rule_settings.rows("ppo")}
+  ppo = {s: d for s, d, _ in overrides.rows("ppo")}
   assert ppo["hyper_params.entropy_cost"] == "0.01"
   assert ppo["rule_kwargs.clip_value"] == "True"
-  lpg = {s: d for s, d, _ in rule_settings.rows("lpg")}
+  lpg = {s: d for s, d, _ in overrides.rows("lpg")}
   assert lpg["rule_kwargs.net.hidden_size"] == "256"
 
 
@@ -176,7 +181,7 @@ def test_disco_eval_rule_kwargs_from_flags(tmp_path):
   )
   plan = evaluation.build(config)
   assert plan.rule.rule._clip_value is False
-  assert plan.rule.settings.rule_kwargs.clip_value is False
+  assert plan.rule.settings.rule_kwargs["clip_value"] is False
   config = test_evaluate_launcher.tiny_config(
       tmp_path, rule_kwargs=dict(clip=1.0)
   )
@@ -195,8 +200,9 @@ def test_disco_eval_rule_kwargs_must_fit_given_meta_params(tmp_path):
       tmp_path, rule="lpg", rule_kwargs=dict(net=tiny_net)
   )
   plan = evaluation.build(config)  # random meta-parameters of the new size
-  assert plan.rule.settings.rule_kwargs.net.hidden_size == 8
-  assert plan.rule.settings.rule_kwargs.net.lifetime_conditioning is False
+  net = plan.rule.settings.rule_kwargs["net"]
+  assert net["hidden_size"] == 8
+  assert net["lifetime_conditioning"] is False
   path = tmp_path / "lpg8.npz"
   weights_lib.save_meta_params(
       path,
@@ -262,14 +268,14 @@ def test_disco_meta_train_rule_settings_reach_the_agents(tmp_path):
   config = meta_settings.tiny_config(output_dir=str(tmp_path / "m"))
   config.hyper_params = dict(value_cost=0.3)
   plan = trainer.build(config)
-  assert plan.settings.hyper_params.value_cost == 0.3
+  assert plan.settings.hyper_params["value_cost"] == 0.3
   assert plan.rule.hyper_params["value_cost"] == 0.3
   # The export carries them, so disco-eval evaluates the rule as trained.
   path = trainer.export_meta_params(
       tmp_path / "rule.npz", plan.meta_params, plan.settings, meta_step=1
   )
   assert weights_lib.load_metadata(path)["settings"] == dict(
-      hyper_params=plan.settings.hyper_params.to_dict()
+      hyper_params=dict(plan.settings.hyper_params)
   )
   assert resolve.resolve_rule(str(path)).rule.hyper_params["value_cost"] == 0.3
   for key, value, match in (
@@ -311,22 +317,36 @@ def test_resume_compares_rule_settings_with_their_defaults_filled_in():
 COEFFICIENT = re.compile(r"(cost|coeff?|weight)s?$")
 
 
+def _new_key(moved: migrations.Moved) -> str:
+  """The hyper-parameter an old spelling moved to (``K`` of
+  ``hyper_params.K``)."""
+  assert moved.new.startswith("hyper_params."), moved
+  return moved.new.removeprefix("hyper_params.")
+
+
 def test_every_loss_coefficient_is_a_hyper_parameter():
   for name in registry.rule_names():
     entry = registry.get_entry(name)
-    kwargs = rule_settings.factory_parameters(entry.make)
+    kwargs = overrides.factory_parameters(entry.make)
     assert not [k for k in kwargs if COEFFICIENT.search(k)], name
-    # Every old spelling has its hyper-parameter.
+    # Every old spelling has its hyper-parameter, and is no keyword argument
+    # today.
     hyper_params = registry.default_settings(name).hyper_params
-    for new in rule_settings.old_spellings(entry.make):
-      assert new in hyper_params, (name, new)
+    for moved in migrations.moved(name):
+      assert _new_key(moved) in hyper_params, (name, moved)
+      assert moved.old.split(".")[1] not in kwargs, (name, moved)
+  # Every entry of the table is an old spelling of a rule registered today.
+  for moved in migrations.MOVED:
+    assert any(
+        moved in migrations.moved(name) for name in registry.rule_names()
+    ), moved
   pg = registry.default_settings("policy_gradient").hyper_params
-  assert (pg.entropy_cost, pg.pg_cost) == (0.01, 1.0)  # the old defaults
+  assert (pg["entropy_cost"], pg["pg_cost"]) == (0.01, 1.0)  # the old defaults
   assert (
       "entropy_cost"
       not in registry.default_settings("policy_gradient").rule_kwargs
   )
-  rows = {s: d for s, d, _ in rule_settings.rows("policy_gradient")}
+  rows = {s: d for s, d, _ in overrides.rows("policy_gradient")}
   assert rows["hyper_params.entropy_cost"] == "0.01"
   assert "rule_kwargs.entropy_cost" not in rows
 
@@ -365,12 +385,65 @@ def test_policy_gradient_loss_reads_its_coefficients_from_hyper_params():
 
 
 def _old_settings(name, hyper_params, **rule_kwargs):
-  """Rule ``name``'s default settings as an earlier version wrote them:
-  ``hyper_params`` (without the keys moved since) and old ``rule_kwargs``."""
-  settings = registry.default_settings(name)
-  settings.hyper_params = hyper_params
-  settings.rule_kwargs = {**settings.rule_kwargs.to_dict(), **rule_kwargs}
+  """Rule ``name``'s default settings as an earlier version wrote them (their
+  JSON form): ``hyper_params`` (without the keys moved since) and old
+  ``rule_kwargs``."""
+  settings = registry.default_settings(name).to_dict()
+  settings["hyper_params"] = hyper_params
+  settings["rule_kwargs"] = {**settings["rule_kwargs"], **rule_kwargs}
   return settings
+
+
+@contextlib.contextmanager
+def _no_old_setting_warning():
+  """A context in which an ``OldSettingWarning`` is an error."""
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", migrations.OldSettingWarning)
+    yield
+
+
+def _read_as(old: str, new: str, where: str = "") -> str:
+  """The pattern of the warning that ``where`` gives the old key ``old``,
+  read as ``new``."""
+  return (
+      f"{re.escape(where)}.*{re.escape(old)} is read as {re.escape(new)} "
+      r"\(moved on .*\); write " + re.escape(new) + " instead"
+  )
+
+
+@pytest.mark.parametrize(
+    "name, moved",
+    [(n, m) for n in registry.rule_names() for m in migrations.moved(n)],
+    ids=lambda x: x if isinstance(x, str) else x.old,
+)
+def test_each_old_spelling_is_read_as_its_new_key(name, moved):
+  """Every entry of the table, for every rule it applies to: the old key is
+  read as the new one, with a warning naming both, and builds the rule the
+  new key does."""
+  path = moved.old.split(".")[1:]  # [keyword] or [keyword, key]
+  old = {path[0]: 0.125} if len(path) == 1 else {path[0]: {path[1]: 0.125}}
+  with pytest.warns(
+      migrations.OldSettingWarning,
+      match=_read_as(moved.old, moved.new, "rule file x.npz"),
+  ):
+    upgraded = migrations.upgraded_settings(
+        _old_settings(name, {}, **old), "rule file x.npz"
+    )
+  assert path[0] not in upgraded["rule_kwargs"]
+  settings = agent_settings.AgentSettings.from_dict(upgraded)
+  assert settings.hyper_params[_new_key(moved)] == 0.125
+  expected = registry.default_settings(name)
+  expected = expected.replace(
+      hyper_params=dict(expected.hyper_params, **{_new_key(moved): 0.125})
+  )
+  assert settings == expected
+  assert (
+      registry.make_rule(settings).hyper_params
+      == registry.make_rule(expected).hyper_params
+  )
+  # The flags' hint names the new key, for the old key and for its dict.
+  assert moved.new in migrations.new_key(name, moved.old).split(", ")
+  assert moved.new in migrations.new_key(name, f"rule_kwargs.{path[0]}")
 
 
 def test_old_spellings_build_the_same_rule():
@@ -391,48 +464,73 @@ def test_old_spellings_build_the_same_rule():
           dict(policy_l2_coeff=0.02),
       ),
   ):
-    rule = registry.make_rule(_old_settings(name, {}, **old))
+    with pytest.warns(migrations.OldSettingWarning) as record:
+      upgraded = migrations.upgraded_settings(
+          _old_settings(name, {}, **old), "saved"
+      )
+    messages = "\n".join(str(w.message) for w in record)
+    for key in new:  # one warning per old key, naming the new one
+      assert messages.count(f"is read as hyper_params.{key} ") == 1, messages
+    rule = registry.make_rule(agent_settings.AgentSettings.from_dict(upgraded))
     expected = registry.default_settings(name)
-    expected.hyper_params.update(new)
+    expected = expected.replace(hyper_params=dict(expected.hyper_params, **new))
     assert rule.hyper_params == registry.make_rule(expected).hyper_params
     for key, value in new.items():
       assert rule.hyper_params[key] == value, (name, key)
   with pytest.raises(ValueError, match="policy_entropy_coeff") as info:
-    registry.make_rule(
-        _old_settings("lpg", {}, meta_regularizer_costs=dict(beta_9=1.0))
+    migrations.upgraded_settings(
+        _old_settings("lpg", {}, meta_regularizer_costs=dict(beta_9=1.0)),
+        "saved",
     )
   _one_line(str(info.value))
+  assert "beta_9" in str(info.value)
 
 
 def test_saved_settings_upgrade_to_todays():
   for name in ("policy_gradient", "disco103", "lpg"):
     today = registry.default_settings(name).to_dict()
-    old = _old_settings(name, {}).to_dict()
-    old["hyper_params"] = {  # written before the moved keys existed
-        k: v
-        for k, v in today["hyper_params"].items()
-        if k not in rule_settings.old_spellings(registry.get_entry(name).make)
-    }
+    moved = [_new_key(m) for m in migrations.moved(name)]
+    old = _old_settings(
+        name,
+        {  # written before the moved keys existed
+            k: v for k, v in today["hyper_params"].items() if k not in moved
+        },
+    )
     if name == "policy_gradient":
       old["rule_kwargs"].update(entropy_cost=0.01, pg_cost=1.0)
+      with pytest.warns(migrations.OldSettingWarning):
+        upgraded = migrations.upgraded_settings(old, "saved")
+    else:  # only keys added since, at their defaults: nothing to warn about
+      with _no_old_setting_warning():
+        upgraded = migrations.upgraded_settings(old, "saved")
     assert old != today
-    assert rule_settings.upgraded_settings(old) == today, name
+    assert upgraded == today, name
   unknown = dict(rule="no_such_rule", hyper_params={})
-  assert rule_settings.upgraded_settings(unknown) == unknown
+  assert migrations.upgraded_settings(unknown, "saved") == unknown
+  with _no_old_setting_warning():  # today's settings are today's
+    for name in registry.rule_names():
+      today = registry.default_settings(name).to_dict()
+      assert migrations.upgraded_settings(today, "saved") == today, name
   assert (
-      rule_settings.new_spelling("policy_gradient", "rule_kwargs.entropy_cost")
+      migrations.new_key("policy_gradient", "rule_kwargs.entropy_cost")
       == "hyper_params.entropy_cost"
   )
-  assert rule_settings.new_spelling(
+  assert migrations.new_key(
       "lpg", "rule_kwargs.meta_regularizer_costs"
   ).startswith("hyper_params.policy_entropy_coeff, ")
-  assert rule_settings.new_spelling("ppo", "rule_kwargs.entropy_cost") is None
+  assert migrations.new_key("ppo", "rule_kwargs.entropy_cost") is None
+  assert migrations.new_key("no_such_rule", "rule_kwargs.entropy_cost") is None
 
 
 def test_rule_files_with_old_spellings_load_in_todays(tmp_path):
   tiny_net = dict(hidden_size=8, embedding_sizes=(4, 1), prediction_size=4)
   settings = registry.default_settings("lpg")
-  settings.rule_kwargs.net.update(tiny_net)
+  settings = settings.replace(
+      rule_kwargs=dict(
+          settings.rule_kwargs,
+          net=dict(settings.rule_kwargs["net"], **tiny_net),
+      )
+  )
   meta_params = registry.make_rule(settings).init_meta_params(
       jax.random.PRNGKey(0)
   )
@@ -443,64 +541,113 @@ def test_rule_files_with_old_spellings_load_in_todays(tmp_path):
       metadata=dict(
           rule="lpg",
           rule_kwargs=dict(
-              settings.rule_kwargs.to_dict(),
+              settings.to_dict()["rule_kwargs"],
               meta_regularizer_costs=dict(policy_l2_coeff=0.02),
           ),
           settings=dict(hyper_params=dict(agent_target_coeff=0.25)),
           meta_step=3,
       ),
   )
-  resolved = resolve.resolve_rule(str(path))
+  with pytest.warns(
+      migrations.OldSettingWarning,
+      match=_read_as(
+          "rule_kwargs.meta_regularizer_costs.policy_l2_coeff",
+          "hyper_params.policy_l2_coeff",
+          f"rule file {path}",
+      ),
+  ):
+    resolved = resolve.resolve_rule(str(path))
   assert "meta_regularizer_costs" not in resolved.settings.rule_kwargs
-  assert resolved.settings.hyper_params.policy_l2_coeff == 0.02
-  assert resolved.settings.hyper_params.agent_target_coeff == 0.25
+  assert resolved.settings.hyper_params["policy_l2_coeff"] == 0.02
+  assert resolved.settings.hyper_params["agent_target_coeff"] == 0.25
   assert resolved.rule.hyper_params["policy_l2_coeff"] == 0.02
-  assert resolved.settings.rule_kwargs.net.hidden_size == 8
+  assert resolved.settings.rule_kwargs["net"]["hidden_size"] == 8
 
 
 def test_configs_with_old_spellings_train_the_same_rule(tmp_path):
   config = test_evaluate_launcher.tiny_config(
       tmp_path, rule="policy_gradient", rule_kwargs=dict(entropy_cost=0.05)
   )
-  plan = evaluation.build(config)
+  read_as = _read_as(
+      "rule_kwargs.entropy_cost", "hyper_params.entropy_cost", "config"
+  )
+  with pytest.warns(migrations.OldSettingWarning, match=read_as):
+    plan = evaluation.build(config)
   assert plan.rule.rule.hyper_params["entropy_cost"] == 0.05
-  assert plan.rule.settings.hyper_params.entropy_cost == 0.05
+  assert plan.rule.settings.hyper_params["entropy_cost"] == 0.05
   assert "entropy_cost" not in plan.rule.settings.rule_kwargs
   # From the command line: the config holds every default, which the old
-  # spelling replaces; another value beside it is an error naming both.
+  # spelling replaces; so does it another value beside it (the config was
+  # written when only the old key existed).
   config = _parse(evaluate, ["--config.rule=policy_gradient"])
   with config.unlocked():  # as a config file written before would
     config.rule_kwargs.entropy_cost = 0.05
   assert config.hyper_params.entropy_cost == 0.01
   config.update(test_evaluate_launcher.tiny_config(tmp_path).to_dict())
   config.rule = "policy_gradient"
-  assert evaluation.build(config).rule.rule.hyper_params["entropy_cost"] == 0.05
+  with pytest.warns(migrations.OldSettingWarning, match=read_as):
+    plan = evaluation.build(config)
+  assert plan.rule.rule.hyper_params["entropy_cost"] == 0.05
   config.hyper_params.entropy_cost = 0.1
-  with pytest.raises(
-      errors.UsageError,
-      match=r"config.rule_kwargs.entropy_cost \(the old spelling of "
-      r"config.hyper_params.entropy_cost\) is 0.05 but "
-      r"config.hyper_params.entropy_cost is 0.1 .*give only",
-  ) as info:
-    evaluation.build(config)
-  _one_line(str(info.value))
+  with pytest.warns(migrations.OldSettingWarning, match=read_as):
+    plan = evaluation.build(config)
+  assert plan.rule.rule.hyper_params["entropy_cost"] == 0.05
+  assert plan.rule.settings.hyper_params["entropy_cost"] == 0.05
+  # A meta-training config: Disco's old dict of meta-regulariser costs.
+  config = meta_settings.tiny_config()
+  config.rule_kwargs = dict(meta_regularizer_costs=dict(prediction_entropy=0.5))
+  with pytest.warns(
+      migrations.OldSettingWarning,
+      match=_read_as(
+          "rule_kwargs.meta_regularizer_costs.prediction_entropy",
+          "hyper_params.prediction_entropy_cost",
+          "config",
+      ),
+  ):
+    agent = meta_settings_lib.as_settings(config).agent
+  assert agent.hyper_params["prediction_entropy_cost"] == 0.5
+  assert "meta_regularizer_costs" not in agent.rule_kwargs
 
 
 def test_runs_saved_before_resume_with_the_moved_keys_at_their_defaults():
   """A meta-training run saved before the meta-regularisers were
   hyper-parameters (its config's hyper_params lack them) resumes; an LPG run
-  that set them the old way resumes with the same config."""
+  that set them the old way resumes with the same config, or with today's
+  spelling of it, but not with another value."""
   current = _parse(meta_train, []).to_dict()
   saved = dict(current, hyper_params=dict(current["hyper_params"]))
-  for key in rule_settings.old_spellings(disco.Disco):
-    del saved["hyper_params"][key]
-  run_folder.check_same_config(saved, current, "x")
+  for moved in migrations.moved("disco"):
+    del saved["hyper_params"][_new_key(moved)]
+  with _no_old_setting_warning():
+    run_folder.check_same_config(saved, current, "x")
   current = _parse(meta_train, [], config_name="meta_train_lpg").to_dict()
   current["rule_kwargs"]["meta_regularizer_costs"] = dict(policy_l2_coeff=0.02)
-  saved = dict(current, hyper_params=dict(agent_target_coeff=0.5))
-  run_folder.check_same_config(saved, current, "x")
+  saved = dict(
+      current,
+      hyper_params=dict(agent_target_coeff=0.5),
+      rule_kwargs=dict(current["rule_kwargs"]),
+  )
+  old, new = (
+      "rule_kwargs.meta_regularizer_costs.policy_l2_coeff",
+      "hyper_params.policy_l2_coeff",
+  )
+  with pytest.warns(
+      migrations.OldSettingWarning, match=_read_as(old, new)
+  ) as record:
+    run_folder.check_same_config(saved, current, "x")
+  # Both the saved config ("x") and the current one are read in today's form.
+  assert {str(w.message).split(":")[0] for w in record} == {"x", "config"}
+  read_as = _read_as(old, new, "x")
+  # Today's spelling of the same config.
+  del current["rule_kwargs"]["meta_regularizer_costs"]
+  current["hyper_params"]["policy_l2_coeff"] = 0.02
+  with pytest.warns(migrations.OldSettingWarning, match=read_as):
+    run_folder.check_same_config(saved, current, "x")
   current["hyper_params"]["policy_l2_coeff"] = 0.03
-  with pytest.raises(errors.UsageError, match="hyper_params: saved"):
+  with (
+      pytest.warns(migrations.OldSettingWarning, match=read_as),
+      pytest.raises(errors.UsageError, match="hyper_params: saved"),
+  ):
     run_folder.check_same_config(saved, current, "x")
 
 

@@ -85,11 +85,15 @@ TINY_ITERATIONS = 6
 
 def _tiny_settings(lr=1e-2, dense=(16,)):
   settings = rule_registry.default_settings("actor_critic")
-  settings.learning_rate = lr
-  settings.network.dense = dense
-  settings.rule_kwargs.categorical_value = False
-  settings.rule_kwargs.nonlinear_value_transform = False
-  return settings
+  return settings.replace(
+      learning_rate=lr,
+      network=dict(settings.network, dense=dense),
+      rule_kwargs=dict(
+          settings.rule_kwargs,
+          categorical_value=False,
+          nonlinear_value_transform=False,
+      ),
+  )
 
 
 @pytest.fixture(scope="module")

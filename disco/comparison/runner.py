@@ -18,11 +18,11 @@ from typing import Any
 
 from ml_collections import config_dict
 
-from disco import checks
 from disco import errors
 from disco import evaluation
 from disco import files
 from disco import run_folders
+from disco import startup
 from disco import stopping
 from disco.comparison import aggregates
 from disco.comparison import normalization
@@ -63,7 +63,7 @@ def build(settings: CompareSettings | config_dict.ConfigDict) -> Plan:
   """
   if not isinstance(settings, CompareSettings):
     settings = CompareSettings.from_config(settings)
-  checks.import_modules(settings.imports)
+  startup.start(settings_lib.PROGRAM, imports=settings.imports)
   output_dir = run_folders.output_dir(settings.output_dir, "compare")
   cells = []
   if not settings.run_dirs:

@@ -25,8 +25,8 @@ from disco.comparison import results as results_lib
 from disco.comparison import settings as settings_lib
 from disco.environments import registry as env_registry
 from disco.evaluation import outputs as eval_outputs
+from disco.update_rules import migrations
 from disco.update_rules import resolve
-from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
 CompareSettings = settings_lib.CompareSettings
@@ -121,7 +121,7 @@ class Cell:
     """``(finished, why not)``: finished when the folder holds a complete
     ``summary.json`` and a ``config.json`` saying it ran with the settings
     this comparison would run it with (rule settings saved by an earlier
-    version read as today's: ``rule_settings.upgraded_settings``) and with
+    version read as today's: ``migrations.upgraded_settings``) and with
     the same input files: each file the run would read now (its rule file,
     weights file, XLand ruleset file) has the SHA-256 digest recorded in
     ``config.json`` (each read once here). ``why not`` is one line naming a
@@ -146,8 +146,8 @@ class Cell:
       saved = dict(
           record["config"],
           # As today's version would have written them.
-          rule_settings=rule_settings.upgraded_settings(
-              record["rule_settings"]
+          rule_settings=migrations.upgraded_settings(
+              record["rule_settings"], str(out / "config.json")
           ),
       )
     except (OSError, ValueError, KeyError, TypeError) as e:

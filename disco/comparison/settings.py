@@ -31,7 +31,7 @@ from disco.comparison import report as report_lib
 from disco.comparison import significance
 from disco.environments import registry as env_registry
 from disco.evaluation import settings as eval_settings
-from disco.update_rules import settings as rule_settings
+from disco.update_rules import overrides as overrides_lib
 
 UsageError = errors.UsageError
 
@@ -634,19 +634,19 @@ def prepare(
 ) -> None:
   """Gives ``config.hyper_params`` and ``config.rule_kwargs`` an entry per
   registered rule of ``rules`` (default: ``config.rules``) with that rule's
-  settings and defaults (``rule_settings.completed``), so that overrides
+  settings and defaults (``overrides_lib.completed``), so that overrides
   may set any of them and no other. Rule files and unknown names get no
   entry (``build`` reports an unknown one)."""
   rules = config.rules if rules is None else rules
   with config.unlocked():
-    for key in rule_settings.KEYS:
+    for key in overrides_lib.KEYS:
       given = checks.as_dict(config.get(key) or {}, key)
       entries = {}
       for rule in rules or ():
         if not isinstance(rule, str) or not rule.isidentifier():
           continue  # files: set their settings in a config file
         try:
-          entries[rule] = rule_settings.completed(rule, given.get(rule), key)
+          entries[rule] = overrides_lib.completed(rule, given.get(rule), key)
         except ValueError:  # an unknown rule: build() reports it
           continue
       config[key] = entries

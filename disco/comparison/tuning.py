@@ -56,7 +56,7 @@ def _rule_hyper_params(rule: str) -> dict[str, float]:
       settings = rule_registry.default_settings(rule)
     except ValueError as e:
       raise UsageError(errors.one_line(e)) from None
-  return {k: float(v) for k, v in settings.hyper_params.to_dict().items()}
+  return {k: float(v) for k, v in settings.hyper_params.items()}
 
 
 def check_grid(tuning: settings_lib.Tuning) -> None:

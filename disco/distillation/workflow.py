@@ -101,18 +101,18 @@ def student_settings(
         f"teacher's targets y and z have {size} entries: the student must "
         "predict targets of the teacher's size (drop the setting)."
     )
-  settings = teacher.settings.copy_and_resolve_references()
-  with settings.unlocked():
-    settings.rule = "disco"
-    settings.rule_kwargs = dict(
-        settings.rule_kwargs.to_dict(),
-        net=run_folders.to_jsonable({**net, **student}),
-    )
-    if student_agent == "flat":
-      settings.rule_kwargs.action_model = False
-    if student_torso is not None:
-      settings.network.dense = tuple(student_torso)
-  return settings
+  rule_kwargs = dict(
+      teacher.settings.rule_kwargs,
+      net=run_folders.to_jsonable({**net, **student}),
+  )
+  if student_agent == "flat":
+    rule_kwargs["action_model"] = False
+  network = dict(teacher.settings.network)
+  if student_torso is not None:
+    network["dense"] = tuple(student_torso)
+  return teacher.settings.replace(
+      rule="disco", rule_kwargs=rule_kwargs, network=network
+  )
 
 
 def _write_csv(path, rows: list[dict[str, Any]]) -> None:
@@ -211,7 +211,10 @@ def distill(
   try:
     run_folders.write_json(
         out / "config.json",
-        dict(settings=dataclasses.asdict(settings), student=student_config),
+        dict(
+            settings=dataclasses.asdict(settings),
+            student=student_config.to_dict(),
+        ),
     )
     start = time.perf_counter()
     folder = settings.dataset.folder
@@ -275,7 +278,7 @@ def distill(
         teacher_meta_params=num_params(teacher.meta_params),
         student_meta_params=num_params(params),
         student=path,
-        student_net=student_config.rule_kwargs.net.to_dict(),
+        student_net=run_folders.to_jsonable(student_config.rule_kwargs["net"]),
         student_agent=settings.student_agent,
         student_network=run_folders.to_jsonable(student_config.network),
         final_fit=history[-1],

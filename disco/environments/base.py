@@ -1,38 +1,16 @@
 """The batched environment interface.
 
-Every environment in this package is batched: ``reset`` and ``step`` act on
-``B`` independent streams at once and return an ``EnvTimestep`` whose leaves
-lead with ``[B]``. Episodes reset automatically: the step that ends an
-episode returns ``step_type == LAST`` together with that step's reward and
-discount, but already carries the first observation of the next episode.
+``reset`` and ``step`` act on ``B`` streams and return an ``EnvTimestep``
+with ``[B, ...]`` leaves. Episodes reset automatically: the step ending an
+episode returns LAST with its reward and discount but the next episode's
+first observation.
 
-Two kinds exist:
-  * jittable environments (``is_jittable = True``): ``reset``/``step`` are pure
-    functions of an explicit state pytree and may be used under
-    ``jit``/``vmap``/``scan``; the state may be copied freely (search-based
-    rules such as SPO rely on this);
-  * host environments (``is_jittable = False``): Python objects that keep their
-    own state (``state`` is ignored and may be ``None``); they are driven from
-    a host loop.
-
-Actions. A discrete environment takes ``[B]`` int32 actions (its spec: int32,
-shape ``()``); a continuous one takes ``[B, D]`` float32 actions (its spec:
-float32, shape ``[D]``, with bounds ``minimum``/``maximum`` ``[D]``) and clips
-what it is given to those bounds, so that an unbounded policy (a Gaussian) may
-act on it and keep its unclipped samples for its log-probabilities.
-``is_continuous`` tells the two apart.
-
-Levels. A jittable environment may also expose *levels*: a level is a pytree
-of arrays holding the parameters that one lifetime's ``reset`` fixes (a grid
-world's size, walls and objects; a chain's length), with the same shapes and
-dtypes for every level, so that levels can be stored in buffers, stacked and
-passed through ``jit``/``vmap``. Such an environment sets ``has_levels =
-True`` and implements ``sample_level(rng)`` (a random level of its
-generator) and ``reset(rng, level)`` (a lifetime on that level; ``level=None``
-draws one with ``sample_level``); ``level_features(level)`` names a few
-scalars of a level for logs. Curricula (``disco.meta.level_samplers``) use
-only this protocol. ``require_levels`` turns a missing protocol into one clear
-error.
+Jittable environments (``is_jittable``) have pure ``reset``/``step`` on a
+copyable state pytree (search-based rules need this); host environments
+keep their own state (``state`` is ignored). Actions are ``[B]`` int32, or
+``[B, D]`` float32 clipped by the environment to its spec's bounds. With
+``has_levels``: ``sample_level(rng)`` and ``reset(rng, level)`` (None:
+sampled), levels being pytrees of arrays of fixed shapes, one per lifetime.
 """
 
 from __future__ import annotations
@@ -86,9 +64,8 @@ class Environment(abc.ABC):
 
   @abc.abstractmethod
   def action_spec(self) -> specs.BoundedArray:
-    """Spec of a single (unbatched) action: a discrete action is int32 of
-    shape ``()`` in ``[minimum, maximum]``; a continuous one is float32 of
-    shape ``[D]`` with per-dimension bounds (``step`` clips actions to them)."""
+    """Spec of one action: int32 shape ``()`` in ``[minimum, maximum]``, or
+    float32 ``[D]`` with per-dimension bounds."""
 
   has_levels: bool = False
 

@@ -1,64 +1,23 @@
-"""Brax environments as batched, jittable ``disco`` environments.
+"""Brax environments as batched, jittable disco environments.
 
-The locomotion and manipulation environments of the ``brax`` package (0.14)
-are available as ``brax/<id>`` (``ENV_NAMES``): ``brax/ant``,
-``brax/halfcheetah``, ``brax/hopper``, ``brax/walker2d``, ``brax/humanoid``,
-``brax/humanoidstandup``, ``brax/inverted_pendulum``,
-``brax/inverted_double_pendulum``, ``brax/reacher`` and ``brax/pusher``.
-(brax's ``swimmer`` is left out: its fluid forces call ``jnp.clip`` with
-the ``a_min`` keyword, which JAX 0.10 no longer has; ``fast`` is brax's test
-stub.)
+brax 0.14's environments are ``brax/<id>`` (``ENV_NAMES``;
+``EXCLUDED_IDS`` says why others are not)::
 
   env = brax_envs.make("ant", batch_size=64, backend="positional",
                        episode_length=1000)
 
-Settings:
+Settings: ``backend`` (``BACKENDS``; the default ``"positional"`` is that of
+brax's training notebook and purejaxrl's PPO; returns differ between
+backends), ``episode_length`` (1000), and brax's constructor arguments with
+simple defaults (``KWARG_DEFAULTS``). The time limit is a truncation (LAST,
+discount 1); an episode brax ends (``done``) a termination (LAST, discount
+0), also at the limit.
 
-  * ``backend``: brax's physics pipeline, one of ``BACKENDS``. The default,
-    ``"positional"`` (position-based dynamics), is the backend of brax's
-    own training notebook (``notebooks/training.ipynb``) and of purejaxrl's
-    ``ppo_continuous_action.py`` (its ``BraxGymnaxWrapper``), so that returns
-    compare with theirs; brax's notebook orders its pipelines from the most
-    realistic and slowest to the least realistic and fastest as
-    ``generalized``, ``positional``, ``spring``, and ``positional`` is a
-    middle that suits a CPU. ``"mjx"`` runs MuJoCo's own solver in JAX
-    (MuJoCo XLA), is written for accelerators and compiles the largest
-    programs. The environments differ between backends (brax changes time
-    steps, frame skips and gears per backend), so returns on one backend do
-    not carry over to another (``reference_scores`` holds the default
-    backend's).
-  * ``episode_length`` (default 1000, as brax's training wrappers): the time
-    limit. An episode that reaches it ends as a *truncation* (LAST with
-    discount 1, as brax's ``EpisodeWrapper`` marks it in
-    ``info["truncation"]``); an episode brax ends itself (``done``: a fallen
-    hopper, walker or humanoid, a tipped pendulum) is a *termination* (LAST
-    with discount 0), also at the time limit.
-  * the constructor arguments of brax's environment class with simple
-    defaults (booleans, finite numbers, pairs of them), e.g. ``ctrl_cost_weight``,
-    ``healthy_reward``, ``terminate_when_unhealthy``, ``healthy_z_range`` and
-    ``reset_noise_scale`` of ``brax/ant``; ``KWARG_DEFAULTS`` holds them with
-    brax 0.14's defaults (tests check it against the installed brax), so that
-    the settings are known without brax.
-
-Actions are ``[B, D]`` float32 in ``[-1, 1]`` per dimension, ``D`` brax's
-``action_size``; the adapter clips them to that box before brax sees them
-(brax scales them to its actuators' ranges). Observations are brax's
-``[obs_size]`` vectors, float32.
-
-Resets are automatic and fresh: the step that ends an episode returns the
-first observation of a new episode drawn with that step's key (brax's own
-``AutoResetWrapper`` instead restarts every episode of a stream from the
-state its first ``reset`` drew). Everything is determined by the keys:
-``reset(rng)`` splits one key per stream and step ``t`` of a stream draws its
-reset from ``fold_in(stream key, t)`` (``suite_utils``).
-
-brax's maintainers no longer develop its physics pipelines and environments
-actively (brax warns so at every build; the adapter silences that warning)
-and point to MuJoCo Playground; brax 0.14 installs and runs beside disco's
-JAX. brax is an optional dependency (``pip install -e '.[brax]'``); it is imported
-only when an environment is built, so ``import disco``, listings and
-settings need no brax, and its absence is one line naming the install
-command (``MissingPackageError``, a ``ValueError`` too).
+Actions: ``[B, D]`` float32, clipped to ``[-1, 1]``; observations ``[B,
+obs_size]`` float32. A finished episode restarts from a fresh state drawn
+with that step's key (not brax's ``AutoResetWrapper``'s replay of the first
+start). brax is optional (``pip install -e '.[brax]'``), imported only when
+built; without it ``make`` raises ``MissingPackageError``.
 """
 
 from __future__ import annotations
@@ -188,8 +147,7 @@ class BraxStreamState:
   """One stream's state (``[B, ...]`` in a ``SuiteState``).
 
   Attributes:
-    brax_state: brax's ``State`` (its physics state, observation, reward,
-      done flag, metrics and info), every leaf a strongly typed array.
+    brax_state: brax's ``State``, every leaf a strongly typed array.
     time: int32 steps taken in the current episode.
   """
 
@@ -227,8 +185,7 @@ def _check_id(env_id: str) -> str:
 
 
 def _is_simple(value: Any) -> bool:
-  """A bool, a finite number or a pair of finite numbers (what a setting
-  may be: run folders keep settings as strict JSON, without infinities)."""
+  """A bool, a finite number or a pair of them (settings are strict JSON)."""
   if isinstance(value, bool):
     return True
   if isinstance(value, tuple):
@@ -299,25 +256,17 @@ def _check_settings(name: str, env_id: str, settings: dict[str, Any]) -> None:
 
 
 def _strong(tree: Any) -> Any:
-  """Every leaf a strongly typed array of a canonical dtype (brax returns
-  some rewards and flags as Python floats), so that the state's types are
-  the same after ``reset`` and after ``step``."""
+  """Every leaf a strongly typed canonical array (brax returns some Python
+  floats), so state types match after ``reset`` and ``step``."""
   return suite_utils.canonical_params(tree)
 
 
 class BraxEnvironment(suite_utils.SuiteEnvironment):
   """``batch_size`` streams of a brax environment.
 
-  ``reset(rng)`` -> ``(SuiteState, EnvTimestep)`` with observations
-  ``[B, obs_size]`` float32 and step_type FIRST; ``step(state, actions
-  [B, D] float32)`` clips the actions to ``[-1, 1]``, steps every stream
-  with brax's ``step``, ends episodes that brax ends (LAST, discount 0) or
-  that reach ``episode_length`` (LAST, discount 1) and starts fresh ones.
-
   Attributes:
     backend: brax's physics pipeline.
-    episode_length: the time limit of every stream's episodes (``params``
-      holds it per stream).
+    episode_length: the time limit (``params`` holds it per stream).
   """
 
   def __init__(
@@ -368,19 +317,14 @@ def make(env_id: str, batch_size: int, **settings: Any) -> BraxEnvironment:
   """Builds ``batch_size`` streams of brax environment ``env_id``.
 
   Args:
-    env_id: a brax id such as ``"ant"`` (with or without the ``"brax/"``
-      prefix); ``ENV_IDS`` lists them.
+    env_id: an id of ``ENV_IDS`` (``"brax/"`` prefix optional).
     batch_size: number of streams ``B`` (>= 1).
     **settings: ``backend``, ``episode_length`` and brax's constructor
-      arguments (see ``env_specs()``).
-
-  Returns:
-    A jittable ``BraxEnvironment``.
+      arguments (``env_specs()``).
 
   Raises:
-    ValueError: for an unknown id, setting or backend (naming the valid
-      ones), an ill-typed value, or a missing ``brax`` package
-      (``MissingPackageError``, naming the install command).
+    ValueError: for an unknown id, setting or backend, a bad value, or brax
+      not installed (``MissingPackageError``).
   """
   env_id = _check_id(env_id)
   name = PREFIX + env_id
@@ -392,8 +336,7 @@ def make(env_id: str, batch_size: int, **settings: Any) -> BraxEnvironment:
       if k not in ("backend", "episode_length")
   }
   with warnings.catch_warnings():
-    # brax warns at every build that it is no longer actively maintained
-    # (the module docstring says so once).
+    # brax warns at every build that it is no longer actively maintained.
     warnings.filterwarnings("ignore", "Brax System", UserWarning)
     package_env = envs.get_environment(
         env_id, backend=settings.get("backend", DEFAULT_BACKEND), **kwargs

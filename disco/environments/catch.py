@@ -1,16 +1,10 @@
 """Jittable, batched Catch.
 
-A ball starts in a random column of the top row and falls one row per step; a
-paddle on the bottom row moves left, stays or moves right (actions 0, 1, 2).
-When the ball reaches the bottom row the episode ends with reward +1 if the
-paddle is under it and -1 otherwise; every other step gives reward 0. An
-episode therefore lasts ``rows - 1`` steps.
-
-A single stream's game is an int32 vector ``[4]`` holding
-``(ball_y, ball_x, paddle_y, paddle_x)``; the module-level functions below act
-on one such vector and are vmapped by ``Catch`` over ``B`` streams. Random
-numbers are drawn exactly as in the published DiscoRL jittable Catch, so the
-same key gives the same trajectories.
+A ball falls from a random column of the top row, one row per step; the
+paddle on the bottom row moves left, stays or moves right (actions 0, 1,
+2). After ``rows - 1`` steps the episode ends with +1 if the paddle is
+under the ball, else -1; other rewards are 0. Random numbers are drawn as
+in the published DiscoRL jittable Catch (same key, same trajectories).
 """
 
 from __future__ import annotations
@@ -129,12 +123,9 @@ def _step_stream(state, action, rows, columns):
 
 
 class Catch(base.Environment):
-  """``batch_size`` jittable Catch streams with automatic episode resets.
+  """``batch_size`` jittable Catch streams with automatic resets.
 
-  ``reset(rng)`` returns ``(CatchState, EnvTimestep)`` with observations
-  ``[B, rows, columns, 1]`` float32 and step_type FIRST; ``step(state,
-  actions [B])`` advances all streams. Both are pure (and jitted already), so
-  they compose with ``jit``/``vmap``/``scan`` and the state can be copied.
+  Observations are ``[B, rows, columns, 1]`` float32 boards.
   """
 
   is_jittable = True

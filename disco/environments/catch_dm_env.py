@@ -1,11 +1,7 @@
-"""Catch as a host-side ``dm_env.Environment``, and a batching wrapper.
-
-``CatchDmEnv`` is one Catch stream with the same dynamics as the jittable
-``catch.Catch`` (observation ``[rows, columns, 1]`` float32). ``BatchedDmEnv``
-turns ``B`` dm_env environments into a package ``Environment`` that steps them
-one after the other on the host and resets finished episodes the same way the
-jittable environments do.
-"""
+"""Catch as a host ``dm_env.Environment`` (``CatchDmEnv``, the dynamics of
+``catch.Catch``), and ``BatchedDmEnv``: ``B`` dm_env environments as one
+host ``Environment`` that steps them in turn and auto-resets as the
+jittable ones do."""
 
 from __future__ import annotations
 
@@ -22,15 +18,14 @@ from disco.environments import catch
 
 
 class CatchDmEnv(dm_env.Environment):
-  """One stream of Catch driven by a ``numpy`` ``RandomState``.
+  """One Catch stream driven by a numpy ``RandomState``.
 
   Args:
-    rows: board height (>= 2); an episode lasts ``rows - 1`` steps.
+    rows: board height (>= 2).
     columns: board width (>= 1).
-    seed: seed of the ``RandomState`` that draws the ball's start column.
-    ball_columns: optional start columns for the next episodes, used in order
-      instead of random draws (random draws resume once it is exhausted).
-      Useful to replay the episodes of another Catch implementation.
+    seed: seed of the ball's start columns.
+    ball_columns: start columns of the next episodes, used before random
+      draws (e.g. to replay another implementation's episodes).
   """
 
   def __init__(
@@ -112,14 +107,11 @@ def stream_seeds(seed: int, batch_size: int) -> list[int]:
 
 
 class BatchedDmEnv(base.Environment):
-  """``B`` dm_env environments as one batched, host-side ``Environment``.
+  """``B`` dm_env environments as one host ``Environment``.
 
-  ``reset`` ignores its key and ``step`` ignores its state (both return
-  ``None`` as the state). Observations come back as ``[B, ...]`` float32, and
-  reward/discount ``[B]`` float32, step_type ``[B]`` int32 (numpy arrays). The
-  step that ends an episode resets that stream at once: it reports the
-  episode's last reward with step_type LAST and discount 0, but the new
-  episode's first observation.
+  ``reset`` ignores its key, ``step`` its state; both return None as the
+  state. Timesteps are numpy: observations ``[B, ...]`` float32, reward and
+  discount ``[B]`` float32, step_type ``[B]`` int32.
   """
 
   is_jittable = False

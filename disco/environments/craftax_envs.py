@@ -1,61 +1,22 @@
-"""Craftax as batched, jittable ``disco`` environments (with achievements).
+"""Craftax as batched, jittable disco environments, with achievements.
 
-Four names (``ENV_NAMES``), the ids of ``craftax.craftax_env``:
+``ENV_NAMES``: ``craftax/Craftax-Classic-Symbolic-v1`` (``[1345]``
+observations, 17 actions, 22 achievements), ``craftax/Craftax-Symbolic-v1``
+(the full game: ``[8268]``, 43, 67) and their ``-Pixels-v1`` versions
+(``[H, W, 3]``). Needs ``pip install -e '.[craftax]'``.
 
-  * ``craftax/Craftax-Classic-Symbolic-v1``: Crafter's rules in JAX, a
-    ``[1345]`` observation (the local map's one-hot blocks and mobs, the
-    inventory, intrinsics, light and direction), 17 actions, 22
-    achievements;
-  * ``craftax/Craftax-Symbolic-v1``: the full game (9 floors), a ``[8268]``
-    observation, 43 actions, 67 achievements;
-  * ``craftax/Craftax-Classic-Pixels-v1`` and ``craftax/Craftax-Pixels-v1``:
-    the same games seen as ``[H, W, 3]`` images (slower: every step
-    renders).
+Death and beating the final boss are terminations (LAST, discount 0),
+``max_timesteps`` a truncation (LAST, discount 1). ``info`` is
+``{"achievement/<name>": [B] float32}``, at a LAST step 1.0 where the
+ended episode unlocked it.
 
-  env = craftax_envs.make("Craftax-Classic-Symbolic-v1", batch_size=64,
-                          max_timesteps=1000, reset_ratio=16)
-
-Needs the optional package (``pip install -e '.[craftax]'``); it is imported
-only when an environment is built or its settings are read, and a missing
-one gives one line naming that command (``suite_utils.MissingPackageError``).
-
-Episode ends. Craftax ends an episode when the player dies (health 0; in
-Classic also by walking into lava), when the full game's final boss is
-beaten, or when ``state.timestep`` reaches ``max_timesteps``, and reports all
-of them as ``done`` (with discount 0). Here the first ones are
-*terminations* (LAST, discount 0) and the time limit a *truncation* (LAST,
-discount 1): ``terminated`` is craftax's own ``is_terminal`` with the time
-limit lifted, ``truncated`` the rest of its ``done``.
-
-Achievements. Every timestep carries ``info`` (``types.EnvTimestep.info``)
-``{"achievement/<name>": [B] float32}``, e.g. ``achievement/collect_wood``:
-at a LAST step, 1.0 where the episode that ended unlocked it (craftax's own
-``info["Achievements/<name>"]`` is the same in percent). ``episode_stats``
-averages them over the episodes that end, so ``disco-eval``'s
-``metrics.csv`` gets a column ``episode/achievement/<name>`` (the success
-rate per iteration) and ``summary.json`` a ``final_episode_info``.
-
-Resets (setting ``reset_ratio``). Craftax's own auto-reset generates a new
-world in every stream at every step and keeps it only where the episode
-ended, which dominates the cost of a step. Here finished streams take their
-new worlds from a *reset pool* of ``ceil(B / reset_ratio)`` worlds,
-generated once per batch step from one key (stream 0's) and only in steps
-where some episode ends (a ``lax.cond``; under ``vmap`` both branches run):
-the ``k``-th stream to finish in a step takes world ``k mod pool size``.
-Worlds are fresh draws of craftax's generator, but two streams finishing in
-the same step share one when more streams finish than the pool holds (rare
-when episodes last hundreds of steps). ``reset_ratio=1`` gives every stream
-its own world from its own key (exactly craftax's auto-reset, B worlds per
-step that ends an episode). The default, 16, is the ratio of the Craftax
-authors' optimistic-reset wrapper in their baselines. The pool's worlds are
-generated with the parameters of stream 0 (streams share parameters unless
-``state.params`` is replaced; with per-stream parameters use 1).
-
-Settings: ``reset_ratio`` (int >= 1) and the fields of craftax's
-``EnvParams`` (``max_timesteps``: 10000 in Classic, 100000 in the full game;
-``day_length``, ``always_diamond``, mob settings, ...); ``env_specs()`` lists
-them with their defaults (without importing craftax). Observations are
-float32 (craftax's own dtype).
+Resets (``reset_ratio``, default 16 as the Craftax authors' optimistic
+resets): finished streams take new worlds from a pool of ``ceil(B /
+reset_ratio)`` worlds drawn with stream 0's key and parameters; the
+``k``-th stream finishing in a step takes world ``k mod pool size``, so
+streams may share one. ``reset_ratio=1``: a world per stream (craftax's
+auto-reset; needed with per-stream parameters). Other settings: craftax's
+``EnvParams`` fields (``env_specs()``).
 """
 
 from __future__ import annotations
@@ -104,7 +65,7 @@ def _check_id(env_id: str) -> str:
 
 
 def _package_env(env_id: str) -> Any:
-  """craftax's environment without auto-reset (this module resets)."""
+  """craftax's environment without auto-reset."""
   with suite_utils.requires_package(PREFIX + env_id, "craftax", INSTALL):
     # pylint: disable-next=g-import-not-at-top
     from craftax import craftax_env
@@ -125,10 +86,8 @@ def _achievement_names(env_id: str) -> tuple[str, ...]:
   return tuple(a.name.lower() for a in ordered)
 
 
-# The fields of craftax 1.6's EnvParams with their defaults, but for the
-# noise angles of world generation (tests check them against the installed
-# craftax): static, so that listing settings (docs, the launchers' config)
-# needs no craftax.
+# craftax 1.6's EnvParams fields and defaults (but the world-generation
+# noise angles), static so that listing settings needs no craftax.
 CLASSIC_PARAMS: dict[str, Any] = dict(
     max_timesteps=10000,
     day_length=300,
@@ -159,14 +118,7 @@ def _defaults(env_id: str) -> dict[str, Any]:
 
 
 class CraftaxEnvironment(suite_utils.SuiteEnvironment):
-  """``batch_size`` streams of a Craftax game.
-
-  ``reset(rng)`` -> ``(SuiteState, EnvTimestep)`` with observations
-  ``[B, *obs shape]`` float32, step_type FIRST and ``info`` of zeros;
-  ``step(state, actions [B] int32)`` steps every stream with craftax's
-  ``step`` (no auto-reset), maps deaths to terminations and the time limit
-  to truncations, and gives finished streams new worlds from the reset pool
-  (module docstring).
+  """``batch_size`` streams of a Craftax game (see the module docstring).
 
   Attributes:
     reset_ratio: streams per world of the reset pool (1: a world per
@@ -198,9 +150,7 @@ class CraftaxEnvironment(suite_utils.SuiteEnvironment):
 
   def _reset_stream(self, params, key):
     obs, env_state = self.package_env.reset(key, params)
-    # craftax's new worlds hold weakly typed scalars, its stepped ones do
-    # not: strong types keep ``step``'s input types the same after ``reset``
-    # (no second compile) and in a ``lax.scan``.
+    # Strong types: the state's types must match after reset and step.
     strong = lambda x: jnp.asarray(x, dtype=jnp.result_type(x))
     return jax.tree.map(strong, env_state), obs
 
@@ -224,10 +174,8 @@ class CraftaxEnvironment(suite_utils.SuiteEnvironment):
     return env_state, obs, reward, terminated, truncated, self._info(env_state)
 
   def _step_stream(self, params, env_state, action, key):
-    """One stream's step with a new world of its own where the episode
-    ended: craftax's auto-reset, which ``step`` batches for
-    ``reset_ratio=1`` (the base class's per-stream ``_step``, a vmap of
-    this, is its reference in the tests)."""
+    """One stream's step with its own new world where the episode ended
+    (craftax's auto-reset; the reference for ``reset_ratio=1`` in the tests)."""
     step_key, reset_key = jax.random.split(key)
     stepped, obs, reward, terminated, truncated, _ = self._advance(
         params, env_state, action, step_key
@@ -245,9 +193,8 @@ class CraftaxEnvironment(suite_utils.SuiteEnvironment):
     return state, timestep.replace(info=info)
 
   def _new_worlds(self, state: suite_utils.SuiteState, keys, done):
-    """``(env_state, obs)`` ``[B, ...]`` of the worlds finished streams get:
-    their own (``reset_ratio=1``) or the pool's; generated only when some
-    stream is ``done``."""
+    """``(env_state, obs)`` ``[B, ...]`` of the worlds finished streams get
+    (their own, or the pool's), generated only when some stream is ``done``."""
     if self.pool_size:
       params = jax.tree.map(lambda x: x[0], state.params)
       pool_keys = jax.random.split(keys[0], self.pool_size)
@@ -309,18 +256,13 @@ def make(env_id: str, batch_size: int, **settings: Any) -> CraftaxEnvironment:
   """Builds ``batch_size`` streams of Craftax game ``env_id``.
 
   Args:
-    env_id: one of ``ENV_IDS`` (with or without the ``"craftax/"`` prefix).
+    env_id: one of ``ENV_IDS`` (``"craftax/"`` prefix optional).
     batch_size: number of streams ``B`` (>= 1).
-    **settings: ``reset_ratio`` and craftax's parameters (see the module
-      docstring and ``env_specs()``).
-
-  Returns:
-    A jittable ``CraftaxEnvironment``.
+    **settings: ``reset_ratio`` and craftax's parameters.
 
   Raises:
-    ValueError: for an unknown id or setting (naming the valid ones), an
-      ill-typed or out-of-range value, or craftax not installed (a
-      ``MissingPackageError`` naming the install command).
+    ValueError: for an unknown id or setting, a bad value, or craftax not
+      installed (``MissingPackageError``).
   """
   env_id = _check_id(env_id)
   name = PREFIX + env_id

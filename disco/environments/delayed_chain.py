@@ -1,64 +1,24 @@
-"""Jittable, batched delayed chain MDP of LPG (Oh et al., 2020).
+"""Jittable, batched delayed chain MDP of LPG (Oh et al. 2020,
+arXiv:2007.08794, Appendix A.3; ``VARIANTS`` after its table).
 
-One of the environments on which the Learned Policy Gradient was first
-meta-trained: Oh, Hessel, Czarnecki, Xu, van Hasselt, Singh and Silver,
-"Discovering Reinforcement Learning Algorithms", NeurIPS 2020,
-arXiv:2007.08794, Appendix A.3 ("delayed chain MDP"), whose table of variants
-gives the chain-length ranges, the noisy-reward variants and the
-state-distraction variant used in ``VARIANTS``.
+Two actions. An episode starts in one of two start states, drawn
+uniformly; start state ``k`` rewards first action ``k`` (our reading). The
+first action picks the rewarding chain or the other; later actions are
+ignored. After ``N`` steps the episode terminates (LAST, discount 0) with
++1 on the rewarding chain, else -1; other steps give 0, or a fresh fair
++1/-1 in the noisy variants. ``N`` is drawn once per lifetime (one
+``reset``, shared by the ``B`` streams) unless ``chain_length`` fixes it.
 
-Provenance: the variants were read from public transcriptions of the appendix
-(independent re-implementations that agree on them), not from the paper's own
-text, which was not retrievable here. Check them against the paper when
-convenient.
+Observations (float32): a one-hot over ``2 + 2 * (max_length - 1)`` states
+(start states, then the rewarding and the other chain's depths);
+``state_distraction``: the start state, whether on the rewarding chain,
+and 20 fresh fair coins. Levels (``ChainLevel``) fix length, noise and
+distractor bits; the ``random`` variant (not in A.3) draws all three and
+shows the one-hot then 20 bits, its first ``distractors`` random.
 
-Dynamics (one stream), two actions:
-  * An episode starts in one of two start states, drawn uniformly; the start
-    state tells which first action is rewarded (start state ``k`` rewards
-    action ``k``).
-  * The first action decides, once and for all, whether the agent walks the
-    rewarding chain or the other one; every later action is ignored.
-  * The episode lasts ``N`` steps (the chain length). The last step gives +1
-    on the rewarding chain and -1 on the other, and terminates (LAST,
-    discount 0); the episode restarts at once. Other steps give 0 or, in the
-    noisy variants, +1 or -1 with equal probability, drawn afresh at every
-    step (A.3: noisy rewards on the way; a fresh fair coin each step is our
-    reading).
-  * ``N`` is drawn uniformly from the variant's range once per *lifetime*
-    (A.3) and then stays fixed; here a lifetime is everything after one
-    ``reset`` call, shared by its ``B`` streams. ``chain_length`` fixes it.
-
-The paper does not spell out how the rewarded first action varies. We draw it
-per episode and show it in the start state, so that each lifetime is an MDP
-whose optimal return is +1 and whose worst is -1; it matches the two relevant
-bits of the state-distraction variant, one of which tells the rewarded action.
-
-Observations (float32):
-  * tabular variants: a one-hot over ``2 + 2 * (max_length - 1)`` states: the
-    two start states, then the rewarding chain's states at depths
-    ``1..max_length-1``, then the other chain's. ``max_length`` is the top of
-    the variant's range, so the size does not depend on the drawn ``N``.
-  * ``state_distraction`` (A.3): ``2 + 20`` bits: the rewarded first action
-    (the start state), whether the agent is on the rewarding chain (0 before
-    the first action), then 20 distractor bits drawn afresh, each a fair
-    coin, at every step.
-
-Levels (``disco.environments.base``): a ``ChainLevel`` fixes a lifetime's
-chain length, whether its rewards are noisy and how many distractor bits it
-shows. ``sample_level`` draws the length from the variant's range and keeps
-the variant's noise and distractors, except in the ``random`` variant, which
-draws all three (length in [5, 50], noisy with probability 1/2, 0 to 20
-distractor bits) and observes the one-hot of the chain state followed by 20
-bits, of which the level's first ``distractors`` are fair coins drawn afresh
-at every step and the others 0.
-
-Caveat: only the first action of an episode matters, and with auto-reset that
-action is taken at an observation delivered by a LAST timestep. A learner
-that drops transitions starting at a LAST step (``loss_mask="published"`` in
-``disco.agent.Agent``, as the published DiscoRL agent) never trains it, so
-no rule learns this environment with that mask; the default ``"valid"``
-mask learns from it.
-
+Caveat: the first action is taken at the observation of a LAST timestep;
+``loss_mask="published"`` (``disco.agent.Agent``) drops those transitions,
+so no rule learns this environment with it.
 """
 
 from __future__ import annotations
@@ -87,10 +47,9 @@ class ChainVariant:
 
   Attributes:
     name: the variant's name in the A.3 table.
-    min_length, max_length: range of the chain length ``N`` (both included).
-    noisy_rewards: whether non-final steps give a random +1 or -1.
-    distractor_bits: number of random observation bits (0: tabular
-      observation).
+    min_length, max_length: range of the chain length ``N`` (inclusive).
+    noisy_rewards: non-final steps give a random +1 or -1.
+    distractor_bits: random observation bits (0: tabular observation).
   """
 
   name: str
@@ -161,18 +120,16 @@ class ChainLevel:
 
 @chex.dataclass(frozen=True)
 class ChainState:
-  """State of ``B`` delayed-chain streams.
+  """State of ``B`` delayed-chain streams (every field ``[B]``).
 
   Attributes:
-    start: ``[B]`` int32 start state of the episode (= its rewarded first
-      action).
-    depth: ``[B]`` int32 steps taken in the episode.
-    rewarding: ``[B]`` bool, whether the first action was the rewarded one
-      (False before it).
-    length: ``[B]`` int32 chain length ``N`` of the lifetime.
-    rng: ``[B, ...]`` one PRNG key per stream (used for the next step).
-    noisy: ``[B]`` bool, whether the lifetime's rewards are noisy.
-    distractors: ``[B]`` int32 distractor bits shown (``random`` variant).
+    start: int32 start state (= the rewarded first action).
+    depth: int32 steps taken in the episode.
+    rewarding: bool, the first action was the rewarded one (False before).
+    length: int32 chain length ``N`` of the lifetime.
+    rng: one PRNG key per stream.
+    noisy: bool, the lifetime's rewards are noisy.
+    distractors: int32 distractor bits shown (``random`` variant).
   """
 
   start: types.Array
@@ -267,14 +224,9 @@ def _step_stream(state, action, variant):
 class DelayedChain(base.Environment):
   """``batch_size`` streams of the LPG delayed chain MDP (Appendix A.3).
 
-  ``reset(rng)`` draws the lifetime's chain length (unless ``chain_length``
-  fixes it), shared by the ``B`` streams, and returns ``(ChainState,
-  EnvTimestep)`` with step_type FIRST; ``step(state, actions [B])`` advances
-  every stream and restarts finished episodes (see the module docstring).
-  Both are pure and jitted; the state can be copied.
-
-  Observations are ``[B, 2 + 2 * (max_length - 1)]`` one-hots, or ``[B, 22]``
-  bits for ``state_distraction``, float32. Actions are int32 in {0, 1}.
+  Observations are ``[B, 2 + 2 * (max_length - 1)]`` one-hots, ``[B, 22]``
+  bits (``state_distraction``) or ``[B, 2 * max_length + 20]`` (``random``),
+  float32. Actions are int32 in {0, 1}.
   """
 
   is_jittable = True
@@ -290,9 +242,8 @@ class DelayedChain(base.Environment):
 
     Args:
       batch_size: number of streams ``B``.
-      variant: a key of ``VARIANTS`` (the A.3 table's variants).
-      chain_length: None draws ``N`` from the variant's range at each
-        ``reset`` (a new lifetime per reset); an integer in ``[1,
+      variant: a key of ``VARIANTS``.
+      chain_length: None draws ``N`` at each ``reset``; an integer in ``[1,
         max_length]`` fixes it.
 
     Raises:
@@ -310,7 +261,7 @@ class DelayedChain(base.Environment):
     )
 
   def _sample_level(self, rng):
-    # The length comes from ``rng`` itself (as before levels existed).
+    # The length is drawn from ``rng`` itself.
     length_rng = rng
     noise_rng, bits_rng = (jax.random.fold_in(rng, i) for i in (1, 2))
     v = self.variant
@@ -340,8 +291,7 @@ class DelayedChain(base.Environment):
     )(jax.random.split(stream_rng, self.batch_size), level)
 
   def sample_level(self, rng: types.Array) -> ChainLevel:
-    """A random level: the variant's range of lengths (``random``: its
-    noise and distractor bits too)."""
+    """A random level of the variant."""
     return self._sample(rng)
 
   def level_features(self, level: ChainLevel) -> dict[str, types.Array]:

@@ -1,48 +1,18 @@
-"""gymnax environments as batched, jittable ``disco`` environments.
+"""gymnax environments as batched, jittable disco environments.
 
-Every environment of gymnax's registry is available as ``gymnax/<id>``
-(``ENV_NAMES``), e.g. ``gymnax/CartPole-v1`` or ``gymnax/Breakout-MinAtar``
-(discrete actions, ``DISCRETE_IDS``) and ``gymnax/Pendulum-v1`` or
-``gymnax/MountainCarContinuous-v0`` (continuous actions,
-``CONTINUOUS_IDS``).
+Every id of gymnax 1.0.1's registry is ``gymnax/<id>``: discrete
+(``DISCRETE_IDS``) or continuous (``CONTINUOUS_IDS``; ``[B, D]`` actions
+clipped to the ``Box`` bounds)::
 
   env = gymnax_envs.make("CartPole-v1", batch_size=32,
                          max_steps_in_episode=200)
 
-Settings are the environment's constructor arguments (e.g. ``rows`` and
-``columns`` of Catch-bsuite, ``size`` of DeepSea-bsuite,
-``use_minimal_action_set`` of MinAtar) and the fields of its parameters
-dataclass (e.g. ``max_steps_in_episode``, ``gravity``); ``env_specs()`` lists
-them with their defaults.
-
-gymnax (1.0.1) ``step(key, state, action, params)`` returns six values
-``(obs, state, reward, terminated, truncated, info)`` and resets by itself: on
-``terminated or truncated`` the returned state and observation are those of
-a fresh episode drawn from the same key (the final observation is in
-``info["final_observation"]``). ``terminated`` is the environment's natural
-end (a fallen pole, a lost game); ``truncated`` is
-``state.time >= params.max_steps_in_episode``. The adapter keeps both flags as
-they are: LAST with discount 0 where terminated, LAST with discount 1 where
-only truncated. (Some gymnax environments end only by their time limit, e.g.
-Freeway-MinAtar, DiscountingChain-bsuite and the misc bandits; gymnax calls
-those ends truncations, so they have discount 1 here too.)
-
-Actions. A discrete environment takes ``[B]`` int32 actions in
-``[0, num_actions)``. A continuous one takes ``[B, D]`` float32 actions; its
-``action_spec()`` has the bounds of gymnax's ``Box`` action space at the
-environment's parameters (Pendulum-v1: ``[1]`` in ``[-2, 2]``, the
-``max_torque`` setting; MountainCarContinuous-v0: ``[1]`` in ``[-1, 1]``;
-PointRobot-misc: ``[2]`` in ``[-0.1, 0.1]``; Reacher-misc and Swimmer-misc:
-``[2]`` in ``[-1, 1]``), and actions are clipped to them before gymnax sees
-them.
-
-Observations keep gymnax's shape (e.g. ``[4]`` for CartPole, ``[10, 10, C]``
-for MinAtar) and are cast to float32. gymnax is imported only when an
-environment is built, so ``import disco`` stays fast; gymnax needs ``six``
-when imported.
-
-MNISTBandit-bsuite downloads MNIST into ``/tmp/mnist`` when built; it is only
-built here when those files are already there (``make`` says which).
+Settings: the constructor arguments and parameter fields (``env_specs()``).
+gymnax's ``terminated`` and ``truncated`` flags are kept, so environments
+that end only by their time limit (e.g. Freeway-MinAtar, the bandits) end
+with discount 1. Observations keep gymnax's shape, as float32.
+MNISTBandit-bsuite needs its MNIST files in ``/tmp/mnist`` (never
+downloaded).
 """
 
 from __future__ import annotations
@@ -193,15 +163,8 @@ def _check_id(env_id: str) -> str:
 
 
 class GymnaxEnvironment(suite_utils.SuiteEnvironment):
-  """``batch_size`` streams of a gymnax environment.
-
-  ``reset(rng)`` -> ``(SuiteState, EnvTimestep)`` with observations
-  ``[B, *gymnax obs shape]`` float32 and step_type FIRST; ``step(state,
-  actions)`` (``[B]`` int32, or ``[B, D]`` float32 for a continuous action
-  space, clipped to its bounds) steps every stream with gymnax's own
-  ``step`` (which resets finished episodes) and maps its
-  ``terminated``/``truncated`` flags to LAST with discount 0/1.
-  """
+  """``batch_size`` streams of a gymnax environment, stepped (and reset) by
+  gymnax's own ``step``."""
 
   def _num_package_actions(self) -> int:
     return self.package_env.action_space(self.package_params).n
@@ -232,20 +195,14 @@ def make(env_id: str, batch_size: int, **settings: Any) -> GymnaxEnvironment:
   """Builds ``batch_size`` streams of gymnax environment ``env_id``.
 
   Args:
-    env_id: a gymnax id such as ``"CartPole-v1"`` or ``"Pendulum-v1"``
-      (with or without the ``"gymnax/"`` prefix).
+    env_id: a gymnax id (``"gymnax/"`` prefix optional).
     batch_size: number of streams ``B`` (>= 1).
-    **settings: constructor arguments and parameter overrides (see
-      ``env_specs()``).
-
-  Returns:
-    A jittable ``GymnaxEnvironment``.
+    **settings: constructor arguments and parameters (``env_specs()``).
 
   Raises:
-    ValueError: for an unknown id (naming the valid ones), an unknown
-      setting (naming the valid ones), an ill-typed value, MNISTBandit-bsuite
-      without its data files, or an action space that is neither discrete
-      nor a box of dimension ``[D]``.
+    ValueError: for an unknown id or setting, a bad value,
+      MNISTBandit-bsuite without its files, or an action space neither
+      discrete nor a ``[D]`` box.
   """
   gymnax = _import_gymnax()
   from gymnax.environments import spaces  # pylint: disable=g-import-not-at-top
@@ -281,12 +238,8 @@ def make(env_id: str, batch_size: int, **settings: Any) -> GymnaxEnvironment:
 def env_specs() -> (
     dict[str, tuple[Callable[..., base.Environment], dict[str, Any]]]
 ):
-  """``"gymnax/<id>"`` -> ``(factory(batch_size, **settings), defaults)``.
-
-  The defaults are the environment's constructor arguments and the fields of
-  its default parameters (this imports gymnax and builds each environment
-  once, except MNISTBandit-bsuite, whose defaults come from its class).
-  """
+  """``"gymnax/<id>"`` -> ``(factory(batch_size, **settings), defaults)``;
+  imports gymnax and builds each environment once."""
   specs = {}
   for env_id in ENV_IDS:
     ctor, fields = _defaults(env_id)

@@ -1,63 +1,29 @@
-"""Jittable, batched tabular grid worlds of LPG (Oh et al., 2020).
-
-The grid worlds on which the Learned Policy Gradient was first meta-trained:
-Oh, Hessel, Czarnecki, Xu, van Hasselt, Singh and Silver, "Discovering
-Reinforcement Learning Algorithms", NeurIPS 2020, arXiv:2007.08794,
-Appendix A.1 ("tabular grid world"). Every setting below names where it comes
-from: "the A.1 table" is the appendix table listing, per layout, the grid
-size, the objects (each with its reward ``r``, termination probability
-``eps_term`` and respawn probability ``eps_respawn``) and the episode length;
-"the A.1 figure" is the appendix figure drawing each layout's map.
-
-Provenance: the table values and the two maps with inner walls were read from
-public transcriptions of the appendix (three independent re-implementations
-that agree with one another), not from the paper's own text, which was not
-retrievable here. Check them against the paper when convenient.
+"""Jittable, batched tabular grid worlds of LPG (Oh et al. 2020,
+arXiv:2007.08794, Appendix A.1; its table and figure as read from public
+transcriptions).
 
 Dynamics (one stream):
-  * The agent stands on a free cell of an ``H x W`` grid whose border is a
-    wall (sizes in the A.1 table count free rows and columns only: the maps
-    in the A.1 figure put a wall around the listed area).
-  * Objects sit on distinct free cells. As in the appendix's tabular grid
-    worlds, their cells are drawn at random once per *lifetime* and then stay
-    fixed; here a lifetime is everything after one ``reset`` call, shared by
-    its ``B`` streams (see ``layout_seed`` for a fixed layout).
-  * Actions (choice, see ``action_set``): ``"move"``, 9 actions: stay, or
-    move to one of the 8 neighbouring cells (N, NE, E, SE, S, SW, W, NW);
-    a move into a wall or off the grid leaves the agent in place. The agent
-    collects an object by standing on its cell after the move (staying put
-    counts). ``"move_and_collect"``, 18 actions: the same 9 moves, which then
-    never collect, plus 9 actions that collect the object on the target cell
-    (own cell or a neighbour) without moving.
-  * Collecting gives the object's reward; the object disappears, and the
-    episode then terminates with the object's ``eps_term``. An object that was
-    absent at the start of a step reappears on its own cell at the end of it
-    with probability ``eps_respawn`` (so a collected object is gone for at
-    least the observation that follows its collection). Every other step
-    gives reward 0.
-  * An episode ends when it terminates (LAST, discount 0) or after the
-    layout's ``max_steps`` steps (truncated: LAST, discount 1; termination
-    wins when both happen on one step). It restarts at once: all objects
-    present, the agent on a uniformly drawn free cell without an object (the
-    start cell is not given by the paper; a random start is our choice).
+  * The agent stands on a free cell of the layout's grid (a wall around it).
+  * Objects sit on distinct free cells drawn once per lifetime (one
+    ``reset``, shared by its ``B`` streams; ``layout_seed`` fixes them).
+  * ``action_set="move"``: 9 actions, stay or move to one of the 8
+    neighbours (N, NE, ..., NW; into a wall: stay), collecting an object by
+    standing on it. ``"move_and_collect"``: 18 actions, the 9 moves (never
+    collecting) and 9 that collect on the target cell without moving.
+  * Collecting gives the object's reward, removes it and terminates with
+    its ``term_prob``; an absent object reappears at the end of a step with
+    its ``respawn_prob``.
+  * Termination: LAST, discount 0; ``max_steps``: truncation, LAST,
+    discount 1 (termination wins a tie). A new episode has all objects
+    present and the agent on a random free cell without an object (our
+    choice).
 
-Observations, choice ``observation``:
-  * ``"tabular"``: a float32 one-hot ``[F * 2**K]`` of the tabular state: which of the
-    ``F`` free cells the agent is on *and* which of the ``K`` objects are
-    present. The paper's tabular agents index a table by state; with objects
-    that disappear and respawn the agent's cell alone would not be Markov, so
-    the presence bits are part of the state. Index: ``cell * 2**K + mask``
-    with bit ``k`` of ``mask`` set when object ``k`` is present.
-  * ``"index"``: the same state as its int32 index ``cell * 2**K + mask``
-    (shape ``[]``; the spec is bounded in ``[0, F * 2**K - 1]``), for
-    networks that compute their first linear layer as a row gather
-    (``agent_nets.NetConfig.obs_embedding="one_hot"``): the same function as
-    on the one-hot vector, without building it.
-  * ``"random_features"``: float32 row ``cell * 2**K + mask`` of a fixed matrix
-    ``[F * 2**K, feature_size]`` of i.i.d. standard normal entries drawn from
-    ``feature_seed`` when the environment is built (the same for its whole
-    life). The paper does not give the feature distribution; a standard
-    normal is our choice.
+Observations of the state index ``cell * 2**K + mask`` (bit ``k``: object
+``k`` present; ``F`` free cells): ``"tabular"``, a float32 one-hot ``[F *
+2**K]``; ``"index"``, the int32 index (for
+``NetConfig.obs_embedding="one_hot"``); ``"random_features"``, a float32
+row of a fixed standard-normal ``[F * 2**K, feature_size]`` matrix drawn
+from ``feature_seed``.
 """
 
 from __future__ import annotations
@@ -101,10 +67,10 @@ WALL, FLOOR = "#", "."
 
 @dataclasses.dataclass(frozen=True)
 class ObjectKind:
-  """An object row of the A.1 table: ``count`` x ``[r, eps_term, eps_respawn]``.
+  """An object row of the A.1 table.
 
   Attributes:
-    count: how many objects of this kind the layout holds.
+    count: objects of this kind in the layout.
     reward: reward for collecting one.
     term_prob: probability that collecting one ends the episode.
     respawn_prob: per-step probability that a collected one reappears.
@@ -123,9 +89,9 @@ class Layout:
   Attributes:
     name: the layout's name in the A.1 table.
     grid: the free area, one string per row: ``"."`` free, ``"#"`` wall (the
-      border wall around it is implicit).
+      border wall is implicit).
     objects: the object kinds.
-    max_steps: episode length (time limit) from the A.1 table.
+    max_steps: episode length (time limit).
   """
 
   name: str
@@ -267,21 +233,10 @@ def check_settings(
 
 @dataclasses.dataclass(frozen=True)
 class _Tables:
-  """Static (numpy) tables of one layout, closed over by the jitted code.
-
-  Attributes:
-    free: ``[H, W]`` bool, free cells.
-    free_cells: ``[F, 2]`` int32 ``(row, column)`` of the free cells, in
-      row-major order.
-    cell_index: ``[H, W]`` int32 index of each free cell in ``free_cells``
-      (-1 on walls).
-    rewards, term_probs, respawn_probs: ``[K]`` float32 per object.
-    max_steps: episode length.
-    collect_actions: whether the 18-action set is used.
-    features: ``[F * 2**K, D]`` float32 observation rows, or None for one-hot
-      or index observations.
-    index_observations: observations are the int32 state indices.
-  """
+  """Static numpy tables of one layout, closed over by the jitted code:
+  ``free`` ``[H, W]``, ``free_cells`` ``[F, 2]`` (row-major), ``cell_index``
+  ``[H, W]`` (-1 on walls), per-object ``[K]`` ``rewards``, ``term_probs``,
+  ``respawn_probs``, and ``features`` ``[F * 2**K, D]`` or None."""
 
   free: np.ndarray
   free_cells: np.ndarray
@@ -344,13 +299,11 @@ class GridState:
   """State of ``B`` grid-world streams.
 
   Attributes:
-    position: ``[B, 2]`` int32 ``(row, column)`` of the agent (free area
-      coordinates, no border).
-    object_cells: ``[B, K, 2]`` int32 cell of each object (fixed for the
-      lifetime; the same in every stream after one ``reset``).
-    present: ``[B, K]`` bool, whether each object is on the grid.
-    time: ``[B]`` int32 steps taken in the current episode.
-    rng: ``[B, ...]`` one PRNG key per stream (used for the next step).
+    position: ``[B, 2]`` int32 ``(row, column)`` in the free area.
+    object_cells: ``[B, K, 2]`` int32, the same in every stream.
+    present: ``[B, K]`` bool.
+    time: ``[B]`` int32 steps into the episode.
+    rng: ``[B, ...]`` one PRNG key per stream.
   """
 
   position: types.Array
@@ -376,10 +329,8 @@ def _start_position(rng, object_cells, tables):
   taken = jnp.any(
       jnp.all(cells[:, None, :] == object_cells[None], axis=-1), axis=-1
   )  # [F]
-  # The largest uniform draw among the cells not taken: the cell
-  # jax.random.categorical draws from these logits with the same key (it
-  # takes the largest -log(-log(u)) of the same draws), at a fraction of the
-  # cost. Every step draws a start cell for the streams whose episodes end.
+  # The largest uniform draw among the free cells: the same cell as
+  # jax.random.categorical on these logits with the same key.
   u = jax.random.uniform(
       rng, taken.shape, minval=jnp.finfo(jnp.float32).tiny, maxval=1.0
   )
@@ -481,14 +432,9 @@ def _step_stream(state, action, tables):
 class LpgGridWorld(base.Environment):
   """``batch_size`` streams of one LPG tabular grid world (Appendix A.1).
 
-  ``reset(rng)`` draws the object cells for the lifetime (unless
-  ``layout_seed`` fixes them), shared by the ``B`` streams, and returns
-  ``(GridState, EnvTimestep)`` with step_type FIRST; ``step(state, actions
-  [B])`` advances every stream and restarts finished episodes (see the
-  module docstring). Both are pure and jitted; the state can be copied.
-
-  Observations are ``[B, F * 2**K]`` float32 (tabular), ``[B]`` int32
-  (index) or ``[B, feature_size]`` float32 (random features). Actions are int32 in ``[0, 9)`` or ``[0, 18)``.
+  Observations are ``[B, F * 2**K]`` float32 (tabular), ``[B]`` int32 (index)
+  or ``[B, feature_size]`` float32; actions int32 in ``[0, 9)`` or ``[0,
+  18)``.
   """
 
   is_jittable = True
@@ -507,15 +453,12 @@ class LpgGridWorld(base.Environment):
 
     Args:
       batch_size: number of streams ``B``.
-      layout: a key of ``LAYOUTS`` (the A.1 table's layouts).
-      observation: ``"tabular"`` (one-hot state), ``"index"`` (the state's
-        int32 index) or ``"random_features"``.
+      layout: a key of ``LAYOUTS``.
+      observation: ``"tabular"``, ``"index"`` or ``"random_features"``.
       feature_size: length ``D`` of a random feature vector.
-      feature_seed: seed of the random feature matrix (fixed for the
-        environment's life).
-      layout_seed: None draws the object cells from each ``reset`` key (a new
-        lifetime per reset, as in the paper's randomised lifetimes); an
-        integer fixes them for every reset.
+      feature_seed: seed of the random feature matrix.
+      layout_seed: None draws the object cells at each ``reset``; an integer
+        fixes them.
       action_set: ``"move"`` (9 actions) or ``"move_and_collect"`` (18).
 
     Raises:

@@ -1,16 +1,9 @@
 """Procedurally generated LPG grid worlds: random levels for curricula.
 
-A *level* (``GridLevel``) holds everything one lifetime of an LPG-style grid
-world fixes: the grid's side, its inner walls, the agent's start cell, up to
-``K`` objects with their cells, rewards, termination and respawn
-probabilities, and the episode length. ``RandomGridWorld`` (registered as
-``lpg/random``) steps any level of its mode; every level of a mode has the
-same array shapes (the maximum grid and object count, masked), so levels can
-be buffered, stacked and vmapped.
-
-Ranges (the random modes of GROOVE, Jackson et al., NeurIPS 2023,
-``environments/gridworld/configs.py`` of github.com/EmptyJackson/groove, read
-for their values; the code here is our own):
+A ``GridLevel`` fixes a lifetime; ``RandomGridWorld`` (``lpg/random``)
+steps any level of its mode (all padded to the mode's largest shapes).
+Ranges follow GROOVE's random modes (Jackson et al., NeurIPS 2023,
+github.com/EmptyJackson/groove):
 
 ========  =========  ================  =======  ================
 mode      grid side  walls drawn in    objects  episode length
@@ -21,28 +14,13 @@ large     8..10      15 of 10 x 10     2..5     250..750 (log)
 all       4..10      15 of 10 x 10     1..5     20..750 (log)
 ========  =========  ================  =======  ================
 
-In every mode each object has its own reward, uniform in ``[-1, 1]`` except
-the first's, uniform in ``[0, 1]`` (so a level always holds a rewarding
-object); its termination probability is log-uniform in ``[0.01, 1]`` and its
-respawn probability log-uniform in ``[0.001, 0.1]``. Walls are drawn without
-replacement over the mode's largest grid, so only those inside the drawn
-grid count (as in GROOVE). The start cell and the object cells are distinct
-free cells, fixed for the level (GROOVE's tabular levels).
-
-Solvable by construction (GROOVE does not promise this; we do): the object
-cells are drawn among the cells reachable from the start (a flood fill over
-the 8-neighbour moves, inside ``jit``); where walls leave fewer reachable
-cells than objects plus one, the level drops its walls. So every object of
-every level can be reached from the start.
-
-Dynamics follow ``lpg_grid`` (the 9-move action set; collecting by standing
-on an object's cell; termination and respawn per object; the time limit is
-a truncation), with one difference taken from GROOVE's levels: every episode
-starts on the level's start cell. Observation (choice ``observation``): a
-float32 one-hot ``[G * G * 2**K]`` (``"tabular"``) over the agent's cell in
-the largest grid and the presence bits of the ``K`` objects (absent objects
-of a level are never present), or its int32 index ``[]`` (``"index"``, as
-``lpg_grid``'s: for networks that gather their first linear layer).
+Object rewards are uniform in ``[-1, 1]`` (the first's in ``[0, 1]``),
+termination and respawn probabilities log-uniform in ``[0.01, 1]`` and
+``[0.001, 0.1]``. Every level is solvable (unlike GROOVE's): objects sit on
+distinct cells reachable from the start, or the level drops its walls.
+Dynamics are ``lpg_grid``'s 9-move ones, but episodes start on the level's
+start cell. Observations: ``"tabular"``, a float32 one-hot ``[G * G *
+2**K]`` of cell and presence bits, or ``"index"``, its int32 index.
 """
 
 from __future__ import annotations
@@ -87,15 +65,14 @@ OBSERVATIONS = ("tabular", "index")
 
 @chex.dataclass(frozen=True)
 class GridLevel:
-  """One grid-world level (``G``: the mode's largest side, ``K``: its most
-  objects).
+  """One level (``G``: the mode's largest side, ``K``: its most objects).
 
   Attributes:
-    size: int32 ``[]`` side of the grid (cells outside it are walls).
+    size: int32 ``[]`` grid side (cells outside are walls).
     walls: bool ``[G, G]``, True where the agent may not stand.
-    start: int32 ``[2]`` the agent's start cell (row, column).
+    start: int32 ``[2]`` start cell (row, column).
     object_cells: int32 ``[K, 2]``.
-    active: bool ``[K]``, which objects the level holds.
+    active: bool ``[K]``, the objects the level holds.
     rewards, term_probs, respawn_probs: float32 ``[K]`` (0 where inactive).
     max_steps: int32 ``[]`` episode length.
   """
@@ -118,11 +95,8 @@ def _log_uniform(rng, shape, low, high):
 
 
 def reachable(free: types.Array, start: types.Array) -> types.Array:
-  """Cells reachable from ``start`` over 8-neighbour moves: bool ``[G, G]``.
-
-  ``free``: bool ``[G, G]``; ``start``: int32 ``[2]`` (a free cell).
-  Jittable: ``G * G`` rounds of growing the region by one move.
-  """
+  """bool ``[G, G]``: cells reachable over 8-neighbour moves from ``start``
+  (int32 ``[2]``) through ``free`` (bool ``[G, G]``). Jittable."""
   g = free.shape[0]
   region = jnp.zeros_like(free).at[start[0], start[1]].set(True)
 
@@ -137,7 +111,7 @@ def reachable(free: types.Array, start: types.Array) -> types.Array:
 
 
 def sample_level(rng: types.Array, mode: LevelMode) -> GridLevel:
-  """A random solvable level of ``mode`` (see the module docstring)."""
+  """A random solvable level of ``mode``."""
   g, k = mode.max_size, mode.max_objects
   keys = jax.random.split(rng, 9)
   size = jax.random.randint(
@@ -191,8 +165,8 @@ def sample_level(rng: types.Array, mode: LevelMode) -> GridLevel:
 
 
 def is_solvable(level: GridLevel) -> types.Array:
-  """bool ``[]``: the start and every active object are on free cells and
-  every active object is reachable from the start."""
+  """bool ``[]``: the start and every active object are on distinct free cells,
+  every active object reachable from the start."""
   free = ~level.walls
   region = reachable(free, level.start)
   cells = level.object_cells
@@ -203,14 +177,14 @@ def is_solvable(level: GridLevel) -> types.Array:
 
 @chex.dataclass(frozen=True)
 class RandomGridState:
-  """State of ``B`` streams (every leaf leads with ``[B]``).
+  """State of ``B`` streams (every leaf ``[B, ...]``).
 
   Attributes:
     position: int32 ``[B, 2]``.
     present: bool ``[B, K]``.
     time: int32 ``[B]`` steps into the episode.
     rng: ``[B, ...]`` keys.
-    level: the ``GridLevel`` of each stream (leaves ``[B, ...]``).
+    level: each stream's ``GridLevel``.
   """
 
   position: types.Array
@@ -221,8 +195,8 @@ class RandomGridState:
 
 
 def _observe(position, present, g, as_index):
-  """The one-hot ``[G * G * 2**K]`` of the state, or (``as_index``) its
-  int32 index ``[]``."""
+  """The state's one-hot ``[G * G * 2**K]``, or (``as_index``) its int32
+  index."""
   k = present.shape[-1]
   bits = jnp.left_shift(1, jnp.arange(k, dtype=jnp.int32))
   mask = jnp.sum(jnp.where(present, bits, 0))
@@ -294,11 +268,11 @@ def _step_stream(state, action, g, as_index):
 class RandomGridWorld(base.Environment):
   """``batch_size`` streams of generated LPG grid-world levels.
 
-  ``reset(rng, level=None)`` starts a lifetime on ``level`` (None: a level
-  drawn from ``rng``), shared by the ``B`` streams; ``step`` as in every
-  batched environment. Observations ``[B, G * G * 2**K]`` float32
-  (``observation="tabular"``) or ``[B]`` int32 state indices (``"index"``);
-  9 actions (``lpg_grid.MOVES``).
+  Observations ``[B, G * G * 2**K]`` float32 (``"tabular"``) or ``[B]`` int32
+  (``"index"``); 9 actions (``lpg_grid.MOVES``).
+
+  Raises:
+    ValueError: for an invalid ``mode``, ``observation`` or ``batch_size``.
   """
 
   is_jittable = True

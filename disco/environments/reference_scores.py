@@ -1,42 +1,14 @@
-"""Reference scores of the environments: what a uniform random policy and a
-reference achieve, with their sources, and normalisation against them.
+"""Reference scores (uniform random policy and a reference, with sources)
+and normalisation against them: ``(score - random) / (reference -
+random)``.
 
-A normalised score is ``(score - random) / (reference - random)``: 0 is the
-uniform random policy and 1 the reference. ``REFERENCE_TABLE`` says where
-every number comes from (``ReferenceEntry``); ``get_entry`` looks an
-environment up and ``anchors`` gives its ``(random, reference - random)``.
-Users pass their own entries as ``overrides={env: ReferenceEntry(...)}``;
-they take precedence over the table. An entry whose ``reference_return`` is
-``None`` (no trustworthy number) makes normalising that environment raise
-``MissingReferenceError`` explaining how to supply one.
-
-Comparisons (``disco.comparison.normalization``, which re-exports these
-names) and meta-training (ES fitness, ``disco.meta.es``) both normalise with
-this table.
-
-Keys are ``"catch/<rows>x<columns>"`` (any size is derived exactly by
-``catch_entry``; ``"catch"`` means the default ``"catch/8x8"``),
-``"delayed_chain"``, ``"gymnax/<id>"``, ``"xminigrid/<id>"``,
-``"brax/<id>"``, ``"craftax/<id>"`` and ``"jumanji/Sokoban-v0"``
-(``env_key`` gives the key of an environment and its settings). The LPG grid
-worlds have no entry: their optimal returns are not known.
-
-The random returns of gymnax and xminigrid environments were measured with
-``python benchmarks/random_returns.py --episodes 4096 --seed 0`` (gymnax
-1.0.1, xminigrid 0.9.3, default environment parameters; the uniform random
-policy over each environment's action space, which for MinAtar is gymnax's
-default minimal action set, and for gymnax's continuous ones uniform over
-its ``Box``); the printed standard errors are quoted in the entries. Those
-of the Brax environments were measured the same way with ``--envs
-brax/<id> --episodes N --seed 0`` (N = 256, or 64 for the costlier bodies;
-brax 0.14.2, disco's adapter at its
-defaults: backend ``positional``, ``episode_length`` 1000, actions uniform
-in ``[-1, 1]^D``). Brax has no documented reference return for these
-environments at these settings (see ``_brax_entries``) except
-``brax/inverted_pendulum``'s exact maximum. Those of Craftax and Sokoban
-were measured through disco's own adapters with ``python
-benchmarks/open_env_returns.py random`` (craftax 1.6.1, jumanji 1.1.2; see
-the entries).
+``REFERENCE_TABLE`` holds the ``ReferenceEntry`` of each key;
+``overrides={env: ReferenceEntry(...)}`` take precedence. Without an entry
+or a ``reference_return`` normalising raises ``MissingReferenceError``.
+Keys: ``"catch/<rows>x<columns>"`` (any size, ``catch_entry``; ``"catch"``
+is 8x8), ``"delayed_chain"``, ``"gymnax/<id>"``, ``"xminigrid/<id>"``,
+``"brax/<id>"``, ``"craftax/<id>"``, ``"jumanji/Sokoban-v0"``; ``env_key``
+gives an environment's key. The LPG grid worlds have none.
 """
 
 from __future__ import annotations
@@ -71,23 +43,20 @@ _XMINIGRID_SRC = (
 
 @dataclasses.dataclass(frozen=True)
 class ReferenceEntry:
-  """Where the two anchors of one environment's normalisation come from.
+  """The two anchors of one environment's normalisation and their sources.
 
   Attributes:
     env: the table key, e.g. ``"gymnax/Breakout-MinAtar"``.
-    random_return: mean undiscounted episode return of the uniform random
-      policy (normalises to 0).
+    random_return: mean episode return of the uniform random policy (0).
     random_source: how ``random_return`` was obtained.
-    reference_return: the return that normalises to 1, or ``None`` when no
-      trustworthy number is known (normalising then raises).
-    reference_algorithm: what achieves ``reference_return`` (an algorithm,
-      or "optimal policy").
-    budget_env_steps: environment steps the reference algorithm trained
-      for; ``None`` for an optimum or when the source does not say.
-    source: citation of ``reference_return``, precise enough to check.
+    reference_return: the return that normalises to 1, or None if unknown.
+    reference_algorithm: what achieves it (or "optimal policy").
+    budget_env_steps: the reference's training steps (None: an optimum or
+      unknown).
+    source: citation of ``reference_return``.
     notes: caveats.
-    any_settings: whether the anchors hold for every setting of the
-      environment (keys ``env(key=value,...)`` then fall back to ``env``).
+    any_settings: the anchors hold for every setting (``env(key=value,...)``
+      falls back to ``env``).
   """
 
   env: str
@@ -109,20 +78,9 @@ class MissingReferenceError(ValueError):
 
 
 def catch_entry(rows: int = 8, columns: int = 8) -> ReferenceEntry:
-  """The exact entry of ``disco``'s Catch with ``rows`` x ``columns``.
-
-  Random return: the ball starts in a uniformly random column and falls for
-  ``rows - 1`` steps, independently of the actions; the random policy never
-  looks at it, so whatever the distribution of the paddle's final column,
-  the paddle is under the ball with probability exactly ``1 / columns``.
-  The return is +1 for a catch and -1 otherwise: ``2 / columns - 1``.
-
-  Optimal return: the ball's column is visible from the first step and the
-  paddle starts in column ``columns // 2`` and moves at most one column per
-  step for ``rows - 1`` steps, so it catches every ball within ``rows - 1``
-  columns of its start: ``2 * reachable / columns - 1`` (+1 whenever
-  ``columns // 2 <= rows - 1``, as for 8x8 and 5x5).
-  """
+  """The exact entry of disco's Catch with ``rows`` x ``columns``: random
+  ``2 / columns - 1``, optimal ``2 * reachable / columns - 1`` (the paddle
+  reaches ``rows - 1`` columns either side of column ``columns // 2``)."""
   if rows < 2 or columns < 1:
     raise ValueError(
         f"Catch needs rows >= 2 and columns >= 1, got {rows}x" f"{columns}."
@@ -234,10 +192,8 @@ _BRAX_RANDOM = {
 
 
 def _brax_entries() -> list[ReferenceEntry]:
-  """The Brax entries (default settings only): measured random returns;
-  the exact maximum of ``brax/inverted_pendulum``; no reference for the
-  others (normalising them raises ``MissingReferenceError`` unless a
-  reference, e.g. a tuned PPO's return, is supplied as an override)."""
+  """The Brax entries (default settings): measured random returns, the exact
+  maximum of ``brax/inverted_pendulum``, no reference for the others."""
   entries = []
   for env_id, (random_return, sem, episodes) in _BRAX_RANDOM.items():
     name = f"brax/{env_id}"
@@ -524,10 +480,9 @@ def _how_to_supply(env: str) -> str:
 def env_key(env: str, settings: Mapping[str, object] | None = None) -> str:
   """The table key of registered environment ``env`` with ``settings``.
 
-  ``catch/<rows>x<columns>`` for Catch; otherwise the name, followed by the
-  settings that differ from the registered defaults, if any:
-  ``delayed_chain(chain_length=3)``. Runs of one environment with different
-  settings so get different keys.
+  ``catch/<rows>x<columns>`` for Catch; else the name followed by the
+  settings that differ from the defaults, e.g.
+  ``delayed_chain(chain_length=3)``.
   """
   settings = dict(settings or {})
   if env == "catch":
@@ -545,9 +500,8 @@ def env_key(env: str, settings: Mapping[str, object] | None = None) -> str:
 
 
 def _plain(value: object) -> str:
-  """A comparable form of a setting (tuples, lists and arrays alike, as
-  JSON: an array default such as gymnax's Acrobot ``available_torque`` and
-  the list a saved config holds are the same setting)."""
+  """A comparable, JSON-like form of a setting (tuples, lists and arrays
+  alike)."""
 
   def array_or_text(x):
     return np.asarray(x).tolist() if hasattr(x, "__array__") else str(x)
@@ -558,10 +512,9 @@ def _plain(value: object) -> str:
 def get_entry(
     env: str, overrides: Mapping[str, ReferenceEntry] | None = None
 ) -> ReferenceEntry:
-  """The entry of ``env``: from ``overrides``, the table, or (for
-  ``catch/<rows>x<columns>``) ``catch_entry``. A key with settings,
-  ``name(key=value,...)``, falls back to the entry of ``name`` when that
-  entry holds for ``any_settings``.
+  """The entry of ``env``: from ``overrides``, the table, or ``catch_entry``.
+  A key ``name(key=value,...)`` falls back to ``name``'s entry if it holds
+  for ``any_settings``.
 
   Raises:
     MissingReferenceError: for an environment with no entry.
@@ -600,13 +553,12 @@ def get_entry(
 def anchors(
     env: str, overrides: Mapping[str, ReferenceEntry] | None = None
 ) -> tuple[float, float]:
-  """``(random return, reference return - random return)`` of ``env``: the
-  offset and scale of its normalised scores.
+  """``(random, reference - random)`` of ``env``: the offset and scale of its
+  normalised scores.
 
   Raises:
-    MissingReferenceError: if ``env`` has no entry or its entry has no
-      reference return; the message says how to supply one.
-    ValueError: if the entry's reference equals its random return.
+    MissingReferenceError: without an entry or a reference return.
+    ValueError: if the reference equals the random return.
   """
   entry = get_entry(env, overrides)
   if entry.reference_return is None:
@@ -634,7 +586,7 @@ def normalize(
   """``(scores - random) / (reference - random)`` for one environment.
 
   Args:
-    scores: raw returns on ``env``, any shape (e.g. ``[num_seeds]``).
+    scores: raw returns on ``env``, any shape.
     env: a table key (or an alias such as ``"catch"``).
     overrides: ``{env: ReferenceEntry}`` taking precedence over the table.
 
@@ -642,9 +594,8 @@ def normalize(
     float64 array of the shape of ``scores``.
 
   Raises:
-    MissingReferenceError: if ``env`` has no entry or its entry has no
-      reference return; the message says how to supply one.
-    ValueError: if the entry's reference equals its random return.
+    MissingReferenceError: without an entry or a reference return.
+    ValueError: if the reference equals the random return.
   """
   random, span = anchors(env, overrides)
   return (np.asarray(scores, np.float64) - random) / span

@@ -1,18 +1,10 @@
 """Environments by name: ``make_env("catch", batch_size=32, rows=5)``.
 
-One entry per environment: its factory ``(batch_size, **settings)``, the
-settings it accepts with their defaults, and whether it is jittable.
-Register your own with ``register_env``; the launchers then accept its name
-(``disco-eval --config.env=<name>``; ``--config.env=list`` lists them).
-
-Registered here: Catch (jittable and ``dm_env``), the LPG grid worlds
-(``lpg/<layout>``) and delayed chain of Oh et al. (2020), random grid-world
-levels (``lpg/random``, see ``lpg_levels``), every gymnax environment
-(``gymnax/<id>``; the continuous-action ones too), the XLand-MiniGrid
-environments (``xminigrid/<id>``), and from optional packages Brax
-(``brax/<id>``), Craftax (``craftax/<id>``) and Sokoban
-(``jumanji/Sokoban-v0``). The suites' packages are imported only when one of
-their environments is built or its settings are read.
+Each entry: a factory ``(batch_size, **settings)``, the accepted settings
+with defaults, and whether it is jittable. ``register_env`` adds one, which
+the launchers then accept (``--config.env=<name>``; ``--config.env=list``
+lists them). The optional suites (Brax, Craftax, Sokoban) are imported only
+when one of their environments is built or its settings are read.
 """
 
 from __future__ import annotations
@@ -43,10 +35,10 @@ class EnvEntry:
   Attributes:
     name: the registry name.
     make: ``(batch_size, **settings) -> Environment``.
-    defaults: accepted settings and their defaults, or a function returning
-      them (read on first use, for suites whose package is slow to import).
-    jittable: whether ``reset``/``step`` are pure and jittable (meta-training
-      and search-based rules need this).
+    defaults: accepted settings and defaults, or a function returning them
+      (read on first use).
+    jittable: ``reset``/``step`` are pure and jittable (meta-training and
+      search-based rules need this).
     description: one line for listings.
   """
 
@@ -103,9 +95,8 @@ def env_names() -> tuple[str, ...]:
 
 
 def close_names(name: str, names: Iterable[str], n: int = 3) -> list[str]:
-  """Up to ``n`` of ``names`` that look like ``name``: those containing it
-  (ignoring case), then close spellings of the whole name or of the part
-  after the family prefix (``gymnax/``)."""
+  """Up to ``n`` of ``names`` like ``name``: those containing it (any case),
+  then close spellings of it or of its part after the family prefix."""
   names = list(names)
   found = [x for x in names if name.lower() in x.lower()]
   by_suffix = {x.split("/")[-1]: x for x in names}
@@ -123,8 +114,7 @@ def get_entry(name: str) -> EnvEntry:
   """The entry of ``name``.
 
   Raises:
-    ValueError: naming close matches (``disco-eval --config.env=list`` lists
-      every name).
+    ValueError: for an unknown name, naming close matches.
   """
   if name not in _REGISTRY:
     close = close_names(str(name), _REGISTRY)

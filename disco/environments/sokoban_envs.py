@@ -1,50 +1,20 @@
-"""Sokoban (jumanji's) as a batched, jittable ``disco`` environment.
+"""jumanji's Sokoban as a batched, jittable disco environment.
 
-One name, ``jumanji/Sokoban-v0`` (jumanji's id): push the 4 boxes of a
-10x10 Boxoban level onto its 4 targets.
+``jumanji/Sokoban-v0``: push the 4 boxes of a 10x10 Boxoban level onto its
+4 targets. Needs ``pip install -e '.[sokoban]'``.
 
-  env = sokoban_envs.make("Sokoban-v0", batch_size=32)        # offline levels
-  env = sokoban_envs.make("Sokoban-v0", batch_size=32, generator="boxoban",
-                          boxoban_levels="boxoban-levels/unfiltered/train")
+Levels (``generator``; disco downloads none): ``"toy"`` (default),
+jumanji's two fixed levels, the second unsolvable; ``"simple"``, one
+trivial level; ``"boxoban"``, uniform draws from ``boxoban_levels``: a
+folder of the ``*.txt`` files of github.com/google-deepmind/boxoban-levels,
+one such file, or a ``.npy`` of the Hugging Face dataset
+``InstaDeepAI/boxoban-levels``.
 
-Needs the optional package jumanji (``pip install -e '.[sokoban]'``),
-imported only when the environment is built or its settings are read; a
-missing one gives one line naming that command.
-
-Levels (setting ``generator``). jumanji's own default generator downloads the
-Boxoban levels at run time; disco never downloads anything, so the choice is:
-
-  * ``"toy"`` (the default): jumanji's ``ToyGenerator``, two fixed levels
-    held in the package (offline; for tests and smoke runs). The second
-    cannot be solved (a box starts against a wall with no target along it),
-    so the best solve rate is 0.5 (``reference_scores`` has the optimum);
-  * ``"simple"``: jumanji's ``SimpleSolveGenerator``, one trivial level;
-  * ``"boxoban"``: DeepMind's Boxoban levels read from local files, setting
-    ``boxoban_levels``: a folder of the level files of
-    https://github.com/google-deepmind/boxoban-levels (e.g. after
-    ``git clone`` of it, ``boxoban-levels/unfiltered/train``; every
-    ``*.txt`` in the folder is read), one such file, or a ``.npy`` file of
-    the Hugging Face dataset ``InstaDeepAI/boxoban-levels`` (``[N, 10, 10,
-    2]`` uint8: fixed grid, variable grid), which jumanji reads. Each reset
-    draws one level uniformly.
-
-Time steps. jumanji's ``step`` (no auto-reset) ends an episode when every box
-is on a target (*solved*) or after ``time_limit`` steps (jumanji's default
-120), both with discount 0. Here solving is a *termination* (LAST, discount
-0) and the time limit a *truncation* (LAST, discount 1); finished streams
-are reset with a fresh key from the stream's. Rewards are jumanji's: -0.1
-per step, +1 for a box pushed onto a target (-1 off it), +10 for solving.
-
-Observations: ``[10, 10, 4]`` float32 one-hot channels (wall, target, box,
-agent) of jumanji's grid; empty floor is all zeros. jumanji's step count is
-left out (the time limit is a truncation, which the losses handle).
-Actions: 4 (up, right, down, left; a move into a wall or an unpushable box
-does nothing).
-
-Info (``types.EnvTimestep.info``): ``solved`` (1.0 where the episode ended
-solved) and ``boxes_on_targets`` (the fraction of boxes on targets at its
-end), so ``disco-eval``'s ``metrics.csv`` has ``episode/solved`` (the solve
-rate) and ``episode/boxes_on_targets``.
+Solving is a termination (LAST, discount 0), ``time_limit`` (120) a
+truncation (LAST, discount 1). Rewards (jumanji's): -0.1 per step, +1 per
+box onto a target (-1 off), +10 for solving. Observations: ``[10, 10, 4]``
+float32 one-hot (wall, target, box, agent); 4 actions. ``info``: ``solved``
+and ``boxes_on_targets`` (fraction at the end).
 """
 
 from __future__ import annotations
@@ -109,15 +79,15 @@ def _check_id(env_id: str) -> str:
 
 
 def parse_boxoban_text(text: str, source: str = "") -> np.ndarray:
-  """The levels of one Boxoban text file: ``[N, 10, 10, 2]`` uint8 (fixed
-  grid, variable grid; jumanji's codes).
+  """The levels of one Boxoban text file: ``[N, 10, 10, 2]`` uint8 (fixed,
+  variable grid; jumanji's codes).
 
-  The file holds levels as ``; <number>`` followed by 10 rows of 10
-  characters (``#`` wall, ``.`` target, ``$`` box, ``@`` agent, ``*`` box
-  on a target, ``+`` agent on a target, space floor).
+  Levels are ``; <number>`` then 10 rows of 10 characters (``#`` wall, ``.``
+  target, ``$`` box, ``@`` agent, ``*`` box on target, ``+`` agent on target,
+  space floor).
 
   Raises:
-    ValueError: a level that is not 10x10 or an unknown character.
+    ValueError: for a level not 10x10 or an unknown character.
   """
   levels, rows = [], None
   for line in text.splitlines() + [";"]:
@@ -142,12 +112,11 @@ def parse_boxoban_text(text: str, source: str = "") -> np.ndarray:
 
 
 def load_boxoban_levels(path: str | os.PathLike[str]) -> np.ndarray:
-  """Boxoban levels from a local folder of text files, one text file or a
-  ``.npy`` file (see the module docstring): ``[N, 10, 10, 2]`` uint8.
+  """``[N, 10, 10, 2]`` uint8 Boxoban levels from a folder of text files, one
+  text file or a ``.npy`` file.
 
   Raises:
-    ValueError: one line naming the path, what was wrong and how to get the
-      levels.
+    ValueError: naming the path, the problem and how to get the levels.
   """
   path = Path(path)
   if path.is_dir():
@@ -181,8 +150,7 @@ def load_boxoban_levels(path: str | os.PathLike[str]) -> np.ndarray:
 
 
 def _levels_generator(levels: np.ndarray) -> Any:
-  """A jumanji ``Generator`` drawing one of ``levels`` ``[N, 10, 10, 2]``
-  uniformly at every reset."""
+  """A jumanji ``Generator`` drawing one of ``levels`` uniformly per reset."""
   # pylint: disable-next=g-import-not-at-top
   from jumanji.environments.routing.sokoban import generator as generator_lib
   from jumanji.environments.routing.sokoban import types as sokoban_types  # pylint: disable=g-import-not-at-top
@@ -227,8 +195,8 @@ def _generator(kind: str, boxoban_levels: str) -> Any:
 
 
 def observe(grid: types.Array) -> types.Array:
-  """jumanji's ``[10, 10, 2]`` grid (variable, fixed) -> ``[10, 10, 4]``
-  float32 one-hot channels (wall, target, box, agent)."""
+  """jumanji's ``[10, 10, 2]`` (variable, fixed) grid -> ``[10, 10, 4]``
+  float32 one-hot (wall, target, box, agent)."""
   variable, fixed = grid[..., 0], grid[..., 1]
   return jnp.stack(
       [fixed == WALL, fixed == TARGET, variable == BOX, variable == AGENT],
@@ -237,16 +205,8 @@ def observe(grid: types.Array) -> types.Array:
 
 
 class SokobanEnvironment(suite_utils.SuiteEnvironment):
-  """``batch_size`` streams of jumanji's Sokoban.
-
-  ``reset(rng)`` -> ``(SuiteState, EnvTimestep)`` with observations
-  ``[B, 10, 10, 4]`` float32, step_type FIRST and ``info`` of zeros;
-  ``step(state, actions [B] int32)`` steps every stream with jumanji's
-  ``step`` (solved: termination; time limit: truncation) and resets
-  finished ones. The package state kept per stream is jumanji's ``State``;
-  the time limit lives in the package environment (``state.params`` is
-  None).
-  """
+  """``batch_size`` streams of jumanji's Sokoban; the package state is
+  jumanji's ``State`` and ``state.params`` is None."""
 
   def _num_package_actions(self) -> int:
     return self.package_env.action_spec.num_values
@@ -257,8 +217,8 @@ class SokobanEnvironment(suite_utils.SuiteEnvironment):
     return env_state, observe(timestep.observation.grid)
 
   def _transition(self, env_state, action, key):
-    """``(state, observation, reward, terminated, truncated, info)`` of one
-    stream, reset where the episode ended."""
+    """One stream's ``(state, observation, reward, terminated, truncated,
+    info)``, reset where the episode ended."""
     stepped, timestep = self.package_env.step(env_state, action)
     done = timestep.last()
     terminated = jnp.logical_and(done, timestep.extras["solved"])
@@ -306,18 +266,13 @@ def make(env_id: str, batch_size: int, **settings: Any) -> SokobanEnvironment:
   """Builds ``batch_size`` streams of jumanji's Sokoban.
 
   Args:
-    env_id: ``"Sokoban-v0"`` (with or without the ``"jumanji/"`` prefix).
+    env_id: ``"Sokoban-v0"`` (``"jumanji/"`` prefix optional).
     batch_size: number of streams ``B`` (>= 1).
-    **settings: ``generator``, ``boxoban_levels`` and ``time_limit`` (see
-      the module docstring).
-
-  Returns:
-    A jittable ``SokobanEnvironment``.
+    **settings: ``generator``, ``boxoban_levels`` and ``time_limit``.
 
   Raises:
-    ValueError: for an unknown id, setting or generator, a bad value,
-      missing or unreadable Boxoban levels, or jumanji not installed (a
-      ``MissingPackageError`` naming the install command).
+    ValueError: for an unknown id or setting, a bad value, unreadable
+      levels, or jumanji not installed (``MissingPackageError``).
   """
   env_id = _check_id(env_id)
   name = PREFIX + env_id
@@ -349,6 +304,5 @@ def make(env_id: str, batch_size: int, **settings: Any) -> SokobanEnvironment:
 def env_specs() -> (
     dict[str, tuple[Callable[..., base.Environment], dict[str, Any]]]
 ):
-  """``"jumanji/Sokoban-v0"`` -> ``(factory(batch_size, **settings),
-  defaults)`` (imports nothing)."""
+  """``"jumanji/Sokoban-v0"`` -> ``(factory, defaults)`` (imports nothing)."""
   return {PREFIX + ENV_ID: (functools.partial(make, ENV_ID), dict(DEFAULTS))}

@@ -1,35 +1,6 @@
-"""Shared machinery of the adapters for third-party jittable suites.
-
-``SuiteEnvironment`` turns a package's single-stream, pure ``reset`` and
-``step`` functions into a batched ``disco`` environment (``B`` streams,
-``EnvTimestep`` outputs, automatic resets as in ``catch.py``). A subclass only
-says how to reset one stream and how to step one stream, returning the
-package's own ``terminated`` and ``truncated`` flags; this module turns them
-into step types and discounts:
-
-  * ``terminated``: LAST with discount 0 (no value beyond this step);
-  * ``truncated`` (a time limit) and not terminated: LAST with discount 1;
-  * neither: MID with discount 1.
-
-The observation of a LAST step is already the first observation of the next
-episode: a subclass's ``_step_stream`` must return the state and observation
-after the package's (or its own) automatic reset.
-
-Actions are discrete (a subclass says how many with ``_num_package_actions``:
-``step`` takes ``[B]`` int32) or continuous (a subclass returns per-dimension
-bounds from ``_package_action_bounds``: ``step`` takes ``[B, D]`` float32
-and clips them to the bounds before the package sees them, as
-``base.Environment`` promises).
-
-The batched state is a ``SuiteState``: the package's state, the package's
-parameters, one PRNG key and one step count per stream, every leaf leading
-with ``[B]``, so
-that it can be copied, broadcast or gathered along the stream axis (as the
-search of SPO does) and so that streams may even carry different parameters.
-
-The module also holds the error helpers the adapters share: unknown names with
-close matches, unknown settings and ill-typed setting values.
-"""
+"""Shared machinery of the adapters for third-party jittable suites:
+``SuiteEnvironment``, which batches a package's pure single-stream
+environment, and the adapters' shared errors."""
 
 from __future__ import annotations
 
@@ -52,21 +23,15 @@ from disco.environments import base
 
 @chex.dataclass(frozen=True)
 class SuiteState:
-  """State of ``B`` streams of a third-party environment.
+  """State of ``B`` streams (every leaf ``[B, ...]``: streams can be copied,
+  gathered or given different parameters).
 
   Attributes:
-    env_state: the package's own state (for xminigrid its ``TimeStep``, which
-      holds the state); every leaf ``[B, ...]``.
-    params: the package's environment parameters; every array leaf
-      ``[B, ...]`` (one copy per stream; static fields live in the tree
-      structure). ``step`` uses these, not the adapter's, so streams may be
-      given different parameters by replacing them.
-    rng: ``[B, ...]`` one PRNG key per stream, fixed from ``reset`` on.
-    num_steps: ``[B]`` uint32 steps the stream has taken (over all its
-      episodes); step ``t`` draws its randomness (including that of a reset)
-      from ``fold_in(rng, t)``, one hash per stream and step, as cheap as the
-      packages' own ``split(key, B)`` (a split per stream would cost twice as
-      much, which shows on cheap environments such as MinAtar).
+    env_state: the package's state.
+    params: the package's parameters, per stream; ``step`` uses these.
+    rng: one PRNG key per stream.
+    num_steps: ``[B]`` uint32 steps taken; step ``t`` draws from
+      ``fold_in(rng, t)``.
   """
 
   env_state: Any
@@ -76,12 +41,8 @@ class SuiteState:
 
 
 def canonical_params(params: Any) -> Any:
-  """Parameters with every leaf a JAX array of a canonical, strong dtype.
-
-  Python scalars become arrays (``float`` -> float32, ``int`` -> int32,
-  ``bool`` -> bool) so that the state's dtypes never change between ``reset``
-  and ``step`` (a ``lax.scan`` carry must keep its types).
-  """
+  """``params`` with every leaf a JAX array of canonical, strong dtype, so
+  state dtypes match after ``reset`` and ``step``."""
 
   def convert(leaf):
     dtype = leaf.dtype if hasattr(leaf, "dtype") else np.result_type(leaf)
@@ -104,18 +65,11 @@ def transition_timestep(
     terminated: types.Array,
     truncated: types.Array,
 ) -> types.EnvTimestep:
-  """One stream's ``EnvTimestep`` for a transition (scalars, obs float32).
-
-  Args:
-    observation: the observation shown after the step (after an automatic
-      reset: the next episode's first one).
-    reward: the transition's reward.
-    terminated: whether the episode reached a terminal state.
-    truncated: whether the episode hit a time limit.
+  """One stream's ``EnvTimestep`` of a transition.
 
   Returns:
-    LAST where terminated or truncated, otherwise MID; discount 0 where
-    terminated (even if also truncated), otherwise 1.
+    LAST if ``terminated`` or ``truncated`` (time limit), else MID; discount
+    0 if terminated (even if also truncated), else 1; float32 observation.
   """
   terminated = jnp.asarray(terminated).astype(bool)
   truncated = jnp.asarray(truncated).astype(bool)
@@ -139,26 +93,18 @@ def first_timestep(observation: types.Array) -> types.EnvTimestep:
 
 
 class SuiteEnvironment(base.Environment, abc.ABC):
-  """``B`` streams of a package's pure, single-stream environment.
+  """``B`` streams of a package's pure single-stream environment.
 
-  Subclasses implement ``_reset_stream`` and ``_step_stream`` for one
-  stream (they are vmapped over the ``B`` streams and jitted here), and
-  either ``_num_package_actions`` (discrete actions) or
-  ``_package_action_bounds`` (continuous actions). ``reset(rng)`` returns
-  ``(SuiteState, EnvTimestep)`` with step_type FIRST and observations
-  ``[B, *observation_spec().shape]`` float32; ``step(state, actions)``
-  advances every stream with ``[B]`` int32 actions (discrete) or ``[B, D]``
-  float32 ones, clipped to the bounds (continuous). Both are pure and
-  jitted, so they compose with ``jit``/``vmap``/``scan`` and the state can
-  be copied.
+  Subclasses implement ``_reset_stream``, ``_step_stream`` and
+  ``_num_package_actions`` (discrete, ``[B]`` int32 actions) or
+  ``_package_action_bounds`` (continuous, ``[B, D]`` float32 actions clipped
+  to the bounds). Observations are float32.
 
   Attributes:
-    name: the environment's disco name, e.g. ``"gymnax/CartPole-v1"``.
-    package_env: the package's environment object.
-    params: the package's parameters ``reset`` gives every stream
-      (unbatched, canonical arrays).
-    package_params: the same parameters as the package built them (Python
-      scalars left as they are), for driving the package directly.
+    name: the disco name, e.g. ``"gymnax/CartPole-v1"``.
+    package_env: the package's environment.
+    params: what ``reset`` gives every stream (canonical arrays).
+    package_params: the parameters as the package built them.
   """
 
   is_jittable = True
@@ -192,8 +138,7 @@ class SuiteEnvironment(base.Environment, abc.ABC):
     self._observation_shape = tuple(jnp.shape(obs))
 
   def _num_package_actions(self) -> int:
-    """The number of discrete actions of ``package_env`` (at ``params``);
-    only asked where ``_package_action_bounds`` is ``None``."""
+    """The number of discrete actions (asked only without action bounds)."""
     raise NotImplementedError(
         f"{type(self).__name__} implements neither _num_package_actions "
         "nor _package_action_bounds."
@@ -202,8 +147,7 @@ class SuiteEnvironment(base.Environment, abc.ABC):
   def _package_action_bounds(
       self,
   ) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(minimum [D], maximum [D])`` of a continuous action space, or
-    ``None`` (the default) for discrete actions."""
+    """``(minimum [D], maximum [D])`` of continuous actions, or None."""
     return None
 
   @abc.abstractmethod
@@ -221,14 +165,12 @@ class SuiteEnvironment(base.Environment, abc.ABC):
     Args:
       params: the stream's package parameters.
       env_state: the stream's package state.
-      action: int32 scalar (discrete), or float32 ``[D]`` already clipped
-        to the bounds (continuous).
-      key: a fresh PRNG key for this step (and the reset it may need).
+      action: int32 scalar, or float32 ``[D]`` already clipped.
+      key: a fresh PRNG key (for the step and a reset).
 
     Returns:
-      ``(state, observation, reward, terminated, truncated)``; where the
-      episode ended, ``state`` and ``observation`` are the next episode's
-      first ones.
+      ``(state, observation, reward, terminated, truncated)``, after a reset
+      where the episode ended.
     """
 
   def _reset_one(self, params, rng):
@@ -263,8 +205,8 @@ class SuiteEnvironment(base.Environment, abc.ABC):
   def step(
       self, state: SuiteState, actions: types.Array
   ) -> tuple[SuiteState, types.EnvTimestep]:
-    """Applies ``actions``: ``[B]`` ints in ``[0, num_actions)`` (discrete)
-    or ``[B, D]`` floats, clipped to the spec's bounds (continuous)."""
+    """Applies ``[B]`` int actions in ``[0, num_actions)``, or ``[B, D]`` float
+    actions (clipped to the spec's bounds)."""
     if self._action_bounds is not None:
       actions = jnp.asarray(actions, jnp.float32)
       chex.assert_shape(
@@ -295,8 +237,11 @@ class SuiteEnvironment(base.Environment, abc.ABC):
 def _check_bounds(
     name: str, minimum: Any, maximum: Any
 ) -> tuple[np.ndarray, np.ndarray]:
-  """Continuous action bounds as float32 ``[D]`` arrays (a scalar bound is
-  broadcast), or ``ValueError`` unless finite with ``minimum <= maximum``."""
+  """Action bounds as float32 ``[D]`` arrays (scalars broadcast).
+
+  Raises:
+    ValueError: unless finite with ``minimum <= maximum``.
+  """
   minimum = np.asarray(minimum, np.float32)
   maximum = np.asarray(maximum, np.float32)
   minimum, maximum = np.broadcast_arrays(
@@ -345,12 +290,9 @@ def check_setting_names(
 def check_setting_value(
     env_name: str, key: str, value: Any, default: Any
 ) -> None:
-  """Raises ``ValueError`` if ``value`` does not fit the type of ``default``.
-
-  Booleans must be ``bool``; integers integral (not ``bool``); floats real
-  numbers; strings ``str``; arrays must keep the default's shape. A default
-  of ``None`` accepts anything.
-  """
+  """Raises ``ValueError`` unless ``value`` has the type of ``default`` (bool,
+  integer, real, str, or an array of its shape; a None default accepts
+  anything)."""
   if default is None:
     return
   if isinstance(default, (bool, np.bool_)):
@@ -383,17 +325,16 @@ def check_setting_value(
 
 
 class MissingPackageError(ImportError, ValueError):
-  """An optional suite's package (or one it imports) is not installed. A
-  ``ValueError`` too, so that the launchers report it as bad input: one
-  line, exit status 2."""
+  """An optional suite's package is not installed; also a ``ValueError``, so
+  the launchers report it as bad input (one line, exit status 2)."""
 
 
 @contextlib.contextmanager
 def requires_package(
     env_name: str, package: str, install: str
 ) -> Iterator[None]:
-  """Turns a ``ModuleNotFoundError`` raised inside (importing ``package``
-  or what it imports) into a ``MissingPackageError`` naming ``install``."""
+  """Turns a ``ModuleNotFoundError`` inside into a ``MissingPackageError``
+  naming ``install``."""
   try:
     yield
   except ModuleNotFoundError as e:

@@ -1,43 +1,21 @@
-"""XLand-MiniGrid environments as batched, jittable ``disco`` environments.
+"""XLand-MiniGrid environments as batched, jittable disco environments.
 
-Every environment of xminigrid's registry is available as ``xminigrid/<id>``
-(``ENV_NAMES``):
+Every id of xminigrid's registry is ``xminigrid/<id>`` (``ENV_NAMES``): the
+MiniGrid ports (e.g. ``MiniGrid-Empty-8x8``) and XLand (e.g.
+``XLand-MiniGrid-R1-9x9``), whose ruleset comes from a local benchmark file
+(xminigrid's bz2 pickle; never downloaded, only its arrays read)::
 
-  * the MiniGrid ports, e.g. ``xminigrid/MiniGrid-Empty-8x8``,
-    ``xminigrid/MiniGrid-DoorKey-5x5``, ``xminigrid/MiniGrid-FourRooms``;
-  * the XLand environments, e.g. ``xminigrid/XLand-MiniGrid-R1-9x9``, whose
-    goal, rules and initial objects (a *ruleset*) come from a benchmark file
-    on disk:
+  env = xminigrid_envs.make("XLand-MiniGrid-R1-9x9", batch_size=16,
+                            benchmark_path="/data/trivial_21k",
+                            ruleset_id=3)
 
-      env = xminigrid_envs.make("XLand-MiniGrid-R1-9x9", batch_size=16,
-                                benchmark_path="/data/trivial_21k",
-                                ruleset_id=3)
+Settings: ``height``, ``width``, ``view_size``, ``max_steps`` (None:
+xminigrid's default for the grid), ``num_objects`` (MiniGrid-Playground),
+and for XLand ``benchmark_path`` (required) and ``ruleset_id`` (0).
 
-    The file is in xminigrid's own format (a bz2-compressed pickle of a dict
-    with ``goals`` ``[N, 5]``, ``rules`` ``[N, R, 7]``, ``init_tiles``
-    ``[N, T, 2]`` and ``num_rules``, as ``xminigrid.benchmarks`` saves it).
-    disco never downloads benchmarks, and reads them without running code:
-    its unpickler (``load_benchmark``) rebuilds NumPy (and JAX) arrays in
-    dicts, lists and tuples and refuses anything else.
-
-Settings: ``height``, ``width``, ``view_size`` and ``max_steps`` (the step
-limit; ``None`` means xminigrid's default for the grid size, e.g.
-``4 * height * width`` for Empty), ``num_objects`` for MiniGrid-Playground,
-and ``benchmark_path`` (required) and ``ruleset_id`` (default 0) for XLand.
-
-xminigrid's ``Environment.step(params, timestep, action)`` does not reset; it
-returns a ``TimeStep`` with step_type LAST when the goal is reached
-(*terminated*, discount 0) or when ``step_num == max_steps`` (*truncated*,
-discount 1). The adapter reads termination as ``LAST and discount == 0`` and
-truncation as ``LAST and discount == 1``, and resets finished streams itself
-with a fresh key from the stream's PRNG key (as xminigrid's
-``GymAutoResetWrapper`` does, gym style), so a LAST step already shows the
-next episode's first observation.
-
-Observations keep xminigrid's ``[view_size, view_size, 2]`` (tile id, colour
-id) shape, cast to float32; there are 6 actions (forward, turn right, turn
-left, pick up, put down, toggle). xminigrid is imported only when an
-environment is built, so ``import disco`` stays fast.
+Reaching the goal is a termination (LAST, discount 0), ``max_steps`` a
+truncation (LAST, discount 1). Observations: ``[view_size, view_size, 2]``
+(tile id, colour id) as float32; 6 actions.
 """
 
 from __future__ import annotations
@@ -157,8 +135,7 @@ def _check_int(name: str, key: str, value: Any, minimum: int) -> None:
 
 
 def _array_from_jax_pickle(fun, args, array_state, aval_state):
-  """What ``jax.Array`` pickles reconstruct with, as a NumPy array (``fun``
-  is itself one of the allowed NumPy constructors)."""
+  """``jax.Array``'s pickle reconstruction, as a NumPy array."""
   del aval_state
   value = fun(*args)
   value.__setstate__(array_state)
@@ -170,17 +147,14 @@ def _frombuffer(buffer, dtype, shape, order):
 
 
 def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
-  """How pickle protocol 2 stores bytes (``_codecs.encode``), for Latin-1
-  only."""
+  """Pickle protocol 2's bytes (``_codecs.encode``), Latin-1 only."""
   if encoding != "latin1":
     raise pickle.UnpicklingError(f"bytes in encoding {encoding!r}")
   return text.encode("latin1")
 
 
-# (module, name) -> what the restricted unpickler gives for it: NumPy's
-# array, dtype and scalar constructors (under NumPy 1 and 2 module names),
-# JAX's array reconstruction (replaced by a NumPy one) and protocol 2's
-# bytes.
+# (module, name) -> what the restricted unpickler gives for it (NumPy 1 and
+# 2 module names).
 _ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
     ("_codecs", "encode"): _latin1_bytes,
     ("numpy", "ndarray"): np.ndarray,
@@ -198,9 +172,8 @@ for _core in ("numpy.core", "numpy._core"):
 
 
 class _ArrayUnpickler(pickle.Unpickler):
-  """Unpickles containers of NumPy arrays only: any other global (a
-  function, a class) is refused before it is looked up, so nothing in the
-  file can run."""
+  """Unpickles containers of NumPy arrays only: any other global is refused
+  before it is looked up."""
 
   def find_class(self, module: str, name: str) -> Any:
     found = _ALLOWED_GLOBALS.get((module, name))
@@ -213,12 +186,12 @@ class _ArrayUnpickler(pickle.Unpickler):
 
 
 def load_benchmark(path: str | os.PathLike[str]) -> dict[str, Any]:
-  """The dict of arrays of a benchmark file in xminigrid's format (a bz2
-  pickle), read without running code (``_ArrayUnpickler``).
+  """The dict of arrays of an xminigrid benchmark file (a bz2 pickle), read
+  without running code.
 
   Raises:
     pickle.UnpicklingError: the file refers to anything but NumPy arrays.
-    OSError, EOFError, ValueError: not a bz2 stream, or a truncated one.
+    OSError, EOFError, ValueError: not a (complete) bz2 stream.
   """
   with bz2.open(path, "rb") as f:
     raw = _ArrayUnpickler(f).load()
@@ -235,21 +208,12 @@ def load_ruleset(
     ruleset_id: int,
     name: str = "xminigrid",
 ) -> Any:
-  """Ruleset ``ruleset_id`` of a local benchmark file (xminigrid's format).
-
-  Args:
-    benchmark_path: a bz2-compressed pickle of a dict with ``goals``,
-      ``rules``, ``init_tiles`` and ``num_rules`` (never downloaded; read
-      without running code: ``load_benchmark``).
-    ruleset_id: index of the ruleset in the file.
-    name: environment name for error messages.
-
-  Returns:
-    An ``xminigrid.types.RuleSet`` (``goal`` ``[5]``, ``rules`` ``[R, 7]``,
-    ``init_tiles`` ``[T, 2]``, uint8).
+  """Ruleset ``ruleset_id`` of a local benchmark file (``load_benchmark``),
+  as an ``xminigrid.types.RuleSet``; ``name`` names the environment in
+  errors.
 
   Raises:
-    ValueError: if the file is missing or unreadable, or the id out of range.
+    ValueError: for a missing or unreadable file or an out-of-range id.
   """
   from xminigrid import benchmarks  # pylint: disable=g-import-not-at-top
 
@@ -296,14 +260,9 @@ def load_ruleset(
 
 
 class XMiniGridEnvironment(suite_utils.SuiteEnvironment):
-  """``batch_size`` streams of an xminigrid environment.
-
-  ``reset(rng)`` -> ``(SuiteState, EnvTimestep)`` with observations
-  ``[B, view_size, view_size, 2]`` float32 and step_type FIRST; ``step(state,
-  actions [B] int32)`` steps every stream and resets finished ones. The
-  package state kept per stream is xminigrid's ``TimeStep`` (which holds its
-  ``State``); ``state.params`` holds the (XLand: per-stream) ruleset.
-  """
+  """``batch_size`` streams of an xminigrid environment; the package state is
+  xminigrid's ``TimeStep``, ``state.params`` holds the (XLand: per-stream)
+  ruleset."""
 
   def _num_package_actions(self) -> int:
     return self.package_env.num_actions(self.package_params)
@@ -334,18 +293,13 @@ def make(env_id: str, batch_size: int, **settings: Any) -> XMiniGridEnvironment:
   """Builds ``batch_size`` streams of xminigrid environment ``env_id``.
 
   Args:
-    env_id: an xminigrid id such as ``"MiniGrid-Empty-8x8"`` (with or without
-      the ``"xminigrid/"`` prefix).
+    env_id: an xminigrid id (``"xminigrid/"`` prefix optional).
     batch_size: number of streams ``B`` (>= 1).
     **settings: see the module docstring and ``env_specs()``.
 
-  Returns:
-    A jittable ``XMiniGridEnvironment``.
-
   Raises:
-    ValueError: for an unknown id (naming close matches), an unknown setting
-      (naming the valid ones), a bad value, or (XLand) a missing or bad
-      benchmark file or ruleset id.
+    ValueError: for an unknown id or setting, a bad value, or (XLand) a
+      bad benchmark file or ruleset id.
   """
   import xminigrid  # pylint: disable=g-import-not-at-top
 
@@ -364,9 +318,7 @@ def make(env_id: str, batch_size: int, **settings: Any) -> XMiniGridEnvironment:
       continue
     _check_int(name, key, value, 1)
   package_env, registered = xminigrid.make(env_id)
-  # Rebuild the parameters from the registered ones and the settings (the
-  # step limit is left to xminigrid unless given, so that it follows an
-  # overridden grid size).
+  # max_steps is left to xminigrid unless given: it follows the grid size.
   kwargs = {
       f.name: getattr(registered, f.name)
       for f in dataclasses.fields(registered)
@@ -383,10 +335,8 @@ def make(env_id: str, batch_size: int, **settings: Any) -> XMiniGridEnvironment:
 def env_specs() -> (
     dict[str, tuple[Callable[..., base.Environment], dict[str, Any]]]
 ):
-  """``"xminigrid/<id>"`` -> ``(factory(batch_size, **settings), defaults)``.
-
-  Imports xminigrid (but builds no environment and reads no file).
-  """
+  """``"xminigrid/<id>"`` -> ``(factory(batch_size, **settings), defaults)``;
+  imports xminigrid but builds nothing."""
   return {
       PREFIX + i: (functools.partial(make, i), dict(_defaults(i)))
       for i in ENV_IDS

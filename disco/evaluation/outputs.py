@@ -268,7 +268,7 @@ def _save_params(
             seed=seed,
             env=plan.settings.env,
             env_settings=run_folders.to_jsonable(plan.env_settings),
-            network=plan.rule.settings.network.to_dict(),
+            network=dict(plan.rule.settings.network),
         ),
     )
 

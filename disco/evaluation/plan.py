@@ -18,17 +18,18 @@ from ml_collections import config_dict
 import numpy as np
 
 from disco import agent as agent_lib
-from disco import checks
 from disco import distributed
 from disco import errors
 from disco import run_folders
+from disco import startup
 from disco.environments import base as env_base
 from disco.environments import registry as env_registry
 from disco.evaluation import settings as settings_lib
 from disco.training import loop as loop_lib
+from disco.update_rules import migrations
+from disco.update_rules import overrides as overrides_lib
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
-from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
 EvalSettings = settings_lib.EvalSettings
@@ -106,16 +107,14 @@ def build(
   ``rule``, if given, is used instead of resolving ``settings.rule`` (e.g. a
   rule being meta-trained, validated with changing meta-parameters: they are
   an argument of the compiled loop, so ``run`` takes a plan whose
-  ``rule.meta_params`` are replaced without recompiling); its settings are
-  copied, not changed.
+  ``rule.meta_params`` are replaced without recompiling).
 
   Raises:
     UsageError: for any bad setting, with a one-line explanation.
   """
   if not isinstance(settings, EvalSettings):
     settings = EvalSettings.from_config(settings)
-  distributed.initialize(settings.distributed, settings_lib.PROGRAM)
-  checks.import_modules(settings.imports)
+  startup.start(settings_lib.PROGRAM, settings.distributed, settings.imports)
   seeds = settings.seeds
   if len(seeds) < jax.process_count():
     raise UsageError(
@@ -126,10 +125,6 @@ def build(
   local_seeds = distributed.split(seeds)[jax.process_index()]
   if rule is None:
     rule = resolve.resolve_rule(settings.rule, settings.weights)
-  else:
-    rule = dataclasses.replace(
-        rule, settings=rule.settings.copy_and_resolve_references()
-    )
   loop_config = _loop_config(
       settings, rule_registry.get_entry(rule.settings.rule).loop
   )
@@ -223,64 +218,65 @@ def _warn(
         "Warning: without a replay (replay_capacity=0) Disco103 learns far "
         "more slowly: Catch 8x8 is still unlearnt after 100k steps of 8x16 "
         "rollouts, where the default loop (a replay) learns it by 60k "
-        "(BENCHMARKS.md, issue 30)."
+        "(docs: results/learning)."
     )
+
+
+def _overrides(settings: EvalSettings, rule: str) -> dict[str, Any]:
+  """The agent-setting overrides ``settings`` give (``overrides.merged``'s
+  keywords): those set, clips of 0 as None (no clip), old spellings of rule
+  ``rule``'s settings upgraded (``migrations``)."""
+  out: dict[str, Any] = {
+      key: getattr(settings, key)
+      for key in ("learning_rate", "loss_mask", "adam_eps")
+      if getattr(settings, key) is not None
+  }
+  for key in settings_lib.CLIP_KEYS:
+    if getattr(settings, key) is not None:
+      out[key] = getattr(settings, key) or None
+  try:
+    out["hyper_params"], out["rule_kwargs"] = migrations.upgraded(
+        rule, settings.hyper_params, settings.rule_kwargs, "config"
+    )
+  except ValueError as e:
+    raise UsageError(errors.one_line(e)) from None
+  out["network"] = {k: v for k, v in settings.network.items() if v is not None}
+  out["policy"] = {k: v for k, v in settings.policy.items() if v is not None}
+  return out
 
 
 def _with_agent_settings(
     rule: resolve.ResolvedRule, settings: EvalSettings
 ) -> resolve.ResolvedRule:
-  """``rule`` with the optimiser, loss, rule and network settings given
-  (its agent settings, a copy the plan owns, are updated in place)."""
-  agent_settings = rule.settings
-  if settings.learning_rate is not None:
-    agent_settings.learning_rate = settings.learning_rate
-  if settings.loss_mask is not None:
-    agent_settings.loss_mask = settings.loss_mask
-  for key in settings_lib.CLIP_KEYS:
-    if getattr(settings, key) is not None:
-      agent_settings[key] = getattr(settings, key) or None
-  if settings.adam_eps is not None:
-    agent_settings.adam_eps = settings.adam_eps
-  rule = _with_rule_settings(rule, settings.hyper_params, settings.rule_kwargs)
-  overrides = {k: v for k, v in settings.network.items() if v is not None}
-  agent_settings.network = {**agent_settings.network.to_dict(), **overrides}
-  policy = {k: v for k, v in settings.policy.items() if v is not None}
-  if policy:
-    agent_settings.policy = policy
-  return rule
-
-
-def _with_rule_settings(
-    rule: resolve.ResolvedRule,
-    hyper_params: dict[str, Any],
-    rule_kwargs: dict[str, Any],
-) -> resolve.ResolvedRule:
-  """``rule`` rebuilt with the ``hyper_params`` and ``rule_kwargs`` given
-  overriding its own (``rule_settings.apply``; the same rule where they
-  change nothing).
+  """``rule`` with the agent settings ``settings`` override, rebuilt where
+  they change it.
 
   Raises:
     UsageError: for a setting the rule does not have, or rule_kwargs that
       change the shapes of meta-parameters the rule already has.
   """
-  settings = rule.settings
   try:
-    changed = rule_settings.apply(
-        settings, hyper_params, rule_kwargs, rule.label
+    merged = overrides_lib.merged(
+        rule.settings, rule.label, **_overrides(settings, rule.settings.rule)
     )
-  except rule_settings.SettingsError as e:
+  except overrides_lib.SettingsError as e:
     raise UsageError(errors.one_line(e)) from None
-  if not changed:
+  if merged == rule.settings:
     return rule
+  same_rule = (merged.hyper_params, merged.rule_kwargs) == (
+      rule.settings.hyper_params,
+      rule.settings.rule_kwargs,
+  )
+  if same_rule:
+    return dataclasses.replace(rule, settings=merged)
   try:
-    rebuilt = rule_registry.make_rule(settings)
+    rebuilt = rule_registry.make_rule(merged)
   except ValueError as e:
     raise UsageError(errors.one_line(e)) from None
   if rule.source == "random":  # a random initialisation of the new rule
     return dataclasses.replace(
         rule,
-        settings=settings,
+        settings=merged,
         rule=rebuilt,
         meta_params=rebuilt.random_meta_params(),
     )
@@ -291,12 +287,13 @@ def _with_rule_settings(
   given = jax.tree.map(lambda x: (np.shape(x), x.dtype), rule.meta_params)
   if shapes != given:
     raise UsageError(
-        f"config.rule_kwargs {run_folders.to_jsonable(rule_kwargs)} change the "
+        "config.rule_kwargs "
+        f"{run_folders.to_jsonable(settings.rule_kwargs)} change the "
         f"shapes of the meta-parameters of {rule.label!r}, so its "
         f"{rule.source} meta-parameters no longer fit: keep its network "
         "settings."
     )
-  return dataclasses.replace(rule, settings=settings, rule=rebuilt)
+  return dataclasses.replace(rule, settings=merged, rule=rebuilt)
 
 
 def _agent_and_loop(

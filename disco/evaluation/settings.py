@@ -23,9 +23,10 @@ from disco import checks
 from disco import distributed
 from disco import errors
 from disco.environments import registry as env_registry
+from disco.update_rules import migrations
+from disco.update_rules import overrides as overrides_lib
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
-from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
 
@@ -330,12 +331,13 @@ def prepare(
       settings = rule_registry.default_settings(name)
   except (ValueError, UsageError):
     return
-  rule_settings.prepare(config, settings)
+  overrides_lib.prepare(config, settings)
 
 
 def override(config: config_dict.ConfigDict, overrides: Mapping) -> None:
   """Sets ``config``'s values as ``--config.KEY=VALUE`` flags would
-  (``checks.override``), naming the new key of a rule's setting that moved.
+  (``checks.override``), naming the new key of a rule's setting that moved
+  (``migrations.new_key``).
 
   Raises:
     UsageError: naming every unknown key (with its close matches) or value
@@ -343,7 +345,7 @@ def override(config: config_dict.ConfigDict, overrides: Mapping) -> None:
   """
   rule = str(overrides.get("rule") or config.get("rule"))
   checks.override(
-      config, overrides, lambda path: rule_settings.new_spelling(rule, path)
+      config, overrides, lambda path: migrations.new_key(rule, path)
   )
 
 

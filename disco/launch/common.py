@@ -32,7 +32,8 @@ from disco import checks
 from disco import compile_cache
 from disco import errors
 from disco import stopping
-from disco.update_rules import settings as rule_settings
+from disco.update_rules import migrations
+from disco.update_rules import overrides
 
 UsageError = errors.UsageError
 one_line = errors.one_line
@@ -144,7 +145,7 @@ def unknown_override(
         hint = " or ".join(f"'{where}.{c}'" for c in close)
         # A rule's setting that moved (rule_kwargs -> hyper_params).
         rule = override_value(argv, "rule") or config.get("rule")
-        moved = rule_settings.new_spelling(str(rule), ".".join([*path, key]))
+        moved = migrations.new_key(str(rule), ".".join([*path, key]))
         if moved is not None:
           hint = f"'config.{moved}' (it moved there)"
         return (
@@ -266,7 +267,7 @@ def print_rule_settings(
     wanted = None
     if names is not None:
       wanted = [n.strip() for n in names.split(",") if n.strip()]
-    print(rule_settings.describe(wanted))
+    print(overrides.describe(wanted))
   except (UsageError, ValueError) as e:
     fail(program, e)
 

@@ -60,8 +60,8 @@ from ml_collections import config_dict
 from disco.launch import common
 from disco.meta import settings as settings_lib
 from disco.meta import trainer
+from disco.update_rules import overrides
 from disco.update_rules import registry as rule_registry
-from disco.update_rules import settings as rule_settings
 
 PROGRAM = settings_lib.PROGRAM
 CONFIG_NAME = settings_lib.CONFIG_NAME
@@ -77,11 +77,11 @@ def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
     settings = rule_registry.default_settings(str(name))
   except ValueError:  # the settings pass reports it
     return
-  rule_settings.prepare(config, settings)
+  overrides.prepare(config, settings)
 
 
 def _train(config: config_dict.ConfigDict) -> None:
-  trainer.train(trainer.MetaTrainSettings.from_config(config))
+  trainer.train(config)
 
 
 def main() -> None:

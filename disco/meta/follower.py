@@ -30,7 +30,7 @@ from disco import stopping
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import trainer as mt
 from disco.meta import validation as validation_lib
-from disco.meta.settings import REMOVED_KEYS
+from disco.update_rules import migrations
 
 UsageError = errors.UsageError
 
@@ -141,7 +141,10 @@ def run_config(
     raise UsageError(f"{path} has no 'config': is it a disco-meta-train run?")
   check_code_settings(saved, path, imports, benchmark_paths)
   config = mt.default_config()
-  saved = {k: v for k, v in saved.items() if k not in REMOVED_KEYS}
+  try:
+    saved = migrations.upgraded_meta_train_config(saved, str(path))
+  except ValueError as e:
+    raise UsageError(f"{path}: {errors.one_line(e)}") from None
   try:
     config.update(saved)
   except (AttributeError, KeyError, TypeError, ValueError) as e:

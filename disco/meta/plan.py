@@ -29,6 +29,7 @@ from disco import errors
 from disco import ops
 from disco import program_cache
 from disco import run_folders
+from disco import startup
 from disco.environments import reference_scores
 from disco.environments import registry as env_registry
 from disco.evaluation import outputs as eval_outputs
@@ -42,6 +43,7 @@ from disco.meta import run_folder
 from disco.meta import settings as settings_lib
 from disco.meta import validation as validation_lib
 from disco.meta import value_function
+from disco.update_rules import agent_settings
 from disco.update_rules import registry as rule_registry
 
 UsageError = errors.UsageError
@@ -70,7 +72,7 @@ class Plan:
     return self.run_settings.config
 
   @property
-  def settings(self) -> config_dict.ConfigDict:
+  def settings(self) -> agent_settings.AgentSettings:
     """The rule's agent settings."""
     return self.run_settings.agent
 
@@ -151,14 +153,17 @@ def _make_groups(s: MetaTrainSettings) -> list[population_lib.AgentGroup]:
 def _reference_agent(s: MetaTrainSettings, env) -> agent_lib.Agent:
   """GROOVE's reference agent for a group: the reference rule with the
   meta-trained agents' network and optimiser."""
-  settings = rule_registry.default_settings(s.level_sampler.reference_rule)
-  settings.network = s.agent.network.to_dict()
-  for key in ("learning_rate", "max_abs_update", "loss_mask"):
-    settings[key] = s.agent[key]
-  if "anneal_learning_rate" in settings:
-    # A constant learning rate: lifetimes differ and restart mid-run.
-    settings.anneal_learning_rate = False
   try:
+    settings = rule_registry.default_settings(
+        s.level_sampler.reference_rule
+    ).replace(
+        network=s.agent.network,
+        learning_rate=s.agent.learning_rate,
+        max_abs_update=s.agent.max_abs_update,
+        loss_mask=s.agent.loss_mask,
+        # A constant learning rate: lifetimes differ and restart mid-run.
+        anneal_learning_rate=False,
+    )
     return agent_lib.make_agent(
         settings,
         action_spec=env.action_spec(),
@@ -290,6 +295,12 @@ def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
   Raises:
     UsageError: for any bad setting, with a one-line explanation.
   """
+  if isinstance(config, MetaTrainSettings):
+    startup.start(PROGRAM, config.distributed, config.config.imports)
+  else:
+    startup.start(
+        PROGRAM, distributed.settings(config.distributed), config.imports
+    )
   s = settings_lib.as_settings(config)
   # Early, before anything compiles; again under the writer's lock.
   run_folders.check_run_folder(

@@ -122,8 +122,8 @@ def export_meta_params(
   defaults = rule_registry.default_settings(settings.rule)
   overrides = {}
   for key in ("hyper_params",) + (("network",) if with_network else ()):
-    value = run_folders.to_jsonable(settings[key])
-    if value != run_folders.to_jsonable(defaults[key]):
+    value = run_folders.to_jsonable(getattr(settings, key))
+    if value != run_folders.to_jsonable(getattr(defaults, key)):
       overrides[key] = value
   if overrides:
     metadata["settings"] = overrides

@@ -23,7 +23,8 @@ from disco import tracking
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import settings as settings_lib
 from disco.meta import validation_record
-from disco.update_rules import settings as rule_settings
+from disco.update_rules import migrations
+from disco.update_rules import overrides
 
 UsageError = errors.UsageError
 
@@ -72,7 +73,6 @@ RESUMABLE_KEYS = (
     # Validation only reads the meta-parameters; its rows are checked
     # against the settings they were made with (validation.json).
     "validation",
-    *settings_lib.REMOVED_KEYS,
 )
 
 
@@ -93,9 +93,9 @@ def _with_rule_defaults(config: dict) -> dict:
   overrides only (in code, or saved before they were completed) compares
   equal to the same run from the command line (where they are complete)."""
   out = dict(config)
-  for key in rule_settings.KEYS:
+  for key in overrides.KEYS:
     try:
-      out[key] = rule_settings.completed(
+      out[key] = overrides.completed(
           str(config.get("rule")), config.get(key), key
       )
     except (ValueError, TypeError):  # an unknown rule: compared as saved
@@ -124,6 +124,11 @@ def check_same_config(saved: dict, current: Any, where) -> None:
   the saved config comes from)."""
   if isinstance(current, config_dict.ConfigDict):
     current = current.copy_and_resolve_references().to_dict()
+  try:
+    saved = migrations.upgraded_meta_train_config(saved, str(where))
+    current = migrations.upgraded_meta_train_config(current, "config")
+  except ValueError as e:
+    raise UsageError(f"Cannot resume: {errors.one_line(e)}") from None
   defaults = settings_lib.default_config()
   defaults = defaults.copy_and_resolve_references().to_dict()
   saved = _with_added_keys(saved, current, defaults)

@@ -2,7 +2,10 @@
 
 ``MetaTrainSettings.from_config(config)`` turns a ``configs/meta_train.py``
 config into typed settings in one pass: every bad value is collected
-(``disco.checks.Problems``) and reported together in one ``UsageError``. The
+(``disco.checks.Problems``) and reported together in one ``UsageError``.
+It has no side effects: the process start-up (``disco.startup.start``:
+joining a multi-process run, importing ``config.imports``) comes first, in
+``disco.meta.plan.build``. The
 builders below (``disco.meta.trainer``) take these settings and check nothing
 again. What needs the machine (the devices a process has, a run folder's
 checkpoints, the environments' observations) is checked by ``build``.
@@ -35,8 +38,10 @@ from disco.meta import population as population_lib
 from disco.meta import validation as validation_lib
 from disco.meta import value_function
 from disco.networks import agent_nets
+from disco.update_rules import agent_settings as agent_settings_lib
+from disco.update_rules import migrations
+from disco.update_rules import overrides
 from disco.update_rules import registry as rule_registry
-from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError
 one_line = errors.one_line
@@ -54,9 +59,6 @@ AGENT_KEYS = (
     "anneal_learning_rate",
 )
 GROUP_KEYS = ("env", "env_settings", "num_agents", "weight")
-# Keys that configs of older versions had: a saved run that holds them
-# still resumes, and they are dropped where a saved config is rebuilt.
-REMOVED_KEYS = ("debug",)
 
 
 def default_config() -> config_dict.ConfigDict:
@@ -111,7 +113,7 @@ class MetaTrainSettings:
   init_meta_params: str
   batch_size: int
   groups: tuple[GroupSpec, ...]
-  agent: config_dict.ConfigDict
+  agent: agent_settings_lib.AgentSettings
   value_fn: value_function.ValueFnConfig
   estimator: str
   es: es_lib.ESConfig | None
@@ -217,9 +219,11 @@ def _rule_name(config) -> str:
   return name
 
 
-def _agent_settings(config) -> config_dict.ConfigDict:
-  """The rule's default settings with ``config.agent``'s overrides."""
-  settings = rule_registry.default_settings(_rule_name(config))
+def _agent_settings(config) -> agent_settings_lib.AgentSettings:
+  """The rule's default settings with ``config.agent``'s,
+  ``config.hyper_params``' and ``config.rule_kwargs``' overrides (old
+  spellings upgraded: ``migrations``)."""
+  name = _rule_name(config)
   agent_cfg = checks.as_dict(config.agent, "agent")
   unknown = set(agent_cfg) - set(AGENT_KEYS)
   if unknown:
@@ -227,35 +231,36 @@ def _agent_settings(config) -> config_dict.ConfigDict:
         f"Unknown key(s) {sorted(unknown)} in config.agent; "
         f"valid: {', '.join(AGENT_KEYS)}."
     )
+  optimizer = {}
   try:
-    settings.network = {
-        **settings.network.to_dict(),
-        **checks.as_dict(agent_cfg.get("network", {}), "agent.network"),
-    }
     for key in ("learning_rate", "max_abs_update"):
       if key in agent_cfg:
         value = agent_cfg[key]
-        if key == "max_abs_update" and value is None:
-          settings[key] = None  # no elementwise clip
-        else:
-          settings[key] = float(value)
+        # max_abs_update None: no elementwise clip.
+        optimizer[key] = None if value is None else float(value)
     if "loss_mask" in agent_cfg:
-      settings.loss_mask = str(agent_cfg["loss_mask"])
+      optimizer["loss_mask"] = str(agent_cfg["loss_mask"])
     if agent_cfg.get("anneal_learning_rate") is not None:
-      settings.anneal_learning_rate = checks.check_bool(
+      optimizer["anneal_learning_rate"] = checks.check_bool(
           agent_cfg["anneal_learning_rate"], "agent.anneal_learning_rate"
       )
-    agent_nets.make_net_config(settings.network.to_dict())
-    # The rule's own settings (one level of dicts merged, e.g.
-    # rule_kwargs={'net': {'hidden_size': 16}}).
-    rule_settings.apply(
-        settings,
+    hyper_params, rule_kwargs = migrations.upgraded(
+        name,
         checks.as_dict(config.hyper_params, "hyper_params"),
         checks.as_dict(config.rule_kwargs, "rule_kwargs"),
-        settings.rule,
+        "config",
     )
+    settings = overrides.merged(
+        rule_registry.default_settings(name),
+        name,
+        hyper_params=hyper_params,
+        rule_kwargs=rule_kwargs,
+        network=checks.as_dict(agent_cfg.get("network", {}), "agent.network"),
+        **optimizer,
+    )
+    agent_nets.make_net_config(agent_settings_lib.thawed(settings.network))
     rule_registry.make_rule(settings)
-  except rule_settings.SettingsError as e:
+  except overrides.SettingsError as e:
     raise UsageError(one_line(e)) from None
   except (TypeError, ValueError, KeyError) as e:
     raise UsageError(f"Bad agent settings: {one_line(e)}") from None
@@ -502,13 +507,7 @@ def _output_dir(config) -> Path:
 
 def _from_config(config: config_dict.ConfigDict) -> MetaTrainSettings:
   checks.check_config_keys(config, default_config(), CONFIG_NAME)
-  # Joining a multi-process run must come before anything uses JAX's
-  # devices (the rule checks below do).
   distributed_settings = distributed.settings(config.distributed)
-  distributed.initialize(distributed_settings, PROGRAM)
-  # Modules that register rules or environments come first: the names
-  # below are looked up in the registries they fill.
-  checks.import_modules(config.imports)
   p = checks.Problems()
   ints = {
       key: p.get(checks.check_int, config[key], key, minimum)

@@ -44,7 +44,7 @@ from disco.meta import rule_files
 from disco.meta import run_folder
 from disco.meta import settings as settings_lib
 from disco.meta import validation as validation_lib
-from disco.update_rules import settings as rule_settings
+from disco.update_rules import migrations
 
 UsageError = errors.UsageError
 MetaTrainSettings = settings_lib.MetaTrainSettings
@@ -402,6 +402,6 @@ def meta_train(
   config = checks.config_or_default(config, CONFIG_NAME)
   rule = str(overrides.get("rule") or config.rule)
   checks.override(
-      config, overrides, lambda path: rule_settings.new_spelling(rule, path)
+      config, overrides, lambda path: migrations.new_key(rule, path)
   )
   return train(config, log=log, progress=progress, hooks=hooks)

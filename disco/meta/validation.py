@@ -64,6 +64,7 @@ from disco.comparison import settings as compare_settings
 from disco.environments import registry as env_registry
 from disco.meta import validation_record as record_lib
 from disco.training import analysis
+from disco.update_rules import agent_settings
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
@@ -354,7 +355,7 @@ class Validator:
   def __init__(
       self,
       settings: Settings,
-      rule_settings: config_dict.ConfigDict,
+      rule_settings: agent_settings.AgentSettings,
       rule: Any,
       run_dir: Path,
   ):

@@ -1,27 +1,16 @@
 """Action-conditional model: per-action predictions from one LSTM step.
 
-From the torso embedding, a root state is built (``cell = Linear(embedding)``,
-``hidden = tanh(cell)``); one LSTM step is taken for every action (the input is
-the action's one-hot vector), and MLP heads read each resulting hidden state.
-The outputs therefore carry an action axis: ``[B, A, *spec.shape]``.
+A root state (``cell = Linear(embedding)``, ``hidden = tanh(cell)``) takes
+one LSTM step per action (input: its one-hot) and MLP heads read each
+hidden state: outputs ``[B, A, *spec.shape]``. The gates are ``hk.LSTM``'s
+with its parameters, computed as ``(h @ W_h + b) + W_a[a]``. Parameters, in
+the caller's haiku scope: ``<agent>/linear`` (root),
+``<agent>/action_cond/linear`` (LSTM), ``<agent>/mlp``, ``mlp_1``, ...
+(heads, in output-spec order).
 
-The LSTM step's gates are ``[one_hot(a), h] @ W + b`` (``W`` stacks ``W_a``
-``[A, 4H]`` over ``W_h`` ``[H, 4H]``), computed as ``(h @ W_h + b) + W_a[a]``:
-the hidden state's projection is computed once per state and shared by all
-actions, and the action's part is a row of ``W_a``. This is the same function
-(up to float rounding) with the parameters of ``hk.LSTM``, at about ``1/A`` of
-the cost.
-
-The modules are created in the caller's haiku scope (this is not a module of
-its own), so parameter names are ``<agent>/linear`` (root),
-``<agent>/action_cond/linear`` (LSTM) and ``<agent>/mlp``, ``mlp_1``, ... for
-the heads, in the order of the output spec.
-
-A continuous policy has no table of actions: its per-action outputs come
-from action-input heads instead (``action_input_outputs``), MLPs on the
-embedding concatenated with one action, evaluated at given actions (a
-critic ``Q(s, a)``); their parameters are
-``<agent>/action_input_<name>/~/linear_i``.
+A continuous policy instead uses action-input heads
+(``action_input_outputs``, parameters
+``<agent>/action_input_<name>/~/linear_i``).
 """
 
 from __future__ import annotations
@@ -45,17 +34,16 @@ def root_state(embedding: jax.Array, lstm_size: int) -> hk.LSTMState:
 
 
 class SharedRoot(NamedTuple):
-  """What every action's LSTM step shares: ``h @ W_h + b`` ``[B, 4H]`` and
-  the root cell ``[B, H]``."""
+  """Shared by every action's LSTM step: ``h @ W_h + b`` ``[B, 4H]`` and the
+  root cell ``[B, H]``."""
 
   projection: jax.Array
   cell: jax.Array
 
 
 class _GateParams(hk.Module):
-  """The parameters of ``hk.LSTM(H, name="action_cond")``'s gate layer
-  (same names, shapes and initialisation): ``w [A + H, 4H]``, action rows
-  first, and ``b [4H]``."""
+  """``hk.LSTM(H, name="action_cond")``'s gate parameters (same names, shapes
+  and init): ``w [A + H, 4H]``, action rows first, and ``b [4H]``."""
 
   def __init__(self, lstm_size: int, num_actions: int):
     super().__init__(name="action_cond")
@@ -76,12 +64,11 @@ class _GateParams(hk.Module):
 
 
 class ActionModel:
-  """The action-conditional LSTM and its heads (haiku modules; build it
-  inside a transformed function).
+  """The action-conditional LSTM and its heads (build inside a haiku
+  transform).
 
   Args:
-    out_spec: name -> spec of one action's prediction (heads are created in
-      this mapping's order).
+    out_spec: name -> spec of one action's prediction (heads in this order).
     lstm_size: ``H``.
     head_hiddens: hidden sizes of each head MLP.
     num_actions: ``A``.
@@ -105,13 +92,13 @@ class ActionModel:
     }
 
   def share(self, root: hk.LSTMState) -> SharedRoot:
-    """The per-state part of the LSTM step (once for all actions)."""
+    """The per-state part of the LSTM step, shared by all actions."""
     w, b = self._gate_params(root.hidden.dtype)
     projection = jnp.dot(root.hidden, w[self.num_actions :]) + b
     return SharedRoot(projection=projection, cell=root.cell)
 
   def step(self, shared: SharedRoot) -> jax.Array:
-    """The LSTM's hidden state after one step per action: ``[B, A, H]``."""
+    """Hidden states after one step per action: ``[B, A, H]``."""
     w, _ = self._gate_params(shared.projection.dtype)
     gates = shared.projection[:, None] + w[None, : self.num_actions]
     i, g, f, o = jnp.split(gates, 4, axis=-1)
@@ -121,8 +108,7 @@ class ActionModel:
     return jax.nn.sigmoid(o) * jnp.tanh(cell)
 
   def heads(self, hidden: jax.Array) -> dict[str, jax.Array]:
-    """The heads on ``[B, K, H]`` hidden states: name ->
-    ``[B, K, *spec.shape]``."""
+    """``[B, K, H]`` hidden states -> name -> ``[B, K, *spec.shape]``."""
     batch, k = hidden.shape[:2]
     rows = hidden.reshape((batch * k, -1))
     return {
@@ -137,8 +123,7 @@ def make_action_model(
     head_hiddens: Sequence[int],
     num_actions: int,
 ) -> ActionModel:
-  """Creates the LSTM and the heads (once, so that every call shares their
-  parameters); see ``ActionModel``."""
+  """An ``ActionModel``; create it once so every call shares its parameters."""
   return ActionModel(out_spec, lstm_size, head_hiddens, num_actions)
 
 
@@ -148,8 +133,8 @@ def _stop_gradient_getter(next_getter, value, context):
 
 
 def _taken_columns(actions: jax.Array, num_actions: int) -> jax.Array:
-  """``[B, A]``: column ``k`` holds action ``(actions[b] + k) % A``, so
-  column 0 the taken one."""
+  """``[B, A]``: column ``k`` holds action ``(actions[b] + k) % A`` (column 0:
+  the taken one)."""
   return (actions[:, None] + jnp.arange(num_actions, dtype=actions.dtype)) % (
       num_actions
   )
@@ -171,12 +156,8 @@ def per_action_outputs(
   Args:
     model: the action model.
     root: the root state.
-    grad_actions: ``[B]`` int, optional: the outputs then carry gradients
-      only at these actions. Their values are unchanged, and so is the
-      gradient of any function that reads them only at these actions. The
-      taken actions' rows of the heads are computed with gradients and the
-      other ``A-1`` rows of each state without, so the heads' backward pass
-      covers ``B`` rows instead of ``B * A``.
+    grad_actions: ``[B]`` int, optional: outputs then carry gradients only at
+      these actions (values unchanged).
 
   Returns:
     name -> ``[B, A, *spec.shape]``.
@@ -201,13 +182,9 @@ def per_action_outputs(
 def per_action_outputs_and_taken(
     model: ActionModel, root: hk.LSTMState, actions: jax.Array
 ) -> tuple[dict[str, jax.Array], dict[str, jax.Array]]:
-  """The outputs of every action twice: with gradients, and with gradients
-  only at the ``[B]`` ``actions`` (as ``per_action_outputs(model, root,
-  actions)``; their heads' rows are computed once more for these actions).
-
-  For a loss that reads the outputs only at the taken actions, alongside
-  targets that read every action's with gradients (meta-training): the
-  loss's backward pass covers ``B`` rows of the heads instead of ``B * A``.
+  """Every action's outputs twice: with gradients, and (as
+  ``per_action_outputs(model, root, actions)``) with gradients only at the
+  ``[B]`` ``actions``.
 
   Returns:
     ``(every, at_taken)``, both name -> ``[B, A, *spec.shape]``.
@@ -225,9 +202,9 @@ def per_action_outputs_and_taken(
 
 
 def scaled_actions(policy: policies.Gaussian, actions: jax.Array) -> jax.Array:
-  """Continuous ``actions`` ``[..., D]`` as an action-input head reads them:
-  clipped to the policy's bounds and rescaled to ``[-1, 1]`` in the
-  dimensions whose bounds are finite (the others as they are)."""
+  """``[..., D]`` continuous actions as action-input heads read them: clipped
+  to the policy's bounds and rescaled to ``[-1, 1]`` where both bounds are
+  finite."""
   low = np.asarray(policy.minimum, np.float64)
   high = np.asarray(policy.maximum, np.float64)
   finite = np.isfinite(low) & np.isfinite(high) & (high > low)
@@ -246,24 +223,20 @@ def action_input_outputs(
     embedding: jax.Array,
     actions: jax.Array | None,
 ) -> dict[str, jax.Array]:
-  """Per-action outputs of a continuous policy at given actions (called in
-  a haiku transform).
-
-  Each output is an MLP (``head_hiddens``, then the output's size) on the
-  ``[B, E]`` embedding (flattened) concatenated with an action
-  (``scaled_actions``).
+  """Per-action outputs of a continuous policy at given actions (inside a
+  haiku transform): an MLP per output on the flattened embedding and the
+  ``scaled_actions``.
 
   Args:
-    out_spec: name -> spec of one (state, action) pair's prediction.
+    out_spec: name -> spec of one (state, action) prediction.
     head_hiddens: hidden sizes of each head.
-    policy: the continuous policy (its action size and bounds).
+    policy: the continuous policy.
     embedding: ``[B, ...]`` torso output.
-    actions: ``[B, D]`` (one action per state), ``[B, K, D]`` (``K`` per
-      state), or None (no outputs; the heads' parameters are still made).
+    actions: ``[B, D]``, ``[B, K, D]``, or None (parameters only).
 
   Returns:
-    name -> ``[B, *spec.shape]`` or ``[B, K, *spec.shape]`` (``{}`` without
-    ``actions``).
+    name -> ``[B, *spec.shape]`` or ``[B, K, *spec.shape]``; ``{}`` without
+    ``actions``.
   """
   embedding = hk.Flatten()(embedding)
   batch = embedding.shape[0]

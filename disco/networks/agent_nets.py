@@ -1,28 +1,14 @@
 """Agent networks (haiku): an MLP torso with flat heads and an optional
 action-conditional model for per-action outputs.
 
-Parameter names follow the published DiscoRL agent network, so published
+Parameter names follow the published DiscoRL agent network, so its
 parameters load as they are:
-  ``<name>/~_embedding_pass/torso/~/linear_i``  torso MLP (with
-  ``separate_torsos``: ``torso_<output>``, one per flat output);
+  ``<name>/~_embedding_pass/torso/~/linear_i``  torso MLP (``torso_<output>``
+  per flat output with ``separate_torsos``);
   ``<name>/~_head_pass/torso_head[_k]/~/linear_0``  one linear head per flat
   output, in sorted key order;
   ``<name>/linear``, ``<name>/action_cond/linear``, ``<name>/mlp[_k]/~/linear_i``
-  the action-conditional model (see ``action_models``).
-
-``NetConfig.compute_dtype`` sets a mixed-precision policy (``jmp``) for the
-network: ``"bfloat16"`` keeps the parameters in float32, casts them and the
-observations to bfloat16 for the forward (and so backward) pass, and returns
-float32 outputs, so whatever reads the outputs (losses, targets, the
-meta-network) stays in float32. The default ``"float32"`` builds the network
-as without a policy.
-
-``NetConfig.obs_embedding="one_hot"`` takes state-index observations (one
-integer in ``[0, N)``, e.g. the ``lpg/*`` grid worlds with
-``observation="index"``) and computes the network's first linear layer as a
-row gather, ``one_hot(i) @ w + b == w[i] + b``: the same function, with the
-same parameters (names, shapes and initial values), as the network on the
-one-hot vectors, without building them (``IndexLinear``).
+  the action-conditional model (``action_models``).
 """
 
 from __future__ import annotations
@@ -63,51 +49,27 @@ class NetConfig:
   """Settings of the agent network (the ``network`` entry of agent settings).
 
   Attributes:
-    dense: torso layer sizes (``activation`` between layers, and after the
-      last with ``activate_final``).
-    head_w_init_std: stddev of the truncated-normal init of the flat heads
-      (``None``: haiku's default).
+    dense: torso layer sizes.
+    head_w_init_std: stddev of the flat heads' truncated-normal init (None:
+      haiku's default).
     model_lstm_size: LSTM size of the action-conditional model.
     model_head_hiddens: hidden sizes of the per-action head MLPs.
-    conv_channels: channels of a convolutional torso (3x3 kernels, stride
-      1, ``SAME`` padding, ReLU after each) in front of the dense torso, for
-      image-like observations ``[H, W, C]`` such as MinAtar's and
-      MiniGrid's; empty (the default): observations are flattened into the
-      dense torso, whatever their shape.
+    conv_channels: a convolutional torso (3x3, ``SAME``, ReLU) before the
+      dense one, for ``[H, W, C]`` observations; empty: flatten them.
     activation: of the dense torso, a name in ``ACTIVATIONS``.
-    activate_final: apply ``activation`` after the torso's last layer too
-      (the published network does not: its heads read the last layer's
-      linear output).
-    separate_torsos: give every flat output its own torso (e.g. separate
-      actor and critic networks, as purejaxrl's PPO) instead of one shared
-      torso; not with per-action outputs, which grow from the shared one.
-    compute_dtype: the dtype the network computes in, a name in
-      ``COMPUTE_DTYPES``: ``"float32"`` (the default), or ``"bfloat16"``
-      (parameters stored in float32, outputs cast back to float32; see
-      ``compute_policy``). Faster on accelerators with bfloat16 matrix
-      units (GPUs, TPUs); usually no faster, or slower, on CPUs.
-    obs_embedding: ``"none"`` (the default) or ``"minigrid"``: MiniGrid/XLand
-      observations ``[H, W, 2]`` hold integer tile and colour ids; each id
-      is embedded (``obs_embedding_dim`` features per channel, learnt
-      tables), the two embeddings are concatenated (``[H, W, 2 * dim]``) and
-      go through xland-minigrid's PPO encoder (``MINIGRID_CONV_CHANNELS``
-      2x2 VALID convolutions, ReLU, orthogonal init) before the dense
-      torso. Not with ``conv_channels``.
-      ``"one_hot"``: state-index observations (one integer in
-      ``[0, num_states)``, shape ``[]`` or ``[1]``; e.g. ``lpg/*`` with
-      ``observation="index"``) are read as their one-hot vectors, with the
-      first linear layer (the torso's first layer, or with ``dense=()`` each
-      flat head) computed as a row gather from its ``[num_states, out]``
-      weights (``IndexLinear``): the same function and parameters as the
-      network on one-hot observations. Other (non-integer) observations go
-      to the torso as they are, as with ``"none"`` (a one-hot vector is its
-      own embedding), so held-out environments of any kind take the same
-      settings.
-    obs_embedding_dim: features of each id embedding (xland-minigrid: 16).
-    num_states: the number of states of index observations (their spec's
-      maximum + 1), with ``obs_embedding="one_hot"``; not a network setting:
-      ``with_observation`` sets it from the environment's observation spec
-      (None: the observations are not state indices).
+    activate_final: also after the torso's last layer (the published network
+      does not).
+    separate_torsos: one torso per flat output (e.g. purejaxrl's separate
+      actor and critic); not with per-action outputs.
+    compute_dtype: ``"float32"`` or ``"bfloat16"`` (float32 parameters and
+      outputs; ``compute_policy``).
+    obs_embedding: ``"none"``; ``"minigrid"``: ``[H, W, 2]`` tile and colour
+      ids through ``minigrid_encoder`` (not with ``conv_channels``);
+      ``"one_hot"``: integer state indices read as one-hot vectors, the first
+      layer a row gather (``IndexLinear``), other observations as they are.
+    obs_embedding_dim: features per id embedding (xland-minigrid: 16).
+    num_states: the number of index-observation states, set by
+      ``with_observation``, not by the user.
   """
 
   dense: Sequence[int] = (512, 512)
@@ -161,10 +123,9 @@ class NetConfig:
       observation: specs.Array | Sequence[int],
       where: str = "network",
   ) -> None:
-    """Raises ``ValueError`` if this network cannot take the observations of
-    the spec ``observation`` (one unbatched observation; a bare shape stands
-    for float observations of that shape). ``where`` names these settings in
-    the messages."""
+    """Raises ``ValueError`` if the network cannot take observations of spec
+    ``observation`` (unbatched; a bare shape means float32). ``where`` names
+    these settings in the messages."""
     if isinstance(observation, specs.Array):
       spec = observation
     else:
@@ -211,9 +172,8 @@ class NetConfig:
   def with_observation(
       self, observation: specs.Array, where: str = "network"
   ) -> NetConfig:
-    """This config for the observations of spec ``observation``: checked
-    (``check_observation``) and, with ``obs_embedding="one_hot"``, with the
-    ``num_states`` of index observations (None for other observations).
+    """This config checked against ``observation`` (``check_observation``),
+    with ``num_states`` set for ``obs_embedding="one_hot"``.
 
     Raises:
       ValueError: if the network cannot take these observations.
@@ -227,12 +187,8 @@ class NetConfig:
 
 
 def index_observation_size(spec: specs.Array) -> int | None:
-  """The number of states ``N`` of a state-index observation spec, else None.
-
-  A state index is one integer in ``[0, N)``: a ``BoundedArray`` of an
-  integer dtype, shape ``[]`` or ``[1]``, minimum 0 and maximum ``N - 1``
-  (``lpg/*`` grid worlds with ``observation="index"``).
-  """
+  """``N`` for a state-index spec (an integer ``BoundedArray`` of shape
+  ``[]`` or ``[1]`` bounded in ``[0, N - 1]``), else None."""
   if not isinstance(spec, specs.BoundedArray):
     return None
   if not np.issubdtype(spec.dtype, np.integer):
@@ -246,14 +202,11 @@ def index_observation_size(spec: specs.Array) -> int | None:
 
 
 class IndexLinear(hk.Module):
-  """``hk.Linear`` on one-hot vectors, given their indices: a row gather.
+  """``hk.Linear(out)(jax.nn.one_hot(i, n))`` computed as a row gather.
 
-  ``IndexLinear(n, out)(i) == hk.Linear(out)(jax.nn.one_hot(i, n))`` for
-  every integer ``i`` (``[B]``), with the same parameters: ``w`` ``[n, out]``
-  (initialised as ``hk.Linear``'s on ``n`` inputs: ``w_init``, by default a
-  truncated normal of stddev ``1 / sqrt(n)``) and ``b`` ``[out]`` (zeros).
-  An index outside ``[0, n)`` reads a zero row, as its (all-zero) one-hot
-  vector does.
+  Same parameters as the ``hk.Linear``: ``w`` ``[n, out]`` (default init:
+  truncated normal, stddev ``1 / sqrt(n)``) and ``b`` ``[out]``. An index
+  outside ``[0, n)`` reads a zero row.
   """
 
   def __init__(
@@ -269,7 +222,7 @@ class IndexLinear(hk.Module):
     self.w_init = w_init
 
   def __call__(self, index: jax.Array) -> jax.Array:
-    """``[B]`` integer indices -> ``[B, output_size]``."""
+    """``[B]`` int indices -> ``[B, output_size]``."""
     w_init = self.w_init
     if w_init is None:
       w_init = hk.initializers.TruncatedNormal(1.0 / np.sqrt(self.num_states))
@@ -284,12 +237,8 @@ class IndexLinear(hk.Module):
 
 
 class IndexMLP(hk.Module):
-  """``hk.nets.MLP`` on one-hot vectors, given their indices.
-
-  The same layers, names and parameters as ``hk.nets.MLP(output_sizes, ...,
-  name=name)`` applied to ``jax.nn.one_hot(index, num_states)``; the first
-  layer is an ``IndexLinear`` (a gather), the others are ``hk.Linear``.
-  """
+  """``hk.nets.MLP(output_sizes, ...)`` on ``one_hot(index, num_states)``, with
+  the same names and parameters; its first layer is an ``IndexLinear``."""
 
   def __init__(
       self,
@@ -314,7 +263,7 @@ class IndexMLP(hk.Module):
     )
 
   def __call__(self, index: jax.Array) -> jax.Array:
-    """``[B]`` integer indices -> ``[B, output_sizes[-1]]``."""
+    """``[B]`` int indices -> ``[B, output_sizes[-1]]``."""
     out = index
     for i, layer in enumerate(self.layers):
       out = layer(out)
@@ -324,7 +273,7 @@ class IndexMLP(hk.Module):
 
 
 def state_indices(observations: types.ArrayTree, num_states: int) -> jax.Array:
-  """The ``[B]`` state indices of index observations ``[B]`` or ``[B, 1]``.
+  """``[B]`` indices from ``[B]`` or ``[B, 1]`` integer observations.
 
   Raises:
     ValueError: for observations that are not one integer per example.
@@ -346,10 +295,14 @@ def state_indices(observations: types.ArrayTree, num_states: int) -> jax.Array:
 
 
 class AgentNet(hk.Module):
-  """Observation ``[B, ...]`` -> dict of outputs described by the specs.
+  """Observations ``[B, ...]`` -> dict of outputs described by the specs.
 
-  Flat outputs are ``[B, *spec.shape]``; per-action outputs are
-  ``[B, A, *spec.shape]`` (continuous policies: see ``__call__``).
+  Flat outputs are ``[B, *spec.shape]``, per-action outputs ``[B, A,
+  *spec.shape]``.
+
+  Raises:
+    ValueError: if a name is both flat and per-action, or for
+      ``separate_torsos`` with per-action outputs.
   """
 
   def __init__(
@@ -388,14 +341,10 @@ class AgentNet(hk.Module):
   ) -> Outputs | tuple[Outputs, Outputs]:
     """Outputs for ``[B, ...]`` observations.
 
-    ``grad_actions`` (``[B]`` int, optional): per-action outputs then carry
-    gradients only at these actions (values are unchanged); see
-    ``action_models.per_action_outputs``. With ``with_every`` (and
-    ``grad_actions``) the per-action outputs with gradients at every action
-    come too, as a second dict (see
-    ``action_models.per_action_outputs_and_taken``). With a continuous
-    policy, they are action-input heads' outputs at ``grad_actions``
-    (``action_models.action_input_outputs``).
+    With ``grad_actions`` (``[B]`` int) per-action outputs carry gradients only
+    there (``action_models.per_action_outputs``); ``with_every`` also returns
+    the per-action outputs with every gradient, as a second dict. A continuous
+    policy's per-action outputs are taken at ``grad_actions``.
     """
     if self._config.separate_torsos:  # no per-action outputs (checked)
       outputs = self._head_pass(
@@ -440,8 +389,8 @@ class AgentNet(hk.Module):
   def _embedding_pass(
       self, observations: types.ArrayTree, name: str = "torso"
   ) -> jax.Array:
-    """The torso's output ``[B, ...]``; for index observations without a
-    torso (``dense=()``), the ``[B]`` state indices (the heads gather)."""
+    """The torso's output ``[B, ...]``; the ``[B]`` state indices for index
+    observations without a torso (``dense=()``)."""
     leaves = jax.tree.leaves(observations)
     prefix = "" if name == "torso" else f"{name}_"
     c = self._config
@@ -486,8 +435,7 @@ class AgentNet(hk.Module):
   def _head_pass(
       self, embeddings: Mapping[str, jax.Array]
   ) -> dict[str, jax.Array]:
-    """One linear head per flat output, on that output's embedding (a gather
-    for state indices, see ``_embedding_pass``)."""
+    """One linear head per flat output, on that output's embedding."""
     c = self._config
     w_init = None
     if c.head_w_init_std:
@@ -513,10 +461,9 @@ class AgentNet(hk.Module):
     return outputs
 
   def _gaussian_params(self, head: jax.Array) -> jax.Array:
-    """``[B, 2 D]`` mean and log-std of a Gaussian policy from its head:
-    the head's ``[B, D]`` mean and a learnt ``[D]`` log-std (state
-    independent), or the head's ``[B, 2 D]`` with the log-std shifted by
-    ``init_log_std``."""
+    """``[B, 2 D]`` Gaussian mean and log-std: the head's ``[B, D]`` mean with a
+    learnt ``[D]`` log-std (state independent), or the head's ``[B, 2 D]`` with
+    the log-std shifted by ``init_log_std``."""
     policy = self._policy
     if policy.log_std == "state_independent":
       log_std = hk.get_parameter(
@@ -533,18 +480,16 @@ class AgentNet(hk.Module):
 
 
 def minigrid_encoder(ids: jax.Array, dim: int, prefix: str = "") -> jax.Array:
-  """Features of MiniGrid/XLand observations (called in a haiku transform).
+  """Features of MiniGrid/XLand observations (inside a haiku transform).
 
   Args:
-    ids: ``[B, H, W, 2]`` tile and colour ids (any numeric dtype; rounded
-      and clipped into their ranges).
-    dim: features of each id's embedding.
-    prefix: of the module names (one encoder per torso).
+    ids: ``[B, H, W, 2]`` tile and colour ids (rounded and clipped).
+    dim: features per id embedding.
+    prefix: of the module names.
 
   Returns:
-    ``[B, H - 3, W - 3, 64]``: the concatenated ``[B, H, W, 2 * dim]``
-    embeddings through ``MINIGRID_CONV_CHANNELS`` 2x2 VALID convolutions,
-    each followed by a ReLU.
+    ``[B, H - 3, W - 3, 64]``: the ``[B, H, W, 2 * dim]`` embeddings through
+    ``MINIGRID_CONV_CHANNELS`` 2x2 VALID convolutions with ReLUs.
   """
   ids = jnp.round(ids.astype(jnp.float32)).astype(jnp.int32)
   tiles = jnp.clip(ids[..., 0], 0, MINIGRID_NUM_TILES - 1)
@@ -583,8 +528,7 @@ def network_settings(
     separate_torsos: bool = False,
     compute_dtype: str = COMPUTE_DTYPES[0],
 ) -> dict[str, Any]:
-  """The ``network`` entry of agent settings (a plain dict of ``NetConfig``
-  fields)."""
+  """The ``network`` entry of agent settings, a dict of ``NetConfig`` fields."""
   return dict(
       dense=tuple(dense),
       head_w_init_std=head_w_init_std,
@@ -602,7 +546,7 @@ def make_net_config(settings: Mapping[str, Any]) -> NetConfig:
   """``NetConfig`` from the ``network`` entry of agent settings.
 
   Raises:
-    ValueError: for unknown or missing keys, naming the valid ones.
+    ValueError: for unknown keys, naming the valid ones.
   """
   settings = dict(settings)
   # num_states comes from the environment (NetConfig.with_observation).
@@ -628,10 +572,9 @@ def make_network(
     name: str = "mlp",
     policy: policies.Policy | None = None,
 ) -> hk.Transformed:
-  """A pure ``(init, apply)`` pair over ``[B, ...]`` observations, computing
-  in ``config.compute_dtype`` (see ``compute_policy``). With a Gaussian
-  ``policy``, the ``logits`` output holds its mean and log-std
-  (``AgentNet._gaussian_params``)."""
+  """A pure ``(init, apply)`` pair over ``[B, ...]`` observations in
+  ``config.compute_dtype``. With a Gaussian ``policy`` the ``logits`` output
+  holds its mean and log-std."""
 
   def forward(observations, grad_actions=None, with_every=False):
     net = AgentNet(config, num_actions, flat_spec, model_spec, name, policy)
@@ -645,22 +588,18 @@ def make_network(
 
 
 def compute_policy(compute_dtype: str) -> jmp.Policy:
-  """The ``jmp`` policy of a network computing in ``compute_dtype``:
-  float32 parameters and outputs."""
+  """The ``jmp`` policy: float32 parameters and outputs, ``compute_dtype``
+  compute."""
   return jmp.get_policy(
       f"params=float32,compute={compute_dtype},output=float32"
   )
 
 
 def with_policy(policy: jmp.Policy, fn):
-  """``fn`` (called inside a haiku transform) under ``policy``.
-
-  Its parameters are created in ``policy.param_dtype`` and read in the
-  compute dtype, its floating-point arguments are cast to the compute dtype
-  and its outputs to the output dtype. The policy applies to this call only
-  (haiku's ``mixed_precision.set_policy`` would set it for every instance
-  of a module class, other agents' included).
-  """
+  """``fn`` (inside a haiku transform) under the ``jmp`` ``policy``:
+  parameters created in ``param_dtype``, arguments and parameters read in the
+  compute dtype, outputs cast to the output dtype. Unlike
+  ``hk.mixed_precision.set_policy``, it applies to this call only."""
 
   def creator(next_creator, shape, dtype, init, context):
     del dtype, context
@@ -686,8 +625,7 @@ def unroll(
     with_every: bool = False,
 ):
   """Applies a ``[B, ...]`` network to ``[T, B, ...]`` observations (and
-  optional ``[T, B]`` ``grad_actions``, with ``with_every``, see
-  ``AgentNet.__call__``)."""
+  ``[T, B]`` ``grad_actions``, see ``AgentNet.__call__``)."""
   leaf = jax.tree.leaves(observations)[0]
   t, b = leaf.shape[:2]
   flatten = lambda x: x.reshape((t * b,) + x.shape[2:])

@@ -1,13 +1,10 @@
 """Transforms that turn update-rule inputs into meta-network features.
 
-Each transform has the signature ``fn(x, actions, policy, axis_name) -> x``
-where ``actions`` are the ``[T, B]`` actions of the transitions and ``policy``
-the ``[T+1, B, A]`` (gradient-free) softmax policy of the agent. Inputs are
-time-major: ``[T+1, B, ...]`` per state or ``[T, B, ...]`` per transition;
-per-action quantities carry the action axis at position 2 (``[T+1, B, A, ...]``).
-
-``TRANSFORMS`` maps the names used in ``MetaNetInputOption`` to functions;
-add an entry to make a new transform available to declarative input sets.
+Signature ``fn(x, actions, policy, axis_name) -> x``: ``actions`` ``[T, B]``,
+``policy`` the ``[T+1, B, A]`` gradient-free softmax policy; ``x`` is
+``[T+1, B, ...]`` per state or ``[T, B, ...]`` per transition, per-action
+inputs ``[T+1, B, A, ...]``. ``TRANSFORMS`` maps ``MetaNetInputOption``
+names to functions; add an entry to make a transform available.
 """
 
 from __future__ import annotations
@@ -41,8 +38,8 @@ def td_pair(x: jax.Array) -> jax.Array:
 
 
 class EmaNormalize(hk.Module):
-  """Normalises by EMA estimates (decay 0.99) of the mean and variance over
-  the time and batch axes; the statistics are haiku state."""
+  """Normalises by EMAs (decay 0.99, haiku state) of the mean and variance over
+  the time and batch axes."""
 
   def __call__(self, x: jax.Array, axis_name: str | None) -> jax.Array:
     mean = jnp.mean(x, axis=(0, 1), keepdims=True)

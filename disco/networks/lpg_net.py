@@ -1,21 +1,9 @@
-"""The LPG meta-network (Oh et al. 2020, "Discovering Reinforcement Learning
-Algorithms", arXiv 2007.08794; sizes as GROOVE's ``models/lpg.py``).
+"""The LPG meta-network (Oh et al. 2020, arXiv 2007.08794; sizes as
+GROOVE's ``models/lpg.py``).
 
-Per transition ``t`` of a ``[T, B]`` rollout it reads
-
-  * ``phi(y(s_t))`` and ``phi(y(s_{t+1}))``: a shared embedding MLP
-    (``embedding_sizes``, last size 1 by default) of the agent's categorical
-    prediction vectors (probabilities ``[T, B, P]``); the next state's
-    embedding is zero where the transition ended its episode;
-  * the reward ``r_t``, the termination flag ``d_t`` and the probability
-    ``pi(a_t|s_t)`` of the taken action;
-  * optionally (TA-LPG, Jackson et al. 2024) the agent's relative progress
-    through its lifetime ``n / N`` and ``log N`` (``N`` in agent updates);
-
-and runs a GRU backwards in time over them, reset where a transition ended its
-episode (no information flows from an episode into the one before it). A ReLU
-of the GRU outputs feeds two linear heads: a scalar ``pi_hat [T, B]`` and a
-softmax ``y_hat [T, B, P]``.
+A GRU runs backwards in time over each transition's features
+(``lpg_features``), reset at episode ends; a ReLU of its outputs feeds two
+linear heads: ``pi_hat [T, B]`` and softmax ``y_hat [T, B, P]``.
 """
 
 from __future__ import annotations
@@ -37,14 +25,12 @@ class LPGNetConfig:
   """Sizes of the LPG meta-network.
 
   Attributes:
-    prediction_size: ``P``, the size of the agent's categorical prediction
-      ``y`` and of ``y_hat``: 8 as GROOVE (``lpg_target_width``); the paper
-      uses 30.
-    embedding_sizes: the shared embedding MLP of ``y`` (ReLU between
-      layers): ``(16, 1)`` as GROOVE and the paper.
-    hidden_size: GRU units (256 as GROOVE; the paper's LSTM has 256 too).
-    lifetime_conditioning: TA-LPG: also read the relative lifetime progress
-      and the log lifetime length.
+    prediction_size: ``P``, the size of ``y`` and ``y_hat`` (GROOVE: 8; the
+      paper: 30).
+    embedding_sizes: the embedding MLP of ``y`` (GROOVE and the paper:
+      ``(16, 1)``).
+    hidden_size: GRU units.
+    lifetime_conditioning: TA-LPG's lifetime inputs.
   """
 
   prediction_size: int = 8
@@ -81,19 +67,23 @@ def lpg_features(
     y_tp1: jax.Array,
     lifetime: jax.Array | None = None,
 ) -> jax.Array:
-  """The GRU's inputs ``[T, B, F]`` (inside ``hk.transform``).
+  """The GRU's inputs ``[T, B, F]`` (inside ``hk.transform``): ``r_t``, the
+  termination flag, ``pi(a_t|s_t)``, embeddings of ``y_t`` and ``y_tp1``
+  (zeroed at episode ends), and TA-LPG's lifetime inputs (Jackson et al.
+  2024) with ``lifetime_conditioning``.
 
   Args:
     config: network sizes.
     rewards: ``[T, B]``.
-    terminal: ``[T, B]`` termination flags (bool or float).
-    episode_ends: ``[T, B]`` bool, transitions that ended their episode
-      (terminated or truncated): ``y_tp1``'s embedding is zero there.
+    terminal: ``[T, B]`` termination flags.
+    episode_ends: ``[T, B]`` bool, terminated or truncated transitions.
     pi_a: ``[T, B]`` probability of the taken action.
     y_t: ``[T, B, P]`` prediction probabilities at ``s_t``.
     y_tp1: ``[T, B, P]`` at ``s_{t+1}``.
-    lifetime: ``[2]`` (progress ``n / N``, ``log N``), with
-      ``lifetime_conditioning`` only.
+    lifetime: ``[2]``: progress ``n / N`` and ``log N`` (agent updates).
+
+  Raises:
+    ValueError: if ``lifetime`` is missing with ``lifetime_conditioning``.
   """
   embed = hk.nets.MLP(tuple(config.embedding_sizes), name="embedding")
   e_t = embed(y_t)
@@ -115,15 +105,11 @@ def lpg_features(
 
 
 class BackwardGRU(hk.Module):
-  """A GRU run backwards in time that starts afresh at every episode end.
+  """A GRU run backwards in time, restarting at every episode end.
 
-  Haiku's ``hk.GRU`` maths and parameters (``w_i [I, 3H]``, ``w_h [H, 3H]``,
-  ``b [3H]``, created in that order), as ``hk.dynamic_unroll(
-  hk.ResetCore(hk.GRU(H)), (x, ends), zeros, reverse=True)`` computes them,
-  with the loop-invariant work taken out of the time loop: the inputs of all
-  steps are projected in one matmul, and the recurrent weights are split
-  once (XLA left the split in the loop: 6% of an LPG ES generation in a CPU
-  profile, BENCHMARKS.md "ES generation against GROOVE's ES").
+  The maths and parameters of ``hk.GRU`` (``w_i [I, 3H]``, ``w_h [H, 3H]``,
+  ``b [3H]``): equal to ``hk.dynamic_unroll(hk.ResetCore(hk.GRU(H)), (x,
+  ends), zeros, reverse=True)``.
   """
 
   def __init__(self, hidden_size: int, name: str = "gru"):
@@ -131,9 +117,8 @@ class BackwardGRU(hk.Module):
     self.hidden_size = hidden_size
 
   def __call__(self, x: jax.Array, ends: jax.Array) -> jax.Array:
-    """``x [T, B, I]``, ``ends [T, B]`` (transition t ended its episode:
-    the state from step t+1 is zeroed before step t reads it) -> the states
-    ``[T, B, H]``."""
+    """``x [T, B, I]``, ``ends [T, B]`` -> states ``[T, B, H]``; the state from
+    step ``t+1`` is zeroed before step ``t`` reads it where ``ends[t]``."""
     hidden = self.hidden_size
     w_i = hk.get_parameter(
         "w_i",
@@ -182,9 +167,8 @@ class LPGMetaNet(hk.Module):
       y_tp1: jax.Array,
       lifetime: jax.Array | None = None,
   ) -> dict[str, jax.Array]:
-    """Arguments as ``lpg_features``; returns ``{pi_hat, y_hat,
-    y_hat_logits, core}`` (``y_hat = softmax(y_hat_logits)``; ``core``: the
-    GRU outputs ``[T, B, H]``)."""
+    """Arguments as ``lpg_features``; returns ``{pi_hat, y_hat, y_hat_logits,
+    core}`` (``core``: the GRU outputs ``[T, B, H]``)."""
     c = self._config
     x = lpg_features(
         c, rewards, terminal, episode_ends, pi_a, y_t, y_tp1, lifetime

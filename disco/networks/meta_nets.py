@@ -1,24 +1,15 @@
-"""The Disco meta-network: an LSTM that reads a rollout and produces the
-agent's learning targets.
+"""The Disco meta-network: reads a rollout, outputs the agent's targets.
 
-Structure (shapes for ``T`` transitions, ``B`` trajectories, ``A`` actions):
-  1. Features: each entry of the input option picks a quantity from the
-     ``UpdateRuleInputs`` (``agent_out/logits``, ``extra_from_rule/adv``, ...)
-     and runs it through named transforms (``input_transforms.TRANSFORMS`` or
-     the ``y_net``/``z_net`` embedding MLPs) to ``[T, B, k]``. Action-
-     conditional entries give ``[T, B, A, k]``; together with the one-hot
-     taken action they pass through a 1x1-conv net over the action axis whose
-     output is both averaged over actions and read at the taken action.
-  2. A per-trajectory LSTM runs backwards in time over the features, reset
-     where a transition ended its episode: ``[T, B, H]``.
-  3. A per-lifetime meta-LSTM (state in the rule state, ``[H_meta]``)
-     modulates these features multiplicatively.
-  4. Heads: ``y``, ``z`` targets ``[T, B, P]``, an input embedding for the
-     meta-LSTM ``[T, B, 1]``, and policy target logits ``pi`` ``[T, B, A]``
-     from a 1x1-conv net over actions.
-  5. The meta-LSTM takes one step on the batch-time average of an embedding
-     of the rollout and of these outputs; the new state is haiku state
-     ``meta_rnn_state``.
+  1. Features: each input entry takes a quantity of the
+     ``UpdateRuleInputs`` through named transforms to ``[T, B, k]``;
+     action-conditional ones (``[T, B, A, k]``) and the taken action's
+     one-hot go through a 1x1-conv net over actions, averaged over actions
+     and read at the taken one.
+  2. An LSTM runs backwards in time, reset at episode ends: ``[T, B, H]``.
+  3. A per-lifetime meta-LSTM (haiku state ``meta_rnn_state``, one step per
+     rollout) modulates it multiplicatively.
+  4. Heads: ``y``, ``z`` ``[T, B, P]``, ``meta_input_emb`` ``[T, B, 1]`` and
+     policy-target logits ``pi`` ``[T, B, A]``.
 
 Haiku names reproduce the published network, so the Disco103 weights apply.
 """
@@ -41,12 +32,12 @@ from disco.networks import input_transforms
 
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
-  """One meta-network input: a source path and the transforms to apply.
+  """One meta-network input: a source path and its transforms.
 
   Attributes:
-    source: ``/``-separated path into ``UpdateRuleInputs`` (attributes then
+    source: ``/``-separated path into ``UpdateRuleInputs`` (attributes, then
       dict keys), e.g. ``"extra_from_rule/target_out/logits"``.
-    transforms: names from ``input_transforms.TRANSFORMS`` or ``"y_net"`` /
+    transforms: names in ``input_transforms.TRANSFORMS`` or ``"y_net"`` /
       ``"z_net"``, applied left to right.
   """
 
@@ -118,9 +109,8 @@ Z_SOURCES = ("agent_out/z", "extra_from_rule/target_out/z")
 
 
 def flat_input_option() -> MetaNetInputOption:
-  """Disco103's inputs that a flat agent (no action-conditional model, so
-  no ``z``; see ``disco.update_rules.disco``) gives:
-  ``disco103_input_option`` without its ``Z_SOURCES``."""
+  """``disco103_input_option`` without ``Z_SOURCES``: the inputs of an agent
+  without the action-conditional model."""
   full = disco103_input_option()
 
   def keep(specs):
@@ -164,9 +154,7 @@ class MetaNetConfig:
   aux_stddev: float | None = 0.3
   policy_target_stddev: float | None = 0.3
   state_stddev: float | None = 1.0
-  # 0: no per-lifetime LSTM (a stateless network: no modulation, empty
-  # ``meta_rnn_state``), e.g. for a distilled student that reads its
-  # lifetime from ``lifetime_conditioning`` instead.
+  # 0: no per-lifetime LSTM (no modulation, empty ``meta_rnn_state``).
   meta_hidden_size: int = 128
   meta_policy_channels: Sequence[int] = (16, 2)
   meta_embedding_size: Sequence[int] = (16,)
@@ -174,10 +162,9 @@ class MetaNetConfig:
   # A ``MetaNetInputOption``, or the name of one in ``INPUT_OPTIONS`` (how
   # rule files give it).
   input_option: MetaNetInputOption | str = "disco103"
-  # The agent's lifetime as two more per-transition inputs, as TA-LPG's
-  # (Jackson et al. 2024): its progress n / N and log N, N in agent updates
-  # (``extra_from_rule/lifetime``, ``[T, B, 2]``). Off for Disco103, whose
-  # weights do not take them.
+  # Lifetime inputs as TA-LPG's (Jackson et al. 2024): progress n / N and
+  # log N, N in agent updates (``extra_from_rule/lifetime``, ``[T, B, 2]``).
+  # Disco103's weights do not take them.
   lifetime_conditioning: bool = False
 
   def __post_init__(self):
@@ -230,13 +217,8 @@ def _is_scalar_extra(source: str) -> bool:
 
 
 class PointwiseConv1D(hk.Module):
-  """A width-1 ``hk.Conv1D`` (same parameters: ``w [1, C, C']``, ``b [C']``,
-  same initialisation, same name) computed as a matrix product over the
-  channel axis of ``[..., C]`` inputs.
-
-  XLA:CPU runs the weight gradient of a general convolution far slower than
-  that of a matrix product, and meta-gradients take it many times.
-  """
+  """A width-1 ``hk.Conv1D`` (same parameters, init and name) computed as a
+  matrix product over the channel axis of ``[..., C]`` inputs."""
 
   def __init__(self, output_channels: int):
     super().__init__(name="conv1_d")
@@ -274,11 +256,11 @@ def build_features(
     action_net: Callable[[jax.Array], jax.Array],
     axis_name: str | None,
 ) -> tuple[jax.Array, jax.Array | None]:
-  """Assembles meta-network features from the rollout.
+  """The meta-network's features of a rollout.
 
   Returns:
-    ``features [T, B, F]`` and the per-action embedding ``[T, B, A, C]`` (or
-    None when the option has no action-conditional inputs).
+    ``features [T, B, F]`` and the per-action embedding ``[T, B, A, C]`` (None
+    without action-conditional inputs).
   """
   t, b = inputs.is_terminal.shape
   actions = inputs.actions[:-1]
@@ -370,9 +352,8 @@ class MetaLSTM(hk.Module):
 
 
 class DiscoMetaNet(hk.Module):
-  """Rollout -> ``{pi [T,B,A], y [T,B,P], z [T,B,P], meta_input_emb [T,B,1]}``
-  (no ``z`` without ``predicts_z``: for an agent without the action-
-  conditional model)."""
+  """Rollout -> ``{pi [T,B,A], y [T,B,P], z [T,B,P], meta_input_emb [T,B,1]}``;
+  no ``z`` unless ``predicts_z``."""
 
   def __init__(self, config: MetaNetConfig, predicts_z: bool = True):
     super().__init__(name="lstm")

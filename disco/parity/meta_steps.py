@@ -224,13 +224,16 @@ def _agent_from_layout(tree: dict[str, Any], like: Any) -> Any:
 def _meta_train_population(fx: dict[str, np.ndarray]):
   """Our population at the fixture's settings, and its initial meta-params."""
   st = {k.split(SEP, 1)[1]: fx[k] for k in fx if k.startswith("settings" + SEP)}
-  settings = registry.default_settings("disco")
-  settings.loss_mask = "published"
-  settings.learning_rate = float(st["agent_learning_rate"])
-  settings.network.dense = tuple(int(x) for x in st["dense"])
-  settings.network.model_lstm_size = int(st["lstm_size"])
-  settings.network.model_head_hiddens = tuple(
-      int(x) for x in st["head_mlp_hiddens"]
+  defaults = registry.default_settings("disco")
+  settings = defaults.replace(
+      loss_mask="published",
+      learning_rate=float(st["agent_learning_rate"]),
+      network=dict(
+          defaults.network,
+          dense=tuple(int(x) for x in st["dense"]),
+          model_lstm_size=int(st["lstm_size"]),
+          model_head_hiddens=tuple(int(x) for x in st["head_mlp_hiddens"]),
+      ),
   )
   env = env_registry.make_env(
       "catch",

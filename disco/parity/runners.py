@@ -122,9 +122,9 @@ def rule_state_from(tree: dict[str, Any]) -> dict[str, Any]:
 def _run_learner_step(
     fx: dict[str, np.ndarray], meta_params, rule: str
 ) -> RunnerOutput:
-  settings = registry.default_settings(rule)
-  settings.learning_rate = float(fx["learning_rate"])
-  settings.loss_mask = "published"
+  settings = registry.default_settings(rule).replace(
+      learning_rate=float(fx["learning_rate"]), loss_mask="published"
+  )
   inputs = unflatten(fx, "inputs")
   rollout = _rollout_from(inputs, "behaviour_agent_outs", "behaviour_logits")
   agent = agent_lib.make_agent(settings, num_actions=rollout.logits.shape[-1])
@@ -166,11 +166,14 @@ def _run_meta_gradient(
 ) -> RunnerOutput:
   del meta_params  # The fixture carries its own.
   inputs = unflatten(fx, "inputs")
-  settings = registry.default_settings("disco")
-  settings.loss_mask = "published"
-  settings.learning_rate = 5e-4
-  settings.network.model_lstm_size = 256
-  settings.network.model_head_hiddens = (256,)
+  defaults = registry.default_settings("disco")
+  settings = defaults.replace(
+      loss_mask="published",
+      learning_rate=5e-4,
+      network=dict(
+          defaults.network, model_lstm_size=256, model_head_hiddens=(256,)
+      ),
+  )
   train = _rollout_from(inputs["train_rollouts"])
   valid = _rollout_from(inputs["valid_rollout"])
   agent = agent_lib.make_agent(settings, num_actions=train.logits.shape[-1])

@@ -1,2 +1,3 @@
-"""Meta-evaluation: acting, the on-device replay, the scanned training loop
-and the analysis of its metrics."""
+"""The training loop: acting, the on-device replay, the scanned loop of
+rollouts and learner steps, and the analysis of its metrics. Meta-evaluation
+(``disco.evaluation``) and meta-training run agents through it."""

@@ -1,10 +1,8 @@
 """Acting in jittable environments: rollouts and episode statistics.
 
-Per-episode environment metrics (``EnvTimestep.info``, e.g. Craftax's
-achievements) travel with the rollout as ``ActorTimestep.env_info``
-(``with_env_info``) and come out of ``episode_stats`` as
-``episode/<name>``: their mean over the episodes that ended in the rollout.
-Environments without info add nothing (not even the names).
+Per-episode environment metrics (``EnvTimestep.info``) ride in rollouts as
+``ActorTimestep.env_info`` and come out of ``episode_stats`` as
+``episode/<name>``.
 """
 
 from __future__ import annotations
@@ -36,8 +34,8 @@ class ActorCarry:
 def init_actor(
     env: env_base.Environment, rng: jax.Array, level: Any = None
 ) -> ActorCarry:
-  """A new lifetime's carry; ``level``: the level to reset to (environments
-  with levels only; None: the environment's own reset)."""
+  """A new lifetime's carry, reset to ``level`` if given (environments with
+  levels only)."""
   if level is None:
     env_state, timestep = env.reset(rng)
   else:
@@ -54,8 +52,7 @@ def init_actor(
 def with_env_info(
     actor_ts: types.ActorTimestep, timestep: types.EnvTimestep
 ) -> types.ActorTimestep:
-  """``actor_ts`` (chosen at ``timestep``) carrying ``timestep.info``; the
-  same object where the environment has no info."""
+  """``actor_ts`` (chosen at ``timestep``) carrying its ``info``, if any."""
   if not timestep.info:
     return actor_ts
   return actor_ts.replace(env_info=timestep.info)
@@ -73,9 +70,8 @@ def unroll_actor(
   """``length`` acting steps in a jittable environment (a ``lax.scan``).
 
   Returns the advanced carry and the rollout ``[length, B, ...]``; step ``i``
-  uses the ``i``-th key of ``jax.random.split(rng, length)``. The carry's
-  episode statistics are not updated here (see ``episode_stats``); where the
-  environment has info, the rollout carries it (``with_env_info``).
+  uses key ``i`` of ``jax.random.split(rng, length)``. Episode statistics are
+  not updated here (``episode_stats``).
   """
   search_env = env if agent.rule.needs_env_copies else None
 
@@ -102,13 +98,12 @@ def unroll_actor(
 def episode_stats(
     actor: ActorCarry, rollout: types.ActorRollout
 ) -> tuple[ActorCarry, dict[str, jax.Array]]:
-  """Episode returns/lengths completed within a ``[T, B]`` rollout.
+  """Returns and lengths of the episodes completed in a ``[T, B]`` rollout.
 
-  ``rollout.rewards[t]`` is the reward of arriving at step ``t``, and
-  ``rollout.is_last[t]`` marks the last step of an episode. Where the
-  rollout carries environment info (``rollout.env_info``, ``{name: [T,
-  B]}``), ``episode/<name>`` is its mean over the episodes that ended (NaN
-  where none did), as ``mean_return`` is for returns.
+  ``rollout.rewards[t]`` is the reward of arriving at step ``t``;
+  ``rollout.is_last[t]`` ends an episode. ``episode/<name>`` is the mean of
+  ``env_info[name]`` over the ended episodes. Means are NaN where no episode
+  ended.
   """
 
   def step(acc, x):

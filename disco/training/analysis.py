@@ -1,22 +1,10 @@
-"""Learning curves, final scores and their uncertainty, plots and CSV files.
+"""Learning curves, final scores with uncertainty, plots and CSV files.
 
-Everything here works on the per-iteration metrics returned by
-``disco.training.loop.EvalLoop.run``: a dict ``{name: [S, N]}`` over ``S``
-seeds and ``N`` iterations, holding at least ``episodes`` (episodes completed
-in the iteration) and ``return_sum`` (the sum of their returns), and usually
-``env_steps`` (cumulative environment steps after the iteration).
-
-Statistics across seeds treat each seed as one independent sample:
-  * ``mean_curve`` gives a Student-t 95% interval of the mean curve;
-  * ``bootstrap_ci`` gives a 95% bootstrap interval of the mean final score
-    (``scipy.stats.bootstrap``).
-Both need at least two seeds and return no interval otherwise.
-
-A seed *diverged* once its agent's learner state held a non-finite value
-(the loop's ``diverged`` metric; ``diverged_iterations``). Its episodes after
-that iteration come from a broken policy, so its ``return_curve`` is NaN from
-there on and it has no final score (NaN): the mean curve, the mean final score
-and their intervals are over the other seeds.
+Inputs are ``EvalLoop.run``'s metrics ``{name: [S, N]}`` (``S`` seeds,
+``N`` iterations) with at least ``episodes`` and ``return_sum``, usually
+``env_steps``. Seeds are independent samples; intervals need two. A seed
+that diverged (``diverged``) has a NaN curve from then on and no final
+score.
 """
 
 from __future__ import annotations
@@ -69,9 +57,8 @@ def concat_metrics(chunks: Sequence[Metrics]) -> dict[str, np.ndarray]:
 
 
 def diverged_iterations(metrics: Metrics) -> np.ndarray:
-  """``[S]`` the first iteration after which each seed's learner state was
-  non-finite, -1 for seeds that did not diverge (or metrics without a
-  ``diverged`` entry)."""
+  """``[S]`` first iteration after which each seed's learner state was
+  non-finite; -1 if never (or without a ``diverged`` metric)."""
   num_seeds, _ = num_seeds_and_iterations(metrics)
   if DIVERGED not in metrics:
     return np.full(num_seeds, -1, np.int64)
@@ -80,8 +67,7 @@ def diverged_iterations(metrics: Metrics) -> np.ndarray:
 
 
 def diverged_env_steps(metrics: Metrics) -> list[int | None]:
-  """Per seed, the environment steps after which it diverged (None if it
-  did not)."""
+  """Per seed, the environment steps after which it diverged, or None."""
   steps = np.asarray(metrics[ENV_STEPS]) if ENV_STEPS in metrics else None
   out = []
   for s, i in enumerate(diverged_iterations(metrics)):
@@ -96,12 +82,11 @@ def diverged_env_steps(metrics: Metrics) -> list[int | None]:
 
 
 def return_curve(metrics: Metrics, min_episodes: int = 100) -> np.ndarray:
-  """Windowed mean return per seed and iteration, ``[S, N]``.
+  """Windowed mean return ``[S, N]``.
 
-  Entry ``[s, i]`` is the mean return of the episodes completed in the
-  shortest trailing window of iterations ending at ``i`` that holds at least
-  ``min_episodes`` episodes (all episodes so far while there are fewer; NaN
-  before the first episode ends, and after the iteration a seed diverged).
+  ``[s, i]`` is the mean return over the shortest trailing window of
+  iterations ending at ``i`` holding at least ``min_episodes`` episodes (all
+  so far while fewer); NaN before the first episode and after divergence.
   """
   if min_episodes < 1:
     raise ValueError(f"min_episodes must be >= 1, got {min_episodes}.")
@@ -127,8 +112,7 @@ def return_curve(metrics: Metrics, min_episodes: int = 100) -> np.ndarray:
 
 
 def _t_ppf(q: float, df: np.ndarray) -> np.ndarray:
-  """Student's t quantile (scipy.stats, imported on first use: it takes
-  about a second, which every launcher process would pay)."""
+  """Student's t quantile (scipy imported on first use)."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
 
   return stats.t.ppf(q, df)
@@ -137,11 +121,12 @@ def _t_ppf(q: float, df: np.ndarray) -> np.ndarray:
 def mean_curve(
     curves: np.ndarray, confidence: float = 0.95
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-  """Mean over seeds of ``[S, N]`` curves and a Student-t interval.
+  """Mean over seeds of ``[S, N]`` curves (NaNs ignored) and a Student-t
+  interval.
 
-  Returns ``(mean, low, high)``, each ``[N]``; ``low``/``high`` are ``None``
-  with a single seed, and NaN at iterations with fewer than two finite
-  values. NaN entries (e.g. before a seed's first episode) are ignored.
+  Returns:
+    ``(mean, low, high)``, each ``[N]``; ``low`` and ``high`` are None for a
+    single seed, NaN where fewer than two values are finite.
   """
   curves = np.asarray(curves, dtype=np.float64)
   if curves.ndim != 2:
@@ -166,9 +151,8 @@ def mean_curve(
 def text_curve(
     metrics: Metrics, min_episodes: int = 100, rows: int = 10, width: int = 40
 ) -> str:
-  """The seed-mean learning curve as a small text chart for terminals:
-  ``rows`` lines of ``env steps | bar | mean return`` with returns in
-  [-1, 1] mapped onto ``width`` characters."""
+  """The seed-mean learning curve as ``rows`` text lines of ``env steps | bar
+  | mean return``, returns in [-1, 1] over ``width`` characters."""
   mean, _, _ = mean_curve(return_curve(metrics, min_episodes))
   steps = _as_2d(metrics, "env_steps")[0]
   idx = np.unique(
@@ -192,9 +176,8 @@ def text_curve(
 
 
 def final_scores(metrics: Metrics, last_episodes: int = 500) -> np.ndarray:
-  """Per seed, the mean return over (about) the last ``last_episodes``
-  episodes, counted in whole iterations backwards; ``[S]`` (NaN for a seed
-  without episodes or that diverged)."""
+  """``[S]`` mean return over (about) the last ``last_episodes`` episodes,
+  counted in whole iterations; NaN without episodes or after divergence."""
   if last_episodes < 1:
     raise ValueError(f"last_episodes must be >= 1, got {last_episodes}.")
   episodes = _as_2d(metrics, "episodes")
@@ -217,12 +200,9 @@ def bootstrap_ci(
     seed: int = 0,
     method: str = "percentile",
 ) -> tuple[float, float] | None:
-  """Bootstrap interval of the mean of per-seed ``scores``.
-
-  Uses ``scipy.stats.bootstrap`` (percentile method by default: BCa is
-  undefined when all scores are equal, which is common on easy tasks).
-  Returns ``None`` with fewer than two finite scores.
-  """
+  """Bootstrap interval (``scipy.stats.bootstrap``) of the mean of ``scores``,
+  or None with fewer than two finite scores. The default percentile method
+  stays defined when all scores are equal (BCa does not)."""
   scores = np.asarray(scores, dtype=np.float64)
   scores = scores[np.isfinite(scores)]
   if scores.size < 2:
@@ -249,15 +229,14 @@ def bootstrap_ci(
 def summarize(
     metrics: Metrics, last_episodes: int = 500, confidence: float = 0.95
 ) -> dict[str, Any]:
-  """Final scores and totals of a run, as JSON-friendly values.
+  """A run's final scores and totals, as JSON-friendly values.
 
-  Keys: ``final_return_per_seed`` (list; None for a seed that diverged or
-  completed no episode), ``final_return_mean`` and ``final_return_ci``
-  (``[low, high]`` or ``None``) over the ``final_return_seeds`` seeds with a
-  final score, ``confidence``, ``last_episodes``, ``num_seeds``,
-  ``num_diverged_seeds``, ``diverged_at_env_step`` (per seed, None if it did
-  not diverge), ``iterations``, ``episodes`` (per seed), ``env_steps`` and
-  ``learner_steps`` (per seed, after the last iteration).
+  Keys: ``final_return_per_seed`` (None where diverged or without episodes),
+  ``final_return_mean`` and ``final_return_ci`` (``[low, high]`` or None)
+  over the ``final_return_seeds`` seeds with a score, ``confidence``,
+  ``last_episodes``, ``num_seeds``, ``num_diverged_seeds``,
+  ``diverged_at_env_step``, ``iterations``, ``episodes`` (per seed),
+  ``env_steps`` and ``learner_steps`` (after the last iteration).
   """
   scores = final_scores(metrics, last_episodes)
   finite = scores[np.isfinite(scores)]
@@ -309,21 +288,16 @@ def plot_learning_curves(
     confidence: float = 0.95,
     title: str | None = "Mean episode return",
 ):
-  """Plots mean return against environment steps, one line per result.
-
-  Each line is the mean over seeds of ``return_curve(metrics, min_episodes)``
-  with a shaded Student-t ``confidence`` band when there are several seeds.
+  """Mean return against environment steps, one line per result, with a
+  Student-t band for several seeds.
 
   Args:
     results: ``{label: metrics}``.
-    path: if given, the figure is saved there (e.g. ``.png``).
-    ax: a matplotlib ``Axes`` to draw into; by default a new figure is made
-      (with pyplot, so notebooks show it, unless ``path`` is given: then the
-      figure is rendered off-screen with the Agg backend, leaving pyplot's
-      backend and state alone).
+    path: save the figure there (drawn off-screen, leaving pyplot alone).
+    ax: a matplotlib ``Axes`` to draw into (default: a new figure).
     min_episodes: episodes per window of the curves.
     confidence: level of the band.
-    title: axes title (``None`` for none).
+    title: axes title (None: none).
 
   Returns:
     The matplotlib ``Figure``.
@@ -384,12 +358,9 @@ def _scalar_names(metrics: Metrics) -> list[str]:
 def metrics_to_rows(
     metrics: Metrics, seeds: Sequence[int] | None = None
 ) -> list[dict[str, Any]]:
-  """One dict per (seed, iteration): ``seed``, ``iteration`` (0-based),
-  ``env_steps`` and every other ``[S, N]`` metric, seed-major.
-
-  ``seeds`` labels the seeds (default ``0..S-1``, or the ``seed`` entry of
-  metrics read back by ``read_metrics_csv``).
-  """
+  """One dict per (seed, iteration), seed-major: ``seed``, ``iteration``
+  (0-based), ``env_steps`` and every other ``[S, N]`` metric. ``seeds``
+  labels the seeds (default: the ``seed`` metric, else ``0..S-1``)."""
   num_seeds, iterations = num_seeds_and_iterations(metrics)
   if seeds is None:
     seeds = (
@@ -418,8 +389,8 @@ def write_metrics_csv(
     metrics: Metrics,
     seeds: Sequence[int] | None = None,
 ) -> Path:
-  """Writes ``metrics_to_rows(metrics, seeds)`` as CSV (floats exactly,
-  NaN as ``nan``), atomically."""
+  """Writes ``metrics_to_rows(metrics, seeds)`` as CSV atomically (exact
+  floats, NaN as ``nan``)."""
   path = Path(path)
   rows = metrics_to_rows(metrics, seeds)
   columns = [SEED, ITERATION, *_scalar_names(metrics)]
@@ -434,11 +405,13 @@ def write_metrics_csv(
 
 
 def read_metrics_csv(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-  """Reads a file written by ``write_metrics_csv`` back into ``{name: [S, N]}``.
+  """``{name: [S, N]}`` from a ``write_metrics_csv`` file.
 
-  Seeds keep their order of first appearance; the ``seed`` column comes back
-  as an ``[S, N]`` entry too (so writing the result again keeps the labels),
-  ``iteration`` does not. Columns whose values are all integers are int64.
+  Seeds keep their order of first appearance; ``seed`` comes back as a
+  metric, ``iteration`` does not. All-integer columns are int64.
+
+  Raises:
+    ValueError: for a file that is not such a CSV.
   """
   path = Path(path)
   with open(path, newline="") as f:

@@ -1,20 +1,12 @@
-"""Meta-evaluation: train agents with a fixed rule, fully on device.
+"""The training loop: agents trained by a fixed rule, fully on device.
 
-One *iteration* = an actor rollout of ``rollout_len`` steps in ``num_envs``
-environments, its trajectories added to the replay, and (once the replay holds
-``min_replay_size`` trajectories) learning on a sampled batch: one learner
-step, or with sample reuse ``update_epochs`` passes over the batch, each in
-``num_minibatches`` learner steps on a random split of its trajectories (as
-PPO learns from each on-policy rollout). With a jittable environment ``run``
-executes ``num_iterations`` iterations in one compiled ``lax.scan``; several
-seeds run at once under ``vmap`` in the same program, and the host only
-receives per-iteration metrics (``learner_steps`` counts optimiser steps).
-Host environments (``is_jittable = False``) are stepped from a Python loop
-around the same jitted acting and learning functions, with the same random
-numbers.
-
-Every iteration reports ``diverged`` per seed: 1 when the learner state
-(parameters, optimiser and rule state) holds a NaN or an infinity after it.
+An iteration is an actor rollout of ``rollout_len`` steps in ``num_envs``
+environments, added to the replay, then (once it holds ``min_replay_size``
+trajectories) learning on a sampled batch (``reuse_samples``). With a
+jittable environment ``run`` compiles all iterations into one ``lax.scan``
+with seeds vmapped; host environments are stepped from Python with the same
+random numbers. The ``diverged`` metric is 1 where the learner state holds
+a NaN or an infinity after the iteration.
 """
 
 from __future__ import annotations
@@ -39,18 +31,21 @@ from disco.training import replay as replay_lib
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
-  """Attributes:
-  num_envs: environments stepped in parallel per seed.
-  rollout_len: actor steps per iteration (a rollout holds ``rollout_len``
-    timesteps, i.e. ``rollout_len - 1`` transitions for the learner).
-  batch_size: trajectories per learner step (sampled from the replay).
-  replay_capacity: trajectories the replay keeps (FIFO); 0 disables replay
-    and the learner uses each fresh rollout (``batch_size`` must then equal
-    ``num_envs``).
-  min_replay_size: trajectories needed before learning starts.
-  update_epochs: passes over each batch (sample reuse).
-  num_minibatches: learner steps per pass, each on ``batch_size /
-    num_minibatches`` of the batch's trajectories (shuffled every pass).
+  """Settings of the training loop.
+
+  Attributes:
+    num_envs: environments stepped in parallel per seed.
+    rollout_len: actor steps per iteration (``rollout_len - 1`` transitions).
+    batch_size: trajectories per learner step.
+    replay_capacity: trajectories the FIFO replay keeps; 0: no replay, the
+      learner uses each rollout (``batch_size`` must equal ``num_envs``).
+    min_replay_size: trajectories needed before learning starts.
+    update_epochs: passes over each batch.
+    num_minibatches: learner steps per pass, each on ``batch_size /
+      num_minibatches`` trajectories (reshuffled every pass).
+
+  Raises:
+    ValueError: for inconsistent settings.
   """
 
   num_envs: int = 2
@@ -106,9 +101,8 @@ class LoopConfig:
     return self.update_epochs * self.num_minibatches
 
   def num_updates(self, num_iterations: int) -> int:
-    """Learner steps of the first ``num_iterations`` iterations (those
-    before the replay holds ``min_replay_size`` trajectories learn
-    nothing)."""
+    """Learner steps of the first ``num_iterations`` iterations (none before
+    the replay holds ``min_replay_size`` trajectories)."""
     waiting = 0
     if self.replay_capacity:
       waiting = max(0, -(-self.min_replay_size // self.num_envs) - 1)
@@ -124,26 +118,21 @@ def reuse_samples(
     epochs: int,
     minibatches: int,
 ) -> tuple[Any, types.Logs]:
-  """Learns from a batch in ``epochs`` passes of ``minibatches`` steps.
-
-  Every pass shuffles the batch's ``B`` trajectories and splits them into
-  ``minibatches`` minibatches of ``B / minibatches``; ``step(learner,
-  minibatch [T+1, B / minibatches, ...], rng) -> (learner, logs)`` learns
-  from each in turn. Passes and steps are ``lax.scan`` loops. With one pass
-  of one minibatch this is ``step(learner, batch, rng)`` exactly.
+  """Learns from a batch in ``epochs`` passes of ``minibatches`` steps, each
+  pass on a fresh shuffle of the ``B`` trajectories (one pass of one
+  minibatch: ``step(learner, batch, rng)``).
 
   Args:
-    step: one learner step.
+    step: ``(learner, minibatch [T+1, B / minibatches, ...], rng) ->
+      (learner, logs)``.
     learner: the learner state.
-    batch: ``[T+1, B, ...]`` trajectories (``B`` divisible by
-      ``minibatches``).
-    rng: random key (shuffles and steps).
+    batch: ``[T+1, B, ...]`` trajectories, ``B`` divisible by ``minibatches``.
+    rng: random key.
     epochs: passes over the batch.
     minibatches: steps per pass.
 
   Returns:
-    The learner after ``epochs * minibatches`` steps and the steps' mean
-    logs.
+    The learner after ``epochs * minibatches`` steps, and the mean logs.
   """
   if epochs == 1 and minibatches == 1:
     return step(learner, batch, rng)
@@ -181,14 +170,18 @@ class TrainState:
 
 
 class EvalLoop:
-  """Trains one agent per seed with a fixed rule (meta-evaluation).
+  """Trains one agent per seed with a fixed rule.
 
   Args:
     agent: the agent (rule, network, optimiser).
     env: a batched environment with ``batch_size == config.num_envs``.
     config: loop settings.
-    lifetime: the learner updates of the whole run, told to the rule when
-      its agents start (``UpdateRule.start_lifetime``; None: not told).
+    lifetime: the run's learner updates, told to the rule
+      (``UpdateRule.start_lifetime``; None: not told).
+
+  Raises:
+    ValueError: if the environment does not fit the config, the agent's
+      policy or the rule.
   """
 
   def __init__(
@@ -258,9 +251,8 @@ class EvalLoop:
     )
     replay = None
     if self.config.replay_capacity:
-      # The rollout is ``rollout_len`` stacked actor steps; its shape comes
-      # from one actor step, so host environments (which cannot be traced
-      # through ``_unroll``'s scan) get a replay too.
+      # The rollout's shape from one actor step (host environments cannot
+      # be traced through ``_unroll``'s scan).
       step = jax.eval_shape(
           lambda: self._actor_step_impl(
               learner.params,
@@ -287,13 +279,8 @@ class EvalLoop:
     )
 
   def init_seeds(self, seeds: Sequence[int] | np.ndarray) -> TrainState:
-    """Initial states stacked over seeds (leading axis ``[S]``); seed ``s``
-    starts from ``init(PRNGKey(s))``.
-
-    With a jittable environment this is one compiled program for all seeds;
-    a host environment is reset from Python between two compiled programs
-    (the seed's keys, then the rest of its state).
-    """
+    """Initial states stacked over seeds (leading ``[S]``); seed ``s`` starts
+    from ``init(PRNGKey(s))``."""
     seeds = ops.prng_seeds(seeds)
     if self.env.is_jittable:
       return self._init_seeds(seeds)
@@ -355,7 +342,7 @@ class EvalLoop:
       self, state: TrainState, actor: acting.ActorCarry, rollout, sample_rng
   ):
     """Episode statistics, replay insert and the learner's batch (the
-    environment's info, used by the statistics only, is dropped)."""
+    environment's info is dropped after the statistics)."""
     actor, stats = acting.episode_stats(actor, rollout)
     rollout = rollout.replace(env_info=None)
     if state.replay is None:
@@ -366,10 +353,9 @@ class EvalLoop:
     return state.replace(actor=actor, replay=replay), batch, stats
 
   def learner_batch(self, state: TrainState, rng: jax.Array):
-    """What the learner of one seed trains on next, drawn afresh: a replay
-    sample ``[T+1, B]`` if the loop replays, else a new rollout from the
-    actor's current state (which is left as it was). Jittable
-    environments only."""
+    """What one seed's learner trains on next, drawn afresh: a replay sample
+    ``[T+1, B]``, or without replay a new rollout (the actor state is left as
+    it was). Jittable environments only."""
     if state.replay is None:
       _, rollout = self._unroll(
           state.learner.params, state.learner.rule_state, state.actor, rng
@@ -468,8 +454,8 @@ class EvalLoop:
     return state.replace(rng=rng), actor, rollout, learn_rngs
 
   def _run_impl(self, states: TrainState, meta_params, num_iterations: int):
-    """Iterations scanned, seeds vmapped inside each iteration so that the
-    learner step sits under a real ``cond`` (not a vmapped select)."""
+    """Iterations scanned, seeds vmapped inside each, so the learner step is
+    under a real ``cond`` (not a vmapped select)."""
     batched_step = jax.vmap(self._learner_step, in_axes=(0, 0, 0, None))
 
     def iteration(states, _):
@@ -501,11 +487,13 @@ class EvalLoop:
     Args:
       states: stacked per-seed states (``init_seeds``).
       meta_params: the rule's meta-parameters, shared by all seeds.
-      num_iterations: iterations to run (a static argument: reuse the same
-        value across calls to avoid recompiling).
+      num_iterations: static (keep it fixed across calls to avoid recompiling).
 
     Returns:
-      New states and metrics ``{name: [S, num_iterations]}`` on the host.
+      New states and host metrics ``{name: [S, num_iterations]}``.
+
+    Raises:
+      ValueError: for several seeds with a host environment.
     """
     if self.env.is_jittable:
       states, metrics = self._run(states, meta_params, num_iterations)

@@ -1,12 +1,8 @@
-"""An on-device FIFO replay of trajectories, as pure functions.
+"""An on-device FIFO replay of trajectories, as pure jittable functions
+(vmappable: one buffer per seed).
 
-The buffer holds up to ``capacity`` trajectories (each a ``[T+1, ...]``
-slice of a rollout) in preallocated arrays; inserting overwrites the oldest
-ones, and sampling draws trajectories uniformly with replacement from those
-stored. Everything is jittable and works under ``vmap`` (one buffer per seed).
-
-(A maintained library such as flashbax would pull in flax and tensorstore for
-what is a ring buffer of arrays, so the project keeps this small one.)
+Holds up to ``capacity`` ``[T+1, ...]`` trajectories in preallocated
+arrays; inserts overwrite the oldest, samples are uniform with replacement.
 """
 
 from __future__ import annotations
@@ -70,8 +66,7 @@ def add(state: ReplayState, rollout: types.ArrayTree) -> ReplayState:
 def sample(
     state: ReplayState, rng: jax.Array, batch_size: int
 ) -> types.ArrayTree:
-  """``batch_size`` stored trajectories, uniformly with replacement, as a
-  time-major ``[T+1, batch_size, ...]`` rollout. The buffer must not be empty.
-  """
+  """``batch_size`` stored trajectories, uniform with replacement, as a
+  ``[T+1, batch_size, ...]`` rollout. The buffer must not be empty."""
   idx = jax.random.randint(rng, (batch_size,), 0, jnp.maximum(state.size, 1))
   return jax.tree.map(lambda store: jnp.swapaxes(store[idx], 0, 1), state.items)

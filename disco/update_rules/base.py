@@ -169,14 +169,6 @@ class UpdateRule(abc.ABC):
   # losses (and of its meta-regularisers), discounts, ...
   default_hyper_params: Mapping[str, float] = immutabledict.immutabledict()
   hyper_params: Mapping[str, float] = immutabledict.immutabledict()
-  # Keyword arguments that became hyper-parameters: ``{old keyword:
-  # hyper-parameter}``, or for an old dict of coefficients ``{old keyword:
-  # {its key: hyper-parameter}}``. Settings that still give them (rule
-  # files, run folders and configs written before) are read through
-  # ``disco.update_rules.registry.moved_to_hyper_params``.
-  moved_rule_kwargs: Mapping[str, str | Mapping[str, str]] = (
-      immutabledict.immutabledict()
-  )
 
   def __init__(self, hyper_params: Mapping[str, float] | None = None):
     """Sets ``self.hyper_params``: ``default_hyper_params`` updated by

@@ -86,11 +86,6 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
   # z, aux_pi and q enter the losses at the taken action only.
   model_losses_read_taken_actions = True
   default_hyper_params = dict(DISCO103_HYPER_PARAMS, **META_REGULARIZER_COSTS)
-  moved_rule_kwargs = dict(
-      meta_regularizer_costs={
-          k.removesuffix("_cost"): k for k in META_REGULARIZER_COSTS
-      }
-  )
 
   def __init__(
       self,

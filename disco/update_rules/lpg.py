@@ -67,9 +67,6 @@ class LPG(base.LifetimeConditioning, base.UpdateRule):
   """
 
   default_hyper_params = dict(LPG_HYPER_PARAMS, **META_REGULARIZER_COSTS)
-  moved_rule_kwargs = dict(
-      meta_regularizer_costs={k: k for k in META_REGULARIZER_COSTS}
-  )
 
   def __init__(
       self,

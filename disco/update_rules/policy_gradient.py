@@ -33,8 +33,7 @@ class PolicyGradient(base.MovingAverageRule):
 
   Per transition: ``pg_cost * (-log pi(a|s) A) - entropy_cost * H(pi)`` for
   the policy and ``value_cost`` times the value loss, all three
-  hyper-parameters (``entropy_cost`` and ``pg_cost`` were keyword arguments
-  once: ``moved_rule_kwargs`` reads settings saved with them).
+  hyper-parameters.
 
   Args:
     hyper_params: overrides of ``POLICY_GRADIENT_HYPER_PARAMS``.
@@ -44,7 +43,6 @@ class PolicyGradient(base.MovingAverageRule):
   """
 
   default_hyper_params = POLICY_GRADIENT_HYPER_PARAMS
-  moved_rule_kwargs = dict(entropy_cost="entropy_cost", pg_cost="pg_cost")
   supports_continuous_actions = True
 
   def __init__(

@@ -1,41 +1,18 @@
-"""Update rules by name: one entry per rule, with its factory and its agent
-settings.
+"""Update rules by name: one entry per rule, with its factory and its
+default agent settings (``agent_settings.AgentSettings``).
 
-Agent settings are an ``ml_collections.ConfigDict`` with
-
-  ``rule``            the registry name of the rule;
-  ``rule_kwargs``     keyword arguments of the rule's factory;
-  ``hyper_params``    the rule's loss coefficients and discounts;
-  ``learning_rate``, ``max_abs_update``, ``max_grad_norm``, ``adam_eps``,
-  ``anneal_learning_rate``  the agent optimiser (``disco.agent.Agent``);
-  ``loss_mask``       which transitions the losses average over
-                      (``disco.agent.Agent``: ``"valid"`` or ``"published"``);
-  ``network``         the agent network (``disco.networks.agent_nets.NetConfig``
-                      fields);
-  ``policy``          (optional) the continuous-action policy's settings
-                      (``disco.policies.make_policy``: ``squash``,
-                      ``log_std``, ``init_log_std``).
-
-A rule's factory is called as ``make(hyper_params=..., **rule_kwargs)``. Its
-defaults are the rule's defaults: ``default_settings`` fills ``rule_kwargs``
-with the factory's keyword defaults and ``hyper_params`` with the rule
-class's ``default_hyper_params``, so an entry only states what differs, and
-the agent's learning rate and network. Every coefficient of a rule's losses
-is a hyper-parameter; ``rule_kwargs`` are its structural choices (network
-sizes, switches, numbers of samples). Keyword arguments that became
-hyper-parameters (``UpdateRule.moved_rule_kwargs``, e.g. policy gradient's
-``entropy_cost``) are still read where settings give them
-(``moved_to_hyper_params``)::
+A rule's factory is called as ``make(hyper_params=..., **rule_kwargs)``.
+``default_settings`` fills ``rule_kwargs`` with the factory's keyword defaults
+and ``hyper_params`` with the rule class's ``default_hyper_params``, so an
+entry states only what differs, and the agent's learning rate and network::
 
   registry.register_rule(
       "my_rule", MyRule,
       dict(learning_rate=1e-3, network=agent_nets.network_settings((64, 64))))
 
-Registering a rule makes it available to ``disco.agent.make_agent``, the
-launchers (``disco-eval --config.rule=<name>``) and the notebooks. An entry
-may also stand for trained meta-parameters (``disco103`` is the Disco rule
-with the published weights). ``disco.update_rules.settings`` changes a rule's
-settings from the launchers' flags and lists them.
+A registered rule is available to ``disco.agent.make_agent``, the launchers
+(``--config.rule=<name>``) and the notebooks. An entry may stand for trained
+meta-parameters (``disco103``: the Disco rule with the published weights).
 """
 
 from __future__ import annotations
@@ -45,18 +22,14 @@ import copy
 import dataclasses
 import difflib
 import inspect
-import math
 from typing import Any
 
-from ml_collections import config_dict
-
-from disco import checks
-from disco import optimizers
 from disco import types
 from disco import weights
 from disco.networks import agent_nets
 from disco.networks import lpg_net
 from disco.update_rules import actor_critic
+from disco.update_rules import agent_settings as agent_settings_lib
 from disco.update_rules import base
 from disco.update_rules import disco
 from disco.update_rules import lpg
@@ -66,29 +39,11 @@ from disco.update_rules import policy_gradient
 from disco.update_rules import ppo
 from disco.update_rules import spo
 
-SETTINGS_KEYS = (
-    "rule",
-    "rule_kwargs",
-    "hyper_params",
-    "learning_rate",
-    "max_abs_update",
-    "max_grad_norm",
-    "adam_eps",
-    "anneal_learning_rate",
-    "loss_mask",
-    "network",
-    "policy",
-)
-# What ``loss_mask`` may be: the losses average over the valid transitions,
-# or over those the published implementation counts (``disco.agent.Agent``).
-LOSS_MASKS = ("valid", "published")
-# The optional agent settings and their defaults (the published agent's).
-OPTIONAL_DEFAULTS = dict(
-    max_abs_update=1.0,
-    max_grad_norm=None,
-    adam_eps=optimizers.DEFAULT_ADAM_EPS,
-    anneal_learning_rate=False,
-    loss_mask="valid",
+# The settings a rule's entry may give besides learning_rate and network.
+OPTIONAL_KEYS = tuple(
+    f.name
+    for f in dataclasses.fields(agent_settings_lib.AgentSettings)
+    if f.name not in ("rule", "learning_rate", "network")
 )
 
 # The fields of disco.training.loop.LoopConfig a rule may recommend.
@@ -114,8 +69,8 @@ class RuleEntry:
     name: the registry name.
     make: ``(hyper_params=..., **rule_kwargs) -> UpdateRule``.
     settings: the entry's agent settings: ``learning_rate`` and ``network``,
-      optionally those of ``OPTIONAL_DEFAULTS`` and overrides of the
-      factory's ``rule_kwargs`` and ``hyper_params``.
+      optionally those of ``OPTIONAL_KEYS`` (``rule_kwargs`` and
+      ``hyper_params``: overrides of the factory's defaults).
     pretrained: for an entry that stands for trained meta-parameters, a loader
       ``(path or None, expected) -> meta_params`` (``None``: the default file).
     description: one line for listings.
@@ -162,8 +117,8 @@ def register_rule(
     name: a new name (letters, digits, ``_``, ``-``, ``.``).
     make: the rule's factory (usually its class).
     settings: ``learning_rate`` and ``network`` of the agent, optionally
-      those of ``OPTIONAL_DEFAULTS`` and the ``rule_kwargs`` and
-      ``hyper_params`` that differ from the factory's defaults.
+      those of ``OPTIONAL_KEYS`` (``rule_kwargs`` and ``hyper_params``:
+      those that differ from the factory's defaults).
     pretrained: loader of trained meta-parameters, if the entry stands for
       them.
     description: one line for listings.
@@ -185,12 +140,11 @@ def register_rule(
     raise ValueError(f"A rule named {name!r} is already registered.")
   settings = dict(settings)
   missing = {"learning_rate", "network"} - set(settings)
-  unknown = set(settings) - set(SETTINGS_KEYS) - {"rule"}
+  unknown = set(settings) - set(OPTIONAL_KEYS) - {"learning_rate", "network"}
   if missing or unknown:
     raise ValueError(
         f"The settings of rule {name!r} need learning_rate and network and "
-        f"may have {', '.join(OPTIONAL_DEFAULTS)}, rule_kwargs and "
-        f"hyper_params; got {sorted(settings)}."
+        f"may have {', '.join(OPTIONAL_KEYS)}; got {sorted(settings)}."
     )
   loop = dict(loop or {})
   if set(loop) - set(LOOP_KEYS):
@@ -245,153 +199,53 @@ def get_entry(name: str) -> RuleEntry:
   return _REGISTRY[name]
 
 
-def as_dict(value: Any) -> dict[str, Any]:
-  """A (possibly ``None``) mapping or ``ConfigDict`` as a new dict."""
-  if isinstance(value, config_dict.ConfigDict):
-    return value.to_dict()
-  return dict(value or {})
-
-
-def moved_to_hyper_params(
-    make: Callable[..., Any], hyper_params: Any, rule_kwargs: Any
-) -> tuple[dict[str, Any], dict[str, Any]]:
-  """``(hyper_params, rule_kwargs)`` of factory ``make`` (new dicts) with
-  the ``rule_kwargs`` that became hyper-parameters
-  (``UpdateRule.moved_rule_kwargs``: settings saved or written before, e.g.
-  policy gradient's ``rule_kwargs.entropy_cost``) moved into
-  ``hyper_params``. A moved value replaces the hyper-parameter's: settings
-  that spell the old key were written when the new one did not exist, so any
-  value of it beside them is a default filled in since.
-
-  Raises:
-    ValueError: a moved dict of coefficients with a key it never had.
-  """
-  hyper_params, rule_kwargs = as_dict(hyper_params), as_dict(rule_kwargs)
-  for old, new in getattr(make, "moved_rule_kwargs", {}).items():
-    if old not in rule_kwargs:
-      continue
-    value = rule_kwargs.pop(old)
-    if not isinstance(new, Mapping):
-      hyper_params[new] = value
-      continue
-    value = as_dict(value)
-    unknown = sorted(set(value) - set(new))
-    if unknown:
-      raise ValueError(
-          f"Unknown rule_kwargs.{old} {unknown}: its keys were "
-          f"{', '.join(new)}, now the hyper-parameters "
-          f"{', '.join(new.values())}."
-      )
-    hyper_params.update({new[k]: v for k, v in value.items()})
-  return hyper_params, rule_kwargs
-
-
-def _build(entry: RuleEntry, rule_kwargs, hyper_params) -> base.UpdateRule:
+def _build(
+    entry: RuleEntry, rule_kwargs: dict[str, Any], hyper_params: dict[str, Any]
+) -> base.UpdateRule:
   try:
     return entry.make(hyper_params=hyper_params, **rule_kwargs)
   except TypeError as e:
     raise ValueError(f"Bad rule_kwargs for rule {entry.name!r}: {e}.") from None
 
 
-def default_settings(name: str) -> config_dict.ConfigDict:
-  """The complete default agent settings of rule ``name``
-  (``settings.rule == name``)."""
+def default_settings(name: str) -> agent_settings_lib.AgentSettings:
+  """The complete default agent settings of rule ``name``.
+
+  Raises:
+    ValueError: an unknown rule.
+  """
   entry = get_entry(name)
   given = copy.deepcopy(dict(entry.settings))
-  hyper_params, rule_kwargs = moved_to_hyper_params(
-      entry.make, given.get("hyper_params"), given.get("rule_kwargs")
-  )
-  rule_kwargs = {**factory_defaults(entry.make), **rule_kwargs}
+  hyper_params = dict(given.pop("hyper_params", None) or {})
+  rule_kwargs = {
+      **factory_defaults(entry.make),
+      **(given.pop("rule_kwargs", None) or {}),
+  }
   if hasattr(entry.make, "default_hyper_params"):  # a rule class
     hyper_params = {**entry.make.default_hyper_params, **hyper_params}
   else:  # another factory: ask the rule it builds
     hyper_params = dict(_build(entry, rule_kwargs, hyper_params).hyper_params)
-  return config_dict.ConfigDict(
-      dict(
-          rule=name,
-          rule_kwargs=rule_kwargs,
-          hyper_params=hyper_params,
-          learning_rate=given["learning_rate"],
-          **{k: given.get(k, v) for k, v in OPTIONAL_DEFAULTS.items()},
-          network=as_dict(given["network"]),
-      )
+  return agent_settings_lib.AgentSettings(
+      rule=name, rule_kwargs=rule_kwargs, hyper_params=hyper_params, **given
   )
 
 
-def make_rule(settings: config_dict.ConfigDict) -> base.UpdateRule:
-  """The rule that agent ``settings`` describe (read with
-  ``moved_to_hyper_params``: settings saved before a keyword argument became
-  a hyper-parameter build the same rule). Every source of agent settings
-  passes here, so this is where their values are checked: the optimiser's
-  (``check_agent_values``), the hyper-parameters' (finite numbers,
-  ``UpdateRule.__init__``) and the rule's own (its factory).
+def make_rule(settings: agent_settings_lib.AgentSettings) -> base.UpdateRule:
+  """The rule that agent ``settings`` describe. Every source of agent
+  settings passes here, so this is where their values are checked
+  (``AgentSettings.check``; the rule's own by its factory).
 
   Raises:
-    ValueError: unknown rule, an optimiser setting out of range, or settings
-      its factory rejects.
+    ValueError: unknown rule, a setting out of range, or settings its
+      factory rejects.
   """
-  unknown = sorted(set(settings.keys()) - set(SETTINGS_KEYS))
-  if unknown:
-    raise ValueError(
-        f"Unknown agent setting(s) {unknown}; valid: "
-        f"{', '.join(SETTINGS_KEYS)}."
-    )
-  check_agent_values(settings)
+  settings.check()
   entry = get_entry(settings.rule)
-  hyper_params, rule_kwargs = moved_to_hyper_params(
-      entry.make, settings.hyper_params, settings.rule_kwargs
+  return _build(
+      entry,
+      agent_settings_lib.thawed(settings.rule_kwargs),
+      dict(settings.hyper_params),
   )
-  return _build(entry, rule_kwargs, hyper_params)
-
-
-# Hyper-parameters the rules share whose meaning bounds them.
-HYPER_PARAM_RANGES = {
-    "discount_factor": (0.0, 1.0),
-    "td_lambda": (0.0, 1.0),
-    "gae_lambda": (0.0, 1.0),
-    "target_update_tau": (0.0, 1.0),
-}
-
-
-def check_agent_values(settings: Mapping[str, Any]) -> None:
-  """Checks agent settings' numbers wherever they come from (flags, a rule
-  file's metadata, a saved config): ``learning_rate`` and ``adam_eps`` finite
-  and > 0, ``max_abs_update`` and ``max_grad_norm`` None (no clip) or finite
-  and > 0, ``anneal_learning_rate`` a bool, ``loss_mask`` one of
-  ``LOSS_MASKS``, every hyper-parameter a finite
-  number (within ``HYPER_PARAM_RANGES`` for those it names).
-
-  Raises:
-    ValueError: naming every value out of range.
-  """
-  problems = []
-  for key in ("learning_rate", "adam_eps"):
-    value = settings.get(key, OPTIONAL_DEFAULTS.get(key))
-    if not checks.is_finite_number(value) or value <= 0:
-      problems.append(f"{key}={value!r} must be a finite number > 0")
-  for key in ("max_abs_update", "max_grad_norm"):
-    value = settings.get(key, OPTIONAL_DEFAULTS[key])
-    if value is not None and (not checks.is_finite_number(value) or value <= 0):
-      problems.append(
-          f"{key}={value!r} must be None (no clip) or a finite number > 0"
-      )
-  for key, value in as_dict(settings.get("hyper_params") or {}).items():
-    low, high = HYPER_PARAM_RANGES.get(key, (-math.inf, math.inf))
-    if not checks.is_finite_number(value) or not low <= value <= high:
-      bounds = "" if math.isinf(high) else f" in [{low}, {high}]"
-      problems.append(
-          f"hyper_params.{key}={value!r} must be a finite number{bounds}"
-      )
-  loss_mask = settings.get("loss_mask", OPTIONAL_DEFAULTS["loss_mask"])
-  if loss_mask not in LOSS_MASKS:
-    problems.append(
-        f"loss_mask={loss_mask!r} must be one of {', '.join(LOSS_MASKS)}"
-    )
-  anneal = settings.get("anneal_learning_rate", False)
-  if not isinstance(anneal, bool):
-    problems.append(f"anneal_learning_rate={anneal!r} must be True or False")
-  if problems:
-    raise ValueError("; ".join(problems) + ".")
 
 
 # The published actor-critic network; MPO, SPO and policy gradient use it too.
@@ -406,8 +260,7 @@ DISCO_SETTINGS = dict(
 # (learning rates 1e-4 / 3e-4) with 128 SGD steps and Polyak steps
 # (tau 0.005) per rollout. This harness takes one learner step per
 # iteration, hence the larger learning rate and tau (and SPO's dual learning
-# rate): with these, both learn Catch 5x5 in a few thousand learner steps
-# (BENCHMARKS.md).
+# rate).
 ONE_STEP_DUAL_RULE = dict(
     learning_rate=3e-3,
     network=SMALL_NETWORK,

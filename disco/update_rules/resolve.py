@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import jax
-from ml_collections import config_dict
 
 from disco import errors
 from disco import weights as weights_lib
+from disco.update_rules import agent_settings as agent_settings_lib
 from disco.update_rules import base as rule_base
+from disco.update_rules import migrations
 from disco.update_rules import registry
 
 UsageError = errors.UsageError
@@ -45,7 +46,7 @@ class ResolvedRule:
   """
 
   label: str
-  settings: config_dict.ConfigDict
+  settings: agent_settings_lib.AgentSettings
   rule: rule_base.UpdateRule
   meta_params: Any
   source: str
@@ -69,7 +70,7 @@ def is_rule_path(name_or_path: str) -> bool:
   )
 
 
-def _build_rule(settings: config_dict.ConfigDict, where: str = ""):
+def _build_rule(settings: agent_settings_lib.AgentSettings, where: str = ""):
   """``(rule, expected meta-parameter shapes)``; ``where`` names the source
   of ``settings`` in the error (e.g. ``"The settings of rule file X: "``)."""
   try:
@@ -123,8 +124,10 @@ def _resolve_named(name: str, weights: str | None) -> ResolvedRule:
 
 def _settings_from_metadata(
     path: Path, metadata: dict[str, Any]
-) -> config_dict.ConfigDict:
-  """The agent settings a rule file's metadata describes."""
+) -> agent_settings_lib.AgentSettings:
+  """The agent settings a rule file's metadata describes: the rule's
+  defaults with the file's ``settings`` and ``rule_kwargs`` over them (old
+  spellings upgraded: ``migrations``)."""
   if metadata.get("kind") == AGENT_PARAMS_KIND:
     raise UsageError(
         f"{path} holds trained agent parameters, not an update "
@@ -143,37 +146,31 @@ def _settings_from_metadata(
         f"not registered: use {_valid_rules_text()} (or import "
         "the module that registers it with config.imports)."
     )
-  settings = registry.default_settings(name)
-  overrides = metadata.get("settings") or {}
+  given = metadata.get("settings") or {}
   rule_kwargs = metadata.get("rule_kwargs")
   try:
-    if not isinstance(overrides, dict):
+    if not isinstance(given, dict):
       raise TypeError("'settings' must be a JSON object")
-    settings.update(overrides)
-    if rule_kwargs is not None:
-      if not isinstance(rule_kwargs, dict):
-        raise TypeError("'rule_kwargs' must be a JSON object")
-      settings.rule_kwargs = {**settings.rule_kwargs.to_dict(), **rule_kwargs}
-    if settings.rule == name:  # files written before a keyword argument
-      # became a hyper-parameter: today's spelling, the same rule
-      settings.hyper_params, settings.rule_kwargs = (
-          registry.moved_to_hyper_params(
-              registry.get_entry(name).make,
-              settings.hyper_params,
-              settings.rule_kwargs,
-          )
+    if rule_kwargs is not None and not isinstance(rule_kwargs, dict):
+      raise TypeError("'rule_kwargs' must be a JSON object")
+    saved = registry.default_settings(name).to_dict()
+    for key, value in given.items():
+      if isinstance(value, dict) and isinstance(saved.get(key), dict):
+        value = {**saved[key], **value}
+      saved[key] = value
+    saved["rule_kwargs"] = {**saved["rule_kwargs"], **(rule_kwargs or {})}
+    if saved.get("rule") != name:
+      raise UsageError(
+          f"The metadata of {path} names rule {name!r} but its "
+          f"settings say {saved.get('rule')!r}."
       )
+    saved = migrations.upgraded_settings(saved, f"rule file {path}")
+    return agent_settings_lib.AgentSettings.from_dict(saved)
   except (TypeError, AttributeError, KeyError, ValueError) as e:
     raise UsageError(
         f"The settings in the metadata of {path} do not fit rule {name!r}: "
         f"{one_line(e)}"
     ) from None
-  if settings.rule != name:
-    raise UsageError(
-        f"The metadata of {path} names rule {name!r} but its "
-        f"settings say {settings.rule!r}."
-    )
-  return settings
 
 
 def _resolve_file(path: Path) -> ResolvedRule:

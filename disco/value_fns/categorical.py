@@ -1,16 +1,11 @@
-"""Scalar <-> categorical ("2-hot") value representations and output decoding.
+"""Scalar <-> categorical ("2-hot") value representations.
 
-A categorical value head outputs logits over ``num_bins`` evenly spaced
-support points spanning ``[-max_abs_value, max_abs_value]``; with
-``num_bins = 2 * max_abs_value + 1`` the support points are the integers.
-A scalar maps to the 2-hot distribution that puts its mass on the two
-neighbouring support points (values outside the range are clipped), and a
-distribution maps back to its expectation.
-
-Value heads may also be trained in a squashed space: with
-``nonlinear_transform`` the network predicts ``h(v)`` where ``h`` is the
-signed hyperbolic transform (``rlax.SIGNED_HYPERBOLIC_PAIR[0]``), and decoding
-applies its inverse (``rlax.SIGNED_HYPERBOLIC_PAIR[1]``).
+A categorical head outputs logits over ``num_bins`` evenly spaced support
+points in ``[-max_abs_value, max_abs_value]``. A scalar maps to the 2-hot
+distribution on its two neighbouring points (clipped to the range), a
+distribution back to its expectation. With ``nonlinear_transform`` the head
+predicts ``h(v)``, ``h = rlax.SIGNED_HYPERBOLIC_PAIR[0]``, and decoding
+applies its inverse.
 """
 
 from __future__ import annotations
@@ -36,15 +31,17 @@ def _check_max_abs_value(max_abs_value: float | None) -> None:
 
 
 def logits_to_scalar(logits: Array, max_abs_value: float) -> Array:
-  """Expected value of a categorical distribution over the value support.
+  """Expected value of logits ``[..., num_bins]`` over the support.
 
   Args:
-    logits: ``[..., num_bins]`` unnormalised log-probabilities over support
-      points evenly spaced in ``[-max_abs_value, max_abs_value]``.
+    logits: ``[..., num_bins]``.
     max_abs_value: half-width of the support (> 0).
 
   Returns:
-    ``[...]`` expectations ``sum_i softmax(logits)_i * z_i``.
+    ``[...]`` expectations.
+
+  Raises:
+    ValueError: if ``max_abs_value`` is None or <= 0.
   """
   _check_max_abs_value(max_abs_value)
   return rlax.transform_from_2hot(
@@ -56,11 +53,10 @@ def logits_to_scalar(logits: Array, max_abs_value: float) -> Array:
 
 
 def scalar_to_probs(value: Array, num_bins: int, max_abs_value: float) -> Array:
-  """2-hot distribution over the value support whose mean is ``value``.
+  """2-hot distribution over the support whose mean is ``value``.
 
   Args:
-    value: ``[...]`` float scalars; clipped to ``[-max_abs_value,
-      max_abs_value]``.
+    value: ``[...]`` floats, clipped to ``[-max_abs_value, max_abs_value]``.
     num_bins: number of support points.
     max_abs_value: half-width of the support (> 0).
 
@@ -78,15 +74,14 @@ def scalar_to_probs(value: Array, num_bins: int, max_abs_value: float) -> Array:
 
 @dataclasses.dataclass(frozen=True)
 class ValueHead:
-  """How a value head"s outputs encode scalar values.
+  """How a value head's outputs encode scalar values.
 
   Attributes:
-    categorical: the head outputs logits over ``num_bins`` support points
-      (its last axis) instead of one scalar.
-    max_abs_value: half-width of the categorical support (required, > 0,
-      when ``categorical``).
-    nonlinear_transform: the head predicts signed-hyperbolically squashed
-      values.
+    categorical: the head outputs ``num_bins`` logits (last axis), not a
+      scalar.
+    max_abs_value: half-width of the categorical support (> 0; required with
+      ``categorical``).
+    nonlinear_transform: the head predicts signed-hyperbolic squashed values.
   """
 
   categorical: bool = False

@@ -1,22 +1,14 @@
-"""Exponential moving averages of first and second moments, for normalisation.
+"""Exponential moving averages of first and second moments, debiased as in
+Adam, for normalisation.
 
-The moments start at zero and are debiased as in Adam: after ``n`` updates
-with decay ``d`` the raw moments are divided by ``1 - d**n`` (the running
-product of decays is kept in ``EmaState.decay_product``).
+Each leaf of the tracked tree has a *scalar* moment, updated with the mean
+over all its elements::
 
-Every leaf of the tracked tree is summarised by a *scalar* moment: an update
-uses the mean over all elements of the corresponding array (optionally also
-averaged over a named ``pmap``/``vmap`` axis).
-
-Typical use::
-
-  state = ema_init()                       # scalar moments
-  state = ema_update(state, adv, decay=0.99, axis_name=None)
+  state = ema_update(ema_init(), adv, decay=0.99)
   normalized_adv = ema_normalize(adv, state)
 
-For bit-level agreement with the published DiscoRL implementation pass
-``decay`` as a Python float: ``1 - decay`` is then formed in double precision
-before meeting the float32 moments.
+Pass ``decay`` as a Python float for bit-level agreement with the published
+DiscoRL implementation.
 """
 
 from __future__ import annotations
@@ -35,13 +27,11 @@ def ema_init(example_tree: types.ArrayTree = None) -> types.EmaState:
   """Zero-initialised EMA state.
 
   Args:
-    example_tree: a tree with the structure of the values that will later be
-      passed to `ema_update`; only its structure matters (each leaf gets a
-      scalar moment). ``None`` means a single array, i.e. scalar moments.
+    example_tree: a tree with the structure of the values to track (only the
+      structure matters); None: a single array.
 
   Returns:
-    An `EmaState` with float32 scalar zeros per leaf for both moments and a
-    float32 ``decay_product`` of 1.
+    An ``EmaState`` of float32 scalar zeros per leaf, ``decay_product`` 1.
   """
   if example_tree is None:
     example_tree = jnp.zeros((), jnp.float32)
@@ -54,7 +44,7 @@ def ema_init(example_tree: types.ArrayTree = None) -> types.EmaState:
 
 
 def _leaf_moment_update(moment, value, decay, axis_name):
-  """One EMA step for a scalar moment towards the mean of ``value``."""
+  """One EMA step of a scalar moment towards the mean of ``value``."""
   value_mean = jnp.mean(value)
   if axis_name is not None:
     value_mean = jax.lax.pmean(value_mean, axis_name=axis_name)
@@ -67,21 +57,18 @@ def ema_update(
     decay: float = DEFAULT_DECAY,
     axis_name: str | None = None,
 ) -> types.EmaState:
-  """Moves the moments towards the statistics of ``tree``.
-
-  For each leaf ``x``: ``m1 <- decay * m1 + (1 - decay) * mean(x)`` and
-  ``m2 <- decay * m2 + (1 - decay) * mean(x**2)``, where ``mean`` averages
-  over all elements of ``x`` (and over ``axis_name`` when given).
+  """Moves the moments towards the statistics of ``tree``: per leaf ``x``,
+  ``m1 <- decay * m1 + (1 - decay) * mean(x)``, ``m2`` likewise with
+  ``mean(x**2)``.
 
   Args:
-    state: the current `EmaState` (same tree structure as ``tree``).
+    state: an ``EmaState`` with the tree structure of ``tree``.
     tree: arrays of any shape, e.g. ``[T, B]`` advantages.
-    decay: the decay of the moments (the step size is ``1 - decay``).
-    axis_name: optional name of a mapped axis (``pmap``/``vmap``) across which
-      the per-leaf means are averaged with ``jax.lax.pmean``.
+    decay: the decay of the moments.
+    axis_name: a mapped axis the means are averaged over, if any.
 
   Returns:
-    The updated `EmaState`.
+    The updated ``EmaState``.
   """
   squares = jax.tree.map(jnp.square, tree)
   update = lambda m, x: _leaf_moment_update(m, x, decay, axis_name)
@@ -95,15 +82,10 @@ def ema_update(
 def ema_moments(
     state: types.EmaState,
 ) -> tuple[types.ArrayTree, types.ArrayTree]:
-  """Debiased mean and variance of the tracked values.
+  """Debiased ``(mean, var)`` trees of scalars.
 
-  Args:
-    state: an `EmaState` that has received at least one update (before any
-      update the debiasing factor is infinite).
-
-  Returns:
-    ``(mean, var)`` trees of scalars, with ``mean = m1 / (1 - decay_product)``
-    and ``var = max(0, m2 / (1 - decay_product) - mean**2)``.
+  ``mean = m1 / (1 - decay_product)``, ``var = max(0, m2 / (1 -
+  decay_product) - mean**2)``; infinite before the first update.
   """
   debias = 1.0 / (1 - state.decay_product)
   mean = jax.tree.map(lambda m1: m1 * debias, state.moment1)
@@ -122,22 +104,18 @@ def ema_normalize(
     subtract_mean: bool = True,
     root_eps: float = DEFAULT_ROOT_EPS,
 ) -> types.ArrayTree:
-  """Standardises ``tree`` with the debiased EMA statistics in ``state``.
-
-  Computes ``(x - mean) / (sqrt(var + root_eps) + eps)`` per leaf (without the
-  ``- mean`` when ``subtract_mean`` is False). ``root_eps`` keeps the gradient
-  of the square root finite at zero variance.
+  """``(x - mean) / (sqrt(var + root_eps) + eps)`` per leaf.
 
   Args:
-    tree: arrays to normalise; each leaf is paired with the scalar moments of
-      the matching leaf of ``state``.
-    state: an `EmaState` (normally already updated with ``tree``).
+    tree: arrays to normalise, leaf for leaf with ``state``.
+    state: an ``EmaState`` (normally already updated with ``tree``).
     eps: added to the standard deviation.
-    subtract_mean: whether to centre the values.
-    root_eps: added to the variance inside the square root.
+    subtract_mean: centre the values (else only scale them).
+    root_eps: added to the variance, keeping the square root's gradient
+      finite at zero variance.
 
   Returns:
-    A tree shaped like ``tree`` with the normalised values.
+    The normalised tree.
   """
   mean, var = ema_moments(state)
 

@@ -1,8 +1,5 @@
-"""Per-step value and policy-gradient losses.
-
-All losses are returned per step (``[T, B]``); reducing them (mean, sum,
-masking) is left to the caller.
-"""
+"""Per-step ``[T, B]`` value and policy-gradient losses; the caller reduces
+and masks them."""
 
 from __future__ import annotations
 
@@ -25,19 +22,17 @@ def value_loss_from_target(
 ) -> Array:
   """Per-step loss regressing a value head onto scalar targets.
 
-  The target is not stop-gradiented here; do so before calling if needed.
+  The target is not stop-gradiented here.
 
   Args:
-    net_out: ``[T, B, 1]`` scalar outputs, or ``[T, B, num_bins]`` logits for
-      a categorical head.
-    target: ``[T, B]`` scalar targets (in untransformed value space; squashed
-      here when the head predicts squashed values).
+    net_out: ``[T, B, 1]``, or ``[T, B, num_bins]`` logits of a categorical
+      head.
+    target: ``[T, B]`` unsquashed scalar targets.
     head: how ``net_out`` encodes values.
 
   Returns:
-    ``[T, B]`` losses: ``0.5 * (v - target)**2`` for scalar heads, the
-    softmax cross-entropy against the 2-hot target distribution for
-    categorical heads.
+    ``[T, B]``: ``0.5 * (v - target)**2``, or the softmax cross-entropy
+    against the 2-hot target of a categorical head.
   """
   target = head.encode_target(target)
   if head.categorical:
@@ -57,14 +52,11 @@ def value_loss_from_td(
 ) -> Array:
   """Per-step value loss towards ``stop_gradient(value + td)``.
 
-  The target is formed in untransformed value space from the decoded value,
-  so the gradient moves the value in the direction of ``td`` (for a scalar
-  head without transform the loss is ``0.5 * td**2`` with gradient
-  ``-td`` w.r.t. the value).
+  The target is formed in unsquashed space from the decoded value (a scalar
+  head without transform: ``0.5 * td**2``, gradient ``-td``).
 
   Args:
-    net_out: ``[T, B, 1]`` scalar outputs, or ``[T, B, num_bins]`` logits for
-      a categorical head.
+    net_out: ``[T, B, 1]``, or ``[T, B, num_bins]`` logits.
     td: ``[T, B]`` (possibly normalised) TD errors.
     head: how ``net_out`` encodes values.
 
@@ -87,15 +79,12 @@ def policy_gradient_loss(
   """Per-step policy-gradient loss ``-log pi(a_t|s_t) * adv_t``.
 
   Args:
-    logits: ``[T, B, P]`` policy parameters (``A`` logits of a categorical
-      policy).
-    actions: ``[T, B]`` int actions taken (``[T, B, D]`` float for a
-      continuous policy).
+    logits: ``[T, B, P]`` policy parameters (``A`` logits if categorical).
+    actions: ``[T, B]`` int (``[T, B, D]`` float for a continuous policy).
     adv: ``[T, B]`` advantages.
-    backprop: whether gradients may flow into ``adv`` (e.g. when advantages
-      come from a meta-network being meta-trained); otherwise ``adv`` is
-      treated as a constant.
-    policy: the distribution ``logits`` parameterise (None: categorical).
+    backprop: let gradients flow into ``adv`` (e.g. a meta-network's
+      advantages); otherwise it is a constant.
+    policy: the distribution of ``logits`` (None: categorical).
 
   Returns:
     ``[T, B]`` losses.

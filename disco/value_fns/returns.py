@@ -1,15 +1,9 @@
 """Value targets and advantages: V-trace and Retrace (off-policy), GAE.
 
-Shapes are time-major. A rollout of ``T`` transitions has ``T+1`` states:
-
-  * per-state arrays (values, logits, actions): ``[T+1, B]`` / ``[T+1, B, A]``;
-  * per-transition arrays (rewards, env discounts, importance weights,
-    targets, advantages): ``[T, B]``.
-
-A rule computes its value targets in three steps: ``decode_values`` turns raw
-head outputs into scalars, ``estimate`` runs Retrace (with action values) or
-V-trace (without), and ``normalize`` fills in advantages and TD errors
-normalised by moving averages (see ``disco.value_fns.ema``).
+Time-major shapes: ``T`` transitions, ``T+1`` states. Per-state arrays
+(values, logits, actions) are ``[T+1, B(, A)]``, per-transition arrays
+(rewards, discounts, importance weights, targets, advantages) ``[T, B]``.
+A rule runs ``decode_values``, ``estimate``, then ``normalize``.
 """
 
 from __future__ import annotations
@@ -38,19 +32,14 @@ def importance_weights(
     actions: Array,
     policy: policies.Policy | None = None,
 ) -> Array:
-  """Importance weights ``pi(a|s) / mu(a|s)`` of the taken actions.
+  """``[T, B]`` weights ``pi(a|s) / mu(a|s)`` of the taken actions, with no
+  gradient.
 
   Args:
-    pi_logits: ``[T, B, A]`` logits of the target (online) policy (``[T, B,
-      P]`` parameters of ``policy``).
-    mu_logits: ``[T, B, A]`` logits of the behaviour policy.
-    actions: ``[T, B]`` int actions taken by the behaviour policy (``[T, B,
-      D]`` for a continuous policy).
-    policy: the distribution the logits parameterise (None: categorical).
-
-  Returns:
-    ``[T, B]`` weights ``exp(log pi(a) - log mu(a))``; no gradient flows
-    through them.
+    pi_logits: ``[T, B, P]`` target-policy parameters (``A`` logits).
+    mu_logits: ``[T, B, P]`` behaviour-policy parameters.
+    actions: ``[T, B]`` int (``[T, B, D]`` for a continuous policy).
+    policy: the logits' distribution (None: categorical).
   """
   actions = jnp.asarray(actions)
   if policy is None:
@@ -77,8 +66,7 @@ def _value_outs(
     value_target: Array,
     **action_values: Array,
 ) -> types.ValueOuts:
-  """``ValueOuts`` of the given fields, with ``td = value_target -
-  values[:-1]``; ``action_values`` are ``_ACTION_VALUE_FIELDS``."""
+  """``ValueOuts`` with ``td = value_target - values[:-1]``."""
   return types.ValueOuts(
       value=values,
       target_value=target_values,
@@ -99,29 +87,23 @@ def vtrace(
     discount: jax.typing.ArrayLike = DEFAULT_DISCOUNT,
     lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
 ) -> types.ValueOuts:
-  """State-value targets and policy-gradient advantages with V-trace.
+  """V-trace (Espeholt et al., 2018) state-value targets and advantages.
 
-  V-trace (Espeholt et al., 2018) is run on ``target_values`` with
-  per-step discounts ``env_discounts * discount`` and importance weights
-  clipped at 1 (``rlax.vtrace_td_error_and_advantage``).
+  ``rlax.vtrace_td_error_and_advantage`` on ``target_values``, with discounts
+  ``env_discounts * discount`` and importance weights clipped at 1.
 
   Args:
-    rewards: ``[T, B]`` reward of each transition.
-    env_discounts: ``[T, B]`` environment discounts (0 where the transition
-      terminated the episode, else 1).
-    rho: ``[T, B]`` importance weights ``pi/mu`` of the taken actions.
+    rewards: ``[T, B]``.
+    env_discounts: ``[T, B]``, 0 at terminations, else 1.
+    rho: ``[T, B]`` importance weights ``pi/mu``.
     values: ``[T+1, B]`` state values being trained.
-    target_values: ``[T+1, B]`` state values used to build targets (e.g. from
-      a target network); defaults to ``values``.
+    target_values: ``[T+1, B]`` to bootstrap from (default ``values``).
     discount: scalar discount factor.
     lambda_: scalar trace parameter.
 
   Returns:
-    A `types.ValueOuts` with ``value_target`` (``[T, B]``, the V-trace
-    target), ``td = value_target - values[:-1]``, ``adv`` (the clipped-rho
-    policy-gradient advantage), and zero ``[T, B]`` placeholders for the
-    action-value fields (``q_value``, ``target_q_value``, ``qv_adv``,
-    ``q_target``, ``q_td``).
+    ``ValueOuts`` with ``[T, B]`` ``value_target``, ``td`` and ``adv`` (the
+    clipped-rho policy-gradient advantage); the action-value fields are zeros.
   """
   if target_values is None:
     target_values = values
@@ -152,8 +134,8 @@ def _prepend_zero_step(x: Array) -> Array:
 
 
 def _retrace_targets(rewards, discounts, target_q_a, target_values, c_t):
-  """Retrace's ``G_t`` ``[T, B]`` from ``[T, B]`` rewards, discounts, target
-  ``Q(s_t, a_t)`` and traces ``c_t``, and ``[T+1, B]`` target values."""
+  """Retrace's ``[T, B]`` ``G_t``; ``target_values`` is ``[T+1, B]``, the
+  other inputs ``[T, B]``."""
   # rlax's estimator yields a return for the state *before* the first reward
   # it is given; a zero dummy step aligns its output with Q(s_t, a_t).
   per_sequence = functools.partial(
@@ -182,36 +164,31 @@ def retrace(
     discount: jax.typing.ArrayLike = DEFAULT_DISCOUNT,
     lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
 ) -> types.ValueOuts:
-  """Action-value targets with Retrace, and derived state-value targets.
-
-  Retrace (Munos et al., 2016) targets for ``Q(s_t, a_t)`` are
+  """Retrace (Munos et al., 2016) action-value and state-value targets.
 
     G_t = r_t + g_t * (V(s_{t+1}) - c_{t+1} Q(s_{t+1}, a_{t+1})
                        + c_{t+1} G_{t+1}),   G_{T-1} = r + g * V(s_T),
 
   with ``g_t = env_discounts[t] * discount``, ``c_t = lambda_ * min(1,
-  rho_t)``, and ``V``/``Q`` the target estimates (no gradient flows through
-  the targets).
+  rho_t)`` and ``V``, ``Q`` the target estimates (no gradient).
 
   Args:
-    rewards: ``[T, B]`` reward of each transition.
-    env_discounts: ``[T, B]`` environment discounts (0 at terminations).
+    rewards: ``[T, B]``.
+    env_discounts: ``[T, B]``, 0 at terminations, else 1.
     actions: ``[T, B]`` int actions taken.
-    rho: ``[T, B]`` importance weights ``pi/mu`` of the taken actions.
+    rho: ``[T, B]`` importance weights ``pi/mu``.
     values: ``[T+1, B]`` state values being trained.
     q_values: ``[T+1, B, A]`` action values being trained.
-    target_values: ``[T+1, B]`` state values for targets (``values``).
-    target_q_values: ``[T+1, B, A]`` ... for targets (``q_values``).
-    discount, lambda_: scalar discount factor and trace parameter.
+    target_values: ``[T+1, B]`` (default ``values``).
+    target_q_values: ``[T+1, B, A]`` (default ``q_values``).
+    discount: scalar discount factor.
+    lambda_: scalar trace parameter.
 
   Returns:
-    A `types.ValueOuts` with
-      ``q_target`` ``[T, B]``: Retrace targets ``G_t``;
-      ``q_td`` ``[T, B]``: ``q_target - q_values[t, a_t]``;
-      ``adv`` ``[T, B]``: ``q_target - target_values[:-1]``;
-      ``value_target`` ``[T, B]``: ``target_values[:-1] + min(1, rho) * adv``;
-      ``td`` ``[T, B]``: ``value_target - values[:-1]``;
-      ``qv_adv`` ``[T+1, B, A]``: ``target_q_values - target_values[..., None]``.
+    ``ValueOuts`` with ``[T, B]`` ``q_target`` (``G_t``), ``q_td = q_target -
+    Q(s_t, a_t)``, ``adv = q_target - target_values[:-1]``, ``value_target =
+    target_values[:-1] + min(1, rho) * adv`` and ``td``, and ``[T+1, B, A]``
+    ``qv_adv = target_q_values - target_values[..., None]``.
   """
   target_values = values if target_values is None else target_values
   target_q_values = q_values if target_q_values is None else target_q_values
@@ -259,28 +236,24 @@ def gae(
     lambda_: jax.typing.ArrayLike,
     truncated: Array | None = None,
 ) -> Array:
-  """Generalised advantage estimates (Schulman et al., 2016) of a rollout.
+  """Generalised advantage estimates (Schulman et al., 2016).
 
     delta_t = r_t + g_t V(s_{t+1}) - V(s_t),
     A_t = delta_t + g_t lambda_ A_{t+1},   A_T = 0,
 
-  with ``g_t = discounts[t]`` (0 at a termination: the next value is not
-  used). A truncated transition (cut by a time limit: its next state belongs
-  to the next episode) has no valid target: its advantage is 0 and no trace
-  crosses it, so the transition before it bootstraps from ``V(s_t)``, the
-  last state of its episode. Computed with
-  ``rlax.truncated_generalized_advantage_estimation`` per sequence.
+  with ``g_t = discounts[t]`` (0 at a termination). A truncated transition
+  gets advantage 0 and cuts the trace, so the one before it bootstraps from
+  ``V(s_t)``.
 
   Args:
-    rewards: ``[T, B]`` reward of each transition.
+    rewards: ``[T, B]``.
     discounts: ``[T, B]`` per-step discounts (``discount * (1 - terminal)``).
-    values: ``[T+1, B]`` state values.
+    values: ``[T+1, B]``.
     lambda_: scalar trace parameter.
     truncated: ``[T, B]`` bool, transitions cut by a time limit (or None).
 
   Returns:
-    ``[T, B]`` advantages; the value targets are ``A + values[:-1]``. No
-    gradient flows through them.
+    ``[T, B]`` advantages, no gradient; value targets are ``A + values[:-1]``.
   """
   chex.assert_rank([rewards, discounts, values], 2)
   chex.assert_equal_shape([rewards, discounts, values[:-1]])
@@ -309,13 +282,16 @@ def decode_values(
 
   Args:
     head: how the heads encode values.
-    pi_logits: ``[T+1, B, A]`` policy logits; state values are
-      ``sum_a pi(a|s) Q(s, a)`` when ``value_net_out`` is None.
-    value_net_out: ``[T+1, B, 1 or num_bins]`` value-head outputs, or None.
-    q_net_out: ``[T+1, B, A, 1 or num_bins]`` action-value outputs, or None.
+    pi_logits: ``[T+1, B, A]``; without ``value_net_out``, values are
+      ``sum_a pi(a|s) Q(s, a)``.
+    value_net_out: ``[T+1, B, 1 or num_bins]``, or None.
+    q_net_out: ``[T+1, B, A, 1 or num_bins]``, or None.
 
   Returns:
     ``(values [T+1, B], q_values [T+1, B, A] or None)``.
+
+  Raises:
+    ValueError: if both outputs are None.
   """
   if value_net_out is None and q_net_out is None:
     raise ValueError("Need at least one of `value_net_out` and `q_net_out`.")
@@ -345,36 +321,31 @@ def estimate(
     truncated: Array | None = None,
     policy: policies.Policy | None = None,
 ) -> types.ValueOuts:
-  """Targets and advantages of a rollout: Retrace with action values, else
-  V-trace, with importance weights ``pi/mu`` of the taken actions.
+  """Targets and advantages: Retrace with action values, else V-trace.
 
-  A truncated transition (cut by a time limit: its next state belongs to
-  the next episode) has no valid target: its importance weight is set to 0,
-  so it adds nothing to any return and no trace crosses it, and the
-  transition before it bootstraps from the last state of its episode. Its
-  own targets are meaningless and must be masked out of the losses.
+  A truncated transition gets importance weight 0: no return or trace
+  crosses it and the one before it bootstraps from its episode's last state.
+  Its own targets are meaningless: mask it out of the losses.
 
   Args:
-    rewards: ``[T, B]`` reward of each transition.
-    env_discounts: ``[T, B]`` environment discounts (0 at terminations).
-    actions: ``[T+1, B]`` int actions (the last one is not used).
-    pi_logits: ``[T+1, B, A]`` logits of the online policy.
-    mu_logits: ``[T+1, B, A]`` logits of the behaviour policy.
+    rewards: ``[T, B]``.
+    env_discounts: ``[T, B]``, 0 at terminations, else 1.
+    actions: ``[T+1, B]`` int (the last is unused).
+    pi_logits: ``[T+1, B, A]`` online policy.
+    mu_logits: ``[T+1, B, A]`` behaviour policy.
     values: ``[T+1, B]`` state values being trained.
     q_values: ``[T+1, B, A]`` action values being trained, or None.
-    target_values: ``[T+1, B]`` state values to bootstrap from (e.g. a target
-      network's); defaults to ``values``.
-    target_q_values: ``[T+1, B, A]`` action values to bootstrap from;
-      defaults to ``q_values``.
+    target_values: ``[T+1, B]`` to bootstrap from (default ``values``).
+    target_q_values: ``[T+1, B, A]`` to bootstrap from (default ``q_values``).
     discount: scalar discount factor.
     lambda_: scalar trace parameter.
     truncated: ``[T, B]`` bool, transitions cut by a time limit (or None).
-    policy: the distribution the logits parameterise (None: categorical
-      over ``A``; a continuous one takes ``[T+1, B, D]`` actions and
-      ``[T+1, B, 2 D]`` parameters, and no action values).
+    policy: the logits' distribution (None: categorical; a continuous one
+      takes ``[T+1, B, D]`` actions, ``[T+1, B, 2 D]`` logits and no action
+      values).
 
   Returns:
-    ``ValueOuts`` without the normalised fields (see ``normalize``).
+    ``ValueOuts`` without the normalised fields (``normalize``).
   """
   num_states, batch_size = values.shape
   action_shape = () if policy is None else policy.action_shape
@@ -413,23 +384,19 @@ def estimate_on(
     q_key: str | None = None,
     target_out: types.AgentOuts | None = None,
 ) -> types.ValueOuts:
-  """``estimate`` on an update rule's inputs.
-
-  Decodes the trained network's value head ``agent_out[value_key]`` and/or
-  action-value head ``agent_out[q_key]`` (see ``decode_values``), and takes
-  the rewards, terminations and actions of the inputs, the trained network's
-  logits as the target policy and the acting network's as the behaviour
-  policy.
+  """``estimate`` on a rule's inputs: ``agent_out[value_key]`` and/or
+  ``agent_out[q_key]`` decoded, the trained network's logits as target and
+  ``behaviour_agent_out``'s as behaviour policy.
 
   Args:
-    inputs: the rule's inputs (``[T+1, B]`` states, ``[T, B]`` transitions).
+    inputs: the rule's inputs.
     head: how the value heads encode values.
     discount: scalar discount factor.
     lambda_: scalar trace parameter.
     value_key: the state-value output, if any.
     q_key: the action-value output, if any.
-    target_out: outputs of a target network with the same heads to bootstrap
-      from (decoded with the trained network's policy), if any.
+    target_out: a target network's outputs (same heads) to bootstrap from,
+      if any.
   """
   pi_logits = inputs.agent_out["logits"]
 
@@ -469,20 +436,19 @@ def normalize(
 ) -> tuple[types.ValueOuts, types.EmaState | None, types.EmaState | None]:
   """Fills the normalised fields of ``outs`` from moving averages.
 
-  With ``adv_ema_state`` it is updated with ``adv`` and used to normalise
-  ``adv`` and ``qv_adv``. With ``td_ema_state`` it is updated with ``q_td``
-  (``normalize_q_td``) or ``td`` and used to scale, without centring, that
-  same quantity; the other normalised TD field is zeros. Without a state the
-  corresponding normalised fields are zeros and the returned state is None.
+  ``adv_ema_state`` tracks ``adv`` and normalises ``adv`` and ``qv_adv``;
+  ``td_ema_state`` tracks and scales (without centring) ``q_td`` if
+  ``normalize_q_td``, else ``td``. Fields without a state are zeros; a None
+  state is returned as None.
 
   Args:
     outs: the output of ``estimate``.
     adv_ema_state: EMA state of the advantages, or None.
     td_ema_state: EMA state of the TD errors, or None.
     normalize_q_td: track ``q_td`` rather than ``td``.
-    ema_decay: decay of both EMA updates.
-    ema_eps: epsilon added to the EMA standard deviation.
-    axis_name: optional mapped axis the EMA statistics are averaged over.
+    ema_decay: decay of both EMAs.
+    ema_eps: added to the EMA standard deviation.
+    axis_name: mapped axis the EMA statistics are averaged over, if any.
 
   Returns:
     ``(outs, new_adv_ema_state, new_td_ema_state)``.

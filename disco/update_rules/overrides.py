@@ -1,4 +1,4 @@
-"""A rule's settings from the launchers' flags, and their listing.
+"""Overriding a rule's agent settings, and listing them.
 
 Every registered rule has two groups of settings (``registry``):
 
@@ -10,21 +10,12 @@ Every registered rule has two groups of settings (``registry``):
   such as LPG's ``net``), e.g. ``--config.rule_kwargs.clip_value=False``.
 
 ``disco-eval``, ``disco-meta-train`` and ``disco-compare`` take both, the
-same way: ``prepare`` gives the config every setting of the rule the command
-line names with its default (so the flags may set any of them and an unknown
-key is a one-line error listing the valid ones), ``apply`` puts them into the
-rule's agent settings, and ``completed`` fills in a saved config's defaults
-for comparing it with the current one. ``describe`` lists every rule's
-settings with their defaults and meanings (``disco-eval --list_rules``,
-``--describe_rule=NAME``), read from the registry and the rules' factories.
-
-Old spellings: a keyword argument that became a hyper-parameter
-(``UpdateRule.moved_rule_kwargs``, e.g. policy gradient's
-``rule_kwargs.entropy_cost``, or Disco's and LPG's
-``rule_kwargs.meta_regularizer_costs``) is still read from configs, run
-folders and rule files, as its hyper-parameter, with the same results;
-``new_spelling`` names the hyper-parameter of an old key and
-``upgraded_settings`` brings saved agent settings to today's form.
+same way: ``prepare`` gives a config every setting of the rule with its
+default (so flags may set any of them and an unknown key is a one-line error
+listing the valid ones), ``merged`` makes the agent settings with the
+overrides given (a pure function), and ``completed`` fills in a saved
+config's defaults for comparing it with the current one. ``describe`` lists
+every rule's settings with their defaults and meanings.
 """
 
 from __future__ import annotations
@@ -36,19 +27,10 @@ from typing import Any
 
 from ml_collections import config_dict
 
+from disco.update_rules import agent_settings as agent_settings_lib
 from disco.update_rules import registry
 
 KEYS = ("hyper_params", "rule_kwargs")
-# The agent optimiser's settings a rule's entry gives (disco-eval:
-# --config.KEY, disco-meta-train: --config.agent.KEY), with their meanings.
-AGENT_KEYS = {
-    "learning_rate": "the agents' Adam learning rate",
-    "max_abs_update": "elementwise clip of Adam's update (None: off)",
-    "max_grad_norm": "clip of the gradients' global norm (None: off)",
-    "adam_eps": "Adam's epsilon",
-    "anneal_learning_rate": "anneal the learning rate linearly to 0",
-    "loss_mask": "transitions the losses average over: valid or published",
-}
 # What the hyper-parameters the rules share mean (rule-specific ones are
 # described by their rule's module).
 HYPER_PARAM_MEANINGS = {
@@ -100,14 +82,18 @@ HYPER_PARAM_MEANINGS = {
 }
 
 
-_as_dict = registry.as_dict
+def as_dict(value: Any) -> dict[str, Any]:
+  """A (possibly ``None``) mapping or ``ConfigDict`` as a new dict."""
+  if isinstance(value, config_dict.ConfigDict):
+    return value.to_dict()
+  return agent_settings_lib.thawed(dict(value or {}))
 
 
-def _merged(own: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+def _merged(own: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, Any]:
   """``own`` with ``given`` over it, dicts merged one level deep."""
   out = dict(own)
   for key, value in given.items():
-    if isinstance(value, dict) and isinstance(out.get(key), dict):
+    if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
       value = {**out[key], **value}
     out[key] = value
   return out
@@ -121,72 +107,18 @@ def _floats(hyper_params: dict[str, Any]) -> dict[str, Any]:
   }
 
 
-def old_spellings(make: Callable[..., Any]) -> dict[str, str]:
-  """``{hyper-parameter: its old spelling}`` of factory ``make``, e.g.
-  ``{'entropy_cost': 'rule_kwargs.entropy_cost'}`` for policy gradient
-  (``UpdateRule.moved_rule_kwargs``)."""
-  out = {}
-  for old, new in getattr(make, "moved_rule_kwargs", {}).items():
-    if isinstance(new, Mapping):
-      out.update({v: f"rule_kwargs.{old}.{k}" for k, v in new.items()})
-    else:
-      out[new] = f"rule_kwargs.{old}"
-  return out
-
-
-def new_spelling(name: str, key: str) -> str | None:
-  """What the setting ``key`` of rule ``name`` is now, for an error message
-  about an unknown key: ``hyper_params.entropy_cost`` for policy gradient's
-  ``rule_kwargs.entropy_cost``; the hyper-parameters, comma-separated, of an
-  old dict of coefficients (``rule_kwargs.meta_regularizer_costs``); else
-  ``None`` (not an old spelling, or an unknown rule)."""
-  try:
-    make = registry.get_entry(name).make
-  except ValueError:
-    return None
-  found = [
-      f"hyper_params.{new}"
-      for new, old in old_spellings(make).items()
-      if key == old or old.startswith(f"{key}.")
-  ]
-  return ", ".join(found) or None
-
-
 def completed(name: str, given: Any, key: str) -> dict[str, Any]:
   """The ``key`` settings (``hyper_params`` or ``rule_kwargs``) of rule
   ``name`` with those ``given`` over its defaults (hyper-parameters as
   floats): what a config's overrides amount to, however many of the
-  defaults it spells out. (Old spellings in ``rule_kwargs`` stay as given:
-  a config that repeats them is the same config.)
+  defaults it spells out.
 
   Raises:
     ValueError: an unknown rule.
   """
-  value = _merged(
-      _as_dict(registry.default_settings(name)[key]), _as_dict(given)
-  )
+  defaults = getattr(registry.default_settings(name), key)
+  value = _merged(as_dict(defaults), as_dict(given))
   return _floats(value) if key == "hyper_params" else value
-
-
-def upgraded_settings(saved: Mapping[str, Any]) -> dict[str, Any]:
-  """Agent settings as saved by an earlier version (a run folder's
-  ``rule_settings``) in today's form, to compare them with today's: old
-  spellings moved to ``hyper_params`` (``registry.moved_to_hyper_params``)
-  and hyper-parameters added since at their defaults. Settings of an unknown
-  rule, or that do not fit it, come back as saved."""
-  out = _as_dict(saved)
-  try:
-    defaults = registry.default_settings(str(out.get("rule")))
-    hyper_params, rule_kwargs = registry.moved_to_hyper_params(
-        registry.get_entry(defaults.rule).make,
-        out.get("hyper_params"),
-        out.get("rule_kwargs"),
-    )
-  except (ValueError, TypeError):
-    return out
-  out["hyper_params"] = {**_as_dict(defaults.hyper_params), **hyper_params}
-  out["rule_kwargs"] = rule_kwargs
-  return out
 
 
 def factory_parameters(make: Callable[..., Any]) -> list[str]:
@@ -201,7 +133,8 @@ def factory_parameters(make: Callable[..., Any]) -> list[str]:
 
 
 def prepare(
-    config: config_dict.ConfigDict, settings: config_dict.ConfigDict | None
+    config: config_dict.ConfigDict,
+    settings: agent_settings_lib.AgentSettings | None,
 ) -> None:
   """Gives ``config.hyper_params`` and ``config.rule_kwargs`` every setting
   of the rule whose agent ``settings`` are given, with its default; values
@@ -213,7 +146,7 @@ def prepare(
     for key in KEYS:
       if key not in config:
         continue
-      value = _merged(_as_dict(settings[key]), _as_dict(config[key]))
+      value = _merged(as_dict(getattr(settings, key)), as_dict(config[key]))
       config[key] = _floats(value) if key == "hyper_params" else value
 
 
@@ -221,35 +154,7 @@ class SettingsError(ValueError):
   """An unknown or bad rule setting (one line)."""
 
 
-def _given(
-    make: Callable[..., Any],
-    hyper_params: Any,
-    rule_kwargs: Any,
-    own: dict[str, Any],
-    label: str,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-  """The ``hyper_params`` and ``rule_kwargs`` given, old spellings moved to
-  ``hyper_params``: they replace its value where that is the rule's own
-  (``own``; filled in by ``prepare``), and a different value there too is
-  an error naming both."""
-  hyper_params = _as_dict(hyper_params)
-  try:
-    moved, rule_kwargs = registry.moved_to_hyper_params(make, {}, rule_kwargs)
-  except ValueError as e:
-    raise SettingsError(f"{e} (rule {label!r})") from None
-  old = old_spellings(make)
-  for key, value in moved.items():
-    if hyper_params.get(key, value) not in (value, own.get(key)):
-      raise SettingsError(
-          f"config.{old[key]} (the old spelling of "
-          f"config.hyper_params.{key}) is {value!r} but "
-          f"config.hyper_params.{key} is {hyper_params[key]!r} for rule "
-          f"{label!r}: give only config.hyper_params.{key}."
-      )
-  return {**hyper_params, **moved}, rule_kwargs
-
-
-def _check_numbers(hyper_params: dict[str, Any]) -> None:
+def _check_numbers(hyper_params: Mapping[str, Any]) -> None:
   for key, value in hyper_params.items():
     if (
         isinstance(value, bool)
@@ -262,45 +167,56 @@ def _check_numbers(hyper_params: dict[str, Any]) -> None:
       )
 
 
-def apply(
-    settings: config_dict.ConfigDict,
-    hyper_params: Any,
-    rule_kwargs: Any,
+def merged(
+    settings: agent_settings_lib.AgentSettings,
     label: str,
-) -> bool:
-  """Updates the agent ``settings`` (in today's spelling: from
-  ``registry.default_settings`` or ``resolve.resolve_rule``) with the
-  ``hyper_params`` and ``rule_kwargs`` given (dicts of ``rule_kwargs``
-  merged one level deep); returns whether anything changed. Old spellings
-  given (a config written before) become their hyper-parameters
-  (``registry.moved_to_hyper_params``).
+    hyper_params: Mapping[str, Any] | None = None,
+    rule_kwargs: Mapping[str, Any] | None = None,
+    network: Mapping[str, Any] | None = None,
+    policy: Mapping[str, Any] | None = None,
+    **optimizer: Any,
+) -> agent_settings_lib.AgentSettings:
+  """``settings`` with the overrides given: ``hyper_params`` replacing the
+  rule's own, ``rule_kwargs``, ``network`` and ``policy`` merged over theirs
+  (``rule_kwargs`` one level of dicts deep), and the optimiser settings
+  (``agent_settings.OPTIMIZER_KEYS``) replacing theirs. Pure: ``settings``
+  is unchanged.
 
   Raises:
     SettingsError: for a key the rule (``label`` in the message) does not
-      have, naming the valid ones, a hyper-parameter that is not a finite
-      number, or an old spelling that disagrees with its hyper-parameter.
+      have, naming the valid ones, or a hyper-parameter that is not a finite
+      number.
   """
-  before = settings.to_dict()
-  make = registry.get_entry(settings.rule).make
-  own = _as_dict(settings.hyper_params)
-  given, given_kwargs = _given(make, hyper_params, rule_kwargs, own, label)
-  unknown = sorted(set(given) - set(own))
+  bad = sorted(set(optimizer) - set(agent_settings_lib.OPTIMIZER_KEYS))
+  if bad:
+    raise SettingsError(
+        f"Unknown agent setting(s) {bad}; valid: "
+        f"{', '.join(agent_settings_lib.OPTIMIZER_KEYS)}."
+    )
+  hyper_params = as_dict(hyper_params)
+  rule_kwargs = as_dict(rule_kwargs)
+  own = dict(settings.hyper_params)
+  unknown = sorted(set(hyper_params) - set(own))
   if unknown:
     raise SettingsError(
         f"Unknown hyper_params {unknown} for rule {label!r}: valid keys are "
         f"{', '.join(sorted(own)) or 'none'}."
     )
-  _check_numbers(given)
-  settings.hyper_params = {**own, **{k: float(v) for k, v in given.items()}}
-  valid = factory_parameters(make)
-  unknown = sorted(set(given_kwargs) - set(valid))
+  _check_numbers(hyper_params)
+  valid = factory_parameters(registry.get_entry(settings.rule).make)
+  unknown = sorted(set(rule_kwargs) - set(valid))
   if unknown:
     raise SettingsError(
         f"Unknown rule_kwargs {unknown} for rule {label!r}: valid keys are "
         f"{', '.join(valid) or 'none'}."
     )
-  settings.rule_kwargs = _merged(_as_dict(settings.rule_kwargs), given_kwargs)
-  return settings.to_dict() != before
+  return settings.replace(
+      hyper_params={**own, **{k: float(v) for k, v in hyper_params.items()}},
+      rule_kwargs=_merged(settings.rule_kwargs, rule_kwargs),
+      network={**settings.network, **as_dict(network)},
+      policy={**settings.policy, **as_dict(policy)},
+      **optimizer,
+  )
 
 
 # ------------------------------------------------------------- listing ----
@@ -355,7 +271,7 @@ def rows(name: str) -> list[tuple[str, str, str]]:
   entry = registry.get_entry(name)
   settings = registry.default_settings(name)
   out = []
-  for key, value in sorted(_as_dict(settings.hyper_params).items()):
+  for key, value in sorted(settings.hyper_params.items()):
     out.append(
         (
             f"hyper_params.{key}",
@@ -364,19 +280,19 @@ def rows(name: str) -> list[tuple[str, str, str]]:
         )
     )
   meanings = _docstring_args(entry.make)
-  kwargs = _as_dict(settings.rule_kwargs)
+  kwargs = as_dict(settings.rule_kwargs)
   for key in factory_parameters(entry.make):
     meaning = meanings.get(key, "")
     if key not in kwargs:  # None by default: no flag can set it
       continue
     value = kwargs[key]
     if isinstance(value, dict):
-      for sub, sub_value in value.items():
+      for sub, sub_value in sorted(value.items()):
         out.append((f"rule_kwargs.{key}.{sub}", _text(sub_value), meaning))
     else:
       out.append((f"rule_kwargs.{key}", _text(value), meaning))
-  for key, meaning in AGENT_KEYS.items():
-    out.append((key, _text(settings[key]), meaning))
+  for key, meaning in agent_settings_lib.OPTIMIZER_KEYS.items():
+    out.append((key, _text(getattr(settings, key)), meaning))
   return out
 
 

@@ -1,0 +1,196 @@
+"""Settings written by earlier versions, read as today's.
+
+This is the one place that knows old spellings. A rule file, a run folder's
+``config.json`` or a config that gives a rule setting under an old key is
+upgraded here, where it is read, with an ``OldSettingWarning`` naming the old
+key and the new one; everything after that sees today's keys only.
+
+Deprecation table (``MOVED``):
+
+==========  ==================  ============================================  ===========================================
+since       rules               old key                                       new key
+==========  ==================  ============================================  ===========================================
+2026-11-27  policy_gradient     ``rule_kwargs.entropy_cost``, ``.pg_cost``    ``hyper_params.entropy_cost``, ``.pg_cost``
+2026-11-27  disco, disco103     ``rule_kwargs.meta_regularizer_costs.K``      ``hyper_params.K_cost``
+2026-11-27  lpg, ta_lpg         ``rule_kwargs.meta_regularizer_costs.K``      ``hyper_params.K``
+2026-11-27  (meta-training)     ``debug``                                     (removed)
+==========  ==================  ============================================  ===========================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+import dataclasses
+from typing import Any
+import warnings
+
+from disco.update_rules import disco
+from disco.update_rules import lpg
+from disco.update_rules import policy_gradient
+from disco.update_rules import registry
+
+
+class OldSettingWarning(UserWarning):
+  """A setting was read under the key an earlier version wrote it with."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Moved:
+  """A rule setting that moved: ``old`` (``rule_kwargs.NAME`` or
+  ``rule_kwargs.NAME.KEY``) is now ``new`` (``hyper_params.NAME``), for the
+  rules built by ``factory`` (or a subclass)."""
+
+  since: str
+  factory: type
+  old: str
+  new: str
+
+
+MOVED = (
+    *(
+        Moved(
+            "2026-11-27",
+            policy_gradient.PolicyGradient,
+            f"rule_kwargs.{k}",
+            f"hyper_params.{k}",
+        )
+        for k in ("entropy_cost", "pg_cost")
+    ),
+    *(
+        Moved(
+            "2026-11-27",
+            disco.Disco,
+            f"rule_kwargs.meta_regularizer_costs.{k.removesuffix('_cost')}",
+            f"hyper_params.{k}",
+        )
+        for k in disco.META_REGULARIZER_COSTS
+    ),
+    *(
+        Moved(
+            "2026-11-27",
+            lpg.LPG,
+            f"rule_kwargs.meta_regularizer_costs.{k}",
+            f"hyper_params.{k}",
+        )
+        for k in lpg.META_REGULARIZER_COSTS
+    ),
+)
+# Top-level keys of a meta-training config that were removed.
+REMOVED_META_TRAIN_KEYS = ("debug",)
+
+
+def moved(rule: str) -> tuple[Moved, ...]:
+  """The settings of registered rule ``rule`` that moved (none for an
+  unknown rule)."""
+  try:
+    make = registry.get_entry(rule).make
+  except ValueError:
+    return ()
+  return tuple(
+      m for m in MOVED if isinstance(make, type) and issubclass(make, m.factory)
+  )
+
+
+def new_key(rule: str, key: str) -> str | None:
+  """Today's key(s) of ``key`` (e.g. ``rule_kwargs.entropy_cost``) of rule
+  ``rule``, comma-separated; None if it did not move."""
+  found = [
+      m.new for m in moved(rule) if key == m.old or m.old.startswith(key + ".")
+  ]
+  return ", ".join(found) or None
+
+
+def upgraded(
+    rule: str,
+    hyper_params: Mapping[str, Any] | None,
+    rule_kwargs: Mapping[str, Any] | None,
+    where: str,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+  """``(hyper_params, rule_kwargs)`` of rule ``rule`` (new dicts) with
+  every old key moved to its new one (its value replaces the new key's: it
+  was written when the new key did not exist), warning once per old key
+  found; ``where`` names the source in the warning (e.g. ``"rule file
+  x.npz"``).
+
+  Raises:
+    ValueError: an old dict of coefficients with a key it never had.
+  """
+  hyper_params = dict(hyper_params or {})
+  rule_kwargs = {
+      k: dict(v) if isinstance(v, Mapping) else v
+      for k, v in (rule_kwargs or {}).items()
+  }
+  for m in moved(rule):
+    path = m.old.split(".")[1:]
+    holder, name = rule_kwargs, path[-1]
+    if len(path) == 2:
+      holder = rule_kwargs.get(path[0])
+      if not isinstance(holder, dict):
+        continue
+    if name not in holder:
+      continue
+    hyper_params[m.new.split(".", 1)[1]] = holder.pop(name)
+    warnings.warn(
+        f"{where}: {m.old} is read as {m.new} (moved on {m.since}); write "
+        f"{m.new} instead.",
+        OldSettingWarning,
+        stacklevel=2,
+    )
+  for old in {
+      m.old.split(".")[1] for m in moved(rule) if m.old.count(".") == 2
+  }:
+    left = rule_kwargs.get(old)
+    if isinstance(left, dict) and left:
+      raise ValueError(
+          f"Unknown rule_kwargs.{old} {sorted(left)} in {where}: its keys "
+          "were "
+          + ", ".join(
+              m.old.rsplit(".", 1)[1]
+              for m in moved(rule)
+              if m.old.startswith(f"rule_kwargs.{old}.")
+          )
+          + "."
+      )
+    if isinstance(left, dict):
+      del rule_kwargs[old]
+  return hyper_params, rule_kwargs
+
+
+def upgraded_settings(saved: Mapping[str, Any], where: str) -> dict[str, Any]:
+  """Agent settings in their JSON form (``AgentSettings.to_dict``; a rule
+  file's or a run folder's) with old keys moved (``upgraded``) and
+  hyper-parameters added since at their defaults. Settings of an unknown
+  rule come back as saved.
+
+  Raises:
+    ValueError: see ``upgraded``.
+  """
+  out = dict(saved)
+  rule = out.get("rule")
+  if not isinstance(rule, str) or rule not in registry.rule_names():
+    return out
+  hyper_params, out["rule_kwargs"] = upgraded(
+      rule, out.get("hyper_params"), out.get("rule_kwargs"), where
+  )
+  defaults = registry.default_settings(rule).hyper_params
+  out["hyper_params"] = {**defaults, **hyper_params}
+  return out
+
+
+def upgraded_meta_train_config(
+    saved: Mapping[str, Any], where: str
+) -> dict[str, Any]:
+  """A meta-training config as saved in a run folder (or given) in today's
+  form: keys that were removed (``REMOVED_META_TRAIN_KEYS``) dropped, and
+  its rule's ``hyper_params`` and ``rule_kwargs`` upgraded (``upgraded``).
+
+  Raises:
+    ValueError: see ``upgraded``.
+  """
+  out = {k: v for k, v in saved.items() if k not in REMOVED_META_TRAIN_KEYS}
+  rule = out.get("rule")
+  if isinstance(rule, str):
+    out["hyper_params"], out["rule_kwargs"] = upgraded(
+        rule, out.get("hyper_params"), out.get("rule_kwargs"), where
+    )
+  return out
