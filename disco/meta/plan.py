@@ -60,7 +60,7 @@ class Plan:
 
   run_settings: MetaTrainSettings
   groups: list[population_lib.AgentGroup]
-  population: population_lib.Population
+  population: population_lib.BackpropPopulation
   meta_params: Any  # initial meta-parameters (None when resuming)
   # Held-out validation in this process (None: off, validation.every=0).
   validation: validation_lib.Validation | None = None
@@ -279,7 +279,9 @@ def _make_population(s: MetaTrainSettings, groups, devices):
     return pes_lib.PESPopulation(
         groups, s.population, s.pes, optimizer, devices
     )
-  return population_lib.Population(groups, s.population, optimizer, devices)
+  return population_lib.BackpropPopulation(
+      groups, s.population, optimizer, devices
+  )
 
 
 def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
@@ -396,7 +398,7 @@ def make_validation(
 
 
 def abstract_state(
-    population: population_lib.Population, rule
+    population: population_lib.BackpropPopulation, rule
 ) -> population_lib.MetaTrainState:
   """Shapes, dtypes and shardings of the population's state (no compute)."""
   meta_params = rule.meta_param_shapes()

@@ -24,7 +24,6 @@ from disco import distributed
 from disco import errors
 from disco import run_folders
 from disco.environments import registry as env_registry
-from disco.meta import divergence
 from disco.meta import es as es_lib
 from disco.meta import estimators as estimators_lib
 from disco.meta import keys as keys_lib
@@ -93,9 +92,7 @@ class MetaTrainSettings:
 
   ``config`` is the config they were made from (saved in ``config.json`` and
   compared when a run resumes); ``agent`` the rule's agent settings with
-  ``config.agent``, ``hyper_params`` and ``rule_kwargs`` applied. ``faults``
-  injects deterministic faults (tests of divergence handling only; never set
-  from a config).
+  ``config.agent``, ``hyper_params`` and ``rule_kwargs`` applied.
   """
 
   config: config_dict.ConfigDict
@@ -133,12 +130,6 @@ class MetaTrainSettings:
     """Checks every setting of ``config``; raises one ``UsageError`` naming
     every problem found."""
     return _from_config(config)
-
-  def with_faults(self, faults: divergence.FaultInjection) -> MetaTrainSettings:
-    """The same run with ``faults`` injected (tests only)."""
-    return dataclasses.replace(
-        self, population=dataclasses.replace(self.population, faults=faults)
-    )
 
 
 def as_settings(config: Any) -> MetaTrainSettings:
@@ -390,7 +381,6 @@ def _population_config(config, p: checks.Problems):
           _key_scheme, config.key_scheme, default=defaults.key_scheme
       ),
       outer=outer,
-      faults=None,
       replay_capacity=replay_capacity,
       replay_batch_size=replay_batch_size,
   )
