@@ -373,31 +373,19 @@ class BackpropPopulation(MetaStepProgram):
         max_return=jnp.maximum(track.max_return, best),
         last_return=jnp.where(episodes > 0, mean_return, track.last_return),
     )
-    if sampler.config.kind == level_samplers.PLR:
-      outs, _, _, _ = group.value_fn.value_outs(
-          state.value, valid, valid.logits
-      )
-      score = level_samplers.step_score(
-          sampler.config.score_fn, outs, track.max_return
-      )
-      track = track.replace(
-          score_sum=track.score_sum + score,
-          score_count=track.score_count + 1,
-      )
+    track = sampler.score_step(
+        track,
+        lambda: group.value_fn.value_outs(state.value, valid, valid.logits)[0],
+    )
     reference_return = jnp.zeros([], jnp.float32)
     if track.reference is not None:
       ref = self._reference_step(group, track.reference, act_rng)
       track = track.replace(reference=ref)
       reference_return = ref.last_return
-    if sampler.config.kind == level_samplers.GROOVE:
-      # Without ended episodes (NO_RETURN) the sampler skips the lifetime.
-      score = track.last_return
-    else:
-      score = track.score_sum / jnp.maximum(track.score_count, 1)
     end = level_samplers.LifetimeEnd(
         level=track.level,
         slot=track.slot,
-        score=score,
+        score=sampler.lifetime_score(track),
         reference=reference_return,
         ended=restart,
     )
