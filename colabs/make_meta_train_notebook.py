@@ -125,8 +125,9 @@ BUILD_MD = """\
 
 `trainer.build` checks a config (the defaults of `configs/meta_train.py`
 with the settings above) and builds the agent groups (by default one: Catch
-5x5 with 2 agents), the `Population` (the compiled meta-step) and the
-initial meta-parameters: the published Disco103 weights (checked against the
+5x5 with 2 agents), the population (the compiled meta-step: a
+`BackpropPopulation` for the default estimator) and the initial
+meta-parameters: the published Disco103 weights (checked against the
 rule's structure), a random initialisation, or a file.
 
 In a mixed population every group gets its own agent network and value

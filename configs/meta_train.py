@@ -45,7 +45,7 @@ def get_config() -> config_dict.ConfigDict:
               ),
           ),
           # Comma-separated Python modules to import first (modules that register
-          # their own environments).
+          # their own rules, environments, estimators or level samplers).
           imports="",
           batch_size=32,  # environments per agent
           rollout_len=16,  # actor steps per training rollout (validation: 2x)
@@ -117,9 +117,10 @@ def get_config() -> config_dict.ConfigDict:
           key_scheme="published",
           # How the meta-gradient is estimated: 'backprop' (through
           # inner_steps learner updates; the published meta-trainer's), 'es'
-          # (evolution strategies over whole lifetimes; settings in es) or
+          # (evolution strategies over whole lifetimes; settings in es),
           # 'pes' (persistent ES over truncations of inner_steps updates;
-          # needs lifetime_meta_steps >= 1; settings in pes). See the README.
+          # needs lifetime_meta_steps >= 1; settings in pes) or one that a
+          # module of imports registers (disco/meta/estimator_registry.py).
           estimator="backprop",
           es=dict(
               # An evosax strategy's name; 'open_es' (OpenAI-ES) feeds the
@@ -142,9 +143,10 @@ def get_config() -> config_dict.ConfigDict:
           pes=dict(sigma=0.01, antithetic=True),
           # Curricula over levels (environments with levels: lpg/random,
           # delayed_chain): 'none' (the environments' own resets), 'uniform',
-          # 'plr' or 'groove' (disco/meta/level_samplers.py). Every group's
-          # agents then draw a level at each new lifetime (needs
-          # lifetime_meta_steps or lifetime_updates; backprop estimator).
+          # 'plr', 'groove' (disco/meta/level_samplers.py) or one that a
+          # module of imports registers. Every group's agents then draw a
+          # level at each new lifetime (needs lifetime_meta_steps or
+          # lifetime_updates; backprop estimator).
           level_sampler=dict(
               kind="none",
               buffer_size=4000,  # PLR/GROOVE levels kept (>= the population)

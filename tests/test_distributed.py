@@ -82,12 +82,12 @@ DIE_BEFORE_STEP_3 = """
 import os, signal, sys
 from disco.launch import meta_train
 from disco.meta import population
-step = population.Population.step
+step = population.BackpropPopulation.step
 def step_or_die(self, state):
   if int(state.step) == 2:
     os.kill(os.getpid(), signal.SIGKILL)
   return step(self, state)
-population.Population.step = step_or_die
+population.BackpropPopulation.step = step_or_die
 sys.argv[0] = "disco-meta-train"
 meta_train.main()
 """

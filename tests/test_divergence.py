@@ -1,9 +1,9 @@
-"""Divergence in meta-training: injected faults (``MetaTrainSettings.with_faults``
-and a hook that damages a checkpoint) and what
-the launcher does about them: diverged agents restart, non-finite
-meta-updates are skipped and, too many in a row, stop the run with exit
-status 3; checkpoints and exports stay finite; a resumed run falls back past
-a damaged checkpoint.
+"""Divergence in meta-training: injected faults (``meta_faults``: a
+population that poisons an agent or the meta-gradient, and a hook that
+damages a checkpoint) and what the launcher does about them: diverged
+agents restart, non-finite meta-updates are skipped and, too many in a row,
+stop the run with exit status 3; checkpoints and exports stay finite; a
+resumed run falls back past a damaged checkpoint.
 
 The runs share one plan (one traced program, with the tiny LPG rule of
 ``meta_settings``: the machinery under test does not depend on the rule); it
@@ -28,10 +28,11 @@ import pytest
 from disco import errors
 from disco import weights as weights_lib
 from disco.meta import checkpoints as ckpt_lib
-from disco.meta import divergence
 from disco.meta import history as history_lib
 from disco.meta import trainer as mt
 
+from meta_faults import corrupt_checkpoint
+from meta_faults import with_faults
 from meta_settings import MIXED
 from meta_settings import TINY_LPG
 from meta_settings import flip_one_bit
@@ -48,12 +49,6 @@ def faulty_config(output_dir):
   )
 
 
-def faulty_settings(config, **faults):
-  return mt.MetaTrainSettings.from_config(config).with_faults(
-      divergence.FaultInjection(**faults)
-  )
-
-
 class CorruptCheckpointAt(mt.Hook):
   """Damages the checkpoint of meta-step ``step`` once it is written."""
 
@@ -63,7 +58,7 @@ class CorruptCheckpointAt(mt.Hook):
   def after_step(self, progress):
     path = progress.plan.output_dir / mt.CHECKPOINT_DIR / str(self.step)
     if progress.step == self.step and path.is_dir():
-      ckpt_lib.corrupt_for_tests(path)
+      corrupt_checkpoint(path)
 
 
 def all_finite(tree) -> bool:
@@ -172,7 +167,7 @@ def test_restore_falls_back_past_damaged_checkpoints(tmp_path):
   with ckpt_lib.CheckpointManager(tmp_path / "c", keep=3) as manager:
     for step in (1, 2, 3):
       manager.save(_tree(float(step)), step=step)
-    ckpt_lib.corrupt_for_tests(manager.path(3))
+    corrupt_checkpoint(manager.path(3))
     with pytest.raises(ckpt_lib.CorruptCheckpointError):
       manager.restore(_tree(0.0))  # the strict restore refuses it
     restored = manager.restore_newest_readable(_tree(0.0), logs.append)
@@ -182,7 +177,7 @@ def test_restore_falls_back_past_damaged_checkpoints(tmp_path):
     # Moved aside, not deleted; a second damaged 3 gets another name.
     assert (tmp_path / "c" / "3.damaged" / "state").is_dir()
     manager.save(_tree(3.0), step=3)
-    ckpt_lib.corrupt_for_tests(manager.path(3))
+    corrupt_checkpoint(manager.path(3))
     manager.restore_newest_readable(_tree(0.0), logs.append)
     assert (tmp_path / "c" / "3.damaged-2").is_dir()
   assert len(logs) == 2 and "Checkpoint 3 is damaged" in logs[0]
@@ -202,12 +197,10 @@ def plan(tmp_path_factory):
   out = tmp_path_factory.mktemp("diverge") / "poisoned"
   config = faulty_config(out)
   config.update(num_meta_steps=4, checkpoint_every=2, max_consecutive_skips=3)
-  return mt.build(
-      faulty_settings(
-          config,
-          poison_agent_at_steps=AGENT_STEPS,
-          poison_meta_grad_at_steps=GRAD_STEPS,
-      )
+  return with_faults(
+      mt.build(config),
+      poison_agent_at_steps=AGENT_STEPS,
+      poison_meta_grad_at_steps=GRAD_STEPS,
   )
 
 
@@ -266,11 +259,8 @@ def test_resume_falls_back_then_repeated_skips_stop(
   config.update(
       num_meta_steps=8, checkpoint_every=2, max_consecutive_skips=3, resume=True
   )
-  settings = faulty_settings(
-      config,
-      poison_agent_at_steps=AGENT_STEPS,
-      poison_meta_grad_at_steps=GRAD_STEPS,
-  )
+  settings = mt.MetaTrainSettings.from_config(config)
+  # The plan's population: the same faults.
   resumed_plan = dataclasses.replace(plan, run_settings=settings)
   lines = []
   with pytest.raises(errors.Diverged) as info:
@@ -322,11 +312,8 @@ def test_flipped_bit_in_the_newest_checkpoint_is_caught_on_resume(
   config.update(
       num_meta_steps=4, checkpoint_every=2, max_consecutive_skips=3, resume=True
   )
-  settings = faulty_settings(
-      config,
-      poison_agent_at_steps=AGENT_STEPS,
-      poison_meta_grad_at_steps=GRAD_STEPS,
-  )
+  settings = mt.MetaTrainSettings.from_config(config)
+  # The plan's population: the same faults.
   resumed_plan = dataclasses.replace(plan, run_settings=settings)
   mt.run(resumed_plan, lambda _: None, False)
   template = mt.abstract_state(plan.population, plan.rule)

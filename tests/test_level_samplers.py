@@ -11,6 +11,7 @@ from disco import errors
 from disco.environments import base
 from disco.environments import registry
 from disco.meta import checkpoints as ckpt_lib
+from disco.meta import level_sampler_registry
 from disco.meta import level_samplers as ls
 from disco.meta import trainer as mt
 
@@ -27,7 +28,7 @@ def env():
 
 def _sampler(env, **kw):
   kw = dict(dict(kind="plr", buffer_size=4, min_fill=0.0), **kw)
-  return ls.LevelSampler(ls.SamplerConfig(**kw), env)
+  return level_sampler_registry.make_level_sampler(ls.SamplerConfig(**kw), env)
 
 
 def _filled(sampler, scores, last_used=None, clock=0):
@@ -159,7 +160,9 @@ def test_groove_regret_is_zero_where_the_rule_matches_the_reference(env):
 
 
 def test_uniform_draws_fresh_levels(env):
-  sampler = ls.LevelSampler(ls.SamplerConfig(kind="uniform"), env)
+  sampler = level_sampler_registry.make_level_sampler(
+      ls.SamplerConfig(kind="uniform"), env
+  )
   state = sampler.init()
   draws = sampler.draw_many(state, jax.random.PRNGKey(0), 64)
   assert not bool(draws.replay.any()) and bool(jnp.all(draws.slot == -1))
@@ -169,7 +172,6 @@ def test_uniform_draws_fresh_levels(env):
 @pytest.mark.parametrize(
     "kw, match",
     [
-        (dict(kind="plrr"), "kind='plrr' is unknown"),
         (dict(score_fn="gae"), "score_fn='gae' is unknown"),
         (dict(transform="softmax"), "transform='softmax' is unknown"),
         (dict(temperature=0.0), "temperature=0.0 must be"),
@@ -179,6 +181,17 @@ def test_uniform_draws_fresh_levels(env):
 def test_bad_settings(kw, match):
   with pytest.raises(ValueError, match=match):
     ls.SamplerConfig(**kw)
+
+
+def test_unknown_kind_names_the_registered_ones(env):
+  with pytest.raises(ValueError) as info:
+    level_sampler_registry.make_level_sampler(
+        ls.SamplerConfig(kind="plrr"), env
+    )
+  assert str(info.value) == (
+      "level_sampler.kind='plrr' is unknown; valid: none, uniform, plr, "
+      "groove."
+  )
 
 
 def test_env_without_levels():

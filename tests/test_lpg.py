@@ -317,7 +317,7 @@ def lifetime_population():
       lifetime_updates=(2, 5),
       key_scheme="per_agent",
   )
-  population = population_lib.Population(
+  population = population_lib.BackpropPopulation(
       [group], config, optax.adam(1e-3), jax.devices()[:1]
   )
   meta_params = agent.rule.init_meta_params(jax.random.PRNGKey(0))

@@ -17,11 +17,11 @@ import optax
 import pytest
 
 from disco import errors
-from disco.meta import divergence
 from disco.meta import keys as keys_lib
 from disco.meta import population as population_lib
 from disco.meta import trainer as mt
 
+from meta_faults import with_faults
 from meta_settings import MIXED
 from meta_settings import TINY_LPG
 from meta_settings import tiny_config
@@ -68,7 +68,7 @@ def mixed(tmp_path_factory):
       )
   )
   pops = {
-      n: population_lib.Population(
+      n: population_lib.BackpropPopulation(
           plan.groups, plan.population.config, _capture(1e-2), jax.devices()[:n]
       )
       for n in (1, 2)
@@ -236,12 +236,11 @@ def poisoned(mixed, tmp_path_factory):
       lifetime_meta_steps=2,
       population=MIXED,
   )
-  settings = mt.MetaTrainSettings.from_config(config).with_faults(
-      divergence.FaultInjection(
-          poison_agent_at_steps=(1,), poison_meta_grad_at_steps=(2,)
-      )
+  plan = with_faults(
+      mt.build(config),
+      poison_agent_at_steps=(1,),
+      poison_meta_grad_at_steps=(2,),
   )
-  plan = mt.build(settings)
   states = [mt.initial_state(plan)]  # the agents of mixed["states"][0]
   logs = []
   for _ in range(2):

@@ -30,8 +30,10 @@ The run writes into ``output_dir``:
 
 ``--config.estimator`` picks the meta-gradient estimator: ``backprop``
 (through ``inner_steps`` learner updates; the default), ``es`` (evolution
-strategies over whole lifetimes, ``config.es``) or ``pes`` (persistent ES
-over truncations, ``config.pes``); see ``disco.meta.estimators``.
+strategies over whole lifetimes, ``config.es``), ``pes`` (persistent ES
+over truncations, ``config.pes``) or one that a module named in
+``--config.imports`` registers (``disco.meta.estimator_registry``; level
+samplers likewise, ``disco.meta.level_sampler_registry``).
 
 Bad input ends the program with a one-line message on stderr and exit status
 2 before anything is trained (every bad setting is named in that line). The

@@ -558,7 +558,7 @@ class CheckpointManager:
     """Restores checkpoint ``step`` (default: the latest) onto ``template``.
 
     Args:
-      template: a state of the run's structure (e.g. ``Population.init``'s,
+      template: a state of the run's structure (e.g. ``MetaStepProgram.init``'s,
         or its ``jax.eval_shape``); every restored leaf gets the sharding of
         the matching template leaf (or the default device where it has none).
       step: which checkpoint.
@@ -676,14 +676,6 @@ def _in_any_process(flag: bool) -> bool:
   if jax.process_count() == 1:
     return flag
   return bool(np.any(multihost_utils.process_allgather(np.asarray(flag))))
-
-
-def corrupt_for_tests(path: str | Path) -> None:
-  """Overwrites the array data files of the checkpoint at ``path`` with
-  garbage, as a disk fault would. FOR TESTS ONLY (fault injection)."""
-  for f in (Path(path) / STATE_ITEM).rglob("*"):
-    if f.is_file() and f.parent.name == "d":
-      f.write_bytes(b"damaged")
 
 
 def restore_latest(

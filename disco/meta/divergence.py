@@ -1,6 +1,6 @@
-"""Divergence in meta-training: its host-side record, and injected faults.
+"""Divergence in meta-training: its host-side record.
 
-The compiled meta-step (``population``) checks finiteness itself, as scalars:
+The compiled meta-step (``disco.meta.population``) checks finiteness itself, as scalars:
 
 * an agent whose meta-gradient, learner or value-function state, meta-loss
   or inner loss is not finite has *diverged*: it is left out of that step's
@@ -14,10 +14,6 @@ The compiled meta-step (``population``) checks finiteness itself, as scalars:
 ``DivergenceRecord`` reads those scalars on the host after every meta-step,
 keeps the run's totals (saved with each checkpoint) and says when a run has
 skipped too many updates in a row to go on.
-
-``FaultInjection`` is for tests only: it poisons a meta-gradient or an
-agent's parameters at chosen meta-steps, deterministically. Without it (the
-default) the population's compiled program holds none of it.
 """
 
 from __future__ import annotations
@@ -26,86 +22,13 @@ from collections.abc import Mapping, Sequence
 import dataclasses
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-
-from disco import types
-
-# Per meta-step logs of ``Population.step`` (device side).
+# Per meta-step logs of a meta-step program's ``step`` (device side).
 SKIPPED = "meta_update_skipped"  # 1 when the meta-update was skipped
 DIVERGED = "diverged_agents"  # agents that diverged (also per group)
 # Totals over the run so far (host side, in the metrics rows).
 SKIPPED_TOTAL = "skipped_updates"
 CONSECUTIVE = "consecutive_skips"
 RESTARTED = "restarted_agents"  # also per group
-
-
-MAX_FAULT_STEPS = 8  # meta-steps per kind of fault
-
-
-@dataclasses.dataclass(frozen=True)
-class FaultInjection:
-  """Deterministic faults in the meta-step. FOR TESTS ONLY.
-
-  Meta-steps are counted from 1 (the metrics rows' ``meta_step``). The
-  population passes the steps to its compiled program as arguments (padded
-  to ``MAX_FAULT_STEPS``), so every fault schedule runs the same program.
-
-  Attributes:
-    poison_meta_grad_at_steps: meta-steps whose (averaged) meta-gradient is
-      replaced by NaN.
-    poison_agent_at_steps: meta-steps at whose start the first agent of the
-      first group gets NaN network parameters.
-  """
-
-  poison_meta_grad_at_steps: tuple[int, ...] = ()
-  poison_agent_at_steps: tuple[int, ...] = ()
-
-  def __post_init__(self):
-    for name in ("poison_meta_grad_at_steps", "poison_agent_at_steps"):
-      steps = getattr(self, name)
-      if (
-          any(isinstance(s, bool) or not isinstance(s, int) for s in steps)
-          or any(s < 1 for s in steps)
-          or len(steps) > MAX_FAULT_STEPS
-      ):
-        raise ValueError(
-            f"{name} must be a tuple of at most {MAX_FAULT_STEPS} meta-steps "
-            f"(ints >= 1), got {steps!r}."
-        )
-      object.__setattr__(self, name, tuple(int(s) for s in steps))
-
-  def schedule(self) -> tuple[jax.Array, jax.Array]:
-    """``(meta-gradient steps, agent steps)``, each ``[MAX_FAULT_STEPS]``
-    int32 padded with 0 (no meta-step)."""
-    return tuple(
-        jnp.asarray(
-            list(steps) + [0] * (MAX_FAULT_STEPS - len(steps)), jnp.int32
-        )
-        for steps in (
-            self.poison_meta_grad_at_steps,
-            self.poison_agent_at_steps,
-        )
-    )
-
-
-def at_meta_steps(step: jax.Array, steps: jax.Array) -> jax.Array:
-  """Whether the meta-step that starts from counter ``step`` (meta-steps
-  done so far) is one of ``steps`` (counted from 1; 0 is no step)."""
-  return jnp.any(steps == step + 1)
-
-
-def poison(tree: types.ArrayTree, where: jax.Array) -> types.ArrayTree:
-  """NaN in every floating-point entry of ``tree`` where ``where`` holds
-  (a scalar, or a ``[N]`` mask over the leaves' leading axis)."""
-
-  def leaf(x):
-    if not jnp.issubdtype(x.dtype, jnp.inexact):
-      return x
-    mask = where.reshape(where.shape + (1,) * (x.ndim - where.ndim))
-    return jnp.where(mask, jnp.nan, x)
-
-  return jax.tree.map(leaf, tree)
 
 
 @dataclasses.dataclass
@@ -139,7 +62,7 @@ class DivergenceRecord:
   def health_logs(
       logs: Mapping[str, Any], groups: Sequence[str]
   ) -> dict[str, Any]:
-    """The entries of ``Population.step``'s logs that ``update`` reads (fetch
+    """The entries of a meta-step's logs that ``update`` reads (fetch
     only these when the rest is not needed)."""
     return {k: logs[k] for k in (SKIPPED, *(f"{g}/{DIVERGED}" for g in groups))}
 

@@ -48,6 +48,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from ml_collections import config_dict
 import optax
 
 from disco import ops
@@ -56,6 +57,7 @@ from disco.meta import divergence
 from disco.meta import estimators
 from disco.meta import meta_step
 from disco.training import loop as loop_lib
+from disco.update_rules import registry as rule_registry
 
 AXIS = meta_step.AXIS
 FINAL_RETURN, AUC = "final_return", "auc"
@@ -152,6 +154,26 @@ class ESConfig:
       )
     if self.update_epochs < 1 or self.num_minibatches < 1:
       raise ValueError("ES update_epochs and num_minibatches must be >= 1.")
+
+  @classmethod
+  def from_config(
+      cls, values: Mapping[str, Any], agent: config_dict.ConfigDict | None
+  ) -> ESConfig:
+    """The settings ``config.es`` holds (``values``; missing keys: the
+    defaults). ``update_epochs`` and ``num_minibatches`` default (None) to
+    the loop of the rule of the ``agent`` settings (PPO's, DPO's and LPO's:
+    4 x 4; 1 x 1 without agent settings).
+
+    Raises:
+      ValueError, TypeError: for bad or unknown settings.
+    """
+    values = dict(values)
+    loop = {} if agent is None else rule_registry.get_entry(agent.rule).loop
+    for key in ("update_epochs", "num_minibatches"):
+      if values.get(key) is None:
+        values[key] = loop.get(key, 1)
+    values["strategy"] = check_strategy(str(values.get("strategy", OPEN_ES)))
+    return cls(**values)
 
   @property
   def lifetime_updates(self) -> int:

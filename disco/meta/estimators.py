@@ -1,8 +1,9 @@
-"""Meta-gradient estimators: the pieces every estimator shares.
+"""Meta-gradient estimators: the mathematics ES and PES share.
 
 The meta-trainer turns a population of agents and the current
 meta-parameters into a meta-gradient for one meta-optimiser, with one of
-three estimators (``--config.estimator``):
+the estimators registered in ``disco.meta.estimator_registry``
+(``--config.estimator``):
 
 * ``backprop``: truncated backpropagation through ``inner_steps`` learner
   updates (``disco.meta.population``; the published meta-trainer's).
@@ -16,13 +17,12 @@ three estimators (``--config.estimator``):
 Each builds its meta-step from the same outline (``disco.meta.meta_step``:
 how the members' meta-parameters are formed, what their inner updates
 return, how the meta-gradient is combined) and applies it with the run's
-meta-optimiser. This module names them (``ESTIMATORS``, ``check_estimator``)
-and holds the mathematics ES and PES share, as pure functions over any
-meta-parameter pytree: member noise (antithetic pairs are members ``2k`` and
-``2k + 1``: ``z`` and ``-z``), the members' perturbed meta-parameters, the ES
-and PES gradient formulas and rank-based fitness shaping (evosax's). All
-gradients are of a *loss* (lower is better): the meta-optimiser descends
-them.
+meta-optimiser. This module holds the mathematics ES and PES share, as
+pure functions over any meta-parameter pytree: member noise (antithetic
+pairs are members ``2k`` and ``2k + 1``: ``z`` and ``-z``), the members'
+perturbed meta-parameters, the ES and PES gradient formulas and rank-based
+fitness shaping (evosax's). All gradients are of a *loss* (lower is
+better): the meta-optimiser descends them.
 """
 
 from __future__ import annotations
@@ -34,17 +34,6 @@ import jax
 import jax.numpy as jnp
 
 from disco import ops
-
-BACKPROP, ES, PES = "backprop", "es", "pes"
-ESTIMATORS = (BACKPROP, ES, PES)
-
-
-def check_estimator(name: str) -> str:
-  if name not in ESTIMATORS:
-    raise ValueError(
-        f"Unknown estimator {name!r}; use one of {', '.join(ESTIMATORS)}."
-    )
-  return name
 
 
 def tree_normal(key: jax.Array, tree: Any) -> Any:

@@ -1,9 +1,9 @@
 """Host-side metrics of a meta-training run: rows, CSV and plots.
 
-``Population.step`` returns device logs for one meta-step; ``metrics_row``
-turns them into one flat row of Python numbers (adding the fractions of
-positive and negative rewards per actor step, overall and per group, and the
-population means of the policy-gradient and regulariser losses), and
+A meta-step program's ``step`` (``disco.meta.meta_step``) returns device
+logs for one meta-step; ``metrics_row`` turns them into one flat row of
+Python numbers (adding the fractions of positive and negative rewards per
+actor step, overall and per group, and the population means of the policy-gradient and regulariser losses), and
 ``MetricsHistory`` keeps the rows, writes them as CSV (one row per logged
 meta-step, floats written exactly) and plots the learning curves.
 """
@@ -50,7 +50,7 @@ _WEIGHTED = (
 def metrics_row(
     step: int, logs: Mapping[str, Any], groups: Sequence[Any], rollout_len: int
 ) -> dict[str, Any]:
-  """One row of metrics from the logs of ``Population.step``.
+  """One row of metrics from the logs of a meta-step program's ``step``.
 
   Args:
     step: the meta-step the logs belong to (1 for the first).

@@ -1,9 +1,11 @@
 """Level samplers: which level an agent starting a new lifetime trains on.
 
-Three kinds (``KINDS``), chosen by ``SamplerConfig.kind``:
+Three kinds, registered by name in ``disco.meta.level_sampler_registry``
+and chosen by ``SamplerConfig.kind`` (``none``: no sampler):
 
-  * ``uniform``: a fresh level of the environment's generator every lifetime.
-  * ``plr``: Prioritized Level Replay (Jiang, Grefenstette and Rocktäschel,
+  * ``uniform`` (``LevelSampler``, the base of every sampler): a fresh level
+    of the environment's generator every lifetime.
+  * ``plr`` (``PLRSampler``): Prioritized Level Replay (Jiang, Grefenstette and Rocktäschel,
     ICML 2021; the robust variant's buffer, Jiang et al., NeurIPS 2021). A
     buffer of ``buffer_size`` levels with their scores and the time each was
     last used. An agent starting a lifetime replays a buffered level with
@@ -19,10 +21,11 @@ Three kinds (``KINDS``), chosen by ``SamplerConfig.kind``:
     0)``, or ``max_mc``, mean of ``R_max - V(s_t)``) replaces the slot's; a
     fresh level enters an empty slot, or replaces the lowest-scored level if
     it scores higher.
-  * ``groove``: PLR whose score is GROOVE's *algorithmic regret* (Jackson,
-    Lu, Kirsch, Lange, Whiteson and Foerster, NeurIPS 2023): the return of
-    a hand-designed reference rule (``actor_critic`` or ``ppo``) trained on
-    the level for the same lifetime, minus the meta-learned rule's. The
+  * ``groove`` (``GrooveSampler``): PLR's buffer, whose score is GROOVE's
+    *algorithmic regret* (Jackson, Lu, Kirsch, Lange, Whiteson and
+    Foerster, NeurIPS 2023): the return of a hand-designed reference rule
+    (``actor_critic`` or ``ppo``) trained on the level for the same
+    lifetime, minus the meta-learned rule's. The
     reference trains alongside each agent (same level, same number of
     updates); its return is cached with the level when the level enters the
     buffer, and replays use the cached value.
@@ -45,6 +48,7 @@ for bit).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 import dataclasses
 import numbers
 from typing import Any
@@ -58,8 +62,7 @@ from disco.environments import base as env_base
 
 # "No return yet": a finite sentinel (checkpoints refuse non-finite values).
 NO_RETURN = float(np.finfo(np.float32).min)
-NONE, UNIFORM, PLR, GROOVE = "none", "uniform", "plr", "groove"
-KINDS = (NONE, UNIFORM, PLR, GROOVE)
+NONE = "none"  # no sampler: the environments' own resets
 SCORE_FNS = ("pvl", "max_mc")
 TRANSFORMS = ("rank", "power")
 REFERENCE_RULES = ("actor_critic", "ppo")
@@ -70,8 +73,10 @@ class SamplerConfig:
   """Settings of a level sampler (see the module docstring).
 
   Attributes:
-    kind: one of ``KINDS`` (``none``: the environment's own resets).
-    buffer_size: levels PLR/GROOVE keep.
+    kind: a registered sampler's name
+      (``disco.meta.level_sampler_registry``; checked there), or ``none``
+      (the environments' own resets).
+    buffer_size: levels a buffered sampler (PLR, GROOVE) keeps.
     replay_prob: probability of replaying a buffered level.
     score_fn: PLR's score (``SCORE_FNS``); GROOVE scores by regret.
     transform: ``rank`` or ``power``.
@@ -81,7 +86,7 @@ class SamplerConfig:
     reference_rule: GROOVE's reference rule (``REFERENCE_RULES``).
   """
 
-  kind: str = UNIFORM
+  kind: str = "uniform"
   buffer_size: int = 4000
   replay_prob: float = 0.95
   score_fn: str = "pvl"
@@ -95,8 +100,6 @@ class SamplerConfig:
     def fail(what):
       raise ValueError(f"level_sampler.{what}")
 
-    if self.kind not in KINDS:
-      fail(f"kind={self.kind!r} is unknown; valid: {', '.join(KINDS)}.")
     if self.score_fn not in SCORE_FNS:
       fail(
           f"score_fn={self.score_fn!r} is unknown; valid: "
@@ -123,10 +126,6 @@ class SamplerConfig:
         fail(f"{name}={value!r} must be a number in [0, 1].")
     if not isinstance(self.temperature, numbers.Real) or self.temperature <= 0:
       fail(f"temperature={self.temperature!r} must be a number > 0.")
-
-  @property
-  def buffered(self) -> bool:
-    return self.kind in (PLR, GROOVE)
 
 
 @chex.dataclass(frozen=True)
@@ -193,19 +192,29 @@ def regret(reference_return: jax.Array, agent_return: jax.Array) -> jax.Array:
 
 class LevelSampler:
   """A level sampler over ``env``'s levels (pure methods over
-  ``SamplerState``).
+  ``SamplerState``): the base of every sampler, and by itself the uniform
+  one (a fresh level every lifetime).
+
+  A subclass sets ``buffered`` (it keeps ``config.buffer_size`` levels with
+  their scores, and replays them as PLR does) and ``uses_reference`` (the
+  population trains GROOVE's reference agent beside every agent, with
+  ``config.reference_rule``), and may override what the population asks
+  of it: ``score_step`` (a meta-step's score of an agent's level),
+  ``lifetime_score`` (what an ended lifetime tells the sampler),
+  ``buffer_score`` (the score a buffered level keeps), and ``draw``.
 
   Raises:
     base.LevelsUnsupportedError: if ``env`` has no levels.
   """
 
+  buffered: bool = False
+  uses_reference: bool = False
+
   def __init__(self, config: SamplerConfig, env: env_base.Environment):
     env_base.require_levels(env, getattr(env, "name", ""))
-    if config.kind == NONE:
-      raise ValueError("LevelSampler needs a kind other than 'none'.")
     self.config = config
     self.env = env
-    self.capacity = config.buffer_size if config.buffered else 1
+    self.capacity = config.buffer_size if self.buffered else 1
 
   # ---------------------------------------------------------------- state
   def init(self) -> SamplerState:
@@ -268,7 +277,7 @@ class LevelSampler:
     """One agent's level (does not change ``state``)."""
     fresh_rng, coin_rng, pick_rng = jax.random.split(rng, 3)
     fresh = self.env.sample_level(fresh_rng)
-    if not self.config.buffered:
+    if not self.buffered:
       return Draw(level=fresh, slot=jnp.int32(-1), replay=jnp.bool_(False))
     replay = self.can_replay(state) & (
         jax.random.uniform(coin_rng) < self.config.replay_prob
@@ -296,10 +305,8 @@ class LevelSampler:
         ignored). A replayed level whose slot was given to another level
         meanwhile counts as a fresh level.
     """
-    if not self.config.buffered:
+    if not self.buffered:
       return state.replace(clock=state.clock + ends.ended.sum())
-
-    groove = self.config.kind == GROOVE
 
     def one(state, end):
       valid = end.ended & jnp.isfinite(end.score) & jnp.isfinite(end.reference)
@@ -315,7 +322,7 @@ class LevelSampler:
       known = (end.slot >= 0) & jnp.all(jnp.stack(same))
       slot_ref = state.reference[jnp.maximum(end.slot, 0)]
       reference = jnp.where(known, slot_ref, end.reference)
-      score = regret(reference, end.score) if groove else end.score
+      score = self.buffer_score(end.score, reference)
       # A fresh level: the first empty slot, else the lowest-scored one if
       # this level scores higher.
       empty = ~state.filled
@@ -363,7 +370,7 @@ class LevelSampler:
         replay_fraction=state.replays / jnp.maximum(state.draws, 1),
         lifetimes=state.clock.astype(jnp.float32),
     )
-    if self.config.buffered:
+    if self.buffered:
       mask = state.filled
       n = jnp.maximum(mask.sum(), 1)
       scores = jnp.where(mask, state.scores, 0.0)
@@ -382,6 +389,59 @@ class LevelSampler:
           ),
       )
     return logs
+
+  # ------------------------------------------------------------ scoring
+  def score_step(
+      self, track: LevelTrack, value_outs: Callable[[], Any]
+  ) -> LevelTrack:
+    """An agent's level track after one meta-step's score of its level
+    (inside the compiled meta-step). ``value_outs()`` gives the
+    ``types.ValueOuts`` of the agent's value function on its validation
+    rollout (computed only if called). The default scores nothing."""
+    del value_outs
+    return track
+
+  def lifetime_score(self, track: LevelTrack) -> jax.Array:
+    """What an ended lifetime's ``track`` tells the sampler
+    (``LifetimeEnd.score``): by default the mean of its meta-steps'
+    scores (``score_step``)."""
+    return track.score_sum / jnp.maximum(track.score_count, 1)
+
+  def buffer_score(self, score: jax.Array, reference: jax.Array) -> jax.Array:
+    """The score a buffered level keeps from a lifetime's ``score``
+    (``lifetime_score``) and its reference return (GROOVE's; else
+    unused): by default ``score``."""
+    del reference
+    return score
+
+
+class PLRSampler(LevelSampler):
+  """Prioritized Level Replay: a buffer scored by ``config.score_fn`` on
+  every meta-step of a lifetime (see the module docstring)."""
+
+  buffered = True
+
+  def score_step(self, track, value_outs):
+    score = step_score(self.config.score_fn, value_outs(), track.max_return)
+    return track.replace(
+        score_sum=track.score_sum + score,
+        score_count=track.score_count + 1,
+    )
+
+
+class GrooveSampler(LevelSampler):
+  """GROOVE: a buffer scored by algorithmic regret against a reference
+  agent trained beside every agent (see the module docstring)."""
+
+  buffered = True
+  uses_reference = True
+
+  def lifetime_score(self, track):
+    # Without ended episodes (NO_RETURN) the sampler skips the lifetime.
+    return track.last_return
+
+  def buffer_score(self, score, reference):
+    return regret(reference, score)
 
 
 # ------------------------------------------------- an agent's lifetime ----

@@ -105,8 +105,6 @@ class PopulationConfig:
     last meta-step that fits in it (so it takes ``inner_steps * floor(
     lifetime / inner_steps)`` updates). None: no drawn lifetimes.
   outer: outer-loss settings.
-  faults: faults to inject, for tests only (None: none, and the compiled
-    program holds no trace of them; any schedule: one program).
   key_scheme: which random keys the agents use (``disco.meta.keys``):
     ``published`` (the notebook's) or ``per_agent``.
   replay_capacity: trajectories each agent keeps in a replay (0: none).
@@ -123,7 +121,6 @@ class PopulationConfig:
   lifetime_meta_steps: int = 0
   lifetime_updates: tuple[int, int] | None = None
   outer: meta_gradient_lib.OuterLossConfig = meta_gradient_lib.OuterLossConfig()
-  faults: divergence.FaultInjection | None = None
   key_scheme: str = keys_lib.PUBLISHED
   replay_capacity: int = 0
   replay_batch_size: int = 0

@@ -33,13 +33,15 @@ leaves the meta-parameters and the optimiser state unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 import dataclasses
 import functools
+from typing import Any
 
 import chex
 import jax
 import jax.numpy as jnp
+from ml_collections import config_dict
 import numpy as np
 import optax
 
@@ -67,6 +69,19 @@ class PESConfig:
   def __post_init__(self):
     if not self.sigma > 0:
       raise ValueError(f"PES sigma must be > 0, got {self.sigma}.")
+
+  @classmethod
+  def from_config(
+      cls, values: Mapping[str, Any], agent: config_dict.ConfigDict | None
+  ) -> PESConfig:
+    """The settings ``config.pes`` holds (``values``; missing keys: the
+    defaults; ``agent`` is not read).
+
+    Raises:
+      ValueError, TypeError: for bad or unknown settings.
+    """
+    del agent
+    return cls(**values)
 
 
 @chex.dataclass(frozen=True)

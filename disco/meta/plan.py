@@ -33,11 +33,10 @@ from disco import startup
 from disco.environments import reference_scores
 from disco.environments import registry as env_registry
 from disco.evaluation import outputs as eval_outputs
-from disco.meta import es as es_lib
-from disco.meta import estimators as estimators_lib
+from disco.meta import estimator_registry
+from disco.meta import level_sampler_registry
 from disco.meta import level_samplers
-from disco.meta import pes as pes_lib
-from disco.meta import population as population_lib
+from disco.meta import meta_step
 from disco.meta import rule_files
 from disco.meta import run_folder
 from disco.meta import settings as settings_lib
@@ -61,8 +60,8 @@ class Plan:
   """Everything a run needs, built from its settings."""
 
   run_settings: MetaTrainSettings
-  groups: list[population_lib.AgentGroup]
-  population: population_lib.Population
+  groups: list[meta_step.AgentGroup]
+  population: meta_step.MetaStepProgram
   meta_params: Any  # initial meta-parameters (None when resuming)
   # Held-out validation in this process (None: off, validation.every=0).
   validation: validation_lib.Validation | None = None
@@ -106,7 +105,7 @@ def _make_group(
     s: MetaTrainSettings,
     value_fn: value_function.ValueFunction,
     num_updates: int | None,
-) -> population_lib.AgentGroup:
+) -> meta_step.AgentGroup:
   try:
     env = env_registry.make_env(spec.env, s.batch_size, **spec.env_settings)
     # Checked against the observations (and sized by them, for index
@@ -123,7 +122,7 @@ def _make_group(
     raise UsageError(
         f"Bad settings in config.{where}: {errors.one_line(e)}"
     ) from None
-  return population_lib.AgentGroup(
+  return meta_step.AgentGroup(
       name=_group_name(spec.env, env),
       env=env,
       agent=agent,
@@ -133,11 +132,14 @@ def _make_group(
   )
 
 
-def _make_groups(s: MetaTrainSettings) -> list[population_lib.AgentGroup]:
-  """The population's groups; ES agents that anneal their learning rate do
-  so over the lifetime ES gives them."""
+def _make_groups(s: MetaTrainSettings) -> list[meta_step.AgentGroup]:
+  """The population's groups; agents that anneal their learning rate do so
+  over the lifetime the estimator gives them, if it fixes one (ES)."""
   value_fn = value_function.ValueFunction(s.value_fn)
-  lifetime = s.es.lifetime_updates if s.es is not None else None
+  agent_updates = estimator_registry.get_entry(s.estimator).agent_updates
+  lifetime = None
+  if agent_updates is not None:
+    lifetime = agent_updates(s.estimator_settings)
   groups, names = [], set()
   for i, spec in enumerate(s.groups):
     group = _make_group(spec, f"population[{i}]", s, value_fn, lifetime)
@@ -188,15 +190,12 @@ def _attach_level_samplers(s: MetaTrainSettings, groups):
           f"{', '.join(env_registry.level_env_names())} or set "
           "level_sampler.kind='none'."
       )
+    sampler = level_sampler_registry.make_level_sampler(s.level_sampler, g.env)
     reference = None
-    if s.level_sampler.kind == level_samplers.GROOVE:
+    if sampler.uses_reference:
       reference = _reference_agent(s, g.env)
     out.append(
-        dataclasses.replace(
-            g,
-            level_sampler=level_samplers.LevelSampler(s.level_sampler, g.env),
-            reference_agent=reference,
-        )
+        dataclasses.replace(g, level_sampler=sampler, reference_agent=reference)
     )
   return out
 
@@ -270,21 +269,15 @@ def _program_key(s: MetaTrainSettings) -> str:
 
 
 def _make_population(s: MetaTrainSettings, groups, devices):
-  optimizer = s.meta_optimizer.make()
-  if s.estimator == estimators_lib.ES:
-    return es_lib.ESPopulation(
-        groups,
-        s.population,
-        s.es,
-        optimizer,
-        devices,
-        _normalizers(s, groups),
-    )
-  if s.estimator == estimators_lib.PES:
-    return pes_lib.PESPopulation(
-        groups, s.population, s.pes, optimizer, devices
-    )
-  return population_lib.Population(groups, s.population, optimizer, devices)
+  """The meta-step program of the run's estimator."""
+  return estimator_registry.get_entry(s.estimator).make(
+      groups,
+      s.population,
+      s.estimator_settings,
+      s.meta_optimizer.make(),
+      devices,
+      _normalizers(s, groups),
+  )
 
 
 def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
@@ -311,7 +304,7 @@ def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
   bad = [
       f"{g.name}: {g.num_agents}" for g in groups if g.num_agents % len(devices)
   ]
-  if bad and s.estimator != estimators_lib.ES:
+  if bad and estimator_registry.get_entry(s.estimator).shards_agents:
     where = run_folders.processes_text("of")
     raise UsageError(
         f"Every group's num_agents must split evenly over the "
@@ -407,8 +400,8 @@ def make_validation(
 
 
 def abstract_state(
-    population: population_lib.Population, rule
-) -> population_lib.MetaTrainState:
+    population: meta_step.MetaStepProgram, rule
+) -> meta_step.MetaTrainState:
   """Shapes, dtypes and shardings of the population's state (no compute)."""
   meta_params = rule.meta_param_shapes()
   shapes = jax.eval_shape(population.init, jax.random.PRNGKey(0), meta_params)
@@ -422,7 +415,7 @@ def abstract_state(
   return jax.tree.map(placed, population.state_shardings(), shapes)
 
 
-def initial_state(plan: Plan) -> population_lib.MetaTrainState:
+def initial_state(plan: Plan) -> meta_step.MetaTrainState:
   """The state of a new run (agents from ``config.seed``)."""
   (seed,) = ops.prng_seeds([plan.run_settings.seed])
   rng = jax.jit(jax.random.PRNGKey)(seed)  # one program, not two

@@ -54,12 +54,10 @@ by step.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import chex
 import jax
 import jax.numpy as jnp
-from jax.sharding import PartitionSpec as P
 import numpy as np
 
 from disco import ops
@@ -107,7 +105,7 @@ def draw_lifetime(rng: jax.Array, low: int, high: int) -> jax.Array:
   return jnp.clip(jnp.floor(jnp.exp(u)), low, high).astype(jnp.int32)
 
 
-class Population(MetaStepProgram):
+class BackpropPopulation(MetaStepProgram):
   """Backprop's meta-step: every agent's meta-gradient through its inner
   updates (``meta_gradient``), averaged over the finite agents of each group
   and over the groups with their weights.
@@ -122,11 +120,6 @@ class Population(MetaStepProgram):
 
   inputs = MetaStepProgram.inputs + ("levels",)
   weighted_logs = ("meta_loss", "rewards", "pos_rewards", "neg_rewards")
-
-  @property
-  def extra_in_specs(self):
-    """The fault schedules (with faults only)."""
-    return () if self.config.faults is None else (P(), P())
 
   def _check(self) -> None:
     for g in self.groups:
@@ -380,31 +373,19 @@ class Population(MetaStepProgram):
         max_return=jnp.maximum(track.max_return, best),
         last_return=jnp.where(episodes > 0, mean_return, track.last_return),
     )
-    if sampler.config.kind == level_samplers.PLR:
-      outs, _, _, _ = group.value_fn.value_outs(
-          state.value, valid, valid.logits
-      )
-      score = level_samplers.step_score(
-          sampler.config.score_fn, outs, track.max_return
-      )
-      track = track.replace(
-          score_sum=track.score_sum + score,
-          score_count=track.score_count + 1,
-      )
+    track = sampler.score_step(
+        track,
+        lambda: group.value_fn.value_outs(state.value, valid, valid.logits)[0],
+    )
     reference_return = jnp.zeros([], jnp.float32)
     if track.reference is not None:
       ref = self._reference_step(group, track.reference, act_rng)
       track = track.replace(reference=ref)
       reference_return = ref.last_return
-    if sampler.config.kind == level_samplers.GROOVE:
-      # Without ended episodes (NO_RETURN) the sampler skips the lifetime.
-      score = track.last_return
-    else:
-      score = track.score_sum / jnp.maximum(track.score_count, 1)
     end = level_samplers.LifetimeEnd(
         level=track.level,
         slot=track.slot,
-        score=score,
+        score=sampler.lifetime_score(track),
         reference=reference_return,
         ended=restart,
     )
@@ -453,10 +434,6 @@ class Population(MetaStepProgram):
           jax.random.fold_in(level_rng, index), jax.lax.axis_index(AXIS)
       )
       draws = sampler.draw_many(levels[index], draw_rng, local)
-    if index == 0 and self.config.faults is not None:
-      group_state = _poison_first_agent(
-          group_state, ctx.state["step"], ctx.extra[1], local
-      )
     grads, new_state, logs, finite, ends = jax.vmap(
         functools.partial(self._agent_meta_step, group, meta_params)
     )(group_state, agent_keys[index], draws)
@@ -481,15 +458,9 @@ class Population(MetaStepProgram):
     return meta_step.GroupStep(grad_sum, group_logs, new_state, new_levels)
 
   def _combine(self, ctx, groups):
-    """The groups' shares, averaged over the devices (and poisoned where a
-    test asks)."""
+    """The groups' shares, averaged over the devices."""
     grad_sums, logs = super()._combine(ctx, groups)
-    meta_grads = jax.lax.pmean(grad_sums, AXIS)
-    if self.config.faults is not None:
-      meta_grads = divergence.poison(
-          meta_grads, divergence.at_meta_steps(ctx.state["step"], ctx.extra[0])
-      )
-    return meta_grads, logs
+    return jax.lax.pmean(grad_sums, AXIS), logs
 
   def _update_levels(self, group, sampler_state, ends, draws, agents):
     """The sampler state after this meta-step's ended lifetimes (gathered
@@ -530,12 +501,6 @@ class Population(MetaStepProgram):
       first += g.num_agents
     return rng, keys
 
-  def _step_args(self, state: MetaTrainState) -> tuple[Any, ...]:
-    schedule = ()
-    if self.config.faults is not None:
-      schedule = self.config.faults.schedule()
-    return super()._step_args(state) + tuple(schedule)
-
 
 def _agent_logs(meta_logs, train_logs, rewards, stats) -> types.Logs:
   """One agent's logs of a meta-step: the outer loss's, the inner updates'
@@ -560,17 +525,3 @@ def _finite_mean(x, finite, local: int, total: int):
   share = jnp.where(mask, x, 0).sum(0) / local
   scale = total / jax.lax.psum(finite.sum(), AXIS)
   return share * scale.astype(share.dtype)
-
-
-def _poison_first_agent(group_state, step, steps, local: int):
-  """The group's agents with NaN parameters for the first agent of the
-  first device at the meta-steps ``steps`` (fault injection)."""
-  first = jnp.arange(local) == 0
-  hit = divergence.at_meta_steps(step, steps)
-  hit &= jax.lax.axis_index(AXIS) == 0
-  learner = group_state.learner
-  return group_state.replace(
-      learner=learner.replace(
-          params=divergence.poison(learner.params, first & hit)
-      )
-  )

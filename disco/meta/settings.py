@@ -27,13 +27,11 @@ from disco import distributed
 from disco import errors
 from disco import run_folders
 from disco.environments import registry as env_registry
-from disco.meta import divergence
-from disco.meta import es as es_lib
-from disco.meta import estimators as estimators_lib
+from disco.meta import estimator_registry
 from disco.meta import keys as keys_lib
+from disco.meta import level_sampler_registry
 from disco.meta import level_samplers
 from disco.meta import meta_gradient as meta_gradient_lib
-from disco.meta import pes as pes_lib
 from disco.meta import population as population_lib
 from disco.meta import validation as validation_lib
 from disco.meta import value_function
@@ -95,9 +93,10 @@ class MetaTrainSettings:
 
   ``config`` is the config they were made from (saved in ``config.json`` and
   compared when a run resumes); ``agent`` the rule's agent settings with
-  ``config.agent``, ``hyper_params`` and ``rule_kwargs`` applied. ``faults``
-  injects deterministic faults (tests of divergence handling only; never set
-  from a config).
+  ``config.agent``, ``hyper_params`` and ``rule_kwargs`` applied;
+  ``estimator_settings`` the estimator's own settings from
+  ``config.<estimator>`` (None for an estimator without settings, e.g.
+  backprop).
   """
 
   config: config_dict.ConfigDict
@@ -116,8 +115,7 @@ class MetaTrainSettings:
   agent: agent_settings_lib.AgentSettings
   value_fn: value_function.ValueFnConfig
   estimator: str
-  es: es_lib.ESConfig | None
-  pes: pes_lib.PESConfig | None
+  estimator_settings: Any
   population: population_lib.PopulationConfig
   meta_optimizer: MetaOptimizer
   num_devices: int
@@ -135,12 +133,6 @@ class MetaTrainSettings:
     """Checks every setting of ``config``; raises one ``UsageError`` naming
     every problem found."""
     return _from_config(config)
-
-  def with_faults(self, faults: divergence.FaultInjection) -> MetaTrainSettings:
-    """The same run with ``faults`` injected (tests only)."""
-    return dataclasses.replace(
-        self, population=dataclasses.replace(self.population, faults=faults)
-    )
 
 
 def as_settings(config: Any) -> MetaTrainSettings:
@@ -395,7 +387,6 @@ def _population_config(config, p: checks.Problems):
           _key_scheme, config.key_scheme, default=defaults.key_scheme
       ),
       outer=outer,
-      faults=None,
       replay_capacity=replay_capacity,
       replay_batch_size=replay_batch_size,
   )
@@ -413,11 +404,15 @@ def _replay(config, inner_steps: int) -> tuple[int, int]:
           "config.replay_capacity too (or replay_batch_size=0)."
       )
     return 0, 0
-  if str(config.estimator) != estimators_lib.BACKPROP:
+  estimator = str(config.estimator)
+  supported = estimator_registry.names_with("replay")
+  if estimator in estimator_registry.estimator_names() and (
+      estimator not in supported
+  ):
     raise UsageError(
         f"config.replay_capacity={capacity}: the agents' replay is the "
-        f"backprop estimator's, not {str(config.estimator)!r}'s; set "
-        "replay_capacity=0 or estimator='backprop'."
+        f"{' or '.join(supported)} estimator's, not {estimator!r}'s; set "
+        f"replay_capacity=0 or estimator={supported[0]!r}."
     )
   trajectories = config.batch_size
   if not isinstance(trajectories, int) or trajectories < 1:
@@ -432,39 +427,34 @@ def _replay(config, inner_steps: int) -> tuple[int, int]:
   return capacity, batch
 
 
-def _estimator(config) -> str:
+def _estimator(config) -> estimator_registry.EstimatorEntry:
   try:
-    return estimators_lib.check_estimator(str(config.estimator))
+    return estimator_registry.get_entry(str(config.estimator))
   except ValueError as e:
     raise UsageError(f"config.estimator: {one_line(e)}") from None
 
 
-def _es_config(config, rule_name: str) -> es_lib.ESConfig:
-  """``config.es``; its ``update_epochs`` and ``num_minibatches`` default
-  (None) to the rule's loop (PPO's, DPO's and LPO's: 4 x 4)."""
-  es = checks.as_dict(config.es, "es")
-  loop = rule_registry.get_entry(rule_name).loop
-  for key in ("update_epochs", "num_minibatches"):
-    if es.get(key) is None:
-      es[key] = loop.get(key, 1)
+def _estimator_settings(
+    config, entry: estimator_registry.EstimatorEntry, agent
+) -> Any:
+  """``config.<estimator>``: the estimator's own settings (None for an
+  estimator without settings)."""
+  if entry.settings is None:
+    return None
+  values = checks.as_dict(config.get(entry.name) or {}, entry.name)
   try:
-    es["strategy"] = es_lib.check_strategy(str(es.get("strategy")))
-    return es_lib.ESConfig(**es)
+    return entry.settings.from_config(values, agent)
   except (TypeError, ValueError) as e:
-    raise UsageError(f"Bad es settings: {one_line(e)}") from None
-
-
-def _pes_config(config) -> pes_lib.PESConfig:
-  try:
-    return pes_lib.PESConfig(**checks.as_dict(config.pes, "pes"))
-  except (TypeError, ValueError) as e:
-    raise UsageError(f"Bad pes settings: {one_line(e)}") from None
+    raise UsageError(f"Bad {entry.name} settings: {one_line(e)}") from None
 
 
 def _sampler_config(config) -> level_samplers.SamplerConfig:
   spec = checks.as_dict(config.level_sampler, "level_sampler")
   try:
-    return level_samplers.SamplerConfig(**spec)
+    sampler = level_samplers.SamplerConfig(**spec)
+    if sampler.kind != level_samplers.NONE:
+      level_sampler_registry.get_entry(sampler.kind)
+    return sampler
   except (TypeError, ValueError) as e:
     raise UsageError(f"config.{one_line(e)}") from None
 
@@ -473,11 +463,13 @@ def _check_samplers(sampler, estimator, population, groups) -> None:
   """What a level sampler needs of the rest of the run."""
   if sampler.kind == level_samplers.NONE:
     return
-  if estimator != estimators_lib.BACKPROP:
+  supported = estimator_registry.names_with("level_samplers")
+  if estimator not in supported:
+    options = " or ".join(f"estimator={n!r}" for n in supported)
     raise UsageError(
-        f"config.level_sampler.kind={sampler.kind!r} works with "
-        f"estimator='backprop' only, not {estimator!r}: set "
-        "level_sampler.kind='none' or estimator='backprop'."
+        f"config.level_sampler.kind={sampler.kind!r} works with {options} "
+        f"only, not {estimator!r}: set level_sampler.kind='none' or "
+        f"estimator={supported[0]!r}."
     )
   if not population.lifetime_meta_steps and population.lifetime_updates is None:
     raise UsageError(
@@ -485,7 +477,8 @@ def _check_samplers(sampler, estimator, population, groups) -> None:
         "never start one: set lifetime_meta_steps or lifetime_updates."
     )
   total = sum(g.num_agents for g in groups)
-  if sampler.buffered and sampler.buffer_size < total:
+  buffered = level_sampler_registry.get_entry(sampler.kind).cls.buffered
+  if buffered and sampler.buffer_size < total:
     raise UsageError(
         f"config.level_sampler.buffer_size={sampler.buffer_size} is "
         f"smaller than the population ({total} agents): use a buffer of at "
@@ -505,8 +498,19 @@ def _output_dir(config) -> Path:
 # ------------------------------------------------------------ the pass ----
 
 
+def _expected_keys(config: config_dict.ConfigDict) -> config_dict.ConfigDict:
+  """The default config, with the settings group of the estimator
+  ``config`` names where ``config`` holds it (``config.<estimator>``: the
+  group of an estimator registered elsewhere)."""
+  expected = default_config()
+  group = str(config.get("estimator"))
+  if group in config and group not in expected:
+    expected[group] = {}
+  return expected
+
+
 def _from_config(config: config_dict.ConfigDict) -> MetaTrainSettings:
-  checks.check_config_keys(config, default_config(), CONFIG_NAME)
+  checks.check_config_keys(config, _expected_keys(config), CONFIG_NAME)
   distributed_settings = distributed.settings(config.distributed)
   p = checks.Problems()
   ints = {
@@ -526,11 +530,9 @@ def _from_config(config: config_dict.ConfigDict) -> MetaTrainSettings:
   resume = p.get(checks.check_bool, config.resume, "resume", default=False)
   agent = p.get(_agent_settings, config)
   estimator = p.get(_estimator, config)
-  es = pes = None
-  if estimator == estimators_lib.ES and agent is not None:
-    es = p.get(_es_config, config, agent.rule)
-  if estimator == estimators_lib.PES:
-    pes = p.get(_pes_config, config)
+  estimator_settings = None
+  if estimator is not None:
+    estimator_settings = p.get(_estimator_settings, config, estimator, agent)
   groups = ()
   specs = p.get(population_specs, config, default=[])
   groups = tuple(
@@ -542,7 +544,7 @@ def _from_config(config: config_dict.ConfigDict) -> MetaTrainSettings:
   sampler = p.get(_sampler_config, config)
   if sampler is not None and estimator is not None:
     with p.check():
-      _check_samplers(sampler, estimator, population, groups)
+      _check_samplers(sampler, estimator.name, population, groups)
   settings = MetaTrainSettings(
       config=config,
       output_dir=p.get(_output_dir, config),
@@ -559,9 +561,8 @@ def _from_config(config: config_dict.ConfigDict) -> MetaTrainSettings:
       groups=groups,
       agent=agent,
       value_fn=p.get(_value_fn, config),
-      estimator=estimator,
-      es=es,
-      pes=pes,
+      estimator=None if estimator is None else estimator.name,
+      estimator_settings=estimator_settings,
       population=population,
       meta_optimizer=p.get(_meta_optimizer, config),
       num_devices=ints["num_devices"],

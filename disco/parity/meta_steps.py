@@ -254,7 +254,7 @@ def _meta_train_population(fx: dict[str, np.ndarray]):
       value_fn=value_fn,
       num_agents=int(st["num_agents"]),
   )
-  population = population_lib.Population(
+  population = population_lib.BackpropPopulation(
       [group],
       population_lib.PopulationConfig(
           rollout_len=int(st["rollout_len"]),
