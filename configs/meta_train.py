@@ -101,7 +101,7 @@ def get_config() -> config_dict.ConfigDict:
               td_lambda=0.96,
               outer_value_cost=1.0,
           ),
-          entropy_cost=1e-2,  # validation policy-entropy bonus of the meta-loss
+          meta_entropy_cost=1e-2,  # policy-entropy bonus of the meta-loss
           meta_optimizer="adam",  # adam | sgd | rmsprop
           meta_learning_rate=5e-4,
           # Clip the meta-gradient's global norm to this first (None: no clip).

@@ -73,7 +73,7 @@ def get_config():
   config.value_fn.learning_rate = 1e-2
   config.value_fn.discount_factor = 0.99
   config.value_fn.td_lambda = 0.95
-  config.entropy_cost = 0.0
+  config.meta_entropy_cost = 0.0
   config.meta_optimizer = "adam"
   config.meta_learning_rate = 1e-4
   config.meta_max_grad_norm = 0.5

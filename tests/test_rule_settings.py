@@ -651,6 +651,26 @@ def test_runs_saved_before_resume_with_the_moved_keys_at_their_defaults():
     run_folder.check_same_config(saved, current, "x")
 
 
+def test_runs_saved_with_renamed_meta_train_keys_resume():
+  """A run saved when the meta-loss's entropy bonus was ``entropy_cost`` (and
+  with the removed ``debug``) resumes with today's config, warning once;
+  another value refuses."""
+  current = _parse(meta_train, []).to_dict()
+  saved = {k: v for k, v in current.items() if k != "meta_entropy_cost"}
+  saved.update(entropy_cost=current["meta_entropy_cost"], debug=False)
+  with pytest.warns(
+      migrations.OldSettingWarning,
+      match=r"x: entropy_cost is read as meta_entropy_cost",
+  ):
+    run_folder.check_same_config(saved, current, "x")
+  saved["entropy_cost"] = 0.5
+  with (
+      pytest.warns(migrations.OldSettingWarning),
+      pytest.raises(errors.UsageError, match="meta_entropy_cost"),
+  ):
+    run_folder.check_same_config(saved, current, "x")
+
+
 def test_an_old_spelling_on_the_command_line_names_the_new_key():
   with pytest.raises(errors.UsageError) as info:
     _parse(

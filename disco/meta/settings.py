@@ -353,7 +353,7 @@ def _population_config(config, p: checks.Problems):
   )
   outer = meta_gradient_lib.OuterLossConfig(
       entropy_cost=p.get(
-          checks.check_number, config.entropy_cost, "entropy_cost"
+          checks.check_number, config.meta_entropy_cost, "meta_entropy_cost"
       ),
       remat_inner_steps=p.get(
           checks.check_bool, config.remat_inner_steps, "remat_inner_steps"

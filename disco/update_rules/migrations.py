@@ -14,6 +14,7 @@ since       rules               old key                                       ne
 2026-11-27  disco, disco103     ``rule_kwargs.meta_regularizer_costs.K``      ``hyper_params.K_cost``
 2026-11-27  lpg, ta_lpg         ``rule_kwargs.meta_regularizer_costs.K``      ``hyper_params.K``
 2026-11-27  (meta-training)     ``debug``                                     (removed)
+2026-12-06  (meta-training)     ``entropy_cost``                              ``meta_entropy_cost``
 ==========  ==================  ============================================  ===========================================
 """
 
@@ -75,8 +76,10 @@ MOVED = (
         for k in lpg.META_REGULARIZER_COSTS
     ),
 )
-# Top-level keys of a meta-training config that were removed.
+# Top-level keys of a meta-training config that were removed, and renamed
+# (old: (new, since)).
 REMOVED_META_TRAIN_KEYS = ("debug",)
+RENAMED_META_TRAIN_KEYS = {"entropy_cost": ("meta_entropy_cost", "2026-12-06")}
 
 
 def moved(rule: str) -> tuple[Moved, ...]:
@@ -181,13 +184,23 @@ def upgraded_meta_train_config(
     saved: Mapping[str, Any], where: str
 ) -> dict[str, Any]:
   """A meta-training config as saved in a run folder (or given) in today's
-  form: keys that were removed (``REMOVED_META_TRAIN_KEYS``) dropped, and
-  its rule's ``hyper_params`` and ``rule_kwargs`` upgraded (``upgraded``).
+  form: keys that were removed (``REMOVED_META_TRAIN_KEYS``) dropped, those
+  renamed (``RENAMED_META_TRAIN_KEYS``) moved, and its rule's
+  ``hyper_params`` and ``rule_kwargs`` upgraded (``upgraded``).
 
   Raises:
     ValueError: see ``upgraded``.
   """
   out = {k: v for k, v in saved.items() if k not in REMOVED_META_TRAIN_KEYS}
+  for old, (new, since) in RENAMED_META_TRAIN_KEYS.items():
+    if old in out:
+      out[new] = out.pop(old)
+      warnings.warn(
+          f"{where}: {old} is read as {new} (renamed on {since}); write "
+          f"{new} instead.",
+          OldSettingWarning,
+          stacklevel=2,
+      )
   rule = out.get("rule")
   if isinstance(rule, str):
     out["hyper_params"], out["rule_kwargs"] = upgraded(
