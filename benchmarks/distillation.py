@@ -588,8 +588,8 @@ def _suite_report(args, out: Path) -> None:
   ``suite_speed`` timed an environment, ``suite_tradeoff.png``, into
   ``out``."""
   from benchmarks import env_suite  # pylint: disable=g-import-not-at-top
-  from disco.comparison import aggregates  # pylint: disable=g-import-not-at-top
   from disco.comparison import results  # pylint: disable=g-import-not-at-top
+  from disco.scoring import aggregates  # pylint: disable=g-import-not-at-top
   from disco.training import analysis  # pylint: disable=g-import-not-at-top
 
   root = Path(args.root)

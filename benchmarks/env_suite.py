@@ -30,7 +30,7 @@ the final mean return (last 200 episodes, mean over seeds) with its 95%
 bootstrap interval, next to a uniform random policy's return (measured here
 over ``--random_steps`` steps per stream) and, where one is published, a
 reference return with its algorithm, budget and source
-(``disco.comparison.normalization``); and writes ``curves_<env>.png`` (mean
+(``disco.scoring.normalization``); and writes ``curves_<env>.png`` (mean
 over seeds with a 95% band) into ``--out``.
 """
 
@@ -52,9 +52,9 @@ if not __package__:  # run as a file: import the other scripts as a package
 
 from benchmarks import cli
 from benchmarks import suite_settings as suite
-from disco.comparison import normalization
 from disco.comparison import results as results_lib
 from disco.environments import registry
+from disco.scoring import normalization
 from disco.training import analysis
 
 # The suite, its loops and the tuning grid live in suite_settings.py (shared

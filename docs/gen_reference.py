@@ -73,6 +73,12 @@ API_PAGES = (
         "build, run, the run folder's outputs and `evaluate`.",
     ),
     (
+        "Scoring",
+        "disco.scoring",
+        "Normalised scores and their aggregates with bootstrap intervals, "
+        "which comparisons and meta-training's validation both use.",
+    ),
+    (
         "Meta-training",
         "disco.meta",
         "Meta-training: its settings, the trainer and its hooks, "
@@ -89,8 +95,8 @@ API_PAGES = (
     (
         "Comparison",
         "disco.comparison",
-        "Results, normalisation, aggregates, significance tests and plots; "
-        "the runner (settings, runs, tuning) and `compare`.",
+        "Results, significance tests, the report and plots; the runner "
+        "(settings, runs, tuning) and `compare`.",
     ),
     (
         "Parity",

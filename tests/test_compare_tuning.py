@@ -17,10 +17,10 @@ import pytest
 from disco import checks
 from disco import comparison
 from disco import errors
-from disco.comparison import normalization
 from disco.comparison import results as results_lib
 from disco.launch import common
 from disco.launch import compare
+from disco.scoring import normalization
 
 import test_compare_launcher
 

@@ -1,4 +1,4 @@
-"""Tests of disco.comparison.normalization."""
+"""Tests of disco.scoring.normalization."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import jax
 import numpy as np
 import pytest
 
-from disco.comparison import normalization
 from disco.environments import catch
+from disco.scoring import normalization
 
 TABLE = normalization.REFERENCE_TABLE
 EXPECTED_ENVS = (

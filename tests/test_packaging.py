@@ -178,7 +178,7 @@ def test_pandas_3_beside_arch_7_is_refused_before_anything_runs(
 ):
   from importlib import metadata  # pylint: disable=g-import-not-at-top
 
-  from disco.comparison import aggregates  # pylint: disable=g-import-not-at-top
+  from disco.scoring import aggregates  # pylint: disable=g-import-not-at-top
 
   def version(package):
     if package not in versions:

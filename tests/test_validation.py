@@ -25,12 +25,12 @@ from disco import checks
 from disco import errors
 from disco import evaluation
 from disco import weights as weights_lib
-from disco.comparison import aggregates
 from disco.launch import common
 from disco.launch import validate as validate_launcher
 from disco.meta import follower
 from disco.meta import trainer as mt
 from disco.meta import validation as val
+from disco.scoring import aggregates
 from disco.update_rules import resolve
 
 from meta_settings import TINY_FLAGS

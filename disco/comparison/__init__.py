@@ -12,12 +12,10 @@ The runner (under ``disco-compare``), in a few lines::
 * ``tuning``: baselines tuned per environment on seeds of their own;
 * ``runner``: ``build``, ``run``, ``write`` and ``compare``.
 
-The statistics, pure NumPy/SciPy/rliable (no JAX):
+The scores of the runs are normalised and aggregated by ``disco.scoring``
+(``normalization``, ``aggregates``: IQM and the other rliable aggregates
+with intervals); the statistics on top, pure NumPy/SciPy:
 
-* ``normalization``: per-environment normalisation against a sourced table;
-* ``aggregates``: IQM, mean, median, optimality gap, probability of
-  improvement, performance profiles and sample-efficiency curves with
-  stratified-bootstrap intervals (``rliable``);
 * ``significance``: pairwise tests (Welch, Mann-Whitney, bootstrap,
   permutation) of every pair of rules with Holm-Bonferroni correction,
   effect sizes and power; the tests themselves are in ``two_sample``, the

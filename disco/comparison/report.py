@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 
 from disco import files
-from disco.comparison import aggregates
-from disco.comparison import normalization
 from disco.comparison import plots
 from disco.comparison import results as results_lib
 from disco.comparison import significance
+from disco.scoring import aggregates
+from disco.scoring import normalization
 from disco.training import analysis
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from disco import files
-from disco.comparison import normalization
+from disco.scoring import normalization
 from disco.training import analysis
 
 CURVE_EPISODES = 100  # episodes per window of the learning curves

@@ -24,13 +24,13 @@ from disco import evaluation
 from disco import files
 from disco import run_folders
 from disco import stopping
-from disco.comparison import aggregates
-from disco.comparison import normalization
 from disco.comparison import report as report_lib
 from disco.comparison import results as results_lib
 from disco.comparison import runs
 from disco.comparison import settings as settings_lib
 from disco.comparison import tuning as tuning_lib
+from disco.scoring import aggregates
+from disco.scoring import normalization
 
 UsageError = errors.UsageError
 CompareSettings = settings_lib.CompareSettings

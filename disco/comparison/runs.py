@@ -19,12 +19,12 @@ from typing import Any
 from disco import errors
 from disco import evaluation
 from disco import run_folders
-from disco.comparison import normalization
 from disco.comparison import report as report_lib
 from disco.comparison import results as results_lib
 from disco.comparison import settings as settings_lib
 from disco.environments import registry as env_registry
 from disco.evaluation import outputs as eval_outputs
+from disco.scoring import normalization
 from disco.update_rules import resolve
 from disco.update_rules import settings as rule_settings
 

@@ -26,11 +26,11 @@ from ml_collections import config_dict
 from disco import checks
 from disco import errors
 from disco import evaluation
-from disco.comparison import normalization
 from disco.comparison import report as report_lib
 from disco.comparison import significance
 from disco.environments import registry as env_registry
 from disco.evaluation import settings as eval_settings
+from disco.scoring import normalization
 from disco.update_rules import settings as rule_settings
 
 UsageError = errors.UsageError

@@ -20,11 +20,11 @@ import numpy as np
 from disco import errors
 from disco import files
 from disco import run_folders
-from disco.comparison import normalization
 from disco.comparison import report as report_lib
 from disco.comparison import results as results_lib
 from disco.comparison import runs
 from disco.comparison import settings as settings_lib
+from disco.scoring import normalization
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 

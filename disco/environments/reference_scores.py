@@ -10,7 +10,7 @@ they take precedence over the table. An entry whose ``reference_return`` is
 ``None`` (no trustworthy number) makes normalising that environment raise
 ``MissingReferenceError`` explaining how to supply one.
 
-Comparisons (``disco.comparison.normalization``, which re-exports these
+Comparisons (``disco.scoring.normalization``, which re-exports these
 names) and meta-training (ES fitness, ``disco.meta.es``) both normalise with
 this table.
 

@@ -9,10 +9,10 @@ the ``disco-eval`` loop (``disco.launch.evaluate``: ``build`` once per
 environment, so its loop compiles once; the meta-parameters are an argument
 of the compiled program, never a constant); each seed's final return (the
 mean of its last ``last_episodes`` episodes) is normalised as
-``disco-compare`` normalises it (``disco.comparison.normalization``: 0 is the
+``disco-compare`` normalises it (``disco.scoring.normalization``: 0 is the
 uniform random policy, 1 the reference), and the aggregate score of the
 meta-parameters is the interquartile mean of all ``seeds x environments``
-normalised scores (``disco.comparison.aggregates.iqm``, disco-compare's
+normalised scores (``disco.scoring.aggregates.iqm``, disco-compare's
 headline aggregate; NaN if a seed diverged or finished no episode).
 
 The run folder gets (``Record``):
@@ -58,11 +58,11 @@ from disco import checks
 from disco import errors
 from disco import evaluation
 from disco import run_folders
-from disco.comparison import aggregates
-from disco.comparison import normalization
 from disco.comparison import settings as compare_settings
 from disco.environments import registry as env_registry
 from disco.meta import validation_record as record_lib
+from disco.scoring import aggregates
+from disco.scoring import normalization
 from disco.training import analysis
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve

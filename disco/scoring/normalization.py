@@ -44,7 +44,7 @@ def normalize_score_dict(
 
   Returns:
     ``{rule: [num_seeds, num_envs]}`` normalised scores, the input of
-    ``disco.comparison.aggregates``.
+    ``disco.scoring.aggregates``.
   """
   envs = list(envs)
   out = {}
