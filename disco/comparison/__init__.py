@@ -28,20 +28,20 @@ learning curves).
 
 import importlib
 
-# The runner's names, imported on first use so that the statistics modules
-# import without JAX.
+# The runner's names and the modules defining them, imported on first use so
+# that the statistics modules import without JAX.
 _RUNNER = {
-    "CompareSettings": "settings",
-    "default_config": "settings",
-    "Tuning": "settings",
-    "make_config": "settings",
-    "parse_spec": "settings",
-    "Cell": "runs",
-    "Plan": "runs",
-    "build": "runner",
-    "run": "runner",
-    "write": "runner",
-    "compare": "runner",
+    "CompareSettings": "disco.comparison.settings",
+    "default_config": "disco.comparison.settings",
+    "Tuning": "disco.comparison.settings",
+    "make_config": "disco.comparison.settings",
+    "parse_spec": "disco.specs",
+    "Cell": "disco.comparison.runs",
+    "Plan": "disco.comparison.runs",
+    "build": "disco.comparison.runner",
+    "run": "disco.comparison.runner",
+    "write": "disco.comparison.runner",
+    "compare": "disco.comparison.runner",
 }
 
 
@@ -52,6 +52,6 @@ def __getattr__(name: str):
   if name in _SUBMODULES:
     return importlib.import_module(f"disco.comparison.{name}")
   if name in _RUNNER:
-    module = importlib.import_module(f"disco.comparison.{_RUNNER[name]}")
+    module = importlib.import_module(_RUNNER[name])
     return getattr(module, name)
   raise AttributeError(f"module 'disco.comparison' has no attribute {name!r}")

@@ -10,9 +10,8 @@ they take precedence over the table. An entry whose ``reference_return`` is
 ``None`` (no trustworthy number) makes normalising that environment raise
 ``MissingReferenceError`` explaining how to supply one.
 
-Comparisons (``disco.scoring.normalization``, which re-exports these
-names) and meta-training (ES fitness, ``disco.meta.es``) both normalise with
-this table.
+Comparisons and meta-training's validation (through ``disco.scoring``) and
+ES fitness (``disco.meta.es``) all normalise with this table.
 
 Keys are ``"catch/<rows>x<columns>"`` (any size is derived exactly by
 ``catch_entry``; ``"catch"`` means the default ``"catch/8x8"``),

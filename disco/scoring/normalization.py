@@ -1,12 +1,14 @@
-"""Per-environment score normalisation of comparisons.
+"""Normalised scores: score tables of several rules, and user-given
+references.
 
 A normalised score is ``(score - random) / (reference - random)``: 0 is the
 uniform random policy and 1 the reference. The reference table, its entries
-and the look-up live in ``disco.environments.reference_scores`` (below both
-comparisons and meta-training, which normalises ES fitness with it); their
-names are importable from here too. This module adds what comparisons need
-on top: normalising a score table of several rules (``normalize_score_dict``)
-and the table's rows for a report (``table_rows``).
+and the normalisation of one environment's scores are environment data and
+live in ``disco.environments.reference_scores``. This module adds what
+scoring several rules needs on top: normalising a score table
+(``normalize_score_dict``), the table's rows for a report (``table_rows``),
+and references given on a command line (``parse_references``: disco-compare's
+``config.references``, meta-training's ``config.validation.references``).
 """
 
 from __future__ import annotations
@@ -16,24 +18,15 @@ import dataclasses
 
 import numpy as np
 
+from disco import errors
+from disco import specs as specs_lib
 from disco.environments import reference_scores
-
-# The reference scores, here too for the callers that import them from here.
-ALIASES = reference_scores.ALIASES
-MissingReferenceError = reference_scores.MissingReferenceError
-REFERENCE_TABLE = reference_scores.REFERENCE_TABLE
-ReferenceEntry = reference_scores.ReferenceEntry
-anchors = reference_scores.anchors
-catch_entry = reference_scores.catch_entry
-env_key = reference_scores.env_key
-get_entry = reference_scores.get_entry
-normalize = reference_scores.normalize
 
 
 def normalize_score_dict(
     scores: Mapping[str, np.ndarray],
     envs: Sequence[str],
-    overrides: Mapping[str, ReferenceEntry] | None = None,
+    overrides: Mapping[str, reference_scores.ReferenceEntry] | None = None,
 ) -> dict[str, np.ndarray]:
   """Normalises ``{rule: [num_seeds, num_envs]}`` raw returns column-wise.
 
@@ -56,17 +49,52 @@ def normalize_score_dict(
           f"[num_seeds, {len(envs)}, ...] for environments {envs}."
       )
     out[rule] = np.stack(
-        [normalize(x[:, i], env, overrides) for i, env in enumerate(envs)],
+        [
+            reference_scores.normalize(x[:, i], env, overrides)
+            for i, env in enumerate(envs)
+        ],
         axis=1,
     )
   return out
 
 
 def table_rows(
-    overrides: Mapping[str, ReferenceEntry] | None = None,
+    overrides: Mapping[str, reference_scores.ReferenceEntry] | None = None,
 ) -> list[dict[str, object]]:
   """The table (with ``overrides`` applied and added) as a list of dicts,
   e.g. for a CSV or a report."""
-  merged = dict(REFERENCE_TABLE)
+  merged = dict(reference_scores.REFERENCE_TABLE)
   merged.update(overrides or {})
   return [dataclasses.asdict(e) for e in merged.values()]
+
+
+def parse_references(
+    specs: Sequence[str],
+) -> dict[str, reference_scores.ReferenceEntry]:
+  """References given as ``"env:random=R,reference=X,source=TEXT"`` specs
+  (optional keys ``random_source``, ``algorithm``, ``budget``) as
+  ``{env: ReferenceEntry}``, the ``overrides`` of the table.
+
+  Raises:
+    UsageError: a spec without ``random`` or ``reference``, or whose values
+      are not numbers.
+  """
+  out = {}
+  for spec in specs:
+    env, values = specs_lib.parse_spec(spec, "reference")
+    try:
+      out[env] = reference_scores.ReferenceEntry(
+          env=env,
+          random_return=float(values["random"]),
+          random_source=str(values.get("random_source", "given")),
+          reference_return=float(values["reference"]),
+          reference_algorithm=str(values.get("algorithm", "given")),
+          budget_env_steps=values.get("budget"),
+          source=str(values.get("source", "given on the command line")),
+      )
+    except (KeyError, TypeError, ValueError):
+      raise errors.UsageError(
+          f"Bad reference {spec!r}: write env:random=R,reference=X"
+          ",source=TEXT."
+      ) from None
+  return out
