@@ -90,7 +90,7 @@ API_PAGES = (
         "disco.distillation",
         "A smaller Disco meta-network fitted to a teacher's targets: the "
         "settings, the resumable dataset, the fit and its agreement, and "
-        "`distill`.",
+        "`distill`; and an LPO drift fitted by a smaller or closed-form one.",
     ),
     (
         "Comparison",

@@ -1,6 +1,7 @@
-"""Distillation of a Disco meta-network rule into a smaller student.
+"""Distillation of a learned rule into a smaller student.
 
-The library under ``disco-distill``::
+The library under ``disco-distill`` (a Disco meta-network rule into one with
+a smaller meta-network)::
 
   from disco import distillation
 
@@ -12,6 +13,11 @@ The library under ``disco-distill``::
   learner batches), ``Shard``;
 * ``fitting``: ``targets``, ``sample_loss``, ``fit``, ``agreement``;
 * ``workflow``: ``distill`` (all of the above, and the student's export).
+
+And an LPO rule's drift into a smaller or closed-form one:
+
+* ``drift_fit``: ``distill`` (a student LPO drift fitted to a teacher's on a
+  grid), ``agreement``, ``standard_drifts``, ``plot_drifts``.
 """
 
 from disco.distillation.dataset import Shard
