@@ -227,7 +227,7 @@ def _teacher_variant(root: Path, name: str, **network) -> Path:
   """Disco103's meta-parameters in a rule file whose agents' network
   settings are ``network`` over Disco103's. Written once, into
   ``<root>/rules/<name>.npz``."""
-  from disco.distillation import workflow  # pylint: disable=g-import-not-at-top
+  from disco.distillation import outputs  # pylint: disable=g-import-not-at-top
   from disco.meta import rule_files  # pylint: disable=g-import-not-at-top
   from disco.update_rules import resolve  # pylint: disable=g-import-not-at-top
 
@@ -241,7 +241,7 @@ def _teacher_variant(root: Path, name: str, **network) -> Path:
         teacher.settings,
         meta_step=0,
         with_network=True,
-        licence=workflow.DISCO103_TERMS,
+        licence=outputs.DISCO103_TERMS,
     )
   return path
 

@@ -89,8 +89,9 @@ API_PAGES = (
         "Distillation",
         "disco.distillation",
         "A smaller Disco meta-network fitted to a teacher's targets: the "
-        "settings, the resumable dataset, the fit and its agreement, and "
-        "`distill`; and an LPO drift fitted by a smaller or closed-form one.",
+        "settings, build, the resumable dataset, the fit and its agreement, "
+        "run, the run folder and `distill`; and an LPO drift fitted by a "
+        "smaller or closed-form one.",
     ),
     (
         "Comparison",
