@@ -227,7 +227,7 @@ def _teacher_variant(root: Path, name: str, **network) -> Path:
   """Disco103's meta-parameters in a rule file whose agents' network
   settings are ``network`` over Disco103's. Written once, into
   ``<root>/rules/<name>.npz``."""
-  from disco.distillation import workflow  # pylint: disable=g-import-not-at-top
+  from disco.distillation import outputs  # pylint: disable=g-import-not-at-top
   from disco.meta import rule_files  # pylint: disable=g-import-not-at-top
   from disco.update_rules import resolve  # pylint: disable=g-import-not-at-top
 
@@ -241,7 +241,7 @@ def _teacher_variant(root: Path, name: str, **network) -> Path:
         teacher.settings,
         meta_step=0,
         with_network=True,
-        licence=workflow.DISCO103_TERMS,
+        licence=outputs.DISCO103_TERMS,
     )
   return path
 
@@ -588,8 +588,8 @@ def _suite_report(args, out: Path) -> None:
   ``suite_speed`` timed an environment, ``suite_tradeoff.png``, into
   ``out``."""
   from benchmarks import env_suite  # pylint: disable=g-import-not-at-top
-  from disco.comparison import aggregates  # pylint: disable=g-import-not-at-top
   from disco.comparison import results  # pylint: disable=g-import-not-at-top
+  from disco.scoring import aggregates  # pylint: disable=g-import-not-at-top
   from disco.training import analysis  # pylint: disable=g-import-not-at-top
 
   root = Path(args.root)

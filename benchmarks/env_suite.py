@@ -7,17 +7,18 @@
   python benchmarks/env_suite.py --out /tmp/env_suite3 --tuned \
       --rules actor_critic --envs xminigrid/MiniGrid-Empty-8x8
 
-For every environment of ``SUITE`` (its budget of environment steps per
-seed, and for image-like observations a convolutional torso), each rule of
-``--rules`` trains ``--seeds`` seeds through the ``disco-eval`` steps on an
-on-policy loop (8 environments x 16 steps per iteration, every rollout
+For every environment of ``suite_settings.SUITE`` (its budget of environment
+steps per seed, and for image-like observations a convolutional torso), each
+rule of ``--rules`` trains ``--seeds`` seeds through the ``disco-eval`` steps
+on an on-policy loop (8 environments x 16 steps per iteration, every rollout
 learnt from once; the published Disco103 notebook's replay loop costs about
 15x more compute per environment step, too much for a 2-core machine at
-these budgets; ``--loop RULE=LOOP`` gives a rule another loop of ``LOOPS``,
-and ``--hyper_params RULE.KEY=VALUE`` changes a rule's hyper-parameter: see
-issue 30's section of BENCHMARKS.md for why Disco103 needs a replay and
-actor-critic a smaller entropy cost off Catch). Each run goes into ``--out/<rule>/<env>``; finished runs are
-not repeated. With ``--tuned`` the hand-designed rules of ``--rules``
+these budgets; ``--loop RULE=LOOP`` gives a rule another loop of
+``suite_settings.LOOPS``, and ``--hyper_params RULE.KEY=VALUE`` changes a
+rule's hyper-parameter: see issue 30's section of BENCHMARKS.md for why
+Disco103 needs a replay and actor-critic a smaller entropy cost off Catch).
+Each run goes into ``--out/<rule>/<env>``; finished runs are not repeated.
+With ``--tuned`` the hand-designed rules of ``--rules``
 (``suite_settings.TUNE_RULES``) are also tuned per environment: every point
 of ``suite_settings.TUNE_GRID`` (learning rate x entropy cost) trains
 ``TUNE_SEEDS`` seeds from ``TUNE_SEED`` (apart from the reported seeds 0,
@@ -30,8 +31,8 @@ the final mean return (last 200 episodes, mean over seeds) with its 95%
 bootstrap interval, next to a uniform random policy's return (measured here
 over ``--random_steps`` steps per stream) and, where one is published, a
 reference return with its algorithm, budget and source
-(``disco.comparison.normalization``); and writes ``curves_<env>.png`` (mean
-over seeds with a 95% band) into ``--out``.
+(``disco.environments.reference_scores``); and writes ``curves_<env>.png``
+(mean over seeds with a 95% band) into ``--out``.
 """
 
 from __future__ import annotations
@@ -52,16 +53,11 @@ if not __package__:  # run as a file: import the other scripts as a package
 
 from benchmarks import cli
 from benchmarks import suite_settings as suite
-from disco.comparison import normalization
 from disco.comparison import results as results_lib
+from disco.environments import reference_scores
 from disco.environments import registry
 from disco.training import analysis
 
-# The suite, its loops and the tuning grid live in suite_settings.py (shared
-# with offcatch_ablation.py).
-SUITE = suite.SUITE
-LOOP = suite.ON_POLICY
-LOOPS = suite.LOOPS
 LAST_EPISODES = 200
 
 
@@ -143,7 +139,7 @@ def run_config(
       seeds,
       folder,
       LAST_EPISODES,
-      loop=LOOP if loop is None else loop,
+      loop=suite.ON_POLICY if loop is None else loop,
       network=dict(conv_channels=tuple(conv)),
       hyper_params=hyper_params,
       env_settings=settings,
@@ -221,7 +217,7 @@ def tune(
 def main(argv=None) -> None:
   parser = cli.parser(__doc__)
   parser.add_argument("--out", default="/tmp/env_suite")
-  parser.add_argument("--envs", nargs="+", default=[e[0] for e in SUITE])
+  parser.add_argument("--envs", nargs="+", default=[e[0] for e in suite.SUITE])
   parser.add_argument(
       "--rules", nargs="+", default=["disco103", "actor_critic"]
   )
@@ -254,7 +250,7 @@ def main(argv=None) -> None:
       default=[],
       metavar="RULE=LOOP",
       help=(
-          f"a rule's loop, one of {', '.join(LOOPS)} (default: on_policy; "
+          f"a rule's loop, one of {', '.join(suite.LOOPS)} (default: on_policy; "
           "own: the rule's registered loop)"
       ),
   )
@@ -269,9 +265,11 @@ def main(argv=None) -> None:
   loops, hyper_params = {}, {}
   for item in args.loop:
     rule, _, name = item.partition("=")
-    if name not in LOOPS:
-      parser.error(f"--loop {item}: use RULE=LOOP, LOOP one of {list(LOOPS)}")
-    loops[rule] = LOOPS[name]
+    if name not in suite.LOOPS:
+      parser.error(
+          f"--loop {item}: use RULE=LOOP, LOOP one of {list(suite.LOOPS)}"
+      )
+    loops[rule] = suite.LOOPS[name]
   for item in args.hyper_params:
     key, _, value = item.partition("=")
     rule, _, name = key.partition(".")
@@ -280,7 +278,7 @@ def main(argv=None) -> None:
     except ValueError:
       parser.error(f"--hyper_params {item}: use RULE.KEY=NUMBER")
   out = Path(args.out)
-  entries = {e[0]: e for e in SUITE}
+  entries = {e[0]: e for e in suite.SUITE}
   rows, sources, tuning_rows, choices = [], {}, [], {}
   for env in args.envs:
     _, settings, budget, conv = entries[env]
@@ -336,9 +334,9 @@ def main(argv=None) -> None:
         title=f"{env} ({args.seeds} seeds)",
     )
     random = random_return(env, settings, args.random_steps)
-    key = normalization.env_key(env, settings)
+    key = reference_scores.env_key(env, settings)
     try:
-      ref = normalization.get_entry(key)
+      ref = reference_scores.get_entry(key)
       budget_text = (
           f"{ref.budget_env_steps:,} steps"
           if ref.budget_env_steps
@@ -349,7 +347,7 @@ def main(argv=None) -> None:
           f"{budget_text})"
       )
       sources[env] = ref.source
-    except normalization.MissingReferenceError:
+    except reference_scores.MissingReferenceError:
 
       reference = "none published"
     for rule, r in runs.items():
@@ -391,7 +389,7 @@ def main(argv=None) -> None:
   (out / "settings.json").write_text(
       json.dumps(
           dict(
-              loop=LOOP,
+              loop=suite.ON_POLICY,
               loops=loops,
               hyper_params=hyper_params,
               tuned=args.tuned,
@@ -400,7 +398,7 @@ def main(argv=None) -> None:
               tune_seed=suite.TUNE_SEED,
               tune_budget_scale=args.tune_budget_scale,
               last_episodes=LAST_EPISODES,
-              suite=SUITE,
+              suite=suite.SUITE,
               seeds=args.seeds,
               budget_scale=args.budget_scale,
           ),

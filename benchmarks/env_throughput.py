@@ -59,7 +59,7 @@ if not __package__:  # run as a file: import the other scripts as a package
 from benchmarks import cli
 from benchmarks import timing
 from disco import errors
-from disco.comparison import settings as compare_settings
+from disco import specs
 from disco.environments import registry
 from disco.environments import suite_utils
 from disco.environments import xminigrid_envs
@@ -282,9 +282,7 @@ def main(argv=None) -> dict[str, float]:
     if not name.startswith(PREFIXES):
       parser.error(f"--envs: {name!r} is not one of {', '.join(PREFIXES)}<id>")
   try:  # disco-compare's "env:key=value,..." parser, without the name
-    _, extra = compare_settings.parse_spec(
-        ":" + args.env_settings, "--env_settings"
-    )
+    _, extra = specs.parse_spec(":" + args.env_settings, "--env_settings")
   except errors.UsageError:
     parser.error(
         f"--env_settings: {args.env_settings!r} is not name=value pairs"

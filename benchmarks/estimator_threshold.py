@@ -39,7 +39,7 @@ if not __package__:  # run as a file: import the other scripts as a package
 
 from benchmarks import cli
 from benchmarks import meta_runs
-from disco.meta import validation as validation_lib
+from disco.meta import validation_record
 
 WINDOW = 20
 VALIDATION = (
@@ -134,7 +134,7 @@ def report(args) -> None:
       )
     else:
       to_hit = "not reached | - | -"
-    rows = validation_lib.read_rows(path / validation_lib.CSV_FILE)
+    rows = validation_record.read_rows(path / validation_record.CSV_FILE)
     last = max((r["meta_step"] for r in rows), default=None)
     final = [f"{r['return']:.2f}" for r in rows if r["meta_step"] == last]
     valid_hit = next(

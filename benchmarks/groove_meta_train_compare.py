@@ -65,7 +65,7 @@ from benchmarks import meta_runs
 from benchmarks import timing
 from disco import files
 from disco.meta import history as history_lib
-from disco.meta import validation as validation_lib
+from disco.meta import validation_record
 
 SIDES = ("ours", "groove")
 # Our grid-world names and GROOVE's modes for the same layouts.
@@ -250,7 +250,7 @@ def groove_run(args) -> None:
     carry = (rng, train_state, agents, critics)
     checkpoint = out / "carry.msgpack"
     history = meta_runs.read_history(out)
-    rows = validation_lib.read_rows(out / validation_lib.CSV_FILE)
+    rows = validation_record.read_rows(out / validation_record.CSV_FILE)
     start = 0
     if checkpoint.is_file():
       carry = flax.serialization.from_bytes(carry, checkpoint.read_bytes())
@@ -262,8 +262,8 @@ def groove_run(args) -> None:
 
     def save(meta_step: int) -> None:
       history.write_csv(out / "metrics.csv")
-      with files.atomic_write(out / validation_lib.CSV_FILE, "w") as f:
-        writer = csv.DictWriter(f, fieldnames=validation_lib.COLUMNS)
+      with files.atomic_write(out / validation_record.CSV_FILE, "w") as f:
+        writer = csv.DictWriter(f, fieldnames=validation_record.COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
       checkpoint.write_bytes(flax.serialization.to_bytes(carry))

@@ -35,7 +35,7 @@ if not __package__:  # run as a file: import the other scripts as a package
 
 from benchmarks import cli
 from benchmarks import meta_runs
-from disco.meta import validation as validation_lib
+from disco.meta import validation_record
 
 KINDS = ("uniform", "plr", "groove")
 # Held-out environments. lpg/dense is not in the normalisation table:
@@ -84,7 +84,7 @@ def read_validation(root: Path) -> list[dict]:
   rows = []
   for run_dir in sorted(root.glob("*-s*")):
     kind, seed = run_dir.name.rsplit("-s", 1)
-    for r in validation_lib.read_rows(run_dir / validation_lib.CSV_FILE):
+    for r in validation_record.read_rows(run_dir / validation_record.CSV_FILE):
       rows.append(dict(r, kind=kind, run_seed=seed))
   return rows
 

@@ -23,7 +23,7 @@ seeds, ``--validation_steps`` env steps) score it, and the best goes to
 ``distill`` takes the best validated ``lpo`` rule over the seeds (the
 teacher; the best ``lpo_linear`` rule goes beside it) and
 fits two students to its drift over a grid of ``(r, A)``
-(``disco.meta.drift_distillation``): a network of ``--student_hidden``
+(``disco.distillation.drift_fit``): a network of ``--student_hidden``
 units and a closed form (``hidden_size=0``: linear in the 8 features inside
 the ReLU, fitted by least squares), written as rule files beside the
 teacher in ``<root>/rules`` with their agreement in ``distill.json``.
@@ -156,7 +156,7 @@ def _choose(root: Path, variant: str, target: Path) -> dict:
 def distill(args) -> None:
   import jax
 
-  from disco.meta import drift_distillation
+  from disco.distillation import drift_fit
   from disco.update_rules import mirror_learning
 
   root = Path(args.root)
@@ -176,9 +176,7 @@ def distill(args) -> None:
   ):
     kwargs = dict(metadata.get("rule_kwargs", {}), hidden_size=hidden)
     student = mirror_learning.LPO(**kwargs)
-    params, agreement = drift_distillation.distill(
-        teacher, teacher_params, student
-    )
+    params, agreement = drift_fit.distill(teacher, teacher_params, student)
     weights_lib.save_meta_params(
         rules / f"{name}.npz",
         jax.device_get(params),
@@ -243,10 +241,10 @@ def compare(args) -> None:
 def _drift_figure(root: Path, out: Path, student_hidden: int) -> None:
   import jax
 
-  from disco.meta import drift_distillation
+  from disco.distillation import drift_fit
   from disco.update_rules import mirror_learning
 
-  drifts = drift_distillation.standard_drifts()
+  drifts = drift_fit.standard_drifts()
   for path in rule_files(root, student_hidden):
     if not path.is_file():
       continue
@@ -260,7 +258,7 @@ def _drift_figure(root: Path, out: Path, student_hidden: int) -> None:
             params, x, a
         )
     )
-  drift_distillation.plot_drifts(drifts, out / "drifts.png")
+  drift_fit.plot_drifts(drifts, out / "drifts.png")
 
 
 def report(args) -> None:

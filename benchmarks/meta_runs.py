@@ -16,7 +16,7 @@ import numpy as np
 
 from benchmarks import cli
 from disco.meta import history as history_lib
-from disco.meta import validation as validation_lib
+from disco.meta import validation_record
 
 
 def run_dirs(root: Path, name: str) -> list[Path]:
@@ -61,7 +61,7 @@ def validation_means(run_dir: Path) -> dict[int, float]:
   """``{meta_step: mean return over the validation rows}`` of a run's
   ``validation.csv``, in meta-step order (empty if it has none)."""
   by_step = {}
-  for r in validation_lib.read_rows(run_dir / validation_lib.CSV_FILE):
+  for r in validation_record.read_rows(run_dir / validation_record.CSV_FILE):
     by_step.setdefault(r["meta_step"], []).append(r["return"])
   return {s: float(np.mean(x)) for s, x in sorted(by_step.items())}
 
@@ -99,13 +99,13 @@ def meta_train(flags: Sequence[str], out: Path) -> None:
 
 def validation_scores(run_dir: Path) -> dict[int, float]:
   """``{meta-step: aggregate score}`` of a run's validations."""
-  rows = validation_lib.read_rows(run_dir / validation_lib.CSV_FILE)
+  rows = validation_record.read_rows(run_dir / validation_record.CSV_FILE)
   return {int(r["meta_step"]): float(r["aggregate"]) for r in rows}
 
 
 def validation_rows(run_dir: Path) -> list[dict]:
   """A run's ``validation.csv`` rows, each with the run's folder name."""
-  rows = validation_lib.read_rows(run_dir / validation_lib.CSV_FILE)
+  rows = validation_record.read_rows(run_dir / validation_record.CSV_FILE)
   return [dict(r, run=run_dir.name) for r in rows]
 
 

@@ -1,4 +1,4 @@
-"""Measures the returns that ``disco.comparison.normalization`` records.
+"""Measures the returns that ``disco.environments.reference_scores`` records.
 
   python benchmarks/random_returns.py                        # all environments
   python benchmarks/random_returns.py --envs Breakout-MinAtar --episodes 512

@@ -32,9 +32,9 @@ if not __package__:  # run as a file: import the other scripts as a package
 
 from benchmarks import cli
 from benchmarks import timing
-from disco.comparison import aggregates
 from disco.comparison import calibration
 from disco.comparison import significance
+from disco.scoring import aggregates
 
 
 def _cell(rate: calibration.Rate) -> str:

@@ -107,7 +107,7 @@ REPORT_MD = """\
 `comparison.write` reads the runs back and writes `report.md`, `results.csv`,
 `statistics.json` and the figures into `output_dir`. Scores are normalised
 per environment (0: a uniform random policy, 1: the reference in
-`disco.comparison.normalization`)."""
+`disco.environments.reference_scores`)."""
 
 REPORT = """\
 stats = comparison.write(plan, run_dirs)

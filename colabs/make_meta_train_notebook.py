@@ -109,9 +109,9 @@ from disco import agent as agent_lib
 from disco import checks
 from disco import evaluation
 from disco import weights
+from disco.distillation import drift_fit
 from disco.environments import registry
 from disco.meta import checkpoints
-from disco.meta import drift_distillation
 from disco.meta import history as history_lib
 from disco.meta import trainer
 from disco.training import analysis
@@ -355,10 +355,10 @@ lpo_config.es.update(dict(
 if lpo_generations:
   lpo_summary = trainer.train(lpo_config, progress=False)
   lpo = resolve.resolve_rule(lpo_summary['meta_params_file'])
-  drifts = drift_distillation.standard_drifts()
+  drifts = drift_fit.standard_drifts()
   drifts['LPO (learned)'] = (
       lambda x, a: lpo.rule.drift_from_params(lpo.meta_params, x, a))
-  drift_distillation.plot_drifts(drifts, f'{out}-lpo/drifts.png')
+  drift_fit.plot_drifts(drifts, f'{out}-lpo/drifts.png')
   plt.imshow(plt.imread(f'{out}-lpo/drifts.png'))
   plt.axis('off')
   plt.show()

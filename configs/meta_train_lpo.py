@@ -12,8 +12,8 @@ members whose agents each train a whole PPO lifetime (``es.lifetime_iterations``
 iterations of 4 environments x 128 steps, 4 epochs x 4 minibatches, the
 learning rate annealed to 0 over the lifetime) on CartPole-v1 and
 Breakout-MinAtar. A member's fitness is the normalised final return
-(``disco.comparison.normalization``: 0 for a random policy, 1 for the
-table's reference) averaged over the two, so both count the same. The
+(``disco.environments.reference_scores``: 0 for a random policy, 1 for
+the table's reference) averaged over the two, so both count the same. The
 agents are purejaxrl's PPO agents (separate 64x64 tanh actor and critic) at
 a learning rate of 1e-3, which learns more in these short lifetimes than
 PPO's default 2.5e-4. Held-out validation is off here; the discovery script

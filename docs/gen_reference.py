@@ -73,6 +73,12 @@ API_PAGES = (
         "build, run, the run folder's outputs and `evaluate`.",
     ),
     (
+        "Scoring",
+        "disco.scoring",
+        "Normalised scores and their aggregates with bootstrap intervals, "
+        "which comparisons and meta-training's validation both use.",
+    ),
+    (
         "Meta-training",
         "disco.meta",
         "Meta-training: its settings, the trainer and its hooks, "
@@ -83,14 +89,15 @@ API_PAGES = (
         "Distillation",
         "disco.distillation",
         "A smaller Disco meta-network fitted to a teacher's targets: the "
-        "settings, the resumable dataset, the fit and its agreement, and "
-        "`distill`.",
+        "settings, build, the resumable dataset, the fit and its agreement, "
+        "run, the run folder and `distill`; and an LPO drift fitted by a "
+        "smaller or closed-form one.",
     ),
     (
         "Comparison",
         "disco.comparison",
-        "Results, normalisation, aggregates, significance tests and plots; "
-        "the runner (settings, runs, tuning) and `compare`.",
+        "Results, significance tests, the report and plots; the runner "
+        "(settings, runs, tuning) and `compare`.",
     ),
     (
         "Parity",

@@ -1,11 +1,16 @@
-"""``benchmarks/architecture.py`` on a small made-up checkout."""
+"""``benchmarks/architecture.py`` on a small made-up checkout, and the
+layering of this checkout's packages read with it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 import textwrap
 
+import pytest
+
 from benchmarks import architecture
+
+REPO = Path(__file__).resolve().parent.parent
 
 # Six lines of logic, then the same six lines again elsewhere with another
 # indentation, between an import, a docstring, comments and closing brackets
@@ -112,3 +117,44 @@ def test_command_line_prints_the_report(tmp_path, capsys):
   architecture.main(["--root", str(tmp_path), "--max_lines", "10"])
   out = capsys.readouterr().out
   assert "over 10 lines" in out and "`disco/first.py` 102" in out
+
+
+# ------------------------------------------------------------- layering ----
+
+# Packages of disco/ and the packages they may not import. Scoring
+# (normalised scores, aggregates) is below both comparisons and
+# meta-training, which score runs with it; meta-training does not stand on
+# comparisons.
+NOT_IMPORTED = {
+    "disco.scoring": ("disco.comparison", "disco.meta"),
+    "disco.meta": ("disco.comparison",),
+}
+
+
+def _imports_between(
+    root: Path, package: str, others: tuple[str, ...]
+) -> list[tuple[str, str]]:
+  """``(module, name)``: every import of a name of ``others`` by a module of
+  ``package`` under ``root`` (``from disco import comparison`` included)."""
+  found = []
+  for path in architecture.python_files(root, package.replace(".", "/")):
+    module = architecture.module_name(root, path)
+    for name in architecture.imported_modules(architecture.parse(path), module):
+      if any(name == o or name.startswith(o + ".") for o in others):
+        found.append((module, name))
+  return sorted(set(found))
+
+
+@pytest.mark.parametrize("package", sorted(NOT_IMPORTED))
+def test_packages_import_nothing_from_the_packages_above_them(package):
+  found = _imports_between(REPO, package, NOT_IMPORTED[package])
+  assert not found, f"{package} imports {found}: move what both use lower."
+
+
+def test_the_layering_check_sees_an_import(tmp_path):
+  _write(tmp_path, "disco/meta/step.py", "from disco import comparison\n")
+  _write(tmp_path, "disco/meta/top.py", "import disco.comparison.runner\n")
+  assert _imports_between(tmp_path, "disco.meta", ("disco.comparison",)) == [
+      ("disco.meta.step", "disco.comparison"),
+      ("disco.meta.top", "disco.comparison.runner"),
+  ]

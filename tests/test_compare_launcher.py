@@ -27,6 +27,7 @@ from disco import weights
 from disco.launch import common
 from disco.launch import compare
 from disco.meta import validation as val
+from disco.meta import validation_record as record_lib
 from disco.training import analysis
 from disco.update_rules import migrations
 from disco.update_rules import resolve
@@ -636,7 +637,7 @@ def test_validation_rows_refuse_a_ruleset_file_changed_since(tmp_path):
     )
 
   run = tmp_path / "run"
-  record = val.Record(run, settings, export)
+  record = record_lib.Record(run, settings, export)
   key, scores = settings.envs[0].key, np.array([0.5, 0.5])
   result = val.StepResult(
       meta_step=0,
@@ -649,12 +650,12 @@ def test_validation_rows_refuse_a_ruleset_file_changed_since(tmp_path):
   old = files.file_digest(ruleset)
   saved = json.loads(record.settings_path.read_text())
   assert saved["input_files"] == {role: {"path": str(ruleset), "sha256": old}}
-  val.Record(run, settings, export)  # the same file: the rows stand
+  record_lib.Record(run, settings, export)  # the same file: the rows stand
 
   _ruleset_file(ruleset, 2)
   new = files.file_digest(ruleset)
   with pytest.raises(errors.UsageError) as info:
-    val.Record(run, settings, export)
+    record_lib.Record(run, settings, export)
   message = str(info.value)
   assert "\n" not in message
   assert (
@@ -666,4 +667,4 @@ def test_validation_rows_refuse_a_ruleset_file_changed_since(tmp_path):
   del saved["input_files"]
   record.settings_path.write_text(json.dumps(saved))
   with pytest.raises(errors.UsageError, match="cannot be verified"):
-    val.Record(run, settings, export)
+    record_lib.Record(run, settings, export)

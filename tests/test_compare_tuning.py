@@ -17,8 +17,8 @@ import pytest
 from disco import checks
 from disco import comparison
 from disco import errors
-from disco.comparison import normalization
 from disco.comparison import results as results_lib
+from disco.environments import reference_scores
 from disco.launch import common
 from disco.launch import compare
 
@@ -78,7 +78,7 @@ def test_choice_is_the_argmax_of_the_grid_scores(tuned):
   for folder in folders:
     run = results_lib.load_run(folder)
     lr = _run_config(folder)["config"]["learning_rate"]
-    scores[lr] = normalization.normalize(run.final_scores(), ENV).mean()
+    scores[lr] = reference_scores.normalize(run.final_scores(), ENV).mean()
   assert len(set(scores.values())) == 2, scores  # the grid discriminates
   best = max(scores, key=scores.get)
   (choice,) = tuned["stats"]["tuning"]["choices"]

@@ -13,9 +13,9 @@ import math
 import numpy as np
 import pytest
 
-from disco.comparison import aggregates
 from disco.comparison import calibration
 from disco.comparison import significance
+from disco.scoring import aggregates
 
 ALPHA = 0.05
 TRIALS = 2000

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from disco.comparison import aggregates
 from disco.comparison import plots
+from disco.scoring import aggregates
 
 REPS = 20
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

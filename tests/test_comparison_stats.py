@@ -1,4 +1,4 @@
-"""Tests of disco.comparison.significance and disco.comparison.aggregates."""
+"""Tests of disco.comparison.significance and disco.scoring.aggregates."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from disco.comparison import aggregates
 from disco.comparison import report
 from disco.comparison import significance
+from disco.scoring import aggregates
 
 REPS = 200  # bootstrap replications: small, these tests only check behaviour
 

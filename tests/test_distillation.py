@@ -195,7 +195,7 @@ def test_the_student_file_loads_and_evaluates(run):
   assert set(rule.rule.agent_output_spec(3)) == {"logits", "y", "q"}
   # A student of it, in turn, carries the same terms.
   teacher = resolve.resolve_rule(str(path))
-  assert distillation.workflow._licence(teacher, str(path)) == (
+  assert distillation.outputs._licence(teacher, str(path)) == (
       metadata["licence"]
   )
   # The notebook trained agents with it (evaluation.run on its path).

@@ -13,7 +13,7 @@ from disco import errors
 from disco import evaluation
 from disco import run_folders
 from disco import weights as weights_lib
-from disco.meta import drift_distillation
+from disco.distillation import drift_fit
 from disco.meta import follower
 from disco.meta import run_folder
 from disco.meta import trainer as mt
@@ -140,7 +140,7 @@ def _teacher(hidden_size, seed=0):
 def test_closed_form_recovers_a_linear_teacher():
   teacher, params = _teacher(0)
   student = mirror_learning.LPO(hidden_size=0)
-  got, agreement = drift_distillation.distill(teacher, params, student)
+  got, agreement = drift_fit.distill(teacher, params, student)
   np.testing.assert_allclose(
       jax.tree.leaves(got)[0], jax.tree.leaves(params)[0], atol=1e-5
   )
@@ -150,14 +150,12 @@ def test_closed_form_recovers_a_linear_teacher():
 def test_small_student_fits_the_teachers_drift():
   teacher, params = _teacher(64)
   student = mirror_learning.LPO(hidden_size=8)
-  got, agreement = drift_distillation.distill(
-      teacher, params, student, steps=1500
-  )
+  got, agreement = drift_fit.distill(teacher, params, student, steps=1500)
   sizes = sum(x.size for x in jax.tree.leaves(got))
   assert sizes == 8 * 8 + 8
   assert agreement.r2 > 0.99, agreement
   # The student is a valid drift (the conditions hold by construction).
-  log_r, advs = drift_distillation.Grid().points()
+  log_r, advs = drift_fit.Grid().points()
   assert bool((student.drift_from_params(got, log_r, advs) >= 0).all())
 
 
@@ -165,14 +163,14 @@ def test_distillation_refuses_a_student_of_another_layout():
   teacher, params = _teacher(0)
   student = mirror_learning.LPO(features="goldie2025", hidden_size=0)
   with pytest.raises(ValueError, match="differ in features"):
-    drift_distillation.distill(teacher, params, student)
+    drift_fit.distill(teacher, params, student)
 
 
 def test_drift_figure(tmp_path):
   teacher, params = _teacher(16)
-  drifts = drift_distillation.standard_drifts()
+  drifts = drift_fit.standard_drifts()
   drifts["LPO"] = lambda x, a: teacher.drift_from_params(params, x, a)
-  drift_distillation.plot_drifts(drifts, tmp_path / "drifts.png")
+  drift_fit.plot_drifts(drifts, tmp_path / "drifts.png")
   assert (tmp_path / "drifts.png").stat().st_size > 10_000
 
 

@@ -12,19 +12,17 @@ import pytest
 
 import conftest
 
-REPO_DIR = conftest.REPO_DIR
-
 
 def _declared_packages() -> set[str]:
   parser = configparser.ConfigParser()
-  parser.read(REPO_DIR / "setup.cfg")
+  parser.read(conftest.REPO_DIR / "setup.cfg")
   return set(parser["options"]["packages"].split())
 
 
 def test_setup_cfg_lists_every_package():
   found = {
-      ".".join(p.parent.relative_to(REPO_DIR).parts)
-      for p in (REPO_DIR / "disco").rglob("__init__.py")
+      ".".join(p.parent.relative_to(conftest.REPO_DIR).parts)
+      for p in (conftest.REPO_DIR / "disco").rglob("__init__.py")
   }
   assert _declared_packages() == found | {"disco.configs"}
 
@@ -45,7 +43,7 @@ def installed(tmp_path_factory):
           "--no-compile",
           "--target",
           str(target),
-          str(REPO_DIR),
+          str(conftest.REPO_DIR),
       ],
       capture_output=True,
       text=True,
@@ -135,7 +133,7 @@ def test_accelerator_extras_match_the_jax_bounds():
   """``pip install -e '.[cuda12]'`` (or cuda13, tpu) installs JAX's own
   accelerator build within the same version bounds as the CPU install."""
   parser = configparser.ConfigParser()
-  parser.read(REPO_DIR / "setup.cfg")
+  parser.read(conftest.REPO_DIR / "setup.cfg")
   requires = parser["options"]["install_requires"].split("\n")
   jax_bounds = next(r for r in requires if r.startswith("jax>="))[len("jax") :]
   extras = parser["options.extras_require"]
@@ -178,7 +176,7 @@ def test_pandas_3_beside_arch_7_is_refused_before_anything_runs(
 ):
   from importlib import metadata  # pylint: disable=g-import-not-at-top
 
-  from disco.comparison import aggregates  # pylint: disable=g-import-not-at-top
+  from disco.scoring import aggregates  # pylint: disable=g-import-not-at-top
 
   def version(package):
     if package not in versions:

@@ -25,12 +25,13 @@ from disco import checks
 from disco import errors
 from disco import evaluation
 from disco import weights as weights_lib
-from disco.comparison import aggregates
 from disco.launch import common
 from disco.launch import validate as validate_launcher
 from disco.meta import follower
 from disco.meta import trainer as mt
 from disco.meta import validation as val
+from disco.meta import validation_record as record_lib
+from disco.scoring import aggregates
 from disco.update_rules import resolve
 
 from meta_settings import TINY_FLAGS
@@ -108,7 +109,7 @@ def test_validation_never_changes_meta_training(runs):
   for k in a:
     for name in a[k]:
       np.testing.assert_array_equal(a[k][name], b[k][name])  # bitwise
-  assert not (off / val.CSV_FILE).exists()
+  assert not (off / record_lib.CSV_FILE).exists()
 
 
 def test_validation_scores_are_tracked(runs):
@@ -118,7 +119,7 @@ def test_validation_scores_are_tracked(runs):
       str(runs["on"] / "tensorboard"), size_guidance={"scalars": 0}
   )
   acc.Reload()
-  rows = val.read_rows(runs["on"] / val.CSV_FILE)
+  rows = record_lib.read_rows(runs["on"] / record_lib.CSV_FILE)
   want = {r["meta_step"]: r["aggregate"] for r in rows}
   got = {e.step: e.value for e in acc.Scalars("validation/aggregate")}
   assert got.keys() == want.keys() == {0, 2, 4}
@@ -129,11 +130,11 @@ def test_validation_scores_are_tracked(runs):
 
 def test_validation_outputs(runs):
   on = runs["on"]
-  rows = val.read_rows(on / val.CSV_FILE)
+  rows = record_lib.read_rows(on / record_lib.CSV_FILE)
   assert [(r["meta_step"], r["env"], r["seed"]) for r in rows] == [
       (step, "catch/6x6", seed) for step in (0, 2, 4) for seed in (1000, 1001)
   ]
-  assert list(rows[0]) == list(val.COLUMNS)
+  assert list(rows[0]) == list(record_lib.COLUMNS)
   for r in rows:
     # Catch 6x6: random return 2/6 - 1, reference +1.
     random = 2 / 6 - 1
@@ -149,7 +150,7 @@ def test_validation_outputs(runs):
   by_step = {r["meta_step"]: r["aggregate"] for r in rows}
   finite = [s for s in by_step if math.isfinite(by_step[s])]
   best_step = max(finite, key=lambda s: (by_step[s], -s))
-  metadata = weights_lib.load_metadata(on / val.BEST_FILE)
+  metadata = weights_lib.load_metadata(on / record_lib.BEST_FILE)
   assert metadata["meta_step"] == best_step
   assert metadata["validation_score"] == by_step[best_step]
   assert metadata["validation_envs"] == ["catch/6x6"]
@@ -157,11 +158,11 @@ def test_validation_outputs(runs):
       metadata["rule"] == TINY_LPG["rule"] and metadata["source"] == mt.PROGRAM
   )
   # disco-eval takes it as it takes meta_params.npz.
-  resolved = resolve.resolve_rule(str(on / val.BEST_FILE))
+  resolved = resolve.resolve_rule(str(on / record_lib.BEST_FILE))
   assert (
       resolved.settings.rule == TINY_LPG["rule"] and resolved.source == "file"
   )
-  assert (on / val.PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert (on / record_lib.PLOT_FILE).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert runs["summary"]["validation"]["validated_meta_steps"] == [0, 2, 4]
   assert runs["summary"]["validation"]["best_meta_step"] == best_step
   assert any(
@@ -174,14 +175,14 @@ def test_validation_is_the_disco_eval_loop(runs, tmp_path):
   """disco-eval of best_meta_params.npz with the validation's agent, loop and
   seeds gives the returns validation.csv holds for its meta-step."""
   on = runs["on"]
-  best = weights_lib.load_metadata(on / val.BEST_FILE)["meta_step"]
+  best = weights_lib.load_metadata(on / record_lib.BEST_FILE)["meta_step"]
   config = evaluation.default_config()
   config.env_settings = {"rows": 6, "columns": 6}
   config.network.dense = (16,)
   config.network.model_lstm_size = 8
   config.network.model_head_hiddens = (8,)
   config.update(
-      rule=str(on / val.BEST_FILE),
+      rule=str(on / record_lib.BEST_FILE),
       env="catch",
       num_seeds=2,
       seed=1000,
@@ -193,7 +194,7 @@ def test_validation_is_the_disco_eval_loop(runs, tmp_path):
       **LOOP,
   )
   summary = evaluation.evaluate(config, log=lambda _: None, progress=False)
-  rows = val.read_rows(on / val.CSV_FILE)
+  rows = record_lib.read_rows(on / record_lib.CSV_FILE)
   assert summary["final_return_per_seed"] == [
       r["return"] for r in rows if r["meta_step"] == best
   ]
@@ -212,7 +213,7 @@ def test_held_out_loop_compiles_once(runs, tmp_path):
   validator.validate(shifted, 1)
   for loop in (p.loop for p in validator.plans.values()):
     assert loop._run._cache_size() == 1
-  rows = val.read_rows(runs["on"] / val.CSV_FILE)
+  rows = record_lib.read_rows(runs["on"] / record_lib.CSV_FILE)
   assert list(first.returns["catch/6x6"]) == [
       r["return"] for r in rows if r["meta_step"] == 0
   ]
@@ -235,11 +236,11 @@ def _killed_copy(runs, dest, checkpoint, keep_rows_upto):
   )
   rows = [
       r
-      for r in val.read_rows(src / val.CSV_FILE)
+      for r in record_lib.read_rows(src / record_lib.CSV_FILE)
       if r["meta_step"] <= keep_rows_upto
   ]
-  val.record_lib._write_rows(dest / val.CSV_FILE, rows)
-  shutil.copy(src / val.SETTINGS_FILE, dest / val.SETTINGS_FILE)
+  record_lib._write_rows(dest / record_lib.CSV_FILE, rows)
+  shutil.copy(src / record_lib.SETTINGS_FILE, dest / record_lib.SETTINGS_FILE)
   return rows
 
 
@@ -251,7 +252,7 @@ def test_resume_neither_loses_nor_duplicates_rows(runs, tmp_path):
   if math.isfinite(row["aggregate"]):  # the best file as step 0 left it
     plan = mt.build(config_with(tmp_path / "x"))
     mt.exporter(plan)(
-        out / val.BEST_FILE,
+        out / record_lib.BEST_FILE,
         plan.meta_params,
         0,
         validation_score=row["aggregate"],
@@ -260,8 +261,8 @@ def test_resume_neither_loses_nor_duplicates_rows(runs, tmp_path):
     )
   lines = []
   mt.train(config_with(out, resume=True), log=lines.append, progress=False)
-  assert files_equal(out / val.CSV_FILE, src / val.CSV_FILE)
-  assert files_equal(out / val.BEST_FILE, src / val.BEST_FILE)
+  assert files_equal(out / record_lib.CSV_FILE, src / record_lib.CSV_FILE)
+  assert files_equal(out / record_lib.BEST_FILE, src / record_lib.BEST_FILE)
   assert sum(line.startswith("Validation at") for line in lines) == 2
 
 
@@ -271,15 +272,15 @@ def test_resume_keeps_rows_and_best_after_the_checkpoint(runs, tmp_path):
   and the best file stay as they were."""
   src, out = runs["on"], tmp_path / "resumed"
   _killed_copy(runs, out, checkpoint=2, keep_rows_upto=4)
-  shutil.copy(src / val.BEST_FILE, out / val.BEST_FILE)
-  before = (out / val.BEST_FILE).read_bytes()
+  shutil.copy(src / record_lib.BEST_FILE, out / record_lib.BEST_FILE)
+  before = (out / record_lib.BEST_FILE).read_bytes()
   lines = []
   summary = mt.train(
       config_with(out, resume=True), log=lines.append, progress=False
   )
   assert not any(line.startswith("Validation at") for line in lines)
-  assert files_equal(out / val.CSV_FILE, src / val.CSV_FILE)
-  assert (out / val.BEST_FILE).read_bytes() == before
+  assert files_equal(out / record_lib.CSV_FILE, src / record_lib.CSV_FILE)
+  assert (out / record_lib.BEST_FILE).read_bytes() == before
   assert summary["validation"]["validated_meta_steps"] == [0, 2, 4]
 
 
@@ -320,7 +321,7 @@ def test_record_keeps_the_best_and_each_step_once(tmp_path):
         path, params, metadata=dict(rule="disco", meta_step=step, **extra)
     )
 
-  record = val.Record(tmp_path, settings, export)
+  record = record_lib.Record(tmp_path, settings, export)
   params = {"m/w": {"w": np.zeros(2, np.float32)}}
   assert record.add(_result(0, math.nan), params) is False  # NaN: never best
   assert record.add(_result(2, 0.3), params) is True
@@ -334,7 +335,7 @@ def test_record_keeps_the_best_and_each_step_once(tmp_path):
   # A record with other settings refuses the folder.
   other = val.parse_settings(dict(val.default_config(), **VALIDATION, seed=7))
   with pytest.raises(errors.UsageError, match="seed: saved 1000, now 7"):
-    val.Record(tmp_path, other, export)
+    record_lib.Record(tmp_path, other, export)
 
 
 # -------------------------------------------------- the follower ----
@@ -352,21 +353,32 @@ def test_follower_writes_what_the_run_writes(runs, tmp_path):
   checkpoint, with the rows the in-process validation wrote."""
   out = tmp_path / "run"
   shutil.copytree(runs["on"], out)
-  for name in (val.CSV_FILE, val.PLOT_FILE, val.BEST_FILE, val.SETTINGS_FILE):
+  for name in (
+      record_lib.CSV_FILE,
+      record_lib.PLOT_FILE,
+      record_lib.BEST_FILE,
+      record_lib.SETTINGS_FILE,
+  ):
     (out / name).unlink()
   lines = []
   summary = follower.validate(
       _follow_config(out, follow=True), log=lines.append, progress=False
   )
   assert summary["validated_meta_steps"] == [0, 2, 4]
-  assert files_equal(out / val.CSV_FILE, runs["on"] / val.CSV_FILE)
-  assert files_equal(out / val.BEST_FILE, runs["on"] / val.BEST_FILE)
+  assert files_equal(
+      out / record_lib.CSV_FILE, runs["on"] / record_lib.CSV_FILE
+  )
+  assert files_equal(
+      out / record_lib.BEST_FILE, runs["on"] / record_lib.BEST_FILE
+  )
   assert any("has finished" in line for line in lines)
   # Once more: nothing new.
   lines.clear()
   follower.validate(_follow_config(out), log=lines.append, progress=False)
   assert any("is validated" in line for line in lines)
-  assert files_equal(out / val.CSV_FILE, runs["on"] / val.CSV_FILE)
+  assert files_equal(
+      out / record_lib.CSV_FILE, runs["on"] / record_lib.CSV_FILE
+  )
 
 
 def test_follower_waits_for_new_checkpoints(runs, tmp_path):
@@ -398,9 +410,11 @@ def test_follower_waits_for_new_checkpoints(runs, tmp_path):
   assert summary["validated_meta_steps"] == [2, 4]
   assert sum(line.startswith("Validation at") for line in lines) == 1
   expected = [
-      r for r in val.read_rows(runs["on"] / val.CSV_FILE) if r["meta_step"]
+      r
+      for r in record_lib.read_rows(runs["on"] / record_lib.CSV_FILE)
+      if r["meta_step"]
   ]
-  assert val.read_rows(out / val.CSV_FILE) == expected
+  assert record_lib.read_rows(out / record_lib.CSV_FILE) == expected
 
 
 def test_follower_command_line(runs, tmp_path):

@@ -12,12 +12,10 @@ The runner (under ``disco-compare``), in a few lines::
 * ``tuning``: baselines tuned per environment on seeds of their own;
 * ``runner``: ``build``, ``run``, ``write`` and ``compare``.
 
-The statistics, pure NumPy/SciPy/rliable (no JAX):
+The scores of the runs are normalised and aggregated by ``disco.scoring``
+(``normalization``, ``aggregates``: IQM and the other rliable aggregates
+with intervals); the statistics on top, pure NumPy/SciPy:
 
-* ``normalization``: per-environment normalisation against a sourced table;
-* ``aggregates``: IQM, mean, median, optimality gap, probability of
-  improvement, performance profiles and sample-efficiency curves with
-  stratified-bootstrap intervals (``rliable``);
 * ``significance``: pairwise tests (Welch, Mann-Whitney, bootstrap,
   permutation) of every pair of rules with Holm-Bonferroni correction,
   effect sizes and power; the tests themselves are in ``two_sample``, the
@@ -30,20 +28,20 @@ learning curves).
 
 import importlib
 
-# The runner's names, imported on first use so that the statistics modules
-# import without JAX.
+# The runner's names and the modules defining them, imported on first use so
+# that the statistics modules import without JAX.
 _RUNNER = {
-    "CompareSettings": "settings",
-    "default_config": "settings",
-    "Tuning": "settings",
-    "make_config": "settings",
-    "parse_spec": "settings",
-    "Cell": "runs",
-    "Plan": "runs",
-    "build": "runner",
-    "run": "runner",
-    "write": "runner",
-    "compare": "runner",
+    "CompareSettings": "disco.comparison.settings",
+    "default_config": "disco.comparison.settings",
+    "Tuning": "disco.comparison.settings",
+    "make_config": "disco.comparison.settings",
+    "parse_spec": "disco.specs",
+    "Cell": "disco.comparison.runs",
+    "Plan": "disco.comparison.runs",
+    "build": "disco.comparison.runner",
+    "run": "disco.comparison.runner",
+    "write": "disco.comparison.runner",
+    "compare": "disco.comparison.runner",
 }
 
 
@@ -54,6 +52,6 @@ def __getattr__(name: str):
   if name in _SUBMODULES:
     return importlib.import_module(f"disco.comparison.{name}")
   if name in _RUNNER:
-    module = importlib.import_module(f"disco.comparison.{_RUNNER[name]}")
+    module = importlib.import_module(_RUNNER[name])
     return getattr(module, name)
   raise AttributeError(f"module 'disco.comparison' has no attribute {name!r}")

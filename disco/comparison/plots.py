@@ -1,4 +1,4 @@
-"""Figures of ``disco.comparison.aggregates`` results, saved as PNG files.
+"""Figures of ``disco.scoring.aggregates`` results, saved as PNG files.
 
 Every function draws on an off-screen Agg canvas (pyplot's backend and state
 are left alone, so this works headless and in notebooks alike), saves the
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from disco import files
-from disco.comparison import aggregates
+from disco.scoring import aggregates
 
 PathLike = str | os.PathLike[str]
 

@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 
 from disco import files
-from disco.comparison import aggregates
-from disco.comparison import normalization
 from disco.comparison import plots
 from disco.comparison import results as results_lib
 from disco.comparison import significance
+from disco.environments import reference_scores
+from disco.scoring import aggregates
 from disco.training import analysis
 
 
@@ -101,7 +101,7 @@ def check(
   cannot be computed: an environment without a reference return, or too
   few seeds for the test."""
   for env in results.envs:
-    normalization.normalize(0.0, env, references)
+    reference_scores.normalize(0.0, env, references)
   needed, what = required_seeds(settings, len(results.rules))
   for rule in results.rules:
     n = len(results.runs[rule, results.envs[0]].seeds)
@@ -293,7 +293,7 @@ def write_report(
       ],
       tests={k: [r.as_dict() for r in rows] for k, rows in tests.items()},
       references=[
-          dataclasses.asdict(normalization.get_entry(e, references))
+          dataclasses.asdict(reference_scores.get_entry(e, references))
           for e in results.envs
       ],
       figures=[Path(f).name for f in figures],
@@ -384,7 +384,9 @@ def _returns_section(results, raw) -> list[str]:
 
 
 def _normalisation_section(results, references) -> list[str]:
-  entries = (normalization.get_entry(env, references) for env in results.envs)
+  entries = (
+      reference_scores.get_entry(env, references) for env in results.envs
+  )
   return [
       "",
       "## Normalisation",

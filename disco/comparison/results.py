@@ -6,8 +6,8 @@ output folder: ``config.json``, ``metrics.csv``). ``load_run`` reads one;
 ``Results`` holds a grid of them and turns them into the arrays the
 statistics need: final scores ``{rule: [num_seeds, num_envs]}`` and learning
 curves ``{rule: [num_seeds, num_envs, num_points]}`` at common evaluation
-points, raw or normalised (``normalization``), and the rows of
-``results.csv``.
+points, raw or normalised (``disco.environments.reference_scores``), and the
+rows of ``results.csv``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from disco import files
-from disco.comparison import normalization
+from disco.environments import reference_scores
 from disco.training import analysis
 
 CURVE_EPISODES = 100  # episodes per window of the learning curves
@@ -50,7 +50,7 @@ class Run:
   Attributes:
     rule: the rule's label (a registry name or a rule file's stem).
     env: the normalisation key of the environment and its settings
-      (``normalization.env_key``), e.g. ``catch/5x5``.
+      (``reference_scores.env_key``), e.g. ``catch/5x5``.
     seeds: ``[S]`` seeds.
     metrics: ``{name: [S, N]}`` per-iteration metrics (``EvalLoop.run``).
     last_episodes: episodes of the final score.
@@ -94,7 +94,7 @@ def load_run(path: str | os.PathLike[str]) -> Run:
     rule = str(json.loads((path / SUMMARY).read_text())["rule"])
     metrics = analysis.read_metrics_csv(path / "metrics.csv")
     seeds = tuple(int(s) for s in np.asarray(metrics.pop("seed"))[:, 0])
-    env = normalization.env_key(config["env"], config.get("env_settings"))
+    env = reference_scores.env_key(config["env"], config.get("env_settings"))
     last = int(config["last_episodes"])
   except (OSError, ValueError, KeyError, TypeError) as e:
     raise RunError(
@@ -243,7 +243,7 @@ class Results:
       for env in self.envs:
         x = scores_of(self.runs[rule, env])
         columns.append(
-            normalization.normalize(x, env, references) if normalized else x
+            reference_scores.normalize(x, env, references) if normalized else x
         )
       out[rule] = np.stack(columns, axis=1)
     return out
@@ -263,8 +263,8 @@ class Results:
       for (rule, env), run in self.runs.items():
         raw = run.curve_at(points)
         try:
-          norm = normalization.normalize(raw, env, references)
-        except normalization.MissingReferenceError:
+          norm = reference_scores.normalize(raw, env, references)
+        except reference_scores.MissingReferenceError:
           norm = np.full_like(raw, np.nan)
         for s, seed in enumerate(run.seeds):
           for p, steps in enumerate(points):

@@ -24,18 +24,14 @@ from disco import files
 from disco import run_folders
 from disco import startup
 from disco import stopping
-from disco.comparison import aggregates
-from disco.comparison import normalization
 from disco.comparison import report as report_lib
 from disco.comparison import results as results_lib
 from disco.comparison import runs
 from disco.comparison import settings as settings_lib
 from disco.comparison import tuning as tuning_lib
+from disco.environments import reference_scores
+from disco.scoring import aggregates
 
-UsageError = errors.UsageError
-CompareSettings = settings_lib.CompareSettings
-Cell, Plan = runs.Cell, runs.Plan
-PROGRAM = settings_lib.PROGRAM
 RUN_KIND = run_folders.RunKind(
     name="compare",
     description="a comparison",
@@ -52,7 +48,9 @@ RUN_KIND = run_folders.RunKind(
 )
 
 
-def build(settings: CompareSettings | config_dict.ConfigDict) -> Plan:
+def build(
+    settings: settings_lib.CompareSettings | config_dict.ConfigDict,
+) -> runs.Plan:
   """Resolves the runs of ``settings`` (a config is made into settings
   first: ``CompareSettings.from_config``) and builds every run's
   ``disco-eval`` plan once, so that a bad rule, environment or setting
@@ -61,8 +59,8 @@ def build(settings: CompareSettings | config_dict.ConfigDict) -> Plan:
   Raises:
     UsageError: for any bad setting, with a one-line explanation.
   """
-  if not isinstance(settings, CompareSettings):
-    settings = CompareSettings.from_config(settings)
+  if not isinstance(settings, settings_lib.CompareSettings):
+    settings = settings_lib.CompareSettings.from_config(settings)
   startup.start(settings_lib.PROGRAM, imports=settings.imports)
   output_dir = run_folders.output_dir(settings.output_dir, "compare")
   cells = []
@@ -70,7 +68,7 @@ def build(settings: CompareSettings | config_dict.ConfigDict) -> Plan:
     if settings.tuning is not None:
       tuning_lib.check_grid(settings.tuning)
     cells = runs.make_cells(settings, output_dir)
-  plan = Plan(settings=settings, cells=cells, output_dir=output_dir)
+  plan = runs.Plan(settings=settings, cells=cells, output_dir=output_dir)
   for cell in cells:  # every run's settings, checked before training
     points = tuning_lib.tuning_cells(plan, cell) if cell.tuned else []
     for c in [*(c for _, c in points), cell]:
@@ -78,11 +76,11 @@ def build(settings: CompareSettings | config_dict.ConfigDict) -> Plan:
   return plan
 
 
-def _check_cell(plan: Plan, cell: Cell) -> None:
+def _check_cell(plan: runs.Plan, cell: runs.Cell) -> None:
   try:
-    normalization.normalize(0.0, cell.env_key, plan.references)
+    reference_scores.normalize(0.0, cell.env_key, plan.references)
   except ValueError as e:
-    raise UsageError(
+    raise errors.UsageError(
         f"{errors.one_line(e)} (or pass it as config.references: "
         "'env:random=R,reference=X,source=TEXT')"
     ) from None
@@ -90,7 +88,7 @@ def _check_cell(plan: Plan, cell: Cell) -> None:
 
 
 def run(
-    plan: Plan, log: Callable[[str], None] = print, progress: bool = True
+    plan: runs.Plan, log: Callable[[str], None] = print, progress: bool = True
 ) -> list[Path]:
   """Runs this process's runs that have not finished with the settings of
   the comparison (a damaged or stale run folder runs again, saying so);
@@ -123,12 +121,12 @@ def run(
 
 
 def _tune(
-    plan: Plan,
-    cell: Cell,
+    plan: runs.Plan,
+    cell: runs.Cell,
     where: str,
     log: Callable[[str], None],
     progress: bool,
-) -> Cell:
+) -> runs.Cell:
   """Trains the tuning runs of ``cell`` that have not finished; returns
   ``cell`` with the chosen settings."""
   points = tuning_lib.tuning_cells(plan, cell)
@@ -153,11 +151,13 @@ def _tune(
   return tuning_lib.apply_point(cell, choice["point"])
 
 
-def _train(cell: Cell, settings: CompareSettings, progress: bool) -> None:
+def _train(
+    cell: runs.Cell, settings: settings_lib.CompareSettings, progress: bool
+) -> None:
   """Trains ``cell`` into its folder (an earlier run's files removed first:
   ``evaluation.outputs.RUN_KIND``), holding its lock."""
   plan = cell.build(settings)
-  lock = evaluation.open_output(plan, PROGRAM)
+  lock = evaluation.open_output(plan, settings_lib.PROGRAM)
   try:
     evaluation.write(
         plan, evaluation.run(plan, lambda _: None, progress), lambda _: None
@@ -177,7 +177,7 @@ def _summary_complete(folder: Path) -> bool:
 
 
 def write(
-    plan: Plan,
+    plan: runs.Plan,
     run_dirs: Sequence[Path],
     log: Callable[[str], None] = print,
     wait_for_shards: bool = False,
@@ -206,7 +206,7 @@ def write(
         title=f"Comparison of {', '.join(results.rules)}",
     )
   except ValueError as e:
-    raise UsageError(errors.one_line(e)) from None
+    raise errors.UsageError(errors.one_line(e)) from None
   if plan.tuning is not None and plan.cells:
     choices = [tuning_lib.choose(plan, c) for c in plan.cells if c.tuned]
     tuning_lib.write(plan, choices, stats)
@@ -248,14 +248,16 @@ def compare(
   Raises:
     UsageError: for bad settings (before anything is trained).
   """
-  settings = CompareSettings.from_config(
+  settings = settings_lib.CompareSettings.from_config(
       settings_lib.make_config(config, **overrides)
   )
   plan = build(settings)
   index, count = plan.shard
   hint = "run the same command again: finished runs are kept."
   if count == 1:
-    with run_folders.claim_output_dir(plan.output_dir, PROGRAM) as lock:
+    with run_folders.claim_output_dir(
+        plan.output_dir, settings_lib.PROGRAM
+    ) as lock:
       run_folders.open_run_folder(plan.output_dir, lock, RUN_KIND, resume=True)
       with errors.resource_errors(hint):
         if plan.run_dirs:
@@ -263,7 +265,7 @@ def compare(
         return write(plan, run(plan, log, progress), log)
   shard_lock = f"{files.LOCK_FILE}-shard-{index}-of-{count}"
   with run_folders.claim_output_dir(
-      plan.output_dir, PROGRAM, shard_lock
+      plan.output_dir, settings_lib.PROGRAM, shard_lock
   ) as lock:
     run_folders.open_run_folder(plan.output_dir, lock, RUN_KIND, resume=True)
     with errors.resource_errors(hint):
@@ -271,8 +273,10 @@ def compare(
       if not all(_summary_complete(d) for d in run_dirs):
         return write(plan, run_dirs, log, wait_for_shards=True)
       try:
-        report_lock = run_folders.claim_output_dir(plan.output_dir, PROGRAM)
-      except UsageError as e:
+        report_lock = run_folders.claim_output_dir(
+            plan.output_dir, settings_lib.PROGRAM
+        )
+      except errors.UsageError as e:
         log(f"Not writing the report: {errors.one_line(e)}")
         return None
       with report_lock:

@@ -19,17 +19,15 @@ from typing import Any
 from disco import errors
 from disco import evaluation
 from disco import run_folders
-from disco.comparison import normalization
 from disco.comparison import report as report_lib
 from disco.comparison import results as results_lib
 from disco.comparison import settings as settings_lib
+from disco.environments import reference_scores
 from disco.environments import registry as env_registry
 from disco.evaluation import outputs as eval_outputs
 from disco.update_rules import migrations
 from disco.update_rules import resolve
 
-UsageError = errors.UsageError
-CompareSettings = settings_lib.CompareSettings
 RUNS_DIR = "runs"
 TUNED_SUFFIX = "-tuned"
 # Settings of a disco-eval run that do not change its results, or whose
@@ -93,9 +91,9 @@ class Cell:
 
   @property
   def env_key(self) -> str:
-    return normalization.env_key(self.env, self.env_settings)
+    return reference_scores.env_key(self.env, self.env_settings)
 
-  def eval_config(self, settings: CompareSettings):
+  def eval_config(self, settings: settings_lib.CompareSettings):
     """The ``disco-eval`` config of this run."""
     return settings_lib.eval_config(
         settings,
@@ -108,7 +106,7 @@ class Cell:
         rule_kwargs=self.rule_kwargs,
     )
 
-  def build(self, settings: CompareSettings) -> evaluation.Plan:
+  def build(self, settings: settings_lib.CompareSettings) -> evaluation.Plan:
     """``evaluation.build`` of this run, under this cell's label."""
     plan = evaluation.build(self.eval_config(settings), log=lambda _: None)
     if self.label and self.label != plan.label:
@@ -117,7 +115,9 @@ class Cell:
       )
     return plan
 
-  def status(self, settings: CompareSettings) -> tuple[bool, str | None]:
+  def status(
+      self, settings: settings_lib.CompareSettings
+  ) -> tuple[bool, str | None]:
     """``(finished, why not)``: finished when the folder holds a complete
     ``summary.json`` and a ``config.json`` saying it ran with the settings
     this comparison would run it with (rule settings saved by an earlier
@@ -165,7 +165,7 @@ class Cell:
       )
     try:
       inputs = eval_outputs.input_files(plan)
-    except UsageError as e:
+    except errors.UsageError as e:
       return False, errors.one_line(e).rstrip(".")
     run = record.get("run")
     changes = eval_outputs.input_file_changes(
@@ -181,7 +181,7 @@ class Cell:
 class Plan:
   """A comparison: its settings, its runs and where it writes."""
 
-  settings: CompareSettings
+  settings: settings_lib.CompareSettings
   cells: list[Cell]
   output_dir: Path
 
@@ -190,7 +190,7 @@ class Plan:
     return self.settings.run_dirs
 
   @property
-  def references(self) -> dict[str, normalization.ReferenceEntry]:
+  def references(self) -> dict[str, reference_scores.ReferenceEntry]:
     return self.settings.references
 
   @property
@@ -215,7 +215,9 @@ def label(rule: str) -> str:
   return report_lib.file_name(rule) or "rule"
 
 
-def make_cells(settings: CompareSettings, output_dir: Path) -> list[Cell]:
+def make_cells(
+    settings: settings_lib.CompareSettings, output_dir: Path
+) -> list[Cell]:
   """Every run of the grid (a tuned rule: its tuned run, and its own too
   with ``keep_untuned``), in order.
 
@@ -234,7 +236,7 @@ def make_cells(settings: CompareSettings, output_dir: Path) -> list[Cell]:
         variants.insert(0, (label(rule), False))
     for env in settings.envs:
       full = _env_settings(env)
-      key = normalization.env_key(env.name, full)
+      key = reference_scores.env_key(env.name, full)
       for name, tuned in variants:
         cell = Cell(
             rule=rule,
@@ -249,7 +251,7 @@ def make_cells(settings: CompareSettings, output_dir: Path) -> list[Cell]:
         )
         _check_inside(cell.output_dir, output_dir, rule)
         if any(c.output_dir == cell.output_dir for c in cells):
-          raise UsageError(
+          raise errors.UsageError(
               f"config.rules and config.envs give the run {rule} on {key} "
               "twice: list every rule and environment once."
           )
@@ -263,7 +265,7 @@ def _env_settings(env: settings_lib.EnvSpec) -> dict[str, Any]:
     entry = env_registry.get_entry(env.name)
     env_registry.make_env(env.name, 1, **env.settings)  # checks the settings
   except (ValueError, TypeError) as e:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.envs {env.spec!r}: {errors.one_line(e)}"
     ) from None
   return {**entry.settings, **env.settings}
@@ -272,7 +274,7 @@ def _env_settings(env: settings_lib.EnvSpec) -> dict[str, Any]:
 def _check_inside(folder: Path, output_dir: Path, rule: str) -> None:
   root = output_dir.expanduser().resolve()
   if not folder.expanduser().resolve().is_relative_to(root):
-    raise UsageError(
+    raise errors.UsageError(
         f"The run folder of rule {rule!r} ({folder}) would be outside "
         f"output_dir {output_dir}: rename the rule file."
     )

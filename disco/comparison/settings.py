@@ -12,7 +12,6 @@ hyper-parameters, the environments' settings) is checked by
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Mapping, Sequence
 import dataclasses
 import itertools
@@ -26,14 +25,14 @@ from ml_collections import config_dict
 from disco import checks
 from disco import errors
 from disco import evaluation
-from disco.comparison import normalization
+from disco import specs
 from disco.comparison import report as report_lib
 from disco.comparison import significance
+from disco.environments import reference_scores
 from disco.environments import registry as env_registry
 from disco.evaluation import settings as eval_settings
+from disco.scoring import normalization
 from disco.update_rules import overrides as overrides_lib
-
-UsageError = errors.UsageError
 
 PROGRAM = "disco-compare"
 CONFIG_NAME = "compare"
@@ -150,7 +149,7 @@ class CompareSettings:
   policy: dict[str, Any]
   tuning: Tuning | None
   statistics: report_lib.Settings
-  references: dict[str, normalization.ReferenceEntry]
+  references: dict[str, reference_scores.ReferenceEntry]
   run_dirs: tuple[Path, ...]
   shard: tuple[int, int]
   output_dir: str
@@ -193,7 +192,7 @@ class CompareSettings:
         tuning=None,
         statistics=statistics,
         references=problems.get(
-            parse_references, config.references, default={}
+            normalization.parse_references, config.references, default={}
         ),
         run_dirs=tuple(Path(p).expanduser() for p in config.run_dirs),
         shard=problems.get(parse_shard, config.shard, default=(0, 1)),
@@ -211,7 +210,7 @@ def _values(config: Any, defaults: config_dict.ConfigDict) -> dict:
   if isinstance(config, config_dict.ConfigDict):
     config = config.to_dict()
   if not isinstance(config, Mapping):
-    raise UsageError(
+    raise errors.UsageError(
         "The settings must be a disco-compare config (a ConfigDict or a "
         f"dict), got {type(config).__name__}."
     )
@@ -263,7 +262,7 @@ def _statistics(
 def _probability(value: Any, name: str) -> float:
   value = checks.check_number(value, name)
   if not 0.0 < value < 1.0:
-    raise UsageError(f"config.{name} must be in (0, 1), got {value!r}.")
+    raise errors.UsageError(f"config.{name} must be in (0, 1), got {value!r}.")
   return value
 
 
@@ -322,7 +321,7 @@ def _check_seeds(
   """``report.check``'s seed check, before anything trains."""
   needed, what = report_lib.required_seeds(statistics, num_rules)
   if num_seeds < needed:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.num_seeds={num_seeds} is too few for {what}: use at least "
         f"{needed}."
     )
@@ -413,7 +412,7 @@ def eval_config(
         for key, value in settings.policy.items():
           config.policy[key] = value
   except (TypeError, ValueError) as e:
-    raise UsageError(
+    raise errors.UsageError(
         f"The disco-eval settings of rule {rule!r}: {errors.one_line(e)}"
     ) from None
   return config
@@ -441,64 +440,9 @@ def _is_continuous(env: str, env_settings: Mapping[str, Any]) -> bool:
 # ------------------------------------------------------------- parsing ----
 
 
-def parse_spec(spec: str, what: str) -> tuple[str, dict[str, Any]]:
-  """``"name:key=value,..."`` -> ``(name, {key: value})``; values are Python
-  literals (``rows=5``, ``conv_channels=(16,)``) or else strings."""
-  name, _, rest = str(spec).partition(":")
-  items, depth, current = [], 0, ""
-  for char in rest:  # split at the commas outside brackets
-    if char in "([{":
-      depth += 1
-    elif char in ")]}":
-      depth -= 1
-    if char == "," and depth == 0:
-      items.append(current)
-      current = ""
-    else:
-      current += char
-  if current.strip():
-    items.append(current)
-  settings = {}
-  for item in items:
-    key, sep, value = item.partition("=")
-    if not sep or not key.strip():
-      raise UsageError(f"Bad {what} {spec!r}: write name:key=value,key=value.")
-    try:
-      settings[key.strip()] = ast.literal_eval(value.strip())
-    except (ValueError, SyntaxError):
-      settings[key.strip()] = value.strip()
-  return name.strip(), settings
-
-
 def _env_spec(spec: str) -> EnvSpec:
-  name, settings = parse_spec(spec, "environment")
+  name, settings = specs.parse_spec(spec, "environment")
   return EnvSpec(spec=spec, name=name, settings=settings)
-
-
-def parse_references(
-    specs: Sequence[str],
-) -> dict[str, normalization.ReferenceEntry]:
-  """``config.references`` (``"env:random=R,reference=X,source=TEXT"``) as
-  normalisation entries."""
-  out = {}
-  for spec in specs:
-    env, values = parse_spec(spec, "reference")
-    try:
-      out[env] = normalization.ReferenceEntry(
-          env=env,
-          random_return=float(values["random"]),
-          random_source=str(values.get("random_source", "given")),
-          reference_return=float(values["reference"]),
-          reference_algorithm=str(values.get("algorithm", "given")),
-          budget_env_steps=values.get("budget"),
-          source=str(values.get("source", "given on the command line")),
-      )
-    except (KeyError, TypeError, ValueError):
-      raise UsageError(
-          f"Bad reference {spec!r}: write env:random=R,reference=X"
-          ",source=TEXT."
-      ) from None
-  return out
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -507,30 +451,34 @@ def parse_shard(text: str) -> tuple[int, int]:
     return 0, 1
   m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
   if not m or not 0 <= int(m.group(1)) < int(m.group(2)):
-    raise UsageError(f"config.shard={text!r}: write 'i/n' with 0 <= i < n.")
+    raise errors.UsageError(
+        f"config.shard={text!r}: write 'i/n' with 0 <= i < n."
+    )
   return int(m.group(1)), int(m.group(2))
 
 
 def parse_grid(text: str) -> dict[str, tuple[float, ...]]:
   """``"key=(v1,v2),key2=v"`` -> ``{key: (v1, v2), key2: (v,)}``."""
-  _, values = parse_spec(f"grid:{text}", "tune.grid")
+  _, values = specs.parse_spec(f"grid:{text}", "tune.grid")
   grid = {}
   for key, value in values.items():
     items = value if isinstance(value, (tuple, list)) else (value,)
     if not items:
-      raise UsageError(
+      raise errors.UsageError(
           f"config.tune.grid: {key} has no values; give at least one, e.g. "
           f"{key}=(0.01,0.1)."
       )
     try:
       numbers = tuple(float(v) for v in items)
     except (TypeError, ValueError):
-      raise UsageError(
+      raise errors.UsageError(
           f"config.tune.grid: {key}={value!r} must be numbers, e.g. "
           f"{key}=(0.01,0.1)."
       ) from None
     if not all(math.isfinite(v) for v in numbers):
-      raise UsageError(f"config.tune.grid: {key}={value!r} must be finite.")
+      raise errors.UsageError(
+          f"config.tune.grid: {key}={value!r} must be finite."
+      )
     grid[key] = numbers
   return grid
 
@@ -547,19 +495,19 @@ def _tuning(config: config_dict.ConfigDict, seeds: range) -> Tuning | None:
   rules = tuple(tune.rules or ())
   if not rules:
     if tune.grid:
-      raise UsageError(
+      raise errors.UsageError(
           "config.tune.grid is given but config.tune.rules is empty: name "
           "the rules to tune, e.g. --config.tune.rules=\"('actor_critic',)\"."
       )
     return None
   for rule in rules:
     if rule not in config.rules:
-      raise UsageError(
+      raise errors.UsageError(
           f"config.tune.rules: {rule!r} is not one of config.rules "
           f"{list(config.rules)}."
       )
   if not str(tune.grid).strip():
-    raise UsageError(
+    raise errors.UsageError(
         "config.tune.grid is empty: give the settings to try, e.g. "
         "--config.tune.grid='learning_rate=(3e-4,1e-3),entropy_cost="
         "(0.01,0.2)'."
@@ -570,7 +518,7 @@ def _tuning(config: config_dict.ConfigDict, seeds: range) -> Tuning | None:
   tune_seeds = range(first, first + num_seeds)
   overlap = sorted(set(tune_seeds) & set(seeds))
   if overlap:
-    raise UsageError(
+    raise errors.UsageError(
         f"The tuning seeds {list(tune_seeds)} overlap the reported seeds "
         f"{list(seeds)} (both {overlap}): set config.tune.seed to at least "
         f"{seeds[-1] + 1}."
@@ -591,15 +539,15 @@ def _rule_overrides(config: config_dict.ConfigDict) -> dict[str, dict]:
   """``config.rule_overrides`` as ``{rule: {setting: value}}``."""
   overrides = {}
   for spec in config.rule_overrides:
-    rule, values = parse_spec(spec, "rule override")
+    rule, values = specs.parse_spec(spec, "rule override")
     unknown = sorted(set(values) - set(OVERRIDE_KEYS))
     if unknown:
-      raise UsageError(
+      raise errors.UsageError(
           f"config.rule_overrides {spec!r}: unknown setting(s) {unknown}; "
           f"valid: {', '.join(OVERRIDE_KEYS)}."
       )
     if rule not in config.rules:
-      raise UsageError(
+      raise errors.UsageError(
           f"config.rule_overrides {spec!r}: {rule!r} is not "
           f"one of config.rules {list(config.rules)}."
       )
@@ -618,7 +566,7 @@ def _per_rule(config, key: str) -> dict[str, dict[str, Any]]:
   out = {}
   for rule, values in given.items():
     if rule not in config.rules:
-      raise UsageError(
+      raise errors.UsageError(
           f"config.{key}.{rule}: {rule!r} is not one of config.rules "
           f"{list(config.rules)}."
       )

@@ -52,7 +52,6 @@ import math
 
 import numpy as np
 
-from disco.comparison import aggregates
 from disco.comparison import effect_sizes
 
 # The tests and effect sizes under this module's name too (``significance``
@@ -78,6 +77,7 @@ from disco.comparison.two_sample import (
 from disco.comparison.two_sample import min_seeds as min_seeds
 from disco.comparison.two_sample import p_values as p_values
 from disco.comparison.two_sample import run_test as run_test
+from disco.scoring import aggregates
 
 # The fields of ``TestResult`` a row reads through (``ComparisonRow``).
 _RESULT_FIELDS = frozenset(f.name for f in dataclasses.fields(TestResult))

@@ -20,16 +20,14 @@ import numpy as np
 from disco import errors
 from disco import files
 from disco import run_folders
-from disco.comparison import normalization
 from disco.comparison import report as report_lib
 from disco.comparison import results as results_lib
 from disco.comparison import runs
 from disco.comparison import settings as settings_lib
+from disco.environments import reference_scores
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
-UsageError = errors.UsageError
-Cell, Plan = runs.Cell, runs.Plan
 TUNING_DIR = "tuning"
 TUNING_CSV = "tuning.csv"
 
@@ -39,7 +37,7 @@ def point_name(point: dict[str, float]) -> str:
   return report_lib.file_name("_".join(f"{k}={v:g}" for k, v in point.items()))
 
 
-def apply_point(cell: Cell, point: dict[str, float]) -> Cell:
+def apply_point(cell: runs.Cell, point: dict[str, float]) -> runs.Cell:
   """``cell`` with the settings of a grid point."""
   overrides, hyper = settings_lib.apply_point(
       cell.overrides, cell.hyper_params, point
@@ -55,7 +53,7 @@ def _rule_hyper_params(rule: str) -> dict[str, float]:
     try:
       settings = rule_registry.default_settings(rule)
     except ValueError as e:
-      raise UsageError(errors.one_line(e)) from None
+      raise errors.UsageError(errors.one_line(e)) from None
   return {k: float(v) for k, v in settings.hyper_params.items()}
 
 
@@ -69,13 +67,15 @@ def check_grid(tuning: settings_lib.Tuning) -> None:
     )
     unknown = sorted(set(tuning.grid) - set(valid))
     if unknown:
-      raise UsageError(
+      raise errors.UsageError(
           f"config.tune.grid: unknown setting(s) {unknown} for rule "
           f"{rule!r}; valid: {', '.join(valid)}."
       )
 
 
-def tuning_cells(plan: Plan, cell: Cell) -> list[tuple[dict, Cell]]:
+def tuning_cells(
+    plan: runs.Plan, cell: runs.Cell
+) -> list[tuple[dict, runs.Cell]]:
   """The grid points of a tuned ``cell``: ``[(point, Cell)]``, each trained
   on the tuning seeds into ``output_dir/tuning/<rule>/<env>/<point>``."""
   tuning = plan.tuning
@@ -106,7 +106,7 @@ def tuning_cells(plan: Plan, cell: Cell) -> list[tuple[dict, Cell]]:
   return out
 
 
-def status(plan: Plan, cell: Cell) -> tuple[bool, str | None]:
+def status(plan: runs.Plan, cell: runs.Cell) -> tuple[bool, str | None]:
   """``Cell.status`` of ``cell`` as it runs: a tuned cell is finished when
   its tuning runs are and its run has the settings they chose."""
   if not cell.tuned:
@@ -117,7 +117,7 @@ def status(plan: Plan, cell: Cell) -> tuple[bool, str | None]:
   return apply_point(cell, choose(plan, cell)["point"]).status(plan.settings)
 
 
-def choose(plan: Plan, cell: Cell) -> dict[str, Any]:
+def choose(plan: runs.Plan, cell: runs.Cell) -> dict[str, Any]:
   """The grid point of a tuned ``cell`` (its tuning runs finished): the
   best mean normalised final return over the tuning seeds (a point whose
   seeds all diverged scores -inf; the first point wins ties).
@@ -131,9 +131,9 @@ def choose(plan: Plan, cell: Cell) -> dict[str, Any]:
   for point, tuning_cell in tuning_cells(plan, cell):
     try:
       raw = results_lib.load_run(tuning_cell.output_dir).final_scores()
-      norm = normalization.normalize(raw, cell.env_key, plan.references)
+      norm = reference_scores.normalize(raw, cell.env_key, plan.references)
     except ValueError as e:
-      raise UsageError(errors.one_line(e)) from None
+      raise errors.UsageError(errors.one_line(e)) from None
     finite = np.isfinite(norm)
     points.append(
         dict(
@@ -162,7 +162,7 @@ def choose(plan: Plan, cell: Cell) -> dict[str, Any]:
 
 
 def write(
-    plan: Plan, choices: list[dict[str, Any]], stats: dict[str, Any]
+    plan: runs.Plan, choices: list[dict[str, Any]], stats: dict[str, Any]
 ) -> None:
   """``tuning.csv``, the ``tuning`` entry of ``statistics.json`` (and of
   ``stats``) and the tuning section of ``report.md``."""
@@ -188,7 +188,7 @@ def write(
   )
 
 
-def _write_csv(plan: Plan, choices: list[dict[str, Any]]) -> None:
+def _write_csv(plan: runs.Plan, choices: list[dict[str, Any]]) -> None:
   keys = list(plan.tuning.grid)
   with files.atomic_write(plan.output_dir / TUNING_CSV, "w", newline="") as f:
     writer = csv.writer(f)
@@ -210,7 +210,7 @@ def _write_csv(plan: Plan, choices: list[dict[str, Any]]) -> None:
         )
 
 
-def _report_lines(plan: Plan, choices: list[dict[str, Any]]) -> list[str]:
+def _report_lines(plan: runs.Plan, choices: list[dict[str, Any]]) -> list[str]:
   tuning, keys = plan.tuning, list(plan.tuning.grid)
   lines = [
       "",

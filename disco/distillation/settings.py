@@ -24,6 +24,7 @@ from ml_collections import config_dict
 
 from disco import checks
 from disco import errors
+from disco import specs as specs_lib
 from disco.comparison import settings as compare_settings
 from disco.environments import registry as env_registry
 from disco.networks import meta_nets
@@ -33,7 +34,6 @@ CONFIG_NAME = "distill"
 # ``student_agent``: the teacher's agent, or one without the action-
 # conditional model (``Disco(action_model=False)``).
 STUDENT_AGENTS = ("teacher", "flat")
-UsageError = errors.UsageError
 
 # The loop settings of the gathering runs that may be overridden (None: the
 # teacher's defaults, as disco-eval would train it): those a comparison
@@ -111,7 +111,7 @@ class DistillSettings:
       checks.check_config_keys(config[group], defaults[group], CONFIG_NAME)
     teacher = str(config.teacher).strip()
     if not teacher:
-      raise UsageError(
+      raise errors.UsageError(
           "config.teacher is empty: give 'disco103' or the path of a rule file."
       )
     data, fit = config.dataset, config.fit
@@ -125,10 +125,12 @@ class DistillSettings:
         for k in ("pi_cost", "y_cost", "z_cost")
     }
     if min(costs.values()) < 0 or not any(costs.values()):
-      raise UsageError(f"config.fit costs {costs} must be >= 0, not all 0.")
+      raise errors.UsageError(
+          f"config.fit costs {costs} must be >= 0, not all 0."
+      )
     student_agent = str(config.student_agent)
     if student_agent not in STUDENT_AGENTS:
-      raise UsageError(
+      raise errors.UsageError(
           f"config.student_agent={student_agent!r}: give one of "
           f"{', '.join(STUDENT_AGENTS)}."
       )
@@ -180,10 +182,10 @@ def _student(
   try:
     meta_nets.MetaNetConfig(**given)
   except (TypeError, ValueError) as e:
-    raise UsageError(f"config.student: {errors.one_line(e)}") from None
+    raise errors.UsageError(f"config.student: {errors.one_line(e)}") from None
   meta_hidden = given.get("meta_hidden_size", 128)
   if meta_hidden != 0:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.student.meta_hidden_size={meta_hidden}: a student with a "
         "per-lifetime LSTM cannot be fitted from independent samples; set it "
         "to 0 (with lifetime_conditioning=True the student reads its "
@@ -202,7 +204,7 @@ def _torso(sizes: Any) -> tuple[int, ...] | None:
   except (TypeError, ValueError):
     torso = ()
   if not torso or min(torso) < 1 or list(torso) != list(sizes):
-    raise UsageError(
+    raise errors.UsageError(
         f"config.student_torso={sizes!r}: give the sizes of the dense "
         "layers as positive integers, e.g. (256, 256)."
     )
@@ -214,13 +216,15 @@ def _envs(specs: Any, key: str) -> tuple[tuple[str, dict[str, Any]], ...]:
     specs = (specs,)
   specs = tuple(specs or ())
   if not specs:
-    raise UsageError(f"config.{key} is empty: name at least one environment.")
+    raise errors.UsageError(
+        f"config.{key} is empty: name at least one environment."
+    )
   parsed = []
   for spec in specs:
-    name, env_settings = compare_settings.parse_spec(spec, "environment")
+    name, env_settings = specs_lib.parse_spec(spec, "environment")
     try:
       env_registry.get_entry(name)
     except ValueError as e:
-      raise UsageError(f"config.{key}: {errors.one_line(e)}") from None
+      raise errors.UsageError(f"config.{key}: {errors.one_line(e)}") from None
     parsed.append((name, env_settings))
   return tuple(parsed)

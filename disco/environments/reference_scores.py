@@ -9,6 +9,8 @@ Keys: ``"catch/<rows>x<columns>"`` (any size, ``catch_entry``; ``"catch"``
 is 8x8), ``"delayed_chain"``, ``"gymnax/<id>"``, ``"xminigrid/<id>"``,
 ``"brax/<id>"``, ``"craftax/<id>"``, ``"jumanji/Sokoban-v0"``; ``env_key``
 gives an environment's key. The LPG grid worlds have none.
+Comparisons, meta-training's validation (through ``disco.scoring``) and ES
+fitness (``disco.meta.es``) normalise with this table.
 """
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ the ``disco-eval`` loop (``disco.launch.evaluate``: ``build`` once per
 environment, so its loop compiles once; the meta-parameters are an argument
 of the compiled program, never a constant); each seed's final return (the
 mean of its last ``last_episodes`` episodes) is normalised as
-``disco-compare`` normalises it (``disco.comparison.normalization``: 0 is the
-uniform random policy, 1 the reference), and the aggregate score of the
-meta-parameters is the interquartile mean of all ``seeds x environments``
-normalised scores (``disco.comparison.aggregates.iqm``, disco-compare's
+``disco-compare`` normalises it (``disco.environments.reference_scores``: 0
+is the uniform random policy, 1 the reference), and the aggregate score of
+the meta-parameters is the interquartile mean of all ``seeds x environments``
+normalised scores (``disco.scoring.aggregates.iqm``, disco-compare's
 headline aggregate; NaN if a seed diverged or finished no episode).
 
 The run folder gets (``Record``):
@@ -58,32 +58,19 @@ from disco import checks
 from disco import errors
 from disco import evaluation
 from disco import run_folders
-from disco.comparison import aggregates
-from disco.comparison import normalization
-from disco.comparison import settings as compare_settings
+from disco.environments import reference_scores
 from disco.environments import registry as env_registry
 from disco.meta import validation_record as record_lib
+from disco.scoring import aggregates
+from disco.scoring import normalization
 from disco.training import analysis
 from disco.update_rules import agent_settings
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
-UsageError = errors.UsageError
-
-CSV_FILE = record_lib.CSV_FILE
-PLOT_FILE = record_lib.PLOT_FILE
-BEST_FILE = record_lib.BEST_FILE
-SETTINGS_FILE = record_lib.SETTINGS_FILE
-LOCK_FILE = record_lib.LOCK_FILE
-COLUMNS = record_lib.COLUMNS
 Record = record_lib.Record
-read_rows = record_lib.read_rows
-plot = record_lib.plot
 
 ENV_KEYS = ("env", "env_settings", "total_env_steps")
-# The disco-eval loop settings a validation may set (None: the rule's own
-# loop, else the published notebook's; see configs/evaluate.py).
-LOOP_KEYS = rule_registry.LOOP_KEYS
 
 
 def default_config() -> dict[str, Any]:
@@ -98,7 +85,9 @@ def default_config() -> dict[str, Any]:
       iterations_per_call=50,
       at_start=True,
       references=(),
-      **{k: config_dict.placeholder(int) for k in LOOP_KEYS},
+      # The disco-eval loop settings a validation may set (None: the rule's
+      # own loop, else the published notebook's; see configs/evaluate.py).
+      **{k: config_dict.placeholder(int) for k in rule_registry.LOOP_KEYS},
   )
 
 
@@ -112,7 +101,7 @@ class HeldOutEnv:
   Attributes:
     env: its registry name.
     env_settings: its settings (the registered defaults with the given ones).
-    key: its normalisation key (``normalization.env_key``), the ``env``
+    key: its normalisation key (``reference_scores.env_key``), the ``env``
       column of ``validation.csv``.
     total_env_steps: the agents' budget per seed.
   """
@@ -177,7 +166,7 @@ def _held_out_env(spec: Any, where: str, total_env_steps: int) -> HeldOutEnv:
   spec = checks.as_dict(spec, where)
   unknown = set(spec) - set(ENV_KEYS)
   if unknown or "env" not in spec:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.{where} must have keys env, env_settings (optional) and "
         f"total_env_steps (optional: this environment's budget); got "
         f"{sorted(spec)}."
@@ -186,7 +175,7 @@ def _held_out_env(spec: Any, where: str, total_env_steps: int) -> HeldOutEnv:
   try:
     entry = env_registry.get_entry(name)
   except ValueError as e:
-    raise UsageError(f"config.{where}: {errors.one_line(e)}") from None
+    raise errors.UsageError(f"config.{where}: {errors.one_line(e)}") from None
   given = checks.as_dict(
       spec.get("env_settings") or {}, f"{where}.env_settings"
   )
@@ -194,7 +183,7 @@ def _held_out_env(spec: Any, where: str, total_env_steps: int) -> HeldOutEnv:
   return HeldOutEnv(
       env=name,
       env_settings={**entry.settings, **given},
-      key=normalization.env_key(name, {**entry.settings, **given}),
+      key=reference_scores.env_key(name, {**entry.settings, **given}),
       total_env_steps=checks.check_int(steps, f"{where}.total_env_steps", 1),
   )
 
@@ -212,7 +201,7 @@ def parse_settings(block: Any, where: str = "validation") -> Settings:
   valid = set(default_config())
   if set(cfg) != valid:
     unknown, missing = sorted(set(cfg) - valid), sorted(valid - set(cfg))
-    raise UsageError(
+    raise errors.UsageError(
         f"config.{where} has unknown key(s) {unknown} / lacks {missing}; "
         f"valid keys: {', '.join(sorted(valid))}."
     )
@@ -224,7 +213,7 @@ def parse_settings(block: Any, where: str = "validation") -> Settings:
   if isinstance(envs, (dict, config_dict.ConfigDict)):
     envs = (envs,)
   if not isinstance(envs, (list, tuple)):
-    raise UsageError(
+    raise errors.UsageError(
         f"config.{where}.envs must be a tuple of held-out environments like "
         "{'env': 'delayed_chain'}, got " + repr(envs) + "."
     )
@@ -235,18 +224,18 @@ def parse_settings(block: Any, where: str = "validation") -> Settings:
   keys = [e.key for e in held_out]
   twice = sorted({k for k in keys if keys.count(k) > 1})
   if twice:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.{where}.envs lists {', '.join(twice)} more than once: list "
         "every held-out environment once."
     )
   if every and not held_out:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.{where}.every={every} but config.{where}.envs is empty: "
         "give held-out environments, e.g. --config.validation.envs="
         "\"({'env': 'delayed_chain'},)\", or set every=0."
     )
   loop = {}
-  for key in LOOP_KEYS:
+  for key in rule_registry.LOOP_KEYS:
     if cfg[key] is not None:
       low = 0 if key in ("replay_capacity", "min_replay_size") else 1
       loop[key] = checks.check_int(cfg[key], f"{where}.{key}", low)
@@ -361,7 +350,7 @@ class Validator:
   ):
     self.settings = settings
     self.run_dir = Path(run_dir)
-    self.references = compare_settings.parse_references(settings.references)
+    self.references = normalization.parse_references(settings.references)
     self.plans: dict[str, evaluation.Plan] = {}
     for i, env in enumerate(settings.envs):
       resolved = resolve.ResolvedRule(
@@ -373,9 +362,9 @@ class Validator:
       )
       where = f"config.validation.envs[{i}] ({env.key})"
       try:
-        normalization.normalize(0.0, env.key, self.references)
+        reference_scores.normalize(0.0, env.key, self.references)
       except ValueError as e:
-        raise UsageError(
+        raise errors.UsageError(
             f"{where}: {errors.one_line(e)} (or give it as "
             "config.validation.references: "
             "'env:random=R,reference=X,source=TEXT')"
@@ -384,8 +373,8 @@ class Validator:
         plan = evaluation.build(
             self._eval_config(env), log=lambda _: None, rule=resolved
         )
-      except UsageError as e:
-        raise UsageError(f"{where}: {errors.one_line(e)}") from None
+      except errors.UsageError as e:
+        raise errors.UsageError(f"{where}: {errors.one_line(e)}") from None
       self._check_budget(plan, env, where)
       self.plans[env.key] = plan
 
@@ -412,7 +401,7 @@ class Validator:
     loop = plan.loop_config
     per_iteration = loop.env_steps_per_iteration
     if env.total_env_steps < per_iteration:
-      raise UsageError(
+      raise errors.UsageError(
           f"{where}: total_env_steps={env.total_env_steps} is fewer than one "
           f"iteration of the loop ({loop.num_envs} envs x "
           f"{loop.rollout_len} steps = {per_iteration}): raise "
@@ -420,7 +409,7 @@ class Validator:
           "rollout_len)."
       )
     if loop.num_updates(plan.iterations) < 1:
-      raise UsageError(
+      raise errors.UsageError(
           f"{where}: total_env_steps={env.total_env_steps} ends before the "
           f"agents' first update (the replay first needs min_replay_size="
           f"{loop.min_replay_size} trajectories of {loop.num_envs} per "
@@ -448,7 +437,7 @@ class Validator:
           result.metrics, self.settings.last_episodes
       )
       returns[key] = scores
-      normalized[key] = normalization.normalize(scores, key, self.references)
+      normalized[key] = reference_scores.normalize(scores, key, self.references)
     return StepResult(
         meta_step=int(meta_step),
         returns=returns,

@@ -1,4 +1,5 @@
-"""Tests of disco.comparison.normalization."""
+"""Tests of disco.scoring.normalization and the reference table it reads
+(disco.environments.reference_scores)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import jax
 import numpy as np
 import pytest
 
-from disco.comparison import normalization
+from disco import errors
 from disco.environments import catch
+from disco.environments import reference_scores
+from disco.scoring import normalization
 
-TABLE = normalization.REFERENCE_TABLE
 EXPECTED_ENVS = (
     "catch/8x8",
     "catch/5x5",
@@ -28,8 +30,8 @@ EXPECTED_ENVS = (
 
 
 def test_table_has_every_environment_with_sources():
-  assert set(EXPECTED_ENVS) <= set(TABLE)
-  for key, entry in TABLE.items():
+  assert set(EXPECTED_ENVS) <= set(reference_scores.REFERENCE_TABLE)
+  for key, entry in reference_scores.REFERENCE_TABLE.items():
     assert entry.env == key
     assert entry.source and entry.random_source and entry.reference_algorithm
     if entry.reference_return is not None:
@@ -38,32 +40,37 @@ def test_table_has_every_environment_with_sources():
 
 @pytest.mark.parametrize("env", EXPECTED_ENVS)
 def test_random_maps_to_zero_and_reference_to_one(env):
-  entry = TABLE[env]
-  normalized = normalization.normalize(
+  entry = reference_scores.REFERENCE_TABLE[env]
+  normalized = reference_scores.normalize(
       [entry.random_return, entry.reference_return], env
   )
   np.testing.assert_allclose(normalized, [0.0, 1.0], atol=1e-12)
 
 
 def test_normalize_is_affine_and_keeps_shape():
-  entry = TABLE["gymnax/Breakout-MinAtar"]
+  entry = reference_scores.REFERENCE_TABLE["gymnax/Breakout-MinAtar"]
   middle = (entry.random_return + entry.reference_return) / 2
   scores = np.full((3, 2), middle)
   np.testing.assert_allclose(
-      normalization.normalize(scores, "gymnax/Breakout-MinAtar"),
+      reference_scores.normalize(scores, "gymnax/Breakout-MinAtar"),
       np.full((3, 2), 0.5),
   )
 
 
 def test_catch_entries_are_exact():
-  assert TABLE["catch/8x8"].random_return == -0.75
-  assert TABLE["catch/5x5"].random_return == pytest.approx(-0.6)
-  assert TABLE["catch/8x8"].reference_return == 1.0
-  assert TABLE["catch/5x5"].reference_return == 1.0
-  assert normalization.get_entry("catch") == TABLE["catch/8x8"]
+  assert reference_scores.REFERENCE_TABLE["catch/8x8"].random_return == -0.75
+  assert reference_scores.REFERENCE_TABLE[
+      "catch/5x5"
+  ].random_return == pytest.approx(-0.6)
+  assert reference_scores.REFERENCE_TABLE["catch/8x8"].reference_return == 1.0
+  assert reference_scores.REFERENCE_TABLE["catch/5x5"].reference_return == 1.0
+  assert (
+      reference_scores.get_entry("catch")
+      == reference_scores.REFERENCE_TABLE["catch/8x8"]
+  )
   # Any size is derived; on 2 rows the paddle moves once, so from column 3
   # of 8 it reaches columns 2..4 only.
-  wide = normalization.get_entry("catch/2x8")
+  wide = reference_scores.get_entry("catch/2x8")
   assert wide.reference_return == pytest.approx(2 * 3 / 8 - 1)
   assert wide.random_return == pytest.approx(2 / 8 - 1)
 
@@ -80,28 +87,28 @@ def test_catch_random_return_matches_the_environment():
     total += np.asarray(timestep.reward)
   assert set(np.unique(total)) <= {-1.0, 1.0}
   sem = total.std() / np.sqrt(num_episodes)
-  expected = TABLE["catch/5x5"].random_return
+  expected = reference_scores.REFERENCE_TABLE["catch/5x5"].random_return
   assert abs(total.mean() - expected) < 4 * sem
 
 
 def test_missing_reference_raises_with_instructions():
   entry = dataclasses.replace(
-      TABLE["gymnax/Breakout-MinAtar"],
+      reference_scores.REFERENCE_TABLE["gymnax/Breakout-MinAtar"],
       reference_return=None,
       notes="no published number for this budget",
   )
   overrides = {"gymnax/Breakout-MinAtar": entry}
   with pytest.raises(
-      normalization.MissingReferenceError,
+      reference_scores.MissingReferenceError,
       match="no trustworthy reference.*overrides=",
   ):
-    normalization.normalize([1.0], "gymnax/Breakout-MinAtar", overrides)
+    reference_scores.normalize([1.0], "gymnax/Breakout-MinAtar", overrides)
   with pytest.raises(ValueError, match="No normalisation entry for .*Pong"):
-    normalization.normalize([1.0], "gymnax/Pong-MinAtar")
+    reference_scores.normalize([1.0], "gymnax/Pong-MinAtar")
 
 
 def test_user_entries_override_the_table():
-  mine = normalization.ReferenceEntry(
+  mine = reference_scores.ReferenceEntry(
       env="gymnax/Breakout-MinAtar",
       random_return=0.0,
       random_source="mine",
@@ -111,21 +118,43 @@ def test_user_entries_override_the_table():
       source="my run",
   )
   np.testing.assert_allclose(
-      normalization.normalize(
+      reference_scores.normalize(
           [5.0], "gymnax/Breakout-MinAtar", {"gymnax/Breakout-MinAtar": mine}
       ),
       [0.5],
   )
   new = dataclasses.replace(mine, env="my/env")
-  assert normalization.get_entry("my/env", {"my/env": new}) is new
+  assert reference_scores.get_entry("my/env", {"my/env": new}) is new
   rows = normalization.table_rows({"my/env": new})
-  assert rows[-1]["env"] == "my/env" and len(rows) == len(TABLE) + 1
+  assert (
+      rows[-1]["env"] == "my/env"
+      and len(rows) == len(reference_scores.REFERENCE_TABLE) + 1
+  )
+
+
+def test_references_given_as_specs():
+  given = normalization.parse_references(
+      ("my/env:random=-1,reference=3,source=my run,budget=100",)
+  )
+  entry = given["my/env"]
+  assert (entry.random_return, entry.reference_return) == (-1.0, 3.0)
+  assert (entry.source, entry.budget_env_steps) == ("my run", 100)
+  assert entry.random_source == entry.reference_algorithm == "given"
+  np.testing.assert_allclose(
+      reference_scores.normalize([1.0], "my/env", given), [0.5]
+  )
+  for bad in ("my/env:random=-1", "my/env:random=low,reference=1", "my/env:x"):
+    with pytest.raises(errors.UsageError, match="Bad reference") as e:
+      normalization.parse_references((bad,))
+    assert "\n" not in str(e.value)
 
 
 def test_degenerate_entry_raises():
-  flat = dataclasses.replace(TABLE["catch/8x8"], reference_return=-0.75)
+  flat = dataclasses.replace(
+      reference_scores.REFERENCE_TABLE["catch/8x8"], reference_return=-0.75
+  )
   with pytest.raises(ValueError, match="must be finite and differ"):
-    normalization.normalize([0.0], "catch/8x8", {"catch/8x8": flat})
+    reference_scores.normalize([0.0], "catch/8x8", {"catch/8x8": flat})
 
 
 def test_normalize_score_dict_per_column():
@@ -146,7 +175,7 @@ def test_normalize_score_dict_per_column():
 
 
 def test_env_key_names_the_settings_that_differ_from_the_defaults():
-  key = normalization.env_key
+  key = reference_scores.env_key
   assert key("catch", {"rows": 5, "columns": 5}) == "catch/5x5"
   assert key("delayed_chain", {"variant": "short", "chain_length": None}) == (
       "delayed_chain"
@@ -164,19 +193,22 @@ def test_env_key_names_the_settings_that_differ_from_the_defaults():
 
 def test_keys_with_settings_use_an_entry_only_where_it_holds():
   # Delayed chain's anchors hold for every variant and length.
-  entry = normalization.get_entry("delayed_chain(chain_length=3)")
-  assert entry is TABLE["delayed_chain"] and entry.any_settings
+  entry = reference_scores.get_entry("delayed_chain(chain_length=3)")
+  assert (
+      entry is reference_scores.REFERENCE_TABLE["delayed_chain"]
+      and entry.any_settings
+  )
   # CartPole's reference is its maximum return at 500 steps: not for 200.
   with pytest.raises(
-      normalization.MissingReferenceError, match="default settings only"
+      reference_scores.MissingReferenceError, match="default settings only"
   ):
-    normalization.get_entry("gymnax/CartPole-v1(max_steps_in_episode=200)")
+    reference_scores.get_entry("gymnax/CartPole-v1(max_steps_in_episode=200)")
   mine = dataclasses.replace(
-      TABLE["gymnax/CartPole-v1"],
+      reference_scores.REFERENCE_TABLE["gymnax/CartPole-v1"],
       env="gymnax/CartPole-v1(max_steps_in_episode=200)",
       reference_return=200.0,
   )
-  assert normalization.get_entry(mine.env, {mine.env: mine}) is mine
+  assert reference_scores.get_entry(mine.env, {mine.env: mine}) is mine
 
 
 def test_array_defaults_match_their_saved_lists():
@@ -186,9 +218,9 @@ def test_array_defaults_match_their_saved_lists():
 
   defaults = env_registry.get_entry("gymnax/Acrobot-v1").settings
   as_saved = {k: np.asarray(v).tolist() for k, v in defaults.items()}
-  assert normalization.env_key("gymnax/Acrobot-v1", defaults) == (
+  assert reference_scores.env_key("gymnax/Acrobot-v1", defaults) == (
       "gymnax/Acrobot-v1"
   )
-  assert normalization.env_key("gymnax/Acrobot-v1", as_saved) == (
+  assert reference_scores.env_key("gymnax/Acrobot-v1", as_saved) == (
       "gymnax/Acrobot-v1"
   )

@@ -3,7 +3,7 @@
 Thin, typed wrappers over ``rliable`` (Agarwal et al., 2021, "Deep
 Reinforcement Learning at the Edge of the Statistical Precipice"). Every
 function takes a score dict ``{rule: scores}`` of normalised scores (see
-``disco.comparison.normalization``) where ``scores`` is
+``disco.scoring.normalization``) where ``scores`` is
 ``[num_seeds, num_envs]`` (or ``[num_seeds, num_envs, num_points]`` for
 sample-efficiency curves), and returns frozen dataclasses.
 
