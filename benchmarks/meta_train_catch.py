@@ -29,6 +29,8 @@ import numpy as np
 from disco import errors
 from disco import run_folders
 from disco.meta import history as history_lib
+from disco.meta import run_folder
+from disco.meta import settings
 from disco.meta import trainer as mt
 
 TARGET = 0.2
@@ -59,7 +61,7 @@ def main(argv=None) -> float:
   parser.add_argument("--no_progress", action="store_true")
   args = parser.parse_args(argv)
 
-  config = mt.default_config()
+  config = settings.default_config()
   config.num_meta_steps = args.num_meta_steps
   config.init_meta_params = args.init
   config.checkpoint_every = args.checkpoint_every
@@ -79,7 +81,7 @@ def main(argv=None) -> float:
     sys.exit(2)
 
   history = history_lib.MetricsHistory.read_csv(
-      f"{summary['output_dir']}/{mt.METRICS_FILE}"
+      f"{summary['output_dir']}/{run_folder.METRICS_FILE}"
   )
   rewards = history.column("rewards")
   window = max(1, min(args.window, len(rewards) // 2 or 1))

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from disco import parity
 from disco import weights
+from disco.parity import fixtures
+from disco.parity import runners
 
 BASES = (
     "grads/disco_learner_step_s0.npz",
@@ -102,14 +103,14 @@ def main(argv=None) -> None:
   out_dir.mkdir(parents=True, exist_ok=True)
   for base in BASES:
     path = Path(args.fixtures) / base
-    fx = parity.load_fixture(path)
+    fx = fixtures.load_fixture(path)
     kind = str(fx["kind"])
     meta_params = None
     if kind in ("disco_meta_net", "disco_learner_step"):
       meta_params = weights.load_disco103(args.weights)
     for i in range(args.count):
       new = variant(fx, seed=1000 * BASES.index(base) + i, scale=args.scale)
-      ours, _ = parity.KINDS[kind](new, meta_params)
+      ours, _ = runners.KINDS[kind](new, meta_params)
       for key in fx:
         if key.startswith("outputs::"):
           new[key] = np.asarray(ours[key[len("outputs") :]])

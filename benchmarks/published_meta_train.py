@@ -24,7 +24,7 @@ Two commands:
 * ``fixture``: ``--steps`` consecutive meta-steps, recorded as a multi-step
   parity fixture (kind ``disco_meta_train_steps``, checked by
   ``python -m disco.parity``; the format is described in
-  ``disco.parity.check_meta_train_steps``)::
+  ``disco.parity.meta_steps.check_meta_train_steps``)::
 
     python benchmarks/published_meta_train.py --published ../published \
         fixture --steps 4 --small --output tests/data/meta_train_steps.npz
@@ -51,8 +51,9 @@ if not __package__:  # run as a file: import the other scripts as a package
 from benchmarks import cli
 from benchmarks import published_notebook as nb
 from benchmarks import timing
-from disco import parity
 from disco import weights as weights_lib
+from disco.parity import fixtures
+from disco.parity import meta_steps
 
 NOTEBOOK = "colabs/meta_train.ipynb"
 FILENAME = "<meta_train.ipynb>"
@@ -359,7 +360,7 @@ def agent_layout(state) -> dict[str, Any]:
       timestep_last=ts.step_type == 2,  # dm_env.StepType.LAST
   )
   # Flat numpy arrays: picklable without the notebook's classes.
-  return parity.flatten_arrays(jax.device_get(layout))
+  return fixtures.flatten_arrays(jax.device_get(layout))
 
 
 def fixture(args) -> None:
@@ -415,7 +416,7 @@ def fixture(args) -> None:
 
 
 def write_fixture(recorded: dict[str, Any], out: Path) -> None:
-  fx = parity.meta_train_steps_fixture(**recorded)
+  fx = meta_steps.meta_train_steps_fixture(**recorded)
   out.parent.mkdir(parents=True, exist_ok=True)
   np.savez_compressed(out, **fx)
   print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB, {len(fx)} arrays)")

@@ -33,7 +33,7 @@ if not __package__:  # run as a file: import the other scripts as a package
 from benchmarks import cli
 from benchmarks import timing
 from disco.comparison import calibration
-from disco.comparison import significance
+from disco.comparison import two_sample
 from disco.scoring import aggregates
 
 
@@ -45,7 +45,7 @@ def false_positive_table(args) -> list[str]:
   lines = [
       cli.table_header(["test", "scores", *(f"{n} seeds" for n in args.seeds)])
   ]
-  for test in significance.TESTS:
+  for test in two_sample.TESTS:
     for scores in calibration.SCORES:
       cells = []
       for n in args.seeds:
@@ -62,7 +62,7 @@ def false_positive_table(args) -> list[str]:
           cells.append(_cell(rate))
         except ValueError:
           cells.append(
-              f"refused (needs {significance.min_seeds(test, args.alpha)})"
+              f"refused (needs {two_sample.min_seeds(test, args.alpha)})"
           )
       lines.append(cli.table_row([test, scores, *cells]))
   return lines

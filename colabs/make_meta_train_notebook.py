@@ -113,7 +113,7 @@ from disco.distillation import drift_fit
 from disco.environments import registry
 from disco.meta import checkpoints
 from disco.meta import history as history_lib
-from disco.meta import trainer
+from disco import meta
 from disco.training import analysis
 from disco.training import loop as loop_lib
 from disco.update_rules import resolve
@@ -123,7 +123,7 @@ print('JAX devices:', jax.devices())"""
 BUILD_MD = """\
 ## The population
 
-`trainer.build` checks a config (the defaults of `configs/meta_train.py`
+`meta.build` checks a config (the defaults of `configs/meta_train.py`
 with the settings above) and builds the agent groups (by default one: Catch
 5x5 with 2 agents), the population (the compiled meta-step: a
 `BackpropPopulation` for the default estimator) and the initial
@@ -136,7 +136,7 @@ the mean over groups of each group's mean over its agents, weighted by the
 groups' `weight` (default: their number of agents)."""
 
 BUILD = """\
-config = trainer.default_config()
+config = meta.default_config()
 config.update(dict(
     population=population,
     batch_size=batch_size, rollout_len=rollout_len, inner_steps=inner_steps,
@@ -149,7 +149,7 @@ config.agent.learning_rate = agent_learning_rate
 config.agent.loss_mask = agent_loss_mask
 config.value_fn.dense = value_fn_dense
 
-plan = trainer.build(config)
+plan = meta.build(config)
 out = plan.output_dir
 num_meta_params = sum(x.size for x in jax.tree.leaves(jax.eval_shape(
     plan.rule.init_meta_params, jax.random.PRNGKey(0))))
@@ -173,11 +173,11 @@ this cell again continues from where it stopped (also after an interrupt)."""
 TRAIN = """\
 ckpts = checkpoints.CheckpointManager(out / 'checkpoints', keep=2)
 if 'state' not in globals():
-  template = trainer.abstract_state(plan.population, plan.rule)
+  template = meta.abstract_state(plan.population, plan.rule)
   restored = (checkpoints.restore_latest(ckpts.directory, template)
               if ckpts.latest_step() is not None else None)
   if restored is None:
-    state = trainer.initial_state(plan)
+    state = meta.initial_state(plan)
     history = history_lib.MetricsHistory()
   else:
     print(f'Continuing from {restored.path}')
@@ -224,7 +224,7 @@ names the rule, so the evaluation launcher takes the file directly:
 way the launcher does checks it against the rule's structure."""
 
 EXPORT = """\
-path = trainer.export_meta_params(
+path = meta.export_meta_params(
     out / 'meta_params.npz', state.meta_params, plan.settings,
     meta_step=int(state.step), init_meta_params=init_meta_params)
 discovered = resolve.resolve_rule(str(path))
@@ -269,7 +269,7 @@ def evaluate_rule(meta_params, label):
 results = {f'discovered (meta-step {int(state.step)})':
                evaluate_rule(discovered_params, 'discovered')}
 if compare_with_initial_rule:
-  initial = trainer.load_initial_meta_params(
+  initial = meta.load_initial_meta_params(
       init_meta_params, plan.rule, config.init_seed)
   results[f'initial ({init_meta_params})'] = evaluate_rule(initial,
                                                           'initial')
@@ -313,7 +313,7 @@ es_config.es.update(dict(
     lifetime_iterations=es_lifetime_iterations,
     final_iterations=min(8, es_lifetime_iterations)))
 if es_generations:
-  es_summary = trainer.train(es_config, progress=False)
+  es_summary = meta.train(es_config, progress=False)
   es_history = history_lib.MetricsHistory.read_csv(
       f'{out}-es/metrics.csv')
   fitness = es_history.column('fitness')
@@ -353,7 +353,7 @@ lpo_config.es.update(dict(
     lifetime_iterations=lpo_lifetime_iterations,
     final_iterations=min(10, lpo_lifetime_iterations)))
 if lpo_generations:
-  lpo_summary = trainer.train(lpo_config, progress=False)
+  lpo_summary = meta.train(lpo_config, progress=False)
   lpo = resolve.resolve_rule(lpo_summary['meta_params_file'])
   drifts = drift_fit.standard_drifts()
   drifts['LPO (learned)'] = (

@@ -26,8 +26,6 @@ from disco import errors
 from disco import policies
 from disco import tracking
 
-UsageError = errors.UsageError
-one_line = errors.one_line
 T = TypeVar("T")
 
 
@@ -48,24 +46,24 @@ class Problems:
   def check(self) -> Iterator[None]:
     try:
       yield
-    except UsageError as e:
-      self.messages.append(one_line(e))
+    except errors.UsageError as e:
+      self.messages.append(errors.one_line(e))
 
   def get(self, fn: Callable[..., T], *args: Any, default: Any = None) -> T:
     try:
       return fn(*args)
-    except UsageError as e:
-      self.messages.append(one_line(e))
+    except errors.UsageError as e:
+      self.messages.append(errors.one_line(e))
       return default
 
   def raise_if_any(self) -> None:
     if len(self.messages) == 1:
-      raise UsageError(self.messages[0])
+      raise errors.UsageError(self.messages[0])
     if self.messages:
       listed = " ".join(
           f"({i}) {m}" for i, m in enumerate(self.messages, start=1)
       )
-      raise UsageError(f"{len(self.messages)} problems: {listed}")
+      raise errors.UsageError(f"{len(self.messages)} problems: {listed}")
 
 
 def config_path(name: str) -> Path:
@@ -90,17 +88,17 @@ def load_config(name: str) -> config_dict.ConfigDict:
 def load_config_file(path: Path, arg: str | None) -> config_dict.ConfigDict:
   """``get_config()`` (or ``get_config(arg)``) of an ml_collections file."""
   if not path.is_file():
-    raise UsageError(f"Config file {path} does not exist.")
+    raise errors.UsageError(f"Config file {path} does not exist.")
   try:
     get_config = runpy.run_path(str(path))["get_config"]
     config = get_config() if arg is None else get_config(arg)
   except Exception as e:  # noqa: BLE001 - a broken config file is bad input
-    raise UsageError(
+    raise errors.UsageError(
         f"Config file {path} does not load: {type(e).__name__}: "
-        f"{one_line(e)}"
+        f"{errors.one_line(e)}"
     ) from None
   if not isinstance(config, config_dict.ConfigDict):
-    raise UsageError(
+    raise errors.UsageError(
         f"Config file {path} did not give a ConfigDict "
         f"({type(config).__name__})."
     )
@@ -113,12 +111,12 @@ def check_config_keys(
   """Raises a ``UsageError`` for keys ``config`` adds or lacks at the top."""
   keys, valid = set(config.keys()), set(expected.keys())
   if keys - valid:
-    raise UsageError(
+    raise errors.UsageError(
         f"Unknown config key(s) {sorted(keys - valid)}; valid keys: "
         f"{', '.join(sorted(valid))}."
     )
   if valid - keys:
-    raise UsageError(
+    raise errors.UsageError(
         f"The config lacks key(s) {sorted(valid - keys)}: start from "
         f"{config_path(name)}."
     )
@@ -143,11 +141,11 @@ def check_int(
   (``name`` is its config key; ``why``, if given, says in the message why
   the maximum)."""
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-    raise UsageError(f"config.{name} must be an integer, got {value!r}.")
+    raise errors.UsageError(f"config.{name} must be an integer, got {value!r}.")
   if value < minimum:
-    raise UsageError(f"config.{name} must be >= {minimum}, got {value}.")
+    raise errors.UsageError(f"config.{name} must be >= {minimum}, got {value}.")
   if maximum is not None and value > maximum:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.{name} must be <= {maximum}{f' ({why})' if why else ''}, "
         f"got {value}."
     )
@@ -165,7 +163,9 @@ def check_seed(value: Any, name: str = "seed", count: int = 1) -> int:
 
 def check_bool(value: Any, name: str) -> bool:
   if not isinstance(value, bool):
-    raise UsageError(f"config.{name} must be True or False, got {value!r}.")
+    raise errors.UsageError(
+        f"config.{name} must be True or False, got {value!r}."
+    )
   return value
 
 
@@ -182,7 +182,7 @@ def check_number(value: Any, name: str, positive: bool = False) -> float:
   """``value`` as a finite float (``> 0`` if ``positive``)."""
   if not is_finite_number(value) or (positive and not value > 0):
     need = "a number > 0" if positive else "a finite number"
-    raise UsageError(f"config.{name} must be {need}, got {value!r}.")
+    raise errors.UsageError(f"config.{name} must be {need}, got {value!r}.")
   return float(value)
 
 
@@ -196,7 +196,7 @@ def check_policy(value: Any, name: str = "policy") -> dict[str, Any]:
   if "init_log_std" in set_values:
     check_number(set_values["init_log_std"], f"{name}.init_log_std")
   if "log_std" in set_values and set_values["log_std"] not in policies.LOG_STDS:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.{name}.log_std must be one of "
         f"{', '.join(policies.LOG_STDS)}, got {set_values['log_std']!r}."
     )
@@ -208,7 +208,7 @@ def as_dict(value: Any, name: str) -> dict[str, Any]:
     return value.to_dict()
   if isinstance(value, dict):
     return dict(value)
-  raise UsageError(f"config.{name} must be a dict, got {value!r}.")
+  raise errors.UsageError(f"config.{name} must be a dict, got {value!r}.")
 
 
 def check_tracking(spec: Any) -> tuple[str, ...]:
@@ -216,7 +216,7 @@ def check_tracking(spec: Any) -> tuple[str, ...]:
   try:
     return tracking.parse(spec)
   except tracking.TrackingError as e:
-    raise UsageError(f"config.tracking: {one_line(e)}") from None
+    raise errors.UsageError(f"config.tracking: {errors.one_line(e)}") from None
 
 
 def import_modules(names: str) -> None:
@@ -228,9 +228,9 @@ def import_modules(names: str) -> None:
     try:
       importlib.import_module(name)
     except Exception as e:  # noqa: BLE001 - any import failure is a usage error
-      raise UsageError(
+      raise errors.UsageError(
           f"Cannot import module {name!r} (config.imports): "
-          f"{type(e).__name__}: {one_line(e)}. Check the name and that it is "
+          f"{type(e).__name__}: {errors.one_line(e)}. Check the name and that it is "
           "on PYTHONPATH."
       ) from None
 
@@ -275,4 +275,6 @@ def _override(node, values, where, moved, problems: Problems) -> None:
       try:
         node[key] = value
       except (TypeError, ValueError) as e:
-        problems.messages.append(f"{where}.{key}={value!r}: {one_line(e)}")
+        problems.messages.append(
+            f"{where}.{key}={value!r}: {errors.one_line(e)}"
+        )

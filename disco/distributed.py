@@ -50,8 +50,6 @@ import numpy as np
 from disco import checks
 from disco import errors
 
-UsageError = errors.UsageError
-
 # JAX's own timeouts run this much longer than ours, so that the launcher's
 # clear message comes first.
 _GRACE_S = 30
@@ -59,7 +57,7 @@ _PROBE_INTERVAL_S = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class DistributedSettings:
   """Checked ``config.distributed`` values (None: detected by JAX)."""
 
   coordinator_address: str | None
@@ -94,7 +92,7 @@ def default_config() -> dict[str, Any]:
   )
 
 
-def settings(block: Any) -> Settings | None:
+def settings(block: Any) -> DistributedSettings | None:
   """``config.distributed`` checked; None when it is not enabled.
 
   Raises:
@@ -103,7 +101,7 @@ def settings(block: Any) -> Settings | None:
   cfg = checks.as_dict(block, "distributed")
   valid = set(default_config())
   if set(cfg) != valid:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.distributed must have the keys {', '.join(sorted(valid))}; "
         f"got {', '.join(sorted(cfg))}."
     )
@@ -117,18 +115,18 @@ def settings(block: Any) -> Settings | None:
   if address is not None:
     _split_address(address)
   if num and pid >= num:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.distributed.process_id={pid} is out of range for "
         f"num_processes={num}: give each process its own id 0..{num - 1}."
     )
   try:
     local = tuple(int(i) for i in ids.split(",")) if ids else None
   except ValueError:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.distributed.local_device_ids={ids!r}: write device numbers "
         "separated by commas, e.g. '0' or '0,1'."
     ) from None
-  return Settings(
+  return DistributedSettings(
       coordinator_address=address,
       num_processes=num or None,
       process_id=pid if pid >= 0 else None,
@@ -148,7 +146,7 @@ def settings(block: Any) -> Settings | None:
 def _split_address(address: str) -> tuple[str, int]:
   host, _, port = address.rpartition(":")
   if not host or not port.isdigit() or not 0 < int(port) < 65536:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.distributed.coordinator_address={address!r}: write "
         "'host:port' (process 0's host and a free port), e.g. "
         "'10.0.0.1:8476'."
@@ -159,7 +157,7 @@ def _split_address(address: str) -> tuple[str, int]:
 # ------------------------------------------------------- initialisation ----
 
 
-def initialize(s: Settings | None, program: str) -> None:
+def initialize(s: DistributedSettings | None, program: str) -> None:
   """Joins this process to the run (``jax.distributed.initialize``).
 
   Does nothing for ``None`` or when JAX's runtime is already initialised.
@@ -207,7 +205,7 @@ def initialize(s: Settings | None, program: str) -> None:
     hint = ""
     if "before any JAX" in str(e):
       hint = " (start a new Python process: JAX is already in use here)"
-    raise UsageError(
+    raise errors.UsageError(
         f"{where}: jax.distributed.initialize failed: "
         f"{errors.one_line(e)}{hint}. Give coordinator_address, "
         "num_processes and process_id in config.distributed where the "
@@ -217,7 +215,7 @@ def initialize(s: Settings | None, program: str) -> None:
     timer.cancel()
 
 
-def _whoami(s: Settings) -> str:
+def _whoami(s: DistributedSettings) -> str:
   if s.process_id is None:
     return "this process"
   total = f" of {s.num_processes}" if s.num_processes else ""
@@ -230,14 +228,16 @@ def _check_port_free(port: int, address: str) -> None:
     try:
       sock.bind(("", port))
     except OSError as e:
-      raise UsageError(
+      raise errors.UsageError(
           f"process 0 hosts the coordinator at {address}, but port {port} is "
           f"taken here ({e.strerror}): another run, or a second process with "
           "process_id=0, uses it. Choose another port."
       ) from None
 
 
-def _wait_for_coordinator(host: str, port: int, s: Settings, where: str):
+def _wait_for_coordinator(
+    host: str, port: int, s: DistributedSettings, where: str
+):
   deadline = time.monotonic() + s.initialization_timeout
   error = None
   while time.monotonic() < deadline:
@@ -247,7 +247,7 @@ def _wait_for_coordinator(host: str, port: int, s: Settings, where: str):
     except OSError as e:
       error = e.strerror or str(e)
       time.sleep(_PROBE_INTERVAL_S)
-  raise UsageError(
+  raise errors.UsageError(
       f"{where} cannot reach the coordinator at {s.coordinator_address} "
       f"({error}) within {s.initialization_timeout} s (config.distributed."
       "initialization_timeout): start process 0 (it hosts the coordinator) "

@@ -25,8 +25,6 @@ import jax.numpy as jnp
 import numpy as np
 import rlax
 
-Array = jax.Array
-
 LOG_STDS = ("state_independent", "state_dependent")
 # Clip range of the log standard deviation (keeps exp(log_std) finite).
 LOG_STD_RANGE = (-20.0, 2.0)
@@ -55,24 +53,24 @@ class Policy(abc.ABC):
     """dtype of actions."""
 
   @abc.abstractmethod
-  def sample(self, rng: Array, params: Array) -> Array:
+  def sample(self, rng: jax.Array, params: jax.Array) -> jax.Array:
     """Actions ``[..., *action_shape]`` drawn from ``params`` ``[..., P]``."""
 
   @abc.abstractmethod
-  def mode(self, params: Array) -> Array:
+  def mode(self, params: jax.Array) -> jax.Array:
     """The most likely action ``[..., *action_shape]``."""
 
   @abc.abstractmethod
-  def log_prob(self, params: Array, actions: Array) -> Array:
+  def log_prob(self, params: jax.Array, actions: jax.Array) -> jax.Array:
     """``log pi(a)``: params ``[..., P]``, actions ``[..., *action_shape]``
     -> ``[...]``."""
 
   @abc.abstractmethod
-  def entropy(self, params: Array) -> Array:
+  def entropy(self, params: jax.Array) -> jax.Array:
     """``[..., P]`` -> ``[...]``; see each family for what it is exactly."""
 
   @abc.abstractmethod
-  def kl(self, params: Array, other: Array) -> Array:
+  def kl(self, params: jax.Array, other: jax.Array) -> jax.Array:
     """``KL(pi_params || pi_other)``, ``[...]``."""
 
   def tree_flatten(self):
@@ -104,20 +102,20 @@ class Categorical(Policy):
   def action_dtype(self) -> Any:
     return jnp.int32
 
-  def sample(self, rng: Array, params: Array) -> Array:
+  def sample(self, rng: jax.Array, params: jax.Array) -> jax.Array:
     return distrax.Softmax(logits=params).sample(seed=rng)
 
-  def mode(self, params: Array) -> Array:
+  def mode(self, params: jax.Array) -> jax.Array:
     return jnp.argmax(params, axis=-1).astype(jnp.int32)
 
-  def log_prob(self, params: Array, actions: Array) -> Array:
+  def log_prob(self, params: jax.Array, actions: jax.Array) -> jax.Array:
     return rlax.batched_index(jax.nn.log_softmax(params), actions)
 
-  def entropy(self, params: Array) -> Array:
+  def entropy(self, params: jax.Array) -> jax.Array:
     """The exact entropy."""
     return distrax.Softmax(params).entropy()
 
-  def kl(self, params: Array, other: Array) -> Array:
+  def kl(self, params: jax.Array, other: jax.Array) -> jax.Array:
     return rlax.categorical_kl_divergence(params, other)
 
 
@@ -180,34 +178,34 @@ class Gaussian(Policy):
   def action_dtype(self) -> Any:
     return jnp.float32
 
-  def mean_and_log_std(self, params: Array) -> tuple[Array, Array]:
+  def mean_and_log_std(self, params: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``[..., 2 D]`` -> the Gaussian's mean and log-std, ``[..., D]`` each."""
     mean, log_std = jnp.split(params, 2, axis=-1)
     return mean, jnp.clip(log_std, *LOG_STD_RANGE)
 
-  def gaussian(self, params: Array) -> distrax.MultivariateNormalDiag:
+  def gaussian(self, params: jax.Array) -> distrax.MultivariateNormalDiag:
     """The Gaussian before any squashing."""
     mean, log_std = self.mean_and_log_std(params)
     return distrax.MultivariateNormalDiag(mean, jnp.exp(log_std))
 
-  def _half_range(self) -> tuple[Array, Array]:
+  def _half_range(self) -> tuple[jax.Array, jax.Array]:
     low = jnp.asarray(self.minimum, jnp.float32)
     high = jnp.asarray(self.maximum, jnp.float32)
     return (high + low) / 2.0, (high - low) / 2.0
 
-  def _to_bounds(self, u: Array) -> Array:
+  def _to_bounds(self, u: jax.Array) -> jax.Array:
     centre, half = self._half_range()
     return centre + half * jnp.tanh(u)
 
-  def sample(self, rng: Array, params: Array) -> Array:
+  def sample(self, rng: jax.Array, params: jax.Array) -> jax.Array:
     u = self.gaussian(params).sample(seed=rng)
     return self._to_bounds(u) if self.squash else u
 
-  def mode(self, params: Array) -> Array:
+  def mode(self, params: jax.Array) -> jax.Array:
     mean, _ = self.mean_and_log_std(params)
     return self._to_bounds(mean) if self.squash else mean
 
-  def log_prob(self, params: Array, actions: Array) -> Array:
+  def log_prob(self, params: jax.Array, actions: jax.Array) -> jax.Array:
     """The density of ``actions`` as sampled (with ``squash``: the Gaussian's at
     the ``atanh`` of the rescaled action, change-of-variables corrected)."""
     if not self.squash:
@@ -223,11 +221,11 @@ class Gaussian(Policy):
     )
     return self.gaussian(params).log_prob(u) - log_det
 
-  def entropy(self, params: Array) -> Array:
+  def entropy(self, params: jax.Array) -> jax.Array:
     """The exact entropy of the Gaussian before any squashing."""
     return self.gaussian(params).entropy()
 
-  def kl(self, params: Array, other: Array) -> Array:
+  def kl(self, params: jax.Array, other: jax.Array) -> jax.Array:
     """KL of the Gaussians before squashing (equal to the squashed ones')."""
     return self.gaussian(params).kl_divergence(self.gaussian(other))
 

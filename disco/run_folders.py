@@ -31,8 +31,6 @@ import numpy as np
 from disco import errors
 from disco import files
 
-UsageError = errors.UsageError
-
 
 def output_dir(requested: str, prefix: str) -> Path:
   """``requested`` (``~`` expanded), or ``runs/<prefix>-<UTC time>[-k]``."""
@@ -47,7 +45,7 @@ def output_dir(requested: str, prefix: str) -> Path:
       suffix += 1
       out = Path("runs") / f"{safe}-{stamp}-{suffix}"
   if out.exists() and not out.is_dir():
-    raise UsageError(f"output_dir {out} exists and is not a folder.")
+    raise errors.UsageError(f"output_dir {out} exists and is not a folder.")
   return out
 
 
@@ -55,7 +53,7 @@ def make_dir(path: Path) -> Path:
   try:
     path.mkdir(parents=True, exist_ok=True)
   except OSError as e:
-    raise UsageError(f"Cannot create output_dir {path}: {e}.") from None
+    raise errors.UsageError(f"Cannot create output_dir {path}: {e}.") from None
   return path
 
 
@@ -102,9 +100,9 @@ def claim_output_dir(
   try:
     lock = files.FolderLock(out, program, name).acquire()
   except files.FolderInUse as e:
-    raise UsageError(str(e)) from None
+    raise errors.UsageError(str(e)) from None
   except OSError as e:
-    raise UsageError(f"Cannot create output_dir {out}: {e}.") from None
+    raise errors.UsageError(f"Cannot create output_dir {out}: {e}.") from None
   if lock.abandoned_by is not None:
     print(
         f"{program}: warning: the last run in {out} "
@@ -198,11 +196,11 @@ def check_run_folder(
   except FileNotFoundError:
     return []
   except OSError as e:
-    raise UsageError(f"Cannot read output_dir {out}: {e}.") from None
+    raise errors.UsageError(f"Cannot read output_dir {out}: {e}.") from None
   marker = read_marker(out)
   if marker is not None and marker["kind"] != kind.name:
     what = marker.get("description") or f"a {marker['kind']!r} run"
-    raise UsageError(
+    raise errors.UsageError(
         f"output_dir {out} holds {what} ({MARKER_FILE}): {kind.description} "
         "never writes into another kind of run folder; choose another folder."
     )
@@ -210,14 +208,14 @@ def check_run_folder(
     return []
   foreign = [n for n in entries if not kind.owned(n)]
   if foreign:
-    raise UsageError(
+    raise errors.UsageError(
         f"output_dir {out} holds files {kind.description} does not write "
         f"({_listed(foreign)}): nothing was changed; choose an empty or new "
         "folder, or move them out."
     )
   if overwrite:
     if marker is None:
-      raise UsageError(
+      raise errors.UsageError(
           f"output_dir {out} has no {MARKER_FILE} marker (written by an older "
           f"disco, or not by disco), so overwrite will not remove "
           f"{_listed(entries)}: delete them yourself or choose another folder."
@@ -225,7 +223,7 @@ def check_run_folder(
     return entries
   if resume:
     return []
-  raise UsageError(
+  raise errors.UsageError(
       f"output_dir {out} already holds {kind.description} "
       f"({_listed(entries)}): {kind.again}, or choose another folder."
   )
@@ -257,7 +255,7 @@ def open_run_folder(
           dict(kind=kind.name, description=kind.description),
       )
   except OSError as e:
-    raise UsageError(f"Cannot prepare output_dir {out}: {e}.") from None
+    raise errors.UsageError(f"Cannot prepare output_dir {out}: {e}.") from None
   return removed
 
 

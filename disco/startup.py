@@ -17,7 +17,7 @@ from disco import distributed
 
 def start(
     program: str,
-    distributed_settings: distributed.Settings | None = None,
+    distributed_settings: distributed.DistributedSettings | None = None,
     imports: Any = "",
 ) -> None:
   """Joins the run (``distributed.initialize``; nothing for None or when

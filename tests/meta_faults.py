@@ -147,7 +147,9 @@ class FaultyPopulation(population_lib.BackpropPopulation):
     return super()._step_args(state) + self.faults.schedule()
 
 
-def with_faults(plan: plan_lib.Plan, **faults) -> plan_lib.Plan:
+def with_faults(
+    plan: plan_lib.MetaTrainPlan, **faults
+) -> plan_lib.MetaTrainPlan:
   """``plan`` whose population injects ``FaultInjection(**faults)`` (the
   same groups, settings, meta-optimiser and devices)."""
   population = plan.population

@@ -10,7 +10,7 @@ import sys
 
 from ml_collections import config_dict
 
-from disco.meta import trainer as mt
+from disco.meta import settings as settings_lib
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 
@@ -50,7 +50,7 @@ TINY_LPG_FLAGS = as_flags(TINY_LPG)
 
 def tiny_config(**overrides) -> config_dict.ConfigDict:
   """The default meta-training config at ``TINY`` sizes, with overrides."""
-  config = mt.default_config()
+  config = settings_lib.default_config()
   config.batch_size = TINY["batch_size"]
   config.rollout_len = TINY["rollout_len"]
   config.inner_steps = TINY["inner_steps"]

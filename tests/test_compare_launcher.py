@@ -23,9 +23,10 @@ from disco import comparison
 from disco import errors
 from disco import evaluation
 from disco import files
+from disco import specs
 from disco import weights
+from disco.comparison import settings as settings_lib
 from disco.launch import common
-from disco.launch import compare
 from disco.meta import validation as val
 from disco.meta import validation_record as record_lib
 from disco.training import analysis
@@ -63,7 +64,7 @@ def _config(argv):
   fv = flags.FlagValues()
   common.parse_config_flags(
       ["disco-compare", *argv],
-      checks.config_path(compare.CONFIG_NAME),
+      checks.config_path(settings_lib.CONFIG_NAME),
       "help",
       flag_values=fv,
   )
@@ -440,21 +441,21 @@ def test_command_line_error_exits_2(tmp_path):
 
 
 def test_parse_spec():
-  assert comparison.parse_spec("catch:rows=5,columns=6", "env") == (
+  assert specs.parse_spec("catch:rows=5,columns=6", "env") == (
       "catch",
       dict(rows=5, columns=6),
   )
-  assert comparison.parse_spec("x:a=(1, 2),b=text", "env") == (
+  assert specs.parse_spec("x:a=(1, 2),b=text", "env") == (
       "x",
       dict(a=(1, 2), b="text"),
   )
-  assert comparison.parse_spec("gymnax/CartPole-v1", "env") == (
+  assert specs.parse_spec("gymnax/CartPole-v1", "env") == (
       "gymnax/CartPole-v1",
       {},
   )
   with pytest.raises(errors.UsageError, match="name:key=value"):
-    comparison.parse_spec("catch:rows", "environment")
-  assert json.loads(json.dumps(comparison.parse_spec("a:b=1", "x")))
+    specs.parse_spec("catch:rows", "environment")
+  assert json.loads(json.dumps(specs.parse_spec("a:b=1", "x")))
 
 
 def test_settings_report_every_bad_value_at_once(tmp_path):

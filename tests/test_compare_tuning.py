@@ -18,6 +18,7 @@ from disco import checks
 from disco import comparison
 from disco import errors
 from disco.comparison import results as results_lib
+from disco.comparison import settings as settings_lib
 from disco.environments import reference_scores
 from disco.launch import common
 from disco.launch import compare
@@ -46,7 +47,7 @@ def _config(argv):
   fv = flags.FlagValues()
   common.parse_config_flags(
       ["disco-compare", *argv],
-      checks.config_path(compare.CONFIG_NAME),
+      checks.config_path(settings_lib.CONFIG_NAME),
       "help",
       flag_values=fv,
       prepare=compare.prepare_config,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from disco.comparison import calibration
-from disco.comparison import significance
+from disco.comparison import two_sample
 from disco.scoring import aggregates
 
 ALPHA = 0.05
@@ -29,11 +29,11 @@ def _bound(rate: float, trials: int = TRIALS) -> float:
 
 @pytest.mark.parametrize("scores", calibration.SCORES)
 @pytest.mark.parametrize("num_seeds", SEEDS)
-@pytest.mark.parametrize("test", significance.TESTS)
+@pytest.mark.parametrize("test", two_sample.TESTS)
 def test_false_positive_rate_is_at_most_alpha(test, num_seeds, scores):
   """Normal scores, and "discrete" ones (three values: most seeds tie, as at
   an environment's optimum, and whole samples are often constant)."""
-  if num_seeds < significance.min_seeds(test, ALPHA):
+  if num_seeds < two_sample.min_seeds(test, ALPHA):
     with pytest.raises(ValueError, match="needs at least") as info:
       calibration.false_positive_rate(test, num_seeds, alpha=ALPHA)
     assert "\n" not in str(info.value)
@@ -50,7 +50,7 @@ def test_false_positive_rate_is_at_most_alpha(test, num_seeds, scores):
 
 
 def test_false_positive_rate_at_a_stricter_alpha():
-  for test in significance.TESTS:
+  for test in two_sample.TESTS:
     measured = calibration.false_positive_rate(
         test, 6, alpha=0.01, trials=4000, seed=1
     )

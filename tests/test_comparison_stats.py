@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from disco.comparison import effect_sizes
 from disco.comparison import report
 from disco.comparison import significance
+from disco.comparison import two_sample
 from disco.scoring import aggregates
 
 REPS = 200  # bootstrap replications: small, these tests only check behaviour
@@ -27,26 +29,26 @@ def _shifted_samples(n=10, shift=3.0, seed=0):
 # ------------------------------------------------------- significance ----
 
 
-@pytest.mark.parametrize("test", significance.TESTS)
+@pytest.mark.parametrize("test", two_sample.TESTS)
 def test_identical_samples_give_p_near_one(test):
   a, _ = _shifted_samples()
-  result = significance.run_test(a, a.copy(), test, reps=REPS)
+  result = two_sample.run_test(a, a.copy(), test, reps=REPS)
   assert result.p_value > 0.9
   assert result.effect_size == 0.0
   assert result.seeds_needed is None
   assert "effect size is 0" in result.warning
 
 
-@pytest.mark.parametrize("test", significance.TESTS)
+@pytest.mark.parametrize("test", two_sample.TESTS)
 def test_equal_constant_samples_give_p_one(test):
-  result = significance.run_test(np.ones(5), np.ones(5), test, reps=REPS)
+  result = two_sample.run_test(np.ones(5), np.ones(5), test, reps=REPS)
   assert result.p_value == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("test", significance.TESTS)
+@pytest.mark.parametrize("test", two_sample.TESTS)
 def test_clear_shift_is_significant(test):
   a, b = _shifted_samples()
-  result = significance.run_test(a, b, test, alpha=0.05, reps=REPS)
+  result = two_sample.run_test(a, b, test, alpha=0.05, reps=REPS)
   assert result.p_value < 0.05
   assert result.effect_size < 0  # a is the lower rule
   assert result.n_a == result.n_b == 10
@@ -56,14 +58,14 @@ def test_welch_matches_scipy():
   rng = np.random.default_rng(1)
   a, b = rng.normal(0.0, 1.0, 7), rng.normal(0.8, 2.5, 12)
   expected = stats.ttest_ind(a, b, equal_var=False)
-  result = significance.run_test(a, b, "welch")
+  result = two_sample.run_test(a, b, "welch")
   assert result.statistic == pytest.approx(expected.statistic, rel=1e-12)
   assert result.p_value == pytest.approx(expected.pvalue, rel=1e-12)
 
 
 def test_mann_whitney_matches_scipy_and_rank_biserial():
   a, b = np.array([1.0, 2.0, 3.0, 4.0]), np.array([5.0, 6.0, 7.0, 8.0, 9.0])
-  result = significance.run_test(a, b, "mann_whitney")
+  result = two_sample.run_test(a, b, "mann_whitney")
   expected = stats.mannwhitneyu(a, b, alternative="two-sided")
   assert result.p_value == pytest.approx(expected.pvalue)
   assert result.statistic == 0.0
@@ -76,11 +78,11 @@ def test_mann_whitney_matches_scipy_and_rank_biserial():
 def test_resampling_tests_are_seeded(test):
   rng = np.random.default_rng(2)
   a, b = rng.normal(0.0, 1.0, 8), rng.normal(0.7, 1.0, 8)
-  first = significance.run_test(a, b, test, reps=REPS, seed=3)
-  again = significance.run_test(a, b, test, reps=REPS, seed=3)
+  first = two_sample.run_test(a, b, test, reps=REPS, seed=3)
+  again = two_sample.run_test(a, b, test, reps=REPS, seed=3)
   assert first.p_value == again.p_value
   p_values = {
-      significance.run_test(a, b, test, reps=REPS, seed=s).p_value
+      two_sample.run_test(a, b, test, reps=REPS, seed=s).p_value
       for s in range(5)
   }
   assert len(p_values) > 1
@@ -89,7 +91,7 @@ def test_resampling_tests_are_seeded(test):
 def test_permutation_is_exact_for_small_samples():
   # 4 vs 4 fully separated seeds: 70 relabellings, 2 as extreme as observed.
   a, b = np.arange(4.0), np.arange(4.0) + 10
-  result = significance.run_test(a, b, "permutation", reps=10000)
+  result = two_sample.run_test(a, b, "permutation", reps=10000)
   assert result.p_value == pytest.approx(2 / 70)
 
 
@@ -97,8 +99,8 @@ def test_bootstrap_test_is_studentized():
   """The issue's example: the raw-difference bootstrap gave p = 1e-4 where
   Welch gives 0.2; resampling Welch's t keeps the two close."""
   a, b = [0.1, 0.3, 0.2], [0.5, 0.9, 0.7]
-  welch = significance.run_test(a, b, "welch")
-  boot = significance.run_test(a, b, "bootstrap", reps=2000)
+  welch = two_sample.run_test(a, b, "welch")
+  boot = two_sample.run_test(a, b, "bootstrap", reps=2000)
   assert welch.p_value > 0.01
   assert boot.p_value > 0.01
   assert boot.statistic == pytest.approx(welch.statistic)
@@ -109,7 +111,7 @@ def test_bootstrap_false_positive_rate_at_five_seeds():
   rng = np.random.default_rng(11)
   trials, alpha = 300, 0.05
   rejected = sum(
-      significance.run_test(
+      two_sample.run_test(
           rng.normal(size=5), rng.normal(size=5), "bootstrap", reps=200, seed=i
       ).p_value
       <= alpha
@@ -122,26 +124,26 @@ def test_bootstrap_false_positive_rate_at_five_seeds():
 
 def test_bootstrap_refuses_two_seeds():
   with pytest.raises(ValueError, match="at least 3 seeds per rule"):
-    significance.run_test([0.1, 0.3], [0.5, 0.9], "bootstrap")
+    two_sample.run_test([0.1, 0.3], [0.5, 0.9], "bootstrap")
 
 
 def test_mann_whitney_with_ties_is_exact():
   # All 70 splits of the 8 values: 10 give a |U - 8| of at least 6.
   a, b = [1.0, 1.0, 1.0, 1.0], [1.0, 0.95, 0.9, 0.8]
-  result = significance.run_test(a, b, "mann_whitney")
+  result = two_sample.run_test(a, b, "mann_whitney")
   assert result.p_value == pytest.approx(10 / 70)
   assert result.statistic == 14.0
 
 
 @pytest.mark.parametrize("test", ["welch", "bootstrap"])
 def test_constant_samples_fall_back_to_the_exact_permutation_test(test):
-  result = significance.run_test([1.0, 1.0, 1.0], [0.0, 0.0, 0.0], test)
+  result = two_sample.run_test([1.0, 1.0, 1.0], [0.0, 0.0, 0.0], test)
   # Welch's t is 0/0 scaled: undefined. Of the 20 splits of the six values,
   # 2 separate them as much as observed.
   assert math.isnan(result.statistic)
   assert result.p_value == pytest.approx(2 / 20)
   assert "no variance" in result.warning.lower()
-  same = significance.run_test([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], test)
+  same = two_sample.run_test([1.0, 1.0, 1.0], [1.0, 1.0, 1.0], test)
   assert same.p_value == 1.0
 
 
@@ -177,7 +179,7 @@ def test_rows_carry_the_welch_interval_of_the_difference():
   )
   assert row.diff_low < row.mean_a - row.mean_b < row.diff_high
   assert row.confidence == 0.9
-  wide = significance.run_test(a, b, confidence=0.99)
+  wide = two_sample.run_test(a, b, confidence=0.99)
   assert wide.diff_high - wide.diff_low > row.diff_high - row.diff_low
   assert "[" in significance.format_table([row])
 
@@ -185,7 +187,7 @@ def test_rows_carry_the_welch_interval_of_the_difference():
 def test_rows_hold_their_test_result_and_keep_their_json_layout():
   a, b = _shifted_samples(n=6, shift=1.0)
   (row,) = significance.pairwise_table({"a": a, "b": b}, reps=REPS)
-  assert row.result == significance.run_test(a, b, reps=REPS)
+  assert row.result == two_sample.run_test(a, b, reps=REPS)
   assert row.p_value is row.result.p_value and row.mean_b == row.result.mean_b
   with pytest.raises(AttributeError, match="no attribute 'nope'"):
     row.nope  # noqa: B018
@@ -217,7 +219,7 @@ def test_rows_hold_their_test_result_and_keep_their_json_layout():
       "diff_high",
       "min_effect",
   ]
-  fields = {f.name for f in dataclasses.fields(significance.TestResult)}
+  fields = {f.name for f in dataclasses.fields(two_sample.TestResult)}
   fields |= {f.name for f in dataclasses.fields(row)} - {"result"}
   assert set(flat) == fields
   assert flat["p_value"] == row.p_value and flat["p_holm"] == row.p_holm
@@ -225,17 +227,17 @@ def test_rows_hold_their_test_result_and_keep_their_json_layout():
 
 def test_min_effect_sets_the_seeds_needed():
   a, b = _shifted_samples(n=10, shift=3.0)
-  observed = significance.run_test(a, b)
+  observed = two_sample.run_test(a, b)
   assert observed.warning is None  # a large observed effect: enough seeds
-  planned = significance.run_test(a, b, min_effect=0.5)
+  planned = two_sample.run_test(a, b, min_effect=0.5)
   assert planned.seeds_needed == 64  # Cohen's table, d = 0.5
   assert planned.min_effect == 0.5
   assert "minimum effect of interest of |g|=0.5" in planned.warning
-  same = significance.run_test(a, a.copy(), min_effect=1.0)
+  same = two_sample.run_test(a, a.copy(), min_effect=1.0)
   assert same.seeds_needed == 17
   assert "effect size is 0" not in same.warning
   with pytest.raises(ValueError, match="min_effect"):
-    significance.run_test(a, b, min_effect=0.0)
+    two_sample.run_test(a, b, min_effect=0.0)
 
 
 def test_apply_holm_over_several_tables():
@@ -250,7 +252,7 @@ def test_apply_holm_over_several_tables():
   flat = [r for rows in tables.values() for r in rows]
   np.testing.assert_allclose(
       [r.p_holm for rows in joint.values() for r in rows],
-      significance.holm_bonferroni([r.p_value for r in flat]),
+      two_sample.holm_bonferroni([r.p_value for r in flat]),
   )
   for name in tables:
     for separate, together in zip(tables[name], joint[name], strict=True):
@@ -261,51 +263,49 @@ def test_apply_holm_over_several_tables():
 
 def test_holm_bonferroni_hand_example():
   # Sorted: 0.005*4=0.02, 0.01*3=0.03, 0.03*2=0.06, max(0.04*1, 0.06)=0.06.
-  adjusted = significance.holm_bonferroni([0.01, 0.04, 0.03, 0.005])
+  adjusted = two_sample.holm_bonferroni([0.01, 0.04, 0.03, 0.005])
   np.testing.assert_allclose(adjusted, [0.03, 0.06, 0.06, 0.02])
   # 0.02*2 = 0.04; 0.03*1 = 0.03 is raised to 0.04 (monotone step-down).
   np.testing.assert_allclose(
-      significance.holm_bonferroni([0.03, 0.02]), [0.04, 0.04]
+      two_sample.holm_bonferroni([0.03, 0.02]), [0.04, 0.04]
   )
-  np.testing.assert_allclose(
-      significance.holm_bonferroni([0.6, 0.9]), [1.0, 1.0]
-  )
+  np.testing.assert_allclose(two_sample.holm_bonferroni([0.6, 0.9]), [1.0, 1.0])
 
 
 def test_hedges_g_hand_example():
   a, b = [1.0, 2.0, 3.0, 4.0, 5.0], [3.0, 4.0, 5.0, 6.0, 7.0]
   # Means 3 and 5, both variances 2.5: d = -2 / sqrt(2.5).
   d = -2.0 / math.sqrt(2.5)
-  assert significance.cohens_d(a, b) == pytest.approx(d)
+  assert effect_sizes.cohens_d(a, b) == pytest.approx(d)
   # J(8) = G(4) / (sqrt(4) G(3.5)) with G(4) = 6, G(3.5) = 15 sqrt(pi) / 8.
   j = 6.0 / (2.0 * 15.0 * math.sqrt(math.pi) / 8.0)
   assert j == pytest.approx(0.902703, abs=1e-6)
-  assert significance.hedges_g(a, b) == pytest.approx(d * j)
-  assert significance.hedges_g(a, b) == pytest.approx(-1.141839, abs=1e-6)
+  assert effect_sizes.hedges_g(a, b) == pytest.approx(d * j)
+  assert effect_sizes.hedges_g(a, b) == pytest.approx(-1.141839, abs=1e-6)
 
 
 def test_seeds_needed_matches_power_tables():
   # Two-sided two-sample t-test, alpha 0.05, power 0.8 (Cohen 1988).
-  assert significance.seeds_needed(1.0) == 17
-  assert significance.seeds_needed(0.5) == 64
-  assert significance.seeds_needed(-0.8) == 26
-  assert significance.t_test_power(1.0, 17) >= 0.8
-  assert significance.t_test_power(1.0, 16) < 0.8
-  assert significance.t_test_power(1.0, 16) == pytest.approx(0.7813, abs=1e-3)
-  assert significance.seeds_needed(0.0) is None
-  assert significance.seeds_needed(math.inf) == 2
+  assert effect_sizes.seeds_needed(1.0) == 17
+  assert effect_sizes.seeds_needed(0.5) == 64
+  assert effect_sizes.seeds_needed(-0.8) == 26
+  assert effect_sizes.t_test_power(1.0, 17) >= 0.8
+  assert effect_sizes.t_test_power(1.0, 16) < 0.8
+  assert effect_sizes.t_test_power(1.0, 16) == pytest.approx(0.7813, abs=1e-3)
+  assert effect_sizes.seeds_needed(0.0) is None
+  assert effect_sizes.seeds_needed(math.inf) == 2
 
 
 def test_underpowered_comparison_warns_with_seeds_needed():
   rng = np.random.default_rng(5)
   a, b = rng.normal(0.0, 1.0, 5), rng.normal(0.5, 1.0, 5)
-  result = significance.run_test(a, b)
-  needed = significance.seeds_needed(result.hedges_g)
+  result = two_sample.run_test(a, b)
+  needed = effect_sizes.seeds_needed(result.hedges_g)
   assert needed > 5
   assert result.seeds_needed == needed
   assert f"needs {needed} seeds per rule" in result.warning
   a, b = _shifted_samples(n=10, shift=3.0)
-  assert significance.run_test(a, b).warning is None
+  assert two_sample.run_test(a, b).warning is None
 
 
 @pytest.mark.parametrize(
@@ -320,22 +320,22 @@ def test_underpowered_comparison_warns_with_seeds_needed():
     ],
 )
 def test_too_few_seeds_name_the_minimum(test, n, alpha, needed):
-  assert significance.min_seeds(test, alpha) == needed
+  assert two_sample.min_seeds(test, alpha) == needed
   a, b = _shifted_samples(n=n)
   with pytest.raises(ValueError, match=f"at least {needed} seeds per rule"):
-    significance.run_test(a, b, test, alpha=alpha)
+    two_sample.run_test(a, b, test, alpha=alpha)
   a, b = _shifted_samples(n=needed)
-  significance.run_test(a, b, test, alpha=alpha, reps=REPS)
+  two_sample.run_test(a, b, test, alpha=alpha, reps=REPS)
 
 
 def test_bad_arguments_raise():
   a, b = _shifted_samples()
   with pytest.raises(ValueError, match="Unknown test"):
-    significance.run_test(a, b, "t_test")
+    two_sample.run_test(a, b, "t_test")
   with pytest.raises(ValueError, match="alpha"):
-    significance.run_test(a, b, alpha=1.5)
+    two_sample.run_test(a, b, alpha=1.5)
   with pytest.raises(ValueError, match="NaN"):
-    significance.run_test(np.append(a, np.nan), b)
+    two_sample.run_test(np.append(a, np.nan), b)
 
 
 def test_pairwise_table_applies_holm_over_all_pairs():
@@ -353,7 +353,7 @@ def test_pairwise_table_applies_holm_over_all_pairs():
   ]
   np.testing.assert_allclose(
       [r.p_holm for r in rows],
-      significance.holm_bonferroni([r.p_value for r in rows]),
+      two_sample.holm_bonferroni([r.p_value for r in rows]),
   )
   assert [r.reject for r in rows] == [True, False, True]
   assert all(r.p_holm >= r.p_value for r in rows)

@@ -38,6 +38,8 @@ from disco import distributed
 from disco import errors
 from disco import evaluation
 from disco import weights as weights_lib
+from disco.meta import run_folder
+from disco.meta import settings
 from disco.meta import trainer as mt
 from disco.training import analysis
 
@@ -173,7 +175,7 @@ def check_all_succeeded(results) -> None:
 
 
 def meta_params(out: Path):
-  return weights_lib.load_meta_params(out / mt.META_PARAMS_FILE)
+  return weights_lib.load_meta_params(out / run_folder.META_PARAMS_FILE)
 
 
 def max_rel(a, b) -> float:
@@ -231,7 +233,7 @@ def killed_and_resumed(tmp_path_factory):
     _, err = procs.output(0)
   # Only the checkpoint of step 2 survives the crash.
   checkpoint_2 = root / "checkpoint_2"
-  shutil.copytree(out / mt.CHECKPOINT_DIR / "2", checkpoint_2)
+  shutil.copytree(out / run_folder.CHECKPOINT_DIR / "2", checkpoint_2)
 
   port = free_port()
   commands = [
@@ -252,7 +254,7 @@ def test_process_death_stops_the_other(killed_and_resumed):
   assert killed_and_resumed["killed"] == -signal.SIGKILL
   status, err = killed_and_resumed["first"]
   assert status == 1, err[-3000:]
-  line = error_line(err, mt.PROGRAM)
+  line = error_line(err, settings.PROGRAM)
   assert "process 0 of 2 failed" in line and "--config.resume=True" in line
 
 
@@ -266,9 +268,11 @@ def test_two_processes_resume_and_match_one_process(
   assert "over 2 device(s) of 2 processes" in stdout0
   # Process 0 alone logs and writes the outputs.
   assert "Meta-step 4" in stdout0 and not own_lines(stdout1), stdout1
-  rows = (out / mt.METRICS_FILE).read_text().splitlines()
+  rows = (out / run_folder.METRICS_FILE).read_text().splitlines()
   assert [r.split(",")[0] for r in rows[1:]] == ["1", "2", "3", "4"]
-  assert sorted(p.name for p in (out / mt.CHECKPOINT_DIR).iterdir()) == [
+  assert sorted(
+      p.name for p in (out / run_folder.CHECKPOINT_DIR).iterdir()
+  ) == [
       "2",
       "4",
   ]
@@ -290,8 +294,8 @@ def test_two_processes_resume_and_match_one_process(
     error = max_rel(meta_params(here), two)
     assert error <= tolerance, (num_devices, error)
     if not tolerance:
-      assert (here / mt.METRICS_FILE).read_text() == (
-          out / mt.METRICS_FILE
+      assert (here / run_folder.METRICS_FILE).read_text() == (
+          out / run_folder.METRICS_FILE
       ).read_text()
 
 
@@ -302,11 +306,11 @@ def test_resume_two_process_checkpoint_in_one_process(
   device (the agents re-sharded from two devices onto one) and ends like the
   2-process run, to the one-device tolerance."""
   src, out = killed_and_resumed["out"], tmp_path / "resumed"
-  (out / mt.CHECKPOINT_DIR).mkdir(parents=True)
-  for name in (mt.CONFIG_FILE, mt.METRICS_FILE):
+  (out / run_folder.CHECKPOINT_DIR).mkdir(parents=True)
+  for name in (run_folder.CONFIG_FILE, run_folder.METRICS_FILE):
     shutil.copy(src / name, out / name)
   shutil.copytree(
-      killed_and_resumed["checkpoint_2"], out / mt.CHECKPOINT_DIR / "2"
+      killed_and_resumed["checkpoint_2"], out / run_folder.CHECKPOINT_DIR / "2"
   )
   lines = []
   summary = mt.train(
@@ -325,8 +329,10 @@ def test_resume_two_process_checkpoint_in_one_process(
   assert summary["resumed_from"] == 2 and summary["steps_this_run"] == 2
   assert max_rel(meta_params(out), meta_params(src)) <= ONE_DEVICE_TOLERANCE
   # The rows of meta-steps 1 and 2 come from the checkpoint, exactly.
-  rows = (out / mt.METRICS_FILE).read_text().splitlines()
-  assert rows[:3] == (src / mt.METRICS_FILE).read_text().splitlines()[:3]
+  rows = (out / run_folder.METRICS_FILE).read_text().splitlines()
+  assert (
+      rows[:3] == (src / run_folder.METRICS_FILE).read_text().splitlines()[:3]
+  )
 
 
 @pytest.mark.slow
@@ -353,7 +359,7 @@ def test_sigterm_stops_every_process_at_one_checkpoint(tmp_path):
     procs.procs[1].send_signal(signal.SIGTERM)
     results = procs.results()
   assert [status for status, _, _ in results] == [130, 130], results
-  saved = [int(p.name) for p in (out / mt.CHECKPOINT_DIR).iterdir()]
+  saved = [int(p.name) for p in (out / run_folder.CHECKPOINT_DIR).iterdir()]
   assert len(saved) == 1 and 0 < saved[0] < steps, saved
   assert f"Interrupted at meta-step {saved[0]}; saved" in results[0][1]
 
@@ -363,7 +369,7 @@ def test_sigterm_stops_every_process_at_one_checkpoint(tmp_path):
 
 def _settings(**overrides):
   return distributed.settings(
-      {**mt.default_config().distributed.to_dict(), **overrides}
+      {**settings.default_config().distributed.to_dict(), **overrides}
   )
 
 
@@ -456,7 +462,7 @@ def test_bad_settings_end_launchers_with_one_line(tmp_path):
   ]
   for (status, _, err), match in zip(results, expected, strict=True):
     assert status == 2, err[-3000:]
-    assert match in error_line(err, mt.PROGRAM)
+    assert match in error_line(err, settings.PROGRAM)
   for out in ("a", "b", "c"):
     assert not (tmp_path / out).exists()
 

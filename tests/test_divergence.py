@@ -29,6 +29,10 @@ from disco import errors
 from disco import weights as weights_lib
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
+from disco.meta import hooks
+from disco.meta import plan as plan_lib
+from disco.meta import run_folder
+from disco.meta import settings as settings_lib
 from disco.meta import trainer as mt
 
 from meta_faults import corrupt_checkpoint
@@ -49,14 +53,14 @@ def faulty_config(output_dir):
   )
 
 
-class CorruptCheckpointAt(mt.Hook):
+class CorruptCheckpointAt(hooks.Hook):
   """Damages the checkpoint of meta-step ``step`` once it is written."""
 
   def __init__(self, step: int):
     self.step = step
 
   def after_step(self, progress):
-    path = progress.plan.output_dir / mt.CHECKPOINT_DIR / str(self.step)
+    path = progress.plan.output_dir / run_folder.CHECKPOINT_DIR / str(self.step)
     if progress.step == self.step and path.is_dir():
       corrupt_checkpoint(path)
 
@@ -198,7 +202,7 @@ def plan(tmp_path_factory):
   config = faulty_config(out)
   config.update(num_meta_steps=4, checkpoint_every=2, max_consecutive_skips=3)
   return with_faults(
-      mt.build(config),
+      plan_lib.build(config),
       poison_agent_at_steps=AGENT_STEPS,
       poison_meta_grad_at_steps=GRAD_STEPS,
   )
@@ -215,7 +219,7 @@ def poisoned_run(plan):
 
 def test_poisoned_agent_and_meta_gradient(poisoned_run):
   out, lines = poisoned_run["out"], poisoned_run["lines"]
-  history = history_lib.MetricsHistory.read_csv(out / mt.METRICS_FILE)
+  history = history_lib.MetricsHistory.read_csv(out / run_folder.METRICS_FILE)
   columns = {
       "catch-5x5/diverged_agents": [0, 1, 0, 0],
       "catch-6x6/diverged_agents": [0, 0, 0, 0],
@@ -242,7 +246,7 @@ def test_poisoned_agent_and_meta_gradient(poisoned_run):
   assert summary["meta_steps"] == 4
   assert summary["divergence"]["skipped_updates"] == 1
   assert summary["divergence"]["restarted_agents"] == 1
-  exported = weights_lib.load_meta_params(out / mt.META_PARAMS_FILE)
+  exported = weights_lib.load_meta_params(out / run_folder.META_PARAMS_FILE)
   assert all_finite(exported)
 
 
@@ -259,7 +263,7 @@ def test_resume_falls_back_then_repeated_skips_stop(
   config.update(
       num_meta_steps=8, checkpoint_every=2, max_consecutive_skips=3, resume=True
   )
-  settings = mt.MetaTrainSettings.from_config(config)
+  settings = settings_lib.MetaTrainSettings.from_config(config)
   # The plan's population: the same faults.
   resumed_plan = dataclasses.replace(plan, run_settings=settings)
   lines = []
@@ -268,18 +272,20 @@ def test_resume_falls_back_then_repeated_skips_stop(
   text = "\n".join(lines)
   assert "Checkpoint 4 is damaged" in text and "4.damaged" in text
   assert "Resuming from" in text and "meta-step 2)" in text
-  assert (out / mt.CHECKPOINT_DIR / "4.damaged" / "state").is_dir()
+  assert (out / run_folder.CHECKPOINT_DIR / "4.damaged" / "state").is_dir()
   message = str(info.value)
   assert "\n" not in message
   assert message.startswith("Meta-training diverged at meta-step 7: ")
   assert "3 meta-steps in a row (from meta-step 5" in message
-  assert f"{out / mt.CHECKPOINT_DIR / '4'} (meta-step 4)" in message
+  assert f"{out / run_folder.CHECKPOINT_DIR / '4'} (meta-step 4)" in message
   assert "update skipped (1 in a row" in text
   # Bit for bit up to 4 (NaN norm included), then the skips.
-  original = (poisoned_run["out"] / mt.METRICS_FILE).read_text().splitlines()
-  resumed = (out / mt.METRICS_FILE).read_text().splitlines()
+  original = (
+      (poisoned_run["out"] / run_folder.METRICS_FILE).read_text().splitlines()
+  )
+  resumed = (out / run_folder.METRICS_FILE).read_text().splitlines()
   assert resumed[:5] == original
-  history = history_lib.MetricsHistory.read_csv(out / mt.METRICS_FILE)
+  history = history_lib.MetricsHistory.read_csv(out / run_folder.METRICS_FILE)
   assert list(history.steps) == [1, 2, 3, 4, 5, 6, 7]
   np.testing.assert_array_equal(
       history.column("consecutive_skips"), [0, 0, 1, 0, 1, 2, 3]
@@ -288,9 +294,12 @@ def test_resume_falls_back_then_repeated_skips_stop(
       history.column("skipped_updates"), [0, 0, 1, 1, 2, 3, 4]
   )
   # The export of the first run is left alone.
-  assert weights_lib.load_metadata(out / mt.META_PARAMS_FILE)["meta_step"] == 4
-  template = mt.abstract_state(plan.population, plan.rule)
-  with ckpt_lib.CheckpointManager(out / mt.CHECKPOINT_DIR) as manager:
+  assert (
+      weights_lib.load_metadata(out / run_folder.META_PARAMS_FILE)["meta_step"]
+      == 4
+  )
+  template = plan_lib.abstract_state(plan.population, plan.rule)
+  with ckpt_lib.CheckpointManager(out / run_folder.CHECKPOINT_DIR) as manager:
     assert manager.all_steps() == [2, 4]
     for step in manager.all_steps():
       restored = manager.restore(template, step)  # refuses non-finite ones
@@ -307,19 +316,19 @@ def test_flipped_bit_in_the_newest_checkpoint_is_caught_on_resume(
   export and checkpoint 4)."""
   out = tmp_path / "run"
   shutil.copytree(poisoned_run["out"], out)
-  shutil.rmtree(out / mt.CHECKPOINT_DIR / "4")  # the garbage one
+  shutil.rmtree(out / run_folder.CHECKPOINT_DIR / "4")  # the garbage one
   config = faulty_config(out)
   config.update(
       num_meta_steps=4, checkpoint_every=2, max_consecutive_skips=3, resume=True
   )
-  settings = mt.MetaTrainSettings.from_config(config)
+  settings = settings_lib.MetaTrainSettings.from_config(config)
   # The plan's population: the same faults.
   resumed_plan = dataclasses.replace(plan, run_settings=settings)
   mt.run(resumed_plan, lambda _: None, False)
-  template = mt.abstract_state(plan.population, plan.rule)
-  sound = ckpt_lib.restore_latest(out / mt.CHECKPOINT_DIR, template)
+  template = plan_lib.abstract_state(plan.population, plan.rule)
+  sound = ckpt_lib.restore_latest(out / run_folder.CHECKPOINT_DIR, template)
   assert sound.step == 4
-  flipped = flip_one_bit(out / mt.CHECKPOINT_DIR / "4")
+  flipped = flip_one_bit(out / run_folder.CHECKPOINT_DIR / "4")
   lines = []
   result = mt.run(resumed_plan, lines.append, False)
   mt.write(resumed_plan, result, lines.append)
@@ -328,18 +337,18 @@ def test_flipped_bit_in_the_newest_checkpoint_is_caught_on_resume(
   assert f"{flipped.name} differs from its digest" in damaged[0]
   assert "4.damaged" in damaged[0]
   assert any("Resuming from" in x and "meta-step 2)" in x for x in lines)
-  assert (out / mt.METRICS_FILE).read_text() == (
-      poisoned_run["out"] / mt.METRICS_FILE
+  assert (out / run_folder.METRICS_FILE).read_text() == (
+      poisoned_run["out"] / run_folder.METRICS_FILE
   ).read_text()
-  exported = weights_lib.load_meta_params(out / mt.META_PARAMS_FILE)
+  exported = weights_lib.load_meta_params(out / run_folder.META_PARAMS_FILE)
   uninterrupted = weights_lib.load_meta_params(
-      poisoned_run["out"] / mt.META_PARAMS_FILE
+      poisoned_run["out"] / run_folder.META_PARAMS_FILE
   )
   for a, b in zip(
       jax.tree.leaves(exported), jax.tree.leaves(uninterrupted), strict=True
   ):
     np.testing.assert_array_equal(a, b)
-  again = ckpt_lib.restore_latest(out / mt.CHECKPOINT_DIR, template)
+  again = ckpt_lib.restore_latest(out / run_folder.CHECKPOINT_DIR, template)
   assert again.step == 4
   for a, b in zip(
       jax.tree.leaves(again.state), jax.tree.leaves(sound.state), strict=True

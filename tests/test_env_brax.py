@@ -25,6 +25,7 @@ import pytest
 from disco import types
 from disco.environments import brax_envs
 from disco.environments import registry
+from disco.environments import suite_utils
 
 
 def brax_installed() -> bool:
@@ -287,7 +288,7 @@ def test_a_missing_brax_is_one_line_naming_the_install(monkeypatch):
   assert registry.get_entry("brax/ant").settings["episode_length"] == 1000
   with pytest.raises(ValueError, match="backend='gpu'"):  # checked first
     registry.make_env("brax/ant", B, backend="gpu")
-  with pytest.raises(brax_envs.MissingPackageError) as error:
+  with pytest.raises(suite_utils.MissingPackageError) as error:
     registry.make_env("brax/ant", B)
   message = str(error.value)
   assert isinstance(error.value, ValueError)

@@ -364,7 +364,7 @@ def _parse(argv):
   fv = flags.FlagValues()
   common.parse_config_flags(
       ["disco-eval", *argv],
-      checks.config_path(evaluate.CONFIG_NAME),
+      checks.config_path(evaluation.CONFIG_NAME),
       "help",
       flag_values=fv,
       prepare=evaluate.prepare_config,

@@ -23,6 +23,8 @@ from disco import errors
 from disco import types
 from disco.environments import lpg_grid
 from disco.environments import registry as env_registry
+from disco.meta import plan as plan_lib
+from disco.meta import run_folder
 from disco.meta import trainer as mt
 from disco.meta import value_function
 from disco.networks import agent_nets
@@ -319,7 +321,7 @@ def test_lpg_config_reads_every_grid_world_as_indices(tmp_path):
   )
   config.validation.references = ("lpg/sparse:random=0,reference=1,source=x",)
   config.validation.every = 1
-  plan = mt.build(config)
+  plan = plan_lib.build(config)
   assert len(plan.groups) == 5
   for g in plan.groups:
     assert g.agent.net_config.num_states == g.env.num_states
@@ -348,13 +350,13 @@ def test_lpg_config_bad_embeddings_fail_in_one_line(
       else:
         config[key][k] = v
   with pytest.raises(errors.UsageError, match=message) as e:
-    mt.build(config)
+    plan_lib.build(config)
   assert "\n" not in str(e.value)
 
 
 def _one_step(config):
-  plan = mt.build(config)
-  state = mt.initial_state(plan)
+  plan = plan_lib.build(config)
+  state = plan_lib.initial_state(plan)
   new_state, logs = plan.population.step(state)
   return plan, jax.device_get((state, new_state, logs))
 
@@ -409,4 +411,4 @@ def test_tiny_lpg_meta_training_on_indices(tmp_path):
       lpg_config(out, index=True), log=lambda _: None, progress=False
   )
   assert summary["meta_steps"] == 2
-  assert (out / mt.META_PARAMS_FILE).exists()
+  assert (out / run_folder.META_PARAMS_FILE).exists()

@@ -24,6 +24,7 @@ from ml_collections import config_dict
 import pytest
 
 from disco import checks
+from disco import errors
 from disco import launch
 from disco.launch import common
 
@@ -116,9 +117,9 @@ def test_a_seed_beyond_32_bits_is_one_line_and_writes_nothing(
 def test_seeds_are_checked_up_to_the_last_one():
   assert checks.check_seed(checks.MAX_SEED) == 2**32 - 1
   assert checks.check_seed(checks.MAX_SEED - 2, count=3) == 2**32 - 3
-  with pytest.raises(checks.UsageError, match="seed to seed . 2"):
+  with pytest.raises(errors.UsageError, match="seed to seed . 2"):
     checks.check_seed(checks.MAX_SEED - 1, count=3)
-  with pytest.raises(checks.UsageError, match="must be >= 0"):
+  with pytest.raises(errors.UsageError, match="must be >= 0"):
     checks.check_seed(-1)
 
 

@@ -13,6 +13,8 @@ from disco.environments import registry
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import level_sampler_registry
 from disco.meta import level_samplers as ls
+from disco.meta import plan as plan_lib
+from disco.meta import run_folder
 from disco.meta import trainer as mt
 
 from meta_settings import TINY_FLAGS
@@ -224,7 +226,7 @@ def _level_config(out, **sampler):
 @pytest.fixture(scope="module")
 def plr_run(tmp_path_factory):
   out = tmp_path_factory.mktemp("plr") / "run"
-  plan = mt.build(_level_config(out))
+  plan = plan_lib.build(_level_config(out))
   result = mt.run(plan, log=lambda _: None, progress=False)
   return dict(out=out, result=result)
 
@@ -250,17 +252,20 @@ def test_plr_meta_training_fills_the_buffer_and_logs(plr_run):
 def test_sampler_state_survives_kill_and_resume_bit_for_bit(plr_run, tmp_path):
   src, out = plr_run["out"], tmp_path / "resumed"
   out.mkdir()
-  shutil.copy(src / mt.CONFIG_FILE, out / mt.CONFIG_FILE)
-  shutil.copy(src / mt.METRICS_FILE, out / mt.METRICS_FILE)
-  (out / mt.CHECKPOINT_DIR).mkdir()
-  shutil.copytree(src / mt.CHECKPOINT_DIR / "2", out / mt.CHECKPOINT_DIR / "2")
+  shutil.copy(src / run_folder.CONFIG_FILE, out / run_folder.CONFIG_FILE)
+  shutil.copy(src / run_folder.METRICS_FILE, out / run_folder.METRICS_FILE)
+  (out / run_folder.CHECKPOINT_DIR).mkdir()
+  shutil.copytree(
+      src / run_folder.CHECKPOINT_DIR / "2",
+      out / run_folder.CHECKPOINT_DIR / "2",
+  )
   config = _level_config(out)
   config.resume = True
   mt.train(config, log=lambda _: None, progress=False)
-  plan = mt.build(_level_config(tmp_path / "x"))
-  template = mt.abstract_state(plan.population, plan.rule)
-  x = ckpt_lib.restore_latest(out / mt.CHECKPOINT_DIR, template)
-  y = ckpt_lib.restore_latest(src / mt.CHECKPOINT_DIR, template)
+  plan = plan_lib.build(_level_config(tmp_path / "x"))
+  template = plan_lib.abstract_state(plan.population, plan.rule)
+  x = ckpt_lib.restore_latest(out / run_folder.CHECKPOINT_DIR, template)
+  y = ckpt_lib.restore_latest(src / run_folder.CHECKPOINT_DIR, template)
   assert x.step == y.step == 4
   assert int(jax.device_get(x.state.levels[0].clock)) == 4
   for u, v in zip(
@@ -269,8 +274,8 @@ def test_sampler_state_survives_kill_and_resume_bit_for_bit(plr_run, tmp_path):
       strict=True,
   ):
     np.testing.assert_array_equal(u, v)
-  assert (out / mt.METRICS_FILE).read_text() == (
-      src / mt.METRICS_FILE
+  assert (out / run_folder.METRICS_FILE).read_text() == (
+      src / run_folder.METRICS_FILE
   ).read_text()
 
 
@@ -293,7 +298,7 @@ def test_bad_input(sampler, overrides, match, tmp_path):
   config = _level_config(tmp_path / "o", **sampler)
   config.update(overrides)
   with pytest.raises(errors.UsageError, match=match):
-    mt.build(config)
+    plan_lib.build(config)
 
 
 def test_bad_input_exits_2_with_one_line(tmp_path):

@@ -22,7 +22,10 @@ from disco import types
 from disco import weights as weights_lib
 from disco.environments import registry as env_registry
 from disco.meta import meta_gradient as meta_gradient_lib
+from disco.meta import meta_step
+from disco.meta import plan as plan_lib
 from disco.meta import population as population_lib
+from disco.meta import run_folder
 from disco.meta import settings as settings_lib
 from disco.meta import trainer as mt
 from disco.meta import value_function
@@ -302,7 +305,7 @@ def lifetime_population():
   settings = tiny_settings()
   env = env_registry.make_env("lpg/dense", 2)
   agent = agent_lib.make_agent(settings, env.num_actions)
-  group = population_lib.AgentGroup(
+  group = meta_step.AgentGroup(
       name="dense",
       env=env,
       agent=agent,
@@ -311,7 +314,7 @@ def lifetime_population():
       ),
       num_agents=2,
   )
-  config = population_lib.PopulationConfig(
+  config = meta_step.PopulationConfig(
       rollout_len=3,
       inner_steps=2,
       lifetime_updates=(2, 5),
@@ -354,9 +357,9 @@ def test_lifetimes_restart_agents(lifetime_population):
 
 def test_population_refuses_impossible_lifetimes():
   with pytest.raises(ValueError, match="cannot hold"):
-    population_lib.PopulationConfig(inner_steps=5, lifetime_updates=(3, 10))
+    meta_step.PopulationConfig(inner_steps=5, lifetime_updates=(3, 10))
   with pytest.raises(ValueError, match="not both"):
-    population_lib.PopulationConfig(
+    meta_step.PopulationConfig(
         inner_steps=1, lifetime_updates=(3, 10), lifetime_meta_steps=4
     )
 
@@ -504,7 +507,7 @@ def test_lpg_config_is_groove_settings(tmp_path):
   assert settings.rule_kwargs["net"]["hidden_size"] == 256
   config.num_devices = 1
   config.output_dir = str(tmp_path / "run")
-  plan = mt.build(config)
+  plan = plan_lib.build(config)
   assert len(plan.groups) == 5
   assert plan.population.config.lifetime_updates == (10, 250)
 
@@ -524,7 +527,7 @@ def test_lpg_config_is_groove_settings(tmp_path):
 def test_meta_train_bad_lpg_settings(tmp_path, overrides, message):
   config = tiny_lpg_config(tmp_path / "run", **overrides)
   with pytest.raises(errors.UsageError, match=message):
-    mt.build(config)
+    plan_lib.build(config)
 
 
 @pytest.fixture(scope="module")
@@ -549,7 +552,7 @@ def run_eval(args, cwd):
 def test_meta_trained_lpg_rule_evaluates(exported_rule, tmp_path):
   out, summary = exported_rule
   assert summary["meta_steps"] == 2
-  path = out / mt.META_PARAMS_FILE
+  path = out / run_folder.META_PARAMS_FILE
   metadata = weights_lib.load_metadata(path)
   assert metadata["rule"] == "ta_lpg"
   assert (

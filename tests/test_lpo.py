@@ -15,6 +15,7 @@ from disco import run_folders
 from disco import weights as weights_lib
 from disco.distillation import drift_fit
 from disco.meta import follower
+from disco.meta import plan as plan_lib
 from disco.meta import run_folder
 from disco.meta import trainer as mt
 from disco.update_rules import mirror_learning
@@ -72,24 +73,24 @@ def test_es_members_train_on_ppos_loop(tmp_path):
   """Each member's agents take update_epochs x num_minibatches learner steps
   per iteration (the rule's loop: 4 x 4 unless set) and anneal the learning
   rate over the lifetime."""
-  plan = mt.build(_config(tmp_path))
+  plan = plan_lib.build(_config(tmp_path))
   (loop,) = plan.population.loops
   assert loop.config.update_epochs == 2 and loop.config.num_minibatches == 2
   config = _config(tmp_path)
   config.es.update_epochs = None
   config.es.num_minibatches = None
   config.output_dir = str(tmp_path / "defaults")
-  (loop,) = mt.build(config).population.loops
+  (loop,) = plan_lib.build(config).population.loops
   assert loop.config.update_epochs == 4 and loop.config.num_minibatches == 4
   # The agents anneal their learning rate over a lifetime's 3 x 4 x 4
   # optimiser steps (make_agent refuses anneal_learning_rate without them).
-  assert mt.build(config).population.es_config.lifetime_updates == 3 * 16
+  assert plan_lib.build(config).population.es_config.lifetime_updates == 3 * 16
 
 
 def test_lpo_meta_trains_and_its_export_evaluates(lpo_run, tmp_path):
   out = lpo_run["out"]
   assert lpo_run["summary"]["meta_steps"] == 2
-  exported = out / mt.META_PARAMS_FILE
+  exported = out / run_folder.META_PARAMS_FILE
   params = weights_lib.load_meta_params(exported)
   # ES moved the drift away from zero (PPO's).
   assert max(float(np.abs(x).max()) for x in jax.tree.leaves(params)) > 0

@@ -20,6 +20,8 @@ from disco import errors
 from disco import weights as weights_lib
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
+from disco.meta import plan as plan_lib
+from disco.meta import run_folder
 from disco.meta import trainer as mt
 from disco.update_rules import resolve
 
@@ -97,13 +99,13 @@ def run(request, tmp_path_factory):
 def test_outputs_and_export(run):
   out = run["out"]
   for name in (
-      mt.CONFIG_FILE,
-      mt.METRICS_FILE,
-      mt.META_PARAMS_FILE,
-      mt.SUMMARY_FILE,
+      run_folder.CONFIG_FILE,
+      run_folder.METRICS_FILE,
+      run_folder.META_PARAMS_FILE,
+      run_folder.SUMMARY_FILE,
   ):
     assert (out / name).is_file(), name
-  history = history_lib.MetricsHistory.read_csv(out / mt.METRICS_FILE)
+  history = history_lib.MetricsHistory.read_csv(out / run_folder.METRICS_FILE)
   assert list(history.steps) == [1, 2, 3, 4]
   columns = ["meta_loss", "meta_update_norm"]
   if run["estimator"] != "snes":  # evosax's own update has no gradient
@@ -123,9 +125,11 @@ def test_outputs_and_export(run):
     assert grad_norms.max() > 1.0, grad_norms
   assert history.column("meta_update_skipped").sum() == 0
   if run["estimator"] == "snes":  # the strategy's state is checkpointed
-    plan = mt.build(_config("snes", output_dir=str(out.parent / "x")))
-    template = mt.abstract_state(plan.population, plan.rule)
-    restored = ckpt_lib.restore_latest(out / mt.CHECKPOINT_DIR, template)
+    plan = plan_lib.build(_config("snes", output_dir=str(out.parent / "x")))
+    template = plan_lib.abstract_state(plan.population, plan.rule)
+    restored = ckpt_lib.restore_latest(
+        out / run_folder.CHECKPOINT_DIR, template
+    )
     assert int(restored.state.estimator.generation_counter) == 4
     assert tree_equal(
         plan.population.strategy_mean(
@@ -133,14 +137,19 @@ def test_outputs_and_export(run):
         ),
         restored.state.meta_params,
     )
-  summary = json.loads((out / mt.SUMMARY_FILE).read_text())
+  summary = json.loads((out / run_folder.SUMMARY_FILE).read_text())
   assert summary["meta_steps"] == 4
   # The export loads as disco-eval resolves it.
-  resolved = resolve.resolve_rule(str(out / mt.META_PARAMS_FILE))
+  resolved = resolve.resolve_rule(str(out / run_folder.META_PARAMS_FILE))
   assert resolved.settings.rule == TINY_LPG["rule"]
-  assert weights_lib.load_metadata(out / mt.META_PARAMS_FILE)["meta_step"] == 4
+  assert (
+      weights_lib.load_metadata(out / run_folder.META_PARAMS_FILE)["meta_step"]
+      == 4
+  )
   # ... and holds the meta-trained rule, not the initial one.
-  plan = mt.build(_config(run["estimator"], output_dir=str(out.parent / "y")))
+  plan = plan_lib.build(
+      _config(run["estimator"], output_dir=str(out.parent / "y"))
+  )
   assert not tree_equal(jax.device_get(plan.meta_params), resolved.meta_params)
 
 
@@ -149,10 +158,13 @@ def test_resume_is_bit_exact(run, tmp_path):
   export as the uninterrupted run."""
   src, out = run["out"], tmp_path / "resumed"
   out.mkdir()
-  shutil.copy(src / mt.CONFIG_FILE, out / mt.CONFIG_FILE)
-  shutil.copy(src / mt.METRICS_FILE, out / mt.METRICS_FILE)
-  (out / mt.CHECKPOINT_DIR).mkdir()
-  shutil.copytree(src / mt.CHECKPOINT_DIR / "2", out / mt.CHECKPOINT_DIR / "2")
+  shutil.copy(src / run_folder.CONFIG_FILE, out / run_folder.CONFIG_FILE)
+  shutil.copy(src / run_folder.METRICS_FILE, out / run_folder.METRICS_FILE)
+  (out / run_folder.CHECKPOINT_DIR).mkdir()
+  shutil.copytree(
+      src / run_folder.CHECKPOINT_DIR / "2",
+      out / run_folder.CHECKPOINT_DIR / "2",
+  )
   config = _config(
       run["estimator"],
       num_meta_steps=4,
@@ -162,17 +174,19 @@ def test_resume_is_bit_exact(run, tmp_path):
   )
   summary = mt.train(config, log=lambda _: None, progress=False)
   assert summary["resumed_from"] == 2 and summary["steps_this_run"] == 2
-  assert (out / mt.METRICS_FILE).read_text() == (
-      src / mt.METRICS_FILE
+  assert (out / run_folder.METRICS_FILE).read_text() == (
+      src / run_folder.METRICS_FILE
   ).read_text()
   assert tree_equal(
-      weights_lib.load_meta_params(out / mt.META_PARAMS_FILE),
-      weights_lib.load_meta_params(src / mt.META_PARAMS_FILE),
+      weights_lib.load_meta_params(out / run_folder.META_PARAMS_FILE),
+      weights_lib.load_meta_params(src / run_folder.META_PARAMS_FILE),
   )
-  plan = mt.build(_config(run["estimator"], output_dir=str(tmp_path / "x")))
-  template = mt.abstract_state(plan.population, plan.rule)
-  a = ckpt_lib.restore_latest(out / mt.CHECKPOINT_DIR, template)
-  b = ckpt_lib.restore_latest(src / mt.CHECKPOINT_DIR, template)
+  plan = plan_lib.build(
+      _config(run["estimator"], output_dir=str(tmp_path / "x"))
+  )
+  template = plan_lib.abstract_state(plan.population, plan.rule)
+  a = ckpt_lib.restore_latest(out / run_folder.CHECKPOINT_DIR, template)
+  b = ckpt_lib.restore_latest(src / run_folder.CHECKPOINT_DIR, template)
   assert a.step == b.step == 4
   assert tree_equal(a.state, b.state)
 
@@ -212,7 +226,7 @@ def test_resume_is_bit_exact(run, tmp_path):
 def test_bad_settings(estimator, overrides, match, tmp_path):
   config = _config(estimator, output_dir=str(tmp_path / "o"), **overrides)
   with pytest.raises(errors.UsageError, match=match):
-    mt.build(config)
+    plan_lib.build(config)
 
 
 def test_bad_estimator_settings_exit_2_with_one_line(tmp_path):

@@ -25,6 +25,9 @@ from disco.launch import common
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import history as history_lib
 from disco.meta import plan as plan_lib
+from disco.meta import rule_files
+from disco.meta import run_folder
+from disco.meta import settings as settings_lib
 from disco.meta import trainer as mt
 from disco.update_rules import resolve
 
@@ -64,17 +67,17 @@ def straight_run(tmp_path_factory):
 def test_launcher_writes_outputs(straight_run):
   out = straight_run["out"]
   for name in (
-      mt.CONFIG_FILE,
-      mt.METRICS_FILE,
+      run_folder.CONFIG_FILE,
+      run_folder.METRICS_FILE,
       mt.REWARDS_PLOT,
       mt.LOSS_PLOT,
-      mt.META_PARAMS_FILE,
-      mt.SUMMARY_FILE,
+      run_folder.META_PARAMS_FILE,
+      run_folder.SUMMARY_FILE,
   ):
     assert (out / name).is_file(), name
   for name in (mt.REWARDS_PLOT, mt.LOSS_PLOT):
     assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-  history = history_lib.MetricsHistory.read_csv(out / mt.METRICS_FILE)
+  history = history_lib.MetricsHistory.read_csv(out / run_folder.METRICS_FILE)
   assert list(history.steps) == [1, 2, 3, 4]
   for column in (
       "meta_loss",
@@ -99,11 +102,13 @@ def test_launcher_writes_outputs(straight_run):
       history.column("pos_reward_frac") - history.column("neg_reward_frac"),
       atol=1e-6,
   )
-  assert ckpt_lib.CheckpointManager(out / mt.CHECKPOINT_DIR).all_steps() == [
+  assert ckpt_lib.CheckpointManager(
+      out / run_folder.CHECKPOINT_DIR
+  ).all_steps() == [
       2,
       4,
   ]
-  summary = json.loads((out / mt.SUMMARY_FILE).read_text())
+  summary = json.loads((out / run_folder.SUMMARY_FILE).read_text())
   assert summary["meta_steps"] == 4 and summary["final"]["meta_step"] == 4
   assert any(
       "disco-eval --config.rule=" in line for line in straight_run["lines"]
@@ -113,7 +118,7 @@ def test_launcher_writes_outputs(straight_run):
 def test_export_round_trip(straight_run, tmp_path):
   """The exported file resolves like ``disco-eval --config.rule=PATH`` does
   and matches the structure of the rule's ``init_params``."""
-  path = straight_run["out"] / mt.META_PARAMS_FILE
+  path = straight_run["out"] / run_folder.META_PARAMS_FILE
   metadata = weights_lib.load_metadata(path)
   assert metadata["rule"] == "disco" and metadata["meta_step"] == 4
   assert metadata["rule_kwargs"] == dict(
@@ -127,18 +132,18 @@ def test_export_round_trip(straight_run, tmp_path):
   resolved = resolve.resolve_rule(str(path))
   settings, params = resolved.settings, resolved.meta_params
   assert settings.rule == "disco" and resolved.source == "file"
-  plan = mt.build(tiny_config(output_dir=str(tmp_path / "x")))
+  plan = plan_lib.build(tiny_config(output_dir=str(tmp_path / "x")))
   expected = jax.eval_shape(plan.rule.init_meta_params, jax.random.PRNGKey(0))
   weights_lib.check_params_match(params, expected)
   # Export -> load is exact.
-  again = mt.export_meta_params(
+  again = rule_files.export_meta_params(
       tmp_path / "again.npz", params, settings, meta_step=7, note="x"
   )
   loaded = weights_lib.load_meta_params(again, expected)
   assert tree_equal(loaded, params)
   assert weights_lib.load_metadata(again)["meta_step"] == 7
   # ... and fits the launcher's own init_meta_params path.
-  reloaded = mt.load_initial_meta_params(str(again), plan.rule, 1)
+  reloaded = rule_files.load_initial_meta_params(str(again), plan.rule, 1)
   assert tree_equal(reloaded, params)
 
 
@@ -150,7 +155,7 @@ def test_fine_tuning_starts_from_exactly_disco103(
   bit; with the agents' replay (how Disco103's agents learn), every agent
   starts with an empty one (the replay's mechanics: test_population.py)."""
   monkeypatch.setenv("DISCO_WEIGHTS", str(disco103_path))
-  plan = mt.build(
+  plan = plan_lib.build(
       tiny_config(
           init_meta_params="disco103",
           replay_capacity=8,
@@ -160,7 +165,7 @@ def test_fine_tuning_starts_from_exactly_disco103(
   )
   published = weights_lib.load_disco103(disco103_path)
   assert tree_equal(plan.meta_params, published)
-  state = mt.initial_state(plan)
+  state = plan_lib.initial_state(plan)
   assert int(state.step) == 0
   assert tree_equal(jax.device_get(state.meta_params), published)
   (agents,) = state.agents
@@ -170,9 +175,9 @@ def test_fine_tuning_starts_from_exactly_disco103(
 
 def test_checkpoint_restores_onto_shardings(straight_run, tmp_path):
   out = straight_run["out"]
-  plan = mt.build(tiny_config(output_dir=str(tmp_path / "x")))
-  template = mt.abstract_state(plan.population, plan.rule)
-  restored = ckpt_lib.restore_latest(out / mt.CHECKPOINT_DIR, template)
+  plan = plan_lib.build(tiny_config(output_dir=str(tmp_path / "x")))
+  template = plan_lib.abstract_state(plan.population, plan.rule)
+  restored = ckpt_lib.restore_latest(out / run_folder.CHECKPOINT_DIR, template)
   assert restored.step == 4 and int(restored.state.step) == 4
   assert [r["meta_step"] for r in restored.history] == [1, 2, 3, 4]
   assert restored.config["num_meta_steps"] == 4
@@ -180,7 +185,7 @@ def test_checkpoint_restores_onto_shardings(straight_run, tmp_path):
       jax.tree.leaves(restored.state), jax.tree.leaves(template), strict=True
   ):
     assert leaf.sharding == ref.sharding
-  exported = weights_lib.load_meta_params(out / mt.META_PARAMS_FILE)
+  exported = weights_lib.load_meta_params(out / run_folder.META_PARAMS_FILE)
   assert tree_equal(jax.device_get(restored.state.meta_params), exported)
   # Saving and restoring again is exact, RNG keys and env states included.
   path = ckpt_lib.save_checkpoint(
@@ -193,7 +198,7 @@ def test_checkpoint_restores_onto_shardings(straight_run, tmp_path):
 
 
 def test_incompatible_checkpoint_is_refused(straight_run, tmp_path):
-  directory = straight_run["out"] / mt.CHECKPOINT_DIR
+  directory = straight_run["out"] / run_folder.CHECKPOINT_DIR
   for overrides, where in (
       (
           dict(
@@ -220,8 +225,8 @@ def test_incompatible_checkpoint_is_refused(straight_run, tmp_path):
   ):
     config = tiny_config(output_dir=str(tmp_path / "x"))
     config.update(overrides)
-    plan = mt.build(config)
-    template = mt.abstract_state(plan.population, plan.rule)
+    plan = plan_lib.build(config)
+    template = plan_lib.abstract_state(plan.population, plan.rule)
     with pytest.raises(ckpt_lib.CheckpointError) as e:
       ckpt_lib.restore_latest(directory, template)
     message = str(e.value)
@@ -233,12 +238,12 @@ def test_incompatible_checkpoint_is_refused(straight_run, tmp_path):
 
 def test_corrupt_checkpoint_is_refused(straight_run, tmp_path):
   directory = tmp_path / "ckpt"
-  shutil.copytree(straight_run["out"] / mt.CHECKPOINT_DIR, directory)
+  shutil.copytree(straight_run["out"] / run_folder.CHECKPOINT_DIR, directory)
   for f in (directory / "4" / "state").rglob("*"):
     if f.is_file() and f.parent.name == "d":
       f.write_bytes(b"garbage")
-  plan = mt.build(tiny_config(output_dir=str(tmp_path / "x")))
-  template = mt.abstract_state(plan.population, plan.rule)
+  plan = plan_lib.build(tiny_config(output_dir=str(tmp_path / "x")))
+  template = plan_lib.abstract_state(plan.population, plan.rule)
   with pytest.raises(ckpt_lib.CheckpointError, match="corrupt or unreadable"):
     ckpt_lib.restore_latest(directory, template)
   assert (directory / "4").is_dir()  # not deleted or overwritten
@@ -253,10 +258,13 @@ def test_resume_is_bit_exact_in_a_fresh_process(straight_run, tmp_path):
   of Disco's time.)"""
   src, out = straight_run["out"], tmp_path / "resumed"
   out.mkdir()
-  shutil.copy(src / mt.CONFIG_FILE, out / mt.CONFIG_FILE)
-  shutil.copy(src / mt.METRICS_FILE, out / mt.METRICS_FILE)
-  (out / mt.CHECKPOINT_DIR).mkdir()
-  shutil.copytree(src / mt.CHECKPOINT_DIR / "2", out / mt.CHECKPOINT_DIR / "2")
+  shutil.copy(src / run_folder.CONFIG_FILE, out / run_folder.CONFIG_FILE)
+  shutil.copy(src / run_folder.METRICS_FILE, out / run_folder.METRICS_FILE)
+  (out / run_folder.CHECKPOINT_DIR).mkdir()
+  shutil.copytree(
+      src / run_folder.CHECKPOINT_DIR / "2",
+      out / run_folder.CHECKPOINT_DIR / "2",
+  )
 
   args = [
       *TINY_FLAGS,
@@ -269,17 +277,17 @@ def test_resume_is_bit_exact_in_a_fresh_process(straight_run, tmp_path):
   assert result.returncode == 0, result.stderr[-3000:]
   assert "Resuming from" in result.stdout
 
-  assert (out / mt.METRICS_FILE).read_text() == (
-      src / mt.METRICS_FILE
+  assert (out / run_folder.METRICS_FILE).read_text() == (
+      src / run_folder.METRICS_FILE
   ).read_text()
   assert tree_equal(
-      weights_lib.load_meta_params(out / mt.META_PARAMS_FILE),
-      weights_lib.load_meta_params(src / mt.META_PARAMS_FILE),
+      weights_lib.load_meta_params(out / run_folder.META_PARAMS_FILE),
+      weights_lib.load_meta_params(src / run_folder.META_PARAMS_FILE),
   )
-  plan = mt.build(tiny_config(output_dir=str(tmp_path / "x")))
-  template = mt.abstract_state(plan.population, plan.rule)
-  a = ckpt_lib.restore_latest(out / mt.CHECKPOINT_DIR, template)
-  b = ckpt_lib.restore_latest(src / mt.CHECKPOINT_DIR, template)
+  plan = plan_lib.build(tiny_config(output_dir=str(tmp_path / "x")))
+  template = plan_lib.abstract_state(plan.population, plan.rule)
+  a = ckpt_lib.restore_latest(out / run_folder.CHECKPOINT_DIR, template)
+  b = ckpt_lib.restore_latest(src / run_folder.CHECKPOINT_DIR, template)
   assert a.step == b.step == 4
   assert tree_equal(a.state, b.state)  # agents, env states, RNG keys, ...
   assert a.history == b.history
@@ -326,7 +334,7 @@ def test_resume_reads_the_config_of_the_checkpoint_when_config_json_is_damaged(
 ):
   out = tmp_path / "run"
   shutil.copytree(straight_run["out"], out)
-  config_file = out / mt.CONFIG_FILE
+  config_file = out / run_folder.CONFIG_FILE
   config_file.write_bytes(config_file.read_bytes()[:100])  # a full disk's
   lines = []
   summary = mt.train(
@@ -357,7 +365,7 @@ def _train_from_argv(args, tmp_path):
   fv = flags.FlagValues()
   common.parse_config_flags(
       ["disco-meta-train", *args],
-      checks.config_path(mt.CONFIG_NAME),
+      checks.config_path(settings_lib.CONFIG_NAME),
       "help",
       fv,
   )
@@ -415,7 +423,7 @@ def test_every_bad_setting_is_reported_at_once(tmp_path):
       tracking="nope",
   )
   with pytest.raises(errors.UsageError) as info:
-    mt.MetaTrainSettings.from_config(config)
+    settings_lib.MetaTrainSettings.from_config(config)
   message = str(info.value)
   assert "\n" not in message
   assert message.startswith("5 problems: (1) config.log_every must be >= 1")
@@ -428,7 +436,7 @@ def test_every_bad_setting_is_reported_at_once(tmp_path):
     assert part in message, message
   assert not (tmp_path / "o").exists()
   # Settings made once are what the builders take: nothing re-checks them.
-  settings = mt.MetaTrainSettings.from_config(tiny_config())
+  settings = settings_lib.MetaTrainSettings.from_config(tiny_config())
   assert settings.batch_size == TINY["batch_size"]
   assert settings.population.rollout_len == config.rollout_len
 
@@ -451,13 +459,13 @@ def test_mismatched_weights_file(tmp_path):
 
 
 def test_config_json_records_the_initial_meta_parameters_by_digest(tmp_path):
-  plan = mt.build(tiny_config(output_dir=str(tmp_path / "a"), **TINY_LPG))
+  plan = plan_lib.build(tiny_config(output_dir=str(tmp_path / "a"), **TINY_LPG))
   path = weights_lib.save_meta_params(
       tmp_path / "init.npz",
       plan.meta_params,
       metadata=dict(rule="lpg", rule_kwargs=TINY_LPG["rule_kwargs"]),
   )
-  plan = mt.build(
+  plan = plan_lib.build(
       tiny_config(
           output_dir=str(tmp_path / "b"), init_meta_params=str(path), **TINY_LPG
       )
@@ -483,7 +491,7 @@ def test_bad_input_exit_code_and_one_line(straight_run, tmp_path):
 
 
 def test_group_names_must_be_unique(tmp_path):
-  plan = mt.build(tiny_config(output_dir=str(tmp_path / "x")))
+  plan = plan_lib.build(tiny_config(output_dir=str(tmp_path / "x")))
   group = plan.groups[0]
   with pytest.raises(ValueError, match="names must be unique"):
     type(plan.population)(
@@ -528,5 +536,5 @@ def test_plot_draws_every_group_including_names_with_slashes():
 )
 def test_bad_replay_settings_are_one_line(overrides, message, tmp_path):
   with pytest.raises(errors.UsageError, match=message) as e:
-    mt.build(tiny_config(output_dir=str(tmp_path / "x"), **overrides))
+    plan_lib.build(tiny_config(output_dir=str(tmp_path / "x"), **overrides))
   assert "\n" not in str(e.value)

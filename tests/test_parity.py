@@ -21,6 +21,9 @@ from disco import types
 from disco import weights as weights_lib
 from disco.meta import meta_gradient
 from disco.networks import meta_nets
+from disco.parity import comparisons
+from disco.parity import fixtures
+from disco.parity import runners
 from disco.update_rules import actor_critic
 from disco.update_rules import disco as disco_rule
 
@@ -65,7 +68,7 @@ def test_fixture_parity(name, fixtures_dir, require_shared_path, request):
   # Every output array of the fixture (and the gradients of its grads/ copy)
   # was compared.
   with np.load(path) as data:
-    n_outputs = sum(k.startswith("outputs" + parity.SEP) for k in data.files)
+    n_outputs = sum(k.startswith("outputs" + fixtures.SEP) for k in data.files)
   if "learner_step" in name:
     assert report.rule == "gradients"
     grads = [c for c in report.comparisons if c.key.startswith("grads::")]
@@ -152,7 +155,9 @@ def test_rounding_robust_rule_for_updated_params():
   ref = rng.normal(size=1000)
   lr, max_abs_update = 1e-2, 1.0
   max_step = 2 * lr * max_abs_update
-  compare = lambda ours: parity.compare_array("p", ours, ref, True, max_step)
+  compare = lambda ours: comparisons.compare_array(
+      "p", ours, ref, True, max_step
+  )
   # Adam's first step flipped on a few elements (gradients near zero):
   # within two steps, allowed for up to 1% of the elements.
   flipped = ref.copy()
@@ -167,32 +172,32 @@ def test_rounding_robust_rule_for_updated_params():
   # Without gradients in the fixture: the 99.9% rule.
   one_flip = ref.copy()
   one_flip[:2] += 2 * lr
-  assert not parity.compare_array("p", one_flip, ref, True).ok
+  assert not comparisons.compare_array("p", one_flip, ref, True).ok
   assert compare(one_flip).ok
 
 
 def test_gradients_by_norm():
   ref = np.linspace(-1.0, 1.0, 100)
-  ok = parity.compare_gradient("g", ref * (1 + 5e-4), ref)
-  bad = parity.compare_gradient("g", ref * (1 + 2e-3), ref)
+  ok = comparisons.compare_gradient("g", ref * (1 + 5e-4), ref)
+  bad = comparisons.compare_gradient("g", ref * (1 + 2e-3), ref)
   assert ok.ok and not bad.ok
-  assert not parity.compare_gradient("g", np.zeros(3), np.zeros(4)).ok
+  assert not comparisons.compare_gradient("g", np.zeros(3), np.zeros(4)).ok
 
 
 def test_companion_gradients_only_from_an_identical_copy(tmp_path):
   fx = {"kind": np.array("k"), "inputs::x": np.arange(3.0)}
   grads = {"outputs::grads::w": np.ones(2)}
-  (tmp_path / parity.GRADS_DIR).mkdir()
+  (tmp_path / fixtures.GRADS_DIR).mkdir()
   path = tmp_path / "f.npz"
   np.savez(path, **fx)
-  companion = tmp_path / parity.GRADS_DIR / "f.npz"
+  companion = tmp_path / fixtures.GRADS_DIR / "f.npz"
   np.savez(companion, **fx, **grads)
-  merged = parity.with_companion_gradients(path, dict(fx))
-  assert parity.has_gradients(merged)
+  merged = fixtures.with_companion_gradients(path, dict(fx))
+  assert fixtures.has_gradients(merged)
   np.testing.assert_array_equal(merged["outputs::grads::w"], np.ones(2))
   # A copy with other inputs is not used.
   np.savez(companion, **dict(fx, **{"inputs::x": np.zeros(3)}), **grads)
-  assert not parity.has_gradients(parity.with_companion_gradients(path, fx))
+  assert not fixtures.has_gradients(fixtures.with_companion_gradients(path, fx))
 
 
 def test_checks_run_at_full_float32_matmul_precision(monkeypatch, tmp_path):
@@ -261,7 +266,7 @@ def test_cli_fails_on_unsupported_kind(tmp_path, capsys):
   assert parity.main([str(bogus)]) != 0
   out = capsys.readouterr().out
   assert "FAIL" in out and "unsupported fixture kind 'bogus'" in out
-  for kind in parity.KINDS:  # the message lists the supported kinds
+  for kind in runners.KINDS:  # the message lists the supported kinds
     assert kind in out
 
 

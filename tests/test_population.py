@@ -18,8 +18,8 @@ import pytest
 
 from disco import errors
 from disco.meta import keys as keys_lib
+from disco.meta import plan as plan_lib
 from disco.meta import population as population_lib
-from disco.meta import trainer as mt
 
 from meta_faults import with_faults
 from meta_settings import MIXED
@@ -59,7 +59,7 @@ def mixed(tmp_path_factory):
   agents start new lifetimes every 2 meta-steps, on one device and sharded
   over two, for two meta-steps from the same state."""
   assert len(jax.devices()) >= 2, "conftest.py forces two host devices"
-  plan = mt.build(
+  plan = plan_lib.build(
       tiny_config(
           **TINY_LPG,
           output_dir=str(tmp_path_factory.mktemp("pop") / "b"),
@@ -171,7 +171,7 @@ def test_lifetime_reset_at_configured_age(mixed):
 
 def test_agents_must_split_over_devices(tmp_path):
   with pytest.raises(errors.UsageError) as info:
-    mt.build(
+    plan_lib.build(
         tiny_config(
             output_dir=str(tmp_path / "a"),
             population=(
@@ -191,7 +191,7 @@ def test_population_of_different_environments(tmp_path):
   """An LPG grid world, the delayed chain and CartPole (other observation
   shapes and action counts) meta-train together. (Catch with two shapes:
   the ``mixed`` population.)"""
-  plan = mt.build(
+  plan = plan_lib.build(
       tiny_config(
           **TINY_LPG,
           output_dir=str(tmp_path / "h"),
@@ -213,7 +213,7 @@ def test_population_of_different_environments(tmp_path):
       for g in plan.groups
   }
   assert len({s for s in shapes.values()}) == 3, shapes
-  state = mt.initial_state(plan)
+  state = plan_lib.initial_state(plan)
   state, logs = plan.population.step(state)
   assert int(state.step) == 1
   assert all(
@@ -237,11 +237,11 @@ def poisoned(mixed, tmp_path_factory):
       population=MIXED,
   )
   plan = with_faults(
-      mt.build(config),
+      plan_lib.build(config),
       poison_agent_at_steps=(1,),
       poison_meta_grad_at_steps=(2,),
   )
-  states = [mt.initial_state(plan)]  # the agents of mixed["states"][0]
+  states = [plan_lib.initial_state(plan)]  # the agents of mixed["states"][0]
   logs = []
   for _ in range(2):
     state, step_logs = plan.population.step(states[-1])
@@ -305,7 +305,7 @@ def test_replay_fills_empties_with_a_new_lifetime_and_feeds_the_updates(
       lifetime_meta_steps=3,
       population=MIXED[:1],
   )
-  plan = mt.build(
+  plan = plan_lib.build(
       tiny_config(
           **settings,
           replay_capacity=5,
@@ -313,7 +313,9 @@ def test_replay_fills_empties_with_a_new_lifetime_and_feeds_the_updates(
           output_dir=str(tmp_path / "a"),
       )
   )
-  fresh = mt.build(tiny_config(**settings, output_dir=str(tmp_path / "b")))
+  fresh = plan_lib.build(
+      tiny_config(**settings, output_dir=str(tmp_path / "b"))
+  )
   pops = [plan.population, fresh.population]
   states = [p.init(jax.random.PRNGKey(0), plan.meta_params) for p in pops]
   assert states[1].agents[0].replay is None

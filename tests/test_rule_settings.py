@@ -25,9 +25,10 @@ from disco import weights as weights_lib
 from disco.launch import common
 from disco.launch import evaluate
 from disco.launch import meta_train
+from disco.meta import plan as plan_lib
+from disco.meta import rule_files
 from disco.meta import run_folder
 from disco.meta import settings as meta_settings_lib
-from disco.meta import trainer
 from disco.update_rules import actor_critic
 from disco.update_rules import agent_settings
 from disco.update_rules import migrations
@@ -267,11 +268,11 @@ def test_disco_meta_train_rule_settings_from_flags():
 def test_disco_meta_train_rule_settings_reach_the_agents(tmp_path):
   config = meta_settings.tiny_config(output_dir=str(tmp_path / "m"))
   config.hyper_params = dict(value_cost=0.3)
-  plan = trainer.build(config)
+  plan = plan_lib.build(config)
   assert plan.settings.hyper_params["value_cost"] == 0.3
   assert plan.rule.hyper_params["value_cost"] == 0.3
   # The export carries them, so disco-eval evaluates the rule as trained.
-  path = trainer.export_meta_params(
+  path = rule_files.export_meta_params(
       tmp_path / "rule.npz", plan.meta_params, plan.settings, meta_step=1
   )
   assert weights_lib.load_metadata(path)["settings"] == dict(
@@ -286,7 +287,7 @@ def test_disco_meta_train_rule_settings_reach_the_agents(tmp_path):
     config = meta_settings.tiny_config(output_dir=str(tmp_path / "m"))
     config[key] = value
     with pytest.raises(errors.UsageError, match=match) as info:
-      trainer.build(config)
+      plan_lib.build(config)
     _one_line(str(info.value))
     assert "for rule 'disco'" in str(info.value) or "value_cost" in str(
         info.value

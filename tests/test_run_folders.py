@@ -770,7 +770,9 @@ def test_a_second_sigterm_does_not_cut_the_exit_save_short(tmp_path):
   assert result.returncode == 130, result.stderr[-3000:]
   assert "Traceback" not in result.stderr, result.stderr[-3000:]
   assert "Interrupted at meta-step 1; saved" in result.stdout
-  with ckpt_lib.CheckpointManager(out / mt.CHECKPOINT_DIR) as manager:
+  with ckpt_lib.CheckpointManager(
+      out / meta_run_folder.CHECKPOINT_DIR
+  ) as manager:
     assert manager.all_steps() == [1]
     assert manager.read_record(1)["step"] == 1
 

@@ -22,6 +22,7 @@ from disco import comparison
 from disco import errors
 from disco import evaluation
 from disco import tracking
+from disco.meta import plan
 from disco.meta import trainer
 
 import meta_settings
@@ -249,4 +250,4 @@ def test_missing_backend_package_fails_the_build(tmp_path, monkeypatch):
     evaluation.build(config)
   assert "pip install 'disco-rl-harness[wandb]'" in str(info.value)
   with pytest.raises(errors.UsageError, match="needs the tensorboardX"):
-    trainer.build(meta_settings.tiny_config(tracking="tensorboard"))
+    plan.build(meta_settings.tiny_config(tracking="tensorboard"))

@@ -28,6 +28,9 @@ from disco import weights as weights_lib
 from disco.launch import common
 from disco.launch import validate as validate_launcher
 from disco.meta import follower
+from disco.meta import plan as plan_lib
+from disco.meta import run_folder
+from disco.meta import settings as settings_lib
 from disco.meta import trainer as mt
 from disco.meta import validation as val
 from disco.meta import validation_record as record_lib
@@ -102,9 +105,11 @@ def runs(tmp_path_factory):
 
 def test_validation_never_changes_meta_training(runs):
   on, off = runs["on"], runs["off"]
-  assert files_equal(on / mt.METRICS_FILE, off / mt.METRICS_FILE)
-  a = weights_lib.load_meta_params(on / mt.META_PARAMS_FILE)
-  b = weights_lib.load_meta_params(off / mt.META_PARAMS_FILE)
+  assert files_equal(
+      on / run_folder.METRICS_FILE, off / run_folder.METRICS_FILE
+  )
+  a = weights_lib.load_meta_params(on / run_folder.META_PARAMS_FILE)
+  b = weights_lib.load_meta_params(off / run_folder.META_PARAMS_FILE)
   assert a.keys() == b.keys()
   for k in a:
     for name in a[k]:
@@ -155,7 +160,8 @@ def test_validation_outputs(runs):
   assert metadata["validation_score"] == by_step[best_step]
   assert metadata["validation_envs"] == ["catch/6x6"]
   assert (
-      metadata["rule"] == TINY_LPG["rule"] and metadata["source"] == mt.PROGRAM
+      metadata["rule"] == TINY_LPG["rule"]
+      and metadata["source"] == settings_lib.PROGRAM
   )
   # disco-eval takes it as it takes meta_params.npz.
   resolved = resolve.resolve_rule(str(on / record_lib.BEST_FILE))
@@ -201,13 +207,13 @@ def test_validation_is_the_disco_eval_loop(runs, tmp_path):
 
 
 def test_held_out_loop_compiles_once(runs, tmp_path):
-  plan = mt.build(config_with(tmp_path / "x"))
+  plan = plan_lib.build(config_with(tmp_path / "x"))
   validator = plan.validation.validator
   first = validator.validate(plan.meta_params, 0)
   shifted = {
       k: {n: x + 0.01 for n, x in v.items()}
       for k, v in weights_lib.load_meta_params(
-          runs["on"] / mt.META_PARAMS_FILE
+          runs["on"] / run_folder.META_PARAMS_FILE
       ).items()
   }
   validator.validate(shifted, 1)
@@ -228,11 +234,11 @@ def _killed_copy(runs, dest, checkpoint, keep_rows_upto):
   file written with them."""
   src = runs["on"]
   dest.mkdir()
-  for name in (mt.CONFIG_FILE, mt.METRICS_FILE):
+  for name in (run_folder.CONFIG_FILE, run_folder.METRICS_FILE):
     shutil.copy(src / name, dest / name)
   shutil.copytree(
-      src / mt.CHECKPOINT_DIR / str(checkpoint),
-      dest / mt.CHECKPOINT_DIR / str(checkpoint),
+      src / run_folder.CHECKPOINT_DIR / str(checkpoint),
+      dest / run_folder.CHECKPOINT_DIR / str(checkpoint),
   )
   rows = [
       r
@@ -250,8 +256,8 @@ def test_resume_neither_loses_nor_duplicates_rows(runs, tmp_path):
   src, out = runs["on"], tmp_path / "resumed"
   (row,) = _killed_copy(runs, out, checkpoint=2, keep_rows_upto=0)[:1]
   if math.isfinite(row["aggregate"]):  # the best file as step 0 left it
-    plan = mt.build(config_with(tmp_path / "x"))
-    mt.exporter(plan)(
+    plan = plan_lib.build(config_with(tmp_path / "x"))
+    plan_lib.exporter(plan)(
         out / record_lib.BEST_FILE,
         plan.meta_params,
         0,
@@ -387,9 +393,10 @@ def test_follower_waits_for_new_checkpoints(runs, tmp_path):
   it validates only that one."""
   out = tmp_path / "run"
   out.mkdir()
-  shutil.copy(runs["on"] / mt.CONFIG_FILE, out / mt.CONFIG_FILE)
+  shutil.copy(runs["on"] / run_folder.CONFIG_FILE, out / run_folder.CONFIG_FILE)
   shutil.copytree(
-      runs["on"] / mt.CHECKPOINT_DIR / "2", out / mt.CHECKPOINT_DIR / "2"
+      runs["on"] / run_folder.CHECKPOINT_DIR / "2",
+      out / run_folder.CHECKPOINT_DIR / "2",
   )
   config = _follow_config(
       out,
@@ -403,7 +410,8 @@ def test_follower_waits_for_new_checkpoints(runs, tmp_path):
   assert summary["validated_meta_steps"] == [2]
   assert any("No new checkpoint" in line for line in lines)
   shutil.copytree(
-      runs["on"] / mt.CHECKPOINT_DIR / "4", out / mt.CHECKPOINT_DIR / "4"
+      runs["on"] / run_folder.CHECKPOINT_DIR / "4",
+      out / run_folder.CHECKPOINT_DIR / "4",
   )
   lines.clear()
   summary = follower.validate(config, log=lines.append, progress=False)
@@ -461,7 +469,7 @@ def _train_from_argv(args):
   fv = flags.FlagValues()
   common.parse_config_flags(
       ["disco-meta-train", *args],
-      checks.config_path(mt.CONFIG_NAME),
+      checks.config_path(settings_lib.CONFIG_NAME),
       "help",
       fv,
   )
@@ -543,6 +551,6 @@ def test_held_out_env_reference_from_config(tmp_path):
       envs=({"env": "lpg/dense"},),
       references=("lpg/dense:random=0,reference=1,source=test",),
   )
-  plan = mt.build(config)
+  plan = plan_lib.build(config)
   assert list(plan.validation.validator.plans) == ["lpg/dense"]
   assert json.dumps(plan.validation.settings.record())

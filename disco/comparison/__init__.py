@@ -8,7 +8,7 @@ The runner (under ``disco-compare``), in a few lines::
       rules=("actor_critic", "ppo"), envs=("catch",), num_seeds=5)
 
 * ``settings``: ``CompareSettings`` (checked in one pass), ``make_config``;
-* ``runs``: ``Cell`` (one rule on one environment) and ``Plan``;
+* ``runs``: ``Cell`` (one rule on one environment) and ``ComparePlan``;
 * ``tuning``: baselines tuned per environment on seeds of their own;
 * ``runner``: ``build``, ``run``, ``write`` and ``compare``.
 
@@ -26,32 +26,30 @@ Scores are ``{rule: [num_seeds, num_envs]}`` (``[..., num_points]`` for
 learning curves).
 """
 
-import importlib
+from disco.comparison.runner import build
+from disco.comparison.runner import compare
+from disco.comparison.runner import run
+from disco.comparison.runner import write
+from disco.comparison.runs import Cell
+from disco.comparison.runs import ComparePlan
+from disco.comparison.settings import CONFIG_NAME
+from disco.comparison.settings import PROGRAM
+from disco.comparison.settings import CompareSettings
+from disco.comparison.settings import Tuning
+from disco.comparison.settings import default_config
+from disco.comparison.settings import make_config
 
-# The runner's names and the modules defining them, imported on first use so
-# that the statistics modules import without JAX.
-_RUNNER = {
-    "CompareSettings": "disco.comparison.settings",
-    "default_config": "disco.comparison.settings",
-    "Tuning": "disco.comparison.settings",
-    "make_config": "disco.comparison.settings",
-    "parse_spec": "disco.specs",
-    "Cell": "disco.comparison.runs",
-    "Plan": "disco.comparison.runs",
-    "build": "disco.comparison.runner",
-    "run": "disco.comparison.runner",
-    "write": "disco.comparison.runner",
-    "compare": "disco.comparison.runner",
-}
-
-
-_SUBMODULES = ("settings", "runs", "tuning", "runner")
-
-
-def __getattr__(name: str):
-  if name in _SUBMODULES:
-    return importlib.import_module(f"disco.comparison.{name}")
-  if name in _RUNNER:
-    module = importlib.import_module(_RUNNER[name])
-    return getattr(module, name)
-  raise AttributeError(f"module 'disco.comparison' has no attribute {name!r}")
+__all__ = [
+    "CONFIG_NAME",
+    "Cell",
+    "ComparePlan",
+    "CompareSettings",
+    "PROGRAM",
+    "Tuning",
+    "build",
+    "compare",
+    "default_config",
+    "make_config",
+    "run",
+    "write",
+]

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from disco.comparison import significance
+from disco.comparison import two_sample
 
 # Score distributions of the simulated rules (the same for both: the null).
 SCORES = ("normal", "discrete")
@@ -101,13 +101,11 @@ def false_positive_rate(
     ValueError: if the test refuses ``num_seeds`` at ``alpha`` (one line
       saying how many it needs).
   """
-  significance.check_enough_seeds(test, num_seeds, num_seeds, alpha)
+  two_sample.check_enough_seeds(test, num_seeds, num_seeds, alpha)
   rng = np.random.default_rng(seed)
   a = null_scores((trials, num_seeds), scores, rng)
   b = null_scores((trials, num_seeds), scores, rng)
-  _, p = significance.p_values(
-      a, b, test, alpha=alpha, reps=reps, seed=seed + 1
-  )
+  _, p = two_sample.p_values(a, b, test, alpha=alpha, reps=reps, seed=seed + 1)
   return Rate(rate=float(np.mean(p <= alpha)), trials=trials)
 
 

@@ -38,13 +38,14 @@ from disco import files
 from disco.comparison import plots
 from disco.comparison import results as results_lib
 from disco.comparison import significance
+from disco.comparison import two_sample
 from disco.environments import reference_scores
 from disco.scoring import aggregates
 from disco.training import analysis
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class ReportSettings:
   """How a comparison's statistics are computed.
 
   Attributes:
@@ -69,7 +70,7 @@ class Settings:
       rather than one family per table.
   """
 
-  test: str = significance.DEFAULT_TEST
+  test: str = two_sample.DEFAULT_TEST
   alpha: float = 0.05
   power: float = 0.8
   reps: int = 2000
@@ -81,20 +82,20 @@ class Settings:
   holm_across_envs: bool = False
 
 
-def required_seeds(settings: Settings, num_rules: int) -> tuple[int, str]:
+def required_seeds(settings: ReportSettings, num_rules: int) -> tuple[int, str]:
   """``(seeds per rule, what needs them)``: every report needs
   ``aggregates.MIN_SEEDS`` for its bootstrap intervals, and with several
   rules the test's ``significance.min_seeds`` too."""
   needed, what = aggregates.MIN_SEEDS, "the bootstrap intervals"
   if num_rules > 1:
-    needed = max(needed, significance.min_seeds(settings.test, settings.alpha))
+    needed = max(needed, two_sample.min_seeds(settings.test, settings.alpha))
     what = f"the {settings.test} test at alpha={settings.alpha} and {what}"
   return needed, what
 
 
 def check(
     results: results_lib.Results,
-    settings: Settings,
+    settings: ReportSettings,
     references: Mapping[str, Any] | None = None,
 ) -> None:
   """Raises ``ValueError`` (one line, naming the fix) if the statistics
@@ -175,7 +176,7 @@ def _pairwise_tests(
     results: results_lib.Results,
     raw: dict[str, np.ndarray],
     scores: dict[str, np.ndarray],
-    settings: Settings,
+    settings: ReportSettings,
 ) -> dict[str, list[significance.ComparisonRow]]:
   """Every pair of rules on each environment (final returns) and, with
   several environments, on the mean normalised score; ``{}`` for one
@@ -242,7 +243,7 @@ def _figures(
 def write_report(
     results: results_lib.Results,
     out: str | Path,
-    settings: Settings = Settings(),
+    settings: ReportSettings = ReportSettings(),
     references: Mapping[str, Any] | None = None,
     title: str = "Comparison",
 ) -> dict[str, Any]:
@@ -311,7 +312,7 @@ def write_report(
 
 
 def _coverage(
-    agg: aggregates.AggregateResult, settings: Settings
+    agg: aggregates.AggregateResult, settings: ReportSettings
 ) -> dict[str, Any]:
   """The nominal and approximate actual coverage of a rule's intervals
   (``aggregates.approximate_coverage``; ``None`` with the task bootstrap,
@@ -332,7 +333,7 @@ def _coverage(
   )
 
 
-def _header(results, settings: Settings, title: str) -> list[str]:
+def _header(results, settings: ReportSettings, title: str) -> list[str]:
   seeds = {
       r: len(results.runs[r, results.envs[0]].seeds) for r in results.rules
   }
@@ -416,7 +417,7 @@ def _normalisation_section(results, references) -> list[str]:
   ]
 
 
-def _aggregates_section(agg, settings: Settings) -> list[str]:
+def _aggregates_section(agg, settings: ReportSettings) -> list[str]:
   notes = {r: _coverage(a, settings)["note"] for r, a in agg.items()}
   lines = ["", "## Aggregates of the normalised scores", ""]
   lines += _markdown_table(
@@ -444,7 +445,7 @@ def _aggregates_section(agg, settings: Settings) -> list[str]:
   return lines
 
 
-def _tests_section(name: str, rows, settings: Settings) -> list[str]:
+def _tests_section(name: str, rows, settings: ReportSettings) -> list[str]:
   lines = ["", f"## Pairwise tests: {name}", ""]
   lines += _markdown_table(
       [

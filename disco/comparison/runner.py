@@ -50,7 +50,7 @@ RUN_KIND = run_folders.RunKind(
 
 def build(
     settings: settings_lib.CompareSettings | config_dict.ConfigDict,
-) -> runs.Plan:
+) -> runs.ComparePlan:
   """Resolves the runs of ``settings`` (a config is made into settings
   first: ``CompareSettings.from_config``) and builds every run's
   ``disco-eval`` plan once, so that a bad rule, environment or setting
@@ -68,7 +68,7 @@ def build(
     if settings.tuning is not None:
       tuning_lib.check_grid(settings.tuning)
     cells = runs.make_cells(settings, output_dir)
-  plan = runs.Plan(settings=settings, cells=cells, output_dir=output_dir)
+  plan = runs.ComparePlan(settings=settings, cells=cells, output_dir=output_dir)
   for cell in cells:  # every run's settings, checked before training
     points = tuning_lib.tuning_cells(plan, cell) if cell.tuned else []
     for c in [*(c for _, c in points), cell]:
@@ -76,7 +76,7 @@ def build(
   return plan
 
 
-def _check_cell(plan: runs.Plan, cell: runs.Cell) -> None:
+def _check_cell(plan: runs.ComparePlan, cell: runs.Cell) -> None:
   try:
     reference_scores.normalize(0.0, cell.env_key, plan.references)
   except ValueError as e:
@@ -88,7 +88,9 @@ def _check_cell(plan: runs.Plan, cell: runs.Cell) -> None:
 
 
 def run(
-    plan: runs.Plan, log: Callable[[str], None] = print, progress: bool = True
+    plan: runs.ComparePlan,
+    log: Callable[[str], None] = print,
+    progress: bool = True,
 ) -> list[Path]:
   """Runs this process's runs that have not finished with the settings of
   the comparison (a damaged or stale run folder runs again, saying so);
@@ -121,7 +123,7 @@ def run(
 
 
 def _tune(
-    plan: runs.Plan,
+    plan: runs.ComparePlan,
     cell: runs.Cell,
     where: str,
     log: Callable[[str], None],
@@ -177,7 +179,7 @@ def _summary_complete(folder: Path) -> bool:
 
 
 def write(
-    plan: runs.Plan,
+    plan: runs.ComparePlan,
     run_dirs: Sequence[Path],
     log: Callable[[str], None] = print,
     wait_for_shards: bool = False,

@@ -106,7 +106,9 @@ class Cell:
         rule_kwargs=self.rule_kwargs,
     )
 
-  def build(self, settings: settings_lib.CompareSettings) -> evaluation.Plan:
+  def build(
+      self, settings: settings_lib.CompareSettings
+  ) -> evaluation.EvalPlan:
     """``evaluation.build`` of this run, under this cell's label."""
     plan = evaluation.build(self.eval_config(settings), log=lambda _: None)
     if self.label and self.label != plan.label:
@@ -178,7 +180,7 @@ class Cell:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class ComparePlan:
   """A comparison: its settings, its runs and where it writes."""
 
   settings: settings_lib.CompareSettings

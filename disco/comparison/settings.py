@@ -27,7 +27,7 @@ from disco import errors
 from disco import evaluation
 from disco import specs
 from disco.comparison import report as report_lib
-from disco.comparison import significance
+from disco.comparison import two_sample
 from disco.environments import reference_scores
 from disco.environments import registry as env_registry
 from disco.evaluation import settings as eval_settings
@@ -148,7 +148,7 @@ class CompareSettings:
   network: dict[str, Any]
   policy: dict[str, Any]
   tuning: Tuning | None
-  statistics: report_lib.Settings
+  statistics: report_lib.ReportSettings
   references: dict[str, reference_scores.ReferenceEntry]
   run_dirs: tuple[Path, ...]
   shard: tuple[int, int]
@@ -219,12 +219,12 @@ def _values(config: Any, defaults: config_dict.ConfigDict) -> dict:
 
 def _statistics(
     config: config_dict.ConfigDict, problems: checks.Problems
-) -> report_lib.Settings:
-  defaults = report_lib.Settings()
-  if config.test not in significance.TESTS:
+) -> report_lib.ReportSettings:
+  defaults = report_lib.ReportSettings()
+  if config.test not in two_sample.TESTS:
     problems.messages.append(
         f"Unknown config.test {config.test!r}; use one of "
-        f"{', '.join(significance.TESTS)}."
+        f"{', '.join(two_sample.TESTS)}."
     )
   min_effect = config.min_effect
   if min_effect is not None:
@@ -237,8 +237,8 @@ def _statistics(
         check, config[key], key, *args, default=getattr(defaults, key, None)
     )
 
-  return report_lib.Settings(
-      test=config.test if config.test in significance.TESTS else defaults.test,
+  return report_lib.ReportSettings(
+      test=config.test if config.test in two_sample.TESTS else defaults.test,
       alpha=get(_probability, "alpha"),
       power=get(_probability, "power"),
       reps=problems.get(
@@ -316,7 +316,7 @@ def _with_runs(
 
 
 def _check_seeds(
-    num_seeds: int, num_rules: int, statistics: report_lib.Settings
+    num_seeds: int, num_rules: int, statistics: report_lib.ReportSettings
 ) -> None:
   """``report.check``'s seed check, before anything trains."""
   needed, what = report_lib.required_seeds(statistics, num_rules)

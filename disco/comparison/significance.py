@@ -53,34 +53,19 @@ import math
 import numpy as np
 
 from disco.comparison import effect_sizes
+from disco.comparison import two_sample
 
 # The tests and effect sizes under this module's name too (``significance``
 # held them all once).
-from disco.comparison.effect_sizes import cohens_d as cohens_d
-from disco.comparison.effect_sizes import hedges_correction as hedges_correction
-from disco.comparison.effect_sizes import hedges_g as hedges_g
-from disco.comparison.effect_sizes import rank_biserial as rank_biserial
-from disco.comparison.effect_sizes import seeds_needed as seeds_needed
-from disco.comparison.effect_sizes import t_test_power as t_test_power
-from disco.comparison.two_sample import DEFAULT_TEST as DEFAULT_TEST
-from disco.comparison.two_sample import HEDGES_G as HEDGES_G
-from disco.comparison.two_sample import MW_EXACT_SPLITS as MW_EXACT_SPLITS
-from disco.comparison.two_sample import NO_VARIANCE as NO_VARIANCE
-from disco.comparison.two_sample import RANK_BISERIAL as RANK_BISERIAL
-from disco.comparison.two_sample import TESTS as TESTS
-from disco.comparison.two_sample import TestResult as TestResult
-from disco.comparison.two_sample import check_enough_seeds as check_enough_seeds
-from disco.comparison.two_sample import holm_bonferroni as holm_bonferroni
 from disco.comparison.two_sample import (
     mean_difference_interval as mean_difference_interval,
 )
-from disco.comparison.two_sample import min_seeds as min_seeds
-from disco.comparison.two_sample import p_values as p_values
-from disco.comparison.two_sample import run_test as run_test
 from disco.scoring import aggregates
 
 # The fields of ``TestResult`` a row reads through (``ComparisonRow``).
-_RESULT_FIELDS = frozenset(f.name for f in dataclasses.fields(TestResult))
+_RESULT_FIELDS = frozenset(
+    f.name for f in dataclasses.fields(two_sample.TestResult)
+)
 # The keys of ``ComparisonRow.as_dict`` in order (``statistics.json``): the
 # pair, the test and its p-values, the effect, the means and seeds, the rest.
 ROW_KEYS = (
@@ -122,7 +107,7 @@ class ComparisonRow:
 
   rule_a: str
   rule_b: str
-  result: TestResult
+  result: two_sample.TestResult
   p_holm: float
   reject: bool
   alpha: float
@@ -186,7 +171,7 @@ def env_scores(scores: aggregates.ScoreDict, env: int) -> dict[str, np.ndarray]:
 
 def pairwise_table(
     scores: Mapping[str, Sequence[float]],
-    test: str = DEFAULT_TEST,
+    test: str = two_sample.DEFAULT_TEST,
     *,
     alpha: float = 0.05,
     power: float = 0.8,
@@ -233,7 +218,7 @@ def pairwise_table(
         )
     try:
       results.append(
-          run_test(
+          two_sample.run_test(
               scores[a],
               scores[b],
               test,
@@ -247,7 +232,7 @@ def pairwise_table(
       )
     except ValueError as e:
       raise ValueError(f"{a} vs {b}: {e}") from e
-  p_holm = holm_bonferroni([r.p_value for r in results])
+  p_holm = two_sample.holm_bonferroni([r.p_value for r in results])
   rows = []
   for (a, b), r, ph in zip(pairs, results, p_holm, strict=True):
     rows.append(
@@ -283,7 +268,7 @@ def apply_holm(
   """
   effect_sizes.check_probability("alpha", alpha)
   flat = [r for rows in tables.values() for r in rows]
-  adjusted = iter(holm_bonferroni([r.p_value for r in flat]))
+  adjusted = iter(two_sample.holm_bonferroni([r.p_value for r in flat]))
   out = {}
   for name, rows in tables.items():
     out[name] = []
@@ -319,7 +304,7 @@ def format_table(rows: Sequence[ComparisonRow]) -> str:
   return "\n".join(lines + notes)
 
 
-def difference_text(row: ComparisonRow | TestResult) -> str:
+def difference_text(row: ComparisonRow | two_sample.TestResult) -> str:
   """``mean_a - mean_b [low, high]`` (``n/a`` ends when undefined)."""
   ends = ", ".join(
       "n/a" if math.isnan(x) else f"{x:.3g}"

@@ -74,7 +74,7 @@ def check_grid(tuning: settings_lib.Tuning) -> None:
 
 
 def tuning_cells(
-    plan: runs.Plan, cell: runs.Cell
+    plan: runs.ComparePlan, cell: runs.Cell
 ) -> list[tuple[dict, runs.Cell]]:
   """The grid points of a tuned ``cell``: ``[(point, Cell)]``, each trained
   on the tuning seeds into ``output_dir/tuning/<rule>/<env>/<point>``."""
@@ -106,7 +106,7 @@ def tuning_cells(
   return out
 
 
-def status(plan: runs.Plan, cell: runs.Cell) -> tuple[bool, str | None]:
+def status(plan: runs.ComparePlan, cell: runs.Cell) -> tuple[bool, str | None]:
   """``Cell.status`` of ``cell`` as it runs: a tuned cell is finished when
   its tuning runs are and its run has the settings they chose."""
   if not cell.tuned:
@@ -117,7 +117,7 @@ def status(plan: runs.Plan, cell: runs.Cell) -> tuple[bool, str | None]:
   return apply_point(cell, choose(plan, cell)["point"]).status(plan.settings)
 
 
-def choose(plan: runs.Plan, cell: runs.Cell) -> dict[str, Any]:
+def choose(plan: runs.ComparePlan, cell: runs.Cell) -> dict[str, Any]:
   """The grid point of a tuned ``cell`` (its tuning runs finished): the
   best mean normalised final return over the tuning seeds (a point whose
   seeds all diverged scores -inf; the first point wins ties).
@@ -162,7 +162,7 @@ def choose(plan: runs.Plan, cell: runs.Cell) -> dict[str, Any]:
 
 
 def write(
-    plan: runs.Plan, choices: list[dict[str, Any]], stats: dict[str, Any]
+    plan: runs.ComparePlan, choices: list[dict[str, Any]], stats: dict[str, Any]
 ) -> None:
   """``tuning.csv``, the ``tuning`` entry of ``statistics.json`` (and of
   ``stats``) and the tuning section of ``report.md``."""
@@ -188,7 +188,7 @@ def write(
   )
 
 
-def _write_csv(plan: runs.Plan, choices: list[dict[str, Any]]) -> None:
+def _write_csv(plan: runs.ComparePlan, choices: list[dict[str, Any]]) -> None:
   keys = list(plan.tuning.grid)
   with files.atomic_write(plan.output_dir / TUNING_CSV, "w", newline="") as f:
     writer = csv.writer(f)
@@ -210,7 +210,9 @@ def _write_csv(plan: runs.Plan, choices: list[dict[str, Any]]) -> None:
         )
 
 
-def _report_lines(plan: runs.Plan, choices: list[dict[str, Any]]) -> list[str]:
+def _report_lines(
+    plan: runs.ComparePlan, choices: list[dict[str, Any]]
+) -> list[str]:
   tuning, keys = plan.tuning, list(plan.tuning.grid)
   lines = [
       "",

@@ -19,12 +19,12 @@ or step by step, each step a function::
   lock.release()
 
 * ``settings``: ``default_config``, ``make_config``, ``DistillSettings``;
-* ``plan``: ``Plan``, ``build``, ``student_settings``;
+* ``plan``: ``DistillPlan``, ``build``, ``student_settings``;
 * ``dataset``: ``gather`` (resumable shards of the teacher's agents'
   learner batches), ``Shard``;
 * ``fitting``: ``targets``, ``sample_loss``, ``fit``, ``agreement``;
 * ``running``: ``run`` (the dataset, the fit and the agreement),
-  ``RunResult``;
+  ``DistillResult``;
 * ``outputs``: ``open_output``, ``write`` (the run folder, the student's
   rule file);
 * ``workflow``: ``distill`` (all of the above).
@@ -45,10 +45,10 @@ from disco.distillation.fitting import targets
 from disco.distillation.outputs import STUDENT_FILE
 from disco.distillation.outputs import open_output
 from disco.distillation.outputs import write
-from disco.distillation.plan import Plan
+from disco.distillation.plan import DistillPlan
 from disco.distillation.plan import build
 from disco.distillation.plan import student_settings
-from disco.distillation.running import RunResult
+from disco.distillation.running import DistillResult
 from disco.distillation.running import run
 from disco.distillation.settings import CONFIG_NAME
 from disco.distillation.settings import PROGRAM
@@ -62,8 +62,8 @@ __all__ = [
     "DistillSettings",
     "PROGRAM",
     "Pair",
-    "Plan",
-    "RunResult",
+    "DistillPlan",
+    "DistillResult",
     "STUDENT_FILE",
     "Shard",
     "agreement",

@@ -40,7 +40,6 @@ from disco.distillation import settings as settings_lib
 from disco.training import analysis
 from disco.update_rules import resolve
 
-UsageError = errors.UsageError
 HELD_OUT_SEED_OFFSET = 1000
 _METADATA_KEY = "__metadata__"
 _RETURN_KEY = "__teacher_return__"
@@ -62,7 +61,7 @@ class Shard:
 
   split: str
   env: tuple[str, dict[str, Any]]
-  plan: evaluation.Plan
+  plan: evaluation.EvalPlan
   samples: dict[str, Any]
   lifetime: int
   teacher_return: float
@@ -101,15 +100,15 @@ def _eval_config(
   return config
 
 
-def _plan(settings, env, seed, teacher, scratch) -> evaluation.Plan:
+def _plan(settings, env, seed, teacher, scratch) -> evaluation.EvalPlan:
   try:
     config = _eval_config(settings, env, seed, scratch)
   except (TypeError, ValueError) as e:
-    raise UsageError(f"config.dataset: {errors.one_line(e)}") from None
+    raise errors.UsageError(f"config.dataset: {errors.one_line(e)}") from None
   return evaluation.build(config, log=lambda _: None, rule=teacher)
 
 
-def _record_fn(plan: evaluation.Plan):
+def _record_fn(plan: evaluation.EvalPlan):
   """``(states [S], rngs [S]) -> samples [S]``, jitted."""
 
   def record(state, rng):
@@ -176,7 +175,7 @@ def _load(path: Path, template, expected_metadata: dict[str, Any]):
             for k in set(metadata) | set(expected_metadata)
             if metadata.get(k) != expected_metadata.get(k)
         )
-        raise UsageError(
+        raise errors.UsageError(
             f"Dataset shard {path} was gathered with other settings "
             f"({', '.join(differ)}): {fix}."
         )
@@ -184,10 +183,10 @@ def _load(path: Path, template, expected_metadata: dict[str, Any]):
       arrays = []
       for name, leaf in zip(names, leaves, strict=True):
         if name not in npz.files:
-          raise UsageError(f"Dataset shard {path} lacks {name}: {fix}.")
+          raise errors.UsageError(f"Dataset shard {path} lacks {name}: {fix}.")
         array = npz[name]
         if array.shape[1:] != leaf.shape or array.dtype != leaf.dtype:
-          raise UsageError(
+          raise errors.UsageError(
               f"Dataset shard {path}: {name} is {array.dtype}{list(array.shape)}"
               f", expected {leaf.dtype}[N, {', '.join(map(str, leaf.shape))}]"
               f": {fix}."
@@ -195,9 +194,9 @@ def _load(path: Path, template, expected_metadata: dict[str, Any]):
         arrays.append(array)
       teacher_return = float(npz[_RETURN_KEY])
   except (OSError, ValueError, KeyError) as e:
-    if isinstance(e, UsageError):
+    if isinstance(e, errors.UsageError):
       raise
-    raise UsageError(
+    raise errors.UsageError(
         f"Cannot read dataset shard {path} ({errors.one_line(e)}): {fix}."
     ) from None
   return jax.tree_util.tree_unflatten(treedef, arrays), teacher_return
@@ -282,7 +281,7 @@ def _draw_keys(seed: int, draws: int, num_seeds: int) -> np.ndarray:
   return np.asarray(jax.jit(chain)(key_seed))
 
 
-def _gather_one(plan: evaluation.Plan, settings, record):
+def _gather_one(plan: evaluation.EvalPlan, settings, record):
   """Trains the plan's agents with the teacher; their samples and mean
   final return."""
   points = set(record_points(plan.num_calls, settings.dataset.samples_per_seed))

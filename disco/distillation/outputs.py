@@ -54,7 +54,7 @@ DISCO103_TERMS = (
 )
 
 
-def open_output(plan: plan_lib.Plan) -> files.FolderLock:
+def open_output(plan: plan_lib.DistillPlan) -> files.FolderLock:
   """Takes the lock of ``plan.output_dir`` (held until released), checks
   under it that the folder is free (``RUN_KIND``): a folder of an unfinished
   distillation continues, a finished one is refused unless ``overwrite``
@@ -127,8 +127,8 @@ def _licence(teacher: resolve.ResolvedRule, name: str) -> str | None:
 
 
 def write(
-    plan: plan_lib.Plan,
-    result: running.RunResult,
+    plan: plan_lib.DistillPlan,
+    result: running.DistillResult,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
   """Writes the fit, the agreement, the student's rule file and

@@ -3,7 +3,7 @@
 ``build(settings)`` resolves what needs the registries (the teacher and its
 meta-parameters, the student's settings and rule) from checked
 ``DistillSettings``, checks that the two fit together, and returns a
-``Plan``: everything ``run`` and the outputs need. Nothing is written.
+``DistillPlan``: everything ``run`` and the outputs need. Nothing is written.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from disco.update_rules import resolve
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class DistillPlan:
   """A distillation, built from checked settings.
 
   Attributes:
@@ -100,8 +100,8 @@ def student_settings(
   )
 
 
-def build(settings: settings_lib.DistillSettings) -> Plan:
-  """Resolves the teacher and makes the student (see ``Plan``).
+def build(settings: settings_lib.DistillSettings) -> DistillPlan:
+  """Resolves the teacher and makes the student (see ``DistillPlan``).
 
   Raises:
     UsageError: a teacher that is not a Disco rule, a student that cannot
@@ -125,7 +125,7 @@ def build(settings: settings_lib.DistillSettings) -> Plan:
         f"config.fit costs of the student's targets {heads} are all 0: give "
         "one of them a positive weight."
     )
-  return Plan(
+  return DistillPlan(
       settings=settings,
       teacher=teacher,
       student_config=student_config,

@@ -17,7 +17,7 @@ from disco.distillation import plan as plan_lib
 
 
 @dataclasses.dataclass(frozen=True)
-class RunResult:
+class DistillResult:
   """What ``run`` returns.
 
   Attributes:
@@ -65,7 +65,9 @@ def _agreement_rows(
   return rows
 
 
-def run(plan: plan_lib.Plan, log: Callable[[str], None] = print) -> RunResult:
+def run(
+    plan: plan_lib.DistillPlan, log: Callable[[str], None] = print
+) -> DistillResult:
   """Gathers the dataset (or reuses its shards in ``plan.dataset_dir``),
   fits the student on the training shards and measures it on every shard.
 
@@ -97,7 +99,7 @@ def run(plan: plan_lib.Plan, log: Callable[[str], None] = print) -> RunResult:
       ),
   )
   fit_seconds = time.perf_counter() - start
-  return RunResult(
+  return DistillResult(
       shards=shards,
       init=init,
       params=params,

@@ -155,9 +155,6 @@ class BraxStreamState:
   time: types.Array
 
 
-MissingPackageError = suite_utils.MissingPackageError
-
-
 def _import_envs(env_id: str):
   """``brax.envs``, or ``MissingPackageError`` naming the install command."""
   # MuJoCo's MJX prints a line to stdout when its optional NVIDIA Warp

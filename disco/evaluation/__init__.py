@@ -18,8 +18,8 @@ or step by step, each step a function::
 
 * ``settings``: ``EvalSettings`` (checked in one pass), ``make_config``,
   ``prepare``;
-* ``plan``: ``Plan``, ``build``, ``plan_iterations``;
-* ``running``: ``run``, ``RunResult``;
+* ``plan``: ``EvalPlan``, ``build``, ``plan_iterations``;
+* ``running``: ``run``, ``EvalResult``;
 * ``outputs``: ``write_config``, ``open_output``, ``write``, ``track``,
   ``resolved_config``;
 * ``workflow``: ``evaluate`` (all of the above).
@@ -35,11 +35,11 @@ from disco.evaluation.outputs import resolved_config
 from disco.evaluation.outputs import track
 from disco.evaluation.outputs import write
 from disco.evaluation.outputs import write_config
-from disco.evaluation.plan import Plan
+from disco.evaluation.plan import EvalPlan
 from disco.evaluation.plan import build
 from disco.evaluation.plan import plan_iterations
 from disco.evaluation.running import CURVE_EPISODES
-from disco.evaluation.running import RunResult
+from disco.evaluation.running import EvalResult
 from disco.evaluation.running import run
 from disco.evaluation.settings import CONFIG_NAME
 from disco.evaluation.settings import PROGRAM
@@ -55,8 +55,8 @@ __all__ = [
     "EvalSettings",
     "OUTPUT_FILES",
     "PROGRAM",
-    "Plan",
-    "RunResult",
+    "EvalPlan",
+    "EvalResult",
     "build",
     "default_config",
     "evaluate",

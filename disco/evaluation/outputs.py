@@ -38,10 +38,6 @@ from disco.training import loop as loop_lib
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
-Plan = plan_lib.Plan
-RunResult = running.RunResult
-CURVE_EPISODES = running.CURVE_EPISODES
-UsageError = errors.UsageError
 OUTPUT_FILES = (
     "config.json",
     "metrics.csv",
@@ -78,7 +74,7 @@ def env_input_paths(
   }
 
 
-def input_paths(plan: Plan) -> dict[str, str]:
+def input_paths(plan: plan_lib.EvalPlan) -> dict[str, str]:
   """The files a run reads, by role, each path as given: ``rule`` (a rule
   given by file, as ``resolve.resolve_rule`` tells one from a registered
   name), ``weights`` (a named rule's meta-parameter file, when given) and
@@ -108,14 +104,14 @@ def file_digests(paths: Mapping[str, str]) -> dict[str, dict[str, str]]:
     try:
       digest = files.file_digest(Path(path).expanduser())
     except OSError as e:
-      raise UsageError(
+      raise errors.UsageError(
           f"Cannot read the {role} file {path}: {e.strerror or e}."
       ) from None
     out[role] = dict(path=str(path), sha256=digest)
   return out
 
 
-def input_files(plan: Plan) -> dict[str, dict[str, str]]:
+def input_files(plan: plan_lib.EvalPlan) -> dict[str, dict[str, str]]:
   """The input files of ``plan``'s run by digest (``file_digests`` of
   ``input_paths``): ``config.json``'s ``input_files``.
 
@@ -155,7 +151,7 @@ def input_file_changes(
   return out
 
 
-def resolved_config(plan: Plan) -> dict[str, Any]:
+def resolved_config(plan: plan_lib.EvalPlan) -> dict[str, Any]:
   """The config as ``config.json`` saves it: the settings given, with the
   environment settings, learning rate and loop the run resolved."""
   resolved = plan.settings.to_config()
@@ -168,7 +164,7 @@ def resolved_config(plan: Plan) -> dict[str, Any]:
   return run_folders.to_jsonable(resolved)
 
 
-def write_config(plan: Plan) -> None:
+def write_config(plan: plan_lib.EvalPlan) -> None:
   """Creates ``output_dir`` and writes ``config.json`` (before training),
   its ``run`` record holding the run's input files by digest
   (``run.input_files``: ``input_files``), so that a file changed at the same
@@ -195,7 +191,7 @@ def write_config(plan: Plan) -> None:
 
 
 def open_output(
-    plan: Plan, program: str = settings_lib.PROGRAM
+    plan: plan_lib.EvalPlan, program: str = settings_lib.PROGRAM
 ) -> files.FolderLock:
   """Takes the lock of ``plan.output_dir`` (the writer's, held until
   released), checks under it that the folder is free (``RUN_KIND``:
@@ -219,7 +215,9 @@ def open_output(
   return lock
 
 
-def _rates(plan: Plan, result: RunResult) -> dict[str, Any]:
+def _rates(
+    plan: plan_lib.EvalPlan, result: running.EvalResult
+) -> dict[str, Any]:
   """Steady-state rates over all seeds (the first call compiles)."""
   steps_per_call = (
       plan.iterations_per_call
@@ -248,7 +246,7 @@ def _params_file(seed: int) -> str:
 
 
 def _save_params(
-    plan: Plan, states: loop_lib.TrainState, diverged: set[int]
+    plan: plan_lib.EvalPlan, states: loop_lib.TrainState, diverged: set[int]
 ) -> None:
   """Saves the parameters of this process's seeds, except those of the
   ``diverged`` seeds."""
@@ -309,7 +307,9 @@ def _finite(x: float) -> float | None:
   return float(x) if np.isfinite(x) else None
 
 
-def summarize(plan: Plan, result: RunResult) -> dict[str, Any]:
+def summarize(
+    plan: plan_lib.EvalPlan, result: running.EvalResult
+) -> dict[str, Any]:
   """The summary (``summary.json``) of a run: its final scores, diverged
   seeds, parameter files and rates."""
   summary = analysis.summarize(result.metrics, plan.settings.last_episodes)
@@ -339,7 +339,9 @@ def summarize(plan: Plan, result: RunResult) -> dict[str, Any]:
 
 
 def write(
-    plan: Plan, result: RunResult, log: Callable[[str], None] = print
+    plan: plan_lib.EvalPlan,
+    result: running.EvalResult,
+    log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
   """Writes metrics, curve, parameters and summary; returns the summary.
 
@@ -353,7 +355,7 @@ def write(
     analysis.plot_learning_curves(
         {plan.label: metrics},
         path=out / "learning_curve.png",
-        min_episodes=CURVE_EPISODES,
+        min_episodes=running.CURVE_EPISODES,
         title=f"{plan.label} on {plan.settings.env}",
     )
   summary = summarize(plan, result)
@@ -368,16 +370,16 @@ def write(
 
 
 def _log_summary(
-    plan: Plan,
+    plan: plan_lib.EvalPlan,
     metrics: dict[str, np.ndarray],
     summary: dict[str, Any],
     log: Callable[[str], None],
 ) -> None:
   fmt = run_folders.fmt
   log(
-      f"Learning curve (mean return over windows of {CURVE_EPISODES} "
+      f"Learning curve (mean return over windows of {running.CURVE_EPISODES} "
       "episodes, mean over seeds):\n"
-      + analysis.text_curve(metrics, CURVE_EPISODES)
+      + analysis.text_curve(metrics, running.CURVE_EPISODES)
   )
   ci, num_seeds = summary["final_return_ci"], summary["final_return_seeds"]
   ci_text = (
@@ -420,7 +422,9 @@ def _log_summary(
 
 
 def track(
-    plan: Plan, metrics: dict[str, np.ndarray], summary: dict[str, Any]
+    plan: plan_lib.EvalPlan,
+    metrics: dict[str, np.ndarray],
+    summary: dict[str, Any],
 ) -> None:
   """Sends what ``metrics.csv`` and ``summary.json`` hold to the trackers
   of ``settings.tracking`` (nothing more for ``csv``): per iteration, every

@@ -2,7 +2,7 @@
 
 ``build(settings)`` resolves what needs the registries (the rule and its
 meta-parameters, the environment, the rule's loop) from checked
-``EvalSettings`` and returns a ``Plan``: everything ``run`` needs.
+``EvalSettings`` and returns an ``EvalPlan``: everything ``run`` needs.
 """
 
 from __future__ import annotations
@@ -31,15 +31,12 @@ from disco.update_rules import overrides as overrides_lib
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
-UsageError = errors.UsageError
-EvalSettings = settings_lib.EvalSettings
-
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class EvalPlan:
   """Everything a run needs, built from checked settings."""
 
-  settings: EvalSettings
+  settings: settings_lib.EvalSettings
   rule: resolve.ResolvedRule
   env: env_base.Environment
   env_settings: dict[str, Any]
@@ -97,10 +94,10 @@ def plan_iterations(
 
 
 def build(
-    settings: EvalSettings | config_dict.ConfigDict,
+    settings: settings_lib.EvalSettings | config_dict.ConfigDict,
     log: Callable[[str], None] = print,
     rule: resolve.ResolvedRule | None = None,
-) -> Plan:
+) -> EvalPlan:
   """Resolves the rule, environment and loop of ``settings`` and builds the
   agent (a config is made into settings first: ``EvalSettings.from_config``).
 
@@ -112,12 +109,12 @@ def build(
   Raises:
     UsageError: for any bad setting, with a one-line explanation.
   """
-  if not isinstance(settings, EvalSettings):
-    settings = EvalSettings.from_config(settings)
+  if not isinstance(settings, settings_lib.EvalSettings):
+    settings = settings_lib.EvalSettings.from_config(settings)
   startup.start(settings_lib.PROGRAM, settings.distributed, settings.imports)
   seeds = settings.seeds
   if len(seeds) < jax.process_count():
-    raise UsageError(
+    raise errors.UsageError(
         f"config.num_seeds={len(seeds)} is fewer than the "
         f"{jax.process_count()} processes: each process trains its own "
         "seeds, so give at least one per process."
@@ -142,7 +139,7 @@ def build(
   agent, loop = _agent_and_loop(
       rule, env, loop_config, iterations_per_call * num_calls
   )
-  return Plan(
+  return EvalPlan(
       settings=settings,
       rule=rule,
       env=env,
@@ -158,7 +155,7 @@ def build(
 
 
 def _loop_config(
-    settings: EvalSettings, recommended: Mapping[str, int]
+    settings: settings_lib.EvalSettings, recommended: Mapping[str, int]
 ) -> loop_lib.LoopConfig:
   """The loop: the settings', else the rule's ``recommended`` ones, else
   ``LoopConfig``'s defaults (the published notebook's)."""
@@ -170,22 +167,27 @@ def _loop_config(
   try:
     return loop_lib.LoopConfig(**values)
   except ValueError as e:
-    raise UsageError(f"Invalid loop settings: {errors.one_line(e)}") from None
+    raise errors.UsageError(
+        f"Invalid loop settings: {errors.one_line(e)}"
+    ) from None
 
 
 def _make_env(
-    settings: EvalSettings, num_envs: int, num_seeds: int, seed: int
+    settings: settings_lib.EvalSettings,
+    num_envs: int,
+    num_seeds: int,
+    seed: int,
 ) -> tuple[env_base.Environment, dict[str, Any]]:
   try:
     entry = env_registry.get_entry(settings.env)
   except ValueError as e:
-    raise UsageError(
+    raise errors.UsageError(
         f"{errors.one_line(e)} (--config.env=list prints them)"
     ) from None
   env_settings = dict(settings.env_settings)
   if not entry.jittable:
     if num_seeds != 1:
-      raise UsageError(
+      raise errors.UsageError(
           f"env {settings.env!r} runs on the host and trains one seed at a "
           "time: use num_seeds=1 (or a jittable env such as 'catch')."
       )
@@ -195,14 +197,14 @@ def _make_env(
   try:
     env = env_registry.make_env(settings.env, num_envs, **env_settings)
   except ImportError as e:  # an optional suite's package: its own line says
-    raise UsageError(errors.one_line(e)) from None
+    raise errors.UsageError(errors.one_line(e)) from None
   except (ValueError, TypeError) as e:
-    raise UsageError(f"Bad env settings: {errors.one_line(e)}") from None
+    raise errors.UsageError(f"Bad env settings: {errors.one_line(e)}") from None
   return env, env_settings
 
 
 def _warn(
-    settings: EvalSettings,
+    settings: settings_lib.EvalSettings,
     rule: resolve.ResolvedRule,
     loop_config: loop_lib.LoopConfig,
     log: Callable[[str], None],
@@ -222,7 +224,9 @@ def _warn(
     )
 
 
-def _overrides(settings: EvalSettings, rule: str) -> dict[str, Any]:
+def _overrides(
+    settings: settings_lib.EvalSettings, rule: str
+) -> dict[str, Any]:
   """The agent-setting overrides ``settings`` give (``overrides.merged``'s
   keywords): those set, clips of 0 as None (no clip), old spellings of rule
   ``rule``'s settings upgraded (``migrations``)."""
@@ -239,14 +243,14 @@ def _overrides(settings: EvalSettings, rule: str) -> dict[str, Any]:
         rule, settings.hyper_params, settings.rule_kwargs, "config"
     )
   except ValueError as e:
-    raise UsageError(errors.one_line(e)) from None
+    raise errors.UsageError(errors.one_line(e)) from None
   out["network"] = {k: v for k, v in settings.network.items() if v is not None}
   out["policy"] = {k: v for k, v in settings.policy.items() if v is not None}
   return out
 
 
 def _with_agent_settings(
-    rule: resolve.ResolvedRule, settings: EvalSettings
+    rule: resolve.ResolvedRule, settings: settings_lib.EvalSettings
 ) -> resolve.ResolvedRule:
   """``rule`` with the agent settings ``settings`` override, rebuilt where
   they change it.
@@ -260,7 +264,7 @@ def _with_agent_settings(
         rule.settings, rule.label, **_overrides(settings, rule.settings.rule)
     )
   except overrides_lib.SettingsError as e:
-    raise UsageError(errors.one_line(e)) from None
+    raise errors.UsageError(errors.one_line(e)) from None
   if merged == rule.settings:
     return rule
   same_rule = (merged.hyper_params, merged.rule_kwargs) == (
@@ -272,7 +276,7 @@ def _with_agent_settings(
   try:
     rebuilt = rule_registry.make_rule(merged)
   except ValueError as e:
-    raise UsageError(errors.one_line(e)) from None
+    raise errors.UsageError(errors.one_line(e)) from None
   if rule.source == "random":  # a random initialisation of the new rule
     return dataclasses.replace(
         rule,
@@ -286,7 +290,7 @@ def _with_agent_settings(
   )
   given = jax.tree.map(lambda x: (np.shape(x), x.dtype), rule.meta_params)
   if shapes != given:
-    raise UsageError(
+    raise errors.UsageError(
         "config.rule_kwargs "
         f"{run_folders.to_jsonable(settings.rule_kwargs)} change the "
         f"shapes of the meta-parameters of {rule.label!r}, so its "
@@ -316,5 +320,5 @@ def _agent_and_loop(
         agent, env, loop_config, lifetime=max(num_updates, 1)
     )
   except ValueError as e:
-    raise UsageError(errors.one_line(e)) from None
+    raise errors.UsageError(errors.one_line(e)) from None
   return agent, loop

@@ -19,12 +19,11 @@ from disco.evaluation import settings as settings_lib
 from disco.training import analysis
 from disco.training import loop as loop_lib
 
-Plan = plan_lib.Plan
 CURVE_EPISODES = 100  # episodes per window of the learning curve / progress
 
 
 @dataclasses.dataclass(frozen=True)
-class RunResult:
+class EvalResult:
   """What ``run`` returns.
 
   Attributes:
@@ -43,7 +42,7 @@ class RunResult:
   wall_time: float
 
 
-def _describe(plan: Plan, log: Callable[[str], None]) -> None:
+def _describe(plan: plan_lib.EvalPlan, log: Callable[[str], None]) -> None:
   cfg = plan.loop_config
   log(
       f"Evaluating {plan.label} on {plan.settings.env} {plan.env_settings} "
@@ -64,7 +63,9 @@ def _describe(plan: Plan, log: Callable[[str], None]) -> None:
 class _Progress:
   """The progress bar of a run, and the seeds reported as diverged."""
 
-  def __init__(self, plan: Plan, report: Callable[[str], None], show: bool):
+  def __init__(
+      self, plan: plan_lib.EvalPlan, report: Callable[[str], None], show: bool
+  ):
     self.plan, self.report, self.reported = plan, report, set()
     self.steps_per_call = (
         plan.iterations_per_call * plan.loop_config.env_steps_per_iteration
@@ -110,8 +111,10 @@ class _Progress:
 
 
 def run(
-    plan: Plan, log: Callable[[str], None] = print, progress: bool = True
-) -> RunResult:
+    plan: plan_lib.EvalPlan,
+    log: Callable[[str], None] = print,
+    progress: bool = True,
+) -> EvalResult:
   """Trains every seed of ``plan`` (vmapped), one compiled call at a time.
 
   With several processes each trains its ``local_seeds``; the metrics of
@@ -152,7 +155,7 @@ def run(
   done = np.asarray(metrics["learner_steps"])[
       :, plan.iterations_per_call - 1 :: plan.iterations_per_call
   ].sum(axis=0)
-  return RunResult(
+  return EvalResult(
       states=states,
       metrics=metrics,
       call_times=call_times,

@@ -28,8 +28,6 @@ from disco.update_rules import overrides as overrides_lib
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
-UsageError = errors.UsageError
-
 PROGRAM = "disco-eval"
 CONFIG_NAME = "evaluate"
 # The optimiser settings that clip (0: no clip).
@@ -108,7 +106,7 @@ class EvalSettings:
   tracking: Any
   overwrite: bool
   compilation_cache: str
-  distributed: distributed.Settings | None
+  distributed: distributed.DistributedSettings | None
   distributed_config: dict[str, Any]
 
   @property
@@ -237,7 +235,7 @@ def _values(config: Any) -> dict[str, Any]:
     return config.to_dict()
   if isinstance(config, Mapping):
     return dict(config)
-  raise UsageError(
+  raise errors.UsageError(
       f"The settings must be a disco-eval config (a ConfigDict or a dict), "
       f"got {type(config).__name__}."
   )
@@ -270,7 +268,7 @@ def _clip(get, key: str) -> float | None:
     return None
   value = checks.check_number(value, key)
   if value < 0:
-    raise UsageError(f"{key}={value} must be >= 0 (0: no clip).")
+    raise errors.UsageError(f"{key}={value} must be >= 0 (0: no clip).")
   return value
 
 
@@ -285,7 +283,7 @@ def _hyper_params(value: Any) -> dict[str, Any]:
         or x != x
         or abs(x) == float("inf")
     ):
-      raise UsageError(
+      raise errors.UsageError(
           f"config.hyper_params.{key} must be a finite number, got {x!r}."
       )
   return given
@@ -329,7 +327,7 @@ def prepare(
       settings = resolve.resolve_rule(name).settings
     else:
       settings = rule_registry.default_settings(name)
-  except (ValueError, UsageError):
+  except (ValueError, errors.UsageError):
     return
   overrides_lib.prepare(config, settings)
 

@@ -35,8 +35,6 @@ from disco import stopping
 from disco.update_rules import migrations
 from disco.update_rules import overrides
 
-UsageError = errors.UsageError
-one_line = errors.one_line
 # What a launcher's body returns when it printed a listing (``rule=list``):
 # the list alone is the output, without the compilation-cache line.
 LISTED = object()
@@ -50,7 +48,7 @@ def fail(
   output), for a failed write that left background writers behind: a full
   disk during a checkpoint leaves orbax's threads and futures, whose
   errors the shutdown would print after this line."""
-  print(f"{program}: error: {one_line(message)}", file=sys.stderr)
+  print(f"{program}: error: {errors.one_line(message)}", file=sys.stderr)
   if at_once:
     sys.stdout.flush()
     sys.stderr.flush()
@@ -201,7 +199,7 @@ def parse_config_flags(
     message = None
     if isinstance(e, (AttributeError, KeyError, TypeError)):
       message = unknown_override(argv, config)
-    raise UsageError(message or one_line(e)) from None
+    raise errors.UsageError(message or errors.one_line(e)) from None
 
 
 def _is_tuple_setting(key: str, config: config_dict.ConfigDict) -> bool:
@@ -268,7 +266,7 @@ def print_rule_settings(
     if names is not None:
       wanted = [n.strip() for n in names.split(",") if n.strip()]
     print(overrides.describe(wanted))
-  except (UsageError, ValueError) as e:
+  except (errors.UsageError, ValueError) as e:
     fail(program, e)
 
 
@@ -305,7 +303,7 @@ def _call_body(
     )
     compile_stats = compile_cache.CompileStats()
     if len(argv) > 1:
-      raise UsageError(
+      raise errors.UsageError(
           f"Unexpected argument(s) {list(argv[1:])}: settings "
           "are given as --config.<key>=<value>."
       )
@@ -313,7 +311,7 @@ def _call_body(
     stopping.check_stop("after the run had finished")
     if not listed and jax.process_index() == 0:  # as the other output
       print(compile_stats.describe(cache_folder))
-  except UsageError as e:
+  except errors.UsageError as e:
     fail(program, e)
   except errors.Diverged as e:
     fail(program, e, errors.DIVERGED_EXIT)
@@ -373,7 +371,7 @@ def run_launcher(
           "with --config.<key>=<value>.",
           prepare=prepare,
       )
-    except UsageError as e:
+    except errors.UsageError as e:
       fail(program, e)
     except OSError as e:  # e.g. --config=PATH with too long a name
       message = errors.name_too_long_message(e)

@@ -32,9 +32,6 @@ from disco.comparison import runner
 from disco.comparison import settings as compare_settings
 from disco.launch import common
 
-PROGRAM = compare_settings.PROGRAM
-CONFIG_NAME = compare_settings.CONFIG_NAME
-
 
 def default_config() -> config_dict.ConfigDict:
   """The config of ``configs/compare.py``."""
@@ -63,7 +60,11 @@ def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
 def main() -> None:
   """Console entry point (``disco-compare``)."""
   common.run_launcher(
-      PROGRAM, __doc__, CONFIG_NAME, runner.compare, prepare=prepare_config
+      compare_settings.PROGRAM,
+      __doc__,
+      compare_settings.CONFIG_NAME,
+      runner.compare,
+      prepare=prepare_config,
   )
 
 

@@ -38,8 +38,6 @@ from disco.environments import registry as env_registry
 from disco.launch import common
 from disco.update_rules import registry as rule_registry
 
-PROGRAM = evaluation.PROGRAM
-CONFIG_NAME = evaluation.CONFIG_NAME
 LIST = "list"
 
 
@@ -96,7 +94,11 @@ def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
 def main() -> None:
   """Console entry point (``disco-eval``)."""
   common.run_launcher(
-      PROGRAM, __doc__, CONFIG_NAME, body, prepare=prepare_config
+      evaluation.PROGRAM,
+      __doc__,
+      evaluation.CONFIG_NAME,
+      body,
+      prepare=prepare_config,
   )
 
 

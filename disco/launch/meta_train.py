@@ -65,9 +65,6 @@ from disco.meta import trainer
 from disco.update_rules import overrides
 from disco.update_rules import registry as rule_registry
 
-PROGRAM = settings_lib.PROGRAM
-CONFIG_NAME = settings_lib.CONFIG_NAME
-
 
 def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
   """Gives ``config.hyper_params`` and ``config.rule_kwargs`` every setting
@@ -89,7 +86,11 @@ def _train(config: config_dict.ConfigDict) -> None:
 def main() -> None:
   """Console entry point (``disco-meta-train``)."""
   common.run_launcher(
-      PROGRAM, __doc__, CONFIG_NAME, _train, prepare=prepare_config
+      settings_lib.PROGRAM,
+      __doc__,
+      settings_lib.CONFIG_NAME,
+      _train,
+      prepare=prepare_config,
   )
 
 

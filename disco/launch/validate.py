@@ -40,9 +40,6 @@ from ml_collections import config_dict
 from disco.launch import common
 from disco.meta import follower
 
-PROGRAM = follower.PROGRAM
-CONFIG_NAME = follower.CONFIG_NAME
-
 
 def _validate(config: config_dict.ConfigDict) -> None:
   follower.validate(follower.FollowSettings.from_config(config))
@@ -71,7 +68,9 @@ def _argv(argv: list[str]) -> list[str]:
 def main() -> None:
   """Console entry point (``disco-validate``)."""
   sys.argv = _argv(sys.argv)
-  common.run_launcher(PROGRAM, __doc__, CONFIG_NAME, _validate)
+  common.run_launcher(
+      follower.PROGRAM, __doc__, follower.CONFIG_NAME, _validate
+  )
 
 
 if __name__ == "__main__":

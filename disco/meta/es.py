@@ -59,7 +59,6 @@ from disco.meta import meta_step
 from disco.training import loop as loop_lib
 from disco.update_rules import registry as rule_registry
 
-AXIS = meta_step.AXIS
 FINAL_RETURN, AUC = "final_return", "auc"
 FITNESSES = (FINAL_RETURN, AUC)
 
@@ -367,12 +366,14 @@ class ESPopulation(meta_step.MetaStepProgram):
 
     fitness, logs = jax.vmap(member)(ctx.members.thetas, ctx.members.pairs)
     ok = jnp.isfinite(logs["fitness"])
-    count = jnp.maximum(jax.lax.psum(ok.sum(), AXIS), 1)
+    count = jnp.maximum(jax.lax.psum(ok.sum(), meta_step.AXIS), 1)
     out = {
-        k: jax.lax.psum(jnp.where(ok, logs[k], 0).sum(), AXIS) / count
+        k: jax.lax.psum(jnp.where(ok, logs[k], 0).sum(), meta_step.AXIS) / count
         for k in ("fitness", "final_return")
     }
-    out[divergence.DIVERGED] = jax.lax.psum(logs["diverged"].sum(), AXIS)
+    out[divergence.DIVERGED] = jax.lax.psum(
+        logs["diverged"].sum(), meta_step.AXIS
+    )
     return meta_step.GroupStep(fitness, out)
 
   def _combine(self, ctx, groups):
@@ -384,7 +385,7 @@ class ESPopulation(meta_step.MetaStepProgram):
         self.weights[g.name] * out.estimate
         for g, out in zip(self.groups, groups, strict=True)
     )
-    all_fitness = jax.lax.all_gather(fitness, AXIS, tiled=True)  # [M]
+    all_fitness = jax.lax.all_gather(fitness, meta_step.AXIS, tiled=True)  # [M]
     losses = -all_fitness
     finite = jnp.isfinite(all_fitness)
     mean_fitness = jnp.where(finite, all_fitness, 0).sum() / jnp.maximum(
@@ -401,13 +402,13 @@ class ESPopulation(meta_step.MetaStepProgram):
     shaped = estimators.centered_ranks(losses) if cfg.rank_shaping else losses
     local = cfg.population_size // len(self.devices)
     mine = jax.lax.dynamic_slice_in_dim(
-        shaped, jax.lax.axis_index(AXIS) * local, local
+        shaped, jax.lax.axis_index(meta_step.AXIS) * local, local
     )
     grads = jax.lax.psum(
         estimators.es_gradient(
             ctx.members.noise, mine, cfg.sigma, cfg.population_size
         ),
-        AXIS,
+        meta_step.AXIS,
     )
     return grads, logs
 

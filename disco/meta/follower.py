@@ -28,11 +28,12 @@ from disco import files
 from disco import run_folders
 from disco import stopping
 from disco.meta import checkpoints as ckpt_lib
-from disco.meta import trainer as mt
+from disco.meta import plan
+from disco.meta import rule_files
+from disco.meta import run_folder
+from disco.meta import settings as settings_lib
 from disco.meta import validation as validation_lib
 from disco.update_rules import migrations
-
-UsageError = errors.UsageError
 
 PROGRAM = "disco-validate"
 CONFIG_NAME = "validate"
@@ -51,7 +52,7 @@ def _read_json(path: Path) -> dict[str, Any]:
   try:
     return json.loads(path.read_text())
   except (OSError, ValueError) as e:
-    raise UsageError(f"{path} is unreadable ({e}).") from None
+    raise errors.UsageError(f"{path} is unreadable ({e}).") from None
 
 
 def _names(text: Any) -> list[str]:
@@ -107,7 +108,7 @@ def check_code_settings(
     flags_text.append(
         f"--config.benchmark_paths={','.join([*given, *rulesets])}"
     )
-  raise UsageError(
+  raise errors.UsageError(
       f"The run's config ({path}) {' and '.join(what)}; disco-validate loads "
       "no code or ruleset named only in a run folder. If you trust them, "
       f"repeat them on the command line: {' '.join(flags_text)}."
@@ -130,25 +131,27 @@ def run_config(
     UsageError: not a run folder, a config this version cannot read, or
       code or ruleset files named only in the folder.
   """
-  path = run_dir / mt.CONFIG_FILE
+  path = run_dir / run_folder.CONFIG_FILE
   if not path.is_file():
-    raise UsageError(
-        f"{run_dir} holds no meta-training run ({mt.CONFIG_FILE} is "
+    raise errors.UsageError(
+        f"{run_dir} holds no meta-training run ({run_folder.CONFIG_FILE} is "
         "missing): give the output_dir of a disco-meta-train run."
     )
   saved = _read_json(path).get("config")
   if not isinstance(saved, dict):
-    raise UsageError(f"{path} has no 'config': is it a disco-meta-train run?")
+    raise errors.UsageError(
+        f"{path} has no 'config': is it a disco-meta-train run?"
+    )
   check_code_settings(saved, path, imports, benchmark_paths)
-  config = mt.default_config()
+  config = settings_lib.default_config()
   try:
     saved = migrations.upgraded_meta_train_config(saved, str(path))
   except ValueError as e:
-    raise UsageError(f"{path}: {errors.one_line(e)}") from None
+    raise errors.UsageError(f"{path}: {errors.one_line(e)}") from None
   try:
     config.update(saved)
   except (AttributeError, KeyError, TypeError, ValueError) as e:
-    raise UsageError(
+    raise errors.UsageError(
         f"The config in {path} does not fit this version of "
         f"disco-meta-train ({errors.one_line(e)})."
     ) from None
@@ -246,27 +249,27 @@ class Follower:
     self.every = validation_lib.parse_settings(run.validation).every
     with run.unlocked():
       run.validation.every = 0  # this process validates, not the run's loop
-    self.plan = mt.build(run)
-    self.validation = mt.make_validation(self.plan)
+    self.plan = plan.build(run)
+    self.validation = plan.make_validation(self.plan)
     if self.validation is None:
-      raise UsageError(
+      raise errors.UsageError(
           f"The run in {self.run_dir} has no held-out environments "
           "(config.validation.envs): give them, e.g. "
           "--config.validation.envs=\"({'env': 'delayed_chain'},)\"."
       )
     self.manager = ckpt_lib.CheckpointManager(
-        self.run_dir / mt.CHECKPOINT_DIR, keep=2**30
+        self.run_dir / run_folder.CHECKPOINT_DIR, keep=2**30
     )
     self._template = None
 
   # ------------------------------------------------------------ queries
   def _num_meta_steps(self) -> int:
-    saved = _read_json(self.run_dir / mt.CONFIG_FILE)["config"]
+    saved = _read_json(self.run_dir / run_folder.CONFIG_FILE)["config"]
     return int(saved["num_meta_steps"])
 
   def finished(self) -> bool:
     """Whether the run has written its outputs at its last meta-step."""
-    path = self.run_dir / mt.SUMMARY_FILE
+    path = self.run_dir / run_folder.SUMMARY_FILE
     if not path.is_file():
       return False
     try:
@@ -294,7 +297,7 @@ class Follower:
     """The meta-parameters of checkpoint ``step`` (None if it is gone or
     unreadable, e.g. rotated out by the run meanwhile)."""
     if self._template is None:
-      self._template = mt.abstract_state(self.plan.population, self.plan.rule)
+      self._template = plan.abstract_state(self.plan.population, self.plan.rule)
     try:
       return self.manager.restore(self._template, step).state.meta_params
     except ckpt_lib.CheckpointError as e:
@@ -310,7 +313,7 @@ class Follower:
     if not settings.at_start or 0 in self.validation.record.validated_steps():
       return
     run = self.plan.run_settings
-    params = mt.load_initial_meta_params(
+    params = rule_files.load_initial_meta_params(
         run.init_meta_params, self.plan.rule, run.init_seed, run.rule
     )
     self.validate(0, params)
@@ -318,7 +321,7 @@ class Follower:
   def once(self) -> None:
     latest = self.manager.latest_step()
     if latest is None:
-      raise UsageError(
+      raise errors.UsageError(
           f"No checkpoint in {self.manager.directory} yet: wait for the "
           "run's first checkpoint, or use --follow."
       )

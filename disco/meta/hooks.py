@@ -27,13 +27,10 @@ from disco import tracking
 from disco.meta import checkpoints as ckpt_lib
 from disco.meta import divergence
 from disco.meta import history as history_lib
+from disco.meta import meta_step
 from disco.meta import plan as plan_lib
-from disco.meta import population as population_lib
 from disco.meta import run_folder
 from disco.meta import validation as validation_lib
-
-METRICS_FILE = run_folder.METRICS_FILE
-
 
 # ---------------------------------------------------------- the loop ----
 
@@ -58,9 +55,9 @@ class Progress:
     checkpoints: the kept checkpoint folders (after the run).
   """
 
-  plan: plan_lib.Plan
+  plan: plan_lib.MetaTrainPlan
   log: Callable[[str], None]
-  state: population_lib.MetaTrainState
+  state: meta_step.MetaTrainState
   step: int
   start: int
   history: history_lib.MetricsHistory
@@ -124,7 +121,7 @@ class MetricsHook(Hook):
 
   def start(self, progress: Progress) -> None:
     plan, out = progress.plan, progress.plan.output_dir
-    self.csv = out / METRICS_FILE
+    self.csv = out / run_folder.METRICS_FILE
     if progress.main:
       progress.history.write_csv(self.csv)
       if plan.run_settings.tracking != (tracking.CSV,):

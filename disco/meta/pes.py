@@ -52,8 +52,6 @@ from disco.meta import estimators
 from disco.meta import meta_step
 from disco.training import acting
 
-AXIS = meta_step.AXIS
-
 
 @dataclasses.dataclass(frozen=True)
 class PESConfig:
@@ -221,12 +219,12 @@ class PESPopulation(meta_step.MetaStepProgram):
     new = new.replace(perturbation=accumulated)
     finite = jax.vmap(ops.all_finite)((new.learner, loss))
     pair_ok = estimators.pair_all(finite)
-    count = jax.lax.psum(pair_ok.sum(), AXIS)
+    count = jax.lax.psum(pair_ok.sum(), meta_step.AXIS)
     safe_loss = jnp.where(pair_ok, loss, 0.0)
     safe_acc = estimators.where_rows(pair_ok, new.perturbation, 0)
     grads = jax.lax.psum(
         estimators.pes_gradient(safe_acc, safe_loss, self.pes_config.sigma, 1),
-        AXIS,
+        meta_step.AXIS,
     )
     # No healthy pair in the group: NaN, so the update is skipped.
     scale = jnp.where(count > 0, self.weights[group.name] / count, jnp.nan)
@@ -238,10 +236,14 @@ class PESPopulation(meta_step.MetaStepProgram):
         reset_rngs
     )
     new = estimators.where_rows(restart, fresh, new)
-    meta_loss = jax.lax.psum(safe_loss.sum(), AXIS) / jnp.maximum(count, 1)
+    meta_loss = jax.lax.psum(safe_loss.sum(), meta_step.AXIS) / jnp.maximum(
+        count, 1
+    )
     logs = {
         "meta_loss": meta_loss,
         "rewards": -meta_loss,
-        divergence.DIVERGED: jax.lax.psum(jnp.logical_not(finite).sum(), AXIS),
+        divergence.DIVERGED: jax.lax.psum(
+            jnp.logical_not(finite).sum(), meta_step.AXIS
+        ),
     }
     return meta_step.GroupStep(grads, logs, agents=new)

@@ -41,25 +41,19 @@ from disco.meta import rule_files
 from disco.meta import run_folder
 from disco.meta import settings as settings_lib
 from disco.meta import validation as validation_lib
+from disco.meta import validation_record
 from disco.meta import value_function
 from disco.update_rules import agent_settings
 from disco.update_rules import registry as rule_registry
-
-UsageError = errors.UsageError
-CHECKPOINT_DIR = run_folder.CHECKPOINT_DIR
-CONFIG_FILE = run_folder.CONFIG_FILE
-PROGRAM = settings_lib.PROGRAM
-MetaTrainSettings = settings_lib.MetaTrainSettings
-
 
 # ------------------------------------------------------------ building ----
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class MetaTrainPlan:
   """Everything a run needs, built from its settings."""
 
-  run_settings: MetaTrainSettings
+  run_settings: settings_lib.MetaTrainSettings
   groups: list[meta_step.AgentGroup]
   population: meta_step.MetaStepProgram
   meta_params: Any  # initial meta-parameters (None when resuming)
@@ -102,7 +96,7 @@ def _group_name(env_name: str, env) -> str:
 def _make_group(
     spec: settings_lib.GroupSpec,
     where: str,
-    s: MetaTrainSettings,
+    s: settings_lib.MetaTrainSettings,
     value_fn: value_function.ValueFunction,
     num_updates: int | None,
 ) -> meta_step.AgentGroup:
@@ -119,7 +113,7 @@ def _make_group(
     )
     group_value_fn = value_fn.with_observation(observation_spec)
   except (ValueError, TypeError) as e:
-    raise UsageError(
+    raise errors.UsageError(
         f"Bad settings in config.{where}: {errors.one_line(e)}"
     ) from None
   return meta_step.AgentGroup(
@@ -132,7 +126,9 @@ def _make_group(
   )
 
 
-def _make_groups(s: MetaTrainSettings) -> list[meta_step.AgentGroup]:
+def _make_groups(
+    s: settings_lib.MetaTrainSettings,
+) -> list[meta_step.AgentGroup]:
   """The population's groups; agents that anneal their learning rate do so
   over the lifetime the estimator gives them, if it fixes one (ES)."""
   value_fn = value_function.ValueFunction(s.value_fn)
@@ -152,7 +148,7 @@ def _make_groups(s: MetaTrainSettings) -> list[meta_step.AgentGroup]:
   return groups
 
 
-def _reference_agent(s: MetaTrainSettings, env) -> agent_lib.Agent:
+def _reference_agent(s: settings_lib.MetaTrainSettings, env) -> agent_lib.Agent:
   """GROOVE's reference agent for a group: the reference rule with the
   meta-trained agents' network and optimiser."""
   try:
@@ -172,19 +168,19 @@ def _reference_agent(s: MetaTrainSettings, env) -> agent_lib.Agent:
         observation_spec=env.observation_spec(),
     )
   except (TypeError, ValueError) as e:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.level_sampler.reference_rule: {errors.one_line(e)}"
     ) from None
 
 
-def _attach_level_samplers(s: MetaTrainSettings, groups):
+def _attach_level_samplers(s: settings_lib.MetaTrainSettings, groups):
   """The groups with ``config.level_sampler``'s samplers."""
   if s.level_sampler.kind == level_samplers.NONE:
     return groups
   out = []
   for g, spec in zip(groups, s.groups, strict=True):
     if not getattr(g.env, "has_levels", False):
-      raise UsageError(
+      raise errors.UsageError(
           f"config.level_sampler needs environments with levels, but "
           f"{spec.env!r} has none; use "
           f"{', '.join(env_registry.level_env_names())} or set "
@@ -204,7 +200,7 @@ def _devices(num_devices: int) -> list[jax.Device]:
   """The first ``num_devices`` devices of every process (all if 0)."""
   available = len(jax.local_devices())
   if num_devices > available:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.num_devices={num_devices} but only {available} device(s) "
         "are available (in this process)."
     )
@@ -218,7 +214,7 @@ def _devices(num_devices: int) -> list[jax.Device]:
   ]
 
 
-def _normalizers(s: MetaTrainSettings, groups) -> dict[str, tuple]:
+def _normalizers(s: settings_lib.MetaTrainSettings, groups) -> dict[str, tuple]:
   """``{group: (random return, reference - random)}`` where the
   normalisation table has the group's environment (others: raw returns)."""
   out = {}
@@ -247,7 +243,7 @@ _HOST_SETTINGS = (
 )
 
 
-def _program_key(s: MetaTrainSettings) -> str:
+def _program_key(s: settings_lib.MetaTrainSettings) -> str:
   """What shapes the meta-step program besides its arguments and disco's
   code: the other settings, and the sources of the modules
   ``config.imports`` names (`disco.program_cache`)."""
@@ -268,7 +264,7 @@ def _program_key(s: MetaTrainSettings) -> str:
   )
 
 
-def _make_population(s: MetaTrainSettings, groups, devices):
+def _make_population(s: settings_lib.MetaTrainSettings, groups, devices):
   """The meta-step program of the run's estimator."""
   return estimator_registry.get_entry(s.estimator).make(
       groups,
@@ -280,7 +276,9 @@ def _make_population(s: MetaTrainSettings, groups, devices):
   )
 
 
-def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
+def build(
+    config: settings_lib.MetaTrainSettings | config_dict.ConfigDict,
+) -> MetaTrainPlan:
   """Builds the groups, population and initial meta-parameters of a run
   (not its state; see ``initial_state``) from its settings (or a config,
   checked first).
@@ -288,11 +286,15 @@ def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
   Raises:
     UsageError: for any bad setting, with a one-line explanation.
   """
-  if isinstance(config, MetaTrainSettings):
-    startup.start(PROGRAM, config.distributed, config.config.imports)
+  if isinstance(config, settings_lib.MetaTrainSettings):
+    startup.start(
+        settings_lib.PROGRAM, config.distributed, config.config.imports
+    )
   else:
     startup.start(
-        PROGRAM, distributed.settings(config.distributed), config.imports
+        settings_lib.PROGRAM,
+        distributed.settings(config.distributed),
+        config.imports,
     )
   s = settings_lib.as_settings(config)
   # Early, before anything compiles; again under the writer's lock.
@@ -306,7 +308,7 @@ def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
   ]
   if bad and estimator_registry.get_entry(s.estimator).shards_agents:
     where = run_folders.processes_text("of")
-    raise UsageError(
+    raise errors.UsageError(
         f"Every group's num_agents must split evenly over the "
         f"{len(devices)} device(s){where} ({', '.join(bad)}): use multiples "
         f"of {len(devices)} or set config.num_devices."
@@ -314,9 +316,9 @@ def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
   try:
     population = _make_population(s, groups, devices)
   except ValueError as e:
-    raise UsageError(errors.one_line(e)) from None
+    raise errors.UsageError(errors.one_line(e)) from None
   resuming = s.resume and run_folder.checkpoint_steps(
-      s.output_dir / CHECKPOINT_DIR
+      s.output_dir / run_folder.CHECKPOINT_DIR
   )
   meta_params = None
   if not resuming:
@@ -329,7 +331,7 @@ def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
   store = program_cache.store(compile_cache.enabled_folder())
   if store is not None:
     population.keep_traced(store, _program_key(s))
-  plan = Plan(
+  plan = MetaTrainPlan(
       run_settings=s,
       groups=groups,
       population=population,
@@ -341,7 +343,7 @@ def build(config: MetaTrainSettings | config_dict.ConfigDict) -> Plan:
   return dataclasses.replace(plan, validation=validation)
 
 
-def exporter(plan: Plan) -> Callable[..., Path]:
+def exporter(plan: MetaTrainPlan) -> Callable[..., Path]:
   """``export(path, meta_params, meta_step, **extra)``: writes
   meta-parameters as this run's ``meta_params.npz`` is written."""
   return functools.partial(
@@ -360,7 +362,7 @@ def _export_run_params(
       meta_params,
       settings,
       meta_step,
-      source=PROGRAM,
+      source=settings_lib.PROGRAM,
       init_meta_params=init,
       population=[dict(name=g.name, num_agents=g.num_agents) for g in groups],
       **extra,
@@ -368,7 +370,7 @@ def _export_run_params(
 
 
 def make_validation(
-    plan: Plan, block: Any = None
+    plan: MetaTrainPlan, block: Any = None
 ) -> validation_lib.Validation | None:
   """The run's held-out validation (``block``: its settings, default the
   run's); None when it has no held-out environments.
@@ -384,7 +386,7 @@ def make_validation(
   if not settings.envs:
     return None
   if settings.in_process and jax.process_count() > 1:
-    raise UsageError(
+    raise errors.UsageError(
         "config.validation.every > 0 validates in the meta-training "
         "process, which a multi-process run does not support: set "
         "validation.every=0 and follow the checkpoints with disco-validate "
@@ -393,7 +395,7 @@ def make_validation(
   validator = validation_lib.Validator(
       settings, plan.settings, plan.rule, plan.output_dir
   )
-  record = validation_lib.Record(
+  record = validation_record.Record(
       plan.output_dir, settings, exporter(plan), write=distributed.is_main()
   )
   return validation_lib.Validation(validator, record)
@@ -415,14 +417,14 @@ def abstract_state(
   return jax.tree.map(placed, population.state_shardings(), shapes)
 
 
-def initial_state(plan: Plan) -> meta_step.MetaTrainState:
+def initial_state(plan: MetaTrainPlan) -> meta_step.MetaTrainState:
   """The state of a new run (agents from ``config.seed``)."""
   (seed,) = ops.prng_seeds([plan.run_settings.seed])
   rng = jax.jit(jax.random.PRNGKey)(seed)  # one program, not two
   return plan.population.init(rng, plan.meta_params)
 
 
-def input_files(plan: Plan) -> dict[str, dict[str, str]]:
+def input_files(plan: MetaTrainPlan) -> dict[str, dict[str, str]]:
   """The files a new run reads, by digest (``evaluation.outputs.
   file_digests``): ``init_meta_params`` when it is a file, and each
   group's environment files (``population[<i>].env_settings.<setting>``,
@@ -445,12 +447,12 @@ def input_files(plan: Plan) -> dict[str, dict[str, str]]:
   return eval_outputs.file_digests(paths)
 
 
-def write_config(plan: Plan) -> None:
+def write_config(plan: MetaTrainPlan) -> None:
   """Creates ``output_dir`` and writes ``config.json``, its ``run`` record
   holding the run's input files by digest (``input_files``)."""
   out = run_folders.make_dir(plan.output_dir)
   run_folders.write_json(
-      out / CONFIG_FILE,
+      out / run_folder.CONFIG_FILE,
       dict(
           config=plan.resolved_config(),
           rule_settings=plan.settings.to_dict(),

@@ -72,13 +72,6 @@ from disco.training import acting
 from disco.training import replay as replay_lib
 
 # The outline's names, here too for the callers that import them from here.
-AXIS = meta_step.AXIS
-AgentGroup = meta_step.AgentGroup
-PopulationConfig = meta_step.PopulationConfig
-MetaTrainState = meta_step.MetaTrainState
-MetaStepProgram = meta_step.MetaStepProgram
-group_weights = meta_step.group_weights
-apply_meta_update = meta_step.apply_meta_update
 
 # fold_in salts of the level keys (they leave every other key unchanged).
 _LEVEL_SALT, _REFERENCE_SALT, _REPLAY_SALT = 0x1E7E1, 0x4EFE, 0x4E91A
@@ -105,7 +98,7 @@ def draw_lifetime(rng: jax.Array, low: int, high: int) -> jax.Array:
   return jnp.clip(jnp.floor(jnp.exp(u)), low, high).astype(jnp.int32)
 
 
-class BackpropPopulation(MetaStepProgram):
+class BackpropPopulation(meta_step.MetaStepProgram):
   """Backprop's meta-step: every agent's meta-gradient through its inner
   updates (``meta_gradient``), averaged over the finite agents of each group
   and over the groups with their weights.
@@ -118,7 +111,7 @@ class BackpropPopulation(MetaStepProgram):
     devices: devices to shard agents across (default: ``jax.devices()``).
   """
 
-  inputs = MetaStepProgram.inputs + ("levels",)
+  inputs = meta_step.MetaStepProgram.inputs + ("levels",)
   weighted_logs = ("meta_loss", "rewards", "pos_rewards", "neg_rewards")
 
   def _check(self) -> None:
@@ -133,7 +126,7 @@ class BackpropPopulation(MetaStepProgram):
   # ------------------------------------------------------------------ init
   def _init_agent(
       self,
-      group: AgentGroup,
+      group: meta_step.AgentGroup,
       rng: jax.Array,
       draw: level_samplers.Draw | None = None,
   ) -> AgentState:
@@ -189,7 +182,7 @@ class BackpropPopulation(MetaStepProgram):
     )
 
   @staticmethod
-  def _unroll(group: AgentGroup, learner, actor, key, length):
+  def _unroll(group: meta_step.AgentGroup, learner, actor, key, length):
     """``length`` actor steps with ``learner``'s parameters: ``(actor,
     rollout [length, B])`` (``length`` timesteps: ``length - 1``
     transitions)."""
@@ -236,7 +229,7 @@ class BackpropPopulation(MetaStepProgram):
     )
 
   def _init_group(
-      self, group: AgentGroup, rngs: jax.Array, meta_params=None
+      self, group: meta_step.AgentGroup, rngs: jax.Array, meta_params=None
   ) -> AgentState:
     """The group's agents from their keys ``[num_agents, 2]``."""
     del meta_params
@@ -253,7 +246,7 @@ class BackpropPopulation(MetaStepProgram):
   # ------------------------------------------------------------ one agent
   def _agent_meta_step(
       self,
-      group: AgentGroup,
+      group: meta_step.AgentGroup,
       meta_params,
       state: AgentState,
       keys: keys_lib.AgentKeys | None = None,
@@ -329,7 +322,7 @@ class BackpropPopulation(MetaStepProgram):
     new_state = ops.tree_where(restart, fresh, new_state)
     return grads, new_state, logs, finite, end
 
-  def _rollouts(self, group: AgentGroup, state: AgentState, act_rng):
+  def _rollouts(self, group: meta_step.AgentGroup, state: AgentState, act_rng):
     """The agent's ``inner_steps`` training rollouts ``[N, T+1, B]`` and its
     validation rollout (twice as long), acting with its current learner:
     ``(actor, train, stats, valid, valid_best, valid_stats)``
@@ -431,7 +424,8 @@ class BackpropPopulation(MetaStepProgram):
     sampler, draws = group.level_sampler, None
     if sampler is not None:
       draw_rng = jax.random.fold_in(
-          jax.random.fold_in(level_rng, index), jax.lax.axis_index(AXIS)
+          jax.random.fold_in(level_rng, index),
+          jax.lax.axis_index(meta_step.AXIS),
       )
       draws = sampler.draw_many(levels[index], draw_rng, local)
     grads, new_state, logs, finite, ends = jax.vmap(
@@ -445,9 +439,11 @@ class BackpropPopulation(MetaStepProgram):
     )
     weight = self.weights[group.name]
     grad_sum = jax.tree.map(lambda g: mean(g) * weight, grads)
-    group_logs = jax.tree.map(lambda x: jax.lax.pmean(mean(x), AXIS), logs)
+    group_logs = jax.tree.map(
+        lambda x: jax.lax.pmean(mean(x), meta_step.AXIS), logs
+    )
     group_logs[divergence.DIVERGED] = jax.lax.psum(
-        jnp.logical_not(finite).sum(), AXIS
+        jnp.logical_not(finite).sum(), meta_step.AXIS
     )
     new_levels = None if levels is None else levels[index]
     if sampler is not None:
@@ -460,7 +456,7 @@ class BackpropPopulation(MetaStepProgram):
   def _combine(self, ctx, groups):
     """The groups' shares, averaged over the devices."""
     grad_sums, logs = super()._combine(ctx, groups)
-    return jax.lax.pmean(grad_sums, AXIS), logs
+    return jax.lax.pmean(grad_sums, meta_step.AXIS), logs
 
   def _update_levels(self, group, sampler_state, ends, draws, agents):
     """The sampler state after this meta-step's ended lifetimes (gathered
@@ -468,7 +464,9 @@ class BackpropPopulation(MetaStepProgram):
     (``levels/...``: the sampler's statistics and the mean features of the
     agents' current levels)."""
     sampler = group.level_sampler
-    gather = functools.partial(jax.lax.all_gather, axis_name=AXIS, tiled=True)
+    gather = functools.partial(
+        jax.lax.all_gather, axis_name=meta_step.AXIS, tiled=True
+    )
     all_ends = jax.tree.map(gather, ends)
     state = sampler.update(sampler_state, all_ends)
     state = sampler.count_draws(
@@ -477,7 +475,7 @@ class BackpropPopulation(MetaStepProgram):
     logs = {f"levels/{k}": v for k, v in sampler.stats(state).items()}
     features = jax.vmap(group.env.level_features)(agents.levels.level)
     for k, v in features.items():
-      logs[f"levels/{k}"] = jax.lax.pmean(v.mean(), AXIS)
+      logs[f"levels/{k}"] = jax.lax.pmean(v.mean(), meta_step.AXIS)
     logs["levels/ended"] = all_ends.ended.sum().astype(jnp.float32)
     return state, logs
 
@@ -490,7 +488,9 @@ class BackpropPopulation(MetaStepProgram):
     keys, first = [], 0
     for g in self.groups:
       local = g.num_agents // len(self.devices)
-      index = first + jax.lax.axis_index(AXIS) * local + jnp.arange(local)
+      index = (
+          first + jax.lax.axis_index(meta_step.AXIS) * local + jnp.arange(local)
+      )
       keys.append(
           jax.vmap(
               lambda i: keys_lib.published_agent_keys(
@@ -523,5 +523,5 @@ def _finite_mean(x, finite, local: int, total: int):
   ``total``: the group's agents over all devices."""
   mask = finite.reshape(finite.shape + (1,) * (x.ndim - 1))
   share = jnp.where(mask, x, 0).sum(0) / local
-  scale = total / jax.lax.psum(finite.sum(), AXIS)
+  scale = total / jax.lax.psum(finite.sum(), meta_step.AXIS)
   return share * scale.astype(share.dtype)

@@ -21,7 +21,6 @@ from disco.meta import settings as settings_lib
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
-UsageError = errors.UsageError
 RANDOM, DISCO103, DISCO = (
     settings_lib.RANDOM,
     settings_lib.DISCO103,
@@ -46,7 +45,7 @@ def load_initial_meta_params(
     return rule.random_meta_params(init_seed)
   if init == DISCO103:
     if rule_name not in (DISCO, DISCO103):
-      raise UsageError(
+      raise errors.UsageError(
           f"config.init_meta_params={DISCO103!r} holds Disco meta-parameters "
           f"but config.rule={rule_name!r}: use 'random' or a .npz of "
           f"{rule_name!r} meta-parameters."
@@ -54,16 +53,20 @@ def load_initial_meta_params(
     try:
       return weights_lib.load_disco103(expected=expected)
     except weights_lib.WeightsError as e:
-      raise UsageError(f"Cannot load Disco103: {errors.one_line(e)}") from None
+      raise errors.UsageError(
+          f"Cannot load Disco103: {errors.one_line(e)}"
+      ) from None
   path = check_init_path(init)
   try:
     npz = weights_lib.NpzFile(path)  # read once: metadata, headers, arrays
   except weights_lib.WeightsError as e:
-    raise UsageError(f"config.init_meta_params: {errors.one_line(e)}") from None
+    raise errors.UsageError(
+        f"config.init_meta_params: {errors.one_line(e)}"
+    ) from None
   try:
     metadata = npz.metadata()
     if metadata.get("kind") == resolve.AGENT_PARAMS_KIND:
-      raise UsageError(
+      raise errors.UsageError(
           f"{path} holds trained agent parameters, not a rule's "
           "meta-parameters."
       )
@@ -71,13 +74,15 @@ def load_initial_meta_params(
         {DISCO, DISCO103} if rule_name in (DISCO, DISCO103) else set()
     )
     if metadata.get("rule", DISCO) not in same:
-      raise UsageError(
+      raise errors.UsageError(
           f"{path} holds meta-parameters of rule {metadata['rule']!r}; "
           f"this run meta-trains rule {rule_name!r} (config.rule)."
       )
     return npz.params(expected)
   except weights_lib.WeightsError as e:
-    raise UsageError(f"config.init_meta_params: {errors.one_line(e)}") from None
+    raise errors.UsageError(
+        f"config.init_meta_params: {errors.one_line(e)}"
+    ) from None
   finally:
     npz.close()
 
@@ -87,12 +92,12 @@ def check_init_path(init: str) -> Path:
   ``disco103``), which must exist."""
   path = Path(init).expanduser()
   if not init or not (init.endswith(".npz") or path.exists()):
-    raise UsageError(
+    raise errors.UsageError(
         f"config.init_meta_params={init!r} is neither '{RANDOM}', "
         f"'{DISCO103}' nor the path of a .npz file."
     )
   if not path.is_file():
-    raise UsageError(
+    raise errors.UsageError(
         f"Meta-parameter file {path} (config.init_meta_params) "
         "does not exist: check the path."
     )

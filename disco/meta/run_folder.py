@@ -26,8 +26,6 @@ from disco.meta import validation_record
 from disco.update_rules import migrations
 from disco.update_rules import overrides
 
-UsageError = errors.UsageError
-
 CHECKPOINT_DIR = "checkpoints"
 CONFIG_FILE, METRICS_FILE, SUMMARY_FILE = (
     "config.json",
@@ -128,14 +126,14 @@ def check_same_config(saved: dict, current: Any, where) -> None:
     saved = migrations.upgraded_meta_train_config(saved, str(where))
     current = migrations.upgraded_meta_train_config(current, "config")
   except ValueError as e:
-    raise UsageError(f"Cannot resume: {errors.one_line(e)}") from None
+    raise errors.UsageError(f"Cannot resume: {errors.one_line(e)}") from None
   defaults = settings_lib.default_config()
   defaults = defaults.copy_and_resolve_references().to_dict()
   saved = _with_added_keys(saved, current, defaults)
   saved, current = _with_rule_defaults(saved), _with_rule_defaults(current)
   diff = ckpt_lib.config_differences(saved, current, RESUMABLE_KEYS)
   if diff:
-    raise UsageError(
+    raise errors.UsageError(
         f"Cannot resume: the config differs from the run in {where} "
         f"({'; '.join(diff)}). Only {', '.join(RESUMABLE_KEYS)} may change "
         "when resuming: use the run's settings, or start a new output folder."
@@ -175,7 +173,7 @@ def resume(
   saved_config, problem = read_saved_config(out / CONFIG_FILE)
   if manager.latest_step() is None:
     if problem is not None and problem != "missing":
-      raise UsageError(
+      raise errors.UsageError(
           f"{out / CONFIG_FILE} is {problem} and there is no checkpoint to "
           "read the run's config from: start a new output folder."
       )
@@ -186,9 +184,9 @@ def resume(
   try:
     restored = manager.restore_newest_readable(template(), log)
   except ckpt_lib.CheckpointError as e:
-    raise UsageError(errors.one_line(e)) from None
+    raise errors.UsageError(errors.one_line(e)) from None
   if restored is None:
-    raise UsageError(
+    raise errors.UsageError(
         f"No readable checkpoint is left in {manager.directory} (the damaged "
         f"ones were moved aside to <step>{ckpt_lib.DAMAGED_SUFFIX}): start a "
         "new output folder."
@@ -201,7 +199,7 @@ def resume(
   if restored.config is not None:
     check_same_config(restored.config, config, restored.path)
   if restored.step > num_meta_steps:
-    raise UsageError(
+    raise errors.UsageError(
         f"The latest checkpoint ({restored.path}) is at meta-step "
         f"{restored.step}, beyond num_meta_steps={num_meta_steps}:"
         " raise num_meta_steps, or start a new output folder."

@@ -32,7 +32,7 @@ from disco.meta import keys as keys_lib
 from disco.meta import level_sampler_registry
 from disco.meta import level_samplers
 from disco.meta import meta_gradient as meta_gradient_lib
-from disco.meta import population as population_lib
+from disco.meta import meta_step
 from disco.meta import validation as validation_lib
 from disco.meta import value_function
 from disco.networks import agent_nets
@@ -40,9 +40,6 @@ from disco.update_rules import agent_settings as agent_settings_lib
 from disco.update_rules import migrations
 from disco.update_rules import overrides
 from disco.update_rules import registry as rule_registry
-
-UsageError = errors.UsageError
-one_line = errors.one_line
 
 PROGRAM = "disco-meta-train"
 CONFIG_NAME = "meta_train"
@@ -116,12 +113,12 @@ class MetaTrainSettings:
   value_fn: value_function.ValueFnConfig
   estimator: str
   estimator_settings: Any
-  population: population_lib.PopulationConfig
+  population: meta_step.PopulationConfig
   meta_optimizer: MetaOptimizer
   num_devices: int
   level_sampler: level_samplers.SamplerConfig
-  validation: validation_lib.Settings
-  distributed: distributed.Settings | None
+  validation: validation_lib.ValidationSettings
+  distributed: distributed.DistributedSettings | None
   tracking: tuple[str, ...]
 
   @property
@@ -150,7 +147,7 @@ def population_specs(config: config_dict.ConfigDict) -> list[Any]:
   if isinstance(population, (dict, config_dict.ConfigDict)):
     population = (population,)
   if not isinstance(population, (list, tuple)) or not population:
-    raise UsageError(
+    raise errors.UsageError(
         "config.population must be a non-empty tuple of groups like "
         "{'env': 'catch', 'env_settings': {'rows': 5, 'columns': 5}, "
         f"'num_agents': 2}}, got {population!r}."
@@ -161,7 +158,7 @@ def population_specs(config: config_dict.ConfigDict) -> list[Any]:
 def _group(spec: Any, where: str, problems: checks.Problems) -> GroupSpec:
   spec = checks.as_dict(spec, where)
   if set(spec) - set(GROUP_KEYS) or "env" not in spec:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.{where} must have keys env, env_settings (optional), "
         "num_agents (optional, default 1) and weight (optional: the group's "
         f"share of the meta-gradient); got {sorted(spec)}."
@@ -170,10 +167,10 @@ def _group(spec: Any, where: str, problems: checks.Problems) -> GroupSpec:
   try:
     jittable = env_registry.is_jittable(env_name)
   except ValueError as e:
-    raise UsageError(f"config.{where}: {one_line(e)}") from None
+    raise errors.UsageError(f"config.{where}: {errors.one_line(e)}") from None
   if not jittable:
     valid = [n for n in env_registry.env_names() if env_registry.is_jittable(n)]
-    raise UsageError(
+    raise errors.UsageError(
         f"env {env_name!r} (config.{where}) runs on the host; meta-training "
         f"generates rollouts on device and needs a jittable env: "
         f"{', '.join(valid)}."
@@ -202,9 +199,9 @@ def _rule_name(config) -> str:
   try:
     rule = rule_registry.make_rule(rule_registry.default_settings(name))
   except ValueError as e:
-    raise UsageError(f"config.rule: {one_line(e)}") from None
+    raise errors.UsageError(f"config.rule: {errors.one_line(e)}") from None
   if not jax.tree.leaves(rule.meta_param_shapes()):
-    raise UsageError(
+    raise errors.UsageError(
         f"config.rule={name!r} has no meta-parameters to meta-train: use a "
         "rule with a meta-network (e.g. disco, lpg, ta_lpg)."
     )
@@ -219,7 +216,7 @@ def _agent_settings(config) -> agent_settings_lib.AgentSettings:
   agent_cfg = checks.as_dict(config.agent, "agent")
   unknown = set(agent_cfg) - set(AGENT_KEYS)
   if unknown:
-    raise UsageError(
+    raise errors.UsageError(
         f"Unknown key(s) {sorted(unknown)} in config.agent; "
         f"valid: {', '.join(AGENT_KEYS)}."
     )
@@ -253,9 +250,11 @@ def _agent_settings(config) -> agent_settings_lib.AgentSettings:
     agent_nets.make_net_config(agent_settings_lib.thawed(settings.network))
     rule_registry.make_rule(settings)
   except overrides.SettingsError as e:
-    raise UsageError(one_line(e)) from None
+    raise errors.UsageError(errors.one_line(e)) from None
   except (TypeError, ValueError, KeyError) as e:
-    raise UsageError(f"Bad agent settings: {one_line(e)}") from None
+    raise errors.UsageError(
+        f"Bad agent settings: {errors.one_line(e)}"
+    ) from None
   return settings
 
 
@@ -268,11 +267,13 @@ def _value_fn(config) -> value_function.ValueFnConfig:
     value_function.ValueFunction(vf_config)  # checks the combination
     return vf_config
   except ValueError as e:
-    raise UsageError(f"Bad value_fn settings: {one_line(e)}") from None
+    raise errors.UsageError(
+        f"Bad value_fn settings: {errors.one_line(e)}"
+    ) from None
   except TypeError as e:
     valid = [f.name for f in dataclasses.fields(value_function.ValueFnConfig)]
-    raise UsageError(
-        f"Bad value_fn settings ({one_line(e)}); valid "
+    raise errors.UsageError(
+        f"Bad value_fn settings ({errors.one_line(e)}); valid "
         f"keys: {', '.join(valid)}."
     ) from None
 
@@ -283,7 +284,7 @@ def _meta_optimizer(config) -> MetaOptimizer:
   )
   name = config.meta_optimizer
   if name not in META_OPTIMIZERS:
-    raise UsageError(
+    raise errors.UsageError(
         f"Unknown meta_optimizer {name!r}; valid: "
         f"{', '.join(META_OPTIMIZERS)}."
     )
@@ -307,18 +308,18 @@ def _lifetime_updates(config, inner: int) -> tuple[int, int] | None:
       isinstance(v, (int, np.integer)) and not isinstance(v, bool)
       for v in value
   ):
-    raise UsageError(
+    raise errors.UsageError(
         f"config.lifetime_updates={value!r} is not two integers: {how}."
     )
   low, high = int(value[0]), int(value[1])
   if not inner <= low <= high:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.lifetime_updates=({low}, {high}) cannot hold: lifetimes "
         f"count agent updates and every meta-step takes inner_steps={inner} "
         f"of them; {how}."
     )
   if config.lifetime_meta_steps:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.lifetime_updates=({low}, {high}) and "
         f"config.lifetime_meta_steps={config.lifetime_meta_steps} both set "
         "agents' lifetimes: set one of them (the other to 0)."
@@ -330,13 +331,15 @@ def _key_scheme(scheme) -> str:
   try:
     return keys_lib.check_scheme(str(scheme))
   except ValueError as e:
-    raise UsageError(f"config.key_scheme: {one_line(e)}") from None
+    raise errors.UsageError(
+        f"config.key_scheme: {errors.one_line(e)}"
+    ) from None
 
 
 def _population_config(config, p: checks.Problems):
   # A bad value is recorded and its default stands in, so that the rest is
   # still checked (the pass raises at its end).
-  defaults = population_lib.PopulationConfig()
+  defaults = meta_step.PopulationConfig()
   rollout_len = p.get(
       checks.check_int,
       config.rollout_len,
@@ -378,7 +381,7 @@ def _population_config(config, p: checks.Problems):
   replay_capacity, replay_batch_size = p.get(
       _replay, config, inner_steps, default=(0, 0)
   )
-  return population_lib.PopulationConfig(
+  return meta_step.PopulationConfig(
       rollout_len=rollout_len,
       inner_steps=inner_steps,
       lifetime_meta_steps=lifetime_meta_steps,
@@ -399,7 +402,7 @@ def _replay(config, inner_steps: int) -> tuple[int, int]:
   batch = checks.check_int(config.replay_batch_size, "replay_batch_size", 0)
   if not capacity:
     if batch:
-      raise UsageError(
+      raise errors.UsageError(
           f"config.replay_batch_size={batch} without a replay: set "
           "config.replay_capacity too (or replay_batch_size=0)."
       )
@@ -409,7 +412,7 @@ def _replay(config, inner_steps: int) -> tuple[int, int]:
   if estimator in estimator_registry.estimator_names() and (
       estimator not in supported
   ):
-    raise UsageError(
+    raise errors.UsageError(
         f"config.replay_capacity={capacity}: the agents' replay is the "
         f"{' or '.join(supported)} estimator's, not {estimator!r}'s; set "
         f"replay_capacity=0 or estimator={supported[0]!r}."
@@ -419,7 +422,7 @@ def _replay(config, inner_steps: int) -> tuple[int, int]:
     return capacity, batch
   needed = trajectories * inner_steps
   if capacity < needed:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.replay_capacity={capacity} cannot hold one meta-step's "
         f"rollouts ({trajectories} environments x {inner_steps} "
         f"inner steps = {needed} trajectories): use at least {needed}."
@@ -431,7 +434,7 @@ def _estimator(config) -> estimator_registry.EstimatorEntry:
   try:
     return estimator_registry.get_entry(str(config.estimator))
   except ValueError as e:
-    raise UsageError(f"config.estimator: {one_line(e)}") from None
+    raise errors.UsageError(f"config.estimator: {errors.one_line(e)}") from None
 
 
 def _estimator_settings(
@@ -445,7 +448,9 @@ def _estimator_settings(
   try:
     return entry.settings.from_config(values, agent)
   except (TypeError, ValueError) as e:
-    raise UsageError(f"Bad {entry.name} settings: {one_line(e)}") from None
+    raise errors.UsageError(
+        f"Bad {entry.name} settings: {errors.one_line(e)}"
+    ) from None
 
 
 def _sampler_config(config) -> level_samplers.SamplerConfig:
@@ -456,7 +461,7 @@ def _sampler_config(config) -> level_samplers.SamplerConfig:
       level_sampler_registry.get_entry(sampler.kind)
     return sampler
   except (TypeError, ValueError) as e:
-    raise UsageError(f"config.{one_line(e)}") from None
+    raise errors.UsageError(f"config.{errors.one_line(e)}") from None
 
 
 def _check_samplers(sampler, estimator, population, groups) -> None:
@@ -466,20 +471,20 @@ def _check_samplers(sampler, estimator, population, groups) -> None:
   supported = estimator_registry.names_with("level_samplers")
   if estimator not in supported:
     options = " or ".join(f"estimator={n!r}" for n in supported)
-    raise UsageError(
+    raise errors.UsageError(
         f"config.level_sampler.kind={sampler.kind!r} works with {options} "
         f"only, not {estimator!r}: set level_sampler.kind='none' or "
         f"estimator={supported[0]!r}."
     )
   if not population.lifetime_meta_steps and population.lifetime_updates is None:
-    raise UsageError(
+    raise errors.UsageError(
         "config.level_sampler draws a level at each new lifetime, but agents "
         "never start one: set lifetime_meta_steps or lifetime_updates."
     )
   total = sum(g.num_agents for g in groups)
   buffered = level_sampler_registry.get_entry(sampler.kind).cls.buffered
   if buffered and sampler.buffer_size < total:
-    raise UsageError(
+    raise errors.UsageError(
         f"config.level_sampler.buffer_size={sampler.buffer_size} is "
         f"smaller than the population ({total} agents): use a buffer of at "
         f"least {total} levels."
@@ -488,7 +493,7 @@ def _check_samplers(sampler, estimator, population, groups) -> None:
 
 def _output_dir(config) -> Path:
   if not config.output_dir and config.resume:
-    raise UsageError(
+    raise errors.UsageError(
         "config.resume=True needs the output_dir of the run to "
         "continue: pass --config.output_dir=<folder>."
     )

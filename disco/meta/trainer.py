@@ -38,42 +38,18 @@ from disco.meta import checkpoints as ckpt_lib
 from disco.meta import divergence
 from disco.meta import history as history_lib
 from disco.meta import hooks as hooks_lib
+from disco.meta import meta_step
 from disco.meta import plan as plan_lib
-from disco.meta import population as population_lib
-from disco.meta import rule_files
 from disco.meta import run_folder
 from disco.meta import settings as settings_lib
 from disco.meta import validation as validation_lib
 from disco.update_rules import migrations
 
-UsageError = errors.UsageError
-MetaTrainSettings = settings_lib.MetaTrainSettings
-PROGRAM = settings_lib.PROGRAM
-CONFIG_NAME = settings_lib.CONFIG_NAME
-default_config = settings_lib.default_config
-load_initial_meta_params = rule_files.load_initial_meta_params
-export_meta_params = rule_files.export_meta_params
-CHECKPOINT_DIR = run_folder.CHECKPOINT_DIR
-CONFIG_FILE = run_folder.CONFIG_FILE
-METRICS_FILE = run_folder.METRICS_FILE
-SUMMARY_FILE = run_folder.SUMMARY_FILE
 REWARDS_PLOT, LOSS_PLOT = run_folder.REWARDS_PLOT, run_folder.LOSS_PLOT
-META_PARAMS_FILE = run_folder.META_PARAMS_FILE
-
-
-Plan = plan_lib.Plan
-build = plan_lib.build
-make_validation = plan_lib.make_validation
-exporter = plan_lib.exporter
-abstract_state = plan_lib.abstract_state
-initial_state = plan_lib.initial_state
-write_config = plan_lib.write_config
-Hook = hooks_lib.Hook
-Progress = hooks_lib.Progress
 
 
 @dataclasses.dataclass(frozen=True)
-class RunResult:
+class MetaTrainResult:
   """What ``run`` returns.
 
   Attributes:
@@ -86,7 +62,7 @@ class RunResult:
     divergence: skipped meta-updates and restarted agents over the run.
   """
 
-  state: population_lib.MetaTrainState
+  state: meta_step.MetaTrainState
   history: history_lib.MetricsHistory
   start_step: int
   step_times: list[float]
@@ -130,17 +106,17 @@ class MetaTrainer:
 
   def __init__(
       self,
-      plan: Plan,
+      plan: plan_lib.MetaTrainPlan,
       log: Callable[[str], None] = print,
       progress: bool = True,
-      hooks: Sequence[Hook] = (),
+      hooks: Sequence[hooks_lib.Hook] = (),
   ):
     self.plan = plan
     self.log = distributed.main_only(log)
     self.show_progress = progress
     self.extra_hooks = tuple(hooks)
 
-  def _begin(self, manager: ckpt_lib.CheckpointManager) -> Progress:
+  def _begin(self, manager: ckpt_lib.CheckpointManager) -> hooks_lib.Progress:
     """The run's progress at its start: resumed from the newest checkpoint
     (``config.resume``) or new; writes ``config.json``."""
     plan, s = self.plan, self.plan.run_settings
@@ -151,23 +127,26 @@ class MetaTrainer:
           plan.resolved_config(),
           s.num_meta_steps,
           manager,
-          lambda: abstract_state(plan.population, plan.rule),
+          lambda: plan_lib.abstract_state(plan.population, plan.rule),
           self.log,
       )
     if distributed.is_main():
-      write_config(plan)
+      plan_lib.write_config(plan)
     record = divergence.DivergenceRecord.from_json(
         None if resumed is None else resumed.extra.get("divergence"),
         [g.name for g in plan.groups],
         s.max_consecutive_skips,
     )
     if resumed is None:
-      state, history = initial_state(plan), history_lib.MetricsHistory()
+      state, history = (
+          plan_lib.initial_state(plan),
+          history_lib.MetricsHistory(),
+      )
     else:
       state = resumed.state
       history = history_lib.MetricsHistory(resumed.history)
     start = int(jax.device_get(state.step))
-    return Progress(
+    return hooks_lib.Progress(
         plan=plan,
         log=self.log,
         state=state,
@@ -177,7 +156,7 @@ class MetaTrainer:
         record=record,
     )
 
-  def _describe(self, progress: Progress) -> str:
+  def _describe(self, progress: hooks_lib.Progress) -> str:
     plan, s = self.plan, self.plan.run_settings
     return (
         f"Meta-training a {s.rule} rule (init: {s.init_meta_params}, "
@@ -190,11 +169,13 @@ class MetaTrainer:
         f"writing to {plan.output_dir}"
     )
 
-  def _loop(self, hooks, progress: Progress, step_times, watchdog) -> None:
+  def _loop(
+      self, hooks, progress: hooks_lib.Progress, step_times, watchdog
+  ) -> None:
     """The meta-steps, each handed to every hook; every started hook ends,
     however the loop ends."""
     population, last = self.plan.population, progress.num_meta_steps
-    started: list[Hook] = []
+    started: list[hooks_lib.Hook] = []
     failure = None
     try:
       for hook in hooks:
@@ -220,7 +201,7 @@ class MetaTrainer:
       for hook in reversed(started):
         hook.end(progress, failure)
 
-  def run(self) -> RunResult:
+  def run(self) -> MetaTrainResult:
     """Meta-trains to ``num_meta_steps``.
 
     Raises:
@@ -233,10 +214,10 @@ class MetaTrainer:
     # Every process has checked the output folder before process 0 writes.
     distributed.barrier("disco-meta-train: built")
     manager = ckpt_lib.CheckpointManager(
-        out / CHECKPOINT_DIR, keep=s.keep_checkpoints
+        out / run_folder.CHECKPOINT_DIR, keep=s.keep_checkpoints
     )
     progress = self._begin(manager)
-    hooks: list[Hook] = [
+    hooks: list[hooks_lib.Hook] = [
         hooks_lib.DivergenceHook(),
         hooks_lib.MetricsHook(self.show_progress),
         hooks_lib.CheckpointHook(manager),
@@ -252,9 +233,9 @@ class MetaTrainer:
     step_times: list[float] = []
     wall_start = time.perf_counter()
     with (
-        distributed.ends_process_on_failure(PROGRAM, resume_hint),
+        distributed.ends_process_on_failure(settings_lib.PROGRAM, resume_hint),
         distributed.Watchdog(
-            PROGRAM,
+            settings_lib.PROGRAM,
             s.distributed.step_timeout if s.distributed else 0,
             "meta-step",
             resume_hint,
@@ -269,7 +250,7 @@ class MetaTrainer:
               progress.record, progress.step, progress.checkpoints
           )
       )
-    return RunResult(
+    return MetaTrainResult(
         state=progress.state,
         history=progress.history,
         start_step=progress.start,
@@ -281,11 +262,11 @@ class MetaTrainer:
 
 
 def run(
-    plan: Plan,
+    plan: plan_lib.MetaTrainPlan,
     log: Callable[[str], None] = print,
     progress: bool = True,
-    hooks: Sequence[Hook] = (),
-) -> RunResult:
+    hooks: Sequence[hooks_lib.Hook] = (),
+) -> MetaTrainResult:
   """``MetaTrainer(plan, log, progress, hooks).run()``."""
   return MetaTrainer(plan, log, progress, hooks).run()
 
@@ -294,17 +275,19 @@ def run(
 
 
 def write(
-    plan: Plan, result: RunResult, log: Callable[[str], None] = print
+    plan: plan_lib.MetaTrainPlan,
+    result: MetaTrainResult,
+    log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
   """Exports the meta-parameters, plots the curves and writes the summary
   (process 0 only; every process returns the summary)."""
   out, history = plan.output_dir, result.history
   main, log = distributed.is_main(), distributed.main_only(log)
   final_step = int(jax.device_get(result.state.step))
-  export_path = out / META_PARAMS_FILE
+  export_path = out / run_folder.META_PARAMS_FILE
   try:
     if main:
-      exporter(plan)(export_path, result.state.meta_params, final_step)
+      plan_lib.exporter(plan)(export_path, result.state.meta_params, final_step)
   except weights_lib.NonFiniteError as e:  # the meta-step never lets this be
     raise errors.Diverged(errors.one_line(e)) from None
   if main and len(history):
@@ -331,7 +314,7 @@ def write(
   if plan.validation is not None:
     summary["validation"] = validation_lib.summary(plan.validation.record)
   if main:
-    run_folders.write_json(out / SUMMARY_FILE, summary)
+    run_folders.write_json(out / run_folder.SUMMARY_FILE, summary)
   fmt = run_folders.fmt
   log(
       f"Meta-step {final_step}: meta loss {fmt(last_row.get('meta_loss'))}, "
@@ -342,18 +325,18 @@ def write(
       f"{fmt(compile_time, 1)} s, wall {result.wall_time:.1f} s."
   )
   log(
-      f"Outputs in {out}: {CONFIG_FILE}, {METRICS_FILE}, {REWARDS_PLOT}, "
-      f"{LOSS_PLOT}, {META_PARAMS_FILE}, {SUMMARY_FILE}, {CHECKPOINT_DIR}/. "
+      f"Outputs in {out}: {run_folder.CONFIG_FILE}, {run_folder.METRICS_FILE}, {REWARDS_PLOT}, "
+      f"{LOSS_PLOT}, {run_folder.META_PARAMS_FILE}, {run_folder.SUMMARY_FILE}, {run_folder.CHECKPOINT_DIR}/. "
       f"Evaluate the rule with: disco-eval --config.rule={export_path}"
   )
   return summary
 
 
 def train(
-    config: MetaTrainSettings | config_dict.ConfigDict,
+    config: settings_lib.MetaTrainSettings | config_dict.ConfigDict,
     log: Callable[[str], None] = print,
     progress: bool = True,
-    hooks: Sequence[Hook] = (),
+    hooks: Sequence[hooks_lib.Hook] = (),
 ) -> dict[str, Any]:
   """Builds, runs (or resumes) and writes one meta-training run; returns the
   summary.
@@ -366,11 +349,11 @@ def train(
       folder another process writes.
     errors.ResourceError: the disk is full or the device memory exhausted.
   """
-  plan = build(config)
+  plan = plan_lib.build(config)
   out, resume = plan.output_dir, plan.run_settings.resume
   lock = None
   if distributed.is_main():
-    lock = run_folders.claim_output_dir(out, PROGRAM)
+    lock = run_folders.claim_output_dir(out, settings_lib.PROGRAM)
   try:
     if lock is not None:  # again, now that no other process writes
       run_folders.open_run_folder(out, lock, run_folder.RUN_KIND, resume=resume)
@@ -389,7 +372,7 @@ def meta_train(
     *,
     log: Callable[[str], None] = print,
     progress: bool = True,
-    hooks: Sequence[Hook] = (),
+    hooks: Sequence[hooks_lib.Hook] = (),
     **overrides: Any,
 ) -> dict[str, Any]:
   """One meta-training run from Python; returns its summary.
@@ -399,7 +382,7 @@ def meta_train(
   ``es={'population_size': 8}``: a dict updates that block). Every setting
   is checked before anything runs.
   """
-  config = checks.config_or_default(config, CONFIG_NAME)
+  config = checks.config_or_default(config, settings_lib.CONFIG_NAME)
   rule = str(overrides.get("rule") or config.rule)
   checks.override(
       config, overrides, lambda path: migrations.new_key(rule, path)

@@ -68,8 +68,6 @@ from disco.update_rules import agent_settings
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
-Record = record_lib.Record
-
 ENV_KEYS = ("env", "env_settings", "total_env_steps")
 
 
@@ -113,7 +111,7 @@ class HeldOutEnv:
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class ValidationSettings:
   """``config.validation``, checked (see ``default_config``)."""
 
   every: int
@@ -188,7 +186,7 @@ def _held_out_env(spec: Any, where: str, total_env_steps: int) -> HeldOutEnv:
   )
 
 
-def parse_settings(block: Any, where: str = "validation") -> Settings:
+def parse_settings(block: Any, where: str = "validation") -> ValidationSettings:
   """``config.validation`` checked (environments by name and settings; the
   rest is checked by ``Validator``).
 
@@ -242,7 +240,7 @@ def parse_settings(block: Any, where: str = "validation") -> Settings:
   references = cfg["references"]
   if isinstance(references, str):
     references = (references,)
-  return Settings(
+  return ValidationSettings(
       every=every,
       envs=held_out,
       num_seeds=checks.check_int(cfg["num_seeds"], f"{where}.num_seeds", 1),
@@ -343,7 +341,7 @@ class Validator:
 
   def __init__(
       self,
-      settings: Settings,
+      settings: ValidationSettings,
       rule_settings: agent_settings.AgentSettings,
       rule: Any,
       run_dir: Path,
@@ -351,7 +349,7 @@ class Validator:
     self.settings = settings
     self.run_dir = Path(run_dir)
     self.references = normalization.parse_references(settings.references)
-    self.plans: dict[str, evaluation.Plan] = {}
+    self.plans: dict[str, evaluation.EvalPlan] = {}
     for i, env in enumerate(settings.envs):
       resolved = resolve.ResolvedRule(
           label=f"validation on {env.key}",
@@ -397,7 +395,9 @@ class Validator:
     return config
 
   @staticmethod
-  def _check_budget(plan: evaluation.Plan, env: HeldOutEnv, where: str) -> None:
+  def _check_budget(
+      plan: evaluation.EvalPlan, env: HeldOutEnv, where: str
+  ) -> None:
     loop = plan.loop_config
     per_iteration = loop.env_steps_per_iteration
     if env.total_env_steps < per_iteration:
@@ -450,12 +450,12 @@ class Validation:
   """A validator and a run folder's record together: what meta-training
   and the follower call."""
 
-  def __init__(self, validator: Validator, record: Record):
+  def __init__(self, validator: Validator, record: record_lib.Record):
     self.validator = validator
     self.record = record
 
   @property
-  def settings(self) -> Settings:
+  def settings(self) -> ValidationSettings:
     return self.validator.settings
 
   def __call__(
@@ -476,7 +476,7 @@ class Validation:
     return result
 
 
-def summary(record: Record) -> dict[str, Any]:
+def summary(record: record_lib.Record) -> dict[str, Any]:
   """The validation part of a run's ``summary.json``."""
   best = record.best()
   return dict(

@@ -29,10 +29,9 @@ from disco import weights as weights_lib
 from disco.evaluation import outputs as eval_outputs
 
 if TYPE_CHECKING:
-  from disco.meta.validation import Settings
   from disco.meta.validation import StepResult
+  from disco.meta.validation import ValidationSettings
 
-UsageError = errors.UsageError
 
 CSV_FILE = "validation.csv"
 PLOT_FILE = "validation.png"
@@ -71,7 +70,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
   return out
 
 
-def input_files(settings: Settings) -> dict[str, dict[str, str]]:
+def input_files(settings: ValidationSettings) -> dict[str, dict[str, str]]:
   """The files the held-out environments of ``settings`` read (e.g. an
   XLand ruleset file), by digest: ``{"validation.envs[<i>].env_settings.
   <setting>": {"path": ..., "sha256": ...}}``
@@ -171,7 +170,7 @@ class Record:
   def __init__(
       self,
       run_dir: Path,
-      settings: Settings,
+      settings: ValidationSettings,
       export: Exporter,
       write: bool = True,
   ):
@@ -200,7 +199,7 @@ class Record:
     try:
       saved = json.loads(self.settings_path.read_text())
     except ValueError as e:
-      raise UsageError(
+      raise errors.UsageError(
           f"{self.settings_path} is unreadable ({e}): move it aside with "
           f"{CSV_FILE} and {BEST_FILE}."
       ) from None
@@ -211,7 +210,7 @@ class Record:
         if saved.get(k) != current[k]
     ]
     if diff:
-      raise UsageError(
+      raise errors.UsageError(
           f"{self.csv_path} was made with other validation settings "
           f"({'; '.join(diff)}): use those, or move {CSV_FILE}, {BEST_FILE} "
           f"and {SETTINGS_FILE} aside to start a new validation history."
@@ -222,7 +221,7 @@ class Record:
         since="its rows were made",
     )
     if changes:
-      raise UsageError(
+      raise errors.UsageError(
           f"{self.csv_path} was made with other input files "
           f"({'; '.join(changes)}): restore them, or move {CSV_FILE}, "
           f"{BEST_FILE} and {SETTINGS_FILE} aside to start a new validation "

@@ -2,6 +2,6 @@
 
 import sys
 
-from disco import parity
+from disco.parity import check
 
-sys.exit(parity.main())
+sys.exit(check.main())

@@ -12,7 +12,6 @@ import numpy as np
 
 from disco.parity import fixtures
 
-SEP = fixtures.SEP
 ATOL_REL = 1e-4
 # Updated parameters of fixtures without gradients.
 LOOSE_REL = 1e-2
@@ -106,12 +105,14 @@ def compare_outputs(
   checked by the rounding-robust rule, else by the 99.9% rule.
   """
   results = []
-  for key in sorted(k for k in fixture if k.startswith("outputs" + SEP)):
-    name = key[len("outputs" + SEP) :]
+  for key in sorted(
+      k for k in fixture if k.startswith("outputs" + fixtures.SEP)
+  ):
+    name = key[len("outputs" + fixtures.SEP) :]
     if name not in ours:
       results.append(Comparison(f"{name} (missing)", float("inf"), False))
       continue
-    group = name.split(SEP)[0]
+    group = name.split(fixtures.SEP)[0]
     if group in fixtures.GRADIENT_GROUPS:
       results.append(compare_gradient(name, ours[name], fixture[key]))
     elif group in fixtures.UPDATED_GROUPS:

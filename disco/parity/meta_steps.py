@@ -21,16 +21,13 @@ from disco import types
 from disco import weights as weights_lib
 from disco.environments import registry as env_registry
 from disco.meta import keys as keys_lib
+from disco.meta import meta_step
 from disco.meta import population as population_lib
 from disco.meta import value_function
 from disco.parity import comparisons
 from disco.parity import fixtures
 from disco.parity import runners
 from disco.update_rules import registry
-
-SEP = fixtures.SEP
-Comparison = comparisons.Comparison
-flatten_arrays = fixtures.flatten_arrays
 
 # A fixture of K consecutive meta-steps of the published meta-training
 # notebook (``benchmarks/published_meta_train.py fixture``). Large arrays are
@@ -99,22 +96,28 @@ def meta_train_steps_fixture(
   """
   fx = {"kind": np.asarray(META_STEPS_KIND)}
   for k, v in settings.items():
-    fx[f"settings{SEP}{k}"] = np.asarray(v)
-  fx[f"inputs{SEP}loop_rng"] = np.asarray(loop_rng)
-  fx[f"inputs{SEP}step_keys"] = np.stack([np.asarray(s["key"]) for s in steps])
-  theta0 = flatten_arrays(initial["meta_params"])
+    fx[f"settings{fixtures.SEP}{k}"] = np.asarray(v)
+  fx[f"inputs{fixtures.SEP}loop_rng"] = np.asarray(loop_rng)
+  fx[f"inputs{fixtures.SEP}step_keys"] = np.stack(
+      [np.asarray(s["key"]) for s in steps]
+  )
+  theta0 = fixtures.flatten_arrays(initial["meta_params"])
   for k, v in theta0.items():
-    fx[f"inputs{SEP}meta_params_sketch{SEP}{k}"] = sketch(k, v)
+    fx[f"inputs{fixtures.SEP}meta_params_sketch{fixtures.SEP}{k}"] = sketch(
+        k, v
+    )
   for i, agent in enumerate(initial["agents"]):
-    for k, v in flatten_arrays(agent).items():
-      fx[f"inputs{SEP}agents{SEP}{i}{SEP}{k}"] = v
+    for k, v in fixtures.flatten_arrays(agent).items():
+      fx[f"inputs{fixtures.SEP}agents{fixtures.SEP}{i}{fixtures.SEP}{k}"] = v
   per_step = [_step_summary(s, theta0) for s in steps]
   for key in per_step[0]:
-    fx[f"outputs{SEP}{key}"] = np.stack([p[key] for p in per_step])
+    fx[f"outputs{fixtures.SEP}{key}"] = np.stack([p[key] for p in per_step])
   for i, agent in enumerate(steps[-1]["agents"]):
-    for k, v in flatten_arrays(agent).items():
+    for k, v in fixtures.flatten_arrays(agent).items():
       if not any(f in k for f in EXACT_FIELDS + SKETCHED_ONLY):
-        fx[f"outputs{SEP}agents{SEP}{i}{SEP}{k}{SEP}final"] = v
+        fx[
+            f"outputs{fixtures.SEP}agents{fixtures.SEP}{i}{fixtures.SEP}{k}{fixtures.SEP}final"
+        ] = v
   return fx
 
 
@@ -127,22 +130,24 @@ def _step_summary(step, theta0) -> dict[str, np.ndarray]:
     if k not in logs:
       logs[k] = np.mean([np.mean(a[k]) for a in agent_logs])
   for k, v in logs.items():
-    out[f"logs{SEP}{k}"] = np.asarray(v, np.float64)
-  theta = flatten_arrays(step["meta_params"])
+    out[f"logs{fixtures.SEP}{k}"] = np.asarray(v, np.float64)
+  theta = fixtures.flatten_arrays(step["meta_params"])
   trees = dict(
-      meta_grads=flatten_arrays(step["grads"]),
+      meta_grads=fixtures.flatten_arrays(step["grads"]),
       meta_params_delta={k: theta[k] - theta0[k] for k in theta},
   )
   for i, agent in enumerate(step["agents"]):
-    trees[f"agents{SEP}{i}"] = flatten_arrays(agent)
+    trees[f"agents{fixtures.SEP}{i}"] = fixtures.flatten_arrays(agent)
   for prefix, tree in trees.items():
     for k, v in tree.items():
-      name = f"{prefix}{SEP}{k}"
+      name = f"{prefix}{fixtures.SEP}{k}"
       if _is_exact(k):
-        out[f"{name}{SEP}steps"] = v
+        out[f"{name}{fixtures.SEP}steps"] = v
       else:
-        out[f"{name}{SEP}sketch"] = sketch(k, v)
-        out[f"{name}{SEP}norm"] = np.asarray(np.linalg.norm(v), np.float64)
+        out[f"{name}{fixtures.SEP}sketch"] = sketch(k, v)
+        out[f"{name}{fixtures.SEP}norm"] = np.asarray(
+            np.linalg.norm(v), np.float64
+        )
   return out
 
 
@@ -158,7 +163,7 @@ def _our_agent_layout(agent: Any) -> dict[str, np.ndarray]:
   """One (unstacked) population agent in the fixture's layout."""
   adam, value_adam = agent.learner.opt_state[0], agent.value.opt_state[0]
   timestep = agent.actor.timestep
-  return flatten_arrays(
+  return fixtures.flatten_arrays(
       dict(
           learner_params=agent.learner.params,
           learner_opt_state_mu=adam.mu,
@@ -223,7 +228,11 @@ def _agent_from_layout(tree: dict[str, Any], like: Any) -> Any:
 
 def _meta_train_population(fx: dict[str, np.ndarray]):
   """Our population at the fixture's settings, and its initial meta-params."""
-  st = {k.split(SEP, 1)[1]: fx[k] for k in fx if k.startswith("settings" + SEP)}
+  st = {
+      k.split(fixtures.SEP, 1)[1]: fx[k]
+      for k in fx
+      if k.startswith("settings" + fixtures.SEP)
+  }
   defaults = registry.default_settings("disco")
   settings = defaults.replace(
       loss_mask="published",
@@ -247,7 +256,7 @@ def _meta_train_population(fx: dict[str, np.ndarray]):
           dense=tuple(int(x) for x in st["value_dense"])
       )
   )
-  group = population_lib.AgentGroup(
+  group = meta_step.AgentGroup(
       name="catch",
       env=env,
       agent=agent,
@@ -256,7 +265,7 @@ def _meta_train_population(fx: dict[str, np.ndarray]):
   )
   population = population_lib.BackpropPopulation(
       [group],
-      population_lib.PopulationConfig(
+      meta_step.PopulationConfig(
           rollout_len=int(st["rollout_len"]),
           inner_steps=int(st["inner_steps"]),
           key_scheme=keys_lib.PUBLISHED,
@@ -285,17 +294,21 @@ STEPS_FLIPS = 4
 
 def _sketch_comparison(
     name, sketch_name, ours, ref_sketch, ref_norm, allowance=1e-7, rel=STEPS_REL
-) -> Comparison:
+) -> comparisons.Comparison:
   """``||a - b|| <= rel ||b|| + allowance``, with ``||a - b||`` estimated
   from the sketches; the error is reported relative to
   ``||b|| + allowance / rel``."""
   err = np.linalg.norm(sketch(sketch_name, ours) - ref_sketch)
   err /= np.sqrt(SKETCH_DIM)
   scale = ref_norm + allowance / rel
-  return Comparison(name, float(err / scale), bool(err <= rel * scale))
+  return comparisons.Comparison(
+      name, float(err / scale), bool(err <= rel * scale)
+  )
 
 
-def check_meta_train_steps(fx: dict[str, np.ndarray]) -> list[Comparison]:
+def check_meta_train_steps(
+    fx: dict[str, np.ndarray],
+) -> list[comparisons.Comparison]:
   """Runs ``K`` meta-steps of our population from the fixture's initial
   state and compares them with the notebook's, step by step.
 
@@ -319,19 +332,24 @@ def check_meta_train_steps(fx: dict[str, np.ndarray]) -> list[Comparison]:
   """
   population, meta_params, agent_seed = _meta_train_population(fx)
   results = []
-  theta0 = flatten_arrays(jax.device_get(meta_params))
+  theta0 = fixtures.flatten_arrays(jax.device_get(meta_params))
   for k, v in theta0.items():
-    ref = fx[f"inputs{SEP}meta_params_sketch{SEP}{k}"]
+    ref = fx[f"inputs{fixtures.SEP}meta_params_sketch{fixtures.SEP}{k}"]
     norm = float(np.linalg.norm(ref) / np.sqrt(SKETCH_DIM))
     results.append(
         _sketch_comparison(
-            f"initial{SEP}meta_params{SEP}{k}", k, v, ref, norm, rel=1e-6
+            f"initial{fixtures.SEP}meta_params{fixtures.SEP}{k}",
+            k,
+            v,
+            ref,
+            norm,
+            rel=1e-6,
         )
     )
   state = population.init(jax.random.PRNGKey(agent_seed), meta_params)
   results.append(
       comparisons.exact(
-          "initial::loop_rng", state.rng, fx[f"inputs{SEP}loop_rng"]
+          "initial::loop_rng", state.rng, fx[f"inputs{fixtures.SEP}loop_rng"]
       )
   )
   num_agents = population.groups[0].num_agents
@@ -339,10 +357,10 @@ def check_meta_train_steps(fx: dict[str, np.ndarray]) -> list[Comparison]:
   fixture_agents = []
   for i in range(num_agents):
     mine = jax.tree.map(lambda x, i=i: x[i], ours_agents)
-    ref = fixtures.unflatten(fx, f"inputs{SEP}agents{SEP}{i}")
+    ref = fixtures.unflatten(fx, f"inputs{fixtures.SEP}agents{fixtures.SEP}{i}")
     for k, v in _our_agent_layout(mine).items():
-      name = f"initial{SEP}agents{SEP}{i}{SEP}{k}"
-      want = fx[f"inputs{SEP}agents{SEP}{i}{SEP}{k}"]
+      name = f"initial{fixtures.SEP}agents{fixtures.SEP}{i}{fixtures.SEP}{k}"
+      want = fx[f"inputs{fixtures.SEP}agents{fixtures.SEP}{i}{fixtures.SEP}{k}"]
       results.append(
           comparisons.exact(name, v, want)
           if _is_exact(k)
@@ -352,15 +370,15 @@ def check_meta_train_steps(fx: dict[str, np.ndarray]) -> list[Comparison]:
   stacked = jax.tree.map(lambda *x: jnp.stack(x), *fixture_agents)
   state = population.place(state.replace(agents=(stacked,)))
 
-  num_steps = fx[f"inputs{SEP}step_keys"].shape[0]
+  num_steps = fx[f"inputs{fixtures.SEP}step_keys"].shape[0]
   loop_rng = state.rng
   for step in range(num_steps):
     loop_rng, step_key = keys_lib.next_step_key(loop_rng)
     results.append(
         comparisons.exact(
-            f"steps{SEP}{step}{SEP}key",
+            f"steps{fixtures.SEP}{step}{fixtures.SEP}key",
             step_key,
-            fx[f"inputs{SEP}step_keys"][step],
+            fx[f"inputs{fixtures.SEP}step_keys"][step],
         )
     )
     state, logs = population.step(state)
@@ -377,11 +395,11 @@ _LOG_PER_ROLLOUT = ("pos_rewards", "neg_rewards")
 
 def _compare_step(fx, step, state, logs, theta0, num_agents):
   results = []
-  out = f"outputs{SEP}"
-  st_inner = int(fx[f"settings{SEP}inner_steps"])
-  meta_lr = float(fx[f"settings{SEP}meta_learning_rate"])
-  for key in sorted(k for k in fx if k.startswith(f"{out}logs{SEP}")):
-    name = key[len(f"{out}logs{SEP}") :]
+  out = f"outputs{fixtures.SEP}"
+  st_inner = int(fx[f"settings{fixtures.SEP}inner_steps"])
+  meta_lr = float(fx[f"settings{fixtures.SEP}meta_learning_rate"])
+  for key in sorted(k for k in fx if k.startswith(f"{out}logs{fixtures.SEP}")):
+    name = key[len(f"{out}logs{fixtures.SEP}") :]
     ref = float(fx[key][step])
     ours_key = _LOG_NAMES.get(name, name)
     if ours_key not in logs:
@@ -393,25 +411,31 @@ def _compare_step(fx, step, state, logs, theta0, num_agents):
       ours *= st_inner
     err = abs(ours - ref) / (1.0 + abs(ref))
     results.append(
-        Comparison(
-            f"steps{SEP}{step}{SEP}logs{SEP}{name}", err, err <= STEPS_LOG_REL
+        comparisons.Comparison(
+            f"steps{fixtures.SEP}{step}{fixtures.SEP}logs{fixtures.SEP}{name}",
+            err,
+            err <= STEPS_LOG_REL,
         )
     )
   trees = dict(
-      meta_grads=flatten_arrays(jax.device_get(state.meta_opt_state[0])),
+      meta_grads=fixtures.flatten_arrays(
+          jax.device_get(state.meta_opt_state[0])
+      ),
       meta_params_delta={
           k: v - theta0[k]
-          for k, v in flatten_arrays(jax.device_get(state.meta_params)).items()
+          for k, v in fixtures.flatten_arrays(
+              jax.device_get(state.meta_params)
+          ).items()
       },
   )
   agents = jax.device_get(state.agents[0])
   for i in range(num_agents):
-    trees[f"agents{SEP}{i}"] = _our_agent_layout(
+    trees[f"agents{fixtures.SEP}{i}"] = _our_agent_layout(
         jax.tree.map(lambda x, i=i: x[i], agents)
     )
   grad_norm = np.sqrt(
       sum(
-          fx[f"{out}meta_grads{SEP}{k}{SEP}norm"][step] ** 2
+          fx[f"{out}meta_grads{fixtures.SEP}{k}{fixtures.SEP}norm"][step] ** 2
           for k in trees["meta_grads"]
       )
   )
@@ -424,11 +448,11 @@ def _compare_step(fx, step, state, logs, theta0, num_agents):
   for prefix, tree in trees.items():
     allowance = float(allowances.get(prefix, 1e-7))
     for k, v in tree.items():
-      base = f"{out}{prefix}{SEP}{k}"
-      name = f"steps{SEP}{step}{SEP}{prefix}{SEP}{k}"
+      base = f"{out}{prefix}{fixtures.SEP}{k}"
+      name = f"steps{fixtures.SEP}{step}{fixtures.SEP}{prefix}{fixtures.SEP}{k}"
       if _is_exact(k):
         results.append(
-            comparisons.exact(name, v, fx[f"{base}{SEP}steps"][step])
+            comparisons.exact(name, v, fx[f"{base}{fixtures.SEP}steps"][step])
         )
         continue
       results.append(
@@ -436,16 +460,22 @@ def _compare_step(fx, step, state, logs, theta0, num_agents):
               name,
               k,
               v,
-              fx[f"{base}{SEP}sketch"][step],
-              float(fx[f"{base}{SEP}norm"][step]),
+              fx[f"{base}{fixtures.SEP}sketch"][step],
+              float(fx[f"{base}{fixtures.SEP}norm"][step]),
               allowance,
           )
       )
-      final = f"{base}{SEP}final"
-      if step == fx[f"inputs{SEP}step_keys"].shape[0] - 1 and final in fx:
+      final = f"{base}{fixtures.SEP}final"
+      if (
+          step == fx[f"inputs{fixtures.SEP}step_keys"].shape[0] - 1
+          and final in fx
+      ):
         results.append(
             comparisons.compare_array(
-                f"final{SEP}{prefix}{SEP}{k}", v, fx[final], True
+                f"final{fixtures.SEP}{prefix}{fixtures.SEP}{k}",
+                v,
+                fx[final],
+                True,
             )
         )
   return results

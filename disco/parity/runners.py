@@ -28,7 +28,6 @@ from disco.parity import comparisons
 from disco.parity import fixtures
 from disco.update_rules import registry
 
-SEP = fixtures.SEP
 unflatten, flatten = fixtures.unflatten, fixtures.flatten
 
 
@@ -95,7 +94,7 @@ def _params_with_adam(
   params = jax.tree.map(jnp.asarray, inputs[f"{name}_params"])
   prefix = f"{name}_opt_state"
   adam = optax.ScaleByAdamState(
-      count=jnp.asarray(fx[f"inputs{SEP}{prefix}_count"]),
+      count=jnp.asarray(fx[f"inputs{fixtures.SEP}{prefix}_count"]),
       mu=jax.tree.map(jnp.asarray, inputs[f"{prefix}_mu"]),
       nu=jax.tree.map(jnp.asarray, inputs[f"{prefix}_nu"]),
   )

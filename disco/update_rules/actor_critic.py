@@ -80,7 +80,7 @@ class ActorCritic(base.MovingAverageRule):
     )
 
   def unroll_meta_net(
-      self, inputs: base.Inputs, context: base.LearnerContext
+      self, inputs: types.UpdateRuleInputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     inputs.check_shapes()
     outs, rule_state = self.normalized_returns(
@@ -95,7 +95,10 @@ class ActorCritic(base.MovingAverageRule):
     return meta_out, rule_state
 
   def agent_loss(
-      self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
+      self,
+      inputs: types.UpdateRuleInputs,
+      meta_out: base.MetaOut,
+      backprop: bool,
   ) -> base.LossAndLogs:
     del backprop  # Nothing here depends on meta-parameters.
     inputs.check_shapes()

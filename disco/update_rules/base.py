@@ -59,8 +59,6 @@ from disco import types
 from disco.value_fns import categorical
 from disco.value_fns import returns
 
-Array = jax.Array
-Inputs = types.UpdateRuleInputs
 # What ``unroll_meta_net`` computes for the losses (targets, statistics).
 MetaOut = dict[str, Any]
 # A per-transition loss ``[T, B]`` and scalar (or averaged) logs.
@@ -219,7 +217,7 @@ class UpdateRule(abc.ABC):
     it is built. The default accepts every environment."""
     del env
 
-  def init_meta_params(self, rng: Array) -> types.MetaParams:
+  def init_meta_params(self, rng: jax.Array) -> types.MetaParams:
     """Meta-parameters (empty for hand-designed rules)."""
     del rng
     return {}
@@ -241,7 +239,7 @@ class UpdateRule(abc.ABC):
     )
 
   def init_rule_state(
-      self, rng: Array, params: types.Params
+      self, rng: jax.Array, params: types.Params
   ) -> types.RuleState:
     """The rule's state at the start of an agent's lifetime (empty for a
     stateless rule).
@@ -256,7 +254,7 @@ class UpdateRule(abc.ABC):
 
   @abc.abstractmethod
   def unroll_meta_net(
-      self, inputs: Inputs, context: LearnerContext
+      self, inputs: types.UpdateRuleInputs, context: LearnerContext
   ) -> tuple[MetaOut, types.RuleState]:
     """Computes the loss targets for a rollout and the next rule state.
 
@@ -271,20 +269,20 @@ class UpdateRule(abc.ABC):
 
   @abc.abstractmethod
   def agent_loss(
-      self, inputs: Inputs, meta_out: MetaOut, backprop: bool
+      self, inputs: types.UpdateRuleInputs, meta_out: MetaOut, backprop: bool
   ) -> LossAndLogs:
     """Per-transition loss ``[T, B]`` that may carry meta-gradients (only
     with ``backprop``)."""
 
   def agent_loss_no_meta(
-      self, inputs: Inputs, meta_out: MetaOut
+      self, inputs: types.UpdateRuleInputs, meta_out: MetaOut
   ) -> LossAndLogs:
     """Per-transition loss ``[T, B]`` that never carries meta-gradients."""
     del meta_out
     return jnp.zeros_like(inputs.rewards), {}
 
   def start_lifetime(
-      self, rule_state: types.RuleState, num_updates: Array | int
+      self, rule_state: types.RuleState, num_updates: jax.Array | int
   ) -> types.RuleState:
     """The rule state of an agent about to live ``num_updates`` learner
     updates (a meta-training agent's drawn lifetime, or an evaluation's
@@ -295,8 +293,11 @@ class UpdateRule(abc.ABC):
     return rule_state
 
   def meta_regularizer(
-      self, train_meta_out: MetaOut, valid_out: types.AgentOuts, actions: Array
-  ) -> tuple[Array, types.Logs]:
+      self,
+      train_meta_out: MetaOut,
+      valid_out: types.AgentOuts,
+      actions: jax.Array,
+  ) -> tuple[jax.Array, types.Logs]:
     """Rule-specific terms of the outer (meta) loss: the one hook by which
     any rule adds to the meta-objective (the meta-trainer adds the scalar
     to its policy-gradient loss and logs the logs; it never branches on the
@@ -315,8 +316,8 @@ class UpdateRule(abc.ABC):
     return jnp.zeros([]), {}
 
   def select_action(
-      self, rng: Array, agent_out: types.AgentOuts, context: ActingContext
-  ) -> tuple[Array, types.ArrayTree]:
+      self, rng: jax.Array, agent_out: types.AgentOuts, context: ActingContext
+  ) -> tuple[jax.Array, types.ArrayTree]:
     """Chooses ``[B]`` actions; returns ``(actions, extras)`` where extras
     are stored in the rollout (``ActorTimestep.extras``)."""
     policy = context.policy or policies.Categorical(
@@ -367,7 +368,7 @@ class MovingAverageRule(UpdateRule):
 
   def normalized_returns(
       self,
-      inputs: Inputs,
+      inputs: types.UpdateRuleInputs,
       context: LearnerContext,
       head: categorical.ValueHead,
       *,
@@ -444,7 +445,7 @@ class LifetimeConditioning:
     return self.start_lifetime({}, self._default_lifetime)
 
   def start_lifetime(
-      self, rule_state: types.RuleState, num_updates: Array | int
+      self, rule_state: types.RuleState, num_updates: jax.Array | int
   ) -> types.RuleState:
     if not self.lifetime_conditioning:
       return rule_state
@@ -454,7 +455,7 @@ class LifetimeConditioning:
         lifetime=jnp.asarray(num_updates, jnp.float32),
     )
 
-  def lifetime_inputs(self, rule_state: types.RuleState) -> Array:
+  def lifetime_inputs(self, rule_state: types.RuleState) -> jax.Array:
     """``[2]``: the agent's progress ``n / N`` and ``log N``."""
     lifetime = jnp.maximum(rule_state["lifetime"], 1.0)
     progress = rule_state["num_updates"].astype(jnp.float32) / lifetime

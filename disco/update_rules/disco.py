@@ -57,9 +57,6 @@ META_REGULARIZER_COSTS = dict(
     target_policy_kl_cost=1e-2,  # KL from the target network's policy to pi
 )
 
-_kl = ops.categorical_kl
-_entropy = ops.softmax_entropy
-
 
 class Disco(base.LifetimeConditioning, base.MovingAverageRule):
   """Discovered update rule driven by a meta-network (e.g. Disco103).
@@ -213,8 +210,8 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
 
   # ---------------------------------------------------------------- targets
   def meta_net_inputs(
-      self, inputs: base.Inputs, context: base.LearnerContext
-  ) -> tuple[base.Inputs, Any, types.RuleState]:
+      self, inputs: types.UpdateRuleInputs, context: base.LearnerContext
+  ) -> tuple[types.UpdateRuleInputs, Any, types.RuleState]:
     """The meta-network's view of a rollout: ``inputs`` with the target
     network's outputs and the Retrace values in ``extra_from_rule``; also
     those values and the rule state with its EMAs advanced."""
@@ -250,7 +247,7 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
       self,
       meta_params: types.MetaParams,
       rnn_state: Any,
-      meta_inputs: base.Inputs,
+      meta_inputs: types.UpdateRuleInputs,
       axis_name: str | None = None,
   ) -> tuple[dict[str, jax.Array], Any]:
     """The meta-network alone: ``{pi [T, B, A], y, z [T, B, P],
@@ -260,7 +257,7 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
     )
 
   def unroll_meta_net(
-      self, inputs: base.Inputs, context: base.LearnerContext
+      self, inputs: types.UpdateRuleInputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     meta_inputs, value_outs, rule_state = self.meta_net_inputs(inputs, context)
     target_out = meta_inputs.extra_from_rule["target_out"]
@@ -291,7 +288,10 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
 
   # ----------------------------------------------------------------- losses
   def agent_loss(
-      self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
+      self,
+      inputs: types.UpdateRuleInputs,
+      meta_out: base.MetaOut,
+      backprop: bool,
   ) -> base.LossAndLogs:
     inputs.check_shapes()
     hyper_params = self.hyper_params
@@ -300,18 +300,18 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
     pi_hat, y_hat = meta_out["pi"], meta_out["y"]
     if not backprop:
       pi_hat, y_hat = jax.lax.stop_gradient((pi_hat, y_hat))
-    pi_loss = _kl(pi_hat, out["logits"])
-    y_loss = _kl(y_hat, out["y"])
+    pi_loss = ops.categorical_kl(pi_hat, out["logits"])
+    y_loss = ops.categorical_kl(y_hat, out["y"])
     loss = hyper_params["pi_cost"] * pi_loss + hyper_params["y_cost"] * y_loss
     logs = dict(
         logits=out["logits"],
         y=out["y"],
-        entropy=_entropy(out["logits"]),
-        y_entropy=_entropy(out["y"]),
+        entropy=ops.softmax_entropy(out["logits"]),
+        y_entropy=ops.softmax_entropy(out["y"]),
         pi_loss=pi_loss,
         pi_hat=pi_hat,
         y_hat=y_hat,
-        pi_hat_entropy=_entropy(pi_hat),
+        pi_hat_entropy=ops.softmax_entropy(pi_hat),
     )
     if self.action_model:
       z_a = ops.at_actions(out["z"], actions)
@@ -321,23 +321,25 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
       # One-step policy prediction: aux_pi(s_t, a_t) predicts pi(s_{t+1}).
       aux_pi_a = ops.at_actions(out["aux_pi"], actions)
       next_logits = jax.lax.stop_gradient(inputs.agent_out["logits"][1:])
-      aux_loss = _kl(next_logits, aux_pi_a) * (1.0 - inputs.is_terminal)
+      aux_loss = ops.categorical_kl(next_logits, aux_pi_a) * (
+          1.0 - inputs.is_terminal
+      )
       loss += (
-          hyper_params["z_cost"] * _kl(z_hat, z_a)
+          hyper_params["z_cost"] * ops.categorical_kl(z_hat, z_a)
           + hyper_params["aux_policy_cost"] * aux_loss
       )
       logs.update(
           z=out["z"],
-          z_entropy=_entropy(z_a),
+          z_entropy=ops.softmax_entropy(z_a),
           aux_kl_loss=aux_loss,
           z_hat=z_hat,
-          aux_policy_entropy=_entropy(aux_pi_a),
-          aux_target_entropy=_entropy(next_logits),
+          aux_policy_entropy=ops.softmax_entropy(aux_pi_a),
+          aux_target_entropy=ops.softmax_entropy(next_logits),
       )
     return loss, {k: jnp.mean(v) for k, v in logs.items()}
 
   def agent_loss_no_meta(
-      self, inputs: base.Inputs, meta_out: base.MetaOut
+      self, inputs: types.UpdateRuleInputs, meta_out: base.MetaOut
   ) -> base.LossAndLogs:
     inputs.check_shapes()
     q_a = ops.at_actions(inputs.agent_out["q"][:-1], inputs.actions[:-1])
@@ -361,10 +363,10 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
       actions: jax.Array,
   ) -> tuple[jax.Array, types.Logs]:
     costs = self.hyper_params
-    neg_entropy = -jnp.mean(_entropy(valid_out["y"]))
+    neg_entropy = -jnp.mean(ops.softmax_entropy(valid_out["y"]))
     if self.action_model:
       z_a = ops.at_actions(valid_out["z"][:-1], actions)
-      neg_entropy -= jnp.mean(_entropy(z_a))
+      neg_entropy -= jnp.mean(ops.softmax_entropy(z_a))
     # Squared (per inner step) means of each target, averaged over steps.
     mean_square = sum(
         jnp.mean(jnp.square(jnp.mean(train_meta_out[k], axis=(1, 2, 3))))
@@ -373,7 +375,9 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
     )
     target_logits = train_meta_out["target_out"]["logits"][:, :-1]
     target_kl = jnp.mean(
-        _kl(jax.lax.stop_gradient(target_logits), train_meta_out["pi"])
+        ops.categorical_kl(
+            jax.lax.stop_gradient(target_logits), train_meta_out["pi"]
+        )
     )
     reg = (
         costs["prediction_entropy_cost"] * neg_entropy

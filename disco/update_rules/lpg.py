@@ -116,7 +116,7 @@ class LPG(base.LifetimeConditioning, base.UpdateRule):
 
   # ---------------------------------------------------------------- targets
   def unroll_meta_net(
-      self, inputs: base.Inputs, context: base.LearnerContext
+      self, inputs: types.UpdateRuleInputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     inputs.check_shapes()
     actions = inputs.actions[:-1]
@@ -143,7 +143,10 @@ class LPG(base.LifetimeConditioning, base.UpdateRule):
 
   # ----------------------------------------------------------------- losses
   def agent_loss(
-      self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
+      self,
+      inputs: types.UpdateRuleInputs,
+      meta_out: base.MetaOut,
+      backprop: bool,
   ) -> base.LossAndLogs:
     inputs.check_shapes()
     logits = inputs.agent_out["logits"][:-1]

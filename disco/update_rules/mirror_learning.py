@@ -159,7 +159,7 @@ class LPO(DriftRule):
     )
 
   def unroll_meta_net(
-      self, inputs: base.Inputs, context: base.LearnerContext
+      self, inputs: types.UpdateRuleInputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     meta_out, rule_state = super().unroll_meta_net(inputs, context)
     return dict(meta_out, drift_params=context.meta_params), rule_state

@@ -160,7 +160,7 @@ class MPO(ml.DualRule):
   # ---------------------------------------------------------------- targets
   def _q_targets(
       self,
-      inputs: base.Inputs,
+      inputs: types.UpdateRuleInputs,
       target_logits: jax.Array,
       target_v: jax.Array,
       target_q: jax.Array,
@@ -237,7 +237,7 @@ class MPO(ml.DualRule):
     return total, (log_q, kl, loss_eta, loss_alpha)
 
   def unroll_meta_net(
-      self, inputs: base.Inputs, context: base.LearnerContext
+      self, inputs: types.UpdateRuleInputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     inputs.check_shapes()
     if self.checked_gaussian(inputs) is not None:
@@ -286,7 +286,7 @@ class MPO(ml.DualRule):
     return meta_out, self.next_rule_state(context, new_duals, dual_opt_state)
 
   def _gaussian_unroll(
-      self, inputs: base.Inputs, context: base.LearnerContext
+      self, inputs: types.UpdateRuleInputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     """``unroll_meta_net`` for continuous actions: ``num_samples`` actions
     from the target policy at every state, the target critic at them and at
@@ -326,7 +326,10 @@ class MPO(ml.DualRule):
 
   # ----------------------------------------------------------------- losses
   def policy_loss(
-      self, inputs: base.Inputs, meta_out: base.MetaOut, logits: jax.Array
+      self,
+      inputs: types.UpdateRuleInputs,
+      meta_out: base.MetaOut,
+      logits: jax.Array,
   ) -> jax.Array:
     del inputs
     return ml.categorical_cross_entropy(
@@ -334,13 +337,13 @@ class MPO(ml.DualRule):
     )
 
   def sampled_targets(
-      self, inputs: base.Inputs, meta_out: base.MetaOut
+      self, inputs: types.UpdateRuleInputs, meta_out: base.MetaOut
   ) -> tuple[jax.Array, jax.Array]:
     del inputs
     return meta_out["sampled_actions"], meta_out["e_step_weights"]
 
   def agent_loss_no_meta(
-      self, inputs: base.Inputs, meta_out: base.MetaOut
+      self, inputs: types.UpdateRuleInputs, meta_out: base.MetaOut
   ) -> base.LossAndLogs:
     inputs.check_shapes()
     if "q" not in inputs.agent_out:

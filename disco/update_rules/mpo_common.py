@@ -358,7 +358,9 @@ class DualRule(base.UpdateRule):
     """The continuous policy the rule is set up for, or None (discrete)."""
     return self._gaussian
 
-  def checked_gaussian(self, inputs: base.Inputs) -> policies.Gaussian | None:
+  def checked_gaussian(
+      self, inputs: types.UpdateRuleInputs
+  ) -> policies.Gaussian | None:
     """``gaussian``, after checking (at trace time) that the rollout's
     actions are of the kind the rule was set up for."""
     continuous = inputs.action_policy.is_continuous
@@ -393,7 +395,7 @@ class DualRule(base.UpdateRule):
     )
 
   def target_out(
-      self, inputs: base.Inputs, context: base.LearnerContext
+      self, inputs: types.UpdateRuleInputs, context: base.LearnerContext
   ) -> types.AgentOuts:
     """The target network's outputs ``[T+1, B, ...]`` (no gradient)."""
     target_params = context.rule_state["target_params"]
@@ -444,7 +446,7 @@ class DualRule(base.UpdateRule):
   def dual_stats(
       self,
       context: base.LearnerContext,
-      inputs: base.Inputs,
+      inputs: types.UpdateRuleInputs,
       loss_eta: jax.Array,
       loss_alpha: jax.Array,
       kl_nonparametric: jax.Array,
@@ -509,7 +511,7 @@ class DualRule(base.UpdateRule):
 
   def gaussian_e_step(
       self,
-      inputs: base.Inputs,
+      inputs: types.UpdateRuleInputs,
       context: base.LearnerContext,
       values: jax.Array,
       target_logits: jax.Array,
@@ -568,13 +570,13 @@ class DualRule(base.UpdateRule):
 
   @abc.abstractmethod
   def sampled_targets(
-      self, inputs: base.Inputs, meta_out: base.MetaOut
+      self, inputs: types.UpdateRuleInputs, meta_out: base.MetaOut
   ) -> tuple[jax.Array, jax.Array]:
     """Continuous actions: the M-step's ``[T, B, N, D]`` sampled actions
     and their ``[T, B, N]`` weights (constants)."""
 
   def gaussian_agent_loss(
-      self, inputs: base.Inputs, meta_out: base.MetaOut
+      self, inputs: types.UpdateRuleInputs, meta_out: base.MetaOut
   ) -> base.LossAndLogs:
     """The decoupled M-step ``[T, B]``: ``CE_mean + CE_stddev + sum_k
     sg(alpha_mean_k) KL_mean_k + sum_k sg(alpha_stddev_k) KL_stddev_k``."""
@@ -604,13 +606,19 @@ class DualRule(base.UpdateRule):
   # -------------------------------------------------------- the M-step
   @abc.abstractmethod
   def policy_loss(
-      self, inputs: base.Inputs, meta_out: base.MetaOut, logits: jax.Array
+      self,
+      inputs: types.UpdateRuleInputs,
+      meta_out: base.MetaOut,
+      logits: jax.Array,
   ) -> jax.Array:
     """``[T, B]`` cross-entropy from the E-step's policy to the online
     policy ``logits`` ``[T, B, A]`` (discrete actions)."""
 
   def agent_loss(
-      self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
+      self,
+      inputs: types.UpdateRuleInputs,
+      meta_out: base.MetaOut,
+      backprop: bool,
   ) -> base.LossAndLogs:
     """The M-step: ``policy_loss + sg(alpha) * KL(pi_target || pi_online)``
     ``[T, B]`` (``meta_out`` needs ``alpha``, ``target_logits``, ``stats``);

@@ -65,7 +65,7 @@ class PolicyGradient(base.MovingAverageRule):
     return dict(adv_ema_state=ema_lib.ema_init())
 
   def unroll_meta_net(
-      self, inputs: base.Inputs, context: base.LearnerContext
+      self, inputs: types.UpdateRuleInputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     inputs.check_shapes()
     if inputs.value_out is not None:
@@ -79,7 +79,10 @@ class PolicyGradient(base.MovingAverageRule):
     return meta_out, rule_state
 
   def agent_loss(
-      self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
+      self,
+      inputs: types.UpdateRuleInputs,
+      meta_out: base.MetaOut,
+      backprop: bool,
   ) -> base.LossAndLogs:
     inputs.check_shapes()
     logits = inputs.agent_out["logits"][:-1]
@@ -104,7 +107,7 @@ class PolicyGradient(base.MovingAverageRule):
     )
 
   def agent_loss_no_meta(
-      self, inputs: base.Inputs, meta_out: base.MetaOut
+      self, inputs: types.UpdateRuleInputs, meta_out: base.MetaOut
   ) -> base.LossAndLogs:
     value_loss = losses.value_loss_from_td(
         inputs.agent_out["v"][:-1], jax.lax.stop_gradient(meta_out["tds"])

@@ -84,7 +84,7 @@ class PPO(base.UpdateRule):
     return base.policy_value_spec(num_actions)
 
   def unroll_meta_net(
-      self, inputs: base.Inputs, context: base.LearnerContext
+      self, inputs: types.UpdateRuleInputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     """GAE advantages and value targets from the behaviour values."""
     inputs.check_shapes()
@@ -129,7 +129,10 @@ class PPO(base.UpdateRule):
     return clipped, {}
 
   def agent_loss(
-      self, inputs: base.Inputs, meta_out: base.MetaOut, backprop: bool
+      self,
+      inputs: types.UpdateRuleInputs,
+      meta_out: base.MetaOut,
+      backprop: bool,
   ) -> base.LossAndLogs:
     """``-surrogate`` and the entropy bonus, ``[T, B]``; without
     ``backprop`` no gradient reaches ``meta_out`` (e.g. LPO's drift
@@ -160,7 +163,7 @@ class PPO(base.UpdateRule):
     return loss, logs
 
   def agent_loss_no_meta(
-      self, inputs: base.Inputs, meta_out: base.MetaOut
+      self, inputs: types.UpdateRuleInputs, meta_out: base.MetaOut
   ) -> base.LossAndLogs:
     """The value loss times ``value_cost``, ``[T, B]``."""
     values = inputs.agent_out["v"][:-1, ..., 0]

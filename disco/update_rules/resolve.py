@@ -25,9 +25,6 @@ from disco.update_rules import base as rule_base
 from disco.update_rules import migrations
 from disco.update_rules import registry
 
-UsageError = errors.UsageError
-one_line = errors.one_line
-
 AGENT_PARAMS_KIND = "agent_params"
 
 
@@ -76,7 +73,7 @@ def _build_rule(settings: agent_settings_lib.AgentSettings, where: str = ""):
   try:
     rule = registry.make_rule(settings)
   except ValueError as e:
-    raise UsageError(f"{where}{one_line(e)}") from None
+    raise errors.UsageError(f"{where}{errors.one_line(e)}") from None
   return rule, rule.meta_param_shapes()
 
 
@@ -84,9 +81,9 @@ def _load_checked(path, expected, what: str):
   try:
     return weights_lib.load_meta_params(path, expected)
   except weights_lib.NonFiniteError as e:
-    raise UsageError(one_line(e)) from None
+    raise errors.UsageError(errors.one_line(e)) from None
   except weights_lib.WeightsError as e:
-    raise UsageError(f"{what}: {one_line(e)}") from None
+    raise errors.UsageError(f"{what}: {errors.one_line(e)}") from None
 
 
 def _resolve_named(name: str, weights: str | None) -> ResolvedRule:
@@ -98,11 +95,13 @@ def _resolve_named(name: str, weights: str | None) -> ResolvedRule:
     try:
       meta_params = entry.pretrained(weights, expected)
     except weights_lib.WeightsError as e:
-      raise UsageError(f"Cannot load {name}: {one_line(e)}") from None
+      raise errors.UsageError(
+          f"Cannot load {name}: {errors.one_line(e)}"
+      ) from None
     source = "pretrained"
   elif weights is not None:
     if not has_meta_params:
-      raise UsageError(
+      raise errors.UsageError(
           f"Rule {name!r} has no meta-parameters, so a weights file "
           f"({weights}) makes no sense for it: drop the weights setting."
       )
@@ -129,19 +128,19 @@ def _settings_from_metadata(
   defaults with the file's ``settings`` and ``rule_kwargs`` over them (old
   spellings upgraded: ``migrations``)."""
   if metadata.get("kind") == AGENT_PARAMS_KIND:
-    raise UsageError(
+    raise errors.UsageError(
         f"{path} holds trained agent parameters, not an update "
         "rule's meta-parameters."
     )
   name = metadata.get("rule")
   if not isinstance(name, str):
-    raise UsageError(
+    raise errors.UsageError(
         f"{path} does not say which rule it belongs to (no 'rule' in its "
         "metadata): save it with disco.weights.save_meta_params(path, params, "
         "metadata={'rule': ...})."
     )
   if name not in registry.rule_names():
-    raise UsageError(
+    raise errors.UsageError(
         f"{path} holds meta-parameters of rule {name!r}, which is "
         f"not registered: use {_valid_rules_text()} (or import "
         "the module that registers it with config.imports)."
@@ -160,22 +159,22 @@ def _settings_from_metadata(
       saved[key] = value
     saved["rule_kwargs"] = {**saved["rule_kwargs"], **(rule_kwargs or {})}
     if saved.get("rule") != name:
-      raise UsageError(
+      raise errors.UsageError(
           f"The metadata of {path} names rule {name!r} but its "
           f"settings say {saved.get('rule')!r}."
       )
     saved = migrations.upgraded_settings(saved, f"rule file {path}")
     return agent_settings_lib.AgentSettings.from_dict(saved)
   except (TypeError, AttributeError, KeyError, ValueError) as e:
-    raise UsageError(
+    raise errors.UsageError(
         f"The settings in the metadata of {path} do not fit rule {name!r}: "
-        f"{one_line(e)}"
+        f"{errors.one_line(e)}"
     ) from None
 
 
 def _resolve_file(path: Path) -> ResolvedRule:
   if not path.is_file():
-    raise UsageError(
+    raise errors.UsageError(
         f"Rule file {path} does not exist: check the path (or "
         f"use {_valid_rules_text()})."
     )
@@ -184,12 +183,16 @@ def _resolve_file(path: Path) -> ResolvedRule:
   try:
     npz = weights_lib.NpzFile(path)
   except weights_lib.WeightsError as e:
-    raise UsageError(f"Cannot read rule file {path}: {one_line(e)}") from None
+    raise errors.UsageError(
+        f"Cannot read rule file {path}: {errors.one_line(e)}"
+    ) from None
   with npz:
     try:
       metadata = npz.metadata()
     except weights_lib.WeightsError as e:
-      raise UsageError(f"Cannot read rule file {path}: {one_line(e)}") from None
+      raise errors.UsageError(
+          f"Cannot read rule file {path}: {errors.one_line(e)}"
+      ) from None
     settings = _settings_from_metadata(path, metadata)
     rule, expected = _build_rule(
         settings, f"The settings in the metadata of rule file {path}: "
@@ -197,11 +200,11 @@ def _resolve_file(path: Path) -> ResolvedRule:
     try:
       meta_params = npz.params(expected)
     except weights_lib.NonFiniteError as e:
-      raise UsageError(one_line(e)) from None
+      raise errors.UsageError(errors.one_line(e)) from None
     except weights_lib.WeightsError as e:
-      raise UsageError(
+      raise errors.UsageError(
           f"Rule file {path} does not fit rule {settings.rule!r}: "
-          f"{one_line(e)}"
+          f"{errors.one_line(e)}"
       ) from None
   return ResolvedRule(
       label=path.stem or "rule",
@@ -234,17 +237,17 @@ def resolve_rule(name_or_path: str, weights: str | None = None) -> ResolvedRule:
   if weights is not None:
     weights = str(weights).strip() or None
   if not name_or_path:
-    raise UsageError(f"No rule given: use {_valid_rules_text()}.")
+    raise errors.UsageError(f"No rule given: use {_valid_rules_text()}.")
   if name_or_path in registry.rule_names():
     return _resolve_named(name_or_path, weights)
   if not is_rule_path(name_or_path):
     close = difflib.get_close_matches(name_or_path, registry.rule_names(), 3)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
-    raise UsageError(
+    raise errors.UsageError(
         f"Unknown rule {name_or_path!r}.{hint} Use " f"{_valid_rules_text()}."
     )
   if weights is not None:
-    raise UsageError(
+    raise errors.UsageError(
         f"The rule is already a file ({name_or_path}); the weights setting "
         f"({weights}) only applies to a rule name."
     )

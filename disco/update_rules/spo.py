@@ -528,7 +528,7 @@ class SPO(ml.DualRule):
     return total, (weights, kl, loss_eta, loss_alpha)
 
   def unroll_meta_net(
-      self, inputs: base.Inputs, context: base.LearnerContext
+      self, inputs: types.UpdateRuleInputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
     inputs.check_shapes()
     extras = self._check_extras(inputs)
@@ -583,7 +583,10 @@ class SPO(ml.DualRule):
     return meta_out, self.next_rule_state(context, new_duals, dual_opt_state)
 
   def policy_loss(
-      self, inputs: base.Inputs, meta_out: base.MetaOut, logits: jax.Array
+      self,
+      inputs: types.UpdateRuleInputs,
+      meta_out: base.MetaOut,
+      logits: jax.Array,
   ) -> jax.Array:
     del meta_out
     extras = self._check_extras(inputs)
@@ -594,14 +597,14 @@ class SPO(ml.DualRule):
     )
 
   def sampled_targets(
-      self, inputs: base.Inputs, meta_out: base.MetaOut
+      self, inputs: types.UpdateRuleInputs, meta_out: base.MetaOut
   ) -> tuple[jax.Array, jax.Array]:
     del meta_out
     extras = self._check_extras(inputs)
     return extras["search_actions"][:-1], extras["search_weights"][:-1]
 
   def agent_loss_no_meta(
-      self, inputs: base.Inputs, meta_out: base.MetaOut
+      self, inputs: types.UpdateRuleInputs, meta_out: base.MetaOut
   ) -> base.LossAndLogs:
     inputs.check_shapes()
     values = inputs.agent_out["v"][:-1, ..., 0]

@@ -18,8 +18,6 @@ import rlax
 
 from disco import types
 
-Array = types.Array
-
 
 def _check_max_abs_value(max_abs_value: float | None) -> None:
   if max_abs_value is None or max_abs_value <= 0.0:
@@ -30,7 +28,7 @@ def _check_max_abs_value(max_abs_value: float | None) -> None:
     )
 
 
-def logits_to_scalar(logits: Array, max_abs_value: float) -> Array:
+def logits_to_scalar(logits: types.Array, max_abs_value: float) -> types.Array:
   """Expected value of logits ``[..., num_bins]`` over the support.
 
   Args:
@@ -52,7 +50,9 @@ def logits_to_scalar(logits: Array, max_abs_value: float) -> Array:
   )
 
 
-def scalar_to_probs(value: Array, num_bins: int, max_abs_value: float) -> Array:
+def scalar_to_probs(
+    value: types.Array, num_bins: int, max_abs_value: float
+) -> types.Array:
   """2-hot distribution over the support whose mean is ``value``.
 
   Args:
@@ -92,7 +92,7 @@ class ValueHead:
     if self.categorical:
       _check_max_abs_value(self.max_abs_value)
 
-  def decode(self, net_out: Array) -> Array:
+  def decode(self, net_out: types.Array) -> types.Array:
     """``[T, B, 1 or num_bins]`` head outputs -> ``[T, B]`` scalar values."""
     if net_out.ndim != 3:
       raise ValueError(
@@ -107,7 +107,7 @@ class ValueHead:
       values = rlax.SIGNED_HYPERBOLIC_PAIR[1](values)
     return values
 
-  def decode_actions(self, net_out: Array) -> Array:
+  def decode_actions(self, net_out: types.Array) -> types.Array:
     """``[T, B, A, 1 or num_bins]`` per-action outputs -> ``[T, B, A]``."""
     if net_out.ndim != 4:
       raise ValueError(
@@ -116,7 +116,7 @@ class ValueHead:
       )
     return jax.vmap(self.decode, in_axes=2, out_axes=2)(net_out)
 
-  def encode_target(self, target: Array) -> Array:
+  def encode_target(self, target: types.Array) -> types.Array:
     """``[T, B]`` scalar targets in the space the head predicts in."""
     if self.nonlinear_transform:
       return rlax.SIGNED_HYPERBOLIC_PAIR[0](target)

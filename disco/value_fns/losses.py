@@ -12,14 +12,12 @@ from disco import policies
 from disco import types
 from disco.value_fns import categorical as categorical_lib
 
-Array = types.Array
-
 
 def value_loss_from_target(
-    net_out: Array,
-    target: Array,
+    net_out: types.Array,
+    target: types.Array,
     head: categorical_lib.ValueHead = categorical_lib.ValueHead(),
-) -> Array:
+) -> types.Array:
   """Per-step loss regressing a value head onto scalar targets.
 
   The target is not stop-gradiented here.
@@ -46,10 +44,10 @@ def value_loss_from_target(
 
 
 def value_loss_from_td(
-    net_out: Array,
-    td: Array,
+    net_out: types.Array,
+    td: types.Array,
     head: categorical_lib.ValueHead = categorical_lib.ValueHead(),
-) -> Array:
+) -> types.Array:
   """Per-step value loss towards ``stop_gradient(value + td)``.
 
   The target is formed in unsquashed space from the decoded value (a scalar
@@ -70,12 +68,12 @@ def value_loss_from_td(
 
 
 def policy_gradient_loss(
-    logits: Array,
-    actions: Array,
-    adv: Array,
+    logits: types.Array,
+    actions: types.Array,
+    adv: types.Array,
     backprop: bool = False,
     policy: policies.Policy | None = None,
-) -> Array:
+) -> types.Array:
   """Per-step policy-gradient loss ``-log pi(a_t|s_t) * adv_t``.
 
   Args:

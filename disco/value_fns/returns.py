@@ -20,18 +20,16 @@ from disco import types
 from disco.value_fns import categorical as categorical_lib
 from disco.value_fns import ema as ema_lib
 
-Array = types.Array
-
 DEFAULT_DISCOUNT = 0.995
 DEFAULT_TD_LAMBDA = 0.95
 
 
 def importance_weights(
-    pi_logits: Array,
-    mu_logits: Array,
-    actions: Array,
+    pi_logits: types.Array,
+    mu_logits: types.Array,
+    actions: types.Array,
     policy: policies.Policy | None = None,
-) -> Array:
+) -> types.Array:
   """``[T, B]`` weights ``pi(a|s) / mu(a|s)`` of the taken actions, with no
   gradient.
 
@@ -59,12 +57,12 @@ _ACTION_VALUE_FIELDS = (
 
 
 def _value_outs(
-    values: Array,
-    target_values: Array,
-    rho: Array,
-    adv: Array,
-    value_target: Array,
-    **action_values: Array,
+    values: types.Array,
+    target_values: types.Array,
+    rho: types.Array,
+    adv: types.Array,
+    value_target: types.Array,
+    **action_values: types.Array,
 ) -> types.ValueOuts:
   """``ValueOuts`` with ``td = value_target - values[:-1]``."""
   return types.ValueOuts(
@@ -79,11 +77,11 @@ def _value_outs(
 
 
 def vtrace(
-    rewards: Array,
-    env_discounts: Array,
-    rho: Array,
-    values: Array,
-    target_values: Array | None = None,
+    rewards: types.Array,
+    env_discounts: types.Array,
+    rho: types.Array,
+    values: types.Array,
+    target_values: types.Array | None = None,
     discount: jax.typing.ArrayLike = DEFAULT_DISCOUNT,
     lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
 ) -> types.ValueOuts:
@@ -129,7 +127,7 @@ def vtrace(
   )
 
 
-def _prepend_zero_step(x: Array) -> Array:
+def _prepend_zero_step(x: types.Array) -> types.Array:
   return jnp.concatenate([jnp.zeros_like(x[:1]), x], axis=0)
 
 
@@ -153,14 +151,14 @@ def _retrace_targets(rewards, discounts, target_q_a, target_values, c_t):
 
 
 def retrace(
-    rewards: Array,
-    env_discounts: Array,
-    actions: Array,
-    rho: Array,
-    values: Array,
-    q_values: Array,
-    target_values: Array | None = None,
-    target_q_values: Array | None = None,
+    rewards: types.Array,
+    env_discounts: types.Array,
+    actions: types.Array,
+    rho: types.Array,
+    values: types.Array,
+    q_values: types.Array,
+    target_values: types.Array | None = None,
+    target_q_values: types.Array | None = None,
     discount: jax.typing.ArrayLike = DEFAULT_DISCOUNT,
     lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
 ) -> types.ValueOuts:
@@ -230,12 +228,12 @@ def retrace(
 
 
 def gae(
-    rewards: Array,
-    discounts: Array,
-    values: Array,
+    rewards: types.Array,
+    discounts: types.Array,
+    values: types.Array,
     lambda_: jax.typing.ArrayLike,
-    truncated: Array | None = None,
-) -> Array:
+    truncated: types.Array | None = None,
+) -> types.Array:
   """Generalised advantage estimates (Schulman et al., 2016).
 
     delta_t = r_t + g_t V(s_{t+1}) - V(s_t),
@@ -274,10 +272,10 @@ def gae(
 
 def decode_values(
     head: categorical_lib.ValueHead,
-    pi_logits: Array,
-    value_net_out: Array | None = None,
-    q_net_out: Array | None = None,
-) -> tuple[Array, Array | None]:
+    pi_logits: types.Array,
+    value_net_out: types.Array | None = None,
+    q_net_out: types.Array | None = None,
+) -> tuple[types.Array, types.Array | None]:
   """Scalar state values (and action values) from raw head outputs.
 
   Args:
@@ -307,18 +305,18 @@ def decode_values(
 
 def estimate(
     *,
-    rewards: Array,
-    env_discounts: Array,
-    actions: Array,
-    pi_logits: Array,
-    mu_logits: Array,
-    values: Array,
-    q_values: Array | None = None,
-    target_values: Array | None = None,
-    target_q_values: Array | None = None,
+    rewards: types.Array,
+    env_discounts: types.Array,
+    actions: types.Array,
+    pi_logits: types.Array,
+    mu_logits: types.Array,
+    values: types.Array,
+    q_values: types.Array | None = None,
+    target_values: types.Array | None = None,
+    target_q_values: types.Array | None = None,
     discount: jax.typing.ArrayLike = DEFAULT_DISCOUNT,
     lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
-    truncated: Array | None = None,
+    truncated: types.Array | None = None,
     policy: policies.Policy | None = None,
 ) -> types.ValueOuts:
   """Targets and advantages: Retrace with action values, else V-trace.
