@@ -68,11 +68,11 @@ def test_the_examples_run(disco103_path, tmp_path, monkeypatch):
       "make_config",
       _tiny(compare_settings.make_config, TINY["comparison"]),
   )
-  from disco.meta import trainer
+  from disco import meta
 
-  meta_train = trainer.meta_train
+  meta_train = meta.meta_train
   monkeypatch.setattr(
-      trainer,
+      meta,
       "meta_train",
       lambda config=None, **overrides: meta_train(
           meta_settings.tiny_config(),

@@ -15,7 +15,6 @@ from typing import Any
 
 import jax
 from ml_collections import config_dict
-import numpy as np
 
 from disco import agent as agent_lib
 from disco import distributed
@@ -26,8 +25,6 @@ from disco.environments import base as env_base
 from disco.environments import registry as env_registry
 from disco.evaluation import settings as settings_lib
 from disco.training import loop as loop_lib
-from disco.update_rules import migrations
-from disco.update_rules import overrides as overrides_lib
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
@@ -121,7 +118,14 @@ def build(
     )
   local_seeds = distributed.split(seeds)[jax.process_index()]
   if rule is None:
-    rule = resolve.resolve_rule(settings.rule, settings.weights)
+    rule = resolve.resolve_rule(
+        settings.rule, settings.weights, _overrides(settings)
+    )
+  elif _overrides(settings):
+    raise errors.UsageError(
+        f"Agent settings {sorted(_overrides(settings))} were given with a "
+        f"ready rule ({rule.label!r}), which keeps its own: drop them."
+    )
   loop_config = _loop_config(
       settings, rule_registry.get_entry(rule.settings.rule).loop
   )
@@ -130,7 +134,6 @@ def build(
   )
   _warn(settings, rule, loop_config, log)
   output_dir = run_folders.output_dir(settings.output_dir, f"eval-{rule.label}")
-  rule = _with_agent_settings(rule, settings)
   iterations_per_call, num_calls = plan_iterations(
       settings.total_env_steps,
       loop_config.env_steps_per_iteration,
@@ -224,12 +227,9 @@ def _warn(
     )
 
 
-def _overrides(
-    settings: settings_lib.EvalSettings, rule: str
-) -> dict[str, Any]:
+def _overrides(settings: settings_lib.EvalSettings) -> dict[str, Any]:
   """The agent-setting overrides ``settings`` give (``overrides.merged``'s
-  keywords): those set, clips of 0 as None (no clip), old spellings of rule
-  ``rule``'s settings upgraded (``migrations``)."""
+  keywords): those set (clips of 0 as None: no clip), empty ones left out."""
   out: dict[str, Any] = {
       key: getattr(settings, key)
       for key in ("learning_rate", "loss_mask", "adam_eps")
@@ -238,66 +238,11 @@ def _overrides(
   for key in settings_lib.CLIP_KEYS:
     if getattr(settings, key) is not None:
       out[key] = getattr(settings, key) or None
-  try:
-    out["hyper_params"], out["rule_kwargs"] = migrations.upgraded(
-        rule, settings.hyper_params, settings.rule_kwargs, "config"
-    )
-  except ValueError as e:
-    raise errors.UsageError(errors.one_line(e)) from None
+  out["hyper_params"] = settings.hyper_params
+  out["rule_kwargs"] = settings.rule_kwargs
   out["network"] = {k: v for k, v in settings.network.items() if v is not None}
   out["policy"] = {k: v for k, v in settings.policy.items() if v is not None}
-  return out
-
-
-def _with_agent_settings(
-    rule: resolve.ResolvedRule, settings: settings_lib.EvalSettings
-) -> resolve.ResolvedRule:
-  """``rule`` with the agent settings ``settings`` override, rebuilt where
-  they change it.
-
-  Raises:
-    UsageError: for a setting the rule does not have, or rule_kwargs that
-      change the shapes of meta-parameters the rule already has.
-  """
-  try:
-    merged = overrides_lib.merged(
-        rule.settings, rule.label, **_overrides(settings, rule.settings.rule)
-    )
-  except overrides_lib.SettingsError as e:
-    raise errors.UsageError(errors.one_line(e)) from None
-  if merged == rule.settings:
-    return rule
-  same_rule = (merged.hyper_params, merged.rule_kwargs) == (
-      rule.settings.hyper_params,
-      rule.settings.rule_kwargs,
-  )
-  if same_rule:
-    return dataclasses.replace(rule, settings=merged)
-  try:
-    rebuilt = rule_registry.make_rule(merged)
-  except ValueError as e:
-    raise errors.UsageError(errors.one_line(e)) from None
-  if rule.source == "random":  # a random initialisation of the new rule
-    return dataclasses.replace(
-        rule,
-        settings=merged,
-        rule=rebuilt,
-        meta_params=rebuilt.random_meta_params(),
-    )
-  shapes = jax.tree.map(
-      lambda x: (x.shape, x.dtype),
-      rebuilt.meta_param_shapes(),
-  )
-  given = jax.tree.map(lambda x: (np.shape(x), x.dtype), rule.meta_params)
-  if shapes != given:
-    raise errors.UsageError(
-        "config.rule_kwargs "
-        f"{run_folders.to_jsonable(settings.rule_kwargs)} change the "
-        f"shapes of the meta-parameters of {rule.label!r}, so its "
-        f"{rule.source} meta-parameters no longer fit: keep its network "
-        "settings."
-    )
-  return dataclasses.replace(rule, settings=merged, rule=rebuilt)
+  return {k: v for k, v in out.items() if v != {}}
 
 
 def _agent_and_loop(

@@ -37,7 +37,6 @@ from disco.meta import validation as validation_lib
 from disco.meta import value_function
 from disco.networks import agent_nets
 from disco.update_rules import agent_settings as agent_settings_lib
-from disco.update_rules import migrations
 from disco.update_rules import overrides
 from disco.update_rules import registry as rule_registry
 
@@ -233,17 +232,11 @@ def _agent_settings(config) -> agent_settings_lib.AgentSettings:
       optimizer["anneal_learning_rate"] = checks.check_bool(
           agent_cfg["anneal_learning_rate"], "agent.anneal_learning_rate"
       )
-    hyper_params, rule_kwargs = migrations.upgraded(
-        name,
-        checks.as_dict(config.hyper_params, "hyper_params"),
-        checks.as_dict(config.rule_kwargs, "rule_kwargs"),
-        "config",
-    )
     settings = overrides.merged(
         rule_registry.default_settings(name),
         name,
-        hyper_params=hyper_params,
-        rule_kwargs=rule_kwargs,
+        hyper_params=checks.as_dict(config.hyper_params, "hyper_params"),
+        rule_kwargs=checks.as_dict(config.rule_kwargs, "rule_kwargs"),
         network=checks.as_dict(agent_cfg.get("network", {}), "agent.network"),
         **optimizer,
     )

@@ -28,6 +28,7 @@ from typing import Any
 from ml_collections import config_dict
 
 from disco.update_rules import agent_settings as agent_settings_lib
+from disco.update_rules import migrations
 from disco.update_rules import registry
 
 KEYS = ("hyper_params", "rule_kwargs")
@@ -179,13 +180,15 @@ def merged(
   """``settings`` with the overrides given: ``hyper_params`` replacing the
   rule's own, ``rule_kwargs``, ``network`` and ``policy`` merged over theirs
   (``rule_kwargs`` one level of dicts deep), and the optimiser settings
-  (``agent_settings.OPTIMIZER_KEYS``) replacing theirs. Pure: ``settings``
-  is unchanged.
+  (``agent_settings.OPTIMIZER_KEYS``) replacing theirs. Old spellings of the
+  rule's settings are read as today's (``migrations.upgraded``, with a
+  warning). Pure: ``settings`` is unchanged.
 
   Raises:
     SettingsError: for a key the rule (``label`` in the message) does not
       have, naming the valid ones, or a hyper-parameter that is not a finite
       number.
+    ValueError: an old dict of coefficients with a key it never had.
   """
   bad = sorted(set(optimizer) - set(agent_settings_lib.OPTIMIZER_KEYS))
   if bad:
@@ -193,8 +196,9 @@ def merged(
         f"Unknown agent setting(s) {bad}; valid: "
         f"{', '.join(agent_settings_lib.OPTIMIZER_KEYS)}."
     )
-  hyper_params = as_dict(hyper_params)
-  rule_kwargs = as_dict(rule_kwargs)
+  hyper_params, rule_kwargs = migrations.upgraded(
+      settings.rule, as_dict(hyper_params), as_dict(rule_kwargs), "config"
+  )
   own = dict(settings.hyper_params)
   unknown = sorted(set(hyper_params) - set(own))
   if unknown:

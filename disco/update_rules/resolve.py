@@ -10,6 +10,7 @@ a missing or mismatching file, or trained agent parameters given as a rule.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import dataclasses
 import difflib
 import os
@@ -19,10 +20,12 @@ from typing import Any
 import jax
 
 from disco import errors
+from disco import run_folders
 from disco import weights as weights_lib
 from disco.update_rules import agent_settings as agent_settings_lib
 from disco.update_rules import base as rule_base
 from disco.update_rules import migrations
+from disco.update_rules import overrides as overrides_lib
 from disco.update_rules import registry
 
 AGENT_PARAMS_KIND = "agent_params"
@@ -77,18 +80,40 @@ def _build_rule(settings: agent_settings_lib.AgentSettings, where: str = ""):
   return rule, rule.meta_param_shapes()
 
 
-def _load_checked(path, expected, what: str):
+def _with_overrides(
+    settings: agent_settings_lib.AgentSettings,
+    label: str,
+    overrides: Mapping[str, Any] | None,
+) -> agent_settings_lib.AgentSettings:
+  """``settings`` with ``overrides`` (``overrides.merged``'s keywords)."""
+  if not overrides:
+    return settings
   try:
-    return weights_lib.load_meta_params(path, expected)
-  except weights_lib.NonFiniteError as e:
+    return overrides_lib.merged(settings, label, **overrides)
+  except ValueError as e:
     raise errors.UsageError(errors.one_line(e)) from None
-  except weights_lib.WeightsError as e:
-    raise errors.UsageError(f"{what}: {errors.one_line(e)}") from None
 
 
-def _resolve_named(name: str, weights: str | None) -> ResolvedRule:
+def _misfit(
+    overrides: Mapping[str, Any] | None, label: str, source: str
+) -> str | None:
+  """Why given meta-parameters may not fit: rule_kwargs in ``overrides``
+  that change the meta-network."""
+  rule_kwargs = (overrides or {}).get("rule_kwargs")
+  if not rule_kwargs:
+    return None
+  return (
+      f"config.rule_kwargs {run_folders.to_jsonable(rule_kwargs)} change the "
+      f"shapes of the meta-parameters of {label!r}, so its {source} "
+      "meta-parameters no longer fit: keep its network settings."
+  )
+
+
+def _resolve_named(
+    name: str, weights: str | None, overrides: Mapping[str, Any] | None
+) -> ResolvedRule:
   entry = registry.get_entry(name)
-  settings = registry.default_settings(name)
+  settings = _with_overrides(registry.default_settings(name), name, overrides)
   rule, expected = _build_rule(settings)
   has_meta_params = bool(jax.tree.leaves(expected))
   if entry.pretrained is not None:
@@ -96,7 +121,8 @@ def _resolve_named(name: str, weights: str | None) -> ResolvedRule:
       meta_params = entry.pretrained(weights, expected)
     except weights_lib.WeightsError as e:
       raise errors.UsageError(
-          f"Cannot load {name}: {errors.one_line(e)}"
+          _misfit(overrides, name, "pretrained")
+          or f"Cannot load {name}: {errors.one_line(e)}"
       ) from None
     source = "pretrained"
   elif weights is not None:
@@ -105,9 +131,16 @@ def _resolve_named(name: str, weights: str | None) -> ResolvedRule:
           f"Rule {name!r} has no meta-parameters, so a weights file "
           f"({weights}) makes no sense for it: drop the weights setting."
       )
-    meta_params = _load_checked(
-        weights, expected, f"Weights {weights} do not fit rule {name!r}"
-    )
+    try:
+      meta_params = weights_lib.load_meta_params(weights, expected)
+    except weights_lib.NonFiniteError as e:
+      raise errors.UsageError(errors.one_line(e)) from None
+    except weights_lib.WeightsError as e:
+      raise errors.UsageError(
+          _misfit(overrides, name, "file")
+          or f"Weights {weights} do not fit rule {name!r}: "
+          f"{errors.one_line(e)}"
+      ) from None
     source = "file"
   else:
     meta_params = rule.random_meta_params()
@@ -172,7 +205,9 @@ def _settings_from_metadata(
     ) from None
 
 
-def _resolve_file(path: Path) -> ResolvedRule:
+def _resolve_file(
+    path: Path, overrides: Mapping[str, Any] | None
+) -> ResolvedRule:
   if not path.is_file():
     raise errors.UsageError(
         f"Rule file {path} does not exist: check the path (or "
@@ -193,7 +228,10 @@ def _resolve_file(path: Path) -> ResolvedRule:
       raise errors.UsageError(
           f"Cannot read rule file {path}: {errors.one_line(e)}"
       ) from None
-    settings = _settings_from_metadata(path, metadata)
+    label = path.stem or "rule"
+    settings = _with_overrides(
+        _settings_from_metadata(path, metadata), label, overrides
+    )
     rule, expected = _build_rule(
         settings, f"The settings in the metadata of rule file {path}: "
     )
@@ -203,11 +241,12 @@ def _resolve_file(path: Path) -> ResolvedRule:
       raise errors.UsageError(errors.one_line(e)) from None
     except weights_lib.WeightsError as e:
       raise errors.UsageError(
-          f"Rule file {path} does not fit rule {settings.rule!r}: "
+          _misfit(overrides, label, "file")
+          or f"Rule file {path} does not fit rule {settings.rule!r}: "
           f"{errors.one_line(e)}"
       ) from None
   return ResolvedRule(
-      label=path.stem or "rule",
+      label=label,
       settings=settings,
       rule=rule,
       meta_params=meta_params,
@@ -215,8 +254,13 @@ def _resolve_file(path: Path) -> ResolvedRule:
   )
 
 
-def resolve_rule(name_or_path: str, weights: str | None = None) -> ResolvedRule:
-  """A rule given by registry name or by file, built once.
+def resolve_rule(
+    name_or_path: str,
+    weights: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> ResolvedRule:
+  """A rule given by registry name or by file, with its agent settings
+  merged with ``overrides`` and the rule built once from them.
 
   Args:
     name_or_path: a registered rule (``update_rules.registry``): it gets its
@@ -229,9 +273,14 @@ def resolve_rule(name_or_path: str, weights: str | None = None) -> ResolvedRule:
     weights: for a pretrained entry, the path of its file (default: found or
       downloaded); for a rule with meta-parameters, a file of them to load.
       Not allowed with a path.
+    overrides: agent settings that replace the rule's
+      (``overrides.merged``'s keywords: ``hyper_params``, ``rule_kwargs``,
+      ``network``, ``policy`` and the optimiser's); old spellings of the
+      rule's settings are upgraded (``migrations``).
 
   Raises:
-    UsageError: unknown rule, missing or mismatching file.
+    UsageError: unknown rule, missing or mismatching file, a setting the
+      rule lacks, or ``rule_kwargs`` its meta-parameters do not fit.
   """
   name_or_path = str(name_or_path).strip()
   if weights is not None:
@@ -239,7 +288,7 @@ def resolve_rule(name_or_path: str, weights: str | None = None) -> ResolvedRule:
   if not name_or_path:
     raise errors.UsageError(f"No rule given: use {_valid_rules_text()}.")
   if name_or_path in registry.rule_names():
-    return _resolve_named(name_or_path, weights)
+    return _resolve_named(name_or_path, weights, overrides)
   if not is_rule_path(name_or_path):
     close = difflib.get_close_matches(name_or_path, registry.rule_names(), 3)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
@@ -251,4 +300,4 @@ def resolve_rule(name_or_path: str, weights: str | None = None) -> ResolvedRule:
         f"The rule is already a file ({name_or_path}); the weights setting "
         f"({weights}) only applies to a rule name."
     )
-  return _resolve_file(Path(name_or_path).expanduser())
+  return _resolve_file(Path(name_or_path).expanduser(), overrides)
