@@ -29,7 +29,7 @@ CartPole::
 from ml_collections import config_dict
 
 from disco import distributed
-from disco.meta import validation
+from disco.meta import validation_settings
 
 
 def get_config() -> config_dict.ConfigDict:
@@ -199,7 +199,7 @@ def get_config() -> config_dict.ConfigDict:
           # meta-parameters go to best_meta_params.npz. E.g.
           # --config.validation.every=50 --config.validation.envs="({'env':
           # 'delayed_chain'}, {'env': 'gymnax/CartPole-v1'})"
-          validation=validation.default_config(),
+          validation=validation_settings.default_config(),
           # Compiled programs are kept on disk and reused by later runs:
           # '' -> $JAX_COMPILATION_CACHE_DIR or ~/.cache/disco/jax (under
           # $XDG_CACHE_HOME if set), a folder, or 'off'.

@@ -158,3 +158,70 @@ def test_the_layering_check_sees_an_import(tmp_path):
       ("disco.meta.step", "disco.comparison"),
       ("disco.meta.top", "disco.comparison.runner"),
   ]
+
+
+def _module_graph(root: Path) -> dict[str, set[str]]:
+  """``{module: the modules of disco/ it imports}`` (package front doors
+  left out: importing a package's ``__init__`` is how its users reach it)."""
+  paths = architecture.python_files(root, "disco")
+  modules = {
+      architecture.module_name(root, p): p
+      for p in paths
+      if p.name != "__init__.py"
+  }
+  return {
+      module: {
+          name
+          for name in architecture.imported_modules(
+              architecture.parse(path), module
+          )
+          if name in modules and name != module
+      }
+      for module, path in modules.items()
+  }
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """The strongly connected groups of more than one module (Tarjan)."""
+  index, low, stack, on_stack, out = {}, {}, [], set(), []
+
+  def visit(node):
+    index[node] = low[node] = len(index)
+    stack.append(node)
+    on_stack.add(node)
+    for other in graph[node]:
+      if other not in index:
+        visit(other)
+        low[node] = min(low[node], low[other])
+      elif other in on_stack:
+        low[node] = min(low[node], index[other])
+    if low[node] == index[node]:
+      group = []
+      while True:
+        member = stack.pop()
+        on_stack.discard(member)
+        group.append(member)
+        if member == node:
+          break
+      if len(group) > 1:
+        out.append(sorted(group))
+
+  for node in sorted(graph):
+    if node not in index:
+      visit(node)
+  return out
+
+
+def test_no_modules_import_each_other():
+  circles = _circles(_module_graph(REPO))
+  assert not circles, f"modules importing each other: {circles}"
+
+
+def test_the_circle_check_sees_a_circle(tmp_path):
+  _write(tmp_path, "disco/a.py", "from disco import b\n")
+  _write(tmp_path, "disco/b.py", "from disco import c\n")
+  _write(tmp_path, "disco/c.py", "import disco.a\n")
+  _write(tmp_path, "disco/d.py", "from disco import a\n")
+  assert _circles(_module_graph(tmp_path)) == [
+      ["disco.a", "disco.b", "disco.c"]
+  ]

@@ -27,8 +27,8 @@ from disco import specs
 from disco import weights
 from disco.comparison import settings as settings_lib
 from disco.launch import common
-from disco.meta import validation as val
 from disco.meta import validation_record as record_lib
+from disco.meta import validation_settings
 from disco.training import analysis
 from disco.update_rules import migrations
 from disco.update_rules import resolve
@@ -204,9 +204,9 @@ def test_statistics_settings(sweep, tmp_path):
   assert stats["aggregates"][RULES[0]]["confidence"] == 0.8
   rows = [r for table in stats["tests"].values() for r in table]
   assert all(r["seeds_needed"] == 64 for r in rows)
-  from disco.comparison import significance
+  from disco.comparison import two_sample
 
-  p_holm = significance.holm_bonferroni([r["p_value"] for r in rows])
+  p_holm = two_sample.holm_bonferroni([r["p_value"] for r in rows])
   assert [r["p_holm"] for r in rows] == pytest.approx(list(p_holm))
   assert all(r["confidence"] == 0.8 for r in rows)
   # The same runs at the defaults: narrower task-free intervals at 80%
@@ -214,7 +214,7 @@ def test_statistics_settings(sweep, tmp_path):
   default = sweep["stats"]
   for table, rows_ in default["tests"].items():
     assert [r["p_holm"] for r in rows_] == pytest.approx(
-        list(significance.holm_bonferroni([r["p_value"] for r in rows_]))
+        list(two_sample.holm_bonferroni([r["p_value"] for r in rows_]))
     ), table
 
 
@@ -620,9 +620,9 @@ def test_validation_rows_refuse_a_ruleset_file_changed_since(tmp_path):
   are kept only while the held-out environments' files (an XLand ruleset
   file) have the digests validation.json recorded."""
   ruleset = _ruleset_file(tmp_path / "ruleset.bz2", 1)
-  settings = val.parse_settings(
+  settings = validation_settings.parse_settings(
       dict(
-          val.default_config(),
+          validation_settings.default_config(),
           envs=(
               dict(
                   env="xminigrid/XLand-MiniGrid-R1-9x9",
@@ -640,7 +640,7 @@ def test_validation_rows_refuse_a_ruleset_file_changed_since(tmp_path):
   run = tmp_path / "run"
   record = record_lib.Record(run, settings, export)
   key, scores = settings.envs[0].key, np.array([0.5, 0.5])
-  result = val.StepResult(
+  result = record_lib.StepResult(
       meta_step=0,
       returns={key: scores},
       normalized={key: scores},

@@ -20,6 +20,7 @@ from disco import policies
 from disco import types
 from disco.environments import registry as env_registry
 from disco.meta import validation as val
+from disco.meta import validation_settings
 from disco.update_rules import actor_critic
 from disco.update_rules import policy_gradient
 from disco.update_rules import ppo
@@ -217,9 +218,9 @@ def test_compare_gives_policy_settings_to_continuous_envs_only(tmp_path):
 
 
 def _validator(tmp_path, rule: str):
-  settings = val.parse_settings(
+  settings = validation_settings.parse_settings(
       dict(
-          val.default_config(),
+          validation_settings.default_config(),
           envs=({"env": continuous_toy.register(), "env_settings": {}},),
           references=(
               f"{continuous_toy.NAME}:random=-2.7,reference=0,source=x",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import configparser
 import importlib
+import inspect
 import os
 from pathlib import Path
 import random
@@ -346,7 +347,17 @@ def test_e_the_launcher_a_process_runs(command_line, script, program):
 
 
 def test_e_the_start_guard_names_the_program_of_each_launcher():
+  programs = {
+      "disco.launch.evaluate": "disco.evaluation.settings",
+      "disco.launch.meta_train": "disco.meta.settings",
+      "disco.launch.compare": "disco.comparison.settings",
+      "disco.launch.validate": "disco.meta.follower",
+      "disco.launch.distill": "disco.distillation.settings",
+  }
+  assert set(programs) == set(launch.PROGRAMS)
   for module, program in launch.PROGRAMS.items():
-    launcher = importlib.import_module(module)
-    names = vars(launcher).get("PROGRAM") or launcher.distillation.PROGRAM
-    assert names == program, module
+    settings = importlib.import_module(programs[module])
+    assert settings.PROGRAM == program, module
+    # The launcher runs under that name.
+    source = inspect.getsource(importlib.import_module(module))
+    assert ".PROGRAM" in source, module

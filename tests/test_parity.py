@@ -208,7 +208,7 @@ def test_checks_run_at_full_float32_matmul_precision(monkeypatch, tmp_path):
     seen.append(jax.config.jax_default_matmul_precision)
     return {"kind": np.array("unknown")}
 
-  monkeypatch.setattr(parity, "load_fixture", load)
+  monkeypatch.setattr(fixtures, "load_fixture", load)
   report = parity.check_fixture(tmp_path / "f.npz")
   assert "unsupported fixture kind" in report.error
   assert seen == ["highest"]

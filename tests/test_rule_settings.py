@@ -46,11 +46,17 @@ def _one_line(message: str) -> None:
   assert message and "\n" not in message and "Traceback" not in message
 
 
+_CONFIG_NAMES = {
+    evaluate: evaluation.CONFIG_NAME,
+    meta_train: meta_settings_lib.CONFIG_NAME,
+}
+
+
 def _parse(module, argv, config_name=None):
   fv = flags.FlagValues()
   common.parse_config_flags(
       ["prog", *argv],
-      checks.config_path(config_name or module.CONFIG_NAME),
+      checks.config_path(config_name or _CONFIG_NAMES[module]),
       "help",
       flag_values=fv,
       prepare=module.prepare_config,

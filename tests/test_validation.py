@@ -32,8 +32,8 @@ from disco.meta import plan as plan_lib
 from disco.meta import run_folder
 from disco.meta import settings as settings_lib
 from disco.meta import trainer as mt
-from disco.meta import validation as val
 from disco.meta import validation_record as record_lib
+from disco.meta import validation_settings
 from disco.scoring import aggregates
 from disco.update_rules import resolve
 
@@ -309,7 +309,7 @@ def test_resume_with_other_validation_settings_is_refused(runs, tmp_path):
 
 def _result(step, aggregate, score=0.5):
   x = np.array([score, score])
-  return val.StepResult(
+  return record_lib.StepResult(
       meta_step=step,
       returns={"catch/6x6": x},
       normalized={"catch/6x6": x},
@@ -318,7 +318,9 @@ def _result(step, aggregate, score=0.5):
 
 
 def test_record_keeps_the_best_and_each_step_once(tmp_path):
-  settings = val.parse_settings(dict(val.default_config(), **VALIDATION))
+  settings = validation_settings.parse_settings(
+      dict(validation_settings.default_config(), **VALIDATION)
+  )
   saved = []
 
   def export(path, params, step, **extra):
@@ -339,7 +341,9 @@ def test_record_keeps_the_best_and_each_step_once(tmp_path):
   assert sorted(record.validated_steps()) == [0, 2, 4, 6, 8]
   assert len(record.rows()) == 10
   # A record with other settings refuses the folder.
-  other = val.parse_settings(dict(val.default_config(), **VALIDATION, seed=7))
+  other = validation_settings.parse_settings(
+      dict(validation_settings.default_config(), **VALIDATION, seed=7)
+  )
   with pytest.raises(errors.UsageError, match="seed: saved 1000, now 7"):
     record_lib.Record(tmp_path, other, export)
 

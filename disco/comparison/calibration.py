@@ -84,7 +84,7 @@ def false_positive_rate(
   """How often ``test`` rejects at ``alpha`` under the null hypothesis.
 
   Args:
-    test: one of ``significance.TESTS``.
+    test: one of ``two_sample.TESTS``.
     num_seeds: seeds per rule.
     alpha: the significance level.
     trials: simulated comparisons (each two rules' seeds drawn from the same

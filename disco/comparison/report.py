@@ -49,7 +49,7 @@ class ReportSettings:
   """How a comparison's statistics are computed.
 
   Attributes:
-    test: the pairwise test (``significance.TESTS``); every test is
+    test: the pairwise test (``two_sample.TESTS``); every test is
       two-sided.
     alpha: the family-wise significance level of each table (of all tables
       together with ``holm_across_envs``).
@@ -85,7 +85,7 @@ class ReportSettings:
 def required_seeds(settings: ReportSettings, num_rules: int) -> tuple[int, str]:
   """``(seeds per rule, what needs them)``: every report needs
   ``aggregates.MIN_SEEDS`` for its bootstrap intervals, and with several
-  rules the test's ``significance.min_seeds`` too."""
+  rules the test's ``two_sample.min_seeds`` too."""
   needed, what = aggregates.MIN_SEEDS, "the bootstrap intervals"
   if num_rules > 1:
     needed = max(needed, two_sample.min_seeds(settings.test, settings.alpha))

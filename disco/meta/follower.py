@@ -33,6 +33,7 @@ from disco.meta import rule_files
 from disco.meta import run_folder
 from disco.meta import settings as settings_lib
 from disco.meta import validation as validation_lib
+from disco.meta import validation_settings
 from disco.update_rules import migrations
 
 PROGRAM = "disco-validate"
@@ -246,7 +247,7 @@ class Follower:
         settings.imports,
         settings.benchmark_paths,
     )
-    self.every = validation_lib.parse_settings(run.validation).every
+    self.every = validation_settings.parse_settings(run.validation).every
     with run.unlocked():
       run.validation.every = 0  # this process validates, not the run's loop
     self.plan = plan.build(run)

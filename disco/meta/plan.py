@@ -42,6 +42,7 @@ from disco.meta import run_folder
 from disco.meta import settings as settings_lib
 from disco.meta import validation as validation_lib
 from disco.meta import validation_record
+from disco.meta import validation_settings
 from disco.meta import value_function
 from disco.update_rules import agent_settings
 from disco.update_rules import registry as rule_registry
@@ -382,7 +383,7 @@ def make_validation(
   if block is None:
     settings = plan.run_settings.validation
   else:
-    settings = validation_lib.parse_settings(block)
+    settings = validation_settings.parse_settings(block)
   if not settings.envs:
     return None
   if settings.in_process and jax.process_count() > 1:

@@ -33,7 +33,7 @@ from disco.meta import level_sampler_registry
 from disco.meta import level_samplers
 from disco.meta import meta_gradient as meta_gradient_lib
 from disco.meta import meta_step
-from disco.meta import validation as validation_lib
+from disco.meta import validation_settings
 from disco.meta import value_function
 from disco.networks import agent_nets
 from disco.update_rules import agent_settings as agent_settings_lib
@@ -116,7 +116,7 @@ class MetaTrainSettings:
   meta_optimizer: MetaOptimizer
   num_devices: int
   level_sampler: level_samplers.SamplerConfig
-  validation: validation_lib.ValidationSettings
+  validation: validation_settings.ValidationSettings
   distributed: distributed.DistributedSettings | None
   tracking: tuple[str, ...]
 
@@ -565,7 +565,7 @@ def _from_config(config: config_dict.ConfigDict) -> MetaTrainSettings:
       meta_optimizer=p.get(_meta_optimizer, config),
       num_devices=ints["num_devices"],
       level_sampler=sampler,
-      validation=p.get(validation_lib.parse_settings, config.validation),
+      validation=p.get(validation_settings.parse_settings, config.validation),
       distributed=distributed_settings,
       tracking=p.get(checks.check_tracking, config.tracking),
   )

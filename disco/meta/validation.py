@@ -44,7 +44,7 @@ the same with and without it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 import dataclasses
 import math
 from pathlib import Path
@@ -54,262 +54,18 @@ import jax
 from ml_collections import config_dict
 import numpy as np
 
-from disco import checks
 from disco import errors
 from disco import evaluation
-from disco import run_folders
 from disco.environments import reference_scores
-from disco.environments import registry as env_registry
 from disco.meta import validation_record as record_lib
+from disco.meta import validation_settings
 from disco.scoring import aggregates
 from disco.scoring import normalization
 from disco.training import analysis
 from disco.update_rules import agent_settings
-from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
-ENV_KEYS = ("env", "env_settings", "total_env_steps")
-
-
-def default_config() -> dict[str, Any]:
-  """The ``validation`` block of ``configs/meta_train.py`` (off)."""
-  return dict(
-      every=0,
-      envs=(),
-      num_seeds=2,
-      seed=1000,
-      total_env_steps=20_000,
-      last_episodes=100,
-      iterations_per_call=50,
-      at_start=True,
-      references=(),
-      # The disco-eval loop settings a validation may set (None: the rule's
-      # own loop, else the published notebook's; see configs/evaluate.py).
-      **{k: config_dict.placeholder(int) for k in rule_registry.LOOP_KEYS},
-  )
-
-
-# ------------------------------------------------------------ settings ----
-
-
-@dataclasses.dataclass(frozen=True)
-class HeldOutEnv:
-  """One held-out environment.
-
-  Attributes:
-    env: its registry name.
-    env_settings: its settings (the registered defaults with the given ones).
-    key: its normalisation key (``reference_scores.env_key``), the ``env``
-      column of ``validation.csv``.
-    total_env_steps: the agents' budget per seed.
-  """
-
-  env: str
-  env_settings: dict[str, Any]
-  key: str
-  total_env_steps: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ValidationSettings:
-  """``config.validation``, checked (see ``default_config``)."""
-
-  every: int
-  envs: tuple[HeldOutEnv, ...]
-  num_seeds: int
-  seed: int
-  last_episodes: int
-  iterations_per_call: int
-  at_start: bool
-  loop: dict[str, int]
-  references: tuple[str, ...]
-
-  @property
-  def in_process(self) -> bool:
-    """Whether meta-training validates as it goes (``every > 0``)."""
-    return self.every > 0
-
-  @property
-  def seeds(self) -> list[int]:
-    return list(range(self.seed, self.seed + self.num_seeds))
-
-  def record(self) -> dict[str, Any]:
-    """What the rows depend on (all but ``every``, ``at_start`` and
-    ``iterations_per_call``), as JSON."""
-    return run_folders.to_jsonable(
-        dict(
-            envs=[
-                dict(env=e.key, total_env_steps=e.total_env_steps)
-                for e in self.envs
-            ],
-            num_seeds=self.num_seeds,
-            seed=self.seed,
-            last_episodes=self.last_episodes,
-            loop=self.loop,
-            references=list(self.references),
-        )
-    )
-
-  def due(self, step: int, final_step: int) -> bool:
-    """Whether meta-training validates the meta-parameters after ``step``
-    meta-steps: every ``every``, at the end, and at 0 with ``at_start``."""
-    if not self.in_process:
-      return False
-    if step == 0:
-      return self.at_start
-    return step % self.every == 0 or step == final_step
-
-
-def _held_out_env(spec: Any, where: str, total_env_steps: int) -> HeldOutEnv:
-  spec = checks.as_dict(spec, where)
-  unknown = set(spec) - set(ENV_KEYS)
-  if unknown or "env" not in spec:
-    raise errors.UsageError(
-        f"config.{where} must have keys env, env_settings (optional) and "
-        f"total_env_steps (optional: this environment's budget); got "
-        f"{sorted(spec)}."
-    )
-  name = str(spec["env"])
-  try:
-    entry = env_registry.get_entry(name)
-  except ValueError as e:
-    raise errors.UsageError(f"config.{where}: {errors.one_line(e)}") from None
-  given = checks.as_dict(
-      spec.get("env_settings") or {}, f"{where}.env_settings"
-  )
-  steps = spec.get("total_env_steps", total_env_steps)
-  return HeldOutEnv(
-      env=name,
-      env_settings={**entry.settings, **given},
-      key=reference_scores.env_key(name, {**entry.settings, **given}),
-      total_env_steps=checks.check_int(steps, f"{where}.total_env_steps", 1),
-  )
-
-
-def parse_settings(block: Any, where: str = "validation") -> ValidationSettings:
-  """``config.validation`` checked (environments by name and settings; the
-  rest is checked by ``Validator``).
-
-  Raises:
-    UsageError: a bad value, naming the key and the fix.
-  """
-  if isinstance(block, dict):  # placeholders (None) as in a config file
-    block = config_dict.ConfigDict(block)
-  cfg = checks.as_dict(block, where)
-  valid = set(default_config())
-  if set(cfg) != valid:
-    unknown, missing = sorted(set(cfg) - valid), sorted(valid - set(cfg))
-    raise errors.UsageError(
-        f"config.{where} has unknown key(s) {unknown} / lacks {missing}; "
-        f"valid keys: {', '.join(sorted(valid))}."
-    )
-  every = checks.check_int(cfg["every"], f"{where}.every", 0)
-  total = checks.check_int(
-      cfg["total_env_steps"], f"{where}.total_env_steps", 1
-  )
-  envs = cfg["envs"]
-  if isinstance(envs, (dict, config_dict.ConfigDict)):
-    envs = (envs,)
-  if not isinstance(envs, (list, tuple)):
-    raise errors.UsageError(
-        f"config.{where}.envs must be a tuple of held-out environments like "
-        "{'env': 'delayed_chain'}, got " + repr(envs) + "."
-    )
-  held_out = tuple(
-      _held_out_env(spec, f"{where}.envs[{i}]", total)
-      for i, spec in enumerate(envs)
-  )
-  keys = [e.key for e in held_out]
-  twice = sorted({k for k in keys if keys.count(k) > 1})
-  if twice:
-    raise errors.UsageError(
-        f"config.{where}.envs lists {', '.join(twice)} more than once: list "
-        "every held-out environment once."
-    )
-  if every and not held_out:
-    raise errors.UsageError(
-        f"config.{where}.every={every} but config.{where}.envs is empty: "
-        "give held-out environments, e.g. --config.validation.envs="
-        "\"({'env': 'delayed_chain'},)\", or set every=0."
-    )
-  loop = {}
-  for key in rule_registry.LOOP_KEYS:
-    if cfg[key] is not None:
-      low = 0 if key in ("replay_capacity", "min_replay_size") else 1
-      loop[key] = checks.check_int(cfg[key], f"{where}.{key}", low)
-  references = cfg["references"]
-  if isinstance(references, str):
-    references = (references,)
-  return ValidationSettings(
-      every=every,
-      envs=held_out,
-      num_seeds=checks.check_int(cfg["num_seeds"], f"{where}.num_seeds", 1),
-      seed=checks.check_seed(cfg["seed"], f"{where}.seed"),
-      last_episodes=checks.check_int(
-          cfg["last_episodes"], f"{where}.last_episodes", 1
-      ),
-      iterations_per_call=checks.check_int(
-          cfg["iterations_per_call"], f"{where}.iterations_per_call", 1
-      ),
-      at_start=checks.check_bool(cfg["at_start"], f"{where}.at_start"),
-      loop=loop,
-      references=tuple(str(r) for r in references),
-  )
-
-
 # ----------------------------------------------------------- validating ----
-
-
-@dataclasses.dataclass(frozen=True)
-class StepResult:
-  """The validation of one meta-step's meta-parameters.
-
-  Attributes:
-    meta_step: the meta-step.
-    returns: ``{env key: [S]}`` final returns per seed.
-    normalized: ``{env key: [S]}`` their normalised scores.
-    aggregate: IQM of all normalised scores (NaN if any is NaN).
-  """
-
-  meta_step: int
-  returns: dict[str, np.ndarray]
-  normalized: dict[str, np.ndarray]
-  aggregate: float
-
-  def scalars(self) -> dict[str, float]:
-    """What a tracker records: ``validation/aggregate`` and, per
-    environment, its mean normalised score and mean return."""
-    out = {"validation/aggregate": float(self.aggregate)}
-    for key, scores in self.normalized.items():
-      out[f"validation/{key}/normalized_score"] = float(np.mean(scores))
-      out[f"validation/{key}/return"] = float(np.mean(self.returns[key]))
-    return out
-
-  def rows(self, seeds: Sequence[int]) -> list[dict[str, Any]]:
-    return [
-        dict(
-            meta_step=self.meta_step,
-            env=env,
-            seed=int(seed),
-            **{
-                "return": float(self.returns[env][i]),
-                "normalized_score": float(self.normalized[env][i]),
-                "aggregate": self.aggregate,
-            },
-        )
-        for env in self.returns
-        for i, seed in enumerate(seeds)
-    ]
-
-  def text(self) -> str:
-    means = ", ".join(
-        f"{env} {run_folders.fmt(float(np.mean(x)))}"
-        for env, x in self.normalized.items()
-    )
-    return (
-        f"IQM normalised score {run_folders.fmt(self.aggregate)} (mean per "
-        f"environment: {means})"
-    )
 
 
 def aggregate_score(normalized: Mapping[str, np.ndarray]) -> float:
@@ -341,7 +97,7 @@ class Validator:
 
   def __init__(
       self,
-      settings: ValidationSettings,
+      settings: validation_settings.ValidationSettings,
       rule_settings: agent_settings.AgentSettings,
       rule: Any,
       run_dir: Path,
@@ -376,7 +132,9 @@ class Validator:
       self._check_budget(plan, env, where)
       self.plans[env.key] = plan
 
-  def _eval_config(self, env: HeldOutEnv) -> config_dict.ConfigDict:
+  def _eval_config(
+      self, env: validation_settings.HeldOutEnv
+  ) -> config_dict.ConfigDict:
     s = self.settings
     config = evaluation.default_config()
     with config.unlocked():
@@ -396,7 +154,7 @@ class Validator:
 
   @staticmethod
   def _check_budget(
-      plan: evaluation.EvalPlan, env: HeldOutEnv, where: str
+      plan: evaluation.EvalPlan, env: validation_settings.HeldOutEnv, where: str
   ) -> None:
     loop = plan.loop_config
     per_iteration = loop.env_steps_per_iteration
@@ -423,7 +181,7 @@ class Validator:
       meta_step: int,
       progress: bool = False,
       log: Callable[[str], None] = lambda _: None,
-  ) -> StepResult:
+  ) -> record_lib.StepResult:
     """Trains fresh agents with ``meta_params`` on every held-out
     environment (every seed at once) and scores them."""
     meta_params = jax.device_get(meta_params)
@@ -438,7 +196,7 @@ class Validator:
       )
       returns[key] = scores
       normalized[key] = reference_scores.normalize(scores, key, self.references)
-    return StepResult(
+    return record_lib.StepResult(
         meta_step=int(meta_step),
         returns=returns,
         normalized=normalized,
@@ -455,7 +213,7 @@ class Validation:
     self.record = record
 
   @property
-  def settings(self) -> ValidationSettings:
+  def settings(self) -> validation_settings.ValidationSettings:
     return self.validator.settings
 
   def __call__(
@@ -464,7 +222,7 @@ class Validation:
       meta_step: int,
       log: Callable[[str], None] = print,
       progress: bool = False,
-  ) -> StepResult | None:
+  ) -> record_lib.StepResult | None:
     """Validates and records ``meta_params`` (of ``meta_step``) unless the
     record holds that meta-step already (then returns None)."""
     if meta_step in self.record.validated_steps():

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 import csv
+import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import filelock
 import numpy as np
@@ -27,10 +28,59 @@ from disco import files
 from disco import run_folders
 from disco import weights as weights_lib
 from disco.evaluation import outputs as eval_outputs
+from disco.meta import validation_settings
 
-if TYPE_CHECKING:
-  from disco.meta.validation import StepResult
-  from disco.meta.validation import ValidationSettings
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+  """The validation of one meta-step's meta-parameters.
+
+  Attributes:
+    meta_step: the meta-step.
+    returns: ``{env key: [S]}`` final returns per seed.
+    normalized: ``{env key: [S]}`` their normalised scores.
+    aggregate: IQM of all normalised scores (NaN if any is NaN).
+  """
+
+  meta_step: int
+  returns: dict[str, np.ndarray]
+  normalized: dict[str, np.ndarray]
+  aggregate: float
+
+  def scalars(self) -> dict[str, float]:
+    """What a tracker records: ``validation/aggregate`` and, per
+    environment, its mean normalised score and mean return."""
+    out = {"validation/aggregate": float(self.aggregate)}
+    for key, scores in self.normalized.items():
+      out[f"validation/{key}/normalized_score"] = float(np.mean(scores))
+      out[f"validation/{key}/return"] = float(np.mean(self.returns[key]))
+    return out
+
+  def rows(self, seeds: Sequence[int]) -> list[dict[str, Any]]:
+    return [
+        dict(
+            meta_step=self.meta_step,
+            env=env,
+            seed=int(seed),
+            **{
+                "return": float(self.returns[env][i]),
+                "normalized_score": float(self.normalized[env][i]),
+                "aggregate": self.aggregate,
+            },
+        )
+        for env in self.returns
+        for i, seed in enumerate(seeds)
+    ]
+
+  def text(self) -> str:
+    means = ", ".join(
+        f"{env} {run_folders.fmt(float(np.mean(x)))}"
+        for env, x in self.normalized.items()
+    )
+    return (
+        f"IQM normalised score {run_folders.fmt(self.aggregate)} (mean per "
+        f"environment: {means})"
+    )
 
 
 CSV_FILE = "validation.csv"
@@ -70,7 +120,9 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
   return out
 
 
-def input_files(settings: ValidationSettings) -> dict[str, dict[str, str]]:
+def input_files(
+    settings: validation_settings.ValidationSettings,
+) -> dict[str, dict[str, str]]:
   """The files the held-out environments of ``settings`` read (e.g. an
   XLand ruleset file), by digest: ``{"validation.envs[<i>].env_settings.
   <setting>": {"path": ..., "sha256": ...}}``
@@ -170,7 +222,7 @@ class Record:
   def __init__(
       self,
       run_dir: Path,
-      settings: ValidationSettings,
+      settings: validation_settings.ValidationSettings,
       export: Exporter,
       write: bool = True,
   ):
