@@ -1,12 +1,7 @@
-"""A generic agent: network + optimiser + pure acting and learning steps.
-
-The agent knows nothing about which update rule it holds: the rule declares
-the network's outputs, owns its state and meta-parameters, and supplies the
-loss (see ``disco.update_rules.base``). Every method is a pure function of its
-arguments and may be jitted, vmapped (e.g. over seeds or a population) and
-differentiated (meta-gradients flow through ``learner_step`` into
-``meta_params`` when ``is_meta_training=True``).
-"""
+"""A generic agent: network, optimiser, and pure acting and learning steps,
+never branching on its update rule (``disco.update_rules.base``). Every method
+may be jitted, vmapped and differentiated: meta-gradients flow through
+``learner_step`` into ``meta_params`` when ``is_meta_training=True``."""
 
 from __future__ import annotations
 
@@ -32,29 +27,24 @@ class Agent:
 
   Args:
     rule: the update rule.
-    num_actions: number of discrete actions ``A`` (a categorical policy); or
-      None with ``policy``.
+    num_actions: discrete actions ``A`` (a categorical policy); None with
+      ``policy``.
     net_config: agent network settings.
     learning_rate: Adam learning rate.
-    max_abs_update: elementwise clip of Adam's update direction (None: no
-      clip).
-    loss_mask: which transitions the losses average over
-      (``agent_settings.LOSS_MASKS``):
-      ``"valid"``, every transition with a valid target (all but those cut
-      by a time limit; the transition out of an episode's last state is the
-      next episode's first move), or ``"published"``, as the published
-      DiscoRL agent: also not the transitions that start at a LAST state.
-    axis_name: if set, gradients and statistics are averaged over this named
-      axis (e.g. devices in ``shard_map`` or a batch split under ``vmap``).
-    max_grad_norm: clip the gradients' global norm to this before Adam
-      (None: no clip).
+    max_abs_update: elementwise clip of Adam's update (None: none).
+    loss_mask: transitions the losses average over: ``"valid"``, all but those
+      cut by a time limit (the move out of an episode's last state included), or
+      ``"published"`` (the published DiscoRL agent's), also not those starting
+      at a LAST state.
+    axis_name: named axis to average gradients and statistics over, if any.
+    max_grad_norm: global-norm clip of the gradients before Adam (None: none).
     adam_eps: epsilon of Adam's denominator.
-    learning_rate_decay_steps: if given, the learning rate falls linearly to
-      0 over this many updates (see ``optimizers.agent_optimizer``).
-    policy: the action distribution (``disco.policies``); None: a
-      categorical one over ``num_actions``. A continuous policy needs a rule
-      with ``supports_continuous_actions``.
-    rule_name: the rule's registry name, for messages (None: its class's).
+    learning_rate_decay_steps: if given, the learning rate falls linearly to 0
+      over this many updates.
+    policy: the action distribution (``disco.policies``; None: categorical over
+      ``num_actions``); a continuous one needs a rule with
+      ``supports_continuous_actions``.
+    rule_name: the rule's registry name, for messages.
   """
 
   def __init__(
@@ -135,15 +125,11 @@ class Agent:
       grad_actions: jax.Array | None = None,
       with_every: bool = False,
   ) -> types.AgentOuts | tuple[types.AgentOuts, types.AgentOuts]:
-    """``[T+1, B, ...]`` observations -> outputs ``[T+1, B, ...]``.
-
-    With ``grad_actions`` (``[T+1, B]`` int), per-action outputs carry
-    gradients only at those actions, and with ``with_every`` the per-action
-    outputs with gradients at every action come too, as a second dict (see
-    ``agent_nets.AgentNet``). With a continuous policy, ``grad_actions``
-    (``[T+1, B, D]``, or ``[T+1, B, K, D]`` for ``K`` per state) are the
-    actions the per-action outputs are computed at.
-    """
+    """``[T+1, B, ...]`` observations -> outputs ``[T+1, B, ...]``; with
+    ``grad_actions`` ``[T+1, B]``, per-action outputs carry gradients only there
+    (``with_every`` adds, as a second dict, those with gradients everywhere).
+    For a continuous policy, ``grad_actions`` (``[T+1, B, D]`` or
+    ``[T+1, B, K, D]``) are where per-action outputs are computed."""
     return agent_nets.unroll(
         self.network.apply, params, observations, grad_actions, with_every
     )
@@ -155,9 +141,8 @@ class Agent:
       observation: types.ArrayTree,
       lifetime: jax.Array | int | None = None,
   ) -> types.LearnerState:
-    """Fresh parameters, optimiser state and rule state; with ``lifetime``
-    (the learner updates the agent will take), the rule is told it
-    (``UpdateRule.start_lifetime``)."""
+    """Fresh parameters, optimiser state and rule state; a ``lifetime`` (learner
+    updates) is told to the rule (``UpdateRule.start_lifetime``)."""
     net_rng, rule_rng = jax.random.split(rng)
     params = self.init_params(net_rng, observation)
     rule_state = self.rule.init_rule_state(rule_rng, params)
@@ -205,12 +190,9 @@ class Agent:
   def rule_inputs(
       self, agent_out: types.AgentOuts, rollout: types.ActorRollout
   ) -> types.UpdateRuleInputs:
-    """Builds the rule's view of a ``[T+1, B]`` rollout.
-
-    The reward, step type and discount stored with timestep ``t+1`` belong to
-    transition ``t``, so the first ones are dropped. The ``mask`` follows
-    ``loss_mask``.
-    """
+    """The rule's view of a ``[T+1, B]`` rollout: the reward, step type and
+    discount stored with timestep ``t+1`` belong to transition ``t``; ``mask``
+    follows ``loss_mask``."""
     arrives_last = rollout.is_last[1:]
     is_terminal = jnp.logical_and(arrives_last, rollout.discounts[1:] == 0)
     is_truncated = jnp.logical_and(arrives_last, jnp.logical_not(is_terminal))
@@ -238,11 +220,8 @@ class Agent:
       rng: jax.Array,
       agent_out: types.AgentOuts | None = None,
   ) -> tuple[dict[str, Any], types.RuleState]:
-    """Runs the rule's target computation on a rollout.
-
-    ``agent_out`` (the network's outputs on the rollout) is computed from
-    ``learner_state.params`` unless given.
-    """
+    """The rule's targets on a rollout; ``agent_out`` defaults to the network's
+    outputs at ``learner_state.params``."""
     if agent_out is None:
       agent_out = self.unroll(learner_state.params, rollout.observations)
     context = base.LearnerContext(
@@ -285,27 +264,24 @@ class Agent:
       meta_params: types.MetaParams,
       is_meta_training: bool = False,
   ) -> types.LearnerUpdate:
-    """One update of the agent on a ``[T+1, B]`` rollout: the gradient of
-    the loss, then ``apply_gradients``.
+    """One update on a ``[T+1, B]`` rollout: the loss's gradient, then
+    ``apply_gradients``.
 
     Args:
       rng: random key for the rule.
       rollout: time-major rollout from the actor.
       learner_state: parameters, optimiser state and rule state.
       meta_params: the rule's meta-parameters (``{}`` for hand-designed).
-      is_meta_training: whether meta-gradients flow through the loss targets
-        (must be a Python bool: it changes the program).
+      is_meta_training: whether meta-gradients flow through the targets (a
+        Python bool).
 
     Returns:
-      The new learner state, scalar logs, the rule's ``meta_out`` (its loss
-      targets) and the gradients (with ``axis_name``, averaged over that
-      axis).
+      ``LearnerUpdate``: the new learner state, scalar logs, the rule's
+        ``meta_out`` and the gradients (averaged over ``axis_name``).
     """
-    # One forward pass serves both the rule's targets and the gradient.
-    # Rules whose losses read per-action outputs only at the taken actions
-    # get a cheaper backward pass, through those alone. In meta-training
-    # their targets may read every action's outputs with gradients (into the
-    # meta-gradient): the network then gives those too.
+    # One forward pass serves the rule's targets and the gradient. Rules
+    # reading per-action outputs at taken actions backpropagate through those
+    # alone; in meta-training their targets also get every action's outputs.
     obs, params = rollout.observations, learner_state.params
     if not self.rule.model_losses_read_taken_actions:
       agent_out, unroll_vjp = jax.vjp(lambda p: self.unroll(p, obs), params)
@@ -391,29 +367,24 @@ def make_agent(
     observation_spec: specs.Array | None = None,
     action_spec: specs.BoundedArray | None = None,
 ) -> Agent:
-  """The agent that ``settings`` describe.
+  """The agent that ``settings`` (``registry.default_settings`` with overrides
+  merged) describe.
 
   Args:
-    settings: the agent settings (``registry.default_settings``, merged
-      with overrides by ``overrides.merged``).
+    settings: the agent settings.
     num_actions: ``A`` of a categorical policy (or give ``action_spec``).
-    rule: the rule, if already built from ``settings`` (else built here).
+    rule: the rule, if already built from ``settings``.
     axis_name: see ``Agent``.
-    num_updates: the optimiser steps of the whole run; needed (only) with
-      ``anneal_learning_rate``, which decays the learning rate to 0 over them
-      (e.g. ``LoopConfig.num_updates(num_iterations)``).
-    observation_spec: the environment's observation spec: the network is
-      checked against it and takes its state indices with
-      ``network.obs_embedding="one_hot"`` (``NetConfig.with_observation``).
-      None: not checked, and the network cannot take index observations.
-    action_spec: the environment's action spec, instead of ``num_actions``:
-      the policy is ``policies.make_policy(action_spec, settings.policy)``
-      (a Gaussian for continuous actions).
+    num_updates: the run's optimiser steps, needed with
+      ``anneal_learning_rate``.
+    observation_spec: checks the network against it and lets it take state
+      indices (``network.obs_embedding="one_hot"``); None: not checked.
+    action_spec: instead of ``num_actions``: the policy is
+      ``policies.make_policy(action_spec, settings.policy)``.
 
   Raises:
-    ValueError: for an unknown rule or bad settings, a network that cannot
-      take ``observation_spec``'s observations, or a rule that cannot act in
-      ``action_spec``'s (continuous) action space.
+    ValueError: an unknown rule or bad settings, or a network or rule that
+      cannot take the environment's observations or (continuous) actions.
   """
   if (num_actions is None) == (action_spec is None):
     raise ValueError("make_agent needs num_actions or action_spec (not both).")

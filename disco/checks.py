@@ -1,10 +1,8 @@
 """Checking user settings where they enter.
 
-Configs are ``ml_collections`` ``ConfigDict``s (``configs/<name>.py``). The
-entry points turn them into typed settings once; these are the checks they
-use. Each raises ``errors.UsageError`` with one line naming the key, the value
-and what it must be. ``Problems`` collects several such lines so that one pass
-reports every bad setting together.
+Each check raises ``errors.UsageError`` with one line naming the key, the value
+and what it must be; ``Problems`` collects several so one pass reports every bad
+setting together.
 """
 
 from __future__ import annotations
@@ -32,11 +30,10 @@ T = TypeVar("T")
 class Problems:
   """Collects the usage errors of one settings pass.
 
-  ``with problems.check(): ...`` records a ``UsageError`` raised inside
-  instead of propagating it; ``get(fn, *args)`` returns ``fn(*args)`` or
-  ``default`` after recording its error; ``raise_if_any`` raises one
-  ``UsageError`` listing every recorded problem (in order), so that a user
-  fixes them all at once.
+  ``with problems.check(): ...`` records a ``UsageError`` raised inside;
+  ``get(fn, *args)`` returns ``fn(*args)``, or ``default`` after recording its
+  error; ``raise_if_any`` raises one ``UsageError`` listing every problem in
+  order.
   """
 
   def __init__(self):
@@ -137,9 +134,8 @@ def check_int(
     maximum: int | None = None,
     why: str = "",
 ) -> int:
-  """``value`` as an int ``>= minimum`` and, if given, ``<= maximum``
-  (``name`` is its config key; ``why``, if given, says in the message why
-  the maximum)."""
+  """``value`` as an int ``>= minimum`` and, if given, ``<= maximum`` (``name``:
+  its config key; ``why``: why the maximum, for the message)."""
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
     raise errors.UsageError(f"config.{name} must be an integer, got {value!r}.")
   if value < minimum:
@@ -153,8 +149,8 @@ def check_int(
 
 
 def check_seed(value: Any, name: str = "seed", count: int = 1) -> int:
-  """``value`` as the first of ``count`` seeds ``value .. value + count -
-  1``, each in ``0 .. MAX_SEED`` (``name`` is its config key)."""
+  """``value`` as the first of ``count`` seeds ``value .. value + count - 1``,
+  each in ``0 .. MAX_SEED``."""
   why = "seeds are 32-bit: jax.random.PRNGKey reads their low 32 bits"
   if count > 1:
     why += f", and the {count} seeds run from seed to seed + {count - 1}"
@@ -187,8 +183,8 @@ def check_number(value: Any, name: str, positive: bool = False) -> float:
 
 
 def check_policy(value: Any, name: str = "policy") -> dict[str, Any]:
-  """``config.<name>``, the continuous-action policy's settings
-  (``disco.policies.make_policy``; None values: its defaults)."""
+  """``config.<name>``: the continuous-action policy's settings
+  (``disco.policies.make_policy``; None values: defaults)."""
   given = as_dict(value or {}, name)
   set_values = {k: v for k, v in given.items() if v is not None}
   if "squash" in set_values:
@@ -220,8 +216,8 @@ def check_tracking(spec: Any) -> tuple[str, ...]:
 
 
 def import_modules(names: str) -> None:
-  """Imports the comma-separated modules of ``config.imports`` (modules that
-  register rules or environments when imported)."""
+  """Imports the comma-separated modules of ``config.imports`` (which register
+  rules or environments)."""
   for name in (n.strip() for n in str(names or "").split(",")):
     if not name:
       continue
@@ -240,14 +236,13 @@ def override(
     overrides: Mapping[str, Any],
     moved: Callable[[str], str | None] = lambda path: None,
 ) -> None:
-  """Sets ``config``'s values as ``--config.KEY=VALUE`` flags would: a dict
-  value sets the keys it names of a group (``env_settings={"rows": 5}``).
-  ``moved(path)`` names the new spelling of a key that moved, if any
-  (``path`` without the leading ``config.``).
+  """Sets ``config``'s values as ``--config.KEY=VALUE`` flags would (a dict
+  value sets keys of a group, e.g. ``env_settings={"rows": 5}``);
+  ``moved(path)`` names a moved key's new spelling.
 
   Raises:
-    UsageError: naming every unknown key (with its close matches) or value
-      of the wrong type.
+    UsageError: naming every unknown key (with close matches) or value of the
+      wrong type.
   """
   problems = Problems()
   _override(config, dict(overrides), "config", moved, problems)

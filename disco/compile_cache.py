@@ -1,29 +1,7 @@
-"""The persistent compilation cache of the launchers, and what it saved.
-
-XLA compiles every program of a run (the training loop, the meta-step) before
-its first call: on a small CPU that takes tens of seconds, and every start of
-a launcher (a resume, each process of a multi-process run, each shard of a
-sweep) would pay it again. JAX can keep compiled programs on disk and load them
-in later processes; ``enable`` turns that on, by default in a per-user folder
-beside the weights cache:
-
-* ``$JAX_COMPILATION_CACHE_DIR`` if set (JAX's own variable), else
-* ``$XDG_CACHE_HOME/disco/jax`` (``~/.cache/disco/jax`` without it).
-
-The folder holds one file per compiled program, keyed by the program, the
-JAX/XLA versions, the compile options and the devices, so a changed program or
-an upgraded JAX simply misses. It is bounded (least recently used programs go
-first, ``MAX_BYTES``) and safe to share between processes: reads and writes
-take a file lock, and in a multi-process run only process 0 writes. Delete the
-folder to clear it. Since it holds native code that the process runs, a
-folder any user may write to gets a one-line warning.
-
-``CompileStats`` counts, through JAX's monitoring events, how many programs a
-process compiled and how many it loaded from the cache, the seconds spent
-in XLA, and the seconds spent tracing and lowering the programs before that
-(which the cache cannot save: JAX keys it on the lowered program); the
-launchers print it as one line.
-"""
+"""The launchers' persistent compilation cache: ``enable`` turns on JAX's
+on-disk cache (``$JAX_COMPILATION_CACHE_DIR``, else
+``$XDG_CACHE_HOME/disco/jax``; LRU-bounded by ``MAX_BYTES``; shared by processes
+under a lock; cleared by deleting it); ``CompileStats`` counts what it saved."""
 
 from __future__ import annotations
 
@@ -70,9 +48,8 @@ def default_dir() -> Path:
 
 
 def resolve(setting: str | None) -> Path | None:
-  """The cache folder a launcher's ``compilation_cache`` setting names:
-  ``''`` (or None) is `default_dir`, ``'off'`` disables it (None), anything
-  else is a folder."""
+  """The cache folder a ``compilation_cache`` setting names: ``''`` (or None)
+  ``default_dir``, ``'off'`` None, anything else a folder."""
   setting = (setting or "").strip()
   if setting.lower() in OFF_VALUES:
     return None
@@ -91,8 +68,7 @@ def _writable(folder: Path) -> str | None:
 
 
 def world_writable(folder: Path) -> bool:
-  """Whether every user may add files to ``folder`` (even with the sticky
-  bit: they may still add programs of their own)."""
+  """Whether every user may add files to ``folder`` (even with the sticky bit)."""
   try:
     return bool(folder.stat().st_mode & stat.S_IWOTH)
   except OSError:
@@ -100,15 +76,9 @@ def world_writable(folder: Path) -> bool:
 
 
 def repair(folder: Path) -> int:
-  """Gives every program in ``folder`` that lacks an access-time file one;
-  returns how many it repaired.
-
-  A JAX process without a size bound (JAX's default: a script that sets
-  only ``$JAX_COMPILATION_CACHE_DIR``) stores programs without the
-  access-time files that bounded processes read when they scan the folder
-  for eviction; each bounded write then fails ("Error writing persistent
-  compilation cache entry") and its program is never stored.
-  """
+  """Gives every program in ``folder`` lacking an access-time file one (as an
+  unbounded JAX process stores them; bounded writes fail without); returns how
+  many it repaired."""
   repaired = 0
   for stored in Path(folder).glob("*-cache"):
     atime = stored.with_name(stored.name.removesuffix("cache") + "atime")
@@ -119,22 +89,14 @@ def repair(folder: Path) -> int:
 
 
 def enable(setting: str | None, program: str) -> Path | None:
-  """Turns on JAX's persistent compilation cache for this process.
-
-  Args:
-    setting: the launcher's ``compilation_cache`` setting (see `resolve`).
-    program: the launcher's name, for the warning.
-
-  Returns:
-    The cache folder, or None when the setting disables the cache or the
-    folder cannot be written: then one warning line is printed to stderr and
-    the run goes on uncached.
-  """
+  """Turns on JAX's persistent compilation cache for this process, given the
+  launcher's ``compilation_cache`` setting (``resolve``); returns its folder, or
+  None when off or unwritable (then one warning line on stderr; the run goes on
+  uncached)."""
   global _enabled
   _enabled = None
   folder = resolve(setting)
-  # JAX decides once per process whether the cache is used (at the first
-  # compilation); start that decision afresh under the new settings.
+  # JAX decides once per process whether the cache is used: decide again.
   jax_cache.reset_cache()
   if folder is None:
     jax.config.update("jax_enable_compilation_cache", False)
@@ -159,13 +121,10 @@ def enable(setting: str | None, program: str) -> Path | None:
     )
   jax.config.update("jax_enable_compilation_cache", True)
   jax.config.update("jax_compilation_cache_dir", str(folder))
-  # Every program is kept, however quick to compile: a launcher compiles
-  # dozens of small ones (initialisation, evaluation, logging) besides its
-  # loop, and together they are seconds on a small CPU.
+  # Every program is kept, however quick to compile.
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-  # A bound turns on the cache's file lock (reads and writes of several
-  # processes sharing the folder) and its LRU eviction.
+  # A bound turns on the cache's file lock and LRU eviction.
   jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
   repair(folder)
   _enabled = folder
@@ -178,9 +137,8 @@ _WRITE_WARNING = "Error writing persistent compilation cache entry"
 
 
 class _WriteWarnings:
-  """Says JAX's warnings that programs cannot be written to the cache (one
-  per program: tens in a run on a full disk) as one line, the first; drops
-  the others, and shows every other warning as ``shown`` does."""
+  """Shows JAX's "cannot write to the cache" warnings (one per program) as one
+  line, once; other warnings as ``shown`` does."""
 
   def __init__(self, shown):
     self.shown = shown
@@ -218,15 +176,10 @@ def enabled_folder() -> Path | None:
 
 @dataclasses.dataclass
 class CompileStats:
-  """Counts this process's compilations from the moment it is created.
-
-  Attributes:
-    programs: programs handed to XLA (compiled, or loaded from the cache).
-    hits: of those, loaded from the persistent cache.
-    backend_seconds: seconds in XLA (compiling, or loading from the cache).
-    trace_seconds: seconds tracing Python functions to jaxprs.
-    lowering_seconds: seconds lowering jaxprs to StableHLO programs.
-  """
+  """Counts this process's compilations from its creation: ``programs`` handed
+  to XLA, of them ``hits`` loaded from the cache, and seconds in XLA
+  (``backend_seconds``), tracing (``trace_seconds``) and lowering
+  (``lowering_seconds``)."""
 
   programs: int = 0
   hits: int = 0

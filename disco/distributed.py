@@ -1,34 +1,16 @@
 """Several processes (hosts) as one run, on ``jax.distributed``.
 
-Every process runs the same launcher command; ``jax.distributed`` joins them
-into one JAX runtime whose ``jax.devices()`` are all processes' devices.
-A launcher's ``config.distributed`` block says how (``settings``):
+Every process runs the same launcher command; ``config.distributed``
+(``default_config``, checked by ``settings``) enables it: ``enabled=True`` alone
+lets JAX detect the cluster (SLURM, Open MPI, Cloud TPU, Kubernetes);
+``coordinator_address``, ``num_processes`` and ``process_id`` set it by hand.
+``initialize`` checks the settings first (bad ones: one line, status 2).
 
-* ``enabled=True`` alone lets JAX detect the cluster (SLURM, Open MPI, Cloud
-  TPU, Kubernetes); giving ``coordinator_address``, ``num_processes`` and
-  ``process_id`` (any of them enables it) sets them by hand;
-* ``initialization_timeout``: seconds for every process to join;
-* ``heartbeat_timeout``: seconds after which JAX's coordination service
-  counts a silent process as dead and stops the others;
-* ``step_timeout``: seconds without progress (after the first, compiling,
-  step) before a process gives up (``Watchdog``).
-
-``initialize`` checks the settings before JAX sees them, so that bad ones give
-one line and exit status 2 instead of JAX's abort: a process id out of range,
-a coordinator that nobody answers at, a coordinator port already taken, or
-processes that do not all join in time.
-
-Failures after the start: JAX's distributed runtime cannot continue without
-a process. A collective with a process that died raises in the others
-(``Gloo all-reduce failed: ... Connection reset by peer`` on CPUs); the
-launchers then print one line and end the process at once with status 1
-(``ends_process_on_failure``; a normal exit would wait in JAX's shutdown
-barrier). A process that dies while the others compute is noticed by the
-coordination service within ``heartbeat_timeout`` seconds; JAX then ends
-the others itself (``Terminating process because the JAX distributed service
-detected fatal errors``, status 134). SIGTERM goes to JAX's preemption
-notifier, which lets every process stop at the same step
-(``multihost_utils.reached_preemption_sync_point``).
+JAX cannot continue without a process: a failed collective ends the others with
+one line and status 1 (``ends_process_on_failure``); a silent one is detected
+within ``heartbeat_timeout`` (JAX ends the others, status 134); a hung one after
+``step_timeout`` (``Watchdog``). SIGTERM stops every process at the same step
+(``preempted``).
 """
 
 from __future__ import annotations
@@ -158,15 +140,14 @@ def _split_address(address: str) -> tuple[str, int]:
 
 
 def initialize(s: DistributedSettings | None, program: str) -> None:
-  """Joins this process to the run (``jax.distributed.initialize``).
-
-  Does nothing for ``None`` or when JAX's runtime is already initialised.
-  Must run before anything else uses JAX's devices.
+  """Joins this process to the run (``jax.distributed.initialize``) before
+  anything else uses JAX's devices; nothing for None or when already
+  initialised.
 
   Raises:
-    UsageError: bad settings, a coordinator that nobody answers at, or a
-      process that cannot join; processes that do not all join within
-      ``initialization_timeout`` end this one with one line and status 2.
+    UsageError: bad settings, a coordinator nobody answers at, a taken port, or
+      a process that cannot join; if not all join within
+      ``initialization_timeout``, this one ends with one line and status 2.
   """
   if s is None or jax.distributed.is_initialized():
     return
@@ -285,11 +266,9 @@ def barrier(name: str) -> None:
 
 
 def preempted(step: int) -> bool:
-  """True at the same ``step`` in every process after a SIGTERM reached any
-  of them: ``jax.distributed`` hands SIGTERM to JAX's preemption notifier.
-  Without it (one process) SIGTERM sets the stop flag instead
-  (``stopping.check_stop``), and this is False. Every process must call it
-  with the same steps."""
+  """True at the same ``step`` in every process once a SIGTERM reached any
+  (JAX's preemption notifier); False in one process, where SIGTERM sets
+  ``stopping``'s flag. Every process must call it with the same steps."""
   return (
       jax.distributed.is_initialized()
       and multihost_utils.reached_preemption_sync_point(step)
@@ -297,9 +276,8 @@ def preempted(step: int) -> bool:
 
 
 def split(items: Sequence[Any]) -> list[list[Any]]:
-  """``items`` in contiguous blocks, one per process (in process order);
-  the first blocks are one longer when they do not divide evenly (a block
-  is empty where there are fewer items than processes)."""
+  """``items`` in contiguous blocks, one per process in order; the first blocks
+  are one longer when they do not divide evenly (some may be empty)."""
   n = jax.process_count()
   size, extra = divmod(len(items), n)
   blocks, start = [], 0
@@ -311,9 +289,9 @@ def split(items: Sequence[Any]) -> list[list[Any]]:
 
 
 def gather(tree: Any, sizes: Sequence[int]) -> Any:
-  """Concatenates every process's ``tree`` of host arrays along the leading
-  axis (process order); ``sizes[p]`` is process ``p``'s leading size. Every
-  process gets the whole result."""
+  """Every process's ``tree`` of host arrays concatenated along the leading
+  axis, in process order (``sizes[p]``: process ``p``'s leading size); every
+  process gets the result."""
   if not is_multiprocess():
     return tree
   width = max(sizes)
@@ -335,11 +313,8 @@ def gather(tree: Any, sizes: Sequence[int]) -> Any:
 
 def abandon(program: str, message: str, status: int) -> NoReturn:
   """Prints ``program: error: message`` as one line on stderr and ends the
-  process at once with ``status``.
-
-  ``os._exit``: a normal exit would run JAX's shutdown barrier, which waits
-  for the other processes (up to the heartbeat timeout, then aborts).
-  """
+  process at once (``os._exit``: a normal exit would wait in JAX's shutdown
+  barrier) with ``status``."""
   print(f"{program}: error: {errors.one_line(message)}", file=sys.stderr)
   sys.stdout.flush()
   sys.stderr.flush()
@@ -348,10 +323,9 @@ def abandon(program: str, message: str, status: int) -> NoReturn:
 
 @contextlib.contextmanager
 def ends_process_on_failure(program: str, hint: str) -> Iterator[None]:
-  """In a multi-process run, an error or Ctrl-C in this process ends it with
-  one line (status 1, or 130 for Ctrl-C; ``hint`` says how to continue),
-  since the other processes cannot go on without it. ``Preempted`` and
-  single-process runs pass through."""
+  """In a multi-process run, an error or Ctrl-C ends this process with one line
+  (status 1, or 130 for Ctrl-C; ``hint`` says how to continue); ``Preempted``
+  and single-process runs pass through."""
   if not is_multiprocess():
     yield
     return
@@ -372,9 +346,8 @@ def ends_process_on_failure(program: str, hint: str) -> Iterator[None]:
 
 class Watchdog:
   """Ends the process (one line, status 1) when ``beat`` is not called for
-  ``timeout`` seconds, counted from the first ``beat``: a collective whose
-  peer hangs (alive, so still sending heartbeats) would otherwise wait for
-  ever. ``timeout=0`` or a single process: does nothing."""
+  ``timeout`` seconds after the first ``beat`` (a collective whose peer hangs
+  would wait for ever). ``timeout=0`` or one process: does nothing."""
 
   def __init__(self, program: str, timeout: int, what: str, hint: str):
     self._timeout = timeout if is_multiprocess() else 0

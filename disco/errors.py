@@ -1,17 +1,9 @@
 """Errors every part of ``disco`` raises, and how runs report them.
 
-* ``UsageError``: bad user input (a setting, a file, a name); the command
-  lines print it as one line and exit with status 2;
-* ``Diverged``: training went non-finite beyond recovery (status 3);
-* ``ResourceError``: a full disk or an exhausted device memory, named with how
-  to continue (status 1); ``resource_errors`` turns the raw errors of both
-  into it;
-* ``Stopped``: SIGINT or SIGTERM asked a run to stop (``disco.stopping``),
-  raised at a safe point (status 130).
-
-``name_too_long_message`` names a path the file system refuses as too long
-(a usage error). The module imports nothing beyond the standard library at
-import time (``disco.stopping``, which the launchers import first, relies on
+The command lines print each as one line with an exit status: ``UsageError``
+(bad input) 2, ``Diverged`` 3, ``ResourceError`` (a full disk or exhausted
+memory; ``resource_errors`` converts the raw errors) 1, ``Stopped`` (SIGINT or
+SIGTERM) 130. Imports only the standard library (``disco.stopping`` relies on
 it).
 """
 
@@ -26,12 +18,12 @@ from typing import Any
 
 
 class UsageError(Exception):
-  """Bad user input; command lines print it as one line and exit with status 2."""
+  """Bad user input (exit status 2)."""
 
 
 class Diverged(Exception):
-  """Training diverged (non-finite values) beyond recovery; command lines print
-  it as one line and exit with status ``DIVERGED_EXIT``."""
+  """Training diverged (non-finite values) beyond recovery (exit status
+  ``DIVERGED_EXIT``)."""
 
 
 DIVERGED_EXIT = 3
@@ -40,15 +32,14 @@ INTERRUPTED_EXIT = 130
 
 
 class ResourceError(Exception):
-  """The disk is full or the device's memory is exhausted; command lines print it
-  as one line (naming the resource and how to continue) and exit with status
-  ``RESOURCE_EXIT``."""
+  """A full disk or exhausted device memory, named with how to continue (exit
+  status ``RESOURCE_EXIT``)."""
 
 
 class Stopped(KeyboardInterrupt):
-  """Raised at a safe point after SIGINT or SIGTERM asked the launcher to
-  stop (``check_stop``); command lines exit with status ``INTERRUPTED_EXIT``.
-  The signal handler itself never raises."""
+  """Raised at a safe point after SIGINT or SIGTERM asked the launcher to stop
+  (``check_stop``; exit status ``INTERRUPTED_EXIT``); the signal handler itself
+  never raises."""
 
 
 def one_line(message: Any) -> str:
@@ -58,9 +49,9 @@ def one_line(message: Any) -> str:
 
 
 def resource_problem(error: BaseException) -> str | None:
-  """``"disk"``, ``"memory"`` or ``"host memory"`` when ``error`` (or its
-  cause) is a full disk, an exhausted device memory or an exhausted host
-  memory (a ``MemoryError``)."""
+  """``"disk"``, ``"memory"`` or ``"host memory"`` when ``error`` (or its cause)
+  is a full disk, exhausted device memory or exhausted host memory
+  (``MemoryError``); else None."""
   from disco import files  # here: keeps this module's import light
 
   seen = set()
@@ -109,10 +100,9 @@ _SHOWN_OF_A_LONG_NAME = 24
 
 
 def name_too_long_message(error: BaseException) -> str | None:
-  """The one line for a path the file system refuses as too long (an
-  ``OSError`` with ``errno.ENAMETOOLONG``, as ``error`` or its cause): the
-  path, which of its names is too long (or that the whole path is) and the
-  limit, and to choose a shorter one. None for other errors."""
+  """The one line for a path the file system refuses as too long
+  (``errno.ENAMETOOLONG`` in ``error`` or its causes): the path, which name is
+  too long (or the whole path) and the limit; None for other errors."""
   seen = set()
   while error is not None and id(error) not in seen:
     seen.add(id(error))
@@ -162,8 +152,8 @@ def _path_limit(path: Path, name: str, default: int) -> int:
 
 @contextlib.contextmanager
 def resource_errors(hint: str) -> Iterator[None]:
-  """Turns a full disk or an exhausted device memory into a
-  ``ResourceError`` whose one line ends with ``hint`` (how to continue)."""
+  """Turns a full disk or exhausted device memory into a ``ResourceError`` whose
+  line ends with ``hint`` (how to continue)."""
   try:
     yield
   except (ResourceError, UsageError, Diverged, KeyboardInterrupt):

@@ -1,27 +1,11 @@
 """The files of a run folder: written whole or not at all, by one process.
 
-Every file a launcher writes (``config.json``, ``summary.json``, the CSVs,
-``report.md``, ``statistics.json``, the figures and the ``.npz`` files) goes
-through ``atomic_write``: the content goes to a temporary file in the same
-folder, which is flushed and synced to disk, given the permissions of a
-normally created file (``0666`` less the umask, e.g. ``0644``), renamed over
-the target, and the folder itself is synced so that the rename survives a
-crash. A reader sees the old file or the new one, never a part of one; a full
-disk or a kill leaves the old file as it was (and at most a hidden
-``.<name>.*.tmp`` beside it, which the next write of ``<name>`` removes, as
-the next run in the folder removes every such file).
-
-``FolderLock`` makes one process the writer of an output folder: it holds an
-``fcntl`` lock (``filelock``) on a file in the folder for the whole run and
-records who holds it, so that a second process gets one line naming the
-first. The folder's main lock (``LOCK_FILE``) also locks the folder itself
-(``flock`` on it, where the file system allows), so deleting the lock file
-during a run does not admit a second writer. The lock goes when the process
-ends, however it ends.
-
-``remove_entries`` removes what ``overwrite=True`` replaces (entries are
-unlinked, links are never followed). ``file_digest`` is a file's SHA-256
-(checkpoint manifests, and the input files a run's ``config.json`` records).
+``atomic_write`` writes a temporary file in the same folder, syncs it, gives it
+a normal file's permissions and renames it over the target: a reader sees the
+old file or the new one. ``FolderLock`` makes one process the writer of an
+output folder (an ``fcntl`` lock held for the run, naming its holder to a second
+process; the main lock also ``flock``s the folder), released when the process
+ends however it ends.
 """
 
 from __future__ import annotations
@@ -85,17 +69,14 @@ def fsync_folder(folder: str | os.PathLike[str]) -> None:
 def atomic_write(
     path: str | os.PathLike[str], mode: str = "wb", **open_kwargs
 ) -> Iterator[IO]:
-  """Opens a temporary file beside ``path``; on a clean exit it is synced,
-  given mode ``0666 & ~umask`` and renamed over ``path`` (and the folder is
-  synced); on an error it is deleted and ``path`` is left as it was.
+  """Yields a temporary file beside ``path``; on a clean exit it is synced,
+  given mode ``0666 & ~umask`` and renamed over ``path``; on an error it is
+  deleted and ``path`` left as it was.
 
   Args:
     path: the file to write (its folder is created).
     mode: ``"wb"`` or ``"w"``.
     **open_kwargs: passed to ``open`` (e.g. ``newline=""``).
-
-  Yields:
-    The open temporary file.
   """
   path = Path(path).expanduser()
   path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,8 +111,8 @@ def write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 
 def write_json(path: str | os.PathLike[str], data: Any, **dumps_kwargs) -> Path:
-  """Writes ``data`` as indented, key-sorted JSON (unless ``dumps_kwargs``
-  say otherwise) to ``path`` atomically."""
+  """Writes ``data`` as indented, key-sorted JSON (unless ``dumps_kwargs`` say
+  otherwise) to ``path`` atomically."""
   options = dict(indent=2, sort_keys=True, **dumps_kwargs)
   return write_text(path, json.dumps(data, **options) + "\n")
 
@@ -146,10 +127,9 @@ def save_figure(fig: Any, path: str | os.PathLike[str], **savefig_kwargs):
 
 
 def append_line(path: str | os.PathLike[str], line: str) -> None:
-  """Appends ``line`` (which ends with a newline) to ``path`` with one
-  ``write`` on a file opened for appending, so that concurrent readers see
-  whole lines; a crash can still cut the last line short, so a file grown
-  this way must be rewritten whole (``atomic_write``) when a run resumes."""
+  """Appends ``line`` (ending with a newline) to ``path`` in one ``write``, so
+  concurrent readers see whole lines; a crash can cut the last line short, so a
+  resumed run must rewrite the file whole."""
   data = line.encode("utf-8")
   fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, file_mode())
   try:
@@ -161,8 +141,7 @@ def append_line(path: str | os.PathLike[str], line: str) -> None:
 
 
 def file_digest(path: str | os.PathLike[str]) -> str:
-  """The SHA-256 (hex) of the file at ``path``, read once, in chunks of
-  1 MiB (a large file is never held whole in memory).
+  """The SHA-256 (hex) of the file at ``path``, read in 1 MiB chunks.
 
   Raises:
     OSError: the file cannot be read.
@@ -200,18 +179,16 @@ def owner_text(owner: dict[str, Any] | None) -> str:
 
 
 class FolderLock:
-  """The writer's lock of an output folder, held from ``acquire`` to
-  ``release`` (or the end of the process).
+  """The writer's lock of an output folder, held from ``acquire`` to ``release``
+  or the process's end.
 
   Args:
     folder: the output folder (created).
-    program: the holder's name, recorded for the message a second process
-      gets.
-    name: the lock file's name in ``folder`` (one per kind of writer).
+    program: the holder's name, shown to a second process.
+    name: the lock file's name (one per kind of writer).
 
   Raises:
-    FolderInUse: (from ``acquire``) another process holds it; the message is
-      one line naming that process (program, pid, host, since when).
+    FolderInUse: (from ``acquire``) another process holds it (named).
   """
 
   def __init__(
@@ -248,8 +225,8 @@ class FolderLock:
     )
 
   def _lock_folder(self) -> None:
-    """``flock`` on the folder itself (the main lock only): it cannot be
-    deleted away from under the run as the lock file can."""
+    """``flock`` on the folder itself (main lock only), which cannot be deleted
+    from under the run."""
     if self.path.name != LOCK_FILE:
       return
     fd = os.open(self.folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -318,9 +295,8 @@ class FolderLock:
 
 
 def remove_entries(folder: str | os.PathLike[str], names: Iterable[str]):
-  """Removes the entries ``names`` of ``folder``: files and links are
-  unlinked (a link's target is left alone), sub-folders are removed with their
-  contents. Nothing outside ``folder`` is touched."""
+  """Removes the entries ``names`` of ``folder``: files and links unlinked
+  (targets left alone), sub-folders removed whole."""
   folder = Path(folder)
   for name in names:
     path = folder / name

@@ -1,30 +1,14 @@
 """Traced programs kept on disk, so that a later start skips tracing them.
 
-The compilation cache (`disco.compile_cache`) saves XLA's work, but JAX keys
-it on the lowered program, so every process first traces and lowers its
-programs again; for a meta-step that is most of a warm start (the
-linearisation of the inner updates). ``ExportedProgram`` keeps a jitted
-function's `jax.export` form (its StableHLO, serialised) in
-``<compilation cache>/exported/`` and a later process deserialises it instead
-of tracing; calling it lowers a thin wrapper, and XLA finds the compiled
-program in the compilation cache.
-
-A stored program is found under a hash of
-
-* the caller's key (whatever shapes the program besides its arguments: the
-  run's settings),
-* this process's `fingerprint`: disco's source files, the version of every
-  installed distribution, Python, the backend and its devices, and JAX's
-  flags,
-* the arguments' tree structure, shapes, dtypes and shardings,
-
-so a change in any of them misses and traces afresh. Code outside these (a
-module of your own that a module named by ``--config.imports`` imports)
-is not in the key: after editing it, delete the ``exported`` folder or run
-with ``--config.compilation_cache=off``.
-
-Only single-process runs use it (a multi-process run traces as before), and
-a function that cannot be exported (a host callback, say) is simply traced.
+``ExportedProgram`` keeps a jitted function's ``jax.export`` form in
+``<compilation cache>/exported/``; a later process deserialises it instead of
+tracing and lowering, and XLA finds the compiled program in
+``disco.compile_cache``. The key hashes the caller's key (the run's settings),
+this process's ``fingerprint`` (disco's sources, installed distributions,
+Python, backend, devices, JAX's flags) and the arguments' structure, shapes,
+dtypes and shardings. Code outside these (a module a ``--config.imports`` module
+imports) is not in the key: after editing it, delete ``exported`` or use
+``--config.compilation_cache=off``. Single-process runs only.
 """
 
 from __future__ import annotations
@@ -79,8 +63,8 @@ def source_digest(paths: Sequence[str | os.PathLike[str]]) -> str:
 
 @functools.lru_cache(maxsize=1)
 def fingerprint() -> str:
-  """What, besides a program's own key and arguments, decides what tracing
-  makes of it in this process."""
+  """What, besides a program's key and arguments, decides what tracing makes of
+  it in this process."""
   sources = sorted(_PACKAGE_DIR.rglob("*.py"))
   distributions = sorted(
       f"{d.metadata['Name']}=={d.version}"
@@ -108,16 +92,14 @@ def fingerprint() -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _placement(sharding: Any, shape: tuple[int, ...]) -> str:
-  """Which part of an array of ``shape`` each device holds under
-  ``sharding`` (the same text for shardings that place it alike, e.g. a
-  one-device mesh's ``P('x')`` and ``P()``)."""
+  """Which part of an array of ``shape`` each device holds under ``sharding``."""
   parts = sharding.devices_indices_map(shape)
   return repr(sorted((d.id, index) for d, index in parts.items()))
 
 
 def _arguments_key(in_tree: Any, leaves: Sequence[Any]) -> tuple[Any, ...]:
-  """A quick, hashable key of the arguments' structure, dtypes, shapes,
-  weak types and shardings (checked at every call)."""
+  """A quick hashable key of the arguments' structure, dtypes, shapes, weak
+  types and shardings."""
   return (
       in_tree,
       *(
@@ -133,8 +115,8 @@ def _arguments_key(in_tree: Any, leaves: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def _signature(in_tree: Any, leaves: Sequence[Any]) -> str:
-  """The arguments' structure, shapes, dtypes and placements as text, the
-  same in every process (part of a stored program's name)."""
+  """The arguments' structure, shapes, dtypes and placements as text, the same
+  in every process."""
   parts = [str(in_tree)]
   for leaf in leaves:
     # A Python scalar has no dtype and is weakly typed.
@@ -175,10 +157,9 @@ class Store:
 
   def load(self, name: str) -> tuple[jax.export.Exported, dict] | None:
     """The program stored as ``name`` and its description (None: none, or
-    one that cannot be read). The program's bytes are checked against the
-    SHA-256 its description recorded when it was saved before anything is
-    deserialised: a program that differs is a miss, said in one warning
-    line (``warn``), and is traced and stored afresh."""
+    unreadable). Its bytes are checked against the SHA-256 its description
+    recorded before deserialising: a mismatch is a miss, with one warning line.
+    """
     program, description = self._paths(name)
     try:
       described = json.loads(description.read_text())
@@ -203,8 +184,8 @@ class Store:
   def save(
       self, name: str, exported: jax.export.Exported, description: dict
   ) -> None:
-    """Stores the program (then evicts the least recently used beyond
-    ``MAX_PROGRAMS``); a folder that cannot be written is left alone."""
+    """Stores the program, evicting the least recently used beyond
+    ``MAX_PROGRAMS``; an unwritable folder is left alone."""
     program, described = self._paths(name)
     data = exported.serialize()
     try:
@@ -226,14 +207,10 @@ class Store:
 
 
 class ExportedProgram:
-  """A jitted function called through its exported form, kept in a `Store`.
-
-  Called like the function. The output's tree structure is not stored with
-  the program (JAX serialises only its own containers); ``describe`` turns
-  an output (its leaves replaced by ``None``) into JSON, and ``structure``
-  rebuilds the output's tree structure from the arguments and that
-  description. Programs whose output ``structure`` does not rebuild are
-  used in this process only.
+  """A jitted function called through its exported form, kept in a ``Store``.
+  ``describe`` turns an output (leaves None) into JSON and ``structure``
+  rebuilds its tree structure from the arguments and that (JAX does not store
+  it); a program whose structure does not rebuild is used in this process only.
   """
 
   def __init__(
@@ -324,7 +301,7 @@ def _export(jitted, in_tree, leaves) -> tuple[jax.export.Exported, Any]:
 
 def store(folder: str | os.PathLike[str] | None) -> Store | None:
   """The store in the compilation cache's ``folder`` (None: no folder, or
-  a run of several processes)."""
+  several processes)."""
   if folder is None or jax.process_count() > 1:
     return None
   return Store(folder)

@@ -1,14 +1,6 @@
-"""Run folders: where a run writes, one writer at a time, and what it owns.
-
-A run folder is chosen (``output_dir``), claimed by one process
-(``claim_output_dir``: a ``disco.files.FolderLock``) and opened for one kind
-of run (``open_run_folder``): the folder's marker (``.disco-run``) names the
-kind, and ``overwrite=True`` removes only what that kind writes
-(``RunKind.owns``), never a file of another kind or of the user. JSON goes
-through ``to_jsonable`` and an atomic write; ``run_record`` notes the
-versions and devices every run saves. ``fmt``, ``steady_state`` and
-``processes_text`` format what runs print.
-"""
+"""Run folders: claimed by one process (``claim_output_dir``) and opened for one
+kind of run (``open_run_folder``), whose marker ``.disco-run`` names it;
+``overwrite=True`` removes only what that kind writes (``RunKind.owns``)."""
 
 from __future__ import annotations
 
@@ -85,17 +77,13 @@ def write_json(path: Path, data: Any) -> None:
 def claim_output_dir(
     out: Path, program: str, name: str = files.LOCK_FILE
 ) -> files.FolderLock:
-  """Creates ``out`` and takes its writer's lock (held until released or
-  the process ends).
-
-  Says in one warning line on stderr when the last holder of the lock
-  ended without releasing it (``FolderLock.abandoned_by``: a run killed, or
-  aborted by the runtime, e.g. out of host memory while XLA compiled, which
-  could not say so itself).
+  """Creates ``out`` and takes its writer's lock (held until released or the
+  process ends); warns in one line on stderr when the last holder ended without
+  releasing it (killed, or aborted e.g. out of host memory).
 
   Raises:
-    UsageError: another process holds it (one line naming that process), or
-      the folder cannot be created.
+    UsageError: another process holds it (named), or the folder cannot be
+      created.
   """
   try:
     lock = files.FolderLock(out, program, name).acquire()
@@ -122,14 +110,11 @@ class RunKind:
   """What one kind of run folder holds.
 
   Attributes:
-    name: the kind, as the folder's marker (``.disco-run``) records it, e.g.
-      ``"eval"``.
+    name: the kind, as the marker records it, e.g. ``"eval"``.
     description: the kind in words, e.g. ``"an evaluation run"``.
-    owns: ``fnmatch`` patterns of the top-level names its runs write (files
-      and sub-folders); ``overwrite`` removes these and nothing else.
-    again: how to run it again in that folder, for the message that refuses
-      a folder already holding such a run (e.g. ``"pass
-      --config.overwrite=True to replace it"``).
+    owns: ``fnmatch`` patterns of the top-level names it writes (all
+      ``overwrite`` removes).
+    again: how to run it again there, for the refusal.
   """
 
   name: str
@@ -147,8 +132,8 @@ def _left_over(name: str) -> bool:
 
 
 def _housekeeping(name: str) -> bool:
-  """Locks, the marker, and temporary files of interrupted atomic writes:
-  never a run's content."""
+  """Locks, the marker and temporary files of interrupted writes: never a run's
+  content."""
   return (
       name.startswith(files.LOCK_FILE)
       or name == MARKER_FILE
@@ -157,8 +142,8 @@ def _housekeeping(name: str) -> bool:
 
 
 def read_marker(out: Path) -> dict[str, Any] | None:
-  """The folder's marker (``{"kind": ..., "description": ...}``), None if it
-  has none (or an unreadable one)."""
+  """The folder's marker (``{"kind": ..., "description": ...}``); None if
+  missing or unreadable."""
   try:
     marker = json.loads((out / MARKER_FILE).read_text())
   except (OSError, ValueError):
@@ -176,20 +161,15 @@ def _listed(names: Sequence[str], most: int = 4) -> str:
 def check_run_folder(
     out: Path, kind: RunKind, *, overwrite: bool = False, resume: bool = False
 ) -> list[str]:
-  """Whether a run of ``kind`` may write into ``out``; returns the names that
-  ``overwrite`` would remove (none otherwise).
-
-  A folder is free when it does not exist, holds nothing but locks and
-  temporary files, or (with ``resume``: a run that continues what is there)
-  holds only what ``kind`` writes and no other kind's marker. With
-  ``overwrite``, a folder marked as ``kind``'s (``.disco-run``) that holds
-  only what ``kind`` writes is emptied of it. Everything else is refused:
-  nothing is removed that ``disco`` did not write.
+  """Whether a run of ``kind`` may write into ``out``; returns the names
+  ``overwrite`` would remove. Free: missing, holding only locks and temporary
+  files, or (with ``resume``) only ``kind``'s files; with ``overwrite``, a
+  folder marked as ``kind``'s holding only its files. Nothing disco did not
+  write is removed.
 
   Raises:
-    UsageError: ``out`` holds another kind's run, files ``kind`` does not
-      write, or (without ``overwrite`` or ``resume``) a run of ``kind``; one
-      line naming what is there and what to do.
+    UsageError: ``out`` holds another kind's run, files ``kind`` does not write,
+      or (without ``overwrite`` or ``resume``) a run of ``kind``.
   """
   try:
     entries = sorted(n for n in os.listdir(out) if not _housekeeping(n))
@@ -237,9 +217,9 @@ def open_run_folder(
     overwrite: bool = False,
     resume: bool = False,
 ) -> list[str]:
-  """Under the writer's ``lock``: ``check_run_folder``, then removes what
-  ``overwrite`` replaces and the temporary files of interrupted writes, and
-  marks the folder as ``kind``'s; returns the names removed.
+  """Under ``lock``: ``check_run_folder``, then removes what ``overwrite``
+  replaces and interrupted writes' temporary files, and marks the folder as
+  ``kind``'s; returns the names removed.
 
   Raises:
     UsageError: as ``check_run_folder``, or the folder cannot be emptied or
@@ -267,9 +247,9 @@ def fmt(x: float | None, digits: int = 3) -> str:
 
 
 def steady_state(times: Sequence[float]) -> tuple[float | None, float | None]:
-  """``(steady time per call, compile time)`` of calls of one compiled
-  program: the first call compiles, the median of the others is the steady
-  state. With one call there is no compile estimate."""
+  """``(steady time per call, compile time)`` of calls of one compiled program:
+  the first call compiles, the median of the others is the steady state (no
+  compile estimate from one call)."""
   if not times:
     return None, None
   if len(times) == 1:

@@ -1,20 +1,8 @@
-"""Stopping a run at a safe point.
-
-SIGINT and SIGTERM (a scheduler's pre-emption) set a per-process flag instead
-of raising wherever the program happens to be: training loops call
-``check_stop`` between steps (it raises ``errors.Stopped``), saves that must
-finish run under ``signals_deferred``. A second Ctrl-C outside a save exits at
-once (every output file is written atomically).
-
-Before that (``install_stop_handlers``), while a launcher imports its
-libraries and parses its flags, ``exit_while_starting`` makes either signal
-end the process at once with one line and ``errors.INTERRUPTED_EXIT``:
-nothing has been written yet, and Python's own ``KeyboardInterrupt`` would
-print a traceback there, or be lost when it is raised inside a
-garbage-collection callback (Python only reports those). This module and
-``disco.errors`` import only the standard library, so that the launchers set
-this up before their first heavy import.
-"""
+"""Stopping a run at a safe point: SIGINT and SIGTERM set a flag that loops
+check between steps (``check_stop`` raises ``errors.Stopped``); saves under
+``signals_deferred`` finish; a second Ctrl-C outside one exits at once. Before
+``install_stop_handlers``, ``exit_while_starting`` ends a starting launcher with
+one line. Imports only the standard library."""
 
 from __future__ import annotations
 
@@ -41,8 +29,7 @@ _STOP = _StopState()
 
 
 def _say(text: str) -> None:
-  # os.write, not print: a handler that prints while the main thread is
-  # printing would raise a "reentrant call" error.
+  # os.write: print from a handler can raise a "reentrant call" error.
   try:
     os.write(2, f"{_STOP.program}: {text}\n".encode())
   except OSError:
@@ -74,22 +61,17 @@ def _on_signal_while_starting(signum, frame) -> None:
 
 
 def exit_while_starting(program: str) -> None:
-  """Until ``install_stop_handlers``: SIGINT and SIGTERM end the process at
-  once, with one line on stderr (``<program>: SIGINT received while
-  starting: ...``) and exit status ``errors.INTERRUPTED_EXIT``.
-
-  For a launcher process only (it changes the process's signal handling),
-  before anything is written (see the module's docstring).
-  """
+  """Until ``install_stop_handlers``, SIGINT and SIGTERM end the process at once
+  with one line on stderr and status ``errors.INTERRUPTED_EXIT``. For a launcher
+  process only, before anything is written."""
   _STOP.program = program
   for signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(signum, _on_signal_while_starting)
 
 
 def install_stop_handlers(program: str) -> None:
-  """SIGINT and SIGTERM set the stop flag (see ``check_stop``) instead of
-  raising where the program happens to be (this ends
-  ``exit_while_starting``)."""
+  """SIGINT and SIGTERM set the stop flag (``check_stop``) instead of raising
+  (ending ``exit_while_starting``)."""
   _STOP.program = program
   for signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(signum, _on_signal)

@@ -1,22 +1,16 @@
 """Experiment tracking: where a launcher's metrics go besides its CSV files.
 
-Every launcher writes its metrics as CSV (and PNG curves); its config's
-``tracking`` setting may add TensorBoard and Weights & Biases:
+A config's ``tracking`` setting names the backends, comma-separated:
 
-  ``"csv"``                 the CSV and PNG files only (the default);
-  ``"tensorboard"``         also TensorBoard event files in
-                            ``<output_dir>/tensorboard`` (``tensorboardX``);
-  ``"wandb"``               also a Weights & Biases run in
-                            ``<output_dir>/wandb``: offline (no account
-                            needed; ``wandb sync`` uploads it later) unless
-                            ``WANDB_MODE=online``; project ``$WANDB_PROJECT``
-                            or ``disco``;
-  ``"csv,tensorboard,wandb"``  several, comma-separated.
+  ``"csv"``          the CSV and PNG files only (the default);
+  ``"tensorboard"``  also event files in ``<output_dir>/tensorboard``
+                     (``tensorboardX``);
+  ``"wandb"``        also a Weights & Biases run in ``<output_dir>/wandb``,
+                     offline unless ``WANDB_MODE=online`` (``wandb sync``
+                     uploads it); project ``$WANDB_PROJECT`` or ``disco``.
 
-A ``Tracker`` takes the run's config once, then scalars by step, then a
-summary, and is closed at the end. In a multi-process run only process 0
-tracks (the others get a tracker that writes nothing), as only it writes
-the CSV files.
+A ``Tracker`` takes the config once, then scalars by step, then a summary, and
+is closed. Only process 0 tracks.
 """
 
 from __future__ import annotations
@@ -112,8 +106,8 @@ class Tracker:
     """Records the run's config (once, at the start)."""
 
   def scalars(self, step: int, values: Mapping[str, Any]) -> None:
-    """Records ``{tag: number}`` at ``step`` (steps increase from call to
-    call; values that are not numbers are left out)."""
+    """Records ``{tag: number}`` at ``step`` (increasing between calls;
+    non-numbers left out)."""
 
   def summary(self, values: Mapping[str, Any], step: int) -> None:
     """Records the run's final numbers (``step``: the last step)."""
@@ -222,17 +216,9 @@ def open_tracker(
     group: str | None = None,
     config: Mapping[str, Any] | None = None,
 ) -> Tracker:
-  """The tracker of ``spec``'s backends for a run writing to ``output_dir``.
-
-  Args:
-    spec: the ``tracking`` setting (see ``parse``).
-    output_dir: the run's folder: TensorBoard writes into its
-      ``tensorboard/`` folder, W&B into its ``wandb/`` folder.
-    name: the run's name for W&B (default: the folder's name).
-    group: a W&B group (e.g. the comparison a run belongs to).
-    config: the run's config, recorded at once.
-
-  In processes other than process 0 the tracker writes nothing.
+  """The tracker of ``spec``'s backends (``parse``) for a run in ``output_dir``
+  (writing nothing outside process 0), with W&B ``name`` (default: the folder's)
+  and ``group``, recording ``config`` at once.
 
   Raises:
     TrackingError: see ``parse``.

@@ -1,31 +1,12 @@
 """Saving and loading meta-parameters, including the published Disco103 rule.
 
-On disk, meta-parameters are ``.npz`` archives (``np.savez``) whose keys are
-haiku parameter paths joined with ``/``, ending with the parameter name, e.g.
-``lstm/linear/w`` or ``lstm/~/meta_lstm/~unroll/lstm/linear/b``: the module
-path is everything before the last ``/``. In memory they use the haiku layout
-``{module_path: {param_name: array}}``.
-
-Optional metadata (rule name, config, ...) is stored as a JSON string in a 0-d
-unicode array under the reserved key ``__disco_metadata__``, so every file
-loads with ``allow_pickle=False``.
-
-Parameters with non-finite values (NaN or infinity, e.g. from a run that
-diverged) are neither saved nor loaded: both raise ``WeightsError``.
-
-Loading reads a file once (``NpzFile``): the zip entries and every array's
-``.npy`` header first, checked against the expected shapes and a size bound
-(``MAX_BYTES``) before any data is decompressed, so a damaged or hostile file
-(a ``.npy``, a text file, a zip bomb) is one clear ``WeightsError``. Members
-must be stored or deflate-compressed (what ``np.savez`` and
-``np.savez_compressed`` write): ``zipfile`` inflates those in bounded chunks
-and never past the size a member declares, so a member whose declared size
-lies cannot take more memory than it declares (bzip2 and LZMA members, which
-``zipfile`` decompresses without such a bound, are refused unread).
-
-``load_disco103`` finds the published Disco103 weights (explicit path,
-``$DISCO_WEIGHTS``, the user cache, a ``shared/weights`` folder beside the
-checkout, or a download into the cache) and always checks their sha256.
+On disk: ``.npz`` archives keyed by haiku paths joined with ``/``
+(``lstm/~/meta_lstm/~unroll/lstm/linear/b``), optional JSON metadata under
+``__disco_metadata__``, loaded with ``allow_pickle=False``; in memory:
+``{module_path: {param_name: array}}``. Non-finite parameters are neither saved
+nor loaded (``NonFiniteError``). Loading checks every member's header against
+the expected shapes and ``MAX_BYTES`` before decompressing, and accepts only
+stored or deflate members, so a damaged or hostile file is one ``WeightsError``.
 """
 
 from __future__ import annotations
@@ -57,11 +38,9 @@ DISCO103_FILENAME = "disco_103.npz"
 ENV_VAR = "DISCO_WEIGHTS"
 METADATA_KEY = "__disco_metadata__"
 DOWNLOAD_TIMEOUT_S = 30.0
-# Bounds on what a meta-parameter file may declare (checked from the zip
-# entries and the .npy headers before any data is decompressed): all arrays
-# together (when no expected shapes say more precisely), the metadata, and
-# the compression ratio of a large member (np.savez stores arrays
-# uncompressed; a trained network's floats barely compress).
+# Bounds on what a meta-parameter file may declare (checked before any data
+# is decompressed): all arrays, the metadata, a large member's compression
+# ratio (a network's floats barely compress).
 MAX_BYTES = 1 << 30
 MAX_METADATA_BYTES = 1 << 20
 _BOMB_MIN_BYTES = 1 << 24
@@ -132,11 +111,9 @@ def _describe(leaf: Any) -> str:
 
 
 def params_diff(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-  """Human-readable differences of ``a`` (actual) relative to ``b`` (expected).
-
-  Compares keys, shapes and dtypes only (leaves may be arrays or
-  ``jax.ShapeDtypeStruct``); returns one line per problem, empty if equal.
-  """
+  """One line per difference in keys, shapes or dtypes of ``a`` (actual) from
+  ``b`` (expected), leaves arrays or ``jax.ShapeDtypeStruct``; empty if they
+  match."""
   fa, fb = _flat_items(a), _flat_items(b)
   lines = [
       f"missing key: {k} (expected {_describe(fb[k])})"
@@ -269,21 +246,14 @@ def _compression_name(method: int) -> str:
 
 
 class NpzFile:
-  """An ``.npz`` opened once: its members' headers are read (and checked)
-  before any array data is decompressed.
-
-  Args:
-    path: the file.
-    max_bytes: bound on the bytes the arrays declare, all together, when no
-      expected shapes are given (the declared size of a member is checked
-      against its header, so this bounds the memory a load takes).
+  """An ``.npz`` opened once, its members' headers checked before any data is
+  decompressed; ``max_bytes`` bounds what all arrays declare when no expected
+  shapes are given.
 
   Raises:
-    WeightsError: a missing file, a file that is not a zip archive (a
-      ``.npy``, a text file...), a member that is not a numeric ``.npy``
-      array or whose size does not match its header, arrays declaring more
-      than ``max_bytes``, a member that compresses implausibly well (a
-      zip bomb), or one compressed other than stored or deflate.
+    WeightsError: a missing or non-zip file; a member that is not a numeric
+      ``.npy``, whose size differs from its header, that compresses implausibly
+      well, or is neither stored nor deflated; arrays beyond ``max_bytes``.
   """
 
   def __init__(self, path: str | os.PathLike[str], max_bytes: int = MAX_BYTES):
@@ -422,12 +392,12 @@ class NpzFile:
   def params(
       self, expected: Mapping[str, Any] | None = None
   ) -> dict[str, dict[str, np.ndarray]]:
-    """The parameters, checked against ``expected`` (keys, shapes and
-    dtypes, from the headers, before any data is decompressed) if given.
+    """The parameters, checked against ``expected`` (keys, shapes and dtypes,
+    from the headers) before any data is read.
 
     Raises:
-      WeightsError: a tree that does not match ``expected``, or arrays with
-        non-finite values.
+      WeightsError: a tree that does not match ``expected``, or non-finite
+        values.
     """
     keys = [k for k in self.headers if k != METADATA_KEY]
     for key in keys:
@@ -453,20 +423,19 @@ def load_meta_params(
     path: str | os.PathLike[str],
     expected: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, np.ndarray]]:
-  """Loads params from ``path``; checks them against ``expected`` if given
-  (before their data is read: ``NpzFile``).
+  """Loads params from ``path``, checked against ``expected`` (if given) before
+  their data is read.
 
   Raises:
-    WeightsError: a missing or unreadable file, non-finite values, or a
-      tree that does not match ``expected``.
+    WeightsError: a missing or unreadable file, non-finite values, or a tree
+      that does not match ``expected``.
   """
   with NpzFile(path) as npz:
     return npz.params(expected)
 
 
 def load_metadata(path: str | os.PathLike[str]) -> dict[str, Any]:
-  """The metadata saved with ``path`` (``{}`` if there is none); no other
-  array is read."""
+  """The metadata saved with ``path`` (``{}`` if none); no other array is read."""
   with NpzFile(path) as npz:
     return npz.metadata()
 
@@ -483,11 +452,9 @@ def cache_dir() -> Path:
 def shared_candidates(
     start: str | os.PathLike[str] | None = None,
 ) -> list[Path]:
-  """``D/shared/weights/...`` and ``D/../shared/weights/...`` for D above start.
-
-  ``start`` defaults to this module's directory (so a checkout at
-  ``/work/main`` finds ``/work/shared/weights/disco_103.npz``).
-  """
+  """``D/shared/weights/disco_103.npz`` and
+  ``D/../shared/weights/disco_103.npz`` for every folder ``D`` from ``start``
+  (default: this module's folder) up."""
   start = Path(start) if start is not None else Path(__file__).parent
   start = start.resolve()
   out: list[Path] = []
@@ -513,10 +480,11 @@ def _env_path() -> Path | None:
 
 
 def find_disco103() -> Path | None:
-  """Searches ``$DISCO_WEIGHTS``, the cache, then ``shared/weights`` folders.
+  """``$DISCO_WEIGHTS``, the cache, then the ``shared/weights`` folders; None if
+  not found (no download, no digest check).
 
-  Does not download nor check the digest. Raises `WeightsError` if
-  ``$DISCO_WEIGHTS`` names a missing file (rather than silently ignoring it).
+  Raises:
+    WeightsError: ``$DISCO_WEIGHTS`` names a missing file.
   """
   env = _env_path()
   if env is not None:
@@ -572,10 +540,10 @@ def disco103_path(
 ) -> Path:
   """Locates (or downloads) the Disco103 weights and verifies their sha256.
 
-  Order: explicit ``path`` (an error if missing, no fallback),
-  ``$DISCO_WEIGHTS``, ``$XDG_CACHE_HOME/disco`` (or ``~/.cache/disco``),
-  ``shared/weights`` beside the checkout, then (if ``download``) a download
-  from `DISCO103_URL` into the cache.
+  Order: ``path`` (an error if missing, no fallback), ``$DISCO_WEIGHTS``,
+  ``$XDG_CACHE_HOME/disco`` (or ``~/.cache/disco``), ``shared/weights`` beside
+  the checkout, then (if ``download``) a download from ``DISCO103_URL`` into the
+  cache.
   """
   if path is not None:
     found = Path(path).expanduser()

@@ -1,29 +1,16 @@
-"""Comparing update rules across environments and seeds.
-
-The runner (under ``disco-compare``), in a few lines::
+"""Comparing update rules across environments and seeds (the library under
+``disco-compare``)::
 
   from disco import comparison
 
   stats = comparison.compare(
       rules=("actor_critic", "ppo"), envs=("catch",), num_seeds=5)
 
-* ``settings``: ``CompareSettings`` (checked in one pass), ``make_config``;
-* ``runs``: ``Cell`` (one rule on one environment) and ``ComparePlan``;
-* ``tuning``: baselines tuned per environment on seeds of their own;
-* ``runner``: ``build``, ``run``, ``write`` and ``compare``.
-
-The scores of the runs are normalised and aggregated by ``disco.scoring``
-(``normalization``, ``aggregates``: IQM and the other rliable aggregates
-with intervals); the statistics on top, pure NumPy/SciPy:
-
-* ``significance``: pairwise tests (Welch, Mann-Whitney, bootstrap,
-  permutation) of every pair of rules with Holm-Bonferroni correction,
-  effect sizes and power; the tests themselves are in ``two_sample``, the
-  effect sizes and power in ``effect_sizes``;
-* ``plots``: PNG figures of the above.
-
-Scores are ``{rule: [num_seeds, num_envs]}`` (``[..., num_points]`` for
-learning curves).
+Modules: ``settings``, ``runs`` (``Cell``, ``ComparePlan``), ``tuning``,
+``runner`` (``build``, ``run``, ``write``, ``compare``), ``results`` (runs read
+back), ``report``; the statistics on top of ``disco.scoring``: ``significance``
+(pairwise tests with Holm-Bonferroni correction), ``two_sample`` (the tests),
+``effect_sizes``, ``calibration`` (error rates by simulation) and ``plots``.
 """
 
 from disco.comparison.runner import build

@@ -1,22 +1,8 @@
-"""Error rates of the tests and intervals, measured by simulation.
-
-A test promises a false-positive rate of at most ``alpha`` and an interval
-a coverage of ``confidence``; with the few seeds of RL experiments the
-approximations behind them can break that promise. This module measures
-both on many simulated data sets at once (vectorised NumPy, seeded):
-
-* ``false_positive_rate``: how often a test of ``significance`` rejects at
-  ``alpha`` when both rules' seeds come from the same distribution (the
-  null hypothesis holds), through the same code as ``run_test``;
-* ``interval_coverage``: how often an interval contains the known value:
-  the aggregates' stratified-bootstrap intervals (a vectorised replica of
-  ``rliable``'s percentile bootstrap, see ``stratified_bootstrap_interval``)
-  of the mean, IQM and median of normal scores, and the Welch interval of a
-  difference of means.
-
-The tests of this package check every test's rate at 2, 3, 5 and 10 seeds;
-``benchmarks/stats_calibration.py`` prints the table in ``BENCHMARKS.md``.
-"""
+"""Error rates of the tests and intervals, by simulation (vectorised, seeded):
+``false_positive_rate``, how often a ``two_sample`` test rejects at ``alpha``
+when both rules' seeds share a distribution, and ``interval_coverage``, how
+often a bootstrap interval (a replica of ``rliable``'s) or a Welch interval
+contains the true value."""
 
 from __future__ import annotations
 
@@ -45,11 +31,10 @@ class Rate:
   """A rate measured on ``trials`` simulated data sets.
 
   Attributes:
-    rate: the fraction of data sets with the event (a rejection, an interval
-      containing the true value).
+    rate: the fraction of data sets with the event (a rejection, a covering
+      interval).
     trials: simulated data sets.
-    stderr: the Monte-Carlo standard error ``sqrt(rate (1 - rate) /
-      trials)``.
+    stderr: the Monte-Carlo standard error ``sqrt(rate (1 - rate) / trials)``.
   """
 
   rate: float
@@ -81,25 +66,14 @@ def false_positive_rate(
     scores: str = "normal",
     seed: int = 0,
 ) -> Rate:
-  """How often ``test`` rejects at ``alpha`` under the null hypothesis.
-
-  Args:
-    test: one of ``two_sample.TESTS``.
-    num_seeds: seeds per rule.
-    alpha: the significance level.
-    trials: simulated comparisons (each two rules' seeds drawn from the same
-      ``scores`` distribution).
-    reps: resamples of the bootstrap and permutation tests (their p-values
-      stay valid with few).
-    scores: one of ``SCORES``.
-    seed: seed of the data and the resampling.
-
-  Returns:
-    The rate of ``p <= alpha``.
+  """The rate of ``p <= alpha`` of ``test`` over ``trials`` simulated
+  comparisons where both rules' ``num_seeds`` seeds come from one ``scores``
+  distribution; ``reps``: resamples of the resampling tests; ``seed``: of the
+  data and resampling.
 
   Raises:
-    ValueError: if the test refuses ``num_seeds`` at ``alpha`` (one line
-      saying how many it needs).
+    ValueError: the test refuses ``num_seeds`` at ``alpha`` (saying how many it
+      needs).
   """
   two_sample.check_enough_seeds(test, num_seeds, num_seeds, alpha)
   rng = np.random.default_rng(seed)
@@ -132,23 +106,10 @@ def stratified_bootstrap_interval(
     reps: int = 2000,
     rng: np.random.Generator,
 ) -> np.ndarray:
-  """Percentile intervals of ``rliable``'s stratified bootstrap, for a batch.
-
-  Like ``rliable.library.StratifiedBootstrap`` (and so
-  ``aggregates.aggregate_metrics``), each replication draws the seeds of
-  every environment independently with replacement, and the interval is
-  the ``(1 -+ confidence) / 2`` percentiles of the replications' metric.
-
-  Args:
-    x: ``[B, num_seeds, num_envs]`` scores of ``B`` data sets.
-    metric: ``"mean"``, ``"iqm"`` or ``"median"``.
-    confidence: the nominal coverage.
-    reps: bootstrap replications.
-    rng: the generator of the resamples.
-
-  Returns:
-    ``[B, 2]`` (low, high).
-  """
+  """``[B, 2]`` percentile intervals of ``metric`` (``"mean"``, ``"iqm"`` or
+  ``"median"``) of ``[B, num_seeds, num_envs]`` scores by ``rliable``'s
+  stratified bootstrap (``reps`` resamples of each environment's seeds, drawn by
+  ``rng``)."""
   batch, num_seeds, num_envs = x.shape
   step = max(1, _CHUNK // (reps * num_seeds * num_envs))
   q = 100.0 * np.array([(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
@@ -172,26 +133,11 @@ def interval_coverage(
     reps: int = 500,
     seed: int = 0,
 ) -> Rate:
-  """How often an interval of ``metric`` contains the true value.
-
-  The scores are normal (mean 0.5, standard deviation 0.2, the same on
-  every environment), so the mean, IQM and median over environments all
-  equal 0.5; ``"mean_difference"`` is the Welch interval of the difference
-  of two rules' means (``significance.mean_difference_interval``, on
-  ``num_seeds`` seeds per rule of one environment; true value 0).
-
-  Args:
-    metric: one of ``METRICS``.
-    num_seeds: seeds per environment (per rule).
-    num_envs: environments of the aggregate metrics.
-    confidence: the nominal coverage.
-    trials: simulated data sets.
-    reps: bootstrap replications per interval.
-    seed: seed of the data and the resampling.
-
-  Returns:
-    The rate of intervals containing the true value.
-  """
+  """The rate of ``trials`` intervals (``reps`` bootstrap replications, nominal
+  ``confidence``, seeded) of ``metric`` containing the true value: normal scores
+  (mean 0.5, std 0.2) on ``num_envs`` environments with ``num_seeds`` seeds,
+  whose mean, IQM and median are 0.5; ``"mean_difference"``: the Welch interval
+  of two rules' difference of means on one environment (true value 0)."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
 
   if metric not in METRICS:

@@ -1,11 +1,5 @@
-"""Effect sizes and the power of a two-sample t-test, for per-seed scores.
-
-``a`` ``[n_a]`` and ``b`` ``[n_b]`` are the scores of two rules, one per
-seed: Cohen's d and Hedges' g (with the exact small-sample correction), the
-rank-biserial correlation, the power of a two-sided two-sample t-test with
-``n`` seeds per rule (noncentral t) and the seeds it needs to detect an
-effect. ``disco.comparison.significance`` reports them beside each test.
-"""
+"""Effect sizes and the power of a two-sample t-test, for per-seed scores ``a``
+``[n_a]`` and ``b`` ``[n_b]`` of two rules."""
 
 from __future__ import annotations
 
@@ -25,11 +19,8 @@ def check_probability(name: str, value: float) -> None:
 
 
 def as_sample(name: str, x: Sequence[float]) -> np.ndarray:
-  """``x`` as a float64 ``[num_seeds]`` array of finite scores.
-
-  Raises:
-    ValueError: another shape, or NaN or inf.
-  """
+  """``x`` as a float64 ``[num_seeds]`` array of finite scores; ValueError
+  otherwise."""
   x = np.asarray(x, dtype=np.float64)
   if x.ndim != 1:
     raise ValueError(
@@ -59,9 +50,9 @@ def _signed_ratio(diff: float, scale: float) -> float:
 
 
 def cohens_d(a: Sequence[float], b: Sequence[float]) -> float:
-  """Cohen's d of ``a`` ``[n_a]`` over ``b`` ``[n_b]``: the difference of
-  means over the pooled standard deviation (``+-inf`` if that is 0 and the
-  means differ, 0 if both are equal)."""
+  """Cohen's d of ``a`` ``[n_a]`` over ``b`` ``[n_b]``: difference of means over
+  the pooled standard deviation (``+-inf`` if that is 0 and the means differ, 0
+  if equal)."""
   a, b = as_sample("a", a), as_sample("b", b)
   if min(a.size, b.size) < 2:
     raise ValueError("Cohen's d needs at least 2 seeds per rule.")
@@ -70,7 +61,7 @@ def cohens_d(a: Sequence[float], b: Sequence[float]) -> float:
 
 def hedges_correction(df: int) -> float:
   """Hedges' exact small-sample factor ``J(df) = G(df/2) / (sqrt(df/2)
-  G((df-1)/2))`` for ``df = n_a + n_b - 2`` degrees of freedom."""
+  G((df-1)/2))``, ``df = n_a + n_b - 2``."""
   from scipy import special  # pylint: disable=g-import-not-at-top
 
   if df < 2:
@@ -82,15 +73,14 @@ def hedges_correction(df: int) -> float:
 
 
 def hedges_g(a: Sequence[float], b: Sequence[float]) -> float:
-  """Hedges' g of ``a`` ``[n_a]`` over ``b`` ``[n_b]``: Cohen's d times the
-  exact correction ``J(n_a + n_b - 2)`` for its small-sample bias."""
+  """Hedges' g: Cohen's d times ``J(n_a + n_b - 2)``."""
   a, b = as_sample("a", a), as_sample("b", b)
   return cohens_d(a, b) * hedges_correction(a.size + b.size - 2)
 
 
 def rank_biserial(a: Sequence[float], b: Sequence[float]) -> float:
-  """Rank-biserial correlation ``2 U_a / (n_a n_b) - 1`` in [-1, 1], i.e.
-  ``P(a > b) - P(a < b)`` over all pairs of seeds (ties count one half)."""
+  """Rank-biserial correlation ``2 U_a / (n_a n_b) - 1`` in [-1, 1]:
+  ``P(a > b) - P(a < b)`` over pairs of seeds (ties count one half)."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
 
   a, b = as_sample("a", a), as_sample("b", b)
@@ -102,11 +92,9 @@ def rank_biserial(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def t_test_power(effect_size: float, n: int, alpha: float = 0.05) -> float:
-  """Power of a two-sided two-sample t-test with ``n`` seeds per rule.
-
-  Under the alternative the statistic follows a noncentral t distribution
-  with ``2n - 2`` degrees of freedom and noncentrality ``d sqrt(n / 2)``.
-  """
+  """Power of a two-sided two-sample t-test with ``n`` seeds per rule
+  (noncentral t, ``2n - 2`` degrees of freedom, noncentrality
+  ``d sqrt(n / 2)``)."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
 
   check_probability("alpha", alpha)
@@ -122,12 +110,9 @@ def seeds_needed(
     effect_size: float, alpha: float = 0.05, power: float = 0.8
 ) -> int | None:
   """Fewest seeds per rule for a two-sided two-sample t-test to detect
-  ``effect_size`` (Cohen's d or Hedges' g) with ``power`` at ``alpha``.
-
-  Exact under normality (noncentral t, see ``t_test_power``); for example
-  d = 1, alpha = 0.05, power = 0.8 gives 17. Returns ``None`` for d = 0 (no
-  number of seeds suffices) and 2 for an infinite d.
-  """
+  ``effect_size`` (Cohen's d or Hedges' g) with ``power`` at ``alpha``, exact
+  under normality (d = 1, alpha = 0.05, power = 0.8: 17). None for d = 0; 2 for
+  an infinite d."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
 
   check_probability("alpha", alpha)

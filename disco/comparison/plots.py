@@ -1,11 +1,7 @@
 """Figures of ``disco.scoring.aggregates`` results, saved as PNG files.
 
-Every function draws on an off-screen Agg canvas (pyplot's backend and state
-are left alone, so this works headless and in notebooks alike), saves the
-figure to ``path`` (creating its folder) and returns ``path`` as a ``Path``.
-Performance profiles, probability of improvement and sample-efficiency
-curves are drawn by ``rliable.plot_utils``; aggregate intervals are drawn
-here because ``rliable``'s version makes its own pyplot figure.
+Every function draws on an off-screen Agg canvas (pyplot's state is left alone),
+saves the figure to ``path`` (creating its folder) and returns ``path``.
 """
 
 from __future__ import annotations
@@ -30,9 +26,8 @@ _METRIC_TITLES = {
 }
 
 
-# matplotlib and rliable.plot_utils (with seaborn, pandas and scipy.stats)
-# take over a second to import: they are imported by the functions that
-# draw, not by every process that imports the comparison package.
+# matplotlib and rliable.plot_utils are slow to import: the drawing functions
+# import them.
 
 
 def _plot_utils():
@@ -78,9 +73,6 @@ def plot_aggregate_intervals(
     path: PNG file to write.
     metrics: metrics to show, a subset of ``aggregates.METRICS``.
     xlabel: label under the panels.
-
-  Returns:
-    ``path``.
   """
   if not results:
     raise ValueError("No results to plot.")
@@ -120,13 +112,9 @@ def plot_performance_profiles(
   """Score distributions with their bands (``rliable.plot_utils``).
 
   Args:
-    profiles: ``{rule: PerformanceProfile}`` from ``performance_profiles``
-      (all on the same ``taus``).
+    profiles: ``{rule: PerformanceProfile}`` (all on the same ``taus``).
     path: PNG file to write.
     xlabel: x-axis label.
-
-  Returns:
-    ``path``.
   """
   if not profiles:
     raise ValueError("No profiles to plot.")
@@ -154,12 +142,8 @@ def plot_probability_of_improvement(
   """P(X > Y) of each pair as an interval (``rliable.plot_utils``).
 
   Args:
-    probabilities: ``{(x, y): ImprovementProbability}`` from
-      ``probability_of_improvement``.
+    probabilities: ``{(x, y): ImprovementProbability}``.
     path: PNG file to write.
-
-  Returns:
-    ``path``.
   """
   if not probabilities:
     raise ValueError("No probabilities to plot.")
@@ -193,14 +177,10 @@ def plot_sample_efficiency(
   """IQM against evaluation points with bands (``rliable.plot_utils``).
 
   Args:
-    curves: ``{rule: SampleEfficiencyCurve}`` from
-      ``sample_efficiency_curves``.
+    curves: ``{rule: SampleEfficiencyCurve}``.
     path: PNG file to write.
     xlabel: x-axis label.
     ylabel: y-axis label.
-
-  Returns:
-    ``path``.
   """
   if not curves:
     raise ValueError("No curves to plot.")

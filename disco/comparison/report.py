@@ -1,24 +1,13 @@
 """The files of a comparison: statistics of a ``results.Results`` grid.
 
-``write_report`` computes, from the runs of several rules on several
-environments:
-
-* normalised final scores (``normalization``) and their aggregates with
-  stratified-bootstrap intervals (IQM, mean, median, optimality gap),
-  the probability of improvement of every pair of rules, performance
-  profiles and sample-efficiency curves (``aggregates``, i.e. ``rliable``);
-* pairwise two-sided tests of the raw final returns on every environment
-  and of the per-seed mean normalised score over environments,
-  Holm-Bonferroni corrected (per table, or over all tables), with the
-  difference of means and its interval, effect sizes and the seeds a test
-  would need for the target power (``significance``);
-* beside the aggregate intervals, their approximate actual coverage where
-  few seeds make it fall short of the nominal level
-  (``aggregates.coverage_note``);
-
-and writes ``report.md``, ``results.csv`` (``Results.write_csv``),
-``statistics.json`` and the figures ``aggregates.png``, ``profiles.png``,
-``improvement.png``, ``sample_efficiency.png`` and ``curves_<env>.png``.
+``write_report`` computes normalised final scores and their aggregates with
+bootstrap intervals (and, with few seeds, their approximate actual coverage),
+the probability of improvement, performance profiles and sample-efficiency
+curves (``disco.scoring.aggregates``), and pairwise two-sided tests on every
+environment and on the per-seed mean normalised score (``significance``). It
+writes ``report.md``, ``results.csv``, ``statistics.json`` and the figures
+``aggregates.png``, ``profiles.png``, ``improvement.png``,
+``sample_efficiency.png`` and ``curves_<env>.png``.
 """
 
 from __future__ import annotations
@@ -49,25 +38,20 @@ class ReportSettings:
   """How a comparison's statistics are computed.
 
   Attributes:
-    test: the pairwise test (``two_sample.TESTS``); every test is
-      two-sided.
-    alpha: the family-wise significance level of each table (of all tables
-      together with ``holm_across_envs``).
+    test: the two-sided pairwise test (``two_sample.TESTS``).
+    alpha: the family-wise significance level of each table (of all, with
+      ``holm_across_envs``).
     power: target power of the seeds-needed estimate.
-    reps: bootstrap replications (intervals, bootstrap/permutation tests).
+    reps: bootstrap replications (intervals, resampling tests).
     seed: seed of every resampling.
-    num_points: evaluation points of the sample-efficiency curves (less
-      those before every seed has ended an episode).
-    confidence: level of every interval (aggregates, profiles, curves,
-      probability of improvement, differences of means).
-    task_bootstrap: ``rliable``'s task bootstrap: the aggregate, profile and
-      curve intervals also resample environments.
-    min_effect: the a-priori minimum effect of interest, as |Hedges' g|:
-      the seeds-needed estimate is for it rather than for the observed
-      effect (Colas et al. recommend fixing it before the experiment).
-    holm_across_envs: one Holm-Bonferroni family of every row of every
-      pairwise table (each environment's and the all-environments one)
-      rather than one family per table.
+    num_points: points of the sample-efficiency curves (less those before every
+      seed ended an episode).
+    confidence: level of every interval.
+    task_bootstrap: aggregate, profile and curve intervals also resample
+      environments.
+    min_effect: the a-priori minimum effect (|Hedges' g|) of the seeds-needed
+      estimate (None: observed).
+    holm_across_envs: one Holm-Bonferroni family over every pairwise table.
   """
 
   test: str = two_sample.DEFAULT_TEST
@@ -83,9 +67,9 @@ class ReportSettings:
 
 
 def required_seeds(settings: ReportSettings, num_rules: int) -> tuple[int, str]:
-  """``(seeds per rule, what needs them)``: every report needs
-  ``aggregates.MIN_SEEDS`` for its bootstrap intervals, and with several
-  rules the test's ``two_sample.min_seeds`` too."""
+  """``(seeds per rule, what needs them)``: ``aggregates.MIN_SEEDS`` for the
+  bootstrap intervals, and with several rules the test's
+  ``two_sample.min_seeds``."""
   needed, what = aggregates.MIN_SEEDS, "the bootstrap intervals"
   if num_rules > 1:
     needed = max(needed, two_sample.min_seeds(settings.test, settings.alpha))
@@ -98,9 +82,8 @@ def check(
     settings: ReportSettings,
     references: Mapping[str, Any] | None = None,
 ) -> None:
-  """Raises ``ValueError`` (one line, naming the fix) if the statistics
-  cannot be computed: an environment without a reference return, or too
-  few seeds for the test."""
+  """Raises ValueError (one line, naming the fix) if the statistics cannot be
+  computed: an environment without a reference return, or too few seeds."""
   for env in results.envs:
     reference_scores.normalize(0.0, env, references)
   needed, what = required_seeds(settings, len(results.rules))
@@ -114,10 +97,8 @@ def check(
 
 
 def jsonable(x: Any) -> Any:
-  """``x`` as strict JSON values: containers as dicts and lists, NumPy
-  scalars and arrays as Python values, and NaN and +-inf (an undefined
-  statistic, an infinite effect size) as ``None``, i.e. ``null``; JSON has
-  no NaN or Infinity."""
+  """``x`` as strict JSON values: containers as dicts and lists, NumPy values as
+  Python ones, NaN and +-inf as ``None``."""
   if isinstance(x, Mapping):
     return {str(k): jsonable(v) for k, v in x.items()}
   if isinstance(x, (list, tuple, np.ndarray)):
@@ -137,9 +118,9 @@ def json_text(x: Any) -> str:
 
 
 def file_name(env: str) -> str:
-  """A file or folder name for environment key ``env`` (or a rule's label):
-  letters, digits, ``_``, ``.`` and ``-`` only, never starting with ``.``
-  (so never ``..``); ``""`` when nothing is left."""
+  """A file name for environment key ``env`` (or a rule label): letters, digits,
+  ``_``, ``.`` and ``-``, never starting with ``.``; ``""`` when nothing is
+  left."""
   return re.sub(r"[^A-Za-z0-9_.-]+", "_", env).lstrip(".").strip("_")
 
 
@@ -178,9 +159,8 @@ def _pairwise_tests(
     scores: dict[str, np.ndarray],
     settings: ReportSettings,
 ) -> dict[str, list[significance.ComparisonRow]]:
-  """Every pair of rules on each environment (final returns) and, with
-  several environments, on the mean normalised score; ``{}`` for one
-  rule."""
+  """Every pair of rules on each environment (final returns) and, with several
+  environments, on the mean normalised score; ``{}`` for one rule."""
   if len(results.rules) < 2:
     return {}
   test_kw = dict(
@@ -250,8 +230,8 @@ def write_report(
   """Computes the statistics and writes the files into folder ``out``.
 
   Returns:
-    The statistics as JSON values (also in ``statistics.json``; NaN and
-    infinite values are ``None``).
+    The statistics as JSON values (as in ``statistics.json``; NaN and infinities
+      are None).
 
   Raises:
     ValueError: see ``check``.
@@ -314,9 +294,8 @@ def write_report(
 def _coverage(
     agg: aggregates.AggregateResult, settings: ReportSettings
 ) -> dict[str, Any]:
-  """The nominal and approximate actual coverage of a rule's intervals
-  (``aggregates.approximate_coverage``; ``None`` with the task bootstrap,
-  which is not calibrated), and the report's note when it falls short."""
+  """The nominal and approximate actual coverage of a rule's intervals (None
+  with the task bootstrap), and the note when it falls short."""
   return dict(
       nominal=settings.confidence,
       approximate=None

@@ -1,14 +1,8 @@
-"""The results of a comparison: runs of rules on environments, read back from
-``disco-eval`` output folders.
-
-A *run* is one rule on one environment with several seeds (a ``disco-eval``
-output folder: ``config.json``, ``metrics.csv``). ``load_run`` reads one;
-``Results`` holds a grid of them and turns them into the arrays the
-statistics need: final scores ``{rule: [num_seeds, num_envs]}`` and learning
-curves ``{rule: [num_seeds, num_envs, num_points]}`` at common evaluation
-points, raw or normalised (``disco.environments.reference_scores``), and the
-rows of ``results.csv``.
-"""
+"""The results of a comparison, read back from ``disco-eval`` output folders:
+``load_run`` reads one (a rule on an environment, several seeds); ``Results``
+holds a grid and gives final scores ``{rule: [num_seeds, num_envs]}``, learning
+curves ``{rule: [num_seeds, num_envs, num_points]}`` at shared points (raw or
+normalised) and ``results.csv``."""
 
 from __future__ import annotations
 
@@ -48,11 +42,10 @@ class Run:
   """One rule on one environment, several seeds.
 
   Attributes:
-    rule: the rule's label (a registry name or a rule file's stem).
-    env: the normalisation key of the environment and its settings
-      (``reference_scores.env_key``), e.g. ``catch/5x5``.
+    rule: the rule's label.
+    env: the environment's normalisation key, e.g. ``catch/5x5``.
     seeds: ``[S]`` seeds.
-    metrics: ``{name: [S, N]}`` per-iteration metrics (``EvalLoop.run``).
+    metrics: ``{name: [S, N]}`` per-iteration metrics.
     last_episodes: episodes of the final score.
     path: the run folder.
   """
@@ -69,8 +62,8 @@ class Run:
     return analysis.final_scores(self.metrics, self.last_episodes)
 
   def curve_at(self, env_steps: Sequence[int]) -> np.ndarray:
-    """``[S, P]`` windowed mean return after the iteration that reaches
-    each of ``env_steps`` (the last iteration beyond the run's end)."""
+    """``[S, P]`` windowed mean return after the iteration reaching each of
+    ``env_steps`` (the last iteration beyond the run's end)."""
     curve = analysis.return_curve(self.metrics, CURVE_EPISODES)
     steps = np.asarray(self.metrics["env_steps"])[0]
     idx = np.minimum(np.searchsorted(steps, env_steps), steps.size - 1)
@@ -131,9 +124,8 @@ class Results:
     """The grid of ``runs``.
 
     Raises:
-      RunError: if a pair is missing or given twice, the runs of a rule
-        have different numbers of seeds, or a seed diverged or ended no
-        episode.
+      RunError: a pair missing or given twice, a rule's runs with different
+        numbers of seeds, or a seed that diverged or ended no episode.
     """
     rules = tuple(dict.fromkeys(r.rule for r in runs))
     envs = tuple(dict.fromkeys(r.env for r in runs))
@@ -189,11 +181,11 @@ class Results:
 
   def evaluation_points(self, num_points: int) -> np.ndarray:
     """``[P]`` environment steps shared by every run: ``num_points`` evenly
-    spaced up to the shortest run's end, less those at which some seed has
-    not ended an episode yet (a budget short against the episodes).
+    spaced up to the shortest run's end, less those where some seed has not yet
+    ended an episode.
 
     Raises:
-      RunError: if no point is left.
+      RunError: no point is left.
     """
     last = min(
         int(np.asarray(r.metrics["env_steps"])[0, -1])
@@ -235,8 +227,8 @@ class Results:
     )
 
   def _per_rule(self, scores_of, normalized, references):
-    """``{rule: scores_of(run) [num_seeds, ...] stacked over the envs on
-    axis 1}``, normalised per environment if ``normalized``."""
+    """``{rule: [num_seeds, num_envs, ...]}`` of ``scores_of(run)``, normalised
+    per environment if ``normalized``."""
     out = {}
     for rule in self.rules:
       columns = []
@@ -255,7 +247,7 @@ class Results:
       references: Mapping[str, Any] | None = None,
   ) -> Path:
     """``results.csv``: one row per rule, environment, seed and evaluation
-    point (the last point is the final score's run end)."""
+    point."""
     path = Path(path)
     with files.atomic_write(path, "w", newline="") as f:
       writer = csv.writer(f)

@@ -1,12 +1,11 @@
 """Running a comparison: rules x environments x seeds, then its statistics.
 
-Every rule runs on every environment through ``disco.evaluation``
-(``build``, ``run``, ``write``) into ``output_dir/runs/<rule>/<env>``; runs
-that finished are skipped, so a killed sweep continues where it stopped.
-Then ``output_dir`` gets ``report.md``, ``results.csv``,
-``statistics.json`` and figures (``disco.comparison.report``). With
-``run_dirs`` it only aggregates existing ``disco-eval`` folders; with
-``shard="i/n"`` it runs every n-th run (for n processes sharing a sweep).
+Every rule runs on every environment through ``disco.evaluation`` into
+``output_dir/runs/<rule>/<env>``; finished runs are skipped, so a killed sweep
+continues where it stopped. Then ``output_dir`` gets ``report.md``,
+``results.csv``, ``statistics.json`` and figures (``disco.comparison.report``).
+With ``run_dirs`` it only aggregates existing ``disco-eval`` folders; with
+``shard="i/n"`` it runs every n-th run.
 """
 
 from __future__ import annotations
@@ -51,13 +50,12 @@ RUN_KIND = run_folders.RunKind(
 def build(
     settings: settings_lib.CompareSettings | config_dict.ConfigDict,
 ) -> runs.ComparePlan:
-  """Resolves the runs of ``settings`` (a config is made into settings
-  first: ``CompareSettings.from_config``) and builds every run's
-  ``disco-eval`` plan once, so that a bad rule, environment or setting
+  """Resolves the runs of ``settings`` (a config is checked first) and builds
+  every run's ``disco-eval`` plan once, so a bad rule, environment or setting
   fails before anything is trained.
 
   Raises:
-    UsageError: for any bad setting, with a one-line explanation.
+    UsageError: any bad setting, in one line.
   """
   if not isinstance(settings, settings_lib.CompareSettings):
     settings = settings_lib.CompareSettings.from_config(settings)
@@ -92,9 +90,8 @@ def run(
     log: Callable[[str], None] = print,
     progress: bool = True,
 ) -> list[Path]:
-  """Runs this process's runs that have not finished with the settings of
-  the comparison (a damaged or stale run folder runs again, saying so);
-  returns every run folder."""
+  """Runs this process's unfinished runs (a damaged or stale one runs again,
+  saying why); returns every run folder."""
   cells = plan.my_cells()
   status = [tuning_lib.status(plan, c) for c in cells]
   todo = [
@@ -129,8 +126,8 @@ def _tune(
     log: Callable[[str], None],
     progress: bool,
 ) -> runs.Cell:
-  """Trains the tuning runs of ``cell`` that have not finished; returns
-  ``cell`` with the chosen settings."""
+  """Trains ``cell``'s unfinished tuning runs; returns ``cell`` with the chosen
+  settings."""
   points = tuning_lib.tuning_cells(plan, cell)
   for j, (point, tuning_cell) in enumerate(points):
     finished, why = tuning_cell.status(plan.settings)
@@ -156,8 +153,8 @@ def _tune(
 def _train(
     cell: runs.Cell, settings: settings_lib.CompareSettings, progress: bool
 ) -> None:
-  """Trains ``cell`` into its folder (an earlier run's files removed first:
-  ``evaluation.outputs.RUN_KIND``), holding its lock."""
+  """Trains ``cell`` into its folder (an earlier run's files removed first),
+  holding its lock."""
   plan = cell.build(settings)
   lock = evaluation.open_output(plan, settings_lib.PROGRAM)
   try:
@@ -184,9 +181,9 @@ def write(
     log: Callable[[str], None] = print,
     wait_for_shards: bool = False,
 ) -> dict[str, Any] | None:
-  """The statistics of the runs in ``run_dirs``. With ``wait_for_shards``,
-  runs that other processes have not finished yet are not an error: nothing
-  is written (None)."""
+  """The statistics of the runs in ``run_dirs``; with ``wait_for_shards``, runs
+  other processes have not finished are not an error: nothing is written (None).
+  """
   missing = [d for d in run_dirs if not _summary_complete(d)]
   if missing and wait_for_shards:
     log(
@@ -234,21 +231,17 @@ def compare(
     progress: bool = True,
     **overrides: Any,
 ) -> dict[str, Any] | None:
-  """Builds, runs and reports a comparison; returns the statistics
-  (``statistics.json``; None for a shard whose report another writes).
+  """Builds, runs and reports a comparison, holding the output folder's lock (a
+  shard: its own, then the folder's for the report) and each run folder's while
+  training it; returns the statistics (None for a shard whose report another
+  writes).
 
-  Starts from ``config`` (default: ``configs/compare.py``'s, as
-  ``disco-compare`` does) with ``overrides`` set as ``--config.KEY=VALUE``
-  flags would (``settings.make_config``), e.g.
-  ``compare(rules=("ppo", "actor_critic"), envs=("catch",), num_seeds=5)``.
-
-  The process holds the lock of ``output_dir`` throughout (a sharded
-  process: the lock of its shard, then the folder's while it writes the
-  report, which a shard whose report another writes leaves to it), and the
-  lock of each run folder while it trains it.
+  ``overrides`` are set on ``config`` (default: ``configs/compare.py``'s) as
+  flags would, e.g. ``compare(rules=("ppo", "actor_critic"), envs=("catch",),
+  num_seeds=5)``.
 
   Raises:
-    UsageError: for bad settings (before anything is trained).
+    UsageError: bad settings (before anything is trained).
   """
   settings = settings_lib.CompareSettings.from_config(
       settings_lib.make_config(config, **overrides)

@@ -1,13 +1,8 @@
-"""The runs of a comparison: one ``disco-eval`` run per rule and environment.
-
-A ``Cell`` is one run; its folder is ``output_dir/runs/<rule>/<env>``. A
-run whose folder holds a complete summary and a ``config.json`` with the
-settings the comparison would give it, and the same input files (a rule
-file, a weights file, an XLand ruleset file: compared by SHA-256 digest,
-``evaluation.outputs.input_files``), is finished (``Cell.status``), so a
-killed sweep continues where it stopped, and a changed setting or a file
-rewritten at the same path runs again.
-"""
+"""The runs of a comparison: a ``Cell`` per rule and environment, in
+``output_dir/runs/<rule>/<env>``. A cell is finished (``Cell.status``) when its
+folder holds a complete summary and the settings and input files (by SHA-256)
+the comparison would give it, so a killed sweep continues and a changed setting
+or file runs again."""
 
 from __future__ import annotations
 
@@ -49,9 +44,9 @@ def _json(x: Any) -> Any:
 
 
 def settings_differences(saved: dict, current: dict) -> list[str]:
-  """``key: saved X, now Y`` for each setting of a disco-eval
-  ``config.json`` (its ``config`` with its ``rule_settings``) that differs,
-  except ``UNCOMPARED_KEYS``."""
+  """``key: saved X, now Y`` for each differing setting of a disco-eval
+  ``config.json`` (``config`` with ``rule_settings``), except
+  ``UNCOMPARED_KEYS``."""
   saved, current = _json(saved), _json(current)
   return [
       f"{key}: saved {saved.get(key, '<absent>')!r}, now "
@@ -63,21 +58,11 @@ def settings_differences(saved: dict, current: dict) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-  """One run of the grid: a rule on an environment.
-
-  Attributes:
-    rule: the rule as given (registry name or file).
-    env: the environment's registry name.
-    env_settings: its settings.
-    overrides: the rule's changes of the disco-eval settings.
-    output_dir: where the run writes.
-    hyper_params: the rule's hyper-parameter changes.
-    rule_kwargs: the rule's other settings (``rule_settings``).
-    label: the rule's name in the results (``<rule>-tuned`` for a tuned
-      baseline).
-    tuned: its settings are chosen by tuning (``CompareSettings.tuning``)
-      before it runs.
-  """
+  """One run of the grid: ``rule`` (as given) on registry environment ``env``
+  with ``env_settings``, writing to ``output_dir``; the rule's ``overrides`` of
+  the disco-eval settings, ``hyper_params`` and ``rule_kwargs``; its ``label``
+  in the results (``<rule>-tuned`` for a tuned baseline) and whether it is
+  ``tuned``."""
 
   rule: str
   env: str
@@ -121,16 +106,9 @@ class Cell:
       self, settings: settings_lib.CompareSettings
   ) -> tuple[bool, str | None]:
     """``(finished, why not)``: finished when the folder holds a complete
-    ``summary.json`` and a ``config.json`` saying it ran with the settings
-    this comparison would run it with (rule settings saved by an earlier
-    version read as today's: ``migrations.upgraded_settings``) and with
-    the same input files: each file the run would read now (its rule file,
-    weights file, XLand ruleset file) has the SHA-256 digest recorded in
-    ``config.json`` (each read once here). ``why not`` is one line naming a
-    damaged or stale run: the settings that differ, or else each input
-    file that changed since the run, or that the run recorded no digest of
-    (a folder written before digests were recorded cannot be verified, so
-    it runs again); None for a run that never finished."""
+    ``summary.json`` and a ``config.json`` with this comparison's settings for
+    the run (old spellings upgraded) and the same input-file digests;
+    ``why not`` names what is damaged or stale (None: never finished)."""
     out = self.output_dir
     if not (out / results_lib.SUMMARY).exists():
       return False, None
@@ -209,9 +187,9 @@ class ComparePlan:
 
 
 def label(rule: str) -> str:
-  """A rule's name in the results and its folder name: a registered name,
-  or a rule file's stem, made safe as a file name (no ``/``, no leading
-  ``.``), so that every run folder stays inside ``output_dir``."""
+  """A rule's name in the results and its folder name: a registered name, or a
+  rule file's stem, made a safe file name so every run folder stays inside
+  ``output_dir``."""
   if resolve.is_rule_path(rule):
     rule = Path(rule).stem
   return report_lib.file_name(rule) or "rule"
@@ -220,13 +198,12 @@ def label(rule: str) -> str:
 def make_cells(
     settings: settings_lib.CompareSettings, output_dir: Path
 ) -> list[Cell]:
-  """Every run of the grid (a tuned rule: its tuned run, and its own too
-  with ``keep_untuned``), in order.
+  """Every run of the grid in order (a tuned rule: its tuned run, and with
+  ``keep_untuned`` its own too).
 
   Raises:
-    UsageError: an unknown environment or environment setting, a run
-      given twice, or a rule file whose folder would be outside
-      ``output_dir``.
+    UsageError: an unknown environment or setting, a run given twice, or a rule
+      file whose folder would be outside ``output_dir``.
   """
   tuned_rules = settings.tuning.rules if settings.tuning is not None else ()
   cells = []

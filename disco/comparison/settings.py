@@ -1,13 +1,9 @@
 """The settings of a comparison, checked once where they enter.
 
 ``CompareSettings.from_config`` turns a ``disco-compare`` config
-(``configs/compare.py``) into typed, frozen settings in one pass: the
-statistics, the grid of rules and environments, the per-rule overrides, the
-tuning grid and every run's ``disco-eval`` settings
-(``evaluation.EvalSettings``) are checked and every bad value reported
-together in one ``UsageError``. What needs the registries (the rules'
-hyper-parameters, the environments' settings) is checked by
-``runner.build``.
+(``configs/compare.py``) into frozen settings, reporting every bad value
+together in one ``UsageError``; what needs the registries (rules'
+hyper-parameters, environments' settings) is checked by ``runner.build``.
 """
 
 from __future__ import annotations
@@ -73,18 +69,12 @@ def default_config() -> config_dict.ConfigDict:
 
 @dataclasses.dataclass(frozen=True)
 class Tuning:
-  """Baseline tuning: each of ``rules`` on each environment trains every
-  point of ``grid`` with the tuning seeds; the point with the best mean
-  normalised final return (the comparison's own score; first on ties)
-  sets the reported run's settings.
-
-  Attributes:
-    rules: the tuned rules.
-    grid: ``{setting: values}``: ``learning_rate`` or a hyper-parameter.
-    seeds: the tuning seeds (disjoint from the reported ones).
-    total_env_steps: per tuning seed.
-    keep_untuned: report each tuned rule with its own settings too.
-  """
+  """Baseline tuning: each of ``rules`` trains every point of ``grid``
+  (``{setting: values}``: ``learning_rate`` or hyper-parameters) on each
+  environment with ``seeds`` (disjoint from the reported ones) and
+  ``total_env_steps`` each; the best mean normalised final return (first on
+  ties) sets the reported run's settings. ``keep_untuned`` reports each tuned
+  rule's own settings too."""
 
   rules: tuple[str, ...]
   grid: dict[str, tuple[float, ...]]
@@ -112,30 +102,14 @@ class EnvSpec:
 
 @dataclasses.dataclass(frozen=True)
 class CompareSettings:
-  """The checked settings of a comparison (the keys of
-  ``configs/compare.py``, where each is explained).
-
-  Attributes:
-    rules: the rules (registry names or files), in order.
-    envs: the environments with their settings, in order.
-    num_seeds, seed: the reported seeds ``seed .. seed + num_seeds - 1``.
-    shared: the ``disco-eval`` settings every run shares (``SHARED_KEYS``
-      and ``EVAL_KEYS``), as given.
-    rule_overrides, hyper_params, rule_kwargs: per rule, its changes of
-      the ``disco-eval`` settings, its hyper-parameters and its other rule
-      settings.
-    network: the agent-network changes of every rule (no None values).
-    policy: the Gaussian policy's settings on continuous-action
-      environments (no None values).
-    tuning: the baseline tuning (None: none).
-    statistics: how the statistics are computed.
-    references: normalisation entries given (``config.references``).
-    run_dirs: ``disco-eval`` folders to aggregate instead of running.
-    shard: ``(i, n)``: this process runs every n-th run from the i-th.
-    output_dir: the comparison's folder ('': ``runs/compare-<time>``).
-    imports: comma-separated modules ``build`` imports first.
-    compilation_cache: the compilation cache folder (the launcher's).
-  """
+  """The checked settings of a comparison: the keys of ``configs/compare.py``
+  (explained there), with ``rules`` and ``envs`` (``EnvSpec``) in order and
+  ``seed .. seed + num_seeds - 1`` the reported seeds; ``shared``: the
+  ``disco-eval`` settings of every run (``SHARED_KEYS``, ``EVAL_KEYS``), as
+  given; ``rule_overrides``, ``hyper_params``, ``rule_kwargs``: per rule;
+  ``network`` and ``policy``: every rule's, without None values; ``tuning``:
+  None for none; ``statistics``: ``ReportSettings``; ``shard``: ``(i, n)``,
+  every n-th run from the i-th."""
 
   rules: tuple[str, ...]
   envs: tuple[EnvSpec, ...]
@@ -162,7 +136,7 @@ class CompareSettings:
     ``run_dirs``, only those the aggregation reads).
 
     Raises:
-      UsageError: one line naming every bad setting (``checks.Problems``).
+      UsageError: one line naming every bad setting.
     """
     problems = checks.Problems()
     defaults = default_config()
@@ -271,8 +245,7 @@ def _with_runs(
     config: config_dict.ConfigDict,
     problems: checks.Problems,
 ) -> CompareSettings:
-  """``settings`` with the grid of runs: rules, environments, seeds,
-  per-rule settings and tuning, and every run's ``disco-eval`` settings
+  """``settings`` with the grid of runs, every run's ``disco-eval`` settings
   checked."""
   if not config.rules or not config.envs:
     problems.messages.append(
@@ -328,8 +301,8 @@ def _check_seeds(
 
 
 def _check_runs(settings: CompareSettings, problems: checks.Problems) -> None:
-  """Checks the ``disco-eval`` settings of every rule's runs (with each
-  tuning point for a tuned rule), reporting each problem once."""
+  """Checks every rule's runs' (and tuning points') ``disco-eval`` settings,
+  each problem once."""
   env = settings.envs[0] if settings.envs else EnvSpec("catch", "catch", {})
   tuning = settings.tuning
   for rule in settings.rules:
@@ -367,8 +340,8 @@ def apply_point(
     hyper_params: dict[str, Any],
     point: dict[str, float],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-  """``(overrides, hyper_params)`` with the settings of a tuning grid
-  point (``TUNABLE_SETTINGS`` are ``disco-eval`` settings, the rest
+  """``(overrides, hyper_params)`` with a tuning grid point's settings
+  (``TUNABLE_SETTINGS`` go to the ``disco-eval`` overrides, the rest to
   hyper-parameters)."""
   overrides, hyper_params = dict(overrides), dict(hyper_params)
   for key, value in point.items():
@@ -424,9 +397,8 @@ _CONTINUOUS: dict[tuple[str, str], bool] = {}
 
 
 def _is_continuous(env: str, env_settings: Mapping[str, Any]) -> bool:
-  """Whether environment ``env`` (with its settings) has continuous
-  actions (False where it cannot be built: ``evaluation.build`` says
-  why)."""
+  """Whether ``env`` (with its settings) has continuous actions (False where it
+  cannot be built)."""
   key = (env, repr(sorted(env_settings.items())))
   if key not in _CONTINUOUS:
     try:
@@ -484,12 +456,11 @@ def parse_grid(text: str) -> dict[str, tuple[float, ...]]:
 
 
 def _tuning(config: config_dict.ConfigDict, seeds: range) -> Tuning | None:
-  """Checks ``config.tune``; None when nothing is tuned (the grid's
-  settings are the rules': ``runner.build`` checks them).
+  """Checks ``config.tune``; None when nothing is tuned.
 
   Raises:
-    UsageError: a rule that is not compared, an empty grid or value list,
-      or tuning seeds that overlap the reported ones.
+    UsageError: a rule not compared, an empty grid or value list, or tuning
+      seeds overlapping the reported ones.
   """
   tune = config.tune
   rules = tuple(tune.rules or ())
@@ -556,12 +527,8 @@ def _rule_overrides(config: config_dict.ConfigDict) -> dict[str, dict]:
 
 
 def _per_rule(config, key: str) -> dict[str, dict[str, Any]]:
-  """``config.<key>`` (``hyper_params`` or ``rule_kwargs``) as ``{rule:
-  {setting: value}}``.
-
-  Raises:
-    UsageError: for a rule that is not in ``config.rules``.
-  """
+  """``config.<key>`` as ``{rule: {setting: value}}``; UsageError for a rule not
+  in ``config.rules``."""
   given = checks.as_dict(config.get(key) or {}, key)
   out = {}
   for rule, values in given.items():
@@ -581,10 +548,9 @@ def prepare(
     config: config_dict.ConfigDict, rules: Sequence[str] | None = None
 ) -> None:
   """Gives ``config.hyper_params`` and ``config.rule_kwargs`` an entry per
-  registered rule of ``rules`` (default: ``config.rules``) with that rule's
-  settings and defaults (``overrides_lib.completed``), so that overrides
-  may set any of them and no other. Rule files and unknown names get no
-  entry (``build`` reports an unknown one)."""
+  registered rule of ``rules`` (default: ``config.rules``) with its settings and
+  defaults (``overrides_lib.completed``), so overrides may set those and no
+  other; rule files and unknown names get none."""
   rules = config.rules if rules is None else rules
   with config.unlocked():
     for key in overrides_lib.KEYS:
@@ -603,11 +569,10 @@ def prepare(
 def make_config(
     config: config_dict.ConfigDict | None = None, **overrides: Any
 ) -> config_dict.ConfigDict:
-  """A copy of ``config`` (default: ``configs/compare.py``'s) prepared for
-  the rules it compares (``prepare``), with ``overrides`` set as
-  ``--config.KEY=VALUE`` flags would (``evaluation.settings.override``):
-  e.g. ``make_config(rules=("ppo", "actor_critic"),
-  hyper_params={"ppo": {"clip_epsilon": 0.1}})``.
+  """A copy of ``config`` (default: ``configs/compare.py``'s) prepared for its
+  rules, with ``overrides`` set as ``--config.KEY=VALUE`` flags would, e.g.
+  ``make_config(rules=("ppo", "actor_critic"), hyper_params={"ppo":
+  {"clip_epsilon": 0.1}})``.
 
   Raises:
     UsageError: an unknown key or a value of the wrong type.

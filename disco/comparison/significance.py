@@ -1,46 +1,13 @@
-"""Pairwise significance tests between rules, with effect sizes and power.
+"""Pairwise significance tests between rules (``two_sample``), with effect sizes
+and power.
 
-Each test compares the per-seed scores of two rules, ``a`` ``[n_a]`` and
-``b`` ``[n_b]`` (one environment, or scores aggregated per seed over
-environments with ``per_seed_aggregate``); seeds are independent samples.
-Every test is two-sided, with the null hypothesis "no difference":
-
-* ``"welch"`` (default): Welch's t-test (unequal variances), which Colas et
-  al. (2019, "A Hitchhiker's Guide to Statistical Comparisons of
-  Reinforcement Learning Algorithms") recommend for RL;
-* ``"mann_whitney"``: the Mann-Whitney U rank test: exact for small samples
-  without ties (scipy), and a permutation test of U (exact up to
-  ``MW_EXACT_SPLITS`` splits of the seeds) when scores tie, as RL scores
-  often do at an environment's optimum;
-* ``"bootstrap"``: the studentized bootstrap test of Efron and Tibshirani
-  (1993, algorithm 16.2): both samples are shifted to the pooled mean to
-  impose the null, each is resampled separately, and the Welch t of every
-  resample is compared with the observed one;
-* ``"permutation"``: a permutation test of the difference of means (exact
-  when the number of distinct relabellings is at most ``reps``).
-
-Welch's t is undefined when neither sample varies (``[1, 1, 1]`` against
-``[0, 0, 0]``): the Welch and bootstrap tests then report the permutation
-test's p-value instead (exact for small samples), a NaN statistic and a
-warning saying so. Every test refuses seed counts with which it cannot
-reject at ``alpha`` (``min_seeds``). ``disco.comparison.calibration``
-measures the false-positive rate of each test by simulation (the tests of
-this package check it stays at most ``alpha``; ``BENCHMARKS.md`` has the
-table).
-
-The tests live in ``two_sample`` (``run_test``: one test with its effect
-size, interval and power) and the effect sizes and power in
-``effect_sizes``; both are importable from here too. This module runs them
-on every pair of rules: ``pairwise_table`` runs a test on every pair and
-corrects the p-values for multiple comparisons with Holm-Bonferroni
-(``apply_holm`` corrects over several tables at once). Each row carries the difference of
-means with its Welch confidence interval, an effect size (Hedges' g, and
-the rank-biserial correlation for Mann-Whitney) and a power estimate: the
-seeds per rule a two-sided two-sample t-test would need to detect an effect
-with the requested power at ``alpha`` (noncentral t distribution). The
-effect is the a-priori minimum effect of interest ``min_effect`` when given
-(Colas et al. recommend fixing it in advance), else the observed |g|. A row
-whose rules have fewer seeds gets a warning naming that number.
+``pairwise_table`` tests every pair of rules (on one environment, or per-seed
+aggregates over environments) and Holm-Bonferroni-corrects the p-values
+(``apply_holm``: over several tables). Each row carries the difference of means
+with its Welch interval, an effect size (Hedges' g; rank-biserial for
+Mann-Whitney) and the seeds per rule a t-test would need for the requested power
+at ``alpha``, for the a-priori ``min_effect`` (else the observed |g|); a row
+with fewer seeds gets a warning.
 """
 
 from __future__ import annotations
@@ -55,8 +22,7 @@ import numpy as np
 from disco.comparison import effect_sizes
 from disco.comparison import two_sample
 
-# The tests and effect sizes under this module's name too (``significance``
-# held them all once).
+# Importable from here too.
 from disco.comparison.two_sample import (
     mean_difference_interval as mean_difference_interval,
 )
@@ -95,15 +61,9 @@ ROW_KEYS = (
 
 @dataclasses.dataclass(frozen=True)
 class ComparisonRow:
-  """One row of ``pairwise_table``: the test ``result`` of ``rule_a``
-  against ``rule_b``, with the family's correction.
-
-  ``p_holm`` is the Holm-Bonferroni adjusted p-value over the family of
-  comparisons (the table's, or several tables' with ``apply_holm``) and
-  ``reject`` is ``p_holm <= alpha``. The fields of ``result``
-  (``TestResult``: ``p_value``, ``mean_a``, ``seeds_needed``, ...) read as
-  the row's own: ``row.p_value`` is ``row.result.p_value``.
-  """
+  """One row of ``pairwise_table``: the test ``result`` of ``rule_a`` against
+  ``rule_b`` (whose fields read as the row's own, ``row.p_value``), with
+  ``p_holm`` adjusted over the family and ``reject`` = ``p_holm <= alpha``."""
 
   rule_a: str
   rule_b: str
@@ -136,15 +96,8 @@ class ComparisonRow:
 
 
 def per_seed_aggregate(scores: np.ndarray, how: str = "mean") -> np.ndarray:
-  """Aggregates ``[num_seeds, num_envs]`` scores over environments per seed.
-
-  Args:
-    scores: ``[num_seeds, num_envs]`` (normalised) scores.
-    how: ``"mean"``, ``"median"`` or ``"iqm"`` over environments.
-
-  Returns:
-    ``[num_seeds]``, one score per seed for the tests.
-  """
+  """``[num_seeds]`` scores from ``[num_seeds, num_envs]`` ones, aggregated over
+  environments by ``how`` (``"mean"``, ``"median"`` or ``"iqm"``)."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
 
   scores = np.asarray(scores, np.float64)
@@ -164,8 +117,8 @@ def per_seed_aggregate(scores: np.ndarray, how: str = "mean") -> np.ndarray:
 
 
 def env_scores(scores: aggregates.ScoreDict, env: int) -> dict[str, np.ndarray]:
-  """``{rule: [num_seeds]}``: column ``env`` of ``{rule: [num_seeds,
-  num_envs]}`` scores, the input of ``pairwise_table`` for one environment."""
+  """``{rule: [num_seeds]}``: column ``env`` of
+  ``{rule: [num_seeds, num_envs]}`` scores."""
   return {rule: np.asarray(x, np.float64)[:, env] for rule, x in scores.items()}
 
 
@@ -181,27 +134,25 @@ def pairwise_table(
     confidence: float = 0.95,
     min_effect: float | None = None,
 ) -> list[ComparisonRow]:
-  """Tests every pair of rules and corrects for multiple comparisons.
+  """Tests every pair of rules, Holm-Bonferroni-corrected over the table; one
+  ``ComparisonRow`` per pair.
 
   Args:
-    scores: ``{rule: [num_seeds]}``: per-seed scores on one environment
-      (``env_scores``) or aggregated over environments
-      (``per_seed_aggregate``). Rules may have different numbers of seeds.
-    test: one of ``TESTS``.
-    alpha: family-wise significance level of the Holm-Bonferroni step-down
-      procedure over all rows.
+    scores: ``{rule: [num_seeds]}`` on one environment (``env_scores``) or
+      aggregated (``per_seed_aggregate``).
+    test: one of ``two_sample.TESTS``.
+    alpha: family-wise significance level over all rows.
     power: target power of the seeds-needed estimate.
     reps: resamples of the bootstrap and permutation tests.
-    seed: seed of those tests (the same for every pair).
-    pairs: ``(a, b)`` pairs to test; by default each unordered pair once, in
-      the order of ``scores``.
-    confidence: level of the interval of each difference of means.
-    min_effect: the a-priori minimum effect of interest (|Hedges' g|) of the
-      seeds-needed estimate; ``None``: the observed |g|.
+    seed: their seed (the same for every pair).
+    pairs: ``(a, b)`` pairs (default: each unordered pair once, in order).
+    confidence: level of the intervals of the differences of means.
+    min_effect: the a-priori minimum effect (|Hedges' g|) of the seeds-needed
+      estimate; None: the observed |g|.
 
-  Returns:
-    One ``ComparisonRow`` per pair, Holm-corrected over the table (see
-    ``apply_holm`` for a family of several tables).
+  Raises:
+    ValueError: fewer than two rules, an unknown rule, or a pair the test
+      refuses (named).
   """
   if len(scores) < 2:
     raise ValueError(
@@ -251,21 +202,9 @@ def pairwise_table(
 def apply_holm(
     tables: Mapping[str, Sequence[ComparisonRow]], alpha: float = 0.05
 ) -> dict[str, list[ComparisonRow]]:
-  """Holm-Bonferroni over every row of several tables at once.
-
-  ``pairwise_table`` corrects within one table (one environment); this
-  treats all rows of ``tables`` (e.g. every environment's) as one family,
-  which controls the family-wise error rate over all of them at ``alpha``
-  (at the cost of power).
-
-  Args:
-    tables: ``{name: rows}`` of ``pairwise_table``.
-    alpha: the family-wise significance level.
-
-  Returns:
-    ``{name: rows}`` with ``p_holm``, ``reject`` and ``alpha`` over the whole
-    family.
-  """
+  """Holm-Bonferroni over every row of ``tables`` (``{name: rows}``, e.g. every
+  environment's) as one family at ``alpha``: the rows with ``p_holm``,
+  ``reject`` and ``alpha`` redone."""
   effect_sizes.check_probability("alpha", alpha)
   flat = [r for rows in tables.values() for r in rows]
   adjusted = iter(two_sample.holm_bonferroni([r.p_value for r in flat]))
@@ -281,9 +220,8 @@ def apply_holm(
 
 
 def format_table(rows: Sequence[ComparisonRow]) -> str:
-  """The rows as a fixed-width text table (two-sided tests; ``diff`` is
-  ``mean a - mean b`` with its Welch interval), warnings listed
-  underneath."""
+  """The rows as a fixed-width text table (``diff``: ``mean a - mean b`` with
+  its Welch interval), warnings underneath."""
   header = (
       f"{'rule a':<16} {'rule b':<16} {'test':<12} {'stat':>9} "
       f"{'p':>8} {'p_holm':>8} {'reject':>6} {'effect':>8} "

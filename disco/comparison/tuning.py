@@ -1,11 +1,8 @@
-"""Baseline tuning in a comparison: a grid per rule and environment.
-
-Each tuned rule trains every point of ``CompareSettings.tuning.grid`` on
-the tuning seeds into ``output_dir/tuning/<rule>/<env>/<point>``; the point
-with the best mean normalised final return (``choose``) then trains the
-reported seeds as ``<rule>-tuned``. ``write`` adds ``tuning.csv``, the
-``tuning`` entry of ``statistics.json`` and a section of ``report.md``.
-"""
+"""Baseline tuning in a comparison: each tuned rule trains every point of
+``CompareSettings.tuning.grid`` on the tuning seeds into
+``output_dir/tuning/<rule>/<env>/<point>``; the best point (``choose``) trains
+the reported seeds as ``<rule>-tuned``. ``write`` adds ``tuning.csv``,
+``statistics.json``'s ``tuning`` and a ``report.md`` section."""
 
 from __future__ import annotations
 
@@ -58,8 +55,8 @@ def _rule_hyper_params(rule: str) -> dict[str, float]:
 
 
 def check_grid(tuning: settings_lib.Tuning) -> None:
-  """Raises a ``UsageError`` for a grid setting a tuned rule lacks (the
-  grid may vary ``TUNABLE_SETTINGS`` and the rule's hyper-parameters)."""
+  """Raises a ``UsageError`` for a grid setting a tuned rule lacks
+  (``TUNABLE_SETTINGS`` or its hyper-parameters)."""
   for rule in tuning.rules:
     valid = (
         *settings_lib.TUNABLE_SETTINGS,
@@ -76,8 +73,7 @@ def check_grid(tuning: settings_lib.Tuning) -> None:
 def tuning_cells(
     plan: runs.ComparePlan, cell: runs.Cell
 ) -> list[tuple[dict, runs.Cell]]:
-  """The grid points of a tuned ``cell``: ``[(point, Cell)]``, each trained
-  on the tuning seeds into ``output_dir/tuning/<rule>/<env>/<point>``."""
+  """A tuned ``cell``'s grid points ``[(point, Cell)]``."""
   tuning = plan.tuning
   out = []
   for point in tuning.points():
@@ -107,8 +103,8 @@ def tuning_cells(
 
 
 def status(plan: runs.ComparePlan, cell: runs.Cell) -> tuple[bool, str | None]:
-  """``Cell.status`` of ``cell`` as it runs: a tuned cell is finished when
-  its tuning runs are and its run has the settings they chose."""
+  """``Cell.status`` of ``cell`` as it runs: a tuned cell is finished when its
+  tuning runs are and its run has the chosen settings."""
   if not cell.tuned:
     return cell.status(plan.settings)
   for _, tuning_cell in tuning_cells(plan, cell):
@@ -118,14 +114,13 @@ def status(plan: runs.ComparePlan, cell: runs.Cell) -> tuple[bool, str | None]:
 
 
 def choose(plan: runs.ComparePlan, cell: runs.Cell) -> dict[str, Any]:
-  """The grid point of a tuned ``cell`` (its tuning runs finished): the
-  best mean normalised final return over the tuning seeds (a point whose
-  seeds all diverged scores -inf; the first point wins ties).
+  """The grid point of a tuned ``cell``: the best mean normalised final return
+  over the tuning seeds (all seeds diverged: -inf; first wins ties).
 
   Returns:
-    ``dict(rule, label, env, point, score, seeds, total_env_steps,
-    points)``; ``points`` lists every point's ``dict(point, score,
-    mean_return, per_seed)``.
+    ``dict(rule, label, env, point, score, seeds, total_env_steps, points)``;
+      ``points`` lists every point's ``dict(point, score, mean_return,
+      per_seed)``.
   """
   points = []
   for point, tuning_cell in tuning_cells(plan, cell):

@@ -1,24 +1,12 @@
-"""Two-sided two-sample tests of per-seed scores.
+"""Two-sided two-sample tests of per-seed scores ``a`` ``[n_a]`` and ``b``
+``[n_b]`` (null: no difference): ``"welch"`` (default; unequal variances),
+``"mann_whitney"`` (U: exact without ties, a permutation test with ties),
+``"bootstrap"`` (studentized, Efron and Tibshirani 1993, algorithm 16.2) and
+``"permutation"`` (of the difference of means).
 
-Each test compares the per-seed scores of two rules, ``a`` ``[n_a]`` and
-``b`` ``[n_b]``; seeds are independent samples. Every test is two-sided,
-with the null hypothesis "no difference":
-
-* ``"welch"`` (default): Welch's t-test (unequal variances);
-* ``"mann_whitney"``: the Mann-Whitney U rank test: exact for small samples
-  without ties (scipy), and a permutation test of U (exact up to
-  ``MW_EXACT_SPLITS`` splits of the seeds) when scores tie;
-* ``"bootstrap"``: the studentized bootstrap test of Efron and Tibshirani
-  (1993, algorithm 16.2);
-* ``"permutation"``: a permutation test of the difference of means (exact
-  when the number of distinct relabellings is at most ``reps``).
-
-``run_test`` runs one and reports it with its effect size, the Welch
-interval of the difference of means and the seeds a t-test would need
-(``TestResult``); ``p_values`` runs one on a batch of comparisons (the
-calibration by simulation); ``holm_bonferroni`` adjusts a family of
-p-values. ``disco.comparison.significance`` describes the tests and runs
-them on every pair of rules.
+``run_test`` runs one with its effect size, interval and seeds needed;
+``p_values`` runs one on a batch; ``holm_bonferroni`` adjusts a family of
+p-values.
 """
 
 from __future__ import annotations
@@ -52,28 +40,21 @@ class TestResult:
 
   Attributes:
     test: one of ``TESTS``.
-    statistic: the test statistic: Welch's t (Welch and bootstrap; NaN when
-      neither sample varies), U of ``a``, or the difference of means
-      ``mean(a) - mean(b)`` (permutation).
+    statistic: Welch's t (Welch, bootstrap; NaN when neither sample varies), U
+      of ``a``, or ``mean(a) - mean(b)`` (permutation).
     p_value: two-sided p-value.
-    n_a: seeds of ``a``.
-    n_b: seeds of ``b``.
-    mean_a: mean of ``a``.
-    mean_b: mean of ``b``.
-    effect_size: the test's effect size: the rank-biserial correlation for
-      Mann-Whitney (in [-1, 1]; ``2 P(a > b) - 1``), Hedges' g otherwise.
+    n_a, n_b: seeds.
+    mean_a, mean_b: means.
+    effect_size: the rank-biserial correlation (Mann-Whitney), else Hedges' g.
     effect_size_name: ``"rank_biserial"`` or ``"hedges_g"``.
-    hedges_g: Hedges' g of ``a`` over ``b`` for every test.
-    seeds_needed: seeds per rule for the requested power at ``alpha`` given
-      the minimum effect of interest, or |g| without one (``None`` when that
-      is 0: no number suffices).
-    warning: why the result may be unreliable, or ``None``.
-    confidence: level of the interval of the difference of means.
-    diff_low: lower end of the Welch interval of ``mean_a - mean_b`` (NaN
-      when neither sample varies).
-    diff_high: upper end of that interval.
-    min_effect: the minimum effect of interest (|Hedges' g|) of
-      ``seeds_needed``, or ``None`` when it is the observed |g|.
+    hedges_g: Hedges' g of ``a`` over ``b``.
+    seeds_needed: seeds per rule for the requested power at ``alpha`` (None when
+      the effect is 0).
+    warning: why the result may be unreliable, or None.
+    confidence: level of the difference's interval.
+    diff_low, diff_high: Welch interval of ``mean_a - mean_b`` (NaN when neither
+      sample varies).
+    min_effect: the |Hedges' g| of ``seeds_needed`` (None: the observed |g|).
   """
 
   __test__ = False  # not a pytest test class
@@ -112,15 +93,12 @@ def _constant_resample_p(n: int) -> float:
 
 
 def min_seeds(test: str, alpha: float = 0.05) -> int:
-  """The fewest seeds per rule with which ``test`` can be run at ``alpha``.
+  """The fewest seeds per rule with which ``test`` can reject at ``alpha``.
 
-  Welch's t-test needs 2 seeds per rule (a variance). The Mann-Whitney and
-  permutation tests need enough seeds for their smallest possible p-value,
-  ``2 / C(2n, n)``, to reach ``alpha``; with fewer they can never reject (4
-  seeds at alpha = 0.05, 5 at 0.01). The bootstrap test needs enough seeds
-  that both resamples are rarely constant (their Welch t is then infinite,
-  at least as extreme as any observed one): ``n^(2 (1 - n)) <= alpha / 2``,
-  i.e. 3 seeds at alpha = 0.05 and 4 at 0.01; with 2 it can never reject.
+  Welch: 2. Mann-Whitney and permutation: enough for the smallest p-value
+  ``2 / C(2n, n)`` to reach ``alpha`` (4 at 0.05). Bootstrap:
+  ``n^(2 (1 - n)) <= alpha / 2``, so both resamples are rarely constant (3 at
+  0.05).
   """
   if test not in TESTS:
     raise ValueError(f"Unknown test {test!r}; use one of {TESTS}.")
@@ -209,9 +187,8 @@ def _has_ties(x: np.ndarray) -> np.ndarray:
 
 
 def _welch_t(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-  """``[...]`` Welch's t of ``a`` ``[..., n_a]`` over ``b`` ``[..., n_b]``:
-  +-inf where neither varies but the means differ, 0 where they are
-  equal."""
+  """``[...]`` Welch's t of ``a`` ``[..., n_a]`` over ``b`` ``[..., n_b]``
+  (+-inf if neither varies but the means differ, 0 if equal)."""
   diff = a.mean(axis=-1) - b.mean(axis=-1)
   se = np.sqrt(
       a.var(axis=-1, ddof=1) / a.shape[-1]
@@ -267,10 +244,9 @@ def _all_splits(n: int, n_a: int) -> np.ndarray:
 def _rank_permutation_p(
     a: np.ndarray, b: np.ndarray, reps: int, rng: np.random.Generator
 ) -> np.ndarray:
-  """``[B]`` two-sided permutation p-values of Mann-Whitney's U (mid-ranks
-  for ties), with the statistic ``|U - n_a n_b / 2|``: exact over every
-  split of the seeds when there are at most ``max(reps, MW_EXACT_SPLITS)``,
-  else over that many random splits (the same for every row)."""
+  """``[B]`` two-sided permutation p-values of Mann-Whitney's
+  ``|U - n_a n_b / 2|`` (mid-ranks for ties), exact over all splits when at most
+  ``max(reps, MW_EXACT_SPLITS)``, else over that many random ones."""
   from scipy import stats  # pylint: disable=g-import-not-at-top
 
   n_a = a.shape[1]
@@ -307,10 +283,8 @@ def _mann_whitney(
   result = stats.mannwhitneyu(a, b, alternative="two-sided", axis=1)
   statistic = np.asarray(result.statistic, np.float64)
   p = np.asarray(result.pvalue, np.float64).copy()
-  # With ties scipy's "auto" falls back to the normal approximation, which
-  # is far off with few seeds: permute the seeds instead (vectorised over
-  # the rows; scipy's PermutationMethod gives the same p-values, one row at
-  # a time).
+  # With ties scipy falls back to the normal approximation, far off with few
+  # seeds: permute the seeds instead.
   tied = _has_ties(np.concatenate([a, b], axis=1))
   if np.any(tied):
     p[tied] = _rank_permutation_p(a[tied], b[tied], reps, rng)
@@ -328,9 +302,8 @@ def _bootstrap_extreme(
     reps: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
-  """``[B]`` resamples of ``null_a`` ``[B, n_a]`` and ``null_b`` ``[B,
-  n_b]`` (each resampled separately) whose |Welch t| reaches
-  ``|observed|``."""
+  """``[B]`` counts of resamples of ``null_a`` ``[B, n_a]`` and ``null_b``
+  ``[B, n_b]`` whose |Welch t| reaches ``|observed|``."""
   batch, n_a, n_b = null_a.shape[0], null_a.shape[1], null_b.shape[1]
   idx_a = rng.integers(0, n_a, size=(batch, reps, n_a))
   idx_b = rng.integers(0, n_b, size=(batch, reps, n_b))
@@ -350,8 +323,7 @@ def _bootstrap_extreme(
         diff / se,
         np.where(diff == 0, 0.0, np.inf),
     )
-    # A small tolerance so that float noise around an exact tie still
-    # counts. (Rows where neither sample varies get a fallback.)
+    # Float noise around an exact tie still counts.
     tol = 1e-9 * np.maximum(1.0, np.abs(observed))
     return np.count_nonzero(
         np.abs(t) >= (np.abs(observed) - tol)[:, None], axis=1
@@ -424,26 +396,9 @@ def p_values(
     reps: int = 10000,
     seed: int = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
-  """Runs ``test`` on a batch of independent comparisons at once.
-
-  The p-values are those ``run_test`` gives (the resampling tests draw
-  different resamples, from the same kind of generator); this is what the
-  calibration by simulation (``disco.comparison.calibration``) calls.
-
-  Args:
-    a: ``[..., n_a]`` per-seed scores of the first rule of each comparison.
-    b: ``[..., n_b]`` those of the second rule (same leading shape).
-    test: one of ``TESTS``.
-    alpha: significance level of the seed check (``min_seeds``).
-    reps: resamples of the bootstrap and permutation tests.
-    seed: seed of those tests.
-
-  Returns:
-    ``(statistic, p_value)``, both ``[...]``.
-
-  Raises:
-    ValueError: as ``run_test``.
-  """
+  """``(statistic, p_value)`` ``[...]`` of ``test`` on a batch of comparisons
+  ``a`` ``[..., n_a]`` and ``b`` ``[..., n_b]`` (the same leading shape); the
+  other arguments and errors as ``run_test``."""
   if test not in TESTS:
     raise ValueError(f"Unknown test {test!r}; use one of {TESTS}.")
   effect_sizes.check_probability("alpha", alpha)
@@ -503,25 +458,19 @@ def run_test(
   """Runs one two-sided test of ``a`` ``[n_a]`` against ``b`` ``[n_b]``.
 
   Args:
-    a: per-seed scores of the first rule.
-    b: per-seed scores of the second rule.
+    a, b: the two rules' per-seed scores.
     test: one of ``TESTS``.
-    alpha: significance level, used for the seed check and the power
-      estimate (the p-value does not depend on it).
+    alpha: level of the seed check and the power estimate (not of the p-value).
     power: target power of the seeds-needed estimate.
     reps: resamples of the bootstrap and permutation tests.
-    seed: seed of the bootstrap and permutation tests.
-    confidence: level of the interval of the difference of means.
-    min_effect: the minimum effect of interest, as |Hedges' g| (fixed
-      before the experiment): ``seeds_needed`` is for it rather than for the
-      observed |g|.
-
-  Returns:
-    A ``TestResult``.
+    seed: their seed.
+    confidence: level of the difference's interval.
+    min_effect: the a-priori minimum effect (|Hedges' g|) of ``seeds_needed``
+      (None: the observed |g|).
 
   Raises:
-    ValueError: for an unknown test, bad arguments, non-finite scores or too
-      few seeds for the test (the message says how many it needs).
+    ValueError: an unknown test, bad arguments, non-finite scores or too few
+      seeds (saying how many).
   """
   effect_sizes.check_probability("power", power)
   effect_sizes.check_probability("confidence", confidence)
@@ -572,13 +521,8 @@ def run_test(
 
 
 def holm_bonferroni(p_values: Sequence[float]) -> np.ndarray:
-  """Holm-Bonferroni adjusted p-values ``[m]`` (same order as the input).
-
-  With the p-values sorted ascending, ``p_(i)`` becomes
-  ``max_{j <= i} min(1, (m - j + 1) p_(j))`` (1-based ``i``); rejecting where
-  the adjusted p-value is ``<= alpha`` controls the family-wise error rate at
-  ``alpha``.
-  """
+  """Holm-Bonferroni adjusted p-values ``[m]``, in input order: rejecting where
+  they are ``<= alpha`` controls the family-wise error rate at ``alpha``."""
   p = np.asarray(p_values, dtype=np.float64)
   if p.ndim != 1:
     raise ValueError(f"p_values must be 1-D, got shape {p.shape}.")

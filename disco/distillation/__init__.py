@@ -1,38 +1,17 @@
-"""Distillation of a learned rule into a smaller student.
-
-The library under ``disco-distill`` (a Disco meta-network rule into one with
-a smaller meta-network)::
+"""Distillation of a learned rule into a smaller student (the library under
+``disco-distill``)::
 
   from disco import distillation
 
   summary = distillation.distill(
       distillation.make_config(teacher="disco103", envs=("catch",)))
 
-or step by step, each step a function::
+or step by step: ``DistillSettings.from_config``, ``build``, ``open_output``
+(the folder's lock), ``run`` (dataset, fit, agreement), ``write``.
 
-  settings = distillation.DistillSettings.from_config(
-      distillation.make_config(teacher="disco103"))
-  plan = distillation.build(settings)       # teacher, student, output folder
-  lock = distillation.open_output(plan)     # the folder's lock, config.json
-  result = distillation.run(plan)           # dataset, fit, agreement
-  summary = distillation.write(plan, result)
-  lock.release()
-
-* ``settings``: ``default_config``, ``make_config``, ``DistillSettings``;
-* ``plan``: ``DistillPlan``, ``build``, ``student_settings``;
-* ``dataset``: ``gather`` (resumable shards of the teacher's agents'
-  learner batches), ``Shard``;
-* ``fitting``: ``targets``, ``sample_loss``, ``fit``, ``agreement``;
-* ``running``: ``run`` (the dataset, the fit and the agreement),
-  ``DistillResult``;
-* ``outputs``: ``open_output``, ``write`` (the run folder, the student's
-  rule file);
-* ``workflow``: ``distill`` (all of the above).
-
-And an LPO rule's drift into a smaller or closed-form one:
-
-* ``drift_fit``: ``distill`` (a student LPO drift fitted to a teacher's on a
-  grid), ``agreement``, ``standard_drifts``, ``plot_drifts``.
+Modules: ``settings``, ``plan``, ``dataset``, ``fitting``, ``running``,
+``outputs``, ``workflow``; and ``drift_fit`` (an LPO drift fitted by a smaller
+or closed-form one).
 """
 
 from disco.distillation.dataset import Shard

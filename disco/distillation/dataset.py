@@ -1,18 +1,11 @@
 """The distillation dataset: learner batches of agents a teacher trains.
 
-Each environment of a split gets one shard ``<split>-<i>.npz``: its agents
-(one per seed, trained by the teacher as ``disco-eval`` would) are stopped
-at ``samples_per_seed`` points spread over their lifetime, and at each the
-batch their learner would train on next is drawn, with their parameters and
-rule state (target network, value normalisation, the meta-network's
-per-lifetime state). From these the teacher's rule rebuilds its meta-network
-inputs exactly (``fitting``), so a shard holds what the rule saw rather than
-the (much larger) inputs themselves.
-
-Shards are written atomically when an environment's agents finish; a
-gathering that stops resumes at the first missing shard. A shard is read
-with ``allow_pickle=False`` against the structure its environment's agent
-gives: a file never runs code, and one of other settings is refused.
+Each environment of a split gets a shard ``<split>-<i>.npz``: at
+``samples_per_seed`` points of its agents' lifetime (one agent per seed, trained
+as ``disco-eval`` would), the batch their learner would train on next, with
+their parameters and rule state. Shards are written atomically (a stopped
+gathering resumes) and read with ``allow_pickle=False``, checked against the
+settings that made them.
 """
 
 from __future__ import annotations
@@ -52,9 +45,9 @@ class Shard:
   Attributes:
     split: ``"train"`` or ``"held_out"``.
     env: the environment's name and settings.
-    plan: the teacher's evaluation plan on it (agent, rule, loop).
-    samples: ``{batch, params, rule_state, learner_steps}`` with a leading
-      axis of samples ``[N, ...]`` (host arrays).
+    plan: the teacher's evaluation plan on it.
+    samples: ``{batch, params, rule_state, learner_steps}``, host arrays
+      ``[N, ...]``.
     lifetime: the agents' lifetime in learner updates.
     teacher_return: the agents' mean return over their last episodes.
   """
@@ -123,8 +116,8 @@ def _record_fn(plan: evaluation.EvalPlan):
 
 
 def record_points(num_calls: int, samples_per_seed: int) -> list[int]:
-  """The calls (1-based) after which samples are drawn: spread evenly over
-  the lifetime, the last at its end, at most one per call."""
+  """The calls (1-based) after which samples are drawn: evenly over the
+  lifetime, the last at its end, at most one per call."""
   points = np.linspace(0, num_calls, samples_per_seed + 1)[1:]
   return sorted({max(1, int(round(p))) for p in points})
 
@@ -162,9 +155,8 @@ def _save(path: Path, samples, teacher_return: float, metadata: dict) -> None:
 
 
 def _load(path: Path, template, expected_metadata: dict[str, Any]):
-  """The samples of ``path`` and the teacher's return there, checked
-  against ``template`` (one sample's structure) and the settings that made
-  it."""
+  """The samples of ``path`` and the teacher's return, checked against
+  ``template`` (one sample's structure) and the settings that made it."""
   fix = "use a new output_dir, or overwrite=True to gather it again"
   try:
     with np.load(path, allow_pickle=False) as npz:
@@ -214,12 +206,11 @@ def gather(
     folder: Path,
     log: Callable[[str], None] = print,
 ) -> list[Shard]:
-  """Every shard of both splits: read where on disk, else gathered (the
-  teacher's agents trained) and written.
+  """Every shard of both splits: read from disk, else gathered (the teacher's
+  agents trained) and written.
 
   Raises:
-    UsageError: a shard of other settings, or a setting an evaluation
-      refuses.
+    UsageError: a shard of other settings, or a setting an evaluation refuses.
   """
   folder.mkdir(parents=True, exist_ok=True)
   scratch = folder / "scratch"  # never written: the plans' output_dir
@@ -266,9 +257,8 @@ def gather(
 
 
 def _draw_keys(seed: int, draws: int, num_seeds: int) -> np.ndarray:
-  """The seeds' keys of each of ``draws`` record points, ``[draws,
-  num_seeds, 2]``: draw ``j`` splits the ``j``-th key of a chain from
-  ``PRNGKey(seed)`` over the seeds (one compiled program)."""
+  """The seeds' keys at each of ``draws`` record points,
+  ``[draws, num_seeds, 2]``, from a key chain of ``PRNGKey(seed)``."""
 
   def chain(seed):
     rng, out = jax.random.PRNGKey(seed), []

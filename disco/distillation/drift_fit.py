@@ -1,18 +1,9 @@
 """Distilling a learned drift (LPO) into a smaller one, and drawing drifts.
 
-A teacher ``LPO`` rule with meta-parameters is distilled into a student
-``LPO`` rule of the same feature layout and PPO term but another
-``hidden_size``: the student's drift network is fitted to the teacher's over
-a grid of ``(log r, A)`` (both networks before the ReLU, where the drift is
-smooth). ``hidden_size=0`` makes the student linear in its features, a
-closed form whose least-squares fit is exact (``numpy.linalg.lstsq``); other
-students are fitted with Adam. Either way the student is a normal LPO rule
-(its meta-parameters are exported like every rule's), and both keep the
-mirror-learning conditions by construction.
-
-The grid (``Grid``) covers the ratios and normalised advantages PPO-style
-updates see: ``log r`` in ``[-1, 1]`` (``r`` in ``[0.37, 2.7]``), ``A`` in
-``[-4, 4]``.
+The student, an ``LPO`` with the teacher's features and PPO term but another
+``hidden_size``, has its drift network fitted to the teacher's (before the ReLU)
+on a ``Grid`` of ``log r`` in ``[-1, 1]`` and ``A`` in ``[-4, 4]``: by least
+squares for ``hidden_size=0`` (linear in the features), else by Adam.
 """
 
 from __future__ import annotations
@@ -56,11 +47,10 @@ class Agreement:
   Attributes:
     rmse: root mean squared difference of the drifts.
     max_abs: largest absolute difference.
-    r2: ``1 - SSE / SST`` of the drift values (1: identical).
+    r2: ``1 - SSE / SST`` of the drifts (1: identical).
     teacher_scale: the teacher's root mean square drift.
-    net_r2: ``r2`` of the drift networks' outputs alone (without the PPO
-      term and the ReLU, which a student shares with its teacher and which
-      dominate ``r2`` when the learned part is small); NaN if not measured.
+    net_r2: ``r2`` of the networks' outputs alone, without the shared PPO term
+      and ReLU; NaN if not measured.
   """
 
   rmse: float
@@ -73,8 +63,8 @@ class Agreement:
 def check_compatible(
     teacher: mirror_learning.LPO, student: mirror_learning.LPO
 ) -> None:
-  """Raises ``ValueError`` (one line) if the student cannot stand for the
-  teacher: another feature layout, PPO term or clip."""
+  """Raises ValueError (one line) if the student cannot stand for the teacher:
+  another feature layout, PPO term or clip."""
   for name in ("features", "ppo_base"):
     if getattr(teacher, name) != getattr(student, name):
       raise ValueError(
@@ -116,21 +106,10 @@ def distill(
     learning_rate: float = 3e-3,
     seed: int = 0,
 ) -> tuple[types.MetaParams, Agreement]:
-  """Fits ``student``'s drift network to ``teacher``'s on ``grid``.
-
-  Args:
-    teacher: the teacher rule.
-    teacher_params: its meta-parameters.
-    student: the student rule (``check_compatible`` with the teacher).
-    grid: where to fit.
-    steps: Adam steps (students with hidden units).
-    learning_rate: Adam's learning rate.
-    seed: the student's initial parameters (hidden units).
-
-  Returns:
-    The student's meta-parameters and its agreement with the teacher (of the
-    drifts, after the ReLU) on ``grid``.
-  """
+  """Fits ``student``'s drift network (``check_compatible``) to ``teacher``'s
+  with ``teacher_params`` on ``grid`` (hidden units: ``steps`` of Adam at
+  ``learning_rate`` from ``seed``); returns its meta-parameters and the
+  ``Agreement`` of the drifts."""
   check_compatible(teacher, student)
   log_r, advs = grid.points()
   targets = teacher.drift_net(teacher_params, log_r, advs)
@@ -199,8 +178,8 @@ def plot_drifts(
     advantages: tuple[float, ...] = (-1.0, 1.0),
 ) -> None:
   """Draws each drift ``f(r, A)`` as a map over ``(r, A)`` (top row) and the
-  objectives ``r A - f(r, A)`` against ``r`` at the given advantages
-  (bottom row) into ``path`` (PNG)."""
+  objectives ``r A - f(r, A)`` against ``r`` at ``advantages`` (bottom row) into
+  the PNG ``path``."""
   from matplotlib import pyplot as plt
   from matplotlib import ticker
 

@@ -1,18 +1,12 @@
-"""Fitting a student meta-network to a teacher's targets, and measuring how
-well it agrees.
+"""Fitting a student meta-network to a teacher's targets, and measuring their
+agreement.
 
-For one sample (``dataset.Shard``: a learner batch with the agent's
-parameters and rule state) the teacher's rule rebuilds its meta-network
-inputs exactly as in a learner step (``Disco.meta_net_inputs``); the teacher
-gives its targets ``pi [T, B, A]``, ``y`` and ``z [T, B, P]`` from them with
-its recorded per-lifetime state, and the student its own, from the same
-inputs (plus the agent's lifetime ``n / N, log N`` when it conditions on
-it; a flat student reads the ones it takes). The loss is what the agent's
-own losses compare targets with: the KL from the teacher's target to the
-student's, per head the student's agent learns (``Disco.target_heads``: a
-flat student has no ``z``), averaged over the transitions the agent's loss
-counts (``mask``) and weighted by ``pi_cost``, ``y_cost``, ``z_cost``. It
-is zero for a student that is the teacher.
+On one sample (``dataset.Shard``: a learner batch with the agent's parameters
+and rule state) the teacher rebuilds its meta-network inputs as in a learner
+step; teacher and student give targets ``pi [T, B, A]``, ``y``, ``z [T, B, P]``
+from them. The loss is the KL from the teacher's targets to the student's, per
+head the student learns (``Disco.target_heads``), averaged over the loss
+``mask`` and weighted by ``pi_cost``, ``y_cost``, ``z_cost``.
 """
 
 from __future__ import annotations
@@ -63,18 +57,9 @@ def targets(
     student_params: Any,
     student_rnn_state: Any = None,
 ) -> tuple[dict[str, jax.Array], dict[str, jax.Array], jax.Array]:
-  """The teacher's and the student's targets on one sample, and its mask.
-
-  Args:
-    pair: the rules and the agent.
-    sample: one sample of ``pair.shard.samples`` (no leading axis).
-    student_params: the student's meta-parameters.
-    student_rnn_state: the student's per-lifetime state (None: its initial
-      one, empty for a student without a per-lifetime LSTM).
-
-  Returns:
-    ``(teacher_out, student_out, mask [T, B])``; the heads of both are
-    ``pair.heads``: ``pi [T, B, A]``, ``y`` and ``z [T, B, P]``.
+  """``(teacher_out, student_out, mask [T, B])`` on one ``sample`` (no leading
+  axis), each with the heads ``pair.heads`` (``pi [T, B, A]``, ``y``,
+  ``z [T, B, P]``); ``student_rnn_state`` defaults to the student's initial one.
   """
   agent = pair.shard.plan.agent
   rule_state = sample["rule_state"]
@@ -135,8 +120,8 @@ def head_kls(
     student_out: Mapping[str, jax.Array],
     mask: jax.Array,
 ) -> dict[str, jax.Array]:
-  """``{head: mean KL(teacher || student)}`` over the ``mask``ed
-  transitions, for each head of ``student_out``."""
+  """``{head: mean KL(teacher || student)}`` over the ``mask``ed transitions,
+  per head of ``student_out``."""
   return {
       k: _masked_mean(ops.categorical_kl(teacher_out[k], student_out[k]), mask)
       for k in student_out
@@ -166,13 +151,12 @@ def fit(
     fit_settings,
     on_log: Callable[[int, dict[str, float]], None] | None = None,
 ) -> tuple[Any, list[dict[str, float]]]:
-  """Adam on the student's meta-parameters: each step averages the loss of
-  one random sample of every pair's shard.
+  """Adam on the student's meta-parameters; each step averages the loss of one
+  random sample of every pair's shard.
 
   Returns:
-    The student's meta-parameters and the mean loss and KLs of each
-    ``log_every`` steps (``{step, loss, pi_kl, y_kl[, z_kl]}``: the
-    student's heads).
+    The student's meta-parameters, and per ``log_every`` steps the mean loss and
+      KLs (``{step, loss, pi_kl, y_kl[, z_kl]}``).
   """
   heads = pairs[0].heads
   costs = {f"{k}_cost": getattr(fit_settings, f"{k}_cost") for k in heads}
@@ -234,12 +218,10 @@ def fit(
 def agreement(
     pair: Pair, students: Mapping[str, Any]
 ) -> dict[str, dict[str, float]]:
-  """How close each student's targets are to the teacher's over every sample
-  of the shard (``students``: name -> meta-parameters of the same network,
-  evaluated by one compiled program): the mean KL per head of
-  ``pair.heads`` (``pi_kl``, ``y_kl``, ``z_kl``) and the share of
-  transitions where both policy targets rank the same action first
-  (``pi_top1``)."""
+  """How close each student's targets (``students``: name -> meta-parameters of
+  one network) are to the teacher's over every sample of the shard: the mean KL
+  per head (``pi_kl``, ``y_kl``, ``z_kl``) and the share of transitions where
+  both policy targets rank the same action first (``pi_top1``)."""
 
   @jax.jit
   def one(params, sample):

@@ -1,19 +1,8 @@
-"""The run folder of a distillation (``output_dir``).
-
-It receives:
-
-* ``config.json``: the settings (``open_output``);
-* ``dataset/``: the shards (``dataset``), kept, so that a stopped or
-  repeated run reuses them;
-* ``fit.csv``, ``fit.png``: the loss and the KL per head against steps;
-* ``agreement.csv``: per environment and split, the student's KL per head
-  and top-1 policy agreement with the teacher, beside an untrained
-  student's (the scale of "no agreement");
-* ``student.npz``: the student as a rule file (``disco-eval
-  --config.rule=.../student.npz``, ``disco-compare``), with the teacher and
-  its licence terms in its metadata;
-* ``summary.json``: parameters of both, agreement, times (``write``).
-"""
+"""The run folder of a distillation: ``config.json``, ``dataset/`` (reused by a
+stopped or repeated run), ``fit.csv`` and ``fit.png``, ``agreement.csv`` (per
+environment and split, the student's KL per head and top-1 policy agreement,
+beside an untrained student's), ``student.npz`` (a rule file naming the teacher
+and its licence terms) and ``summary.json``."""
 
 from __future__ import annotations
 
@@ -55,15 +44,14 @@ DISCO103_TERMS = (
 
 
 def open_output(plan: plan_lib.DistillPlan) -> files.FolderLock:
-  """Takes the lock of ``plan.output_dir`` (held until released), checks
-  under it that the folder is free (``RUN_KIND``): a folder of an unfinished
-  distillation continues, a finished one is refused unless ``overwrite``
-  (which removes its files first); writes ``config.json``; returns the lock.
+  """Takes the lock of ``plan.output_dir`` (held until released), checks under
+  it that the folder is free (an unfinished distillation continues; a finished
+  one needs ``overwrite``, which removes its files), writes ``config.json`` and
+  returns the lock.
 
   Raises:
-    UsageError: another process writes the folder, or it holds a finished
-      distillation (without overwrite), another kind of run, or files a
-      distillation does not write.
+    UsageError: another writer, a finished distillation (without overwrite),
+      another kind of run, or foreign files.
   """
   out, settings = plan.output_dir, plan.settings
   lock = run_folders.claim_output_dir(out, settings_lib.PROGRAM)
@@ -117,8 +105,8 @@ def _plot(path, history: list[dict[str, float]]) -> None:
 
 
 def _licence(teacher: resolve.ResolvedRule, name: str) -> str | None:
-  """The terms a student carries: Disco103's for the published weights, a
-  teacher file's own ``licence`` line otherwise (None: none given)."""
+  """The terms a student carries: Disco103's for the published weights, else a
+  teacher file's own ``licence`` (None: none)."""
   if teacher.source == "pretrained":
     return DISCO103_TERMS
   if teacher.source == "file":
@@ -132,7 +120,7 @@ def write(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
   """Writes the fit, the agreement, the student's rule file and
-  ``summary.json`` into ``plan.output_dir``; returns the summary."""
+  ``summary.json``; returns the summary."""
   settings, teacher, out = plan.settings, plan.teacher, plan.output_dir
   _write_csv(out / "fit.csv", result.history)
   _plot(out / "fit.png", result.history)

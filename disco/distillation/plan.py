@@ -1,10 +1,6 @@
-"""Building a distillation: the teacher, the student and the output folder.
-
-``build(settings)`` resolves what needs the registries (the teacher and its
-meta-parameters, the student's settings and rule) from checked
-``DistillSettings``, checks that the two fit together, and returns a
-``DistillPlan``: everything ``run`` and the outputs need. Nothing is written.
-"""
+"""Building a distillation: ``build(settings)`` resolves the teacher and its
+meta-parameters and makes the student's settings and rule, checks that they fit
+together, and returns a ``DistillPlan``. Nothing is written."""
 
 from __future__ import annotations
 
@@ -46,7 +42,7 @@ class DistillPlan:
 
   @property
   def dataset_dir(self) -> Path:
-    """The folder of the dataset's shards: ``config.dataset.folder``, or
+    """The dataset's folder: ``config.dataset.folder``, or
     ``output_dir/dataset``."""
     folder = self.settings.dataset.folder
     return Path(folder).expanduser() if folder else self.output_dir / "dataset"
@@ -58,14 +54,14 @@ def student_settings(
     student_agent: str = "teacher",
     student_torso: tuple[int, ...] | None = None,
 ) -> agent_settings.AgentSettings:
-  """The student's agent settings: the teacher's, with the Disco rule's
-  meta-network changed by ``student`` (``MetaNetConfig`` fields), for a
-  ``'flat'`` ``student_agent`` without the action-conditional model, and
-  with ``student_torso`` the dense layers of its agents' torso.
+  """The student's agent settings: the teacher's, its Disco meta-network changed
+  by ``student`` (``MetaNetConfig`` fields), without the action-conditional
+  model for a ``'flat'`` ``student_agent``, with ``student_torso`` as its
+  agents' torso.
 
   Raises:
-    UsageError: the teacher is not a Disco meta-network rule, or the student
-      would predict targets of another size than the teacher's.
+    UsageError: a teacher that is not a Disco rule, or student targets of
+      another size.
   """
   if not isinstance(teacher.rule, disco_rule.Disco):
     raise errors.UsageError(
@@ -104,9 +100,9 @@ def build(settings: settings_lib.DistillSettings) -> DistillPlan:
   """Resolves the teacher and makes the student (see ``DistillPlan``).
 
   Raises:
-    UsageError: a teacher that is not a Disco rule, a student that cannot
-      be made or would predict targets of another size, fit costs of the
-      student's targets that are all 0, or an output folder that is a file.
+    UsageError: a teacher that is not a Disco rule, a student that cannot be
+      made or would predict targets of another size, fit costs of the student's
+      targets all 0, or an output folder that is a file.
   """
   teacher = resolve.resolve_rule(settings.teacher)
   student_config = student_settings(

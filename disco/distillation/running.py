@@ -1,5 +1,5 @@
 """Running a distillation: gather the dataset, fit the student, measure its
-agreement with the teacher."""
+agreement."""
 
 from __future__ import annotations
 
@@ -22,14 +22,12 @@ class DistillResult:
 
   Attributes:
     shards: the dataset's shards, training and held-out.
-    init: the untrained student's meta-parameters (the fit's start).
+    init: the untrained student's meta-parameters.
     params: the fitted student's meta-parameters.
-    history: the fit's rows (``fit.csv``): step, loss, KL per head.
-    agreement: the rows of ``agreement.csv``: per shard (split and
-      environment), the student's and the untrained student's agreement
-      with the teacher.
-    gather_seconds: seconds of gathering the dataset.
-    fit_seconds: seconds of the fit.
+    history: the fit's rows (``fit.csv``).
+    agreement: the rows of ``agreement.csv``.
+    gather_seconds: seconds gathering the dataset.
+    fit_seconds: seconds fitting.
   """
 
   shards: list[dataset_lib.Shard]
@@ -68,12 +66,11 @@ def _agreement_rows(
 def run(
     plan: plan_lib.DistillPlan, log: Callable[[str], None] = print
 ) -> DistillResult:
-  """Gathers the dataset (or reuses its shards in ``plan.dataset_dir``),
-  fits the student on the training shards and measures it on every shard.
+  """Gathers the dataset (or reuses its shards), fits the student on the
+  training shards and measures it on every shard.
 
   Raises:
-    UsageError: a dataset shard made with other settings (before it is
-      used).
+    UsageError: a dataset shard made with other settings.
   """
   settings, teacher, heads = plan.settings, plan.teacher, plan.heads
   start = time.perf_counter()

@@ -1,18 +1,8 @@
-"""``disco-distill``'s settings: the config, and its check into
-``DistillSettings``.
-
-A distillation fits a student Disco meta-network to a teacher's targets
-(``pi``, ``y``, ``z``) on rule inputs gathered from agents the teacher
-trains. The student is the teacher's rule (its losses, value function and
-agent) with another meta-network: the ``student`` settings override fields
-of ``networks.meta_nets.MetaNetConfig`` (``hidden_size``,
-``meta_hidden_size``, the embedding and channel sizes, ...), by default a
-64-unit LSTM without the per-lifetime LSTM that reads its lifetime as two
-inputs (``lifetime_conditioning``) instead. With ``student_agent='flat'``
-the student's agent has no action-conditional model (``Disco`` with
-``action_model=False``): the student reads the teacher's inputs without
-``z`` and learns its ``pi`` and ``y`` targets.
-"""
+"""``disco-distill``'s settings. The student is the teacher's rule with another
+meta-network: ``student`` overrides ``MetaNetConfig`` fields (default: a 64-unit
+LSTM reading its lifetime as two inputs); ``student_agent='flat'`` drops the
+action-conditional model (``Disco(action_model=False)``: no ``z``, ``pi`` and
+``y`` targets only)."""
 
 from __future__ import annotations
 
@@ -49,8 +39,8 @@ def default_config() -> config_dict.ConfigDict:
 def make_config(
     config: config_dict.ConfigDict | None = None, **overrides: Any
 ) -> config_dict.ConfigDict:
-  """A copy of ``config`` (default: ``configs/distill.py``'s) with
-  ``overrides`` set as ``--config.KEY=VALUE`` flags would.
+  """A copy of ``config`` (default: ``configs/distill.py``'s) with ``overrides``
+  set as ``--config.KEY=VALUE`` flags would.
 
   Raises:
     UsageError: an unknown key or a value of the wrong type.

@@ -17,18 +17,12 @@ def distill(
     config: config_dict.ConfigDict | settings_lib.DistillSettings,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-  """Distils ``config.teacher`` into a student: checks the settings in one
-  pass, builds, runs and writes (``build``, ``open_output``, ``run``,
-  ``write``; the run folder: ``disco.distillation.outputs``), holding the
-  folder's lock throughout.
-
-  Returns:
-    The summary (also ``summary.json``).
+  """Distils ``config.teacher`` into a student, holding the folder's lock;
+  returns the summary.
 
   Raises:
-    UsageError: a bad setting or a mismatched teacher and student, in one
-      line, before anything is trained (or a dataset shard of other
-      settings, before it is used).
+    UsageError: a bad setting or mismatched teacher and student, before anything
+      is trained (or a dataset shard of other settings).
   """
   settings = config
   if not isinstance(settings, settings_lib.DistillSettings):

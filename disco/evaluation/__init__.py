@@ -1,12 +1,11 @@
-"""Meta-evaluation: train agents with a fixed update rule and report returns.
-
-The library under ``disco-eval``. In a few lines::
+"""Meta-evaluation: train agents with a fixed update rule and report returns
+(the library under ``disco-eval``)::
 
   from disco import evaluation
 
   summary = evaluation.evaluate(rule="actor_critic", total_env_steps=20_000)
 
-or step by step, each step a function::
+or step by step::
 
   settings = evaluation.EvalSettings.from_config(
       evaluation.make_config(rule="ppo", num_seeds=3))
@@ -16,17 +15,9 @@ or step by step, each step a function::
   summary = evaluation.write(plan, result)
   lock.release()
 
-* ``settings``: ``EvalSettings`` (checked in one pass), ``make_config``,
-  ``prepare``;
-* ``plan``: ``EvalPlan``, ``build``, ``plan_iterations``;
-* ``running``: ``run``, ``EvalResult``;
-* ``outputs``: ``write_config``, ``open_output``, ``write``, ``track``,
-  ``resolved_config``;
-* ``workflow``: ``evaluate`` (all of the above).
-
-With ``distributed`` settings several processes share the seeds: each trains
-a contiguous block of them and saves their parameters; process 0 gathers the
-metrics and writes the rest.
+Modules: ``settings``, ``plan``, ``running``, ``outputs``, ``workflow``
+(``evaluate``). With ``distributed`` settings, each process trains a contiguous
+block of the seeds; process 0 gathers the metrics and writes the rest.
 """
 
 from disco.evaluation.outputs import OUTPUT_FILES

@@ -1,17 +1,8 @@
-"""What a meta-evaluation writes into its run folder, and tells trackers.
-
-``config.json`` (before training: the settings, the rule's resolved
-settings, and the ``run`` record: the schedule, versions and the input files
-by SHA-256 digest, ``input_files``), then ``metrics.csv``,
-``learning_curve.png``, ``params_seed<k>.npz`` and ``summary.json``; each is
-written whole or not at all (``disco.files``).
-
-An environment with per-episode info (``EnvTimestep.info``, e.g. Craftax's
-achievements) adds its ``episode/<name>`` columns to ``metrics.csv`` (the
-mean over the episodes that ended in each iteration) and ``final_episode_info``
-to ``summary.json`` (their mean over the last episodes, as the final return
-is); other environments' files are as before.
-"""
+"""What a meta-evaluation writes into its run folder (whole files only) and
+tells trackers: ``config.json`` before training (with the input files' SHA-256),
+then ``metrics.csv``, ``learning_curve.png``, ``params_seed<k>.npz`` and
+``summary.json``; per-episode environment info adds ``episode/<name>`` columns
+and ``final_episode_info``."""
 
 from __future__ import annotations
 
@@ -75,11 +66,9 @@ def env_input_paths(
 
 
 def input_paths(plan: plan_lib.EvalPlan) -> dict[str, str]:
-  """The files a run reads, by role, each path as given: ``rule`` (a rule
-  given by file, as ``resolve.resolve_rule`` tells one from a registered
-  name), ``weights`` (a named rule's meta-parameter file, when given) and
-  ``env_settings.<setting>`` for each environment setting naming a file
-  (``env_input_paths``)."""
+  """The files a run reads, by role, paths as given: ``rule`` (a rule file),
+  ``weights`` (a named rule's meta-parameter file, if given) and
+  ``env_settings.<setting>`` (``env_input_paths``)."""
   paths = {}
   rule = str(plan.settings.rule).strip()
   if rule not in rule_registry.rule_names() and resolve.is_rule_path(rule):
@@ -92,12 +81,11 @@ def input_paths(plan: plan_lib.EvalPlan) -> dict[str, str]:
 
 
 def file_digests(paths: Mapping[str, str]) -> dict[str, dict[str, str]]:
-  """``{role: {"path": path, "sha256": hex digest}}`` of ``paths``
-  (``{role: path}``; ``~`` is expanded to read, not in the record), each file
-  read once (``files.file_digest``).
+  """``{role: {"path": path, "sha256": hex}}`` of ``{role: path}`` (``~``
+  expanded to read, not in the record).
 
   Raises:
-    UsageError: a file cannot be read (one line naming its role and path).
+    UsageError: a file cannot be read (naming its role and path).
   """
   out = {}
   for role, path in sorted(paths.items()):
@@ -112,8 +100,7 @@ def file_digests(paths: Mapping[str, str]) -> dict[str, dict[str, str]]:
 
 
 def input_files(plan: plan_lib.EvalPlan) -> dict[str, dict[str, str]]:
-  """The input files of ``plan``'s run by digest (``file_digests`` of
-  ``input_paths``): ``config.json``'s ``input_files``.
+  """``file_digests`` of ``input_paths``: ``config.json``'s ``input_files``.
 
   Raises:
     UsageError: a file cannot be read.
@@ -126,15 +113,10 @@ def input_file_changes(
     current: Mapping[str, Mapping[str, str]],
     since: str = "the run",
 ) -> list[str]:
-  """Why input files recorded as ``saved`` (a ``file_digests`` record read
-  back; None or anything else than a dict: nothing recorded, as by a
-  version before digests) do not vouch for ``current`` (``file_digests``
-  of the files read now): one phrase per role of ``current``, in role
-  order, ``"<role> file <path> changed since <since> (sha256 <old>... ->
-  <new>...)"``, or ``"no digest of <role> file <path> was recorded, so it
-  cannot be verified"``. Roles only in ``saved`` are not named (the
-  settings that name files differ then). Empty when every file is the
-  same."""
+  """Why recorded digests ``saved`` (a ``file_digests`` record; anything else:
+  none recorded) do not vouch for ``current``: per role of ``current``,
+  ``"<role> file <path> changed since <since> (sha256 ...)"`` or ``"no digest of
+  <role> file <path> was recorded, ..."``; empty when every file is the same."""
   saved = saved if isinstance(saved, dict) else {}
   out = []
   for role, now in sorted(current.items()):
@@ -152,8 +134,8 @@ def input_file_changes(
 
 
 def resolved_config(plan: plan_lib.EvalPlan) -> dict[str, Any]:
-  """The config as ``config.json`` saves it: the settings given, with the
-  environment settings, learning rate and loop the run resolved."""
+  """The config as ``config.json`` saves it: the settings given, with the run's
+  resolved environment settings, learning rate and loop."""
   resolved = plan.settings.to_config()
   resolved.update(
       output_dir=str(plan.output_dir),
@@ -165,10 +147,9 @@ def resolved_config(plan: plan_lib.EvalPlan) -> dict[str, Any]:
 
 
 def write_config(plan: plan_lib.EvalPlan) -> None:
-  """Creates ``output_dir`` and writes ``config.json`` (before training),
-  its ``run`` record holding the run's input files by digest
-  (``run.input_files``: ``input_files``), so that a file changed at the same
-  path later makes the run stale (``disco.comparison.runs.Cell.status``).
+  """Creates ``output_dir`` and writes ``config.json``, whose
+  ``run.input_files`` lets a later change of an input file mark the run stale
+  (``disco.comparison.runs.Cell.status``).
 
   Raises:
     UsageError: an input file cannot be read.
@@ -193,15 +174,14 @@ def write_config(plan: plan_lib.EvalPlan) -> None:
 def open_output(
     plan: plan_lib.EvalPlan, program: str = settings_lib.PROGRAM
 ) -> files.FolderLock:
-  """Takes the lock of ``plan.output_dir`` (the writer's, held until
-  released), checks under it that the folder is free (``RUN_KIND``:
-  ``run_folders.open_run_folder``), removes the earlier run's files for
-  ``overwrite=True``, and writes ``config.json``; returns the lock.
+  """Takes ``plan.output_dir``'s lock (held until released), checks under it
+  that the folder is free (``run_folders.open_run_folder``; ``overwrite``
+  removes an earlier evaluation's files), writes ``config.json`` and returns the
+  lock.
 
   Raises:
-    UsageError: another process writes the folder, or it holds a run
-      (without overwrite), another kind of run, or files an evaluation does
-      not write.
+    UsageError: another writer, an earlier run (without overwrite), another kind
+      of run, or foreign files.
   """
   lock = run_folders.claim_output_dir(plan.output_dir, program)
   try:
@@ -282,10 +262,9 @@ def diverged_text(summary: dict[str, Any]) -> str:
 def final_episode_info(
     metrics: dict[str, np.ndarray], last_episodes: int
 ) -> dict[str, dict[str, Any]]:
-  """Per ``episode/<name>`` metric (environment info, ``acting.episode_stats``)
-  its final value over the same last episodes as the final return:
-  ``{name: {"per_seed": [...], "mean": x}}`` (None where a seed diverged or
-  has no episode); empty for an environment without info."""
+  """Per ``episode/<name>`` metric, its final value over the same last episodes
+  as the final return: ``{name: {"per_seed": [...], "mean": x}}`` (None where a
+  seed diverged or has no episode); empty without environment info."""
   episodes = np.asarray(metrics["episodes"])
   out = {}
   for name in sorted(metrics):
@@ -343,10 +322,8 @@ def write(
     result: running.EvalResult,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-  """Writes metrics, curve, parameters and summary; returns the summary.
-
-  With several processes, each writes its own seeds' parameters and process
-  0 the rest (every process returns the summary).
+  """Writes metrics, curve, parameters and summary; returns the summary. With
+  several processes, each writes its seeds' parameters and process 0 the rest.
   """
   out, metrics = plan.output_dir, result.metrics
   main = distributed.is_main()
@@ -426,10 +403,9 @@ def track(
     metrics: dict[str, np.ndarray],
     summary: dict[str, Any],
 ) -> None:
-  """Sends what ``metrics.csv`` and ``summary.json`` hold to the trackers
-  of ``settings.tracking`` (nothing more for ``csv``): per iteration, every
-  metric of every seed as ``<metric>/seed_<k>`` against the environment
-  steps, then the summary's numbers."""
+  """Sends ``metrics.csv``'s and ``summary.json``'s contents to the trackers of
+  ``settings.tracking`` (nothing for ``csv``): per iteration, every metric as
+  ``<metric>/seed_<k>`` against environment steps, then the summary."""
   spec = plan.settings.tracking
   if tracking.parse(spec) == (tracking.CSV,):
     return

@@ -1,9 +1,6 @@
-"""Building a meta-evaluation: the rule, environment, agent and loop.
-
-``build(settings)`` resolves what needs the registries (the rule and its
-meta-parameters, the environment, the rule's loop) from checked
-``EvalSettings`` and returns an ``EvalPlan``: everything ``run`` needs.
-"""
+"""Building a meta-evaluation: ``build(settings)`` resolves the rule and its
+meta-parameters, the environment and the loop, and returns an ``EvalPlan``,
+everything ``run`` needs."""
 
 from __future__ import annotations
 
@@ -64,8 +61,8 @@ class EvalPlan:
 
   @property
   def schedule(self) -> dict[str, int]:
-    """How the run's iterations split into compiled calls, and its
-    environment steps (the ``run`` record of ``config.json``)."""
+    """How the iterations split into compiled calls, and the environment steps
+    (``config.json``'s ``run`` record)."""
     return dict(
         iterations=self.iterations,
         num_calls=self.num_calls,
@@ -78,13 +75,10 @@ class EvalPlan:
 def plan_iterations(
     total_env_steps: int, env_steps_per_iteration: int, iterations_per_call: int
 ) -> tuple[int, int]:
-  """``(iterations_per_call, num_calls)`` covering ``total_env_steps``.
-
-  The iteration count ``ceil(total_env_steps / env_steps_per_iteration)`` is
-  rounded up to equal calls of at most ``iterations_per_call`` iterations, so
-  one compiled program serves every call (fewer iterations per call when that
-  overshoots less, e.g. a single short call).
-  """
+  """``(iterations_per_call, num_calls)`` covering ``total_env_steps``:
+  ``ceil(total_env_steps / env_steps_per_iteration)`` iterations rounded up to
+  equal calls of at most ``iterations_per_call``, so one compiled program serves
+  every call."""
   needed = max(1, math.ceil(total_env_steps / env_steps_per_iteration))
   num_calls = math.ceil(needed / iterations_per_call)
   return math.ceil(needed / num_calls), num_calls
@@ -95,16 +89,12 @@ def build(
     log: Callable[[str], None] = print,
     rule: resolve.ResolvedRule | None = None,
 ) -> EvalPlan:
-  """Resolves the rule, environment and loop of ``settings`` and builds the
-  agent (a config is made into settings first: ``EvalSettings.from_config``).
-
-  ``rule``, if given, is used instead of resolving ``settings.rule`` (e.g. a
-  rule being meta-trained, validated with changing meta-parameters: they are
-  an argument of the compiled loop, so ``run`` takes a plan whose
-  ``rule.meta_params`` are replaced without recompiling).
+  """Resolves the rule, environment and loop of ``settings`` (a config is
+  checked first) and builds the agent. A given ``rule`` is used as is: its
+  ``meta_params`` may later be replaced without recompiling.
 
   Raises:
-    UsageError: for any bad setting, with a one-line explanation.
+    UsageError: any bad setting, in one line.
   """
   if not isinstance(settings, settings_lib.EvalSettings):
     settings = settings_lib.EvalSettings.from_config(settings)
@@ -160,7 +150,7 @@ def build(
 def _loop_config(
     settings: settings_lib.EvalSettings, recommended: Mapping[str, int]
 ) -> loop_lib.LoopConfig:
-  """The loop: the settings', else the rule's ``recommended`` ones, else
+  """The loop: the settings', else the rule's recommended one, else
   ``LoopConfig``'s defaults (the published notebook's)."""
   defaults = loop_lib.LoopConfig()
   values = {
@@ -229,7 +219,7 @@ def _warn(
 
 def _overrides(settings: settings_lib.EvalSettings) -> dict[str, Any]:
   """The agent-setting overrides ``settings`` give (``overrides.merged``'s
-  keywords): those set (clips of 0 as None: no clip), empty ones left out."""
+  keywords); clips of 0 become None, empty ones are left out."""
   out: dict[str, Any] = {
       key: getattr(settings, key)
       for key in ("learning_rate", "loss_mask", "adam_eps")

@@ -1,5 +1,4 @@
-"""Running a meta-evaluation: every seed trained, one compiled call at a
-time."""
+"""Running a meta-evaluation: every seed trained, one compiled call at a time."""
 
 from __future__ import annotations
 
@@ -27,11 +26,10 @@ class EvalResult:
   """What ``run`` returns.
 
   Attributes:
-    states: the final states of this process's seeds (leading axis: its
-      ``local_seeds``).
+    states: the final states of this process's ``local_seeds``.
     metrics: ``{name: [S, iterations]}`` on the host.
     call_times: seconds of each compiled call (the first compiles).
-    learner_steps_per_call: learner steps of all seeds in each call.
+    learner_steps_per_call: learner steps of all seeds per call.
     wall_time: seconds of the whole run.
   """
 
@@ -115,11 +113,9 @@ def run(
     log: Callable[[str], None] = print,
     progress: bool = True,
 ) -> EvalResult:
-  """Trains every seed of ``plan`` (vmapped), one compiled call at a time.
-
-  With several processes each trains its ``local_seeds``; the metrics of
-  every seed are then gathered into every process.
-  """
+  """Trains every seed of ``plan`` (vmapped), one compiled call at a time; with
+  several processes each trains its ``local_seeds`` and every process gets every
+  seed's metrics."""
   report = log  # every process reports its own seeds' divergence
   _describe(plan, distributed.main_only(log))
   wall_start = time.perf_counter()

@@ -1,15 +1,7 @@
-"""The settings of a meta-evaluation, checked once where they enter.
-
-``EvalSettings.from_config`` turns a ``disco-eval`` config
-(``configs/evaluate.py``) into typed, frozen settings in one pass: every
-value is checked (``disco.checks``) and every bad one reported together in
-one ``UsageError``. What needs the registries (the rule, the environment and
-their settings) is resolved by ``build``.
-
-``make_config`` is the command line's way of overriding a config, for
-Python: ``make_config(rule="ppo", env_settings={"rows": 5})`` is
-``--config.rule=ppo --config.env_settings.rows=5``.
-"""
+"""The settings of a meta-evaluation: ``EvalSettings.from_config`` checks a
+``disco-eval`` config in one pass (every bad value in one ``UsageError``);
+``make_config(rule="ppo", env_settings={"rows": 5})`` is ``--config.rule=ppo
+--config.env_settings.rows=5``."""
 
 from __future__ import annotations
 
@@ -41,39 +33,14 @@ def default_config() -> config_dict.ConfigDict:
 
 @dataclasses.dataclass(frozen=True)
 class EvalSettings:
-  """The checked settings of a meta-evaluation (the keys of
-  ``configs/evaluate.py``, where each is explained).
+  """The checked settings of a meta-evaluation: the keys of
+  ``configs/evaluate.py`` (explained there), the dicts read-only.
 
-  Made by ``from_config``; the dicts are the caller's to read, not to change.
-  ``None`` for a loop or optimiser setting means the rule's own.
-
-  Attributes:
-    rule: a registered rule or a rule file (resolved by ``build``).
-    weights: the meta-parameters of a named rule (None: found or none).
-    imports: comma-separated modules ``build`` imports first.
-    env: a registered environment (resolved by ``build``).
-    env_settings: its settings as given.
-    total_env_steps, num_seeds, seed: the budget per seed and the seeds
-      ``seed .. seed + num_seeds - 1``.
-    num_envs: the loop (``training.loop.LoopConfig``), with
-      ``rollout_len``, ``batch_size``, ``replay_capacity``,
-      ``min_replay_size``, ``update_epochs`` and ``num_minibatches``.
-    learning_rate: the agent optimiser and losses, with ``max_abs_update``
-      and ``max_grad_norm`` (0: no clip), ``adam_eps`` and ``loss_mask``.
-    hyper_params, rule_kwargs: overrides of the rule's settings.
-    network: overrides of the agent network (None values: the rule's).
-    policy: the continuous-action policy's settings
-      (``disco.policies.make_policy``; None values: its defaults).
-    iterations_per_call: iterations per compiled call.
-    last_episodes: episodes of the final score.
-    output_dir: the run folder ('': ``runs/eval-<rule>-<time>``).
-    tracking: the tracking backends' spec (``disco.tracking``).
-    overwrite: remove an earlier evaluation's files from ``output_dir``
-      first (``disco.run_folders``: only those, in a folder marked as an
-      evaluation's).
-    compilation_cache: the compilation cache folder (the launcher's).
-    distributed: the processes' settings (None: one process).
-    distributed_config: ``config.distributed`` as given.
+  None for a loop setting (``rule_registry.LOOP_KEYS``) or an optimiser setting
+  (``learning_rate``, ``max_abs_update``, ``max_grad_norm``, ``adam_eps``,
+  ``loss_mask``) means the rule's own; a clip of 0 means no clip.
+  ``distributed`` is the checked processes' settings (None: one process),
+  ``distributed_config`` the block as given.
   """
 
   rule: str
@@ -130,7 +97,7 @@ class EvalSettings:
     dict) at once.
 
     Raises:
-      UsageError: one line naming every bad setting (``checks.Problems``).
+      UsageError: one line naming every bad setting.
     """
     problems = checks.Problems()
     settings = cls.collect(config, problems)
@@ -139,8 +106,8 @@ class EvalSettings:
 
   @classmethod
   def collect(cls, config: Any, problems: checks.Problems) -> EvalSettings:
-    """``from_config`` recording its problems in ``problems`` (a bad value
-    is replaced by its default, so that the settings are complete)."""
+    """``from_config`` recording its problems in ``problems`` (bad values
+    replaced by defaults)."""
     values, defaults = _values(config), default_config().to_dict()
     problems.get(checks.check_config_keys, values, defaults, CONFIG_NAME)
 
@@ -218,9 +185,8 @@ class EvalSettings:
     )
 
   def to_config(self) -> dict[str, Any]:
-    """The settings as a config (the keys of ``configs/evaluate.py``, sorted
-    as ``ConfigDict.to_dict`` gives them): what ``config.json`` records,
-    before the values the run resolved."""
+    """The settings as a config (keys sorted): what ``config.json`` records
+    before the run's resolved values."""
     values = {
         f.name: getattr(self, f.name)
         for f in dataclasses.fields(self)
@@ -302,14 +268,11 @@ def prepare(
     env: str | None = None,
     rule: str | None = None,
 ) -> None:
-  """Gives ``config.env_settings`` every setting of environment ``env``
-  (default: ``config.env``) with its defaults, and ``config.hyper_params``
-  and ``config.rule_kwargs`` every setting of rule ``rule`` (default:
-  ``config.rule``) with its defaults, so that overrides may set any of them
-  and no other. Settings the config gives stay, unless ``env`` is another
-  environment than ``config.env``. An unknown name changes nothing
-  (``build`` reports it).
-  """
+  """Gives ``config.env_settings``, ``config.hyper_params`` and
+  ``config.rule_kwargs`` every setting of ``env`` and ``rule`` (defaults: the
+  config's) with its default, so overrides may set those and no other; given
+  settings stay unless ``env`` is another environment. Unknown names change
+  nothing."""
   env = env or config.env
   try:
     defaults = env_registry.get_entry(env).settings
@@ -333,13 +296,12 @@ def prepare(
 
 
 def override(config: config_dict.ConfigDict, overrides: Mapping) -> None:
-  """Sets ``config``'s values as ``--config.KEY=VALUE`` flags would
-  (``checks.override``), naming the new key of a rule's setting that moved
-  (``migrations.new_key``).
+  """Sets ``config``'s values as ``--config.KEY=VALUE`` flags would, naming the
+  new key of a rule setting that moved (``migrations.new_key``).
 
   Raises:
-    UsageError: naming every unknown key (with its close matches) or value
-      of the wrong type.
+    UsageError: naming every unknown key (with close matches) or value of the
+      wrong type.
   """
   rule = str(overrides.get("rule") or config.get("rule"))
   checks.override(
@@ -350,9 +312,9 @@ def override(config: config_dict.ConfigDict, overrides: Mapping) -> None:
 def make_config(
     config: config_dict.ConfigDict | None = None, **overrides: Any
 ) -> config_dict.ConfigDict:
-  """A copy of ``config`` (default: ``configs/evaluate.py``'s) prepared for
-  the environment and rule it names (``prepare``), with ``overrides`` set
-  (``override``): what ``disco-eval --config.KEY=VALUE ...`` runs.
+  """A copy of ``config`` (default: ``configs/evaluate.py``'s) prepared for its
+  environment and rule, with ``overrides`` set: what
+  ``disco-eval --config.KEY=VALUE ...`` runs.
 
   Raises:
     UsageError: an unknown key or a value of the wrong type.

@@ -22,19 +22,14 @@ def evaluate(
     progress: bool = True,
     **overrides: Any,
 ) -> dict[str, Any]:
-  """Trains agents with a rule and writes the run folder; returns the
-  summary (``summary.json``).
-
-  Starts from ``config`` (default: ``configs/evaluate.py``'s, as
-  ``disco-eval`` does) with ``overrides`` set as ``--config.KEY=VALUE`` flags
-  would (``settings.make_config``), e.g.
-  ``evaluate(rule="actor_critic", env_settings={"rows": 5})``; checks the
-  settings in one pass, builds, runs and writes (``build``, ``run``,
-  ``write``), holding the folder's lock throughout.
+  """Trains agents with a rule and writes the run folder, holding its lock;
+  returns the summary. ``overrides`` are set on ``config`` (default:
+  ``configs/evaluate.py``'s) as flags would, e.g.
+  ``evaluate(rule="actor_critic", env_settings={"rows": 5})``.
 
   Raises:
-    UsageError: for bad settings (before anything is trained).
-    errors.Diverged: every seed diverged (the outputs are written first).
+    UsageError: bad settings (before anything is trained).
+    errors.Diverged: every seed diverged (after the outputs are written).
   """
   settings = settings_lib.EvalSettings.from_config(
       settings_lib.make_config(config, **overrides)

@@ -1,14 +1,12 @@
-"""Launchers: disco-eval, disco-meta-train, disco-compare, disco-validate and
-disco-distill, and the core they share (``common``).
+"""Launchers: ``evaluate`` (disco-eval), ``meta_train`` (disco-meta-train),
+``compare`` (disco-compare), ``validate`` (disco-validate), ``distill``
+(disco-distill), and what they share (``common``).
 
-When this process is one of them (``python -m disco.launch.<module>`` or its
-console script), importing this package, which Python does before the
-launcher module imports its libraries, installs
-``stopping.exit_while_starting``: Ctrl-C or SIGTERM while the program starts
-then ends it at once with one line and exit status 130, instead of a
-traceback or, raised inside a garbage-collection callback, no effect at all.
-Importing it anywhere else (a test, a notebook) changes nothing. It imports
-only the standard library and ``disco.stopping`` (which does the same).
+When this process is a launcher, importing this package (before the launcher
+imports its libraries) installs ``stopping.exit_while_starting``, so Ctrl-C or
+SIGTERM during start-up ends it with one line and status 130. Imported anywhere
+else it changes nothing; it imports only the standard library and
+``disco.stopping``.
 """
 
 from __future__ import annotations
@@ -34,13 +32,9 @@ _OPTIONS_WITH_VALUE = ("-X", "-W", "--check-hash-based-pycs")
 def running_program(
     command_line: Sequence[str] | None = None, script: str | None = None
 ) -> str | None:
-  """The launcher this process runs, by its program name, or None.
-
-  ``command_line`` is the command Python started with (default:
-  ``sys.orig_argv``), naming a launcher as ``python [options] -m
-  disco.launch.<module>``; ``script`` is the program's path (default:
-  ``sys.argv[0]``), a console script whose name is a launcher's.
-  """
+  """The launcher this process runs, by program name, or None: ``command_line``
+  (default ``sys.orig_argv``) as ``python [options] -m disco.launch.<module>``,
+  or ``script`` (default ``sys.argv[0]``) a launcher's console script."""
   command_line = sys.orig_argv if command_line is None else command_line
   script = sys.argv[0] if script is None else script
   if os.path.basename(script) in PROGRAMS.values():

@@ -1,14 +1,9 @@
-"""What the command lines share: flags, one-line failures, the entry point.
-
-Every launcher (``disco-eval``, ``disco-meta-train``, ``disco-compare``,
-``disco-validate``) is ``run_launcher``: absl flags with an ``ml_collections``
-``--config`` file whose values are overridden as ``--config.key=value``, a
-call of the library, and its output. Errors end the program with one line:
-``errors.UsageError`` (or a path the file system refuses as too long) status
-2, ``errors.Diverged`` 3, ``errors.ResourceError`` (or a full disk or
-exhausted device memory) 1, a stop by SIGINT/SIGTERM 130 (at most two lines:
-see ``run_launcher``).
-"""
+"""What the command lines share: absl flags with an ``ml_collections``
+``--config`` file overridden as ``--config.key=value``, the entry point
+``run_launcher``, and one-line failures with exit statuses:
+``errors.UsageError`` (or a path name too long) 2, ``errors.Diverged`` 3,
+``errors.ResourceError`` (or a full disk, exhausted device memory) 1,
+SIGINT/SIGTERM 130."""
 
 from __future__ import annotations
 
@@ -43,11 +38,9 @@ LISTED = object()
 def fail(
     program: str, message: Any, status: int = 2, at_once: bool = False
 ) -> NoReturn:
-  """Prints a one-line error and exits with ``status``; ``at_once`` ends
-  the process without the interpreter's shutdown (after flushing the
-  output), for a failed write that left background writers behind: a full
-  disk during a checkpoint leaves orbax's threads and futures, whose
-  errors the shutdown would print after this line."""
+  """Prints a one-line error and exits with ``status``; ``at_once`` skips the
+  interpreter's shutdown (after flushing), after a failed write whose background
+  writers would print more errors."""
   print(f"{program}: error: {errors.one_line(message)}", file=sys.stderr)
   if at_once:
     sys.stdout.flush()
@@ -107,10 +100,9 @@ def _a_setting(value: Any) -> str:
 def unknown_override(
     argv: Sequence[str], config: config_dict.ConfigDict
 ) -> str | None:
-  """Describes the first ``--config.a.b=...`` naming a key that is not in
-  ``config``, with its close matches, or a key under a setting that is not
-  a group (``--config.meta_optimizer.learning_rate`` where
-  ``meta_optimizer`` is a string)."""
+  """Describes the first ``--config.a.b=...`` naming a key ``config`` lacks
+  (with close matches), or a key under a setting that is not a group; None if
+  none."""
   for arg in argv:
     m = re.match(r"^--?(?:no)?config\.([^=]+)", arg)
     if not m:
@@ -162,18 +154,14 @@ def parse_config_flags(
     flag_values: flags.FlagValues | None = None,
     prepare: Callable[[config_dict.ConfigDict, list[str]], None] | None = None,
 ) -> list[str]:
-  """Defines ``--config`` on ``flag_values`` (default: absl's FLAGS) and
-  parses ``argv``; returns the remaining arguments.
-
-  ``--config=FILE[:ARG]`` names an ml_collections config file (default:
-  ``default_config``); ``--config.key=value`` overrides its values.
-  ``prepare(config, argv)``, if given, may adjust the loaded config before
-  the overrides apply (e.g. give ``env_settings`` the keys of the
-  environment the command line names).
+  """Defines ``--config`` on ``flag_values`` (default: absl's FLAGS) and parses
+  ``argv`` (``--config=FILE[:ARG]``, default ``default_config``, and
+  ``--config.key=value`` overrides, applied after ``prepare(config, argv)``);
+  returns the remaining arguments.
 
   Raises:
-    UsageError: for unknown flags or config keys, bad values, or a config
-      file that does not load.
+    UsageError: unknown flags or config keys, bad values, or a config file that
+      does not load.
   """
   fv = flags.FLAGS if flag_values is None else flag_values
   path, arg, argv = config_file_from_argv(list(argv), default_config)
@@ -193,9 +181,8 @@ def parse_config_flags(
       )
     return fv(argv)
   except Exception as e:  # noqa: BLE001 - every parse failure is a usage error
-    # ml_collections raises AttributeError/KeyError for unknown keys and
-    # TypeError for a key under a setting that is not a group, absl its own
-    # errors for bad values.
+    # ml_collections: AttributeError/KeyError for unknown keys, TypeError for
+    # a key under a non-group setting.
     message = None
     if isinstance(e, (AttributeError, KeyError, TypeError)):
       message = unknown_override(argv, config)
@@ -215,15 +202,10 @@ def _is_tuple_setting(key: str, config: config_dict.ConfigDict) -> bool:
 def last_tuple_overrides(
     argv: Sequence[str], config: config_dict.ConfigDict
 ) -> list[str]:
-  """``argv`` (a program name, then arguments) with only the last of the
-  ``--config.KEY=VALUE`` (or ``--config.KEY VALUE``) flags that set the same
-  tuple setting of ``config``.
-
-  ``ml_collections`` joins a repeated tuple flag's values
-  (``--config.dense=(16,) --config.dense=(32,)`` gives ``(16, 32)``); with
-  this, the last one wins, as for every other setting. Nothing after
-  ``--`` is a flag.
-  """
+  """``argv`` (program name, then arguments) keeping only the last of the
+  ``--config.KEY=VALUE`` (or ``--config.KEY VALUE``) flags that set one tuple
+  setting: ``ml_collections`` would join their values. Nothing after ``--`` is a
+  flag."""
   argv = list(argv)
   spans: list[tuple[str, int, int]] = []  # (key, first, past the last)
   i = 1
@@ -257,9 +239,9 @@ def override_value(argv: Sequence[str], key: str) -> str | None:
 def print_rule_settings(
     program: str, config: config_dict.ConfigDict, names: str | None
 ) -> None:
-  """Prints the settings of the rules ``names`` (comma-separated; None:
-  every rule) after importing ``config.imports``; an unknown name fails with
-  exit status 2."""
+  """Prints the settings of the rules ``names`` (comma-separated; None: every
+  rule) after importing ``config.imports``; an unknown name fails with status 2.
+  """
   try:
     checks.import_modules(config.get("imports", ""))
     wanted = None
@@ -292,11 +274,8 @@ def _call_body(
     config: config_dict.ConfigDict,
     argv: Sequence[str],
 ) -> None:
-  """``body(config)`` with the compilation cache, its failures as one line
-  and an exit status. A stop that SIGINT or SIGTERM asked for while
-  ``body`` ran and that ``body`` did not act on (it came after its last
-  safe point) still ends the program with status 130 once ``body``
-  returns."""
+  """``body(config)`` with the compilation cache, failures as one line and an
+  exit status (130 for a stop not acted on)."""
   try:
     cache_folder = compile_cache.enable(
         config.get("compilation_cache", ""), program
@@ -336,27 +315,11 @@ def run_launcher(
     body: Callable[[config_dict.ConfigDict], Any],
     prepare: Callable[[config_dict.ConfigDict, list[str]], None] | None = None,
 ) -> None:
-  """Runs a launcher from the command line.
-
-  Parses ``--config`` (default: ``configs/<config_name>.py``) and its
-  overrides (``prepare``: see ``parse_config_flags``), then calls
-  ``body(config)`` with the persistent compilation cache that
-  ``config.compilation_cache`` names (`disco.compile_cache`), then prints what
-  it saved (unless ``body`` returns ``LISTED``: it printed a listing). A
-  ``UsageError`` (while parsing or from ``body``) prints one line and exits
-  with status 2, ``errors.Diverged`` one line and status 3, an
-  ``errors.ResourceError`` (or a full disk or exhausted device memory that
-  ``body`` did not name) one line and status 1; a path with a name longer
-  than the file system allows one line and status 2.
-
-  Ctrl-C and SIGTERM set a flag that ``body`` checks at safe points
-  (``check_stop``), where it may save its state, and again when it returns;
-  the program then exits with status 130 (the handler's line and at most
-  one more). Before ``body`` is called (while the flags are parsed, and
-  while the launcher module imports its libraries when ``disco.launch``
-  installed ``stopping.exit_while_starting``) either signal ends the
-  program at once with one line and status 130.
-  """
+  """Runs a launcher: parses ``--config`` (default ``configs/<config_name>.py``)
+  and its overrides, calls ``body(config)`` with the compilation cache on and
+  prints what it saved (unless ``body`` returns ``LISTED``). Ctrl-C and SIGTERM
+  set a flag ``body`` checks at safe points (``stopping.check_stop``); the
+  program then exits with status 130."""
   default_config = checks.config_path(config_name)
   main_module = sys.modules.get("__main__")
   if main_module is not None and not getattr(main_module, "__doc__", None):
@@ -390,12 +353,9 @@ def run_launcher(
       )
       return
     if not flags.FLAGS["verbosity"].present:
-      # Keep the output to this program's own lines (JAX, orbax and
-      # matplotlib log INFO messages through absl otherwise); --verbosity=0
-      # shows them.
+      # Only this program's lines (--verbosity=0 shows the libraries' INFO).
       logging.set_verbosity(logging.WARNING)
-    # SIGTERM (e.g. a scheduler's pre-emption) is handled like Ctrl-C: a
-    # flag checked at safe points.
+    # SIGTERM is handled like Ctrl-C.
     stopping.install_stop_handlers(program)
     _call_body(program, body, flags.FLAGS.config, argv)
 

@@ -2,20 +2,15 @@ r"""Distillation launcher: fit a smaller Disco meta-network to a teacher's.
 
   disco-distill --config.student.hidden_size=32 --config.output_dir=runs/d32
 
-(or ``python -m disco.launch.distill``; the settings live in
-``configs/distill.py``, the library in ``disco.distillation``). It trains
-agents with the teacher (``--config.teacher``: ``disco103`` or a Disco rule
-file) on ``config.envs`` and ``config.held_out_envs``, keeps learner batches
-of theirs in ``OUTPUT_DIR/dataset`` (a stopped run resumes there), fits the
-student to the teacher's ``pi``, ``y`` and ``z`` targets, writes their
-agreement (``agreement.csv``), the fit (``fit.csv``, ``fit.png``) and the
-student as a rule file, ``student.npz``::
+(or ``python -m disco.launch.distill``). Settings: ``configs/distill.py``. It
+trains agents with the teacher (``--config.teacher``: ``disco103`` or a Disco
+rule file), keeps their learner batches in ``OUTPUT_DIR/dataset`` (a stopped run
+resumes there), fits the student and writes ``agreement.csv``, ``fit.csv``,
+``fit.png`` and the rule file ``student.npz`` (``disco-eval
+--config.rule=runs/d32/student.npz``).
 
-  disco-eval --config.rule=runs/d32/student.npz
-
-Bad input (an unknown setting, a teacher that is not a Disco rule, a student
-whose targets would not match the teacher's) ends the program with one line
-on stderr and exit status 2 before anything is trained.
+Bad input ends the program with one line on stderr and exit status 2 before
+anything is trained. Python callers use ``disco.distillation``.
 """
 
 from __future__ import annotations

@@ -3,26 +3,16 @@ r"""Meta-evaluation launcher: train agents with a fixed rule on an environment.
   disco-eval --config.rule=actor_critic --config.total_env_steps=20000 \
       --config.num_seeds=3
 
-(or ``python -m disco.launch.evaluate ...``). The settings live in
-``configs/evaluate.py``; pass ``--config=<file>`` for another config file.
-``--config.rule=list`` and ``--config.env=list`` print the registered rules
-and environments. The run writes ``config.json``, ``metrics.csv``,
-``learning_curve.png``, ``params_seed<k>.npz`` and ``summary.json`` into
-``output_dir``, each written whole or not at all (``disco.files``), holding
-the folder's lock for the whole run (a second process on the folder gets one
-line and exit status 2); ``--config.overwrite=True`` first removes an earlier
-evaluation's files from a folder marked as an evaluation's (nothing else:
-``disco.run_folders``). Bad input (a rule or weights file with non-finite values
-included) ends the program with a one-line message on stderr and exit status
-2. A seed whose agent diverges (non-finite parameters) is reported with the
-environment step where it did, and left out of the curves and final
-statistics from there on; if every seed diverges the program exits with
-status 3 after writing its outputs.
+(or ``python -m disco.launch.evaluate``). Settings: ``configs/evaluate.py``;
+``--config.rule=list`` and ``--config.env=list`` list the registered rules and
+environments. Writes ``config.json``, ``metrics.csv``, ``learning_curve.png``,
+``params_seed<k>.npz`` and ``summary.json`` into ``output_dir`` (default
+``runs/eval-<rule>-<time>``); ``--config.overwrite=True`` replaces an earlier
+evaluation there.
 
-The work is the library's (``disco.evaluation``: ``EvalSettings``,
-``build``, ``run``, ``write``, ``evaluate``); this module parses the flags
-and prints. With ``config.distributed`` several processes or hosts share
-the seeds (``disco.evaluation``).
+Bad input ends the program with one line on stderr and exit status 2. A diverged
+seed is reported and left out of the statistics; if every seed diverges, the
+exit status is 3. Python callers use ``disco.evaluation``.
 """
 
 from __future__ import annotations
@@ -67,9 +57,9 @@ def body(
     log: Callable[[str], None] = print,
     progress: bool = True,
 ) -> Any:
-  """Prints the listing that ``rule=list`` or ``env=list`` asks for
-  (returning ``common.LISTED``), else runs the evaluation
-  (``evaluation.evaluate``) and returns its summary."""
+  """Prints the listing ``rule=list`` or ``env=list`` asks for (returning
+  ``common.LISTED``), else runs ``evaluation.evaluate`` and returns its summary.
+  """
   for what in ("rule", "env"):
     if config[what] == LIST:
       checks.import_modules(config.imports)
@@ -79,11 +69,10 @@ def body(
 
 
 def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
-  """Gives ``config.env_settings`` every setting of the environment the
-  command line names (``--config.env=NAME``), and ``config.hyper_params``
-  and ``config.rule_kwargs`` every setting of the rule it names, with their
-  defaults, so that ``--config.env_settings.KEY=VALUE`` (and the rule's
-  keys) may set any of them and no other (``evaluation.prepare``)."""
+  """Gives ``config.env_settings``, ``config.hyper_params`` and
+  ``config.rule_kwargs`` every setting of the environment and rule the command
+  line names, with defaults, so overrides may set those and no other
+  (``evaluation.prepare``)."""
   evaluation.prepare(
       config,
       env=common.override_value(argv, "env"),

@@ -2,33 +2,26 @@ r"""Validation launcher: validate a meta-training run's checkpoints.
 
   disco-validate RUN_DIR --follow
 
-(or ``python -m disco.launch.validate RUN_DIR --follow``; the settings live
-in ``configs/validate.py``). It reads the run's ``config.json``, builds the
-rule and its held-out validation (``disco.meta.validation``, with the run's
-``config.validation`` and any ``--config.validation.<key>=<value>``
+(or ``python -m disco.launch.validate RUN_DIR --follow``). Settings:
+``configs/validate.py``. It builds the run's rule and held-out validation (the
+run's ``config.validation``, with ``--config.validation.<key>=<value>``
 overrides) and restores meta-parameters from ``RUN_DIR/checkpoints``:
 
-* with ``--follow`` (``--config.follow=True``) it validates the initial
-  meta-parameters (with ``validation.at_start``) and every checkpoint as it
-  appears (at multiples of ``validation.every``; 0: all), until the run has
-  finished (its ``summary.json`` reaches ``num_meta_steps``) or no new
-  checkpoint came for ``max_idle_seconds``;
+* with ``--follow``, it validates the initial meta-parameters (with
+  ``validation.at_start``) and each checkpoint as it appears (at multiples of
+  ``validation.every``; 0: all), until the run finishes or no checkpoint comes
+  for ``max_idle_seconds``;
 * without, it validates the latest checkpoint once.
 
-The outputs are those of in-process validation, in the run's folder:
-``validation.csv``, ``validation.png`` and ``best_meta_params.npz``. A
-meta-step the CSV already holds is not validated again, so the follower can
-be stopped and started at any time, also beside a run that validates
-itself. The held-out loops compile once and are reused for every checkpoint.
+Outputs go into the run's folder: ``validation.csv``, ``validation.png`` and
+``best_meta_params.npz``. Validated meta-steps are not validated again, so it
+may be stopped and restarted at any time.
 
-Bad input (no run folder, unknown held-out environments, a budget that
-cannot run, ...) ends the program with one line on stderr and exit status 2
-before anything is trained. A run folder's config is data: modules it would
-import (``config.imports``) and XLand ruleset files it names
-(``env_settings.benchmark_path``) are refused unless the command line repeats
-them (``--config.imports``, ``--config.benchmark_paths``). One follower
-validates a run folder at a time (a second gets one line and exit status
-2).
+Bad input ends the program with one line on stderr and exit status 2, as does a
+second follower on the same folder. Modules (``config.imports``) and XLand
+ruleset files (``env_settings.benchmark_path``) named in the run's config are
+refused unless repeated with ``--config.imports`` and
+``--config.benchmark_paths``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,4 @@
-"""Meta-training: a population of agents, the meta-gradient of their rule's
-meta-parameters, validation on held-out environments, the best rule out.
-
-The library under ``disco-meta-train``::
+"""Meta-training (the library under ``disco-meta-train``)::
 
   from disco import meta
 
@@ -14,21 +11,12 @@ or step by step::
   result = meta.run(plan, hooks=[...])    # the meta-training loop
   summary = meta.write(plan, result)
 
-* ``settings``: ``MetaTrainSettings`` (checked in one pass),
-  ``default_config``;
-* ``plan``: ``MetaTrainPlan``, ``build``, ``initial_state``,
-  ``abstract_state``, ``write_config``;
-* ``hooks``: ``Hook`` (a caller's code at every meta-step), ``Progress``;
-* ``trainer``: ``MetaTrainer``, ``run``, ``write``, ``train``,
-  ``meta_train``;
-* ``rule_files``: ``load_initial_meta_params``, ``export_meta_params``;
-* ``estimator_registry`` and ``level_sampler_registry``: estimators and
-  level samplers by name (``register_estimator``,
-  ``register_level_sampler``);
-* the meta-step (``meta_step``) and its estimators (``population``:
-  backprop, ``es``, ``pes``), ``meta_gradient``, ``value_function``,
-  ``level_samplers``, ``checkpoints``, ``history``, ``validation``,
-  ``follower`` (``disco-validate``), ``divergence``.
+Modules: ``settings``, ``plan``, ``trainer``, ``hooks``, ``rule_files``,
+``run_folder``, ``estimator_registry``, ``level_sampler_registry``; the
+meta-step (``meta_step``) and its estimators (``population``, ``es``, ``pes``,
+``estimators``), ``meta_gradient``, ``value_function``, ``keys``,
+``level_samplers``, ``checkpoints``, ``history``, ``divergence``,
+``validation``, ``validation_record``, ``follower``.
 """
 
 from disco.meta.estimator_registry import register_estimator

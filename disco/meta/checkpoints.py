@@ -1,50 +1,15 @@
-"""Checkpoints of a meta-training run (orbax).
+"""Checkpoints of a meta-training run (orbax): numbered sub-folders (the
+meta-step), written to a temporary folder and renamed when complete, the last
+``keep`` kept.
 
-A checkpoint holds everything a run needs to continue bit for bit:
-
-* the whole ``MetaTrainState`` (meta-parameters, meta-optimiser state, every
-  agent's learner / value-function / environment state and RNG key, and the
-  step counter), saved leaf by leaf with the arrays' shardings;
-* a JSON record: the format version, a *manifest* (path, shape and dtype of
-  every leaf of the state, used to refuse incompatible checkpoints with a clear
-  message), the run's config, the host-side metrics history (so the metrics
-  CSV can be rewritten exactly up to the checkpoint) and any extra values.
-
-Checkpoints live in numbered sub-folders (the meta-step) of one folder, managed
-by ``orbax.checkpoint.CheckpointManager``: each is written into a temporary
-folder and renamed when complete (so a crash never leaves a half-written
-checkpoint that looks complete), and only the last ``keep`` are kept.
-
-No checkpoint holds non-finite values: ``save`` refuses a state with a NaN
-or an infinity, and ``restore`` treats one as corrupt.
-
-A corrupt checkpoint (unreadable, or with non-finite values) raises
-``CorruptCheckpointError``, one whose state does not fit the population it is
-restored into (another population size, network, environment...)
-``CheckpointError``, each naming the problem and the fix; neither is skipped
-or overwritten silently. ``restore_newest_readable`` goes back past corrupt
-checkpoints, moving each aside (to ``<step>.damaged`` in the same folder,
-which the manager ignores) rather than deleting it.
-
-File digests: once orbax has finished a save (its temporary folder renamed
-into ``<step>/``), a JSON manifest ``<step>/file_digests.json`` is written
-atomically (``disco.files.write_json``) with the SHA-256 of every file of the
-checkpoint (path relative to ``<step>/`` -> hex digest). ``restore`` checks
-every listed file before reading anything: a file that differs from its
-digest or is missing, an unreadable manifest, or no manifest where the
-checkpoint's record says one was written (e.g. a crash between orbax's save
-and the manifest) make the checkpoint corrupt (``CorruptCheckpointError``), so
-resuming moves it aside like any damaged one. Files that the manifest does not
-list are not read by the restore and are ignored. Checkpoints written before
-digests existed (no manifest, and a record that does not ask for one) cannot
-be verified: they are read as before, unchecked.
-
-With several processes (``jax.distributed``), every process writes its own
-shards (``ocdbt.process_<i>``) into the shared checkpoint folder and orbax's
-process 0 renames it; after a barrier, process 0 alone digests every file
-(all processes') and writes the manifest, and a second barrier holds the
-others until it exists. Every process checks the digests on restore (they
-read the same shared folder, as orbax requires).
+A checkpoint holds the whole ``MetaTrainState`` with its shardings and a JSON
+record (a manifest of every leaf's path, shape and dtype, the config, the
+metrics history, extra values), and never non-finite values.
+``<step>/file_digests.json`` lists every file's SHA-256, checked before
+restoring: a mismatch, or a missing manifest the record says was written, is a
+``CorruptCheckpointError``, which ``restore_newest_readable`` falls back past,
+moving the checkpoint to ``<step>.damaged``. With several processes each writes
+its own shards; process 0 writes the digests.
 """
 
 from __future__ import annotations
@@ -156,8 +121,8 @@ _DIGEST_ALGORITHM = "sha256"
 
 
 def folder_digests(folder: Path) -> dict[str, str]:
-  """``{relative posix path: SHA-256}`` of every file under ``folder``
-  except the digest manifest itself, sorted by path."""
+  """``{relative posix path: SHA-256}`` of every file under ``folder`` but the
+  manifest, sorted."""
   paths = sorted(
       p for p in folder.rglob("*") if p.is_file() and p.name != DIGESTS_FILE
   )
@@ -165,9 +130,8 @@ def folder_digests(folder: Path) -> dict[str, str]:
 
 
 def digest_problems(folder: Path, expected: Mapping[str, str]) -> list[str]:
-  """What differs between the files under ``folder`` and ``expected``
-  (``folder_digests``'s form): missing files and files whose digest differs,
-  one phrase each, in path order; files not in ``expected`` are not read."""
+  """One phrase per file ``expected`` lists that is missing or differs from its
+  digest, in path order (other files are not read)."""
   problems = []
   for name in sorted(expected):
     path = folder / name
@@ -260,15 +224,9 @@ _SAVE_LOGGERS = ("absl", "asyncio")
 
 @contextlib.contextmanager
 def held_output() -> Iterator[None]:
-  """Holds back what a save prints and logs (``sys.stderr``, and the
-  ``absl`` and ``asyncio`` loggers orbax's threads log to): let out as it
-  came once the block completes, and dropped when it raises. A failing save
-  (a full disk, say) makes each of orbax's writer threads log its error with
-  a traceback, asyncio log each failed write's task whose exception no one
-  read, and tensorstore's callbacks print into closed event loops: tens to
-  hundreds of lines for one failure, which the error the save raises says
-  in one line (asyncio's later complaints about those writes are dropped
-  from then on)."""
+  """Holds back what a save prints and logs (``sys.stderr``, the ``absl`` and
+  ``asyncio`` loggers): let out when the block completes, dropped when it raises
+  (the save's error says it in one line)."""
   hold, stderr = _Hold(), sys.stderr
   loggers = [logging.getLogger(name) for name in _SAVE_LOGGERS]
   held = io.StringIO()
@@ -278,9 +236,8 @@ def held_output() -> Iterator[None]:
   try:
     yield
   except BaseException:
-    # The writes still in flight fail into the closed event loops for a
-    # moment longer; the failed writes' futures, collected later, would
-    # each log that no one read their exception (it was read, and raised).
+    # Writes in flight fail for a moment longer; asyncio would later log
+    # each failed future's (already raised) exception.
     _until_quiet(held)
     asyncio_logger = logging.getLogger("asyncio")
     if _UNRETRIEVED not in asyncio_logger.filters:
@@ -357,16 +314,9 @@ def config_differences(
 
 @dataclasses.dataclass
 class Restored:
-  """What ``restore`` returns.
-
-  Attributes:
-    state: the restored state (same tree and shardings as the template).
-    step: the checkpoint's meta-step.
-    history: the metrics history saved with it (list of row dicts).
-    config: the run config saved with it (``None`` if none was).
-    extra: any extra values saved with it.
-    path: the checkpoint's folder.
-  """
+  """What ``restore`` returns: the ``state`` (the template's tree and
+  shardings), the checkpoint's meta-``step``, the ``history`` rows, ``config``
+  (None if not saved) and ``extra`` saved with it, and its folder ``path``."""
 
   state: Any
   step: int
@@ -443,17 +393,15 @@ class CheckpointManager:
       config: Mapping[str, Any] | None = None,
       extra: Mapping[str, Any] | None = None,
   ) -> Path:
-    """Saves ``state`` (and the host-side record) as checkpoint ``step``.
+    """Saves ``state`` and the host-side record as checkpoint ``step``, then its
+    digest manifest; returns the checkpoint's folder.
 
-    ``step`` defaults to ``int(state.step)``. Saving a step that is already
-    saved does nothing (e.g. the exit save right after a periodic one).
-    Once orbax's save is complete, the folder's digest manifest is written
-    (by process 0, between barriers of every process). Returns the
-    checkpoint's folder.
+    ``step`` defaults to ``int(state.step)``; saving a step already saved does
+    nothing.
 
     Raises:
       CheckpointError: ``state`` holds a NaN or an infinity (nothing is
-        written, so no older checkpoint is rotated out for it).
+        written).
     """
     if step is None:
       step = int(jax.device_get(state.step))
@@ -494,14 +442,12 @@ class CheckpointManager:
 
   # ----------------------------------------------------------- restore
   def check_files(self, step: int) -> dict[str, Any]:
-    """Checks the files of checkpoint ``step`` against its digest manifest,
-    then returns its record (``read_record``).
+    """Checks checkpoint ``step``'s files against its digest manifest (none and
+    not announced: unchecked), then returns its record.
 
     Raises:
-      CorruptCheckpointError: a file is missing or differs from its digest,
-        the manifest is unreadable, or it is missing and the record says one
-        was written. A checkpoint of before digests (no manifest, a record
-        without ``DIGESTS_KEY``) passes unchecked.
+      CorruptCheckpointError: a missing or differing file, or a manifest
+        unreadable or missing though announced.
     """
     folder = self.path(step)
     try:
@@ -523,8 +469,8 @@ class CheckpointManager:
     return record
 
   def read_record(self, step: int) -> dict[str, Any]:
-    """The JSON record of checkpoint ``step`` (no arrays are read, and no
-    digest is checked: ``check_files`` does)."""
+    """The JSON record of checkpoint ``step`` (no arrays read, no digests
+    checked)."""
     try:
       restored = self._orbax().restore(
           step, args=ocp.args.Composite(**{RECORD_ITEM: ocp.args.JsonRestore()})
@@ -555,20 +501,15 @@ class CheckpointManager:
     )
 
   def restore(self, template: Any, step: int | None = None) -> Restored:
-    """Restores checkpoint ``step`` (default: the latest) onto ``template``.
-
-    Args:
-      template: a state of the run's structure (e.g. ``MetaStepProgram.init``'s,
-        or its ``jax.eval_shape``); every restored leaf gets the sharding of
-        the matching template leaf (or the default device where it has none).
-      step: which checkpoint.
+    """Restores checkpoint ``step`` (default: the latest) onto ``template``, a
+    state of the run's structure (arrays or ``jax.eval_shape``'s) whose leaves'
+    shardings the restored leaves get.
 
     Raises:
-      CorruptCheckpointError: an unreadable checkpoint, one whose files do
-        not match their digests (``check_files``), or one with non-finite
-        values.
-      CheckpointError: no checkpoint, or one whose state does not match
-        ``template`` (the message names the differing leaves).
+      CorruptCheckpointError: unreadable, files not matching their digests, or
+        non-finite values.
+      CheckpointError: no checkpoint, or a state not matching ``template``
+        (naming the leaves).
     """
     if step is None:
       step = self.latest_step()
@@ -629,9 +570,9 @@ class CheckpointManager:
     )
 
   def move_aside(self, step: int) -> Path:
-    """Renames checkpoint ``step`` to ``<step>.damaged`` (``.damaged-2``, ...
-    if taken), which the manager no longer lists; returns the new path.
-    With several processes, process 0 renames it and the others wait."""
+    """Renames checkpoint ``step`` to ``<step>.damaged`` (``.damaged-2``, ... if
+    taken), which the manager no longer lists; returns the new path. With
+    several processes, process 0 renames it."""
     source = self.path(step)
     target = source.with_name(source.name + DAMAGED_SUFFIX)
     k = 1
@@ -649,12 +590,12 @@ class CheckpointManager:
       self, template: Any, log: Callable[[str], None] = print
   ) -> Restored | None:
     """Restores the newest checkpoint that reads back whole and finite onto
-    ``template`` (``None`` if there is none). Each newer, corrupt one is
-    moved aside (``move_aside``) and reported through ``log``.
+    ``template`` (None if none); each newer corrupt one is moved aside and
+    reported through ``log``.
 
     Raises:
-      CheckpointError: a checkpoint does not fit ``template`` (another run's:
-        nothing is moved).
+      CheckpointError: a checkpoint does not fit ``template`` (nothing is
+        moved).
     """
     for step in reversed(self.all_steps()):
       try:

@@ -1,19 +1,11 @@
 """Divergence in meta-training: its host-side record.
 
-The compiled meta-step (``disco.meta.population``) checks finiteness itself, as scalars:
-
-* an agent whose meta-gradient, learner or value-function state, meta-loss
-  or inner loss is not finite has *diverged*: it is left out of that step's
-  meta-gradient (each group's mean is over its finite agents) and starts a new
-  lifetime; ``<group>/diverged_agents`` counts them;
-* when the meta-gradient, the new meta-parameters or the new meta-optimiser
-  state are not finite (or a group has no finite agent left), the
-  meta-parameters and the meta-optimiser state stay as they were:
-  ``meta_update_skipped`` is 1.
-
-``DivergenceRecord`` reads those scalars on the host after every meta-step,
-keeps the run's totals (saved with each checkpoint) and says when a run has
-skipped too many updates in a row to go on.
+The compiled meta-step checks finiteness itself: an agent whose meta-gradient,
+states or losses are not finite is left out of that step's meta-gradient and
+restarts (``<group>/diverged_agents``); a non-finite meta-gradient,
+meta-parameters or optimiser state (or a group without finite agents) leaves
+them unchanged (``meta_update_skipped`` = 1). ``DivergenceRecord`` keeps the
+run's totals on the host and says when too many updates in a row were skipped.
 """
 
 from __future__ import annotations
@@ -37,11 +29,11 @@ class DivergenceRecord:
 
   Attributes:
     groups: the population's group names.
-    max_consecutive_skips: ``should_stop`` once this many meta-steps in a
-      row skipped their update.
+    max_consecutive_skips: ``should_stop`` once this many meta-steps in a row
+      skipped their update.
     skipped_updates: meta-updates skipped so far.
     consecutive_skips: skipped in a row up to the last meta-step.
-    restarted_agents: per group, agents restarted after diverging so far.
+    restarted_agents: per group, agents restarted after diverging.
     first_skip: the meta-step that started the current run of skips.
   """
 
@@ -62,13 +54,12 @@ class DivergenceRecord:
   def health_logs(
       logs: Mapping[str, Any], groups: Sequence[str]
   ) -> dict[str, Any]:
-    """The entries of a meta-step's logs that ``update`` reads (fetch
-    only these when the rest is not needed)."""
+    """The entries of a meta-step's logs that ``update`` reads."""
     return {k: logs[k] for k in (SKIPPED, *(f"{g}/{DIVERGED}" for g in groups))}
 
   def update(self, meta_step: int, logs: Mapping[str, Any]) -> list[str]:
-    """Counts meta-step ``meta_step`` from its (host) logs; returns one
-    message per event (a skipped update, restarted agents)."""
+    """Counts meta-step ``meta_step`` from its host logs; returns one message
+    per event (a skipped update, restarted agents)."""
     events = []
     diverged = {g: int(logs[f"{g}/{DIVERGED}"]) for g in self.groups}
     for g, n in diverged.items():

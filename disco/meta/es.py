@@ -1,42 +1,16 @@
 """Meta-training with evolution strategies (``--config.estimator=es``).
 
-One *generation* (a meta-step) is one compiled program, the outline every
-estimator shares (``disco.meta.meta_step``) with ES's pieces in it. The
-population's ``population_size`` members are perturbed meta-parameters
-``theta + sigma * z_i`` in antithetic pairs (members ``2k`` and ``2k + 1``
-carry ``z`` and ``-z``). Every member trains fresh agents for a whole
-lifetime of ``lifetime_iterations`` iterations of the compiled evaluation
-loop (``disco.training.loop.EvalLoop``: an on-policy rollout of
-``rollout_len`` actor steps and one learner step per iteration, or with
-``update_epochs`` and ``num_minibatches`` PPO's passes of minibatches over
-it): per group, ``num_agents`` agents. Antithetic task sampling: both
-members of a pair train on the same environments with the same seeds (the
-same initial agents and acting keys); different pairs get different ones.
-
-A member's fitness is, per group, the mean over its agents of the normalised
-return (``(return - random) / (reference - random)`` from
-``disco.environments.reference_scores``, raw where the environment has no
-entry) of the episodes that end in the last ``final_iterations`` iterations
-(``fitness='final_return'``) or in every iteration (``'auc'``: the area
-under the learning curve), averaged over the groups with their weights. A member
-whose agents diverge (non-finite learner state) gets a NaN fitness, which
-ranks worst: the meta-gradient stays finite. The meta-gradient is OpenAI-ES's
-(evosax ``Open_ES``'s formula) of the centred ranks of the members' losses
-(``-fitness``; ``rank_shaping=False``: of the raw losses), and the run's
-meta-optimiser applies it, as for the other estimators.
-
-Members are vmapped per device and sharded over the devices (``shard_map``);
-every device draws its members' noise from the replicated key, the fitness
-is gathered over the devices and the gradient summed over them. The state
-carries no agents between generations: the meta-parameters, the
-meta-optimiser state, the step and the key.
-
-Why not evosax's ``Open_ES.ask/tell``: they keep their own flat mean and
-optimiser state, whereas the meta-trainer keeps one meta-optimiser over the
-meta-parameter pytree for every estimator (one checkpoint format, one
-divergence policy), and the member noise must be computable per device from
-a member's index (for sharding and antithetic task sampling). The fitness
-shaping is evosax's.
+A generation (one meta-step) has ``population_size`` members
+``theta + sigma * z_i`` in antithetic pairs (``2k``, ``2k + 1``: ``z``, ``-z``),
+each training fresh agents for ``lifetime_iterations`` iterations of
+``disco.training.loop.EvalLoop``; a pair's members share environments and seeds.
+A member's fitness is the mean normalised return ``(return - random) /
+(reference - random)`` (raw without a reference) of its agents' episodes in the
+last ``final_iterations`` iterations (``final_return``) or all (``auc``),
+averaged over groups by weight; divergence gives NaN, which ranks worst. The
+meta-gradient is OpenAI-ES's (evosax ``Open_ES``'s formula) over the centred
+ranks of ``-fitness``, applied by the run's meta-optimiser; another evosax
+distribution-based ``strategy`` applies its own ``tell``.
 """
 
 from __future__ import annotations
@@ -67,9 +41,8 @@ OPEN_ES = "open_es"
 
 
 def _algorithms():
-  """evosax's strategies, imported on first use: importing them runs JAX
-  computations, which in a multi-process run must wait for
-  ``jax.distributed.initialize``."""
+  """evosax's strategies, imported on first use (importing them runs JAX
+  computations, which must follow ``jax.distributed.initialize``)."""
   from evosax import algorithms
 
   return algorithms
@@ -82,8 +55,7 @@ def strategy_names() -> list[str]:
 
 def check_strategy(name: str) -> str:
   """``name`` if evosax has a distribution-based strategy of that name
-  (``open_es``, the default, is OpenAI-ES); raises ``ValueError`` otherwise.
-  """
+  (``open_es``, the default, is OpenAI-ES); ValueError otherwise."""
   if name.lower() == OPEN_ES:
     return OPEN_ES
   names = strategy_names()
@@ -103,21 +75,21 @@ def check_strategy(name: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class ESConfig:
-  """Attributes:
-  strategy: ``open_es`` or an evosax distribution-based strategy's name.
-  population_size: members per generation (even: antithetic pairs).
-  sigma: standard deviation of the perturbations.
-  lifetime_iterations: evaluation-loop iterations of a member's agents.
-  fitness: ``final_return`` or ``auc`` (see the module docstring).
-  final_iterations: the last iterations whose episodes count as the final
-    return.
-  rank_shaping: centred-rank fitness shaping (False: raw losses).
-  antithetic: antithetic pairs of perturbations (False: independent ones;
-    the pairs still share their tasks).
-  update_epochs: passes over each rollout per iteration (sample reuse, as
-    PPO; ``disco.training.loop.LoopConfig``).
-  num_minibatches: learner steps per pass, each on a split of the rollout's
-    environments.
+  """ES settings.
+
+  Attributes:
+    strategy: ``open_es`` or an evosax distribution-based strategy's name.
+    population_size: members per generation (even).
+    sigma: standard deviation of the perturbations.
+    lifetime_iterations: evaluation-loop iterations of a member's agents.
+    fitness: ``final_return`` or ``auc``.
+    final_iterations: the last iterations counted by ``final_return``.
+    rank_shaping: centred-rank fitness shaping (False: raw losses).
+    antithetic: antithetic perturbations (False: independent; pairs still share
+      tasks).
+    update_epochs: passes over each rollout per iteration (``LoopConfig``).
+    num_minibatches: learner steps per pass, each on a split of the
+      environments.
   """
 
   strategy: str = OPEN_ES
@@ -158,13 +130,12 @@ class ESConfig:
   def from_config(
       cls, values: Mapping[str, Any], agent: config_dict.ConfigDict | None
   ) -> ESConfig:
-    """The settings ``config.es`` holds (``values``; missing keys: the
-    defaults). ``update_epochs`` and ``num_minibatches`` default (None) to
-    the loop of the rule of the ``agent`` settings (PPO's, DPO's and LPO's:
-    4 x 4; 1 x 1 without agent settings).
+    """The settings ``config.es`` holds (missing keys: defaults);
+    ``update_epochs`` and ``num_minibatches`` (None) default to the loop of the
+    ``agent`` settings' rule (1 x 1 without).
 
     Raises:
-      ValueError, TypeError: for bad or unknown settings.
+      ValueError, TypeError: bad or unknown settings.
     """
     values = dict(values)
     loop = {} if agent is None else rule_registry.get_entry(agent.rule).loop
@@ -187,9 +158,9 @@ def member_fitness(
     scale: float = 1.0,
 ) -> jax.Array:
   """One member's fitness on one group from its agents' loop metrics
-  ``{name: [agents, iterations]}``: the mean over agents of the normalised
-  mean return (``(return - offset) / scale``) of the counted iterations'
-  episodes; NaN if any agent diverged."""
+  ``{name: [agents, iterations]}``: the mean over agents of
+  ``(return - offset) / scale`` of the counted iterations' episodes; NaN if any
+  agent diverged."""
   returns, episodes = metrics["return_sum"], metrics["episodes"]
   if config.fitness == FINAL_RETURN:
     returns = returns[:, -config.final_iterations :]
@@ -202,15 +173,10 @@ def member_fitness(
 
 @dataclasses.dataclass(frozen=True)
 class Members:
-  """This device's members of a generation (while tracing).
-
-  Attributes:
-    thetas: their meta-parameters (leading axis: members).
-    pairs: ``[members]`` their pairs' indices, which pick their tasks.
-    noise: ``open_es``: their unit noise ``z``.
-    ask: evosax strategies: ``(strategy, params, tell key, population,
-      asked state)`` for the strategy's ``tell``.
-  """
+  """This device's members of a generation (while tracing): their
+  meta-parameters ``thetas`` and pair indices ``pairs`` ``[members]`` (which
+  pick their tasks); ``open_es``: their unit ``noise``; evosax strategies:
+  ``ask``, what ``tell`` needs."""
 
   thetas: types.MetaParams
   pairs: jax.Array
@@ -222,13 +188,13 @@ class ESPopulation(meta_step.MetaStepProgram):
   """Builds and runs the ES generation program.
 
   Args:
-    groups: agent groups (``num_agents``: agents per member and group).
-    config: the population settings (``rollout_len``, ``key_scheme``).
+    groups: agent groups (``num_agents``: per member and group).
+    config: the population settings.
     es_config: ES settings.
     meta_optimizer: optax transformation of the meta-parameters.
-    devices: devices to shard members across (default: ``jax.devices()``).
-    normalizers: ``{group name: (random return, reference - random)}``
-      (groups absent: raw returns).
+    devices: devices to shard over (default: ``jax.devices()``).
+    normalizers: ``{group name: (random return, reference - random)}`` (absent:
+      raw returns).
   """
 
   inputs = ("meta_params", "meta_opt_state", "step", "rng", "estimator")
@@ -300,8 +266,8 @@ class ESPopulation(meta_step.MetaStepProgram):
     return params
 
   def _initial(self, rng, meta_params):
-    """No agents; with an evosax strategy (not ``open_es``), its state
-    (centred on ``meta_params``) is the estimator state."""
+    """No agents; an evosax strategy's state (centred on ``meta_params``) is the
+    estimator state."""
     es_state = ()
     if self.es_config.strategy != OPEN_ES:
       strategy = self._strategy(meta_params)
@@ -343,9 +309,8 @@ class ESPopulation(meta_step.MetaStepProgram):
     )
 
   def _group_step(self, index, group, ctx):
-    """Every member trains the group's agents for a lifetime (antithetic
-    task sampling: both members of a pair share the tasks); the estimate is
-    their fitness ``[members]``."""
+    """Every member trains the group's agents for a lifetime (a pair's members
+    share tasks); the estimate is their fitness ``[members]``."""
     cfg, loop = self.es_config, self.loops[index]
     offset, scale = self.normalizers.get(group.name, (0.0, 1.0))
     _, task_key = ctx.keys
@@ -377,9 +342,9 @@ class ESPopulation(meta_step.MetaStepProgram):
     return meta_step.GroupStep(fitness, out)
 
   def _combine(self, ctx, groups):
-    """A member's fitness is its groups' weighted sum; ``open_es``: the
-    gradient of the (rank-shaped) losses, evosax strategies: the losses
-    (``-fitness`` ``[M]``, for their ``tell``)."""
+    """A member's fitness is its groups' weighted sum; returns ``open_es``'s
+    gradient of the (rank-shaped) losses, or the losses ``[M]`` for an evosax
+    ``tell``."""
     cfg = self.es_config
     fitness = sum(
         self.weights[g.name] * out.estimate
@@ -413,8 +378,8 @@ class ESPopulation(meta_step.MetaStepProgram):
     return grads, logs
 
   def _update(self, ctx, direction):
-    """``open_es``: the meta-optimiser's step; an evosax strategy: its
-    ``tell`` (the estimator state), skipped when not finite."""
+    """``open_es``: the meta-optimiser's step; an evosax strategy: its ``tell``,
+    skipped when not finite."""
     if self.es_config.strategy == OPEN_ES:
       return super()._update(ctx, direction)
     strategy, params, tell_key, population, asked = ctx.members.ask

@@ -1,41 +1,17 @@
 """Meta-gradient estimators by name: ``--config.estimator=NAME``.
 
-One entry per estimator: the factory of its meta-step program, its own
-settings (the config group ``config.<name>``) and what else of a run it
-works with. ``register_estimator`` adds one; ``disco-meta-train`` and
-``disco.meta.trainer`` then accept its name (a module named in
-``--config.imports`` may register it)::
+``register_estimator(name, make, settings=...)`` adds one (a
+``--config.imports`` module may). ``make(groups, population, settings,
+meta_optimizer, devices, normalizers)`` gets the ``meta_step.AgentGroup``s, the
+``meta_step.PopulationConfig``, its settings (None without a type), the optax
+meta-optimiser, the devices, and ``{group: (random return, reference -
+random)}`` of groups with reference scores; it returns a
+``meta_step.MetaStepProgram`` (ValueError for a population it cannot run). A
+settings type's classmethod ``from_config(values, agent)`` takes
+``config.<name>`` as a dict (missing keys: defaults) and the agent settings
+(None when bad), raising ValueError or TypeError for bad values.
 
-  estimator_registry.register_estimator(
-      "my_estimator", MyPopulation, settings=MySettings)
-
-The factory is called as ``make(groups, population, settings,
-meta_optimizer, devices, normalizers)``:
-
-  groups          the run's agent groups (``meta_step.AgentGroup``);
-  population      the population settings (``meta_step.PopulationConfig``);
-  settings        the estimator's own settings (None without a settings
-                  type);
-  meta_optimizer  the optax transformation of the meta-parameters;
-  devices         the devices to shard over;
-  normalizers     ``{group name: (random return, reference - random)}`` for
-                  the groups whose environment has reference scores
-                  (``disco.environments.reference_scores``);
-
-and returns a ``meta_step.MetaStepProgram`` (raising ``ValueError`` for a
-population it cannot run, e.g. members that do not split over the devices).
-
-An estimator's settings type has a classmethod ``from_config(values,
-agent)`` that returns its settings from ``values``, the dict of
-``config.<name>`` (empty when the config has no such group; keys it lacks
-take their defaults), and ``agent``, the run's agent settings (None when
-they are bad, reported on their own); it raises ``ValueError`` or
-``TypeError`` for bad values. ``configs/meta_train.py`` holds the groups of
-the estimators registered here (``config.es``, ``config.pes``); a config of
-your own may hold the group of the estimator it names.
-
-Registered here: ``backprop`` (``disco.meta.population``), ``es``
-(``disco.meta.es``) and ``pes`` (``disco.meta.pes``).
+Registered here: ``backprop``, ``es`` and ``pes``.
 """
 
 from __future__ import annotations
@@ -58,19 +34,15 @@ class EstimatorEntry:
   """A registered estimator.
 
   Attributes:
-    name: the registry name (``config.estimator``; its settings group is
-      ``config.<name>``).
-    make: ``(groups, population, settings, meta_optimizer, devices,
-      normalizers) -> MetaStepProgram`` (see the module docstring).
-    settings: the type of its settings (with ``from_config(values,
-      agent)``); None: it has none (``make`` gets None).
-    shards_agents: every group's ``num_agents`` splits over the devices
-      (False: the estimator shards members of its own, e.g. ES's).
-    replay: works with the agents' replay (``config.replay_capacity``).
-    level_samplers: works with level samplers (``config.level_sampler``).
-    agent_updates: the learner updates of an agent's whole lifetime given
-      the settings, where the estimator fixes it (agents that anneal their
-      learning rate anneal over it); None: it does not.
+    name: the registry name (settings group ``config.<name>``).
+    make: the program factory (see the module docstring).
+    settings: its settings type (with ``from_config``), or None.
+    shards_agents: every group's ``num_agents`` splits over the devices (False:
+      it shards members of its own).
+    replay: works with the agents' replay.
+    level_samplers: works with level samplers.
+    agent_updates: an agent's lifetime in learner updates given the settings,
+      where the estimator fixes it; None: not fixed.
     description: one line for listings.
   """
 
@@ -98,12 +70,10 @@ def register_estimator(
     agent_updates: Callable[[Any], int] | None = None,
     description: str = "",
 ) -> EstimatorEntry:
-  """Registers an estimator under ``name`` (the fields of
-  ``EstimatorEntry``).
+  """Registers an estimator under ``name`` (the fields of ``EstimatorEntry``).
 
   Raises:
-    ValueError: the name is taken or is not an identifier (it names the
-      config group ``config.<name>``), or ``settings`` has no
+    ValueError: the name is taken or not an identifier, or ``settings`` has no
       ``from_config``.
   """
   if not name.isidentifier():
@@ -145,8 +115,8 @@ def estimator_names() -> tuple[str, ...]:
 
 
 def names_with(feature: str) -> tuple[str, ...]:
-  """The registered estimators whose entry's boolean ``feature``
-  (``replay``, ``level_samplers``, ``shards_agents``) holds."""
+  """The registered estimators whose boolean ``feature`` (``replay``,
+  ``level_samplers``, ``shards_agents``) holds."""
   return tuple(n for n, e in _REGISTRY.items() if getattr(e, feature))
 
 

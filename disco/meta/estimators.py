@@ -1,29 +1,8 @@
-"""Meta-gradient estimators: the mathematics ES and PES share.
-
-The meta-trainer turns a population of agents and the current
-meta-parameters into a meta-gradient for one meta-optimiser, with one of
-the estimators registered in ``disco.meta.estimator_registry``
-(``--config.estimator``):
-
-* ``backprop``: truncated backpropagation through ``inner_steps`` learner
-  updates (``disco.meta.population``; the published meta-trainer's).
-* ``es``: evolution strategies (``disco.meta.es``): antithetic pairs of
-  perturbed meta-parameters, each member training fresh agents for a whole
-  lifetime; the gradient of the rank-shaped fitness (OpenAI-ES).
-* ``pes``: persistent evolution strategies (``disco.meta.pes``; Vicol et al.
-  2021): truncated unrolls of ``inner_steps`` learner updates, each particle
-  accumulating its perturbations over its agent's lifetime.
-
-Each builds its meta-step from the same outline (``disco.meta.meta_step``:
-how the members' meta-parameters are formed, what their inner updates
-return, how the meta-gradient is combined) and applies it with the run's
-meta-optimiser. This module holds the mathematics ES and PES share, as
-pure functions over any meta-parameter pytree: member noise (antithetic
-pairs are members ``2k`` and ``2k + 1``: ``z`` and ``-z``), the members'
-perturbed meta-parameters, the ES and PES gradient formulas and rank-based
-fitness shaping (evosax's). All gradients are of a *loss* (lower is
-better): the meta-optimiser descends them.
-"""
+"""The mathematics ES and PES share (``disco.meta.es``, ``disco.meta.pes``),
+pure over any meta-parameter pytree: member noise (antithetic pairs ``2k``,
+``2k + 1`` draw ``z``, ``-z``), perturbed meta-parameters, the ES and PES
+gradients and evosax's rank-based fitness shaping. Gradients are of a loss
+(lower is better)."""
 
 from __future__ import annotations
 
@@ -52,13 +31,10 @@ def tree_normal(key: jax.Array, tree: Any) -> Any:
 def member_noise(
     key: jax.Array, tree: Any, index: jax.Array, antithetic: bool = True
 ) -> Any:
-  """Member ``index``'s unit noise ``z`` shaped like ``tree``.
-
-  Antithetic: members ``2k`` and ``2k + 1`` draw ``z`` and ``-z`` from the
-  pair's key ``fold_in(key, k)``; otherwise every member draws its own.
-  Computed from the member's global index alone, so any device can draw
-  any member's noise (jit- and vmap-friendly: ``index`` may be traced).
-  """
+  """Member ``index``'s unit noise ``z`` shaped like ``tree``: antithetic
+  members ``2k`` and ``2k + 1`` draw ``z`` and ``-z`` from ``fold_in(key, k)``,
+  otherwise each its own. It depends only on the global ``index`` (which may be
+  traced), so any device can draw any member's noise."""
   if not antithetic:
     return tree_normal(jax.random.fold_in(key, index), tree)
   z = tree_normal(jax.random.fold_in(key, index // 2), tree)
@@ -79,9 +55,8 @@ def weighted_sum(stacked: Any, weights: jax.Array) -> Any:
 
 
 def centered_ranks(losses: jax.Array) -> jax.Array:
-  """Rank-based fitness shaping of ``[N]`` losses (lower is better): centred
-  ranks in ``[-0.5, 0.5]``, the best -0.5. A NaN (a diverged member) ranks
-  worst. evosax's ``centered_rank_fitness_shaping_fn``."""
+  """evosax's centred-rank shaping of ``[N]`` losses: ranks in ``[-0.5, 0.5]``,
+  the best -0.5; a NaN (diverged member) ranks worst."""
   return fitness_shaping.centered_rank_fitness_shaping_fn(
       None, losses, None, None
   )
@@ -90,12 +65,11 @@ def centered_ranks(losses: jax.Array) -> jax.Array:
 def es_gradient(
     noise: Any, weights: jax.Array, sigma: float, count: int | jax.Array
 ) -> Any:
-  """OpenAI-ES: ``sum_i w_i z_i / (count * sigma)``, an estimate of the
-  gradient of the expected loss at the unperturbed parameters when ``w``
-  are the losses of ``params + sigma * z_i`` (or their shaped ranks: then
-  of a rank transform of it). ``noise``: ``[N, ...]`` unit noise; ``count``:
-  the number of members (``N``, or all devices' when ``noise`` holds one
-  device's share and the caller sums the results)."""
+  """OpenAI-ES: ``sum_i w_i z_i / (count * sigma)``, the gradient of the
+  expected loss at the unperturbed parameters when ``w`` are the losses of
+  ``params + sigma * z_i`` (or their shaped ranks). ``noise``: ``[N, ...]``;
+  ``count``: the members over all devices when ``noise`` holds one device's
+  share."""
   return jax.tree.map(
       lambda g: g / (count * sigma), weighted_sum(noise, weights)
   )
@@ -106,8 +80,8 @@ def pes_gradient(
 ) -> Any:
   """PES (Vicol et al. 2021, Algorithm 2):
   ``sum_i xi_i L_i / (count * sigma^2)``, with ``xi_i`` ``[N, ...]`` particle
-  ``i``'s perturbations (``sigma * z``) summed since its lifetime began
-  (this truncation's included) and ``L_i`` its loss on this truncation."""
+  ``i``'s perturbations since its lifetime began (this truncation's included)
+  and ``L_i`` its loss on this truncation."""
   return jax.tree.map(
       lambda g: g / (count * sigma**2), weighted_sum(accumulated, losses)
   )
@@ -120,11 +94,8 @@ def es_perturbations(
     sigma: float,
     antithetic: bool = True,
 ) -> tuple[Any, Any]:
-  """ES members' meta-parameters: member ``i`` of ``index`` ``[N]`` (global
-  indices) draws ``z_i = member_noise(key, ., i)``.
-
-  Returns ``(meta_params + sigma * z, z)``, both with leading ``[N]``.
-  """
+  """ES members' meta-parameters for global indices ``index`` ``[N]``:
+  ``(meta_params + sigma * z, z)``, both with leading ``[N]``."""
 
   def one(i):
     z = member_noise(key, meta_params, i, antithetic)
@@ -141,14 +112,9 @@ def pes_perturbations(
     sigma: float,
     antithetic: bool = True,
 ) -> tuple[Any, Any]:
-  """PES particles' meta-parameters for one truncation (vmapped over the
-  ``[N]`` leading axis of ``accumulated`` and ``index``, the particles'
-  global indices).
-
-  Particle ``i`` draws ``eps_i = sigma * member_noise(key, ., i)`` and adds
-  it to its accumulated perturbation. Returns ``(meta_params + eps,
-  accumulated + eps)``, both with leading ``[N]``.
-  """
+  """PES particles' meta-parameters for one truncation: particle ``i`` (global
+  ``index``) draws ``eps_i = sigma * z_i``; returns ``(meta_params + eps,
+  accumulated + eps)``, leading ``[N]``."""
 
   def one(acc, i):
     z = member_noise(key, meta_params, i, antithetic)
@@ -169,12 +135,11 @@ def pes_truncation(
     sigma: float,
     antithetic: bool = True,
 ) -> tuple[Any, Any, jax.Array, Any]:
-  """One truncation of every particle (vmapped over the ``[N]`` leading axis
-  of ``states``, ``accumulated`` and ``index``, the particles' global
-  indices): ``pes_perturbations``, then particle ``i`` runs
-  ``unroll(meta_params + eps_i, state_i) -> (state_i, loss_i, aux_i)``.
+  """One truncation of every particle: ``pes_perturbations``, then
+  ``unroll(meta_params + eps_i, state_i) -> (state_i, loss_i, aux_i)``, vmapped
+  over the ``[N]`` leading axis.
 
-  Returns ``(states, accumulated, losses [N], aux)``; the PES gradient is
+  Returns ``(states, accumulated, losses [N], aux)``; the gradient is
   ``pes_gradient(accumulated, losses, sigma, N)``.
   """
   thetas, accumulated = pes_perturbations(
@@ -185,8 +150,8 @@ def pes_truncation(
 
 
 def pair_all(mask: jax.Array) -> jax.Array:
-  """``[N]`` -> whether both members of each antithetic pair hold ``mask``,
-  per member (``N`` even; pairs ``2k, 2k + 1``)."""
+  """``[N]``: whether both members of each antithetic pair ``2k, 2k + 1`` hold
+  ``mask``, per member."""
   both = mask.reshape(-1, 2).all(axis=1)
   return jnp.repeat(both, 2)
 

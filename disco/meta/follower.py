@@ -1,14 +1,9 @@
-"""Validating a meta-training run's checkpoints from another process.
-
-``disco-validate RUN_DIR [--follow]`` is ``validate`` here: a ``Follower``
-reads the run's ``config.json`` (a folder's config is data: modules it would
-import and ruleset files it names are refused unless the caller repeats
-them, ``check_code_settings``), builds the rule and its held-out validation
-(``disco.meta.validation``) once, and validates the initial meta-parameters
-and each checkpoint as it appears, until the run finishes or no new
-checkpoint comes for ``max_idle_seconds``. Validated meta-steps are kept in
-the run folder, so a follower may stop and start at any time.
-"""
+"""Validating a meta-training run's checkpoints from another process
+(``disco-validate``): a ``Follower`` builds the run's rule and held-out
+validation from its ``config.json`` once, then validates the initial
+meta-parameters and each checkpoint as it appears, until the run finishes or
+none comes for ``max_idle_seconds``. Validated meta-steps are kept, so it may
+stop and restart at any time."""
 
 from __future__ import annotations
 
@@ -38,9 +33,7 @@ from disco.update_rules import migrations
 
 PROGRAM = "disco-validate"
 CONFIG_NAME = "validate"
-# The follower's own lock in the run folder: one follower per run (beside
-# the run itself, which holds the folder's main lock; both write the
-# validation outputs under validation.LOCK_FILE).
+# The follower's own lock in the run folder: one follower per run.
 LOCK_FILE = files.LOCK_FILE + "-validate"
 
 
@@ -82,12 +75,12 @@ def _same_file(a: str, b: str) -> bool:
 def check_code_settings(
     saved: dict[str, Any], path: Path, imports: Any, benchmark_paths: Any
 ) -> None:
-  """Refuses a saved config that names modules to import or ruleset files
-  to read unless the command line repeats each of them.
+  """Refuses a saved config that names modules to import or ruleset files to
+  read unless the command line repeats each.
 
   Raises:
-    UsageError: one line naming what the saved config would load and the
-      flags that allow it.
+    UsageError: naming what the saved config would load and the flags that allow
+      it.
   """
   modules = [
       m for m in _names(saved.get("imports")) if m not in _names(imports)
@@ -122,15 +115,13 @@ def run_config(
     imports: Any = "",
     benchmark_paths: Any = "",
 ) -> config_dict.ConfigDict:
-  """The meta-training config of the run in ``run_dir``, set up to read
-  its checkpoints in this one process, with ``overrides`` of its
-  ``validation`` block (None values keep the run's). Modules to import and
-  ruleset files to read that the saved config names are refused unless
-  ``imports`` and ``benchmark_paths`` (the command line's) repeat them.
+  """The meta-training config of the run in ``run_dir``, set to read its
+  checkpoints in this one process, with ``overrides`` of ``validation`` (None
+  values: the run's); ``imports`` and ``benchmark_paths``: the command line's.
 
   Raises:
-    UsageError: not a run folder, a config this version cannot read, or
-      code or ruleset files named only in the folder.
+    UsageError: not a run folder, an unreadable config, or code or ruleset files
+      named only in the folder.
   """
   path = run_dir / run_folder.CONFIG_FILE
   if not path.is_file():
@@ -226,7 +217,7 @@ class Follower:
     progress: show a progress bar per held-out environment.
 
   Raises:
-    UsageError: for bad input, before anything is trained.
+    UsageError: bad input, before anything is trained.
   """
 
   def __init__(
@@ -295,8 +286,8 @@ class Follower:
 
   # ----------------------------------------------------------- actions
   def meta_params(self, step: int):
-    """The meta-parameters of checkpoint ``step`` (None if it is gone or
-    unreadable, e.g. rotated out by the run meanwhile)."""
+    """The meta-parameters of checkpoint ``step`` (None if gone or unreadable,
+    e.g. rotated out meanwhile)."""
     if self._template is None:
       self._template = plan.abstract_state(self.plan.population, self.plan.rule)
     try:
@@ -375,7 +366,7 @@ def validate(
   returns the validation summary.
 
   Raises:
-    UsageError: for bad input (before anything is trained).
+    UsageError: bad input (before anything is trained).
   """
   follower = Follower(config, log, progress)
   try:

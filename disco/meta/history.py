@@ -1,11 +1,8 @@
 """Host-side metrics of a meta-training run: rows, CSV and plots.
 
-A meta-step program's ``step`` (``disco.meta.meta_step``) returns device
-logs for one meta-step; ``metrics_row`` turns them into one flat row of
-Python numbers (adding the fractions of positive and negative rewards per
-actor step, overall and per group, and the population means of the policy-gradient and regulariser losses), and
-``MetricsHistory`` keeps the rows, writes them as CSV (one row per logged
-meta-step, floats written exactly) and plots the learning curves.
+``metrics_row`` turns a meta-step's device logs into one flat row of Python
+numbers; ``MetricsHistory`` keeps the rows, writes them as CSV (floats exact)
+and plots the learning curves.
 """
 
 from __future__ import annotations
@@ -50,22 +47,10 @@ _WEIGHTED = (
 def metrics_row(
     step: int, logs: Mapping[str, Any], groups: Sequence[Any], rollout_len: int
 ) -> dict[str, Any]:
-  """One row of metrics from the logs of a meta-step program's ``step``.
-
-  Args:
-    step: the meta-step the logs belong to (1 for the first).
-    logs: the logs (device or host arrays).
-    groups: the population's ``AgentGroup``s (their names, environment batch
-      sizes and agent counts).
-    rollout_len: actor steps per training rollout.
-
-  Returns:
-    ``{meta_step, <every log as float>, pos/neg_reward_frac (overall and
-    <group>/...), pg_loss, reg_loss, entropy (agent-weighted over groups)}``.
-  ``pos_rewards``/``neg_rewards`` count the positive/negative rewards of one
-  training rollout (``rollout_len`` steps x the batch); the fractions divide
-  them by the rollout's size, so they are per actor step.
-  """
+  """One flat row from a meta-step's logs (``step``: 1 for the first;
+  ``groups``: the ``AgentGroup``s): ``meta_step``, every log as a float, the
+  fractions ``pos/neg_reward_frac`` of rewards per actor step (overall and per
+  group) and the agent-weighted ``pg_loss``, ``reg_loss`` and ``entropy``."""
   logs = {k: float(v) for k, v in jax.device_get(dict(logs)).items()}
   total = sum(g.num_agents for g in groups)
   row: dict[str, Any] = {STEP: int(step)}
@@ -144,13 +129,10 @@ class MetricsHistory:
   def append_csv(
       self, path: str | os.PathLike[str], row: Mapping[str, Any]
   ) -> None:
-    """Appends ``row`` to the history and to the CSV at ``path`` (which is
-    rewritten whole, atomically, when it is missing or has other columns).
-
-    The row is appended with one ``write`` (``files.append_line``), so a
-    reader never sees half a row while the run is alive; a crash can cut the
-    last row short, and a resumed run rewrites the file whole from the
-    checkpoint's history (``write_csv``), dropping it."""
+    """Appends ``row`` to the history and to the CSV at ``path`` in one
+    ``write`` (rewritten whole when missing or with other columns). A crash can
+    cut the last row short; a resumed run rewrites the file from the
+    checkpoint's history."""
     self.append(row)
     path = Path(path)
     header = None
@@ -180,14 +162,10 @@ class MetricsHistory:
       loss_path: str | os.PathLike[str] | None = None,
       title: str | None = None,
   ):
-    """Learning curves against the meta-step.
-
-    Draws (1) the mean reward per actor step and the fractions of positive
-    and negative rewards, overall and per group when there are several, and
-    (2) the meta-loss with its policy-gradient part. Saves each figure where
-    a path is given (rendered off-screen); returns ``(rewards_fig,
-    loss_fig)``.
-    """
+    """Learning curves against the meta-step: (1) the mean reward per actor step
+    and the fractions of positive and negative rewards (per group too, with
+    several), (2) the meta-loss and its policy-gradient part. Saves each figure
+    where a path is given; returns ``(rewards_fig, loss_fig)``."""
     figs = []
     for path, draw in (
         (rewards_path, self._draw_rewards),
@@ -203,8 +181,8 @@ class MetricsHistory:
     return tuple(figs)
 
   def _groups(self) -> list[str]:
-    """Group names: the prefixes of ``<group>/rewards`` columns (a group's
-    name may itself hold ``/``, e.g. ``gymnax/CartPole-v1``)."""
+    """Group names: prefixes of ``<group>/rewards`` columns (a name may hold
+    ``/``)."""
     suffix = "/rewards"
     return sorted(
         k[: -len(suffix)]

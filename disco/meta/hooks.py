@@ -1,11 +1,8 @@
 """The hooks of the meta-training loop (``disco.meta.trainer.MetaTrainer``).
 
 After every meta-step the loop hands its ``Progress`` to each hook in order:
-``DivergenceHook`` (skipped meta-updates, restarted agents, the stop after
-``max_consecutive_skips``), ``MetricsHook`` (``metrics.csv``, the tracking
-backends, the progress bar), ``CheckpointHook`` (periodic, on a stop signal
-and at exit) and ``ValidationHook`` (held-out validation), then the caller's.
-A hook is an object with ``start``, ``after_step`` and ``end``.
+``DivergenceHook``, ``MetricsHook``, ``CheckpointHook``, ``ValidationHook``,
+then the caller's.
 """
 
 from __future__ import annotations
@@ -37,23 +34,11 @@ from disco.meta import validation as validation_lib
 
 @dataclasses.dataclass
 class Progress:
-  """What the hooks of one run share (host-side, changed as it goes).
-
-  Attributes:
-    plan: the run.
-    log: prints a line (process 0 only).
-    state: the latest state.
-    step: its meta-step.
-    start: the meta-step the run started from (0 unless resumed).
-    logs: the latest meta-step's logs (on device).
-    step_time: seconds of the latest meta-step.
-    history: the metrics rows so far (resumed ones included).
-    record: skipped meta-updates and restarted agents.
-    tracker: the tracking backends' writer.
-    row: the metrics row of the latest meta-step, if it was logged.
-    diverged: ``max_consecutive_skips`` updates in a row were skipped.
-    checkpoints: the kept checkpoint folders (after the run).
-  """
+  """What one run's hooks share on the host: the ``plan``, ``log`` (prints in
+  process 0), the latest ``state``, its meta-``step`` (``start``: the first),
+  device ``logs``, ``step_time`` and logged ``row``, the ``history``, the
+  divergence ``record``, the ``tracker``, ``diverged`` and, after the run, the
+  kept ``checkpoints``."""
 
   plan: plan_lib.MetaTrainPlan
   log: Callable[[str], None]
@@ -83,10 +68,10 @@ class Progress:
 class Hook:
   """A step of the meta-training loop's bookkeeping.
 
-  ``start`` runs before the first meta-step, ``after_step`` after each one
-  (``progress.step``), ``end`` once when the loop ends, however it ends
-  (``failure``: the exception that ends it, else None). Hooks run in the
-  order given; ``end`` in reverse order.
+  ``start`` runs before the first meta-step, ``after_step`` after each
+  (``progress.step``), ``end`` once when the loop ends however it ends
+  (``failure``: the exception ending it, else None). Hooks run in order; ``end``
+  in reverse order.
   """
 
   def start(self, progress: Progress) -> None:
@@ -172,9 +157,10 @@ class MetricsHook(Hook):
 
 
 class CheckpointHook(Hook):
-  """Checkpoints every ``checkpoint_every`` meta-steps, when a signal or a
-  pre-emption stops the run, and at exit (also after an error, with the last
-  completed state), whenever the last meta-step applied its update."""
+  """Checkpoints every ``checkpoint_every`` meta-steps, on a stop signal or
+  pre-emption, and at exit (also after an error), whenever the last meta-step
+  applied its update; with several processes, no exit checkpoint after a
+  failure."""
 
   def __init__(self, manager: ckpt_lib.CheckpointManager):
     self.manager = manager
@@ -197,9 +183,8 @@ class CheckpointHook(Hook):
       return
     k, every = progress.step, progress.plan.run_settings.checkpoint_every
     preempted = distributed.preempted(k)
-    # A signal to this process alone (Ctrl-C; SIGTERM goes to JAX's
-    # preemption sync when there are several) saves only when it is the
-    # only process: a checkpoint is written by every process together.
+    # Every process writes a checkpoint together: a signal to this process
+    # alone saves only in a single-process run.
     stop_now = preempted or (
         stopping.stop_requested() and not distributed.is_multiprocess()
     )
@@ -222,8 +207,7 @@ class CheckpointHook(Hook):
         and distributed.is_multiprocess()
         and not isinstance(failure, distributed.Preempted)
     ):
-      # Every process writes a checkpoint together, and a failure ends this
-      # one alone (distributed.ends_process_on_failure): no exit checkpoint.
+      # A failure ends this process alone: no joint exit checkpoint.
       pass
     elif step > start and progress.record.last_update_applied:
       try:

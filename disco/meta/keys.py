@@ -1,26 +1,15 @@
-"""Random keys of meta-training: which key each agent uses for what.
+"""Random keys of meta-training (``PopulationConfig.key_scheme``), independent
+of the number of devices.
 
-Two schemes (``PopulationConfig.key_scheme``):
-
-* ``published`` (the default): the published meta-training notebook's. A
-  loop key in the meta-training state is split once per meta-step into the
-  next loop key and a step key; the step key gives one acting key and one
-  meta-gradient key per agent (split over all agents, groups in order). An
-  agent's training rollouts use ``split(act, inner_steps)`` and its
-  validation rollout ``act`` itself; its meta-gradient splits ``grad`` as
-  ``meta_gradient.outer_loss`` does. Initially, the run's key is split into
-  the loop key and one key per agent; an agent's environments are reset
-  with its key, and ``split(key, 3)`` gives its network (0) and value
-  function (2). With the same settings and key, a run starts from the same
-  agents and draws the same random numbers as the notebook run on one
-  device (``tests/test_parity.py`` checks several meta-steps).
-* ``per_agent``: every agent carries its own key chain and splits it four
-  ways per meta-step (next key, acting, meta-gradient, new lifetime).
-
-Either way an agent's keys do not depend on the number of devices it is
-sharded over. (The notebook, ``pmap``'ed over ``D`` devices, gives each
-device its own step key and its own copy of every agent: ``D`` times the
-agents, with keys that depend on ``D``.)
+``published`` (default), the published meta-training notebook's: each meta-step
+splits the loop key into the next one and a step key, which gives every agent
+(over all groups, in order) an acting key ``act`` (training rollouts
+``split(act, inner_steps)``, validation ``act``) and a meta-gradient key. The
+run's key gives the loop key and one key per agent (its environments;
+``split(key, 3)``: network 0, value function 2). A run draws the notebook's
+random numbers on one device (``tests/test_parity.py``). ``per_agent``: each
+agent splits its own chain four ways per meta-step (next, acting, meta-gradient,
+new lifetime).
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
-"""Level samplers by name: ``--config.level_sampler.kind=NAME``.
-
-One entry per sampler: its class (a ``level_samplers.LevelSampler``, built
-as ``cls(config, env)`` for every group of a run) and a line for listings.
-``register_level_sampler`` adds one; ``disco-meta-train`` and
-``disco.meta.trainer`` then accept its name (a module named in
-``--config.imports`` may register it)::
-
-  level_sampler_registry.register_level_sampler("my_sampler", MySampler)
-
-Every sampler reads the one ``config.level_sampler`` group
-(``level_samplers.SamplerConfig``); ``none`` is no sampler (the
-environments' own resets). Registered here: ``uniform``, ``plr`` and
-``groove`` (``disco.meta.level_samplers``).
-"""
+"""Level samplers by name (``--config.level_sampler.kind``):
+``register_level_sampler(name, cls)`` adds a ``LevelSampler`` class, built as
+``cls(config, env)`` per group from ``config.level_sampler``; ``none`` is no
+sampler. Registered here: ``uniform``, ``plr``, ``groove``."""
 
 from __future__ import annotations
 
@@ -28,8 +17,7 @@ class LevelSamplerEntry:
 
   Attributes:
     name: the registry name (``config.level_sampler.kind``).
-    cls: its class, ``(config, env) -> LevelSampler``; its ``buffered`` and
-      ``uses_reference`` say what the run must provide.
+    cls: its class, ``(config, env) -> LevelSampler``.
     description: one line for listings.
   """
 
@@ -75,12 +63,7 @@ def level_sampler_names() -> tuple[str, ...]:
 
 
 def get_entry(name: str) -> LevelSamplerEntry:
-  """The entry of ``name``.
-
-  Raises:
-    ValueError: naming the valid kinds (``none`` and the registered
-      names).
-  """
+  """The entry of ``name``; ValueError naming the valid kinds."""
   if name not in _REGISTRY:
     valid = ", ".join((level_samplers.NONE, *_REGISTRY))
     raise ValueError(f"level_sampler.kind={name!r} is unknown; valid: {valid}.")

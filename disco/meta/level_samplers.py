@@ -1,49 +1,26 @@
-"""Level samplers: which level an agent starting a new lifetime trains on.
+"""Level samplers: which level an agent starting a new lifetime trains on
+(``SamplerConfig.kind``; ``none``: no sampler).
 
-Three kinds, registered by name in ``disco.meta.level_sampler_registry``
-and chosen by ``SamplerConfig.kind`` (``none``: no sampler):
+  * ``uniform`` (``LevelSampler``): a fresh level every lifetime.
+  * ``plr`` (``PLRSampler``): Prioritized Level Replay (Jiang et al., ICML 2021;
+    robust PLR's buffer, NeurIPS 2021). Once the buffer is ``min_fill`` full, a
+    lifetime replays a level with probability ``replay_prob``, drawing ``i``
+    with ``P_i = (1 - staleness_coef) * S_i + staleness_coef * C_i``: ``S`` the
+    scores transformed (``rank``: ``(1 / rank_i) ** (1 / temperature)``;
+    ``power``: ``max(score_i, 0) ** (1 / temperature)``), ``C`` the staleness
+    ``clock - last_used_i``, each normalised. An ended lifetime's score
+    (``pvl``: mean ``max(A_t, 0)``; ``max_mc``: mean ``R_max - V(s_t)``)
+    replaces its slot's; a fresh level takes an empty slot, or the lowest-scored
+    one if it scores higher.
+  * ``groove`` (``GrooveSampler``): PLR's buffer scored by GROOVE's regret
+    (Jackson et al., NeurIPS 2023): the return of a reference rule
+    (``actor_critic`` or ``ppo``) trained beside each agent on its level, minus
+    the meta-learned rule's (cached when the level enters the buffer).
 
-  * ``uniform`` (``LevelSampler``, the base of every sampler): a fresh level
-    of the environment's generator every lifetime.
-  * ``plr`` (``PLRSampler``): Prioritized Level Replay (Jiang, Grefenstette and Rocktäschel,
-    ICML 2021; the robust variant's buffer, Jiang et al., NeurIPS 2021). A
-    buffer of ``buffer_size`` levels with their scores and the time each was
-    last used. An agent starting a lifetime replays a buffered level with
-    probability ``replay_prob`` once the buffer is ``min_fill`` full, else
-    plays a fresh level. Replay draws level ``i`` with probability
-    ``P_i = (1 - staleness_coef) * S_i + staleness_coef * C_i``, where ``S``
-    transforms the scores (``rank``: ``h_i = (1 / rank_i) ** (1 /
-    temperature)``, ranks from 1 for the highest score; ``power``: ``h_i =
-    max(score_i, 0) ** (1 / temperature)``), normalised over the filled
-    slots, and ``C_i`` is the staleness ``clock - last_used_i``, normalised
-    (uniform when all are 0). When a lifetime ends, its level's score
-    (``score_fn``: ``pvl``, the positive value loss, mean of ``max(A_t,
-    0)``, or ``max_mc``, mean of ``R_max - V(s_t)``) replaces the slot's; a
-    fresh level enters an empty slot, or replaces the lowest-scored level if
-    it scores higher.
-  * ``groove`` (``GrooveSampler``): PLR's buffer, whose score is GROOVE's
-    *algorithmic regret* (Jackson, Lu, Kirsch, Lange, Whiteson and
-    Foerster, NeurIPS 2023): the return of a hand-designed reference rule
-    (``actor_critic`` or ``ppo``) trained on the level for the same
-    lifetime, minus the meta-learned rule's. The
-    reference trains alongside each agent (same level, same number of
-    updates); its return is cached with the level when the level enters the
-    buffer, and replays use the cached value.
-
-Returns are the mean undiscounted return of the episodes that ended in a
-lifetime's last meta-step; ``R_max`` in MaxMC is the largest episode return
-seen in the lifetime (undiscounted, where PLR's uses discounted returns).
-
-Why not ``jaxued``'s ``LevelSampler`` (0.0.1, read from its wheel): it calls
-``jax.tree_map``, which JAX 0.10 no longer has; its state is a mutable dict,
-not a frozen pytree; it offers rank and top-k transforms, not the power
-transform; and sampling a replay level writes the buffer (timestamps and
-episode count) at draw time, which would make the replicated buffer differ
-between devices when each device draws its own agents' levels. Here drawing
-never writes the state: each device draws for its agents, the ended
-lifetimes of all devices are gathered, and every device applies the same
-``update`` (so the state stays replicated, and a resumed run continues bit
-for bit).
+Returns are the mean undiscounted return of the episodes ending in a lifetime's
+last meta-step; ``R_max`` is the lifetime's best undiscounted return (PLR's is
+discounted). Drawing never writes the state; every device applies the same
+``update``, so it stays replicated.
 """
 
 from __future__ import annotations
@@ -70,15 +47,13 @@ REFERENCE_RULES = ("actor_critic", "ppo")
 
 @dataclasses.dataclass(frozen=True)
 class SamplerConfig:
-  """Settings of a level sampler (see the module docstring).
+  """Settings of a level sampler (ValueError on invalid values).
 
   Attributes:
-    kind: a registered sampler's name
-      (``disco.meta.level_sampler_registry``; checked there), or ``none``
-      (the environments' own resets).
-    buffer_size: levels a buffered sampler (PLR, GROOVE) keeps.
+    kind: a registered sampler's name, or ``none``.
+    buffer_size: levels a buffered sampler keeps.
     replay_prob: probability of replaying a buffered level.
-    score_fn: PLR's score (``SCORE_FNS``); GROOVE scores by regret.
+    score_fn: PLR's score (``SCORE_FNS``).
     transform: ``rank`` or ``power``.
     temperature: of the transform (> 0).
     staleness_coef: weight of staleness in the replay distribution.
@@ -130,18 +105,12 @@ class SamplerConfig:
 
 @chex.dataclass(frozen=True)
 class SamplerState:
-  """A sampler's state (replicated; ``N``: ``buffer_size``, 1 for uniform).
-
-  Attributes:
-    levels: the buffered levels (leaves ``[N, ...]``).
-    scores: float32 ``[N]``.
-    last_used: int32 ``[N]`` clock when each level was last used.
-    filled: bool ``[N]``.
-    reference: float32 ``[N]`` GROOVE's cached reference return.
-    clock: int32 ``[]`` lifetimes ended so far.
-    draws: int32 ``[]`` lifetimes started with a drawn level.
-    replays: int32 ``[]`` of them on a replayed level.
-  """
+  """A sampler's replicated state (``N``: ``buffer_size``, 1 for uniform): the
+  buffered ``levels`` (leaves ``[N, ...]``), float32 ``scores`` ``[N]``, int32
+  ``last_used`` ``[N]`` (clock), bool ``filled`` ``[N]``, float32 ``reference``
+  ``[N]`` (GROOVE's cached returns), and int32 counts ``clock`` (lifetimes
+  ended), ``draws`` (lifetimes started on a drawn level) and ``replays`` (of
+  them replayed)."""
 
   levels: Any
   scores: jax.Array
@@ -170,11 +139,12 @@ class LifetimeEnd:
   Attributes:
     level: the lifetime's level.
     slot: its buffer slot (-1: a fresh level).
-    score: the lifetime's PLR score (or the meta-rule's return, GROOVE).
-    reference: GROOVE's reference return of the lifetime (else unused).
+    score: the lifetime's PLR score (GROOVE: the meta-rule's return).
+    reference: GROOVE's reference return (else unused).
     ended: bool, which entries are ended lifetimes (the rest are ignored).
-  A score or reference of ``NO_RETURN`` or NaN (no episode ended, or a
-  diverged agent) leaves the buffer as it is.
+
+  A score or reference of ``NO_RETURN`` or NaN (no episode ended, or a diverged
+  agent) leaves the buffer unchanged.
   """
 
   level: Any
@@ -191,20 +161,13 @@ def regret(reference_return: jax.Array, agent_return: jax.Array) -> jax.Array:
 
 
 class LevelSampler:
-  """A level sampler over ``env``'s levels (pure methods over
-  ``SamplerState``): the base of every sampler, and by itself the uniform
-  one (a fresh level every lifetime).
-
-  A subclass sets ``buffered`` (it keeps ``config.buffer_size`` levels with
-  their scores, and replays them as PLR does) and ``uses_reference`` (the
-  population trains GROOVE's reference agent beside every agent, with
-  ``config.reference_rule``), and may override what the population asks
-  of it: ``score_step`` (a meta-step's score of an agent's level),
-  ``lifetime_score`` (what an ended lifetime tells the sampler),
-  ``buffer_score`` (the score a buffered level keeps), and ``draw``.
+  """A level sampler over ``env``'s levels (pure methods over ``SamplerState``),
+  by itself the uniform one. Subclasses set ``buffered`` (PLR's scored buffer)
+  and ``uses_reference`` (GROOVE's reference agent), and may override
+  ``score_step``, ``lifetime_score``, ``buffer_score`` and ``draw``.
 
   Raises:
-    base.LevelsUnsupportedError: if ``env`` has no levels.
+    base.LevelsUnsupportedError: ``env`` has no levels.
   """
 
   buffered: bool = False
@@ -300,10 +263,8 @@ class LevelSampler:
 
     Args:
       state: the sampler state.
-      ends: the population's lifetimes that ended this meta-step (leaves
-        ``[M, ...]``; ``ended`` marks the real ones; a non-finite score is
-        ignored). A replayed level whose slot was given to another level
-        meanwhile counts as a fresh level.
+      ends: this meta-step's ended lifetimes (leaves ``[M, ...]``). A replayed
+        level whose slot was meanwhile given to another level counts as fresh.
     """
     if not self.buffered:
       return state.replace(clock=state.clock + ends.ended.sum())
@@ -394,30 +355,28 @@ class LevelSampler:
   def score_step(
       self, track: LevelTrack, value_outs: Callable[[], Any]
   ) -> LevelTrack:
-    """An agent's level track after one meta-step's score of its level
-    (inside the compiled meta-step). ``value_outs()`` gives the
-    ``types.ValueOuts`` of the agent's value function on its validation
-    rollout (computed only if called). The default scores nothing."""
+    """An agent's level track after one meta-step's score of its level (inside
+    the compiled step); ``value_outs()`` gives its value function's
+    ``types.ValueOuts`` on the validation rollout (computed only if called).
+    Default: no score."""
     del value_outs
     return track
 
   def lifetime_score(self, track: LevelTrack) -> jax.Array:
-    """What an ended lifetime's ``track`` tells the sampler
-    (``LifetimeEnd.score``): by default the mean of its meta-steps'
-    scores (``score_step``)."""
+    """``LifetimeEnd.score`` of an ended lifetime's ``track``: by default the
+    mean of its ``score_step`` scores."""
     return track.score_sum / jnp.maximum(track.score_count, 1)
 
   def buffer_score(self, score: jax.Array, reference: jax.Array) -> jax.Array:
-    """The score a buffered level keeps from a lifetime's ``score``
-    (``lifetime_score``) and its reference return (GROOVE's; else
-    unused): by default ``score``."""
+    """The score a buffered level keeps from ``lifetime_score`` and the
+    reference return (GROOVE's): by default ``score``."""
     del reference
     return score
 
 
 class PLRSampler(LevelSampler):
-  """Prioritized Level Replay: a buffer scored by ``config.score_fn`` on
-  every meta-step of a lifetime (see the module docstring)."""
+  """Prioritized Level Replay: a buffer scored by ``config.score_fn`` every
+  meta-step."""
 
   buffered = True
 
@@ -430,8 +389,7 @@ class PLRSampler(LevelSampler):
 
 
 class GrooveSampler(LevelSampler):
-  """GROOVE: a buffer scored by algorithmic regret against a reference
-  agent trained beside every agent (see the module docstring)."""
+  """GROOVE: a buffer scored by algorithmic regret against a reference agent."""
 
   buffered = True
   uses_reference = True
@@ -449,9 +407,9 @@ class GrooveSampler(LevelSampler):
 
 @chex.dataclass(frozen=True)
 class ReferenceState:
-  """GROOVE's reference agent, trained beside a meta-training agent on the
-  same level: its learner and actor and the mean return of the episodes
-  that ended in its last meta-step (``NO_RETURN`` before any)."""
+  """GROOVE's reference agent on a meta-training agent's level: learner, actor
+  and the mean return of the episodes that ended in its last meta-step
+  (``NO_RETURN`` before any)."""
 
   learner: Any
   actor: Any
@@ -460,19 +418,11 @@ class ReferenceState:
 
 @chex.dataclass(frozen=True)
 class LevelTrack:
-  """What an agent's lifetime tracks about its level.
-
-  Attributes:
-    level: the lifetime's level.
-    slot: int32 ``[]`` its buffer slot (-1: fresh).
-    replay: bool ``[]`` whether it was replayed.
-    score_sum, score_count: float32 ``[]`` PLR's per-meta-step scores.
-    max_return: float32 ``[]`` best episode return so far (``NO_RETURN``:
-      none yet).
-    last_return: float32 ``[]`` mean return of the episodes that ended in
-      the last meta-step with any (``NO_RETURN``: none yet).
-    reference: GROOVE's ``ReferenceState`` (else None).
-  """
+  """What an agent's lifetime tracks about its level: ``level``, its int32
+  ``slot`` (-1: fresh), bool ``replay``, PLR's ``score_sum`` and
+  ``score_count``, the best episode return ``max_return`` and the mean return
+  ``last_return`` of the last meta-step that ended episodes (``NO_RETURN``: none
+  yet), and GROOVE's ``reference`` (``ReferenceState``, else None)."""
 
   level: Any
   slot: jax.Array
@@ -499,9 +449,8 @@ def new_track(draw: Draw, reference: ReferenceState | None = None):
 
 
 def best_episode_return(actor: Any, rollout: Any) -> jax.Array:
-  """The best return of the episodes ending in a ``[T, B]`` rollout that
-  continues ``actor``'s running episodes (``NO_RETURN``: none ended):
-  ``[]``."""
+  """``[]`` best return of the episodes ending in a ``[T, B]`` rollout that
+  continues ``actor``'s episodes (``NO_RETURN``: none ended)."""
 
   def step(ret, x):
     reward, done = x
@@ -520,9 +469,8 @@ def step_score(
   """One meta-step's PLR score from value estimates on a rollout.
 
   Args:
-    score_fn: ``pvl`` (mean of the positive advantages, ``[T, B]``) or
-      ``max_mc`` (mean of ``max_return - V(s_t)``; with no episode ended yet
-      the value itself stands for ``max_return``, scoring 0).
+    score_fn: ``pvl`` (mean positive advantage) or ``max_mc`` (mean of
+      ``max_return - V(s_t)``; 0 before any episode ends).
     value_outs: ``types.ValueOuts`` of the rollout.
     max_return: the lifetime's best episode return so far.
   """

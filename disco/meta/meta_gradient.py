@@ -1,14 +1,8 @@
-"""The meta-gradient of one agent.
-
-Starting from an agent's learner and value-function states, the agent takes
-``N`` learner steps on ``N`` training rollouts with ``is_meta_training=True``
-(the value function is updated alongside on the same rollouts). The updated
-agent is then scored on a validation rollout: a policy-gradient loss with the
-value function's normalised advantages, minus a policy-entropy bonus, plus the
-rule's own regularisers (``UpdateRule.meta_regularizer``). The meta-gradient is
-the derivative of this outer loss with respect to the rule's meta-parameters,
-through all ``N`` inner updates.
-"""
+"""The meta-gradient of one agent: the derivative, through ``N`` learner steps
+on ``N`` training rollouts (``is_meta_training=True``; the value function
+updated alongside), of the outer loss on a validation rollout: policy gradient
+with the value function's normalised advantages, minus an entropy bonus, plus
+the rule's ``meta_regularizer``."""
 
 from __future__ import annotations
 
@@ -27,19 +21,15 @@ from disco.value_fns import losses
 
 @dataclasses.dataclass(frozen=True)
 class OuterLossConfig:
-  """Attributes:
-  entropy_cost: weight of the validation policy-entropy bonus.
-  remat_inner_steps: rematerialise each inner step in the backward pass
-    (``jax.checkpoint``): less memory for long inner unrolls, more compute.
-  max_unrolled_inner_steps: up to this many inner steps, the inner loop
-    compiles to straight-line code, whose compile time grows with the
-    number of steps (about 33 s for 2 inner steps of the published
-    settings, 63 s for 4, on a 2-core CPU). Longer ones take the first step
-    straight-line and the others as a ``lax.scan`` loop, which compiles in
-    about the time of 2 steps whatever their number; it counts 4% more
-    FLOPs than straight-line code at 4 inner steps (the first step's share
-    of the meta-gradient skips the agent network's own derivatives, which a
-    loop body cannot). 0 or 1: always loop.
+  """Outer-loss settings.
+
+  Attributes:
+    entropy_cost: weight of the validation policy-entropy bonus.
+    remat_inner_steps: rematerialise each inner step in the backward pass (less
+      memory, more compute).
+    max_unrolled_inner_steps: inner loops up to this long compile straight-line
+      (compile time grows with the steps); longer ones unroll the first step and
+      ``lax.scan`` the rest (0 or 1: always a scan).
   """
 
   entropy_cost: float = 1e-2
@@ -67,13 +57,9 @@ def inner_updates(
 ) -> tuple[
     types.LearnerState, value_function.ValueState, types.Logs, dict[str, Any]
 ]:
-  """``N`` learner (and value-function) updates on ``[N, T+1, B]`` rollouts.
-
-  ``remat`` and ``max_unrolled`` are ``OuterLossConfig``'s
-  ``remat_inner_steps`` and ``max_unrolled_inner_steps``. Returns the new
-  states, the learner logs and the rule's ``meta_out`` of every step
-  (leading ``[N]``).
-  """
+  """``N`` learner (and value-function) updates on ``[N, T+1, B]`` rollouts;
+  ``remat`` and ``max_unrolled`` as ``OuterLossConfig``'s. Returns the new
+  states, the learner logs and every step's ``meta_out`` (leading ``[N]``)."""
 
   def step(carry, inputs):
     learner, value_state = carry
@@ -96,9 +82,8 @@ def inner_updates(
         step, (learner, value_state), inputs, unroll=True
     )
     return learner, value_state, logs, meta_out
-  # The first step's parameters do not depend on the meta-parameters: taken
-  # outside the loop, its part of the meta-gradient skips the derivatives
-  # through the agent network that a loop body must compute for every step.
+  # The first step's parameters do not depend on the meta-parameters: outside
+  # the loop, its meta-gradient skips the agent network's derivatives.
   carry, first = step(
       (learner, value_state), jax.tree.map(lambda x: x[0], inputs)
   )
@@ -120,11 +105,9 @@ def _validation_loss(
     meta_out: Any,
     config: OuterLossConfig,
 ) -> tuple[jax.Array, types.Logs]:
-  """The meta-loss on the validation rollout ``[T'+1, B, ...]`` after the
-  inner updates (policy gradient with the value function's advantages, the
-  entropy bonus and the rule's regulariser), and its logs."""
-  # The outer loss reads the validation outputs' per-action entries only
-  # where the rule says so; the backward pass then skips the others.
+  """The meta-loss on the validation rollout ``[T'+1, B, ...]`` after the inner
+  updates, and its logs."""
+  # Per-action outputs only at the taken actions, where the rule allows.
   grad_actions = (
       valid_rollout.actions
       if agent.rule.model_losses_read_taken_actions
@@ -217,7 +200,6 @@ def outer_loss(
 def meta_gradient(
     meta_params: types.MetaParams, *args: Any, **kwargs: Any
 ) -> tuple[types.MetaParams, tuple[Any, ...]]:
-  """``d outer_loss / d meta_params`` (the other arguments are
-  ``outer_loss``'s), and ``outer_loss``'s auxiliary output: the updated
-  learner and value-function states and the logs."""
+  """``d outer_loss / d meta_params`` (other arguments: ``outer_loss``'s) and
+  ``outer_loss``'s auxiliary output."""
   return jax.grad(outer_loss, has_aux=True)(meta_params, *args, **kwargs)

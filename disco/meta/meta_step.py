@@ -1,32 +1,14 @@
-"""One meta-step of any estimator: the outline that every estimator fills in.
+"""One meta-step of any estimator: the compiled program's outline
+(``MetaStepProgram``).
 
-Meta-training turns a population of agent groups (``AgentGroup``) and the
-current meta-parameters into a new meta-parameter set with one compiled
-program per meta-step. The estimators (``disco.meta.estimators``: backprop
-in ``disco.meta.population``, ES in ``disco.meta.es``, PES in
-``disco.meta.pes``) share that program's outline (``MetaStepProgram``) and
-differ only in the pieces they put in it:
-
-1. ``_step_keys``: the meta-step's keys, from the loop key.
-2. ``_members``: the members' meta-parameters: the meta-parameters
-   themselves (backprop, which differentiates through the agents' inner
-   updates), or perturbed copies (ES: ``theta + sigma z_i``; PES:
-   ``theta + eps_i``, each particle accumulating its perturbations).
-3. ``_group_step``: the inner updates of one group's members (vmapped over
-   the members on this device) and what they return: per-agent
-   meta-gradients (backprop), fitness (ES) or truncation losses (PES); the
-   group's new agents, its logs and its share of the estimate.
-4. ``_combine``: the meta-gradient from the groups' shares (by default
-   their sum: each share is already weighted by the group's weight) and the
-   population's logs.
-5. ``_update``: the meta-update; by default the meta-optimiser's step,
-   skipped when it is not finite (``apply_meta_update``).
-
-The outline shards the members' agents over a 1-D device mesh
-(``jax.shard_map`` over ``AXIS``; several processes joined by
-``jax.distributed`` run the same program on the global mesh), replicates the
-rest of the state (``MetaTrainState``), checks the groups, builds the
-initial state and names the logs (``<group>/<name>`` per group).
+An estimator fills in, in order: ``_step_keys`` (from the loop key);
+``_members`` (the members' meta-parameters: backprop's own, ES's and PES's
+perturbed copies); ``_group_step`` (one group's inner updates, vmapped over this
+device's members, giving its weighted share of the estimate, new agents and
+logs); ``_combine`` (default: the sum of the shares); ``_update`` (default: the
+meta-optimiser's step, skipped when not finite). Agents are sharded over a 1-D
+device mesh (``AXIS``), the rest of ``MetaTrainState`` replicated; logs are
+named ``<group>/<name>``.
 """
 
 from __future__ import annotations
@@ -66,18 +48,16 @@ class AgentGroup:
 
   Attributes:
     name: a label for logs (e.g. ``catch-5x5``).
-    env: the batched (jittable) environment of ONE agent.
-    agent: the agent (rule, network, optimiser) of this group.
+    env: the batched jittable environment of ONE agent.
+    agent: the group's agent (rule, network, optimiser).
     value_fn: the group's meta-training value function.
-    num_agents: agents in this group (over all devices).
-    weight: the group's share of the meta-gradient (the weights of all
-      groups are normalised to sum to 1); None: ``num_agents``, i.e. every
-      agent counts the same.
-    level_sampler: draws each lifetime's level (None: the environment's own
-      resets); needs lifetimes (``lifetime_meta_steps`` or
-      ``lifetime_updates``).
-    reference_agent: GROOVE's reference agent (a hand-designed rule), trained
-      beside every agent on its level (GROOVE samplers only).
+    num_agents: agents in this group over all devices.
+    weight: the group's share of the meta-gradient, normalised over groups
+      (None: ``num_agents``).
+    level_sampler: draws each lifetime's level (None: the environment's resets);
+      needs lifetimes.
+    reference_agent: GROOVE's reference agent, trained beside every agent on its
+      level.
   """
 
   name: str
@@ -92,28 +72,23 @@ class AgentGroup:
 
 @dataclasses.dataclass(frozen=True)
 class PopulationConfig:
-  """Attributes:
-  rollout_len: actor steps per training rollout (the validation rollout is
-    twice as long).
-  inner_steps: learner steps per agent and meta-step.
-  lifetime_meta_steps: meta-steps after which an agent starts a new
-    lifetime (0: never).
-  lifetime_updates: ``(low, high)``: every agent draws its lifetime, in
-    learner updates, log-uniformly from ``[low, high]`` when it starts
-    (GROOVE's ``all_vrandlife``), tells it its rule
-    (``UpdateRule.start_lifetime``) and starts a new lifetime after the
-    last meta-step that fits in it (so it takes ``inner_steps * floor(
-    lifetime / inner_steps)`` updates). None: no drawn lifetimes.
-  outer: outer-loss settings.
-  key_scheme: which random keys the agents use (``disco.meta.keys``):
-    ``published`` (the notebook's) or ``per_agent``.
-  replay_capacity: trajectories each agent keeps in a replay (0: none).
-    With a replay, the training rollouts of a meta-step go into it and each
-    inner update learns from ``replay_batch_size`` trajectories drawn from
-    it, as Disco103's agents learn in evaluation; the validation rollout
-    stays fresh. A new lifetime starts with an empty replay.
-  replay_batch_size: trajectories per inner update from the replay (0: the
-    rollouts' batch).
+  """The population's settings.
+
+  Attributes:
+    rollout_len: actor steps per training rollout (validation: twice that).
+    inner_steps: learner steps per agent and meta-step.
+    lifetime_meta_steps: meta-steps per agent lifetime (0: endless).
+    lifetime_updates: ``(low, high)``: each lifetime is drawn log-uniformly in
+      learner updates (GROOVE's ``all_vrandlife``), told to the rule
+      (``UpdateRule.start_lifetime``), and ends after the last meta-step that
+      fits. None: not drawn.
+    outer: outer-loss settings.
+    key_scheme: ``published`` or ``per_agent`` (``disco.meta.keys``).
+    replay_capacity: trajectories each agent keeps in a replay (0: none); inner
+      updates then learn from ``replay_batch_size`` trajectories drawn from it,
+      the validation rollout stays fresh, and a new lifetime empties it.
+    replay_batch_size: trajectories per inner update from the replay (0: the
+      rollouts' batch).
   """
 
   rollout_len: int = 16
@@ -150,10 +125,9 @@ class PopulationConfig:
 class MetaTrainState:
   """Everything a meta-training run needs to continue bit for bit.
 
-  ``agents`` holds one stacked agent state per group (leading axis: the
-  group's agents over all devices; ``()`` for an estimator that keeps no
-  agents between meta-steps). ``estimator``: an estimator's own replicated
-  state (None for backprop).
+  ``agents``: per group, a stacked agent state (leading axis: the group's agents
+  over all devices; ``()`` for an estimator that keeps none). ``estimator``: an
+  estimator's replicated state (None for backprop).
   """
 
   meta_params: types.MetaParams
@@ -203,11 +177,12 @@ def apply_meta_update(
     meta_opt_state: Any,
     meta_params: types.MetaParams,
 ) -> tuple[types.MetaParams, Any, types.Logs]:
-  """One meta-optimiser step, skipped (meta-parameters and optimiser state
-  unchanged) when the gradient, the update or the new state is not finite.
+  """One meta-optimiser step, skipped (parameters and state unchanged) when the
+  gradient, the update or the new state is not finite.
 
-  Returns the new meta-parameters, optimiser state and logs
-  (``meta_grad_norm``, ``meta_update_norm``, ``skipped_update``).
+  Returns:
+    ``(meta_params, meta_opt_state, logs)``; logs: ``meta_grad_norm``,
+      ``meta_update_norm``, ``skipped_update``.
   """
   updates, new_opt_state = meta_optimizer.update(
       meta_grads, meta_opt_state, meta_params
@@ -237,15 +212,11 @@ def on_policy_updates(
     rollout_len: int,
     split_keys: bool = False,
 ) -> tuple[types.LearnerState, acting.ActorCarry, dict[str, jax.Array]]:
-  """On-policy updates of one agent (a ``lax.scan``), without a
-  meta-gradient: per update, a rollout of ``rollout_len`` actor steps with
-  the current learner, then one learner step on it.
-
-  ``keys``: per update (leading ``[N]``) its ``(acting, learning)`` keys, or
-  with ``split_keys`` one key that ``jax.random.split`` turns into them.
-  Returns the new learner and actor, and per update ``[N]`` its rollout's
-  episode statistics and mean reward (``rewards``).
-  """
+  """``[N]`` on-policy updates of one agent (``lax.scan``, no meta-gradient),
+  each a ``rollout_len``-step rollout and a learner step, with per-update
+  ``(acting, learning)`` ``keys`` (or, with ``split_keys``, one key each).
+  Returns the learner, the actor and per-update episode statistics and mean
+  ``rewards``."""
 
   def update(carry, key):
     learner, actor = carry
@@ -277,15 +248,9 @@ def local_index(num: int) -> jax.Array:
 
 @dataclasses.dataclass(frozen=True)
 class StepContext:
-  """What the pieces of one meta-step see (on one device, while tracing).
-
-  Attributes:
-    state: the program's inputs (``MetaTrainState`` fields by name; agents:
-      this device's).
-    extra: the program's extra arguments (``MetaStepProgram._step_args``).
-    keys: the meta-step's keys (``_step_keys``).
-    members: the members' meta-parameters (``_members``).
-  """
+  """What the pieces of one meta-step see (one device, while tracing): ``state``
+  (the inputs by name; this device's agents), ``extra`` arguments, the
+  meta-step's ``keys`` and the ``members``' meta-parameters."""
 
   state: dict[str, Any]
   extra: tuple[Any, ...] = ()
@@ -295,14 +260,13 @@ class StepContext:
 
 @dataclasses.dataclass(frozen=True)
 class GroupStep:
-  """One group's part of a meta-step (on one device, while tracing).
+  """One group's part of a meta-step (one device, while tracing).
 
   Attributes:
-    estimate: what ``_combine`` takes from the group: by default its share
-      of the meta-gradient, weighted by the group's weight (a tree like the
-      meta-parameters).
-    logs: the group's logs (over all devices), without the group's prefix.
-    agents: the group's new agents (None: the estimator keeps none).
+    estimate: what ``_combine`` takes (by default the group's weighted
+      meta-gradient share).
+    logs: the group's logs over all devices, unprefixed.
+    agents: the group's new agents (None: none kept).
     levels: its level sampler's new state (None: none).
   """
 
@@ -313,22 +277,16 @@ class GroupStep:
 
 
 class MetaStepProgram(abc.ABC):
-  """The meta-step of an estimator over a ``MetaTrainState``, compiled.
-
-  Subclasses fill in the estimator's pieces (see the module docstring):
-  ``_step_keys``, ``_members`` (default: none), ``_group_step``,
-  ``_combine`` (default: the sum of the groups' estimates),
-  ``_update`` (default: ``apply_meta_update``), and for the initial state
-  ``_initial``; ``_check`` checks how the members fit the devices.
-  ``inputs`` names the ``MetaTrainState`` fields the program takes, in
-  order, and returns updated.
+  """The compiled meta-step of an estimator over a ``MetaTrainState``:
+  subclasses define the module docstring's pieces, ``_initial`` (the initial
+  state) and ``_check`` (members vs devices); ``inputs`` names the state fields
+  taken and returned.
 
   Args:
     groups: agent groups.
     config: population settings.
     meta_optimizer: optax transformation of the meta-parameters.
-    devices: devices to shard the members across (default:
-      ``jax.devices()``).
+    devices: devices to shard over (default: ``jax.devices()``).
   """
 
   inputs: tuple[str, ...] = (
@@ -374,9 +332,8 @@ class MetaStepProgram(abc.ABC):
   def _initial(
       self, rng: jax.Array, meta_params: types.MetaParams
   ) -> dict[str, Any]:
-    """The initial ``MetaTrainState`` fields other than the meta-parameters,
-    their optimiser state and the step: ``rng`` (the loop key), ``agents``
-    and any of ``estimator`` and ``levels``."""
+    """The initial state's ``rng`` (loop key), ``agents`` and any ``estimator``
+    and ``levels`` fields."""
 
   @abc.abstractmethod
   def _step_keys(self, rng: jax.Array) -> tuple[jax.Array, Any]:
@@ -473,9 +430,8 @@ class MetaStepProgram(abc.ABC):
     return self._jit_step(per_device)
 
   def _jit_step(self, per_device: Callable[..., Any]):
-    """``per_device`` (one device's part: ``inputs`` and the extra
-    arguments in, ``(fields, logs)`` out, with ``inputs`` as the fields)
-    over ``mesh``, jitted: agents sharded, the rest replicated."""
+    """``per_device`` (``inputs`` and extra arguments in, ``(fields, logs)``
+    out) over ``mesh``, jitted: agents sharded, the rest replicated."""
 
     def spec(name):
       return P(AXIS) if name == "agents" else P()
@@ -494,12 +450,8 @@ class MetaStepProgram(abc.ABC):
   def init(
       self, rng: jax.Array, meta_params: types.MetaParams
   ) -> MetaTrainState:
-    """The initial state, as one compiled program whose output is placed
-    (``state_shardings``).
-
-    Every device initialises only its own agents, so with several processes
-    each process holds only its agents' states.
-    """
+    """The initial state, compiled and placed (``state_shardings``); each device
+    initialises only its own agents."""
     return jax.jit(self._initial_state, out_shardings=self.state_shardings())(
         rng, meta_params
     )
@@ -539,20 +491,16 @@ class MetaStepProgram(abc.ABC):
     )
 
   def place(self, state: MetaTrainState) -> MetaTrainState:
-    """``state`` moved to ``state_shardings``.
-
-    With several processes, every process must pass the same values (e.g.
-    meta-parameters loaded from a file); it keeps the shards of its own
-    devices.
-    """
+    """``state`` moved to ``state_shardings``; with several processes every
+    process must pass the same values."""
     return jax.device_put(state, self.state_shardings())
 
   def _step_args(self, state: MetaTrainState) -> tuple[Any, ...]:
     return tuple(getattr(state, name) for name in self.inputs)
 
   def lower(self, state: MetaTrainState) -> jax.stages.Lowered:
-    """The meta-step program for ``state``, lowered (e.g. for XLA's
-    ``compile().cost_analysis()``: FLOPs and bytes of one device's part)."""
+    """The meta-step program for ``state``, lowered (e.g. for
+    ``compile().cost_analysis()``)."""
     return self._step.lower(*self._step_args(state))
 
   def step(self, state: MetaTrainState) -> tuple[MetaTrainState, types.Logs]:
@@ -562,9 +510,8 @@ class MetaStepProgram(abc.ABC):
     return state.replace(**fields), logs
 
   def keep_traced(self, store: program_cache.Store, key: str) -> None:
-    """Keeps the traced meta-step in ``store`` under ``key`` (whatever else
-    shapes the program: the run's settings) and takes it from there when
-    it was kept before (`disco.program_cache`)."""
+    """Keeps the traced meta-step in ``store`` under ``key`` (which must cover
+    the run's settings), or takes it from there (``disco.program_cache``)."""
     n = len(self.inputs)
 
     def structure(args, log_names):

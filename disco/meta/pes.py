@@ -1,34 +1,16 @@
-"""Meta-training with persistent evolution strategies (``--config.estimator=pes``).
+"""Meta-training with persistent evolution strategies
+(``--config.estimator=pes``).
 
-PES (Vicol, Metz and Sohl-Dickstein, ICML 2021, Algorithm 2) estimates the
-gradient of a whole lifetime's loss from truncated unrolls, without bias.
-Every group's ``num_agents`` agents are *particles* in antithetic pairs
-(particles ``2k`` and ``2k + 1``). One meta-step is one compiled program
-(the outline every estimator shares, ``disco.meta.meta_step``, with PES's
-pieces in it) in which every particle
-
-1. draws this truncation's perturbation ``eps = sigma * z`` (``-eps`` for
-   the second of a pair) and adds it to its *accumulated* perturbation
-   ``xi`` (zero when its lifetime began);
-2. trains its agent for ``inner_steps`` learner updates (one on-policy
-   rollout of ``rollout_len`` actor steps each) with the rule's
-   meta-parameters ``theta + eps``;
-3. scores the truncation: the loss ``L`` is minus the mean reward per actor
-   step of those rollouts, so a lifetime's loss is minus the area under its
-   learning curve.
-
-The meta-gradient is ``sum_i xi_i L_i / (N sigma^2)`` over the ``N``
-particles (per group; groups weighted as in ``disco.meta.population``), and
-the run's meta-optimiser applies it. A particle keeps its agent, its key
-chain and ``xi`` across meta-steps until its lifetime of
-``lifetime_meta_steps`` truncations ends; then both particles of its pair
-restart with the same fresh agent (ages are staggered over the pairs, as in
-``disco.meta.population``). Both particles of a pair share their keys, so
-they see the same environments and acting keys: antithetic task sampling.
-
-A pair in which a particle diverges (non-finite parameters or loss) is left
-out of the meta-gradient and restarts; a non-finite meta-gradient or update
-leaves the meta-parameters and the optimiser state unchanged.
+PES (Vicol, Metz and Sohl-Dickstein, ICML 2021, Algorithm 2) estimates a whole
+lifetime's loss gradient from truncated unrolls, without bias. Each group's
+agents are particles in antithetic pairs (``2k``, ``2k + 1``, sharing keys).
+Each meta-step a particle draws ``eps = sigma * z`` (``-eps`` for the pair's
+second), adds it to its accumulated ``xi``, trains ``inner_steps`` on-policy
+updates with ``theta + eps`` and scores ``L``, minus the mean reward per actor
+step. The gradient is ``sum_i xi_i L_i / (N sigma^2)`` per group. A pair
+restarts with one fresh agent (``xi = 0``) after ``lifetime_meta_steps``
+truncations (ages staggered) or when a particle diverges (then it is left out of
+the gradient).
 """
 
 from __future__ import annotations
@@ -55,10 +37,12 @@ from disco.training import acting
 
 @dataclasses.dataclass(frozen=True)
 class PESConfig:
-  """Attributes:
-  sigma: standard deviation of the perturbations.
-  antithetic: antithetic pairs of particles (False: independent
-    perturbations; the pairs still share agents and keys).
+  """PES settings.
+
+  Attributes:
+    sigma: standard deviation of the perturbations.
+    antithetic: antithetic pairs of particles (False: independent perturbations;
+      pairs still share agents and keys).
   """
 
   sigma: float = 0.01
@@ -72,11 +56,11 @@ class PESConfig:
   def from_config(
       cls, values: Mapping[str, Any], agent: config_dict.ConfigDict | None
   ) -> PESConfig:
-    """The settings ``config.pes`` holds (``values``; missing keys: the
-    defaults; ``agent`` is not read).
+    """The settings ``config.pes`` holds (missing keys: defaults; ``agent`` is
+    not read).
 
     Raises:
-      ValueError, TypeError: for bad or unknown settings.
+      ValueError, TypeError: bad or unknown settings.
     """
     del agent
     return cls(**values)
@@ -84,11 +68,8 @@ class PESConfig:
 
 @chex.dataclass(frozen=True)
 class Particle:
-  """One particle: an agent part-way through its lifetime.
-
-  ``perturbation`` is the sum of the perturbations it has trained with
-  since its lifetime began (the meta-parameters' tree).
-  """
+  """One particle: an agent part-way through its lifetime; ``perturbation`` sums
+  the perturbations it has trained with since its lifetime began."""
 
   learner: types.LearnerState
   actor: acting.ActorCarry
@@ -101,13 +82,11 @@ class PESPopulation(meta_step.MetaStepProgram):
   """Builds and runs the PES meta-step.
 
   Args:
-    groups: agent groups (``num_agents``: particles; on every device an even
-      number, so that pairs stay on one device).
-    config: the population settings (``rollout_len``, ``inner_steps``,
-      ``lifetime_meta_steps`` >= 1).
+    groups: agent groups (``num_agents``: particles, even on every device).
+    config: the population settings (``lifetime_meta_steps`` >= 1).
     pes_config: PES settings.
     meta_optimizer: optax transformation of the meta-parameters.
-    devices: devices to shard particles across (default: ``jax.devices()``).
+    devices: devices to shard over (default: ``jax.devices()``).
   """
 
   def __init__(
@@ -189,8 +168,8 @@ class PESPopulation(meta_step.MetaStepProgram):
     return tuple(jax.random.split(rng))
 
   def _members(self, ctx):
-    """Per group: its particles' ``theta + eps_i`` and their accumulated
-    perturbations ``xi_i`` (this truncation's ``eps_i`` included)."""
+    """Per group: its particles' ``theta + eps_i`` and accumulated perturbations
+    ``xi_i`` (this ``eps_i`` included)."""
     out = []
     for gi, (g, particles) in enumerate(
         zip(self.groups, ctx.state["agents"], strict=True)
@@ -208,10 +187,9 @@ class PESPopulation(meta_step.MetaStepProgram):
     return out
 
   def _group_step(self, index, group, ctx):
-    """Every particle's truncation; the group's estimate is PES's gradient
-    over its healthy pairs, weighted. Particles whose lifetime ends (or
-    whose pair diverged) restart, both of a pair alike (their reset keys are
-    equal)."""
+    """Every particle's truncation; the estimate is PES's weighted gradient over
+    the healthy pairs. Particles whose lifetime ends or whose pair diverged
+    restart, both of a pair alike."""
     thetas, accumulated = ctx.members[index]
     new, loss, reset_rngs = jax.vmap(
         functools.partial(self._truncation, group)

@@ -1,13 +1,7 @@
-"""A meta-training run built from its settings.
-
-``build(settings)`` makes what a run needs and checks what only the machine
-can tell (the devices of each process, the environments' observations, a
-run folder's checkpoints): the agent groups (an environment, an agent and a
-value function each; with ``config.level_sampler``, a level sampler), the
-population of the chosen estimator, the initial meta-parameters and the
-held-out validation. ``initial_state`` and ``abstract_state`` give the
-population's state, ``write_config`` the run's ``config.json``.
-"""
+"""A meta-training run built from its settings: ``build`` makes the agent
+groups, the estimator's population, the initial meta-parameters and the held-out
+validation, checking what only the machine can tell (devices, observations,
+checkpoints)."""
 
 from __future__ import annotations
 
@@ -130,8 +124,8 @@ def _make_group(
 def _make_groups(
     s: settings_lib.MetaTrainSettings,
 ) -> list[meta_step.AgentGroup]:
-  """The population's groups; agents that anneal their learning rate do so
-  over the lifetime the estimator gives them, if it fixes one (ES)."""
+  """The population's groups; agents annealing their learning rate do so over
+  the lifetime the estimator fixes (ES)."""
   value_fn = value_function.ValueFunction(s.value_fn)
   agent_updates = estimator_registry.get_entry(s.estimator).agent_updates
   lifetime = None
@@ -216,8 +210,8 @@ def _devices(num_devices: int) -> list[jax.Device]:
 
 
 def _normalizers(s: settings_lib.MetaTrainSettings, groups) -> dict[str, tuple]:
-  """``{group: (random return, reference - random)}`` where the
-  normalisation table has the group's environment (others: raw returns)."""
+  """``{group: (random return, reference - random)}`` for groups whose
+  environment has reference scores."""
   out = {}
   for g, spec in zip(groups, s.groups, strict=True):
     key = reference_scores.env_key(spec.env, spec.env_settings)
@@ -245,9 +239,8 @@ _HOST_SETTINGS = (
 
 
 def _program_key(s: settings_lib.MetaTrainSettings) -> str:
-  """What shapes the meta-step program besides its arguments and disco's
-  code: the other settings, and the sources of the modules
-  ``config.imports`` names (`disco.program_cache`)."""
+  """What shapes the meta-step program besides its arguments and disco's code:
+  the other settings and the sources of ``config.imports``'s modules."""
   config = {
       k: v for k, v in s.config.to_dict().items() if k not in _HOST_SETTINGS
   }
@@ -280,12 +273,11 @@ def _make_population(s: settings_lib.MetaTrainSettings, groups, devices):
 def build(
     config: settings_lib.MetaTrainSettings | config_dict.ConfigDict,
 ) -> MetaTrainPlan:
-  """Builds the groups, population and initial meta-parameters of a run
-  (not its state; see ``initial_state``) from its settings (or a config,
-  checked first).
+  """Builds the groups, population and initial meta-parameters of a run (not its
+  state: ``initial_state``) from its settings (or a config, checked first).
 
   Raises:
-    UsageError: for any bad setting, with a one-line explanation.
+    UsageError: any bad setting, in one line.
   """
   if isinstance(config, settings_lib.MetaTrainSettings):
     startup.start(
@@ -345,8 +337,8 @@ def build(
 
 
 def exporter(plan: MetaTrainPlan) -> Callable[..., Path]:
-  """``export(path, meta_params, meta_step, **extra)``: writes
-  meta-parameters as this run's ``meta_params.npz`` is written."""
+  """``export(path, meta_params, meta_step, **extra)``: writes meta-parameters
+  as this run's ``meta_params.npz``."""
   return functools.partial(
       _export_run_params,
       settings=plan.settings,
@@ -373,12 +365,12 @@ def _export_run_params(
 def make_validation(
     plan: MetaTrainPlan, block: Any = None
 ) -> validation_lib.Validation | None:
-  """The run's held-out validation (``block``: its settings, default the
-  run's); None when it has no held-out environments.
+  """The run's held-out validation (``block``: its settings, default the run's);
+  None without held-out environments.
 
   Raises:
-    UsageError: bad settings, an environment or budget that cannot run, or
-      rows in the run folder made with other settings.
+    UsageError: bad settings, an environment or budget that cannot run, or rows
+      in the run folder made with other settings.
   """
   if block is None:
     settings = plan.run_settings.validation
@@ -426,11 +418,8 @@ def initial_state(plan: MetaTrainPlan) -> meta_step.MetaTrainState:
 
 
 def input_files(plan: MetaTrainPlan) -> dict[str, dict[str, str]]:
-  """The files a new run reads, by digest (``evaluation.outputs.
-  file_digests``): ``init_meta_params`` when it is a file, and each
-  group's environment files (``population[<i>].env_settings.<setting>``,
-  e.g. an XLand ruleset). A resumed run reads its checkpoint instead, whose
-  files have digests of their own.
+  """The files a new run reads, by digest: ``init_meta_params`` if a file, and
+  each group's environment files (``population[<i>].env_settings.<setting>``).
 
   Raises:
     UsageError: a file cannot be read.
@@ -449,8 +438,8 @@ def input_files(plan: MetaTrainPlan) -> dict[str, dict[str, str]]:
 
 
 def write_config(plan: MetaTrainPlan) -> None:
-  """Creates ``output_dir`` and writes ``config.json``, its ``run`` record
-  holding the run's input files by digest (``input_files``)."""
+  """Creates ``output_dir`` and writes ``config.json``, whose ``run`` record
+  holds the input files' digests."""
   out = run_folders.make_dir(plan.output_dir)
   run_folders.write_json(
       out / run_folder.CONFIG_FILE,

@@ -1,54 +1,13 @@
-"""Meta-training a rule on a population of agents by backpropagation
-(``--config.estimator=backprop``).
+"""Meta-training by backpropagation (``--config.estimator=backprop``):
+backprop's pieces of the ``disco.meta.meta_step`` outline.
 
-One *meta-step* is one compiled program (the outline of
-``disco.meta.meta_step``, which every estimator shares; this module puts
-backprop's pieces in it). For every agent it generates
-``inner_steps`` training rollouts and one validation rollout (twice as long)
-on device, computes the agent's meta-gradient (``meta_gradient``), and keeps
-the agent's updated learner, value-function and environment states. The
-meta-gradients are averaged over the agents (``vmap`` within a device) and
-over devices (``jax.shard_map`` over a 1-D device mesh, ``lax.pmean``), and the
-meta-optimiser updates the meta-parameters, which stay replicated.
-
-The devices may belong to several processes (hosts) joined by
-``jax.distributed``: every process runs the same program on the global mesh,
-holds and steps only its own devices' agents, and the ``pmean`` averages over
-every agent of every process.
-
-A population may mix environments (kinds, observation shapes and action
-counts): agents are grouped by environment, each group with its own
-environment, agent network and value function, and the meta-gradient is the
-mean over all agents, or a weighted mean of the groups' means
-(``AgentGroup.weight``). Every device holds the same number of agents of
-every group.
-
-Agents are reset to new lifetimes (fresh parameters and statistics) after
-``lifetime_meta_steps`` meta-steps, staggered across the population so that
-it always holds agents of different ages.
-
-Divergence is checked inside the step (see ``divergence``): an agent with
-non-finite parameters, losses or meta-gradient is left out of the
-meta-gradient (each group's mean is over its finite agents) and starts a new
-lifetime; a non-finite meta-gradient or update leaves the meta-parameters and
-the meta-optimiser state unchanged. A healthy step computes what it would
-without these checks (XLA may fuse its operations differently around them,
-which can change results in the last bits).
-
-Levels (``AgentGroup.level_sampler``): an agent starting a lifetime draws
-its level from the group's sampler and its environment restarts on it; when
-the lifetime ends, its score goes to the sampler (see
-``disco.meta.level_samplers``). The sampler's state is replicated: each
-device draws for its agents, the ended lifetimes are gathered from every
-device and every device applies the same update.
-
-Random keys follow ``PopulationConfig.key_scheme`` (``disco.meta.keys``): by
-default the published notebook's, so that a run can be compared with it step
-by step.
-
-``AgentGroup``, ``PopulationConfig``, ``MetaTrainState``, ``AXIS``,
-``group_weights`` and ``apply_meta_update`` live in
-``disco.meta.meta_step`` and are importable from here as well.
+Each meta-step every agent generates ``inner_steps`` training rollouts and a
+validation rollout (twice as long), computes its meta-gradient through its inner
+updates (``meta_gradient``) and keeps its states; meta-gradients are averaged
+over each group's finite agents, and over groups by ``AgentGroup.weight``.
+Agents restart after ``lifetime_meta_steps`` meta-steps (staggered), or when
+diverged; with a level sampler a new lifetime draws its level and its end
+reports the score. Random keys follow ``PopulationConfig.key_scheme``.
 """
 
 from __future__ import annotations
@@ -70,8 +29,6 @@ from disco.meta import meta_step
 from disco.meta import value_function
 from disco.training import acting
 from disco.training import replay as replay_lib
-
-# The outline's names, here too for the callers that import them from here.
 
 # fold_in salts of the level keys (they leave every other key unchanged).
 _LEVEL_SALT, _REFERENCE_SALT, _REPLAY_SALT = 0x1E7E1, 0x4EFE, 0x4E91A
@@ -100,15 +57,14 @@ def draw_lifetime(rng: jax.Array, low: int, high: int) -> jax.Array:
 
 class BackpropPopulation(meta_step.MetaStepProgram):
   """Backprop's meta-step: every agent's meta-gradient through its inner
-  updates (``meta_gradient``), averaged over the finite agents of each group
-  and over the groups with their weights.
+  updates, averaged over each group's finite agents and over groups by weight.
 
   Args:
-    groups: agent groups; ``num_agents`` of each must be divisible by the
-      number of devices.
+    groups: agent groups, each ``num_agents`` divisible by the number of
+      devices.
     config: population settings.
     meta_optimizer: optax transformation of the meta-parameters.
-    devices: devices to shard agents across (default: ``jax.devices()``).
+    devices: devices to shard over (default: ``jax.devices()``).
   """
 
   inputs = meta_step.MetaStepProgram.inputs + ("levels",)
@@ -183,9 +139,8 @@ class BackpropPopulation(meta_step.MetaStepProgram):
 
   @staticmethod
   def _unroll(group: meta_step.AgentGroup, learner, actor, key, length):
-    """``length`` actor steps with ``learner``'s parameters: ``(actor,
-    rollout [length, B])`` (``length`` timesteps: ``length - 1``
-    transitions)."""
+    """``length`` actor steps with ``learner``'s parameters:
+    ``(actor, rollout [length, B])`` (``length - 1`` transitions)."""
     return acting.unroll_actor(
         group.agent,
         group.env,
@@ -197,9 +152,8 @@ class BackpropPopulation(meta_step.MetaStepProgram):
     )
 
   def _replayed(self, replay, train, act_rng):
-    """``train`` ``[N, T+1, B]`` (``T + 1 = rollout_len``) into ``replay``;
-    the new replay and ``N`` batches ``[N, T+1, replay_batch_size]`` drawn
-    from it."""
+    """Adds ``train`` ``[N, T+1, B]`` to ``replay``; returns the new replay and
+    ``N`` batches ``[N, T+1, replay_batch_size]`` drawn from it."""
     for n in range(self.config.inner_steps):
       replay = replay_lib.add(
           replay,
@@ -252,12 +206,9 @@ class BackpropPopulation(meta_step.MetaStepProgram):
       keys: keys_lib.AgentKeys | None = None,
       draw: level_samplers.Draw | None = None,
   ):
-    """One agent's inner updates and meta-gradient: ``(meta-gradient, new
-    state, logs, finite, LifetimeEnd or None)``.
-
-    ``keys``: the agent's keys (None: from its own chain); ``draw``: the
-    level a new lifetime would start on (with a level sampler).
-    """
+    """One agent's inner updates and meta-gradient: ``(meta-gradient, new state,
+    logs, finite, LifetimeEnd or None)``; ``keys`` None: from its own chain;
+    ``draw``: a new lifetime's level."""
     cfg = self.config
     rng = state.rng
     if keys is None:
@@ -323,10 +274,9 @@ class BackpropPopulation(meta_step.MetaStepProgram):
     return grads, new_state, logs, finite, end
 
   def _rollouts(self, group: meta_step.AgentGroup, state: AgentState, act_rng):
-    """The agent's ``inner_steps`` training rollouts ``[N, T+1, B]`` and its
-    validation rollout (twice as long), acting with its current learner:
-    ``(actor, train, stats, valid, valid_best, valid_stats)``
-    (``valid_best``: None without a level sampler)."""
+    """The agent's ``inner_steps`` training rollouts ``[N, T+1, B]`` and
+    validation rollout: ``(actor, train, stats, valid, valid_best,
+    valid_stats)`` (``valid_best``: None without a sampler)."""
     cfg, learner = self.config, state.learner
 
     def rollout(actor, key, length):
@@ -431,9 +381,8 @@ class BackpropPopulation(meta_step.MetaStepProgram):
     grads, new_state, logs, finite, ends = jax.vmap(
         functools.partial(self._agent_meta_step, group, meta_params)
     )(group_state, agent_keys[index], draws)
-    # The group's mean over its finite agents (over all devices after the
-    # pmean in _combine), times its weight; a group without any finite
-    # agent makes the meta-gradient NaN, so the update is skipped.
+    # The weighted mean over finite agents; with none, the meta-gradient is
+    # NaN and the update skipped.
     mean = functools.partial(
         _finite_mean, finite=finite, local=local, total=group.num_agents
     )
@@ -459,10 +408,8 @@ class BackpropPopulation(meta_step.MetaStepProgram):
     return jax.lax.pmean(grad_sums, meta_step.AXIS), logs
 
   def _update_levels(self, group, sampler_state, ends, draws, agents):
-    """The sampler state after this meta-step's ended lifetimes (gathered
-    from every device, so every device computes the same), and its logs
-    (``levels/...``: the sampler's statistics and the mean features of the
-    agents' current levels)."""
+    """The sampler state after this meta-step's ended lifetimes (gathered from
+    every device) and its ``levels/...`` logs."""
     sampler = group.level_sampler
     gather = functools.partial(
         jax.lax.all_gather, axis_name=meta_step.AXIS, tiled=True
@@ -517,10 +464,9 @@ def _agent_logs(meta_logs, train_logs, rewards, stats) -> types.Logs:
 
 
 def _finite_mean(x, finite, local: int, total: int):
-  """This device's share of the mean over a group's finite agents of ``x``
-  ``[local agents, ...]`` (``pmean`` over devices gives the mean): NaN if
-  none is finite; the plain mean's share, bit for bit, if all are.
-  ``total``: the group's agents over all devices."""
+  """This device's share (``pmean`` gives the whole) of the mean of ``x``
+  ``[local agents, ...]`` over the group's ``total`` agents that are finite: NaN
+  if none is, the plain mean's share bit for bit if all are."""
   mask = finite.reshape(finite.shape + (1,) * (x.ndim - 1))
   share = jnp.where(mask, x, 0).sum(0) / local
   scale = total / jax.lax.psum(finite.sum(), meta_step.AXIS)

@@ -1,11 +1,7 @@
-"""Meta-parameters in and out of a meta-training run.
-
-``load_initial_meta_params`` gives a run its starting point (a random
-initialisation, Disco103, or a rule file), checked against the rule's
-structure; ``export_meta_params`` writes meta-parameters with the metadata
-that ``disco.update_rules.resolve`` reads back (``disco-eval
---config.rule=FILE``).
-"""
+"""Meta-parameters in and out of a meta-training run:
+``load_initial_meta_params`` (the starting point, checked against the rule) and
+``export_meta_params`` (with the metadata ``disco.update_rules.resolve`` reads
+back)."""
 
 from __future__ import annotations
 
@@ -32,9 +28,8 @@ def load_initial_meta_params(
     init: str, rule, init_seed: int, rule_name: str = DISCO
 ):
   """``'random'`` (``rule.init_meta_params(PRNGKey(init_seed))``),
-  ``'disco103'`` (for the Disco rule) or the path of a ``.npz`` of
-  meta-parameters of rule ``rule_name``; checked against the rule's
-  structure.
+  ``'disco103'`` (for the Disco rule) or the path of a ``.npz`` of rule
+  ``rule_name``'s meta-parameters, checked against the rule's structure.
 
   Raises:
     UsageError: unknown value, missing or mismatching file.
@@ -88,8 +83,7 @@ def load_initial_meta_params(
 
 
 def check_init_path(init: str) -> Path:
-  """The file ``config.init_meta_params`` names (neither ``random`` nor
-  ``disco103``), which must exist."""
+  """The file ``config.init_meta_params`` names, which must exist."""
   path = Path(init).expanduser()
   if not init or not (init.endswith(".npz") or path.exists()):
     raise errors.UsageError(
@@ -112,12 +106,10 @@ def export_meta_params(
     with_network: bool = False,
     **extra,
 ) -> Path:
-  """Saves meta-parameters with the metadata ``disco-eval`` resolves them by
-  (``rule``, ``rule_kwargs``, ``meta_step``, the rule's ``hyper_params``
-  in ``settings`` where they differ from its defaults, with
-  ``with_network`` the agent network of ``settings`` where it differs from
-  the rule's default one (agents trained with the file then use it), and
-  any ``extra``)."""
+  """Saves meta-parameters with the metadata ``disco-eval`` resolves them by:
+  ``rule``, ``rule_kwargs``, ``meta_step``, the hyper-parameters of ``settings``
+  differing from the rule's defaults, with ``with_network`` its agent network
+  where it differs from the default, and ``extra``."""
   metadata = dict(
       run_folders.to_jsonable(extra),
       rule=settings.rule,

@@ -1,11 +1,8 @@
 """A meta-training run's folder: its files, and resuming from it.
 
-A run writes ``config.json`` (the config and the machine), ``metrics.csv``,
-the curves, ``checkpoints/<step>/``, ``meta_params.npz`` and
-``summary.json``. A run resumes only with the settings it was made with,
-except ``RESUMABLE_KEYS`` (which do not change the computation); the config is
-read from ``config.json`` or, where that is missing or damaged, from the
-newest readable checkpoint.
+A run resumes only with the settings it was made with, except
+``RESUMABLE_KEYS``; the saved config is read from ``config.json`` or, if missing
+or damaged, from the newest readable checkpoint.
 """
 
 from __future__ import annotations
@@ -86,10 +83,9 @@ def checkpoint_steps(directory: Path) -> list[int]:
 
 
 def _with_rule_defaults(config: dict) -> dict:
-  """``config`` (a saved one) with its ``hyper_params`` and ``rule_kwargs``
-  completed by the rule's defaults, so that a run configured with its
-  overrides only (in code, or saved before they were completed) compares
-  equal to the same run from the command line (where they are complete)."""
+  """A saved ``config`` with ``hyper_params`` and ``rule_kwargs`` completed by
+  the rule's defaults (so a config giving only overrides compares equal to the
+  complete one)."""
   out = dict(config)
   for key in overrides.KEYS:
     try:
@@ -102,10 +98,8 @@ def _with_rule_defaults(config: dict) -> dict:
 
 
 def _with_added_keys(saved: dict, current: dict, defaults: dict) -> dict:
-  """``saved`` with the keys it lacks that ``current`` holds at the default
-  config's value: keys the config gained since the run was saved (e.g.
-  ``es.update_epochs``), left at their defaults, so that such a run resumes
-  with its own settings. Nested dicts too."""
+  """``saved`` plus the (nested) keys ``current`` holds that it lacks, at their
+  defaults, so such a run resumes with its own settings."""
   out = dict(saved)
   for key, value in current.items():
     default = defaults.get(key) if isinstance(defaults, dict) else None
@@ -118,8 +112,8 @@ def _with_added_keys(saved: dict, current: dict, defaults: dict) -> dict:
 
 
 def check_same_config(saved: dict, current: Any, where) -> None:
-  """Refuses to resume a run saved with other settings (``where``: the file
-  the saved config comes from)."""
+  """Refuses to resume a run saved with other settings (``where``: the saved
+  config's file)."""
   if isinstance(current, config_dict.ConfigDict):
     current = current.copy_and_resolve_references().to_dict()
   try:
@@ -141,9 +135,8 @@ def check_same_config(saved: dict, current: Any, where) -> None:
 
 
 def read_saved_config(path: Path) -> tuple[dict | None, str | None]:
-  """``(the config saved in config.json, None)``, or ``(None, what is wrong
-  with the file)`` when it is missing or damaged (e.g. cut short by a full
-  disk)."""
+  """``(config saved in config.json, None)``, or ``(None, what is wrong)`` when
+  missing or damaged."""
   if not path.exists():
     return None, "missing"
   try:
@@ -163,12 +156,12 @@ def resume(
     template: Callable[[], Any],
     log: Callable[[str], None],
 ) -> ckpt_lib.Restored | None:
-  """The newest readable checkpoint of the run in ``out``, or ``None``.
+  """The newest readable checkpoint of the run in ``out``, or None; newer
+  damaged ones are moved aside, saying so.
 
-  Damaged checkpoints newer than it are moved aside, saying so. The run's
-  ``config`` (as saved) is checked against the one in ``config.json``, or,
-  where that is missing or damaged, the one saved in the checkpoint (saying
-  so in one line). ``template()`` gives the state's shapes and shardings.
+  ``config`` is checked against the one in ``config.json``, or if that is
+  missing or damaged the checkpoint's (saying so). ``template()`` gives the
+  state's shapes and shardings.
   """
   saved_config, problem = read_saved_config(out / CONFIG_FILE)
   if manager.latest_step() is None:

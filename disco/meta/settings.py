@@ -1,14 +1,9 @@
 """The settings of a meta-training run, checked once.
 
 ``MetaTrainSettings.from_config(config)`` turns a ``configs/meta_train.py``
-config into typed settings in one pass: every bad value is collected
-(``disco.checks.Problems``) and reported together in one ``UsageError``.
-It has no side effects: the process start-up (``disco.startup.start``:
-joining a multi-process run, importing ``config.imports``) comes first, in
-``disco.meta.plan.build``. The
-builders below (``disco.meta.trainer``) take these settings and check nothing
-again. What needs the machine (the devices a process has, a run folder's
-checkpoints, the environments' observations) is checked by ``build``.
+config into settings in one pass, reporting every bad value together in one
+``UsageError``, without side effects (process start-up comes first, in
+``disco.meta.plan.build``, which also checks what needs the machine).
 """
 
 from __future__ import annotations
@@ -87,12 +82,10 @@ class MetaOptimizer:
 class MetaTrainSettings:
   """A meta-training run's settings, checked.
 
-  ``config`` is the config they were made from (saved in ``config.json`` and
-  compared when a run resumes); ``agent`` the rule's agent settings with
-  ``config.agent``, ``hyper_params`` and ``rule_kwargs`` applied;
-  ``estimator_settings`` the estimator's own settings from
-  ``config.<estimator>`` (None for an estimator without settings, e.g.
-  backprop).
+  ``config``: the config they came from (saved in ``config.json``, compared on
+  resume); ``agent``: the rule's agent settings with ``config.agent``,
+  ``hyper_params`` and ``rule_kwargs`` applied; ``estimator_settings``: from
+  ``config.<estimator>`` (None without, e.g. backprop).
   """
 
   config: config_dict.ConfigDict
@@ -126,8 +119,8 @@ class MetaTrainSettings:
 
   @classmethod
   def from_config(cls, config: config_dict.ConfigDict) -> MetaTrainSettings:
-    """Checks every setting of ``config``; raises one ``UsageError`` naming
-    every problem found."""
+    """Checks every setting of ``config``; one ``UsageError`` names every
+    problem."""
     return _from_config(config)
 
 
@@ -208,9 +201,8 @@ def _rule_name(config) -> str:
 
 
 def _agent_settings(config) -> agent_settings_lib.AgentSettings:
-  """The rule's default settings with ``config.agent``'s,
-  ``config.hyper_params``' and ``config.rule_kwargs``' overrides (old
-  spellings upgraded: ``migrations``)."""
+  """The rule's default settings with ``config.agent``, ``config.hyper_params``
+  and ``config.rule_kwargs`` over them (old spellings upgraded)."""
   name = _rule_name(config)
   agent_cfg = checks.as_dict(config.agent, "agent")
   unknown = set(agent_cfg) - set(AGENT_KEYS)
@@ -290,8 +282,8 @@ def _meta_optimizer(config) -> MetaOptimizer:
 
 
 def _lifetime_updates(config, inner: int) -> tuple[int, int] | None:
-  """``config.lifetime_updates`` checked against ``inner`` (the checked
-  ``inner_steps``): None (off) or ``(low, high)``."""
+  """``config.lifetime_updates`` checked against the checked ``inner`` steps:
+  None or ``(low, high)``."""
   value = config.lifetime_updates
   if value is None or tuple(value) in ((), (0, 0)):
     return None
@@ -389,8 +381,7 @@ def _population_config(config, p: checks.Problems):
 
 
 def _replay(config, inner_steps: int) -> tuple[int, int]:
-  """``(replay_capacity, replay_batch_size)``, checked (``inner_steps``
-  checked before; a bad ``batch_size`` is reported by its own check)."""
+  """``(replay_capacity, replay_batch_size)``, checked."""
   capacity = checks.check_int(config.replay_capacity, "replay_capacity", 0)
   batch = checks.check_int(config.replay_batch_size, "replay_batch_size", 0)
   if not capacity:
@@ -433,8 +424,7 @@ def _estimator(config) -> estimator_registry.EstimatorEntry:
 def _estimator_settings(
     config, entry: estimator_registry.EstimatorEntry, agent
 ) -> Any:
-  """``config.<estimator>``: the estimator's own settings (None for an
-  estimator without settings)."""
+  """``config.<estimator>``: the estimator's own settings (None without)."""
   if entry.settings is None:
     return None
   values = checks.as_dict(config.get(entry.name) or {}, entry.name)
@@ -497,9 +487,8 @@ def _output_dir(config) -> Path:
 
 
 def _expected_keys(config: config_dict.ConfigDict) -> config_dict.ConfigDict:
-  """The default config, with the settings group of the estimator
-  ``config`` names where ``config`` holds it (``config.<estimator>``: the
-  group of an estimator registered elsewhere)."""
+  """The default config, plus the settings group ``config.<estimator>`` of an
+  estimator registered elsewhere, where ``config`` holds it."""
   expected = default_config()
   group = str(config.get("estimator"))
   if group in config and group not in expected:

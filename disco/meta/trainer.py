@@ -1,21 +1,11 @@
-"""Meta-training as a library: build a run from settings, train it, write it.
+"""Meta-training as a library::
 
   from disco.meta import trainer
   summary = trainer.meta_train(num_meta_steps=10, output_dir="runs/my-rule")
 
-``meta_train`` starts from ``configs/meta_train.py``'s config, applies the
-keyword overrides, checks every setting once (``MetaTrainSettings``), builds
-the population (``build``), meta-trains (``MetaTrainer``) and writes the
-outputs (``write``); ``disco-meta-train`` is this with command-line flags.
-
-The loop of ``MetaTrainer`` steps the population and hands every meta-step to
-its hooks, in order: divergence handling (``DivergenceHook``: skipped
-meta-updates, restarted agents, the stop after ``max_consecutive_skips``),
-metrics (``MetricsHook``: ``metrics.csv``, the tracking backends, the progress
-bar), checkpoints (``CheckpointHook``: every ``checkpoint_every`` meta-steps,
-on a stop signal and at exit), held-out validation (``ValidationHook``), then
-any hooks the caller adds. Level sampling runs inside the population's
-compiled step (each group's ``LevelSampler``), not on the host.
+``train`` checks the settings, builds the run (``plan.build``), meta-trains
+(``MetaTrainer``, handing every meta-step to its hooks) and writes the outputs;
+``disco-meta-train`` is this with flags.
 """
 
 from __future__ import annotations
@@ -55,11 +45,11 @@ class MetaTrainResult:
   Attributes:
     state: the final state.
     history: the metrics of every logged meta-step (resumed ones included).
-    start_step: the meta-step this run started from (0 unless resumed).
+    start_step: the meta-step this run started from.
     step_times: seconds of each meta-step of this run (the first compiles).
     wall_time: seconds of this run.
     checkpoints: the kept checkpoint folders.
-    divergence: skipped meta-updates and restarted agents over the run.
+    divergence: skipped meta-updates and restarted agents.
   """
 
   state: meta_step.MetaTrainState
@@ -91,18 +81,10 @@ def _diverged_message(
 
 
 class MetaTrainer:
-  """Meta-trains (or resumes) a built run to ``num_meta_steps``.
-
-  ``hooks`` run after the built-in ones (divergence, metrics, checkpoints,
-  validation), in the order given.
-
-  With several processes (``config.distributed``) every process runs the
-  loop together: each steps its own agents, all write the checkpoints, and
-  process 0 alone logs and writes the other outputs. SIGTERM stops every
-  process at the same meta-step, with a checkpoint; an error or Ctrl-C in
-  one process ends it without a checkpoint (the others stop too: see
-  ``disco.distributed``).
-  """
+  """Meta-trains (or resumes) a built run to ``num_meta_steps``; ``hooks`` run
+  after the built-in ones. With several processes, process 0 alone logs and
+  writes the outputs other than checkpoints; SIGTERM stops every process at the
+  same meta-step with a checkpoint."""
 
   def __init__(
       self,
@@ -117,7 +99,7 @@ class MetaTrainer:
     self.extra_hooks = tuple(hooks)
 
   def _begin(self, manager: ckpt_lib.CheckpointManager) -> hooks_lib.Progress:
-    """The run's progress at its start: resumed from the newest checkpoint
+    """The run's progress at its start, resumed from the newest checkpoint
     (``config.resume``) or new; writes ``config.json``."""
     plan, s = self.plan, self.plan.run_settings
     resumed = None
@@ -206,8 +188,7 @@ class MetaTrainer:
 
     Raises:
       errors.Diverged: ``max_consecutive_skips`` meta-steps in a row skipped
-        their update (the metrics are written up to there; no checkpoint is
-        added). Every process decides this alike, from the same logs.
+        their update (metrics written up to there; no checkpoint added).
     """
     plan, s = self.plan, self.plan.run_settings
     out = plan.output_dir
@@ -338,15 +319,12 @@ def train(
     progress: bool = True,
     hooks: Sequence[hooks_lib.Hook] = (),
 ) -> dict[str, Any]:
-  """Builds, runs (or resumes) and writes one meta-training run; returns the
-  summary.
-
-  Holds the lock of the output folder throughout (in process 0): a second
-  process on the folder is refused with one line.
+  """Builds, runs (or resumes) and writes one meta-training run, holding the
+  output folder's lock throughout; returns the summary.
 
   Raises:
-    UsageError: for bad settings (before anything is trained), or an output
-      folder another process writes.
+    UsageError: bad settings (before anything is trained), or an output folder
+      another process writes.
     errors.ResourceError: the disk is full or the device memory exhausted.
   """
   plan = plan_lib.build(config)
@@ -377,10 +355,10 @@ def meta_train(
 ) -> dict[str, Any]:
   """One meta-training run from Python; returns its summary.
 
-  ``config`` defaults to ``configs/meta_train.py``'s; ``overrides`` set its
-  keys (``num_meta_steps=10``, ``population=({'env': 'catch'},)``,
-  ``es={'population_size': 8}``: a dict updates that block). Every setting
-  is checked before anything runs.
+  ``config`` defaults to ``configs/meta_train.py``'s; ``overrides`` set its keys
+  (``num_meta_steps=10``, ``population=({'env': 'catch'},)``,
+  ``es={'population_size': 8}``: a dict updates that block). Every setting is
+  checked before anything runs.
   """
   config = checks.config_or_default(config, settings_lib.CONFIG_NAME)
   rule = str(overrides.get("rule") or config.rule)

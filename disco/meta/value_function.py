@@ -1,20 +1,9 @@
-"""The meta-training value function: a separate state-value network whose
-normalised advantages drive the outer (meta) policy-gradient loss.
-
-It is its own small MLP (haiku name ``value_fn``; an agent network with one
-flat output, so it takes what agent networks take: with
-``obs_embedding="one_hot"``, state-index observations, its first linear
-layer a gather), trained alongside the agent
-on the same rollouts with the agent optimiser (Adam with a constant
-denominator, clipping), and keeps EMA statistics of its advantages and TD
-errors. Values are predicted in signed-hyperbolic space.
-
-Alignment note: as in the published meta-training code, the value function
-reads an actor rollout directly and pairs transition ``t`` with the reward and
-discount stored at step ``t`` (``rewards[:-1]``, ``discounts[:-1]``), i.e. one
-step earlier than the agent's update rules do. This is kept for parity with
-the published meta-gradients.
-"""
+"""The meta-training value function: a state-value network (an agent network
+named ``value_fn``, values in signed-hyperbolic space), trained beside the
+agent, whose normalised advantages drive the outer policy-gradient loss. As the
+published meta-training code (for parity), it pairs transition ``t`` with the
+reward and discount stored at step ``t``, one step earlier than the update
+rules."""
 
 from __future__ import annotations
 
@@ -41,12 +30,8 @@ _HEAD = categorical.ValueHead(nonlinear_transform=True)
 
 @dataclasses.dataclass(frozen=True)
 class ValueFnConfig:
-  """Settings of the meta-training value function (published defaults).
-
-  ``obs_embedding`` is the network's (``agent_nets.NetConfig``): ``"none"``,
-  or ``"one_hot"`` for state-index observations (the same function as on
-  their one-hot vectors, computed as a gather; other observations go in as
-  they are).
+  """Settings of the meta-training value function (published defaults);
+  ``obs_embedding`` as ``agent_nets.NetConfig``'s (``"none"`` or ``"one_hot"``).
   """
 
   dense: tuple[int, ...] = (256, 256)
@@ -74,16 +59,12 @@ class ValueFunction:
 
   Args:
     config: its settings.
-    axis_name: if set, gradients and statistics are averaged over this
-      named axis.
-    observation_spec: the environment's observation spec: the network is
-      checked against it and, with ``obs_embedding="one_hot"``, takes its
-      state indices (see ``with_observation``). None: not checked, and the
-      network cannot take index observations.
+    axis_name: named axis to average gradients and statistics over, if any.
+    observation_spec: checks the network against it and lets it take state
+      indices (``obs_embedding="one_hot"``); None: not checked.
 
   Raises:
-    ValueError: for bad network settings, or a network that cannot take
-      ``observation_spec``'s observations.
+    ValueError: bad network settings, or observations the network cannot take.
   """
 
   def __init__(
@@ -113,8 +94,8 @@ class ValueFunction:
     )
 
   def with_observation(self, observation_spec: specs.Array) -> ValueFunction:
-    """This value function for one environment's observations (each agent
-    group gets its own: index observations size the network)."""
+    """This value function for one environment's observations (each group gets
+    its own)."""
     return ValueFunction(self.config, self.axis_name, observation_spec)
 
   def initial_state(

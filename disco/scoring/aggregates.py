@@ -1,21 +1,13 @@
-"""Aggregate scores over environments and seeds with bootstrap intervals.
+"""Aggregate scores over environments and seeds with bootstrap intervals, after
+``rliable`` (Agarwal et al., 2021).
 
-Thin, typed wrappers over ``rliable`` (Agarwal et al., 2021, "Deep
-Reinforcement Learning at the Edge of the Statistical Precipice"). Every
-function takes a score dict ``{rule: scores}`` of normalised scores (see
-``disco.scoring.normalization``) where ``scores`` is
-``[num_seeds, num_envs]`` (or ``[num_seeds, num_envs, num_points]`` for
-sample-efficiency curves), and returns frozen dataclasses.
-
-Intervals are stratified-bootstrap confidence intervals: seeds are resampled
-with replacement within each environment (``rliable.library``), ``reps``
-times. ``rliable`` draws its bootstrap indices from NumPy's global random
-state, so its own ``random_state`` argument does not make the intervals
-reproducible; here every call seeds that global state with ``seed`` for its
-duration and restores it afterwards (so these functions are not thread-safe).
-Each rule (and each pair of rules) is bootstrapped separately from the same
-seed, so adding a rule to the dict leaves the intervals of the others
-unchanged.
+Scores are ``{rule: [num_seeds, num_envs]}`` (``[..., num_points]`` for curves)
+of normalised scores. Intervals are stratified bootstraps: ``reps`` replications
+resampling seeds within each environment (with ``task_bootstrap``, environments
+too), of coverage ``confidence``, drawn from ``seed``: each call seeds NumPy's
+global random state, which ``rliable`` uses, and restores it (not thread-safe).
+Each rule and pair is bootstrapped separately, so adding a rule leaves the
+others' intervals unchanged.
 """
 
 from __future__ import annotations
@@ -40,9 +32,9 @@ _PANDAS_3_ERROR = (
 def check_installed_versions(
     version: Callable[[str], str] = metadata.version,
 ) -> None:
-  """``ImportError`` where the installed pandas and arch cannot import
-  ``rliable.library`` (pandas 3 beside arch 7), read from the packages'
-  metadata (``version``) without importing them."""
+  """ImportError where the installed pandas and arch cannot import
+  ``rliable.library`` (pandas 3 with arch 7), read from package metadata without
+  importing them."""
 
   def major(package: str) -> int | None:
     try:
@@ -54,11 +46,8 @@ def check_installed_versions(
     raise ImportError(_PANDAS_3_ERROR)
 
 
-# rliable, scipy.stats and what rliable.library brings (arch, statsmodels,
-# pandas, matplotlib) take about two seconds to import, which every
-# launcher process would pay before parsing its flags: they are imported
-# where first used. The one known way for them to fail to import is
-# refused here, when this module is imported, before any training starts.
+# rliable and scipy are imported where first used (they are slow to import);
+# their one known import failure is refused here, before any training starts.
 check_installed_versions()
 
 
@@ -104,19 +93,10 @@ class Interval:
 
 @dataclasses.dataclass(frozen=True)
 class AggregateResult:
-  """Aggregate metrics of one rule over ``[num_seeds, num_envs]`` scores.
-
-  Attributes:
-    rule: the rule's name.
-    median: median over environments of the per-environment mean score.
-    iqm: interquartile mean of all ``num_seeds * num_envs`` scores.
-    mean: mean over environments of the per-environment mean score.
-    optimality_gap: mean shortfall below ``gamma`` (lower is better).
-    num_seeds: seeds per environment.
-    num_envs: environments.
-    confidence: coverage of the intervals.
-    reps: bootstrap replications.
-  """
+  """Aggregate metrics of one rule: each an ``Interval``. ``median`` and
+  ``mean``: over environments of the per-environment mean score; ``iqm``: of all
+  scores; ``optimality_gap``: mean shortfall below ``gamma``. Also
+  ``num_seeds``, ``num_envs``, ``confidence`` and ``reps``."""
 
   rule: str
   median: Interval
@@ -137,11 +117,9 @@ class AggregateResult:
 
 @dataclasses.dataclass(frozen=True)
 class ImprovementProbability:
-  """P(a run of ``rule_x`` scores higher than one of ``rule_y``).
-
-  The probability is the Mann-Whitney estimate per environment (ties count
-  one half) averaged over environments; 0.5 means no difference.
-  """
+  """P(a run of ``rule_x`` scores higher than one of ``rule_y``): the
+  per-environment Mann-Whitney estimate (ties count one half) averaged over
+  environments; 0.5: no difference."""
 
   rule_x: str
   rule_y: str
@@ -169,8 +147,8 @@ class Band:
 
 @dataclasses.dataclass(frozen=True)
 class PerformanceProfile(Band):
-  """Fraction of runs (or of environments) scoring above each threshold,
-  with its ``Band``.
+  """Fraction of runs (or environments) scoring above each threshold, with its
+  ``Band``.
 
   Attributes:
     taus: thresholds ``[P]``.
@@ -200,11 +178,8 @@ class SampleEfficiencyCurve(Band):
 
 @contextlib.contextmanager
 def seeded_global_rng(seed: int) -> Iterator[None]:
-  """Seeds NumPy's global random state for a block, then restores it.
-
-  ``rliable``'s bootstraps draw their indices with ``np.random.choice``, so
-  this is what makes them reproducible.
-  """
+  """Seeds NumPy's global random state (which ``rliable`` draws from) for a
+  block, then restores it."""
   saved = np.random.get_state()
   np.random.seed(seed)
   try:
@@ -216,21 +191,12 @@ def seeded_global_rng(seed: int) -> Iterator[None]:
 def check_scores(
     scores: ScoreDict, ndim: int = 2, min_seeds: int = MIN_SEEDS
 ) -> dict[str, np.ndarray]:
-  """Validates a score dict and returns it as float64 arrays.
-
-  Args:
-    scores: ``{rule: [num_seeds, num_envs]}`` (``ndim=2``) or
-      ``{rule: [num_seeds, num_envs, num_points]}`` (``ndim=3``).
-    ndim: expected number of dimensions.
-    min_seeds: fewest seeds accepted.
-
-  Returns:
-    ``{rule: float64 array}`` in the same order.
+  """The score dict as float64 arrays, in order, of ``ndim`` dimensions (2, or 3
+  with points) and at least ``min_seeds`` seeds.
 
   Raises:
-    ValueError: if the dict is empty, an array has the wrong shape, too few
-      seeds or non-finite values, or the rules disagree on the trailing
-      dimensions (environments, points).
+    ValueError: an empty dict, a wrong shape, too few seeds, non-finite values,
+      or rules disagreeing on the trailing dimensions.
   """
   if not scores:
     raise ValueError("The score dict is empty; pass {rule: scores}.")
@@ -294,19 +260,12 @@ def approximate_coverage(
     num_seeds: int, num_envs: int, confidence: float = 0.95
 ) -> float:
   """The actual coverage of a nominal ``confidence`` stratified-bootstrap
-  interval of the mean over ``num_seeds`` seeds on each of ``num_envs``
-  environments, by a normal approximation.
+  interval of the mean of ``num_seeds`` seeds on ``num_envs`` environments:
+  ``P(|T_{E(n-1)}| <= z sqrt((n-1)/n))`` (the plug-in variance makes few-seed
+  intervals too narrow: 76% for 95% with 2 seeds on 4 environments).
 
-  The percentile bootstrap estimates the variance of a mean with the
-  plug-in (divide-by-n) variance and normal quantiles, so with few seeds
-  its intervals are too narrow: roughly ``xbar +- z s sqrt((n-1)/n) /
-  sqrt(n E)`` where ``(xbar - mu) sqrt(n E) / s`` is t-distributed with
-  ``E (n - 1)`` degrees of freedom, which gives
-  ``P(|T_{E(n-1)}| <= z sqrt((n-1)/n))``: 76% for a nominal 95% with 2
-  seeds on 4 environments, 85% with 3, 90% with 5, 93% with 10. The
-  simulated coverage of the mean, IQM and median of normal scores
-  (``calibration.interval_coverage``) is within 2 points of it
-  (``BENCHMARKS.md``).
+  Raises:
+    ValueError: fewer than 2 seeds or 1 environment.
   """
   if num_seeds < 2 or num_envs < 1:
     raise ValueError(
@@ -327,10 +286,9 @@ def coverage_note(
     confidence: float = 0.95,
     task_bootstrap: bool = False,
 ) -> str | None:
-  """A note for intervals whose actual coverage falls short of
-  ``confidence`` by a percentage point or more (``approximate_coverage``),
-  else ``None``. Task-bootstrap intervals (which also resample
-  environments) are not calibrated here: ``None``."""
+  """A note for intervals whose actual coverage (``approximate_coverage``) falls
+  short of ``confidence`` by a point or more, else None (always None for
+  task-bootstrap intervals)."""
   if task_bootstrap:
     return None
   actual = approximate_coverage(num_seeds, num_envs, confidence)
@@ -346,11 +304,7 @@ def coverage_note(
 
 
 def iqm(scores: np.ndarray) -> float:
-  """Interquartile mean (25% trimmed mean) of all entries of ``scores``.
-
-  Args:
-    scores: ``[num_seeds, num_envs]`` (any shape is flattened).
-  """
+  """Interquartile mean (25% trimmed mean) of all entries of ``scores``."""
   return float(_rly_metrics().aggregate_iqm(np.asarray(scores, np.float64)))
 
 
@@ -379,23 +333,8 @@ def aggregate_metrics(
     gamma: float = 1.0,
     task_bootstrap: bool = False,
 ) -> dict[str, AggregateResult]:
-  """Median, IQM, mean and optimality gap of each rule with intervals.
-
-  Args:
-    scores: ``{rule: [num_seeds, num_envs]}`` normalised scores.
-    reps: bootstrap replications (``rliable`` uses 50000 in its paper; a few
-      thousand are usually enough; use tens in tests).
-    confidence: coverage of the intervals.
-    seed: seed of the bootstrap.
-    gamma: the optimality-gap threshold (1.0: the reference score).
-    task_bootstrap: also resample environments (``rliable``'s task
-      bootstrap: the uncertainty of a new set of environments as well as of
-      new seeds; wider intervals). ``probability_of_improvement`` has no
-      such option in ``rliable``.
-
-  Returns:
-    ``{rule: AggregateResult}`` in the order of ``scores``.
-  """
+  """``{rule: AggregateResult}`` (in order): median, IQM, mean and optimality
+  gap below ``gamma`` (1.0: the reference score) with intervals."""
   _check_bootstrap_args(reps, confidence)
   scores = check_scores(scores)
   results = {}
@@ -428,21 +367,9 @@ def probability_of_improvement(
     confidence: float = 0.95,
     seed: int = 0,
 ) -> dict[tuple[str, str], ImprovementProbability]:
-  """P(X > Y) for every ordered pair of rules, with intervals.
-
-  Args:
-    scores: ``{rule: [num_seeds, num_envs]}``; rules may have different
-      numbers of seeds but need the same environments.
-    pairs: ``(x, y)`` pairs to compare; by default every ordered pair of
-      distinct rules.
-    reps: bootstrap replications (each resamples both rules' seeds
-      independently, within each environment).
-    confidence: coverage of the intervals.
-    seed: seed of the bootstrap.
-
-  Returns:
-    ``{(x, y): ImprovementProbability}``.
-  """
+  """``{(x, y): ImprovementProbability}`` with intervals, for ``pairs``
+  (default: every ordered pair of rules); rules may differ in seeds, not
+  environments."""
   _check_bootstrap_args(reps, confidence)
   scores = check_scores(scores)
   if pairs is None:
@@ -496,22 +423,10 @@ def performance_profiles(
     seed: int = 0,
     task_bootstrap: bool = False,
 ) -> dict[str, PerformanceProfile]:
-  """Score distributions (performance profiles) with pointwise intervals.
-
-  Args:
-    scores: ``{rule: [num_seeds, num_envs]}``.
-    taus: ``[num_taus]`` thresholds; ``default_taus(scores)`` if ``None``.
-    use_score_distribution: fraction of all runs above ``tau`` (``True``,
-      recommended by ``rliable``) or fraction of environments whose mean
-      score is above ``tau`` (``False``).
-    reps: bootstrap replications.
-    confidence: coverage of the intervals.
-    seed: seed of the bootstrap.
-    task_bootstrap: also resample environments (see ``aggregate_metrics``).
-
-  Returns:
-    ``{rule: PerformanceProfile}``.
-  """
+  """``{rule: PerformanceProfile}``: score distributions over ``taus``
+  ``[num_taus]`` (None: ``default_taus``) with pointwise intervals; the fraction
+  of all runs above each ``tau`` (``use_score_distribution``, as ``rliable``
+  recommends), else of environments whose mean score is."""
   _check_bootstrap_args(reps, confidence)
   scores = check_scores(scores)
   taus = default_taus(scores) if taus is None else np.asarray(taus, np.float64)
@@ -549,23 +464,9 @@ def sample_efficiency_curves(
     seed: int = 0,
     task_bootstrap: bool = False,
 ) -> dict[str, SampleEfficiencyCurve]:
-  """IQM with intervals at every evaluation point of a learning curve.
-
-  Args:
-    scores: ``{rule: [num_seeds, num_envs, num_points]}``.
-    points: ``[num_points]`` x values, e.g. environment steps (default
-      ``0 .. num_points - 1``).
-    reps: bootstrap replications. ``rliable`` draws the seeds of a
-      replication independently for every environment and every point, so
-      the band is pointwise: each point's interval has the nominal
-      coverage, not the whole curve's.
-    confidence: coverage of the intervals.
-    seed: seed of the bootstrap.
-    task_bootstrap: also resample environments (see ``aggregate_metrics``).
-
-  Returns:
-    ``{rule: SampleEfficiencyCurve}``.
-  """
+  """``{rule: SampleEfficiencyCurve}``: IQM of ``{rule: [num_seeds, num_envs,
+  num_points]}`` scores at ``points`` ``[num_points]`` (default
+  ``0 .. num_points - 1``) with pointwise intervals."""
   _check_bootstrap_args(reps, confidence)
   scores = check_scores(scores, ndim=3)
   num_points = next(iter(scores.values())).shape[2]

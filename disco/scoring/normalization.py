@@ -1,14 +1,8 @@
-"""Normalised scores: score tables of several rules, and user-given
-references.
+"""Normalised scores of several rules, and user-given references.
 
-A normalised score is ``(score - random) / (reference - random)``: 0 is the
-uniform random policy and 1 the reference. The reference table, its entries
-and the normalisation of one environment's scores are environment data and
-live in ``disco.environments.reference_scores``. This module adds what
-scoring several rules needs on top: normalising a score table
-(``normalize_score_dict``), the table's rows for a report (``table_rows``),
-and references given on a command line (``parse_references``: disco-compare's
-``config.references``, meta-training's ``config.validation.references``).
+A normalised score is ``(score - random) / (reference - random)``: 0 is a
+uniform random policy, 1 the reference. The reference table and one
+environment's normalisation live in ``disco.environments.reference_scores``.
 """
 
 from __future__ import annotations
@@ -28,16 +22,13 @@ def normalize_score_dict(
     envs: Sequence[str],
     overrides: Mapping[str, reference_scores.ReferenceEntry] | None = None,
 ) -> dict[str, np.ndarray]:
-  """Normalises ``{rule: [num_seeds, num_envs]}`` raw returns column-wise.
+  """``{rule: [num_seeds, num_envs]}`` normalised scores
+  (``disco.scoring.aggregates``' input) from raw returns.
 
   Args:
     scores: ``{rule: [num_seeds, num_envs]}`` raw returns.
     envs: ``[num_envs]`` environment keys, one per column.
     overrides: ``{env: ReferenceEntry}`` taking precedence over the table.
-
-  Returns:
-    ``{rule: [num_seeds, num_envs]}`` normalised scores, the input of
-    ``disco.scoring.aggregates``.
   """
   envs = list(envs)
   out = {}
@@ -61,8 +52,7 @@ def normalize_score_dict(
 def table_rows(
     overrides: Mapping[str, reference_scores.ReferenceEntry] | None = None,
 ) -> list[dict[str, object]]:
-  """The table (with ``overrides`` applied and added) as a list of dicts,
-  e.g. for a CSV or a report."""
+  """The table (with ``overrides`` applied and added) as a list of dicts."""
   merged = dict(reference_scores.REFERENCE_TABLE)
   merged.update(overrides or {})
   return [dataclasses.asdict(e) for e in merged.values()]
@@ -71,13 +61,12 @@ def table_rows(
 def parse_references(
     specs: Sequence[str],
 ) -> dict[str, reference_scores.ReferenceEntry]:
-  """References given as ``"env:random=R,reference=X,source=TEXT"`` specs
-  (optional keys ``random_source``, ``algorithm``, ``budget``) as
-  ``{env: ReferenceEntry}``, the ``overrides`` of the table.
+  """``{env: ReferenceEntry}`` from ``"env:random=R,reference=X,source=TEXT"``
+  specs (optional keys ``random_source``, ``algorithm``, ``budget``), e.g.
+  disco-compare's ``config.references``.
 
   Raises:
-    UsageError: a spec without ``random`` or ``reference``, or whose values
-      are not numbers.
+    UsageError: a spec without ``random`` or ``reference``, or with non-numbers.
   """
   out = {}
   for spec in specs:

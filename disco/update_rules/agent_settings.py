@@ -1,13 +1,7 @@
-"""An agent's settings: its rule, the rule's settings, optimiser and network.
-
-``AgentSettings`` is frozen and typed; its mappings are read-only. Every
-workflow gets one from ``disco.update_rules.registry.default_settings`` (or a
-rule file), merges its overrides into it once
-(``disco.update_rules.overrides.merged``), builds the rule from it
-(``registry.make_rule``) and the agent (``disco.agent.make_agent``).
-``to_dict`` / ``from_dict`` give its JSON form (``config.json``'s
-``rule_settings``, a rule file's ``settings``).
-"""
+"""An agent's settings (``AgentSettings``, frozen): its rule and the rule's
+settings, optimiser and network. Made by ``registry.default_settings`` (or a
+rule file), merged once with overrides (``overrides.merged``), then used to
+build the rule and agent; ``to_dict`` / ``from_dict`` give their JSON form."""
 
 from __future__ import annotations
 
@@ -65,19 +59,17 @@ class AgentSettings:
   """Everything that makes an agent, given its environment's specs.
 
   Attributes:
-    rule: the registry name of the update rule.
+    rule: the rule's registry name.
     learning_rate: Adam's learning rate.
-    network: the agent network (``disco.networks.agent_nets.NetConfig``
-      fields).
-    hyper_params: the rule's loss coefficients, discounts and other numbers.
+    network: ``disco.networks.agent_nets.NetConfig`` fields.
+    hyper_params: the rule's numbers (loss coefficients, discounts).
     rule_kwargs: the other keyword arguments of the rule's factory.
-    max_abs_update: elementwise clip of Adam's update (None: no clip).
-    max_grad_norm: clip of the gradients' global norm (None: no clip).
+    max_abs_update: elementwise clip of Adam's update (None: none).
+    max_grad_norm: global-norm clip of the gradients (None: none).
     adam_eps: Adam's epsilon.
     anneal_learning_rate: decay the learning rate linearly to 0 over the run.
-    loss_mask: the transitions the losses average over (``LOSS_MASKS``).
-    policy: the continuous-action policy's settings
-      (``disco.policies.make_policy``; empty: its defaults).
+    loss_mask: transitions the losses average over (``LOSS_MASKS``).
+    policy: the continuous-action policy's settings (empty: defaults).
   """
 
   rule: str
@@ -126,11 +118,10 @@ class AgentSettings:
       raise ValueError(f"Incomplete agent settings: {e}") from None
 
   def check(self) -> None:
-    """Checks the numbers, wherever they came from: ``learning_rate`` and
-    ``adam_eps`` finite and > 0, the clips None or finite and > 0,
-    ``anneal_learning_rate`` a bool, ``loss_mask`` one of ``LOSS_MASKS``,
-    every hyper-parameter a finite number (within ``HYPER_PARAM_RANGES``
-    for those it names).
+    """Checks the values, wherever they came from: ``learning_rate`` and
+    ``adam_eps`` finite and > 0, clips None or finite and > 0,
+    ``anneal_learning_rate`` a bool, ``loss_mask`` in ``LOSS_MASKS``,
+    hyper-parameters finite (within ``HYPER_PARAM_RANGES``).
 
     Raises:
       ValueError: naming every value out of range.

@@ -1,43 +1,18 @@
-"""The update-rule interface consumed by ``disco.agent.Agent``.
+"""The update-rule interface consumed by ``disco.agent.Agent``, which never
+branches on the rule.
 
-A rule
-  * is configured when it is built: its settings and its hyper-parameters
-    (loss coefficients, discounts, ...: ``self.hyper_params``, its class's
-    ``default_hyper_params`` updated by the ``hyper_params`` it is given, see
-    ``UpdateRule.__init__``);
-  * declares what the agent network must output: flat per-state outputs
-    (``flat_output_spec``, ``[B, *shape]``) and per-action outputs from the
-    action-conditional model (``model_output_spec``, ``[B, A, *shape]``);
-  * owns its meta-parameters (``init_meta_params``; hand-designed rules have
-    none) and its state (``init_rule_state``: EMA statistics, target
-    parameters, dual variables, a meta-RNN state, ...);
-  * turns a rollout into loss targets (``unroll_meta_net``) and the targets
-    into per-transition losses ``[T, B]`` in two parts: ``agent_loss`` may
-    carry meta-gradients (``backprop=True``) and ``agent_loss_no_meta`` never
-    does (e.g. value losses);
-  * may choose actions itself (``select_action``; the default samples the
-    policy, ``disco.policies``, that ``logits`` parameterise). Rules that search over copies of the environment state set
-    ``needs_env_copies = True``;
-  * may add terms to the outer loss of meta-training (``meta_regularizer``)
-    and read the lifetime of its agent (``start_lifetime``);
-  * names the network outputs that rollouts keep for it
-    (``behaviour_outputs``, by default only ``logits``);
-  * says whether it works with continuous actions
-    (``supports_continuous_actions``): a rule that does reads the policy only
-    through ``inputs.action_policy`` (log-probabilities, entropies, KLs), so
-    ``logits`` may be a categorical's or a Gaussian's parameters; the
-    ``num_actions`` its output specs get is then the size ``P`` of those
-    parameters. With a continuous policy the per-action outputs
-    (``model_output_spec``) are computed at given actions by an action-input
-    head (``disco.networks.agent_nets``); a rule whose outputs or state
-    depend on the kind of actions is set up for the agent's policy by
-    ``for_policy``.
-
-The Agent never branches on which rule it holds. A learner step:
-``meta_out, new_rule_state = unroll_meta_net(inputs, context)`` once, then the gradient of ``agent_loss + agent_loss_no_meta`` with respect
-to the agent parameters.
-
-Rules are registered by name in ``disco.update_rules.registry``.
+A rule declares the network's outputs, per state (``flat_output_spec``,
+``[B, *shape]``) and per action (``model_output_spec``, ``[B, A, *shape]``);
+owns its meta-parameters (none for hand-designed rules) and state; and turns a
+rollout into ``[T, B]`` losses: a learner step calls ``unroll_meta_net`` once
+for the targets, then differentiates ``agent_loss`` (which may carry
+meta-gradients, with ``backprop``) plus ``agent_loss_no_meta``. It may choose
+actions (``select_action``; ``needs_env_copies`` to search over environment
+states), add outer-loss terms (``meta_regularizer``) and read its agent's
+lifetime (``start_lifetime``). A rule with ``supports_continuous_actions`` reads
+the policy only through ``inputs.action_policy``, so ``logits`` may be a
+Gaussian's ``P`` parameters (its specs' ``num_actions``), and per-action outputs
+are computed at given actions.
 """
 
 from __future__ import annotations
@@ -92,17 +67,11 @@ def policy_value_spec(
 
 @dataclasses.dataclass(frozen=True)
 class ActingContext:
-  """What a rule may use to choose actions beyond the network's outputs.
-
-  Attributes:
-    params: the acting network's parameters.
-    apply_fn: ``(params, observations [B, ...]) -> agent outputs [B, ...]``.
-    rule_state: the rule's state (may be None when acting without a learner).
-    env: the batched environment (only given to rules with
-      ``needs_env_copies``; it is jittable then).
-    env_state: the environment state the observation came from.
-    policy: the action distribution of ``logits`` (None: categorical).
-  """
+  """What a rule may use to choose actions: the acting ``params``, ``apply_fn``
+  (``(params, observations [B, ...]) -> outputs [B, ...]``), the ``rule_state``
+  (None without a learner), the jittable batched ``env`` and its ``env_state``
+  (for ``needs_env_copies`` rules only), and the ``policy`` of ``logits`` (None:
+  categorical)."""
 
   params: types.Params
   apply_fn: Callable[..., types.AgentOuts]
@@ -114,17 +83,11 @@ class ActingContext:
 
 @dataclasses.dataclass(frozen=True)
 class LearnerContext:
-  """What a rule may use to compute its targets beyond the rollout.
-
-  Attributes:
-    meta_params: the rule's meta-parameters (``{}`` for hand-designed rules).
-    params: the agent parameters before this update.
-    rule_state: the rule's state.
-    unroll_fn: the agent network over ``[T+1, B, ...]`` observations (e.g. to
-      run a target network).
-    rng: random key.
-    axis_name: named axis to average statistics over, if any.
-  """
+  """What a rule may use to compute its targets: its ``meta_params`` (``{}`` for
+  hand-designed rules), the agent ``params`` before this update, the
+  ``rule_state``, ``unroll_fn`` (the network over ``[T+1, B, ...]``
+  observations, e.g. for a target network), ``rng`` and the ``axis_name`` to
+  average statistics over."""
 
   meta_params: types.MetaParams
   params: types.Params
@@ -144,24 +107,18 @@ class UpdateRule(abc.ABC):
 
   # Whether acting needs copies of the (jittable) environment state.
   needs_env_copies: bool = False
-  # Whether the rule works with continuous actions (a Gaussian policy): it
-  # reads the policy only through ``inputs.action_policy``. Rules whose
-  # meta-networks read per-action outputs of a categorical policy do not.
+  # Whether the rule works with continuous actions (a Gaussian policy).
   supports_continuous_actions: bool = False
   # Why not, in one sentence, where it does not (for the refusal).
   continuous_actions_refusal: str = (
       "it reads the per-action outputs of a categorical policy"
   )
   # Network outputs that actors keep in rollouts (``behaviour_agent_out``).
-  # Keeping only what the rule reads keeps replays small and lets XLA drop
-  # the unused heads from the acting step.
   behaviour_outputs: tuple[str, ...] = ("logits",)
-  # Whether ``agent_loss``, ``agent_loss_no_meta`` and ``meta_regularizer``
-  # (its validation outputs) read per-action (``model_output_spec``) outputs
-  # only at the taken actions; the agent then backpropagates through the
-  # action model for those actions alone where it can. With a continuous
-  # policy the network computes those outputs at the taken actions only
-  # (they have no per-action table), so a rule reading them needs this.
+  # Whether the losses and ``meta_regularizer`` read per-action outputs only
+  # at the taken actions (required with a continuous policy, whose network
+  # computes them there only); the agent then backpropagates through the
+  # action model for those actions alone.
   model_losses_read_taken_actions: bool = False
   # The rule's hyper-parameters and their defaults: every coefficient of its
   # losses (and of its meta-regularisers), discounts, ...
@@ -204,17 +161,16 @@ class UpdateRule(abc.ABC):
     return spec
 
   def for_policy(self, policy: policies.Policy) -> UpdateRule:
-    """This rule for an agent whose actions follow ``policy``; the Agent
-    calls it once, before it builds its network and rule state. A rule whose
-    outputs or state depend on the kind of actions (MPO's critic and duals)
-    returns a copy set up for them; the default is the rule itself."""
+    """This rule for an agent whose actions follow ``policy`` (the Agent calls
+    it once, before building its network and state); a rule whose outputs or
+    state depend on the kind of actions returns a copy set up for them. Default:
+    itself."""
     del policy
     return self
 
   def check_env(self, env: Any) -> None:
-    """Raises ValueError, naming the fix, where the rule cannot act in
-    ``env`` (a batched environment); the training loop calls it once when
-    it is built. The default accepts every environment."""
+    """Raises ValueError, naming the fix, where the rule cannot act in the
+    batched ``env`` (called once by the training loop). Default: accept."""
     del env
 
   def init_meta_params(self, rng: jax.Array) -> types.MetaParams:
@@ -223,13 +179,12 @@ class UpdateRule(abc.ABC):
     return {}
 
   def meta_param_shapes(self) -> types.MetaParams:
-    """``init_meta_params``'s output as ``jax.ShapeDtypeStruct`` leaves
-    (traced only: nothing is computed or compiled)."""
+    """``init_meta_params``'s output as ``jax.ShapeDtypeStruct`` leaves (traced
+    only)."""
     return jax.eval_shape(lambda: self.init_meta_params(jax.random.PRNGKey(0)))
 
   def random_meta_params(self, seed: int = 0) -> types.MetaParams:
-    """``init_meta_params(PRNGKey(seed))``, computed by one compiled program
-    (none for a rule without meta-parameters)."""
+    """``init_meta_params(PRNGKey(seed))`` in one compiled program."""
     shapes = self.meta_param_shapes()
     if not jax.tree.leaves(shapes):
       return shapes
@@ -241,13 +196,13 @@ class UpdateRule(abc.ABC):
   def init_rule_state(
       self, rng: jax.Array, params: types.Params
   ) -> types.RuleState:
-    """The rule's state at the start of an agent's lifetime (empty for a
-    stateless rule).
+    """The rule's state at the start of an agent's lifetime (``{}`` if
+    stateless).
 
     Args:
       rng: random key.
-      params: the agent's initial network parameters (e.g. to start a target
-        network from).
+      params: the agent's initial network parameters (e.g. for a target
+        network).
     """
     del rng, params
     return {}
@@ -284,11 +239,9 @@ class UpdateRule(abc.ABC):
   def start_lifetime(
       self, rule_state: types.RuleState, num_updates: jax.Array | int
   ) -> types.RuleState:
-    """The rule state of an agent about to live ``num_updates`` learner
-    updates (a meta-training agent's drawn lifetime, or an evaluation's
-    budget). Rules conditioned on the lifetime (TA-LPG) record it; the
-    default ignores it.
-    """
+    """The rule state of an agent about to live ``num_updates`` learner updates
+    (a meta-training agent's drawn lifetime, or an evaluation's budget).
+    Default: unchanged."""
     del num_updates
     return rule_state
 
@@ -298,20 +251,10 @@ class UpdateRule(abc.ABC):
       valid_out: types.AgentOuts,
       actions: jax.Array,
   ) -> tuple[jax.Array, types.Logs]:
-    """Rule-specific terms of the outer (meta) loss: the one hook by which
-    any rule adds to the meta-objective (the meta-trainer adds the scalar
-    to its policy-gradient loss and logs the logs; it never branches on the
-    rule).
-
-    Args:
-      train_meta_out: ``meta_out`` of every inner step, ``[N, T, B, ...]``.
-      valid_out: the updated agent's outputs on the validation rollout
-        ``[T'+1, B, ...]``.
-      actions: ``[T', B]`` actions of the validation transitions.
-
-    Returns:
-      A scalar added to the outer loss, and logs.
-    """
+    """Rule-specific terms of the outer loss: ``(scalar, logs)`` from
+    ``meta_out`` of every inner step (``[N, T, B, ...]``), the updated agent's
+    outputs on the validation rollout (``[T'+1, B, ...]``) and its ``[T', B]``
+    actions."""
     del train_meta_out, valid_out, actions
     return jnp.zeros([]), {}
 
@@ -327,18 +270,17 @@ class UpdateRule(abc.ABC):
 
 
 class MovingAverageRule(UpdateRule):
-  """A rule that normalises its advantages (and TD errors) with moving
-  averages kept in its state (``adv_ema_state``, optionally
-  ``td_ema_state``).
+  """A rule normalising advantages (and TD errors) by moving averages in its
+  state (``adv_ema_state``, ``td_ema_state``).
 
   Args:
-    hyper_params: as ``UpdateRule``; ``discount_factor`` and ``td_lambda``
-      set the returns of ``normalized_returns``.
+    hyper_params: as ``UpdateRule``'s; ``discount_factor`` and ``td_lambda`` set
+      ``normalized_returns``.
     moving_average_decay: decay of the moving averages, in [0, 1].
     moving_average_eps: epsilon added to their standard deviation, >= 0.
 
   Raises:
-    ValueError: a decay or epsilon out of range (or not a finite number).
+    ValueError: a decay or epsilon out of range.
   """
 
   def __init__(
@@ -375,21 +317,11 @@ class MovingAverageRule(UpdateRule):
       normalize_q_td: bool = False,
       **estimate_kwargs,
   ) -> tuple[types.ValueOuts, types.RuleState]:
-    """V-trace or Retrace (``returns.estimate_on``) on ``inputs`` with the
-    rule's ``discount_factor`` and ``td_lambda``, normalised
-    (``returns.normalize``) with the moving averages of ``context.rule_state``.
-
-    Args:
-      inputs: the rule's inputs.
-      context: the learner step's context.
-      head: how the value heads encode values.
-      normalize_q_td: normalise ``q_td`` rather than ``td``.
-      **estimate_kwargs: ``value_key``, ``q_key`` and ``target_out`` of
-        ``returns.estimate_on``.
-
-    Returns:
-      ``(outs, new_rule_state)``: the rule state with updated moving averages.
-    """
+    """``(outs, new_rule_state)``: V-trace or Retrace (``returns.estimate_on``,
+    with ``estimate_kwargs``) with the rule's ``discount_factor`` and
+    ``td_lambda``, normalised by the moving averages of ``context.rule_state``
+    (``q_td`` rather than ``td`` with ``normalize_q_td``), which it updates;
+    ``head`` encodes the values."""
     outs = returns.estimate_on(
         inputs,
         head,
@@ -419,16 +351,11 @@ DEFAULT_LIFETIME = 250
 
 
 class LifetimeConditioning:
-  """Mixin for rules whose meta-network may read the agent's lifetime
-  (TA-LPG; Jackson et al. 2024).
-
-  A rule that mixes it in sets ``self.lifetime_conditioning`` and calls
-  ``_set_default_lifetime``. When conditioning, its state counts the agent's
-  updates ``n`` (``num_updates``) and holds its lifetime ``N`` in updates
-  (``lifetime``: meta-training draws it, evaluation passes its budget,
-  through ``start_lifetime``); ``lifetime_inputs`` gives the meta-network
-  ``n / N`` and ``log N``, and ``counted`` advances ``n`` by one update.
-  """
+  """Mixin for rules whose meta-network may read the agent's lifetime (TA-LPG;
+  Jackson et al. 2024): it sets ``self.lifetime_conditioning`` and calls
+  ``_set_default_lifetime``; the state then holds the update count ``n`` and the
+  lifetime ``N`` (``start_lifetime``), ``lifetime_inputs`` gives ``n / N`` and
+  ``log N``, ``counted`` advances ``n``."""
 
   lifetime_conditioning: bool
 
@@ -440,8 +367,7 @@ class LifetimeConditioning:
     self._default_lifetime = int(default_lifetime)
 
   def initial_lifetime_state(self) -> types.RuleState:
-    """The lifetime entries of a fresh rule state (none unless
-    conditioning): a lifetime of ``default_lifetime`` updates."""
+    """The lifetime entries of a fresh rule state (none unless conditioning)."""
     return self.start_lifetime({}, self._default_lifetime)
 
   def start_lifetime(

@@ -1,18 +1,15 @@
 """The Disco update rule: an LSTM meta-network sets the agent's targets.
 
-The agent predicts a policy (``logits``), a per-state vector ``y`` and a
-per-action vector ``z`` (both ``prediction_size``), a one-step policy
-prediction ``aux_pi`` per action, and a categorical action value ``q``. The
-meta-network reads the rollout (with Retrace values from a Polyak-averaged
-target network) and outputs targets ``pi``, ``y``, ``z``; the agent minimises
-the KL divergence to them. The ``q`` head is trained by a value loss that never
+The agent predicts a policy (``logits``), a per-state ``y`` and a per-action
+``z`` (both ``prediction_size``), a one-step policy prediction ``aux_pi`` per
+action, and a categorical action value ``q``. The meta-network reads the rollout
+(with Retrace values from a Polyak-averaged target network) and outputs targets
+``pi``, ``y``, ``z``, which the agent fits by KL; ``q``'s value loss never
 carries meta-gradients.
 
-With ``action_model=False`` the agent is flat: no action-conditional model,
-so no ``z`` and no ``aux_pi``; ``q`` comes from a linear head on the torso
-(``[A, bins]`` per state) instead of the model. Its meta-network reads no
-``z`` (e.g. ``input_option="flat"``) and only its ``pi`` and ``y`` targets
-are used (a distilled student, ``disco.distillation``).
+With ``action_model=False`` the agent is flat: no ``z`` or ``aux_pi``, and ``q``
+is a linear ``[A, bins]`` head on the torso; its meta-network must read no ``z``
+(e.g. ``input_option="flat"``, as a distilled student, ``disco.distillation``).
 """
 
 from __future__ import annotations
@@ -32,11 +29,8 @@ from disco.value_fns import categorical
 from disco.value_fns import ema as ema_lib
 from disco.value_fns import losses
 
-# Hyper-parameters of the published Disco103 setting. (The published names of
-# two of them differ: ``value_fn_td_lambda`` is ``td_lambda`` here, and
-# ``target_params_coeff=0.9``, the weight of the old target parameters, is
-# ``target_update_tau = 1 - 0.9``, the weight of the new ones, as in every
-# rule of this package.) ``discount_factor`` discounts the Retrace targets.
+# The published Disco103 setting (its ``value_fn_td_lambda`` is ``td_lambda``;
+# its ``target_params_coeff=0.9`` is ``target_update_tau = 1 - 0.9``).
 DISCO103_HYPER_PARAMS = dict(
     base.PUBLISHED_RETURNS,
     pi_cost=1.0,
@@ -48,9 +42,7 @@ DISCO103_HYPER_PARAMS = dict(
 )
 
 
-# Outer-loss regularisers of the published meta-training setup (hyper-
-# parameters too; ``meta_regularizer_costs`` of the rule's keyword arguments
-# once, without the ``_cost`` suffix).
+# Outer-loss regularisers of the published meta-training setup.
 META_REGULARIZER_COSTS = dict(
     prediction_entropy_cost=1e-3,  # entropy of y and z on validation data
     target_mean_square_cost=1e-3,  # squared means of the pi, y, z targets
@@ -62,19 +54,18 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
   """Discovered update rule driven by a meta-network (e.g. Disco103).
 
   Args:
-    hyper_params: overrides of ``DISCO103_HYPER_PARAMS`` (the agent's
-      losses) and ``META_REGULARIZER_COSTS`` (meta-training's regularisers).
+    hyper_params: overrides of ``DISCO103_HYPER_PARAMS`` (the agent's losses)
+      and ``META_REGULARIZER_COSTS`` (meta-training's regularisers).
     net: meta-network settings.
     max_abs_value: half-width of the categorical ``q`` support.
     num_bins: number of ``q`` bins.
     moving_average_decay: EMA decay for advantage / TD normalisation.
     moving_average_eps: EMA normalisation epsilon.
-    default_lifetime: the lifetime (agent updates) of an agent that
-      ``start_lifetime`` was not called for (``net.lifetime_conditioning``
-      only).
+    default_lifetime: lifetime (agent updates) assumed when ``start_lifetime``
+      was not called (``net.lifetime_conditioning`` only).
     action_model: whether the agent has the action-conditional model (the
       published agent); False: a flat agent (no z or aux_pi, q from a linear
-      head; the meta-network must read no z, e.g. net.input_option='flat').
+      head) whose meta-network reads no z (e.g. net.input_option='flat').
 
   Raises:
     ValueError: a flat agent whose meta-network reads ``z``.
@@ -178,8 +169,8 @@ class Disco(base.LifetimeConditioning, base.MovingAverageRule):
   def _lifetime_extra(
       self, rule_state: types.RuleState | None, lead_shape: tuple[int, int]
   ) -> dict[str, jax.Array]:
-    """``extra_from_rule``'s lifetime entry ``[T, B, 2]`` from the rule
-    state (zeros for None); none unless conditioning."""
+    """``extra_from_rule``'s lifetime entry ``[T, B, 2]`` (zeros for None); none
+    unless conditioning."""
     if not self.lifetime_conditioning:
       return {}
     x = (

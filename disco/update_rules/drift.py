@@ -1,37 +1,17 @@
 """Drift functions of mirror learning (Kuba et al. 2022) for PPO-style rules.
 
-A mirror-learning policy update maximises, per sampled transition,
-
-  ``r * A - f(r, A)``
-
-where ``r = pi(a|s) / mu(a|s)`` is the probability ratio of the taken action
-against the behaviour policy, ``A`` its (normalised) advantage and ``f`` a
-*drift*: ``f >= 0`` everywhere, ``f(1, A) = 0`` and ``df/dr(1, A) = 0`` for
-every ``A``. Any such drift gives an update with monotonic improvement
-guarantees. This module holds three drifts, all over per-sample arrays of
-any shape (``[T, B]`` in the rules) and taking ``log r`` (the difference of
-log-probabilities, never the log of an exponentiated ratio):
-
-  * ``ppo_drift``: PPO's clipped surrogate as a drift,
-    ``relu((r - clip(r, 1 - eps, 1 + eps)) * A)``; ``r * A - ppo_drift`` is
-    PPO's ``min(r A, clip(r) A)``;
-  * ``dpo_drift``: the closed form of Discovered Policy Optimisation (Lu et
-    al. 2022): ``relu((r - 1) A - alpha tanh((r - 1) A / alpha))`` where
-    ``A >= 0`` and ``relu(log(r) A - beta tanh(log(r) A / beta))`` where
-    ``A < 0``;
-  * ``DriftNet``: the learned drift of LPO (Lu et al. 2022), a network over
-    features of ``r`` and ``A`` with no biases whose features all vanish at
-    ``r = 1``, so the network is 0 there; ``lpo_drift`` adds PPO's drift
-    (optionally) and passes the sum through ``relu(. - offset)``, which is
-    identically 0 in a neighbourhood of ``r = 1`` (zero value and slope) and
-    non-negative everywhere: the conditions hold for any parameters.
+A mirror-learning update maximises ``r * A - f(r, A)`` per transition
+(``r = pi(a|s) / mu(a|s)``, ``A`` the advantage) with a drift ``f >= 0``,
+``f(1, A) = 0``, ``df/dr(1, A) = 0``. The drifts take ``log r`` and ``A`` of any
+shape: ``ppo_drift`` (PPO's clipping), ``dpo_drift`` (DPO's closed form, Lu et
+al. 2022) and ``lpo_drift`` (LPO's learned drift, Lu et al. 2022: a bias-free
+``DriftNet`` over features vanishing at ``r = 1``, optionally plus PPO's,
+through ``relu(. - offset)``, so the conditions hold for any parameters).
 
 Feature layouts (``FEATURES``): ``lu2022`` (the LPO paper's: ``log r``,
 ``(log r)^2``, ``1 - r``, ``(1 - r)^2`` and each times ``A``), ``goldie2025``
-(``r - 1``, ``(r - 1)^2``, ``log r``, ``(log r)^2`` and each times ``A``) and
-``signed`` (the ``lu2022`` ratio features times ``1``, ``A`` and ``|A|``: a
-drift that can shape positive and negative advantages differently even with
-``hidden_size=0``). Parameters of one layout do not carry over to another.
+(``r - 1``, ``(r - 1)^2``, ``log r``, ``(log r)^2`` and each times ``A``),
+``signed`` (``lu2022``'s ratio features times ``1``, ``A``, ``|A|``).
 """
 
 from __future__ import annotations
@@ -91,15 +71,13 @@ def check_features(name: str) -> str:
 def ppo_drift(
     log_r: jax.Array, advs: jax.Array, clip_epsilon: float
 ) -> jax.Array:
-  """PPO's clipping as a drift, ``relu((r - clip(r, 1-eps, 1+eps)) * A)``.
+  """PPO's clipping as a drift, ``relu((r - clip(r, 1-eps, 1+eps)) * A)``, the
+  shape of ``log_r``.
 
   Args:
     log_r: ``log pi(a|s) - log mu(a|s)``, any shape.
     advs: advantages, the same shape.
     clip_epsilon: PPO's ``eps``.
-
-  Returns:
-    The drift, the shape of ``log_r``.
   """
   r = jnp.exp(log_r)
   clipped = jnp.clip(r, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
@@ -109,18 +87,10 @@ def ppo_drift(
 def dpo_drift(
     log_r: jax.Array, advs: jax.Array, alpha: float, beta: float
 ) -> jax.Array:
-  """DPO's drift (Lu et al. 2022): a smooth clip for ``A >= 0`` and a
-  rollback towards ``r = 1`` for ``A < 0``.
-
-  Args:
-    log_r: ``log pi(a|s) - log mu(a|s)``, any shape.
-    advs: advantages, the same shape (the branch follows their sign).
-    alpha: the scale of the positive-advantage branch (2.0 in DPO).
-    beta: the scale of the negative-advantage branch (0.6 in DPO).
-
-  Returns:
-    The drift, the shape of ``log_r``.
-  """
+  """DPO's drift (Lu et al. 2022), the shape of ``log_r`` (``log pi - log mu``):
+  ``relu((r - 1) A - alpha tanh((r - 1) A / alpha))`` where ``A >= 0``,
+  ``relu(log(r) A - beta tanh(log(r) A / beta))`` where ``A < 0`` (DPO:
+  ``alpha`` 2.0, ``beta`` 0.6)."""
   pos = jnp.expm1(log_r) * advs
   neg = log_r * advs
   drift_pos = jax.nn.relu(pos - alpha * jnp.tanh(pos / alpha))
@@ -129,9 +99,9 @@ def dpo_drift(
 
 
 class DriftNet(hk.Module):
-  """The learned drift's network before its ReLU: features of ``(r, A)``,
-  a tanh layer of ``hidden_size`` units and a linear output, no biases
-  (``hidden_size=0``: linear in the features, a closed form).
+  """The learned drift's network before its ReLU: features of ``(r, A)``, a tanh
+  layer of ``hidden_size`` units and a linear output, no biases
+  (``hidden_size=0``: linear in the features).
 
   Args:
     features: a ``FEATURES`` layout.
@@ -174,19 +144,9 @@ def lpo_drift(
     clip_epsilon: float | None,
     offset: float = LPO_OFFSET,
 ) -> jax.Array:
-  """The learned drift from its network's output.
-
-  Args:
-    net_out: ``DriftNet`` outputs, the shape of ``log_r``.
-    log_r: ``log pi(a|s) - log mu(a|s)``.
-    advs: advantages.
-    clip_epsilon: adds ``ppo_drift`` with this ``eps`` inside the ReLU (LPO's
-      "PPO init": a zero network is PPO); None: no PPO term.
-    offset: subtracted inside the ReLU.
-
-  Returns:
-    ``relu(net_out + [ppo_drift] - offset)``.
-  """
+  """The learned drift ``relu(net_out + ppo_drift - offset)``, the shape of
+  ``log_r`` (``net_out``: ``DriftNet``'s); ``clip_epsilon`` None drops the PPO
+  term (with it, a zero network is PPO)."""
   pre = net_out - offset
   if clip_epsilon is not None:
     pre = pre + ppo_drift(log_r, advs, clip_epsilon)

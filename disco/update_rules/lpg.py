@@ -1,30 +1,16 @@
-"""The Learned Policy Gradient rule (LPG; Oh et al. 2020, arXiv 2007.08794)
-and its temporally-aware variant (TA-LPG; Jackson et al. 2024).
+"""The Learned Policy Gradient rule (LPG; Oh et al. 2020, arXiv 2007.08794) and
+its temporally-aware variant (TA-LPG; Jackson et al. 2024).
 
-The agent predicts a policy (``logits [A]``) and a categorical prediction
-vector ``y [P]`` per state. The LPG meta-network
-(``disco.networks.lpg_net``) reads the rollout backwards in time and outputs
-per transition a scalar ``pi_hat`` and a distribution ``y_hat``; the agent
-minimises
-
-  ``-pi_hat * log pi(a_t|s_t) + agent_target_coeff * KL(y_hat || y(s_t))``
-
-(``agent_target_coeff`` is the paper's ``alpha_y`` = 0.5; the paper writes the
-KL the other way round, ``KL(y(s_t) || y_hat)``, GROOVE as here).
-
-In meta-training the rule adds the paper's regularisers to the outer loss
-(``meta_regularizer``; hyper-parameters with GROOVE's names and defaults):
-  beta_0 ``policy_entropy_coeff`` 5e-2: minus the entropy of the updated
-    agent's policy,
-  beta_1 ``target_entropy_coeff`` 1e-3: minus the entropy of its ``y``,
-  beta_2 ``policy_l2_coeff`` 5e-3: the mean square of ``pi_hat``,
-  beta_3 ``target_l2_coeff`` 1e-3: the mean squared norm of ``y_hat``,
-the entropies on the validation rollout, the L2 terms over every inner step.
-
-With ``net.lifetime_conditioning`` (TA-LPG) the rule state counts the agent's
-updates ``n`` and holds its lifetime ``N`` (``start_lifetime``; meta-training
-draws it, evaluation passes its budget), and the meta-network also reads
-``n / N`` and ``log N``.
+The agent predicts ``logits [A]`` and a categorical ``y [P]``; the meta-network
+(``disco.networks.lpg_net``) reads the rollout backwards and outputs per
+transition a scalar ``pi_hat`` and a distribution ``y_hat``; the agent minimises
+``-pi_hat * log pi(a_t|s_t) + agent_target_coeff * KL(y_hat || y(s_t))`` (the
+paper's ``alpha_y``; GROOVE's KL direction). Meta-training adds the paper's
+regularisers with GROOVE's defaults: beta_0 ``policy_entropy_coeff`` and beta_1
+``target_entropy_coeff`` (minus the entropies of ``pi`` and ``y`` on the
+validation rollout), beta_2 ``policy_l2_coeff`` and beta_3 ``target_l2_coeff``
+(mean squares of ``pi_hat`` and ``y_hat`` over the inner steps). TA-LPG
+(``net.lifetime_conditioning``) also reads ``n / N`` and ``log N``.
 """
 
 from __future__ import annotations
@@ -44,9 +30,7 @@ from disco.update_rules import base
 # alpha_y of the paper (and GROOVE's lpg_agent_target_coeff).
 LPG_HYPER_PARAMS = dict(agent_target_coeff=0.5)
 
-# GROOVE's meta-regularisers beta_0 .. beta_3 (experiments/parse_args.py),
-# hyper-parameters too (``meta_regularizer_costs`` of the rule's keyword
-# arguments once).
+# GROOVE's meta-regularisers beta_0 .. beta_3 (experiments/parse_args.py).
 META_REGULARIZER_COSTS = dict(
     policy_entropy_coeff=5e-2,  # beta_0
     target_entropy_coeff=1e-3,  # beta_1

@@ -1,9 +1,9 @@
 """Settings written by earlier versions, read as today's.
 
-This is the one place that knows old spellings. A rule file, a run folder's
-``config.json`` or a config that gives a rule setting under an old key is
-upgraded here, where it is read, with an ``OldSettingWarning`` naming the old
-key and the new one; everything after that sees today's keys only.
+The one place that knows old spellings: a rule file, a run folder's
+``config.json`` or a config giving a setting under an old key is upgraded where
+it is read, with an ``OldSettingWarning`` naming both keys; everything after
+sees today's keys.
 
 Deprecation table (``MOVED``):
 
@@ -37,9 +37,9 @@ class OldSettingWarning(UserWarning):
 
 @dataclasses.dataclass(frozen=True)
 class Moved:
-  """A rule setting that moved: ``old`` (``rule_kwargs.NAME`` or
-  ``rule_kwargs.NAME.KEY``) is now ``new`` (``hyper_params.NAME``), for the
-  rules built by ``factory`` (or a subclass)."""
+  """A rule setting that moved from ``old`` (``rule_kwargs.NAME[.KEY]``) to
+  ``new`` (``hyper_params.NAME``), for rules built by ``factory`` (or a
+  subclass)."""
 
   since: str
   factory: type
@@ -109,11 +109,9 @@ def upgraded(
     rule_kwargs: Mapping[str, Any] | None,
     where: str,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-  """``(hyper_params, rule_kwargs)`` of rule ``rule`` (new dicts) with
-  every old key moved to its new one (its value replaces the new key's: it
-  was written when the new key did not exist), warning once per old key
-  found; ``where`` names the source in the warning (e.g. ``"rule file
-  x.npz"``).
+  """``(hyper_params, rule_kwargs)`` of ``rule`` (new dicts) with every old key
+  moved to its new one (its value wins), warning once per old key; ``where``
+  names the source (e.g. ``"rule file x.npz"``).
 
   Raises:
     ValueError: an old dict of coefficients with a key it never had.
@@ -160,10 +158,9 @@ def upgraded(
 
 
 def upgraded_settings(saved: Mapping[str, Any], where: str) -> dict[str, Any]:
-  """Agent settings in their JSON form (``AgentSettings.to_dict``; a rule
-  file's or a run folder's) with old keys moved (``upgraded``) and
-  hyper-parameters added since at their defaults. Settings of an unknown
-  rule come back as saved.
+  """Agent settings in JSON form (``AgentSettings.to_dict``) with old keys moved
+  (``upgraded``) and newer hyper-parameters at their defaults; an unknown rule's
+  come back as saved.
 
   Raises:
     ValueError: see ``upgraded``.
@@ -183,10 +180,8 @@ def upgraded_settings(saved: Mapping[str, Any], where: str) -> dict[str, Any]:
 def upgraded_meta_train_config(
     saved: Mapping[str, Any], where: str
 ) -> dict[str, Any]:
-  """A meta-training config as saved in a run folder (or given) in today's
-  form: keys that were removed (``REMOVED_META_TRAIN_KEYS``) dropped, those
-  renamed (``RENAMED_META_TRAIN_KEYS``) moved, and its rule's
-  ``hyper_params`` and ``rule_kwargs`` upgraded (``upgraded``).
+  """A saved (or given) meta-training config in today's form: removed keys
+  dropped, renamed ones moved, the rule's settings upgraded.
 
   Raises:
     ValueError: see ``upgraded``.

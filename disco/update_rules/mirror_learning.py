@@ -1,30 +1,14 @@
 """Mirror-learning rules on PPO's machinery: DPO and LPO (Lu et al. 2022).
 
-Both keep everything of ``disco.update_rules.ppo.PPO`` (GAE advantages
-normalised per learner step, the clipped value loss, the entropy bonus, the
-training loop's epochs and minibatches) and replace its clipped surrogate by
-``r * A - f(r, A)`` with a drift ``f`` from ``disco.update_rules.drift``, per
-transition ``[T, B]``:
-
-  ``policy loss = -(r A - f(r, A))``, ``r = exp(log pi(a|s) - log mu(a|s))``.
-
-The gradient flows through ``r`` inside ``f``. With ``f = ppo_drift`` the loss
-is PPO's: ``DriftRule`` itself uses it (the check that the machinery is
-PPO's).
-
-* ``DPO``: the published closed form, its constants ``dpo_alpha`` (2.0) and
-  ``dpo_beta`` (0.6) as hyper-parameters.
-* ``LPO``: a learned drift; its meta-parameters are the ``DriftNet``'s
-  (``features``, ``hidden_size``: 1,024 + 128 = 1,152 for the paper's 8
-  features and 128 units). The unroll hands them to the loss in
-  ``meta_out["drift_params"]``. ``ppo_base=True`` adds PPO's drift inside the
-  ReLU. ``init="zero_output"`` draws the hidden layer and zeroes the output
-  layer, so the drift starts at ``relu(f_PPO - 1e-4)``, (almost exactly)
-  PPO's; ``init="random"`` draws both layers. Not all-zero parameters: a
-  network without biases and with an odd activation is an even function of
-  its parameters there, ``net(theta) = net(-theta)``, so the two members of
-  every antithetic ES pair around 0 would be the same rule and the ES
-  gradient exactly 0.
+Both are ``disco.update_rules.ppo.PPO`` with its clipped surrogate replaced by
+``r A - f(r, A)``, ``f`` a drift of ``disco.update_rules.drift`` (the gradient
+flows through ``r`` inside ``f``); ``DriftRule`` with ``f = ppo_drift`` is PPO.
+``DPO``: the closed form, ``dpo_alpha`` (2.0) and ``dpo_beta`` (0.6) as
+hyper-parameters. ``LPO``: a learned drift, the ``DriftNet``'s parameters as
+meta-parameters (passed to the loss in ``meta_out["drift_params"]``);
+``init="zero_output"`` starts it at PPO's (with ``ppo_base``). Its parameters
+must not be all zero: the network is even in them there, so ES's antithetic
+pairs around 0 would give a zero gradient.
 """
 
 from __future__ import annotations
@@ -44,10 +28,8 @@ LPO_INITS = ("zero_output", "random")
 
 
 class DriftRule(ppo.PPO):
-  """PPO with its clipped surrogate written as ``r A - f(r, A)``.
-
-  Subclasses set ``drift``; this class uses PPO's drift (the same update as
-  ``PPO``).
+  """PPO with its clipped surrogate written as ``r A - f(r, A)``; subclasses set
+  ``drift`` (here PPO's).
 
   Args:
     hyper_params: overrides of the class's ``default_hyper_params``.

@@ -1,59 +1,20 @@
-"""Maximum a-posteriori Policy Optimisation (MPO), for discrete and
-continuous actions.
+"""Maximum a-posteriori Policy Optimisation (MPO), for discrete and continuous
+actions.
 
-Discrete actions: the agent predicts a policy (``logits``) and one action
-value per action (``q``, a flat output of shape ``[A]``). A Polyak-averaged
-copy of the agent
-(the *target* network) supplies the prior policy ``pi_target`` and the action
-values used by both steps of MPO:
+Discrete: the agent predicts ``logits`` and ``q`` ``[A]``; a Polyak-averaged
+target network gives the prior ``pi_target`` and ``Q_target``. E-step (exact):
+``q(a|s) ∝ pi_target(a|s) exp(Q_target(s, a) / eta)``, the dual ``eta`` trained
+on ``eta * (epsilon + mean_s log sum_a pi_target exp(Q / eta))``. M-step:
+minimise ``CE(q, pi_online) + sg(alpha) * KL(pi_target || pi_online)``, the dual
+``alpha`` trained on ``alpha * (epsilon_policy - sg(KL))``. The duals are
+updated in ``unroll_meta_net``; the agent's loss uses their pre-update values.
+``q`` regresses on lambda-return or Retrace targets bootstrapping on ``V(s) =
+sum_a pi_target(a|s) Q_target(s, a)``.
 
-* E-step (exact over all actions, weighted by the prior):
-  ``q(a|s) ∝ pi_target(a|s) exp(Q_target(s, a) / eta)``. The temperature
-  ``eta`` is a dual variable trained on
-  ``eta * (epsilon + mean_s log sum_a pi_target(a|s) exp(Q(s, a) / eta))``,
-  whose gradient is ``epsilon - KL(q || pi_target)``: ``eta`` grows when the
-  realised KL exceeds ``epsilon``.
-* M-step (categorical): the online policy minimises ``CE(q, pi_online)`` plus
-  ``sg(alpha) * KL(pi_target || pi_online)``; the trust-region dual ``alpha``
-  is trained on ``alpha * (epsilon_policy - sg(KL))``.
-
-Both duals use a softplus parameterisation (``softplus(raw) + 1e-8``; raw
-values are clamped at -18 after every step) and have their own optimiser
-(global-norm clipping then Adam). The duals, their optimiser state and the
-target parameters are the rule's state; the duals are updated inside
-``unroll_meta_net`` from the rollout, with the pre-update values used in the
-agent's loss, so the agent needs no knowledge of them. The target
-parameters move (Polyak, ``target_update_tau``) towards the parameters the
-learner step starts from, i.e. they lag the online ones by one step.
-
-``q`` is regressed on lambda-returns or Retrace targets computed from the
-target network, bootstrapping with ``V(s) = sum_a pi_target(a|s) Q_target(s,
-a)`` (the exact expectation).
-
-Continuous actions (a Gaussian policy; the same rule, set up by the agent
-through ``for_policy``), as Stoix's and Acme's continuous MPO:
-
-* the critic ``Q(s, a)`` reads the action: ``q`` is a per-action output,
-  which for a continuous policy the network computes at given actions with
-  an action-input head (``disco.networks.action_models``); the agent
-  computes the online ``q`` at the taken actions
-  (``model_losses_read_taken_actions``);
-* E-step on ``num_samples`` actions ``a_n ~ pi_target(.|s)`` per state:
-  weights ``softmax_n(Q_target(s, a_n) / eta)`` (constants), and the
-  temperature's loss ``eta * (epsilon + mean_s [logsumexp_n(Q / eta) - log
-  N])``: its gradient ``epsilon - KL(q || pi_target)`` makes ``eta`` grow
-  when the realised KL exceeds ``epsilon``;
-* M-step decoupled into the mean and the standard deviation, each under
-  its own KL bound and dual (``alpha_mean``, ``alpha_stddev``; per action
-  dimension with ``per_dim_constraining``): see
-  ``disco.update_rules.mpo_common``;
-* ``q`` is regressed on the same lambda-return or Retrace targets, with
-  ``V(s) = mean_n Q_target(s, a_n)`` over the sampled actions and Retrace's
-  ``Q_target(s_t, a_t)`` at the taken ones (importance weights from the
-  Gaussian densities, clipped at 1).
-
-The loss building blocks live in ``disco.update_rules.mpo_common``, shared
-with SPO (``disco.update_rules.spo``), which uses the sample-based E-step.
+Continuous (a Gaussian, as Acme's and Stoix's MPO): ``Q(s, a)`` is a per-action
+output computed at given actions; the E-step weighs ``num_samples`` actions
+``a_n ~ pi_target`` by ``softmax_n(Q_target(s, a_n) / eta)``; the M-step is
+decoupled (``mpo_common``); ``V(s) = mean_n Q_target(s, a_n)``.
 """
 
 from __future__ import annotations
@@ -89,28 +50,26 @@ Q_TARGETS = ("lambda", "retrace")
 
 # ------------------------------------------------------------------ rule
 class MPO(ml.DualRule):
-  """MPO: exact, prior-weighted E-step for discrete actions; sampled E-step
-  and decoupled Gaussian M-step for continuous ones (module docstring).
+  """MPO: exact, prior-weighted E-step for discrete actions; sampled E-step and
+  decoupled Gaussian M-step for continuous ones.
 
   Args:
     hyper_params: overrides of ``MPO_HYPER_PARAMS``.
-    q_target: ``"lambda"`` (lambda-returns bootstrapping on the target
-      network's ``V``) or ``"retrace"`` (Retrace with importance weights
+    q_target: ``"lambda"`` (lambda-returns bootstrapping on the target network's
+      ``V``) or ``"retrace"`` (Retrace with importance weights
       ``pi_target / mu`` clipped at 1).
-    init_log_temperature, init_log_alpha, dual_lr, dual_max_grad_norm: the
-      duals (see ``mpo_common.DualRule``).
-    num_samples: continuous actions: actions sampled from the target policy
-      per state for the E-step and ``V``.
-    per_dim_constraining: continuous actions: one KL bound per action
-      dimension (else one on their sum).
-    init_log_alpha_stddev: continuous actions: initial raw dual of the
-      standard deviation's bound (``init_log_alpha`` is the mean's).
+    init_log_temperature, init_log_alpha, dual_lr, dual_max_grad_norm: the duals
+      (see ``mpo_common.DualRule``).
+    num_samples: continuous actions: actions sampled from the target policy per
+      state for the E-step and ``V``.
+    per_dim_constraining: continuous actions: one KL bound per action dimension
+      (else one on their sum).
+    init_log_alpha_stddev: continuous actions: initial raw dual of the standard
+      deviation's bound (``init_log_alpha`` is the mean's).
   """
 
   default_hyper_params = MPO_HYPER_PARAMS
-  # The critic's loss reads q at the taken actions only; with continuous
-  # actions the network computes q there (discrete q is a flat [A] output,
-  # which this leaves as it is).
+  # The critic's loss reads q at the taken actions only.
   model_losses_read_taken_actions = True
 
   def __init__(
@@ -166,16 +125,9 @@ class MPO(ml.DualRule):
       target_q: jax.Array,
       table_actions: jax.Array,
   ) -> jax.Array:
-    """``[T, B]`` targets for ``Q(s_t, a_t)`` from the target network.
-
-    Args:
-      inputs: the rollout.
-      target_logits: ``[T+1, B, P]`` target policy parameters.
-      target_v: ``[T+1, B]`` target ``V(s)``.
-      target_q: ``[T+1, B, A']`` target action values, where column
-        ``table_actions`` ``[T, B]`` holds the taken actions' (Retrace).
-      table_actions: see ``target_q``.
-    """
+    """``[T, B]`` targets for ``Q(s_t, a_t)`` from the target network's
+    ``[T+1, B, P]`` parameters, ``[T+1, B]`` values and ``[T+1, B, A']`` action
+    values (Retrace reads column ``table_actions`` ``[T, B]``)."""
     env_discounts = 1.0 - inputs.is_terminal.astype(jnp.float32)
     gamma = self.hyper_params["discount_factor"]
     lambda_ = self.hyper_params["td_lambda"]
@@ -210,21 +162,18 @@ class MPO(ml.DualRule):
     ).q_target
 
   def dual_loss(self, duals, target_q, target_logits, online_logits, mask):
-    """The part of the discrete MPO loss that depends on the duals (mean
-    over the transitions of ``mask``: the agent's loss states); continuous
-    actions: ``gaussian_dual_loss``.
+    """The duals' part of the discrete MPO loss, averaged over ``mask``; the
+    policy cross-entropy counts too (the E-step weights depend on ``eta``).
 
     Args:
       duals: raw duals (``init_duals``).
       target_q: ``[T, B, A]`` action values of the E-step.
       target_logits: ``[T, B, A]`` prior (target) policy logits.
       online_logits: ``[T, B, A]`` online policy logits (constants here).
-      mask: ``[T, B]`` the transitions to average over (None: all).
+      mask: ``[T, B]`` transitions to average over (None: all).
 
     Returns:
-      ``(loss, (log_q, kl, loss_temperature, loss_alpha))``; per-state
-      entries are ``[...]``. The E-step weights depend on ``eta``, so the
-      policy cross-entropy contributes to the temperature's gradient as well.
+      ``(loss, (log_q, kl, loss_temperature, loss_alpha))``.
     """
     eta = ml.dual_value(duals["log_temperature"])
     alpha = ml.dual_value(duals["log_alpha"])
@@ -288,9 +237,8 @@ class MPO(ml.DualRule):
   def _gaussian_unroll(
       self, inputs: types.UpdateRuleInputs, context: base.LearnerContext
   ) -> tuple[base.MetaOut, types.RuleState]:
-    """``unroll_meta_net`` for continuous actions: ``num_samples`` actions
-    from the target policy at every state, the target critic at them and at
-    the taken actions, then the E-step, the duals' step and the Q targets."""
+    """``unroll_meta_net`` for continuous actions (``num_samples`` target-policy
+    actions per state)."""
     target_logits = self.target_out(inputs, context)["logits"]
     t1, b, size = target_logits.shape
     prior = jnp.broadcast_to(

@@ -1,27 +1,14 @@
-"""What MPO and SPO share: dual variables, E-steps, the M-step's losses and
-the rule skeleton (``DualRule``).
+"""What MPO and SPO share: dual variables, E-steps, M-step losses and the rule
+skeleton ``DualRule``.
 
-Both rules keep dual variables in their rule state, each softplus
-parameterised (``softplus(raw) + 1e-8``, raw values clamped at -18 after
-every step) with their own optimiser (global-norm clipping, then Adam): the
-temperature ``eta`` of the E-step and the trust-region weight ``alpha`` of the
-M-step. MPO's discrete E-step is exact over all actions (``exact_e_step``);
-SPO's, and MPO's for continuous actions, weigh sampled actions
-(``sample_e_step``). Both keep a Polyak-averaged target network for the
-prior policy and the critic targets.
-
-Continuous actions (a Gaussian policy, ``disco.policies.Gaussian``): the
-M-step is decoupled (``decoupled_m_step``, as in Acme's and Stoix's
-continuous MPO). The online policy is split into one with the online mean
-and the target's standard deviation and one with the target's mean and the
-online standard deviation; each is fitted to the weighted sampled actions
-(cross-entropies ``CE_mean``, ``CE_stddev``) under its own KL bound from the
-target policy, ``KL(pi_target || pi_fixed_stddev) <= epsilon_mean`` and
-``KL(pi_target || pi_fixed_mean) <= epsilon_stddev``, per action dimension
-(``per_dim_constraining``, duals ``[D]``) or summed over them (duals
-``[1]``). The duals are then ``log_temperature``, ``log_alpha_mean`` and
-``log_alpha_stddev`` (``init_gaussian_duals``), and the E-step's weights are
-constants (no policy term in the temperature's loss).
+The duals (temperature ``eta``, trust-region weight ``alpha``) are
+``softplus(raw) + 1e-8``, raw values clamped at -18, with their own optimiser.
+The E-step is exact over all actions (``exact_e_step``: MPO, discrete) or over
+sampled ones (``sample_e_step``). Continuous actions use Acme's and Stoix's
+decoupled M-step (``decoupled_m_step``): the online mean and the online std are
+fitted separately, under ``KL(pi_target || pi_fixed_stddev) <= epsilon_mean``
+and ``KL(pi_target || pi_fixed_mean) <= epsilon_stddev``, per action dimension
+or summed.
 """
 
 from __future__ import annotations
@@ -63,8 +50,7 @@ def init_gaussian_duals(
     size: int,
 ) -> dict[str, jax.Array]:
   """Raw duals of the decoupled Gaussian M-step: ``log_temperature`` ``[1]``,
-  ``log_alpha_mean`` and ``log_alpha_stddev`` ``[size]`` (one per action
-  dimension, or 1) float32."""
+  ``log_alpha_mean`` and ``log_alpha_stddev`` ``[size]``, float32."""
   return dict(
       log_temperature=jnp.full([1], init_log_temperature, jnp.float32),
       log_alpha_mean=jnp.full([size], init_log_alpha_mean, jnp.float32),
@@ -134,17 +120,10 @@ def exact_e_step(
 def sample_e_step(
     advantages: jax.Array, temperature: jax.Array
 ) -> tuple[jax.Array, jax.Array]:
-  """Non-parametric weights over ``N`` actions sampled from the prior.
-
-  Args:
-    advantages: ``[..., N]`` values of the sampled actions (constants).
-    temperature: scalar ``eta``.
-
-  Returns:
-    ``(weights [..., N], log_normaliser [...])``; ``weights`` sum to one and
-    ``log_normaliser = logsumexp_n(adv / eta) - log N`` estimates
-    ``log E_prior[exp(adv / eta)]``.
-  """
+  """``(weights [..., N], log_normaliser [...])`` over ``N`` prior samples with
+  constant ``[..., N]`` ``advantages``: ``softmax(adv / eta)`` and
+  ``logsumexp_n(adv / eta) - log N``, an estimate of
+  ``log E_prior[exp(adv / eta)]``."""
   tempered = jax.lax.stop_gradient(advantages) / temperature
   num = advantages.shape[-1]
   log_normaliser = jax.nn.logsumexp(tempered, axis=-1) - np.log(num)
@@ -196,9 +175,8 @@ def alpha_loss(
 def gaussian_kl_per_dim(
     policy: policies.Gaussian, params: jax.Array, other: jax.Array
 ) -> jax.Array:
-  """``KL(N(params) || N(other))`` of each action dimension: ``[..., 2 D]``
-  parameters -> ``[..., D]``. (With ``squash`` it is the squashed
-  policies' KL as well: the same invertible map applies to both.)"""
+  """``[..., D]`` ``KL(N(params) || N(other))`` per action dimension of
+  ``[..., 2 D]`` parameters (also the squashed policies' KL)."""
   mean, log_std = policy.mean_and_log_std(params)
   other_mean, other_log_std = policy.mean_and_log_std(other)
   ratio = jnp.exp(2.0 * (log_std - other_log_std))
@@ -234,8 +212,7 @@ def decoupled_kls(
     per_dim: bool,
 ) -> tuple[jax.Array, jax.Array]:
   """``(KL(pi_target || pi_fixed_stddev), KL(pi_target || pi_fixed_mean))``,
-  each ``[..., D]`` (``per_dim``) or summed over the dimensions, ``[..., 1]``
-  (``decoupled_params``)."""
+  each ``[..., D]`` (``per_dim``) or summed, ``[..., 1]``."""
   fixed_stddev, fixed_mean = decoupled_params(policy, online, target)
   kl_mean = gaussian_kl_per_dim(policy, target, fixed_stddev)
   kl_stddev = gaussian_kl_per_dim(policy, target, fixed_mean)
@@ -257,18 +234,16 @@ def decoupled_m_step(
 
   Args:
     policy: the Gaussian policy family.
-    online: ``[..., 2 D]`` online parameters (gradients flow into them).
-    target: ``[..., 2 D]`` target parameters (constants).
+    online: ``[..., 2 D]`` online parameters (differentiated).
+    target: ``[..., 2 D]`` target parameters.
     actions: ``[..., N, D]`` sampled actions.
-    weights: ``[..., N]`` their E-step weights (constants; sum to one).
+    weights: ``[..., N]`` their E-step weights (summing to one).
     per_dim: one KL per action dimension (else their sum).
 
   Returns:
-    ``loss_policy_mean``, ``loss_policy_stddev`` ``[...]``: ``-sum_n w_n
-    log pi(a_n)`` under the online mean (target std) and under the online
-    std (target mean); ``kl_mean``, ``kl_stddev`` ``[..., K]`` (``K = D``
-    per dimension, else 1): ``KL(pi_target || pi_fixed_stddev)`` and
-    ``KL(pi_target || pi_fixed_mean)``.
+    ``loss_policy_mean``, ``loss_policy_stddev`` ``[...]``
+      (``-sum_n w_n log pi(a_n)`` under the online mean, resp. std) and
+      ``kl_mean``, ``kl_stddev`` ``[..., K]`` (``K``: ``D`` or 1).
   """
   target = jax.lax.stop_gradient(target)
   weights = jax.lax.stop_gradient(weights)
@@ -297,32 +272,26 @@ def alphas_loss(alpha: jax.Array, kl: jax.Array, epsilon: float) -> jax.Array:
 
 
 class DualRule(base.UpdateRule):
-  """The skeleton of MPO and SPO: target network, duals and M-step loss.
+  """The skeleton of MPO and SPO: target network, duals and the M-step loss.
 
-  The rule state holds the target parameters, the raw duals and their
-  optimiser state. ``unroll_meta_net`` of a subclass calls ``target_out``,
-  ``update_duals`` (with the pre-update duals going into its targets),
-  ``dual_stats`` and ``next_rule_state``; it defines ``policy_loss``, the
-  E-step part of the shared M-step ``agent_loss``.
-
-  Continuous actions: ``for_policy`` (the Agent calls it) sets the rule up
-  for a Gaussian policy (``gaussian``): Gaussian duals, and the decoupled
-  M-step (see the module docstring). ``unroll_meta_net`` then calls
-  ``gaussian_e_step`` with the values of ``N`` actions sampled per state,
-  and ``sampled_targets`` gives the M-step's actions and weights.
+  The rule state holds the target parameters and the raw duals with their
+  optimiser state. A subclass's ``unroll_meta_net`` calls ``target_out``,
+  ``update_duals``, ``dual_stats`` and ``next_rule_state`` (or
+  ``gaussian_e_step`` for a Gaussian policy, set up by ``for_policy``), and
+  defines ``policy_loss`` and ``sampled_targets``.
 
   Args:
-    hyper_params: overrides of the rule's ``default_hyper_params`` (which
-      need ``target_update_tau``, ``epsilon`` and ``epsilon_policy``, and
-      for continuous actions ``epsilon_mean`` and ``epsilon_stddev``).
+    hyper_params: overrides of ``default_hyper_params`` (``target_update_tau``,
+      ``epsilon``, ``epsilon_policy``; continuous actions: ``epsilon_mean``,
+      ``epsilon_stddev``).
     init_log_temperature: initial raw temperature (softplus: 3.0 -> 3.05).
-    init_log_alpha: initial raw trust-region dual (continuous actions:
-      of the mean's, ``alpha_mean``).
-    dual_optim: the optimiser of the duals (e.g. ``dual_optimizer``).
-    init_log_alpha_stddev: continuous actions: initial raw dual of the
-      standard deviation's bound (``alpha_stddev``).
-    per_dim_constraining: continuous actions: bound the KLs of each action
-      dimension (duals ``[D]``), else of their sum (duals ``[1]``).
+    init_log_alpha: initial raw trust-region dual (continuous actions: the
+      mean's).
+    dual_optim: the duals' optimiser (e.g. ``dual_optimizer``).
+    init_log_alpha_stddev: continuous actions: initial raw dual of the std's
+      bound.
+    per_dim_constraining: continuous actions: a KL bound per action dimension
+      (duals ``[D]``), else on their sum (``[1]``).
   """
 
   supports_continuous_actions = True
@@ -361,8 +330,8 @@ class DualRule(base.UpdateRule):
   def checked_gaussian(
       self, inputs: types.UpdateRuleInputs
   ) -> policies.Gaussian | None:
-    """``gaussian``, after checking (at trace time) that the rollout's
-    actions are of the kind the rule was set up for."""
+    """``gaussian``, after checking at trace time that the rollout's actions are
+    of the kind the rule was set up for (ValueError otherwise)."""
     continuous = inputs.action_policy.is_continuous
     if continuous != (self._gaussian is not None):
       kinds = ("discrete", "continuous")
@@ -432,8 +401,8 @@ class DualRule(base.UpdateRule):
       duals: dict[str, jax.Array],
       dual_opt_state: optax.OptState,
   ) -> types.RuleState:
-    """The new duals, and the target network moved towards the parameters
-    this step starts from (so it lags the online network by one step)."""
+    """The new duals, and the target network moved towards the parameters this
+    step starts from (it lags the online network by one step)."""
     return dict(
         context.rule_state,
         duals=duals,
@@ -452,9 +421,8 @@ class DualRule(base.UpdateRule):
       kl_nonparametric: jax.Array,
       kl: jax.Array,
   ) -> dict[str, jax.Array]:
-    """Logs of the duals (before their update) and of both KLs, relative to
-    their bounds; per-transition arrays ``[T, B]`` are averaged over the
-    loss's transitions (and ``context.axis_name``)."""
+    """Logs of the duals (before their update) and of both KLs relative to their
+    bounds; ``[T, B]`` terms are averaged over the loss's transitions."""
     duals = context.rule_state["duals"]
     mean = lambda x: ops.masked_mean(x, inputs.mask, context.axis_name)
     return dict(
@@ -469,20 +437,19 @@ class DualRule(base.UpdateRule):
 
   # ------------------------------------------------ continuous actions
   def gaussian_dual_loss(self, duals, values, target, online, mask):
-    """The sample-based temperature loss and the decoupled M-step's dual
-    losses (mean over the transitions of ``mask``).
+    """The sample-based temperature loss plus the decoupled M-step's dual
+    losses, averaged over ``mask``.
 
     Args:
       duals: raw duals (``init_gaussian_duals``).
-      values: ``[T, B, N]`` values of ``N`` actions per state sampled from
-        the prior (MPO: ``Q_target``; SPO: the search's advantages).
-      target: ``[T, B, 2 D]`` target policy parameters.
-      online: ``[T, B, 2 D]`` online policy parameters (constants here).
-      mask: ``[T, B]`` the transitions to average over (None: all).
+      values: ``[T, B, N]`` values of ``N`` prior samples per state (MPO:
+        ``Q_target``; SPO: search advantages).
+      target, online: ``[T, B, 2 D]`` target and (constant) online parameters.
+      mask: ``[T, B]`` transitions to average over (None: all).
 
     Returns:
-      ``(loss, (weights [T, B, N], kl_mean [T, B, K], kl_stddev [T, B, K],
-      loss_temperature, loss_alpha_mean, loss_alpha_stddev [T, B]))``.
+      ``(loss, (weights, kl_mean, kl_stddev, loss_temperature, loss_alpha_mean,
+        loss_alpha_stddev))``.
     """
     hp = self.hyper_params
     eta = dual_value(duals["log_temperature"])
@@ -516,19 +483,13 @@ class DualRule(base.UpdateRule):
       values: jax.Array,
       target_logits: jax.Array,
   ) -> tuple[base.MetaOut, types.RuleState]:
-    """The duals' step for continuous actions, and what the M-step reads.
-
-    Args:
-      inputs: the rollout.
-      context: the learner step's context.
-      values: ``[T, B, N]`` values of ``N`` sampled actions per state (see
-        ``gaussian_dual_loss``).
-      target_logits: ``[T, B, 2 D]`` target policy parameters.
+    """The duals' step for continuous actions (``values``, ``target_logits``: as
+    ``gaussian_dual_loss``).
 
     Returns:
-      ``(meta_out, new_rule_state)``: ``meta_out`` holds ``target_logits``,
-      the E-step's ``e_step_weights`` ``[T, B, N]``, ``alpha_mean`` and
-      ``alpha_stddev`` ``[K]`` (all at the pre-update duals) and ``stats``.
+      ``(meta_out, new_rule_state)``; ``meta_out`` holds ``target_logits``,
+        ``e_step_weights`` ``[T, B, N]``, ``alpha_mean`` and ``alpha_stddev``
+        ``[K]`` (pre-update duals) and ``stats``.
     """
     online = jax.lax.stop_gradient(inputs.agent_out["logits"][:-1])
     aux, new_duals, dual_opt_state = self.update_duals(

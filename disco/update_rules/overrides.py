@@ -1,21 +1,12 @@
 """Overriding a rule's agent settings, and listing them.
 
-Every registered rule has two groups of settings (``registry``):
-
-* ``hyper_params``: every coefficient of its losses (and of its
-  meta-regularisers), its discounts and other numbers, e.g.
-  ``--config.hyper_params.entropy_cost=0.01``;
-* ``rule_kwargs``: the other keyword arguments of its factory, its
-  structural choices (switches, sizes, numbers of samples, nested settings
-  such as LPG's ``net``), e.g. ``--config.rule_kwargs.clip_value=False``.
-
-``disco-eval``, ``disco-meta-train`` and ``disco-compare`` take both, the
-same way: ``prepare`` gives a config every setting of the rule with its
-default (so flags may set any of them and an unknown key is a one-line error
-listing the valid ones), ``merged`` makes the agent settings with the
-overrides given (a pure function), and ``completed`` fills in a saved
-config's defaults for comparing it with the current one. ``describe`` lists
-every rule's settings with their defaults and meanings.
+A rule has ``hyper_params`` (its numbers, e.g.
+``--config.hyper_params.entropy_cost=0.01``) and ``rule_kwargs`` (its factory's
+other arguments, e.g. ``--config.rule_kwargs.clip_value=False``). ``prepare``
+gives a config every setting of the rule with its default (an unknown key is
+then a one-line error); ``merged`` applies overrides (pure); ``completed`` fills
+a saved config's defaults; ``describe`` lists every rule's settings, their
+meanings taken from the factories' ``Args:``.
 """
 
 from __future__ import annotations
@@ -110,9 +101,7 @@ def _floats(hyper_params: dict[str, Any]) -> dict[str, Any]:
 
 def completed(name: str, given: Any, key: str) -> dict[str, Any]:
   """The ``key`` settings (``hyper_params`` or ``rule_kwargs``) of rule
-  ``name`` with those ``given`` over its defaults (hyper-parameters as
-  floats): what a config's overrides amount to, however many of the
-  defaults it spells out.
+  ``name``: ``given`` over its defaults (hyper-parameters as floats).
 
   Raises:
     ValueError: an unknown rule.
@@ -137,10 +126,9 @@ def prepare(
     config: config_dict.ConfigDict,
     settings: agent_settings_lib.AgentSettings | None,
 ) -> None:
-  """Gives ``config.hyper_params`` and ``config.rule_kwargs`` every setting
-  of the rule whose agent ``settings`` are given, with its default; values
-  the config already has stay (so a key the rule lacks is reported later).
-  Hyper-parameters become floats (a flag may then give ``1`` or ``0.5``)."""
+  """Gives ``config.hyper_params`` and ``config.rule_kwargs`` every setting of
+  the rule of ``settings`` with its default; the config's own values stay (an
+  unknown key is reported later). Hyper-parameters become floats."""
   if settings is None:
     return
   with config.unlocked():
@@ -177,17 +165,15 @@ def merged(
     policy: Mapping[str, Any] | None = None,
     **optimizer: Any,
 ) -> agent_settings_lib.AgentSettings:
-  """``settings`` with the overrides given: ``hyper_params`` replacing the
-  rule's own, ``rule_kwargs``, ``network`` and ``policy`` merged over theirs
-  (``rule_kwargs`` one level of dicts deep), and the optimiser settings
-  (``agent_settings.OPTIMIZER_KEYS``) replacing theirs. Old spellings of the
-  rule's settings are read as today's (``migrations.upgraded``, with a
-  warning). Pure: ``settings`` is unchanged.
+  """``settings`` with the overrides: ``hyper_params`` replacing the rule's own,
+  ``rule_kwargs`` (one level of dicts deep), ``network`` and ``policy`` merged
+  over theirs, optimiser settings (``agent_settings.OPTIMIZER_KEYS``) replacing
+  theirs. Old spellings are upgraded with a warning (``migrations.upgraded``).
+  Pure.
 
   Raises:
-    SettingsError: for a key the rule (``label`` in the message) does not
-      have, naming the valid ones, or a hyper-parameter that is not a finite
-      number.
+    SettingsError: a key the rule (``label``) does not have, naming the valid
+      ones, or a hyper-parameter that is not a finite number.
     ValueError: an old dict of coefficients with a key it never had.
   """
   bad = sorted(set(optimizer) - set(agent_settings_lib.OPTIMIZER_KEYS))
@@ -228,7 +214,7 @@ def merged(
 
 def _docstring_args(make: Callable[..., Any]) -> dict[str, str]:
   """``{argument: meaning}`` from the ``Args:`` section of the docstring of
-  ``make`` (or of its ``__init__``); ``a, b: text`` gives both names."""
+  ``make`` (or its ``__init__``); ``a, b: text`` gives both names."""
   meanings: dict[str, str] = {}
   for doc in (inspect.getdoc(make), inspect.getdoc(make.__init__)):
     lines = (doc or "").splitlines()

@@ -29,11 +29,8 @@ POLICY_GRADIENT_HYPER_PARAMS = dict(
 
 
 class PolicyGradient(base.MovingAverageRule):
-  """``-log pi(a|s) * A`` plus an entropy bonus.
-
-  Per transition: ``pg_cost * (-log pi(a|s) A) - entropy_cost * H(pi)`` for
-  the policy and ``value_cost`` times the value loss, all three
-  hyper-parameters.
+  """Per transition ``pg_cost * (-log pi(a|s) A) - entropy_cost * H(pi) +
+  value_cost * value loss``.
 
   Args:
     hyper_params: overrides of ``POLICY_GRADIENT_HYPER_PARAMS``.

@@ -1,36 +1,20 @@
 """Proximal policy optimisation (Schulman et al., 2017), clipped surrogate.
 
-For a rollout of ``T`` transitions in ``B`` environments, with the acting
-(behaviour) network's logits ``mu`` and values ``V_old`` (kept in the rollout:
-``behaviour_outputs``) and the trained network's logits ``pi`` and values
-``V``, all ``[T+1, B, ...]``:
+From the behaviour network's logits ``mu`` and values ``V_old`` (kept in the
+rollout) and the trained ``pi`` and ``V``, all ``[T+1, B, ...]``: advantages
+``A`` ``[T, B]`` are GAE(gamma, lambda) of ``reward_scale * rewards`` on
+``V_old`` (no bootstrap at terminations, cut at truncations), normalised over
+each learner step's loss mask; value targets are ``R = A_raw + V_old[:-1]``. The
+loss per transition is ``policy + value_cost * value - entropy_cost * H(pi)``,
+with policy loss ``-min(rho A, clip(rho, 1 - eps, 1 + eps) A)``
+(``rho = pi(a|s) / mu(a|s)``) and value loss
+``0.5 max((V - R)^2, (V_clip - R)^2)``, ``V_clip = V_old + clip(V - V_old, -eps,
+eps)`` (``clip_value``; else ``0.5 (V - R)^2``). Targets stay fixed over the
+loop's epochs of minibatches.
 
-  * advantages ``A`` ``[T, B]``: GAE(gamma, lambda) of the rewards times
-    ``reward_scale`` (1 by default; returns in the hundreds, as Pendulum's,
-    learn better scaled down, as Brax's PPO does with ``reward_scaling``) on
-    ``V_old``
-    (``returns.gae``: 0 bootstrap at a termination, cut at a truncation),
-    normalised to mean 0 and standard deviation 1 over the loss mask of the
-    batch the learner step sees (with sample reuse: each minibatch);
-  * value targets ``R = A_raw + V_old[:-1]`` ``[T, B]``;
-  * ratio ``rho = pi(a|s) / mu(a|s)`` ``[T, B]`` of the taken actions;
-  * policy loss ``-min(rho A, clip(rho, 1 - eps, 1 + eps) A)``;
-  * value loss ``0.5 max((V - R)^2, (V_clip - R)^2)`` with
-    ``V_clip = V_old + clip(V - V_old, -eps, eps)`` (``clip_value``; else
-    ``0.5 (V - R)^2``);
-  * per transition: ``policy loss + value_cost * value loss - entropy_cost *
-    H(pi)``, averaged by the agent over its loss mask.
-
-Targets come from the behaviour outputs only, so they stay fixed while the
-training loop reuses a rollout for several epochs of minibatches
-(``LoopConfig.update_epochs``, ``num_minibatches``), as PPO does. The
-registry's ``ppo`` entry has purejaxrl's CartPole settings (64x64 tanh actor
-and critic networks, Adam(2.5e-4, eps 1e-5) annealed to 0, gradients clipped
-to global norm 0.5); the loop settings (4 environments x 128 steps, no
-replay, 4 epochs x 4 minibatches) are the training loop's. Two differences
-from purejaxrl: minibatches split the environments (whole trajectories)
-rather than single transitions, and a time limit is a truncation (no loss,
-no trace across it) where purejaxrl treats it as a termination.
+The registry's ``ppo`` follows purejaxrl's CartPole PPO, except that minibatches
+split environments, not transitions, and a time limit is a truncation, not a
+termination.
 """
 
 from __future__ import annotations
@@ -116,10 +100,10 @@ class PPO(base.UpdateRule):
   def surrogate(
       self, log_r: jax.Array, advs: jax.Array, meta_out: base.MetaOut
   ) -> tuple[jax.Array, types.Logs]:
-    """The objective maximised per transition ``[T, B]`` from the log-ratios
-    ``log pi(a|s) - log mu(a|s)`` and the advantages (both ``[T, B]``), and
-    its own logs: PPO's ``min(r A, clip(r, 1 - eps, 1 + eps) A)``
-    (``mirror_learning`` rules replace it by ``r A - f(r, A)``)."""
+    """The objective maximised per transition ``[T, B]``, from the log-ratios
+    ``log pi(a|s) - log mu(a|s)`` and advantages ``[T, B]``, and its logs:
+    ``min(r A, clip(r, 1 - eps, 1 + eps) A)`` (``mirror_learning`` rules:
+    ``r A - f(r, A)``)."""
     del meta_out
     eps = self.hyper_params["clip_epsilon"]
     ratio = jnp.exp(log_r)
@@ -134,9 +118,8 @@ class PPO(base.UpdateRule):
       meta_out: base.MetaOut,
       backprop: bool,
   ) -> base.LossAndLogs:
-    """``-surrogate`` and the entropy bonus, ``[T, B]``; without
-    ``backprop`` no gradient reaches ``meta_out`` (e.g. LPO's drift
-    parameters)."""
+    """``-surrogate`` minus the entropy bonus, ``[T, B]``; without ``backprop``
+    no gradient reaches ``meta_out``."""
     inputs.check_shapes()
     if not backprop:
       meta_out = jax.lax.stop_gradient(meta_out)

@@ -1,18 +1,16 @@
-"""Update rules by name: one entry per rule, with its factory and its
-default agent settings (``agent_settings.AgentSettings``).
+"""Update rules by name: each entry a factory and default agent settings
+(``agent_settings.AgentSettings``).
 
-A rule's factory is called as ``make(hyper_params=..., **rule_kwargs)``.
-``default_settings`` fills ``rule_kwargs`` with the factory's keyword defaults
-and ``hyper_params`` with the rule class's ``default_hyper_params``, so an
-entry states only what differs, and the agent's learning rate and network::
+``make(hyper_params=..., **rule_kwargs)`` builds the rule; ``default_settings``
+fills ``rule_kwargs`` with the factory's keyword defaults and ``hyper_params``
+with ``default_hyper_params``, so an entry states only what differs, plus the
+learning rate and network::
 
   registry.register_rule(
       "my_rule", MyRule,
       dict(learning_rate=1e-3, network=agent_nets.network_settings((64, 64))))
 
-A registered rule is available to ``disco.agent.make_agent``, the launchers
-(``--config.rule=<name>``) and the notebooks. An entry may stand for trained
-meta-parameters (``disco103``: the Disco rule with the published weights).
+An entry may stand for trained meta-parameters (``disco103``).
 """
 
 from __future__ import annotations
@@ -68,16 +66,13 @@ class RuleEntry:
   Attributes:
     name: the registry name.
     make: ``(hyper_params=..., **rule_kwargs) -> UpdateRule``.
-    settings: the entry's agent settings: ``learning_rate`` and ``network``,
-      optionally those of ``OPTIONAL_KEYS`` (``rule_kwargs`` and
-      ``hyper_params``: overrides of the factory's defaults).
-    pretrained: for an entry that stands for trained meta-parameters, a loader
-      ``(path or None, expected) -> meta_params`` (``None``: the default file).
+    settings: ``learning_rate``, ``network`` and optionally ``OPTIONAL_KEYS``
+      (``rule_kwargs``, ``hyper_params``: overrides of the factory's defaults).
+    pretrained: for trained meta-parameters, a loader ``(path or None, expected)
+      -> meta_params``.
     description: one line for listings.
-    loop: the training loop the rule is meant for, as fields of
-      ``disco.training.loop.LoopConfig`` (e.g. PPO's on-policy rollouts with
-      sample reuse); the launchers use them where the user sets none. Empty:
-      the published evaluation notebook's loop.
+    loop: the ``LoopConfig`` fields the rule is meant for, where the user sets
+      none (empty: the published notebook's loop).
   """
 
   name: str
@@ -111,26 +106,19 @@ def register_rule(
     description: str = "",
     loop: Mapping[str, int] | None = None,
 ) -> RuleEntry:
-  """Registers a rule under ``name``.
+  """Registers a rule under ``name`` and returns its entry.
 
   Args:
     name: a new name (letters, digits, ``_``, ``-``, ``.``).
     make: the rule's factory (usually its class).
-    settings: ``learning_rate`` and ``network`` of the agent, optionally
-      those of ``OPTIONAL_KEYS`` (``rule_kwargs`` and ``hyper_params``:
-      those that differ from the factory's defaults).
-    pretrained: loader of trained meta-parameters, if the entry stands for
-      them.
+    settings: see ``RuleEntry.settings``.
+    pretrained: see ``RuleEntry.pretrained``.
     description: one line for listings.
-    loop: the rule's training loop (``RuleEntry.loop``), if not the
-      published notebook's.
-
-  Returns:
-    The entry.
+    loop: see ``RuleEntry.loop``.
 
   Raises:
-    ValueError: if the name is taken or malformed, or the settings lack a
-      key or have an unknown one.
+    ValueError: the name is taken or malformed, or the settings lack a key or
+      have an unknown one.
   """
   if not name or not all(c.isalnum() or c in "_-." for c in name):
     raise ValueError(
@@ -231,13 +219,13 @@ def default_settings(name: str) -> agent_settings_lib.AgentSettings:
 
 
 def make_rule(settings: agent_settings_lib.AgentSettings) -> base.UpdateRule:
-  """The rule that agent ``settings`` describe. Every source of agent
-  settings passes here, so this is where their values are checked
-  (``AgentSettings.check``; the rule's own by its factory).
+  """The rule that agent ``settings`` describe; every source of settings passes
+  here, so their values are checked here (``AgentSettings.check``; the rule's
+  own by its factory).
 
   Raises:
-    ValueError: unknown rule, a setting out of range, or settings its
-      factory rejects.
+    ValueError: unknown rule, a setting out of range, or settings its factory
+      rejects.
   """
   settings.check()
   entry = get_entry(settings.rule)
@@ -256,21 +244,15 @@ DISCO_SETTINGS = dict(
     network=agent_nets.network_settings((512, 512), 128, (128,)),
 )
 
-# MPO and SPO: one network predicts the policy and Q (or V); Stoix uses two
-# (learning rates 1e-4 / 3e-4) with 128 SGD steps and Polyak steps
-# (tau 0.005) per rollout. This harness takes one learner step per
-# iteration, hence the larger learning rate and tau (and SPO's dual learning
-# rate).
+# MPO and SPO: one network and one learner step per iteration (Stoix: two
+# networks, 128 SGD steps per rollout), hence larger learning rates and tau.
 ONE_STEP_DUAL_RULE = dict(
     learning_rate=3e-3,
     network=SMALL_NETWORK,
     hyper_params=dict(target_update_tau=0.05),
 )
-# purejaxrl's PPO on CartPole-v1: separate 64x64 tanh actor and critic
-# networks, Adam(2.5e-4, eps 1e-5) annealed to 0 over the run, gradients
-# clipped to global norm 0.5 (and no elementwise clip). Its loop (4 envs x
-# 128 steps, no replay, 4 epochs x 4 minibatches) is the training loop's
-# (README, "PPO").
+# purejaxrl's PPO on CartPole-v1: separate 64x64 tanh actor and critic,
+# Adam(2.5e-4, eps 1e-5) annealed to 0, global-norm clip 0.5.
 PPO_SETTINGS = dict(
     learning_rate=2.5e-4,
     network=agent_nets.network_settings(

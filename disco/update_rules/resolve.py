@@ -1,12 +1,4 @@
-"""Rules by registry name or by file, built once and checked.
-
-``resolve_rule("disco103")`` gives a registered rule with its default settings
-and its meta-parameters (pretrained, from a weights file, or a random
-initialisation); ``resolve_rule("path/to/rule.npz")`` reads a file written by
-``disco.weights.save_meta_params`` whose metadata names the rule and its
-settings. Both raise ``errors.UsageError`` with one line for an unknown name,
-a missing or mismatching file, or trained agent parameters given as a rule.
-"""
+"""Rules by registry name or by file, built once and checked (``resolve_rule``)."""
 
 from __future__ import annotations
 
@@ -36,13 +28,11 @@ class ResolvedRule:
   """A rule ready to train with.
 
   Attributes:
-    label: a short name for outputs (the registry name or the file's stem).
-    settings: agent settings (``settings.rule`` is a registry name).
+    label: a short name for outputs (registry name or file stem).
+    settings: agent settings (``settings.rule``: a registry name).
     rule: the rule built from ``settings``.
-    meta_params: its meta-parameters, checked against the structure of
-      ``rule.init_meta_params`` (``{}`` for hand-designed rules).
-    source: where they come from: ``"none"`` (hand-designed), ``"random"``
-      (a random initialisation), ``"pretrained"`` or ``"file"``.
+    meta_params: its checked meta-parameters (``{}`` if hand-designed).
+    source: ``"none"``, ``"random"``, ``"pretrained"`` or ``"file"``.
   """
 
   label: str
@@ -71,8 +61,7 @@ def is_rule_path(name_or_path: str) -> bool:
 
 
 def _build_rule(settings: agent_settings_lib.AgentSettings, where: str = ""):
-  """``(rule, expected meta-parameter shapes)``; ``where`` names the source
-  of ``settings`` in the error (e.g. ``"The settings of rule file X: "``)."""
+  """``(rule, expected meta-parameter shapes)``; ``where`` prefixes the error."""
   try:
     rule = registry.make_rule(settings)
   except ValueError as e:
@@ -97,8 +86,8 @@ def _with_overrides(
 def _misfit(
     overrides: Mapping[str, Any] | None, label: str, source: str
 ) -> str | None:
-  """Why given meta-parameters may not fit: rule_kwargs in ``overrides``
-  that change the meta-network."""
+  """Why given meta-parameters may not fit: ``rule_kwargs`` overrides that
+  change the meta-network."""
   rule_kwargs = (overrides or {}).get("rule_kwargs")
   if not rule_kwargs:
     return None
@@ -157,9 +146,8 @@ def _resolve_named(
 def _settings_from_metadata(
     path: Path, metadata: dict[str, Any]
 ) -> agent_settings_lib.AgentSettings:
-  """The agent settings a rule file's metadata describes: the rule's
-  defaults with the file's ``settings`` and ``rule_kwargs`` over them (old
-  spellings upgraded: ``migrations``)."""
+  """The agent settings a rule file's metadata describes (its ``settings`` and
+  ``rule_kwargs`` over the rule's defaults, old spellings upgraded)."""
   if metadata.get("kind") == AGENT_PARAMS_KIND:
     raise errors.UsageError(
         f"{path} holds trained agent parameters, not an update "
@@ -259,28 +247,22 @@ def resolve_rule(
     weights: str | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> ResolvedRule:
-  """A rule given by registry name or by file, with its agent settings
-  merged with ``overrides`` and the rule built once from them.
+  """A rule by registry name or file, its agent settings merged with
+  ``overrides``, built once.
 
   Args:
-    name_or_path: a registered rule (``update_rules.registry``): it gets its
-      default settings and its pretrained meta-parameters (``disco103``), the
-      ones in ``weights``, or a random initialisation (``{}`` for
-      hand-designed rules); or the path of an ``.npz`` written by
-      ``disco.weights.save_meta_params`` whose metadata names the ``rule``
-      (and optionally ``rule_kwargs`` and ``settings`` overriding that rule's
-      default settings).
-    weights: for a pretrained entry, the path of its file (default: found or
-      downloaded); for a rule with meta-parameters, a file of them to load.
-      Not allowed with a path.
-    overrides: agent settings that replace the rule's
-      (``overrides.merged``'s keywords: ``hyper_params``, ``rule_kwargs``,
-      ``network``, ``policy`` and the optimiser's); old spellings of the
-      rule's settings are upgraded (``migrations``).
+    name_or_path: a registered rule (default settings; pretrained
+      meta-parameters such as ``disco103``'s, those in ``weights``, or random
+      ones), or a ``.npz`` of ``disco.weights.save_meta_params`` whose metadata
+      names the ``rule`` (and optionally ``rule_kwargs`` and ``settings``).
+    weights: a pretrained entry's file (default: found or downloaded), or a file
+      of a rule's meta-parameters; not with a path.
+    overrides: ``overrides.merged``'s keywords; old spellings upgraded.
 
   Raises:
-    UsageError: unknown rule, missing or mismatching file, a setting the
-      rule lacks, or ``rule_kwargs`` its meta-parameters do not fit.
+    UsageError: an unknown rule, a missing or mismatching file, agent parameters
+      given as a rule, a setting the rule lacks, or ``rule_kwargs`` its
+      meta-parameters do not fit.
   """
   name_or_path = str(name_or_path).strip()
   if weights is not None:

@@ -1,71 +1,26 @@
-"""Sequential Monte Carlo Policy Optimisation (SPO).
+"""Sequential Monte Carlo Policy Optimisation (SPO), after Stoix's ``ff_spo``.
 
-SPO is an actor-critic whose *acting* is a Sequential Monte Carlo (SMC)
-search over copies of the (jittable) environment state:
+Acting is an SMC search over copies of the (jittable) environment state: ``N``
+particles per stream start from root actions ``a ~ pi(.|s)``; for
+``search_depth`` steps each steps the environment (``env.step`` vmapped over
+particles; copies share the stream's key), draws its next action from the policy
+and adds ``r + gamma_s * d * V(s') - V(s)`` to its log-weight; particles are
+resampled from ``softmax(w / eta)`` every ``resampling_period`` steps or when
+the effective sample size falls under ``ess_threshold * N``. The action played
+is a root action drawn from ``softmax(w / eta)``; root actions, weights and
+advantages go into the rollout (``UpdateRuleInputs.actor_extras``).
 
-* root: ``N`` particles per stream, each a copy of the stream's environment
-  state with a root action ``a ~ pi(.|s)``;
-* for ``search_depth`` steps every particle is stepped with the real
-  environment (``env.step`` vmapped over the particle axis), its next action
-  is drawn from the network's policy and its log-weight accumulates the
-  one-step advantage ``r + gamma_s * d * V(s') - V(s)`` (frozen once the
-  particle's episode has ended);
-* particles are resampled in proportion to ``softmax(w / eta)`` every
-  ``resampling_period`` steps, or when the effective sample size falls under
-  ``ess_threshold * N``; resampling copies every particle field except the
-  per-root-action advantage estimate and resets the log-weights;
-* the action played is a root action drawn from ``softmax(w / eta)``; the root
-  actions, their weights and advantages go into the rollout
-  (``ActorTimestep.extras``) and reach the learner as
-  ``UpdateRuleInputs.actor_extras``.
+Learning is MPO's (``mpo_common``): cross-entropy to the stored search weights
+plus ``sg(alpha) * KL(pi_target || pi_online)``, the temperature ``eta`` trained
+on the sample-based E-step loss, the critic ``v`` on GAE(lambda) targets of the
+target network; continuous actions use the decoupled M-step and have no root
+noise.
 
-``eta`` is the temperature dual in the rule state (or a fixed temperature).
-Learning: the policy minimises the cross-entropy to the stored search weights
-plus ``sg(alpha) * KL(pi_target || pi_online)``; the temperature is trained on
-the sample-based E-step loss over the stored advantages, ``alpha`` on the
-trust-region dual loss (both inside ``unroll_meta_net`` with their own
-optimiser, see ``disco.update_rules.mpo``); the critic ``v`` regresses on
-GAE(lambda) targets from the Polyak-averaged target network.
-
-Continuous actions (a Gaussian policy; the same rule, set up by the agent
-through ``for_policy``), as Stoix's continuous SPO: root and next actions are
-drawn from the Gaussian (``[B, N, D]``), and the policy's loss is
-continuous MPO's decoupled M-step (``disco.update_rules.mpo_common``) on
-the stored search actions and weights, with the duals ``alpha_mean`` and
-``alpha_stddev`` (bounds ``epsilon_mean`` and ``epsilon_stddev``) in place of
-``alpha``; the temperature's loss is the same sample-based one. There is
-no root noise for continuous actions (``root_dirichlet_fraction`` must be
-0).
-
-Environment copies: a jittable environment steps ``[B]`` streams, so the
-particles' states ``[B, N, ...]`` are stepped by vmapping ``env.step`` over
-the particle axis; no environment-specific hook is needed. Copies share the
-stream's random key, as in the reference implementation.
-
-Deliberate differences from the Stoix reference, each with its reason:
-
-* Terminal-masked search advantages: a root action's advantage estimate
-  stops accumulating once its particle's episode has ended (terminated or
-  truncated), and step ``d`` is weighted by ``(gamma_s * lambda_s)^d``.
-  Stoix weights it by ``(gamma_s * lambda_s * discount)^d`` and keeps adding
-  after the end; our environments reset inside the step that ends an
-  episode, so the later steps belong to another episode and must not count.
-* Next actions are resampled along with their particles: each next action
-  was drawn from its particle's own state, so after resampling it must follow
-  that particle. Stoix leaves them in their slots, so a resampled particle
-  would take an action drawn for another particle's state.
-* Root Dirichlet noise is mixed into the policy's probabilities (off by
-  default, as in Stoix).
-* The critic's GAE(lambda) targets do not cross a truncation (there is no
-  true next observation after an automatic reset), and the transition cut by
-  it is left out of the losses; Stoix bootstraps from the true next
-  observation it keeps.
-* One network predicts the policy and the value and takes one learner step
-  per rollout (Stoix: two networks, 128 SGD steps per rollout from a
-  replay), hence the registry's larger learning rates and Polyak step.
-* Every loss, the duals' included, averages over the same transitions: the
-  agent's loss mask (``disco.agent.Agent``).
-
+Unlike Stoix: a root action's advantage stops accumulating when its particle's
+episode ends, step ``d`` weighted ``(gamma_s * lambda_s)^d``; next actions are
+resampled with their particles; critic targets do not cross truncations; one
+network and one learner step per rollout (larger learning rates and Polyak
+step); every loss averages over the agent's loss mask.
 """
 
 from __future__ import annotations
@@ -106,19 +61,17 @@ class Particles:
   """``N`` search particles for each of ``B`` streams (leaves ``[B, N, ...]``).
 
   Attributes:
-    env_state: environment state of every particle.
-    root_actions: root action the particle descends from (int32, or
-      ``[..., D]`` float32 for continuous actions).
+    env_state: each particle's environment state.
+    root_actions: the root action it descends from (int32, or ``[..., D]``
+      float32).
     log_weights: accumulated advantages since the last resampling.
-    value: ``V`` of the particle's current state (0 after termination).
-    terminal: whether the particle's episode has ended.
+    value: ``V`` of its current state (0 after termination).
+    terminal: whether its episode has ended.
     depth: steps taken.
-    gae: advantage estimate of the root action in this slot, the
-      ``(gamma_s * lambda_s)^depth``-weighted sum of the one-step advantages
-      while the particle's episode lasts (not resampled).
-    next_actions: actions the particles take next (sampled at the
-      particle's own state, so resampled along with it; as
-      ``root_actions``).
+    gae: this slot's root-action advantage,
+      ``sum_d (gamma_s * lambda_s)^d delta_d`` while the episode lasts (not
+      resampled).
+    next_actions: actions taken next.
   """
 
   env_state: Any
@@ -152,16 +105,13 @@ def resample(
 ) -> Particles:
   """Draws ``N`` particles per stream i.i.d. from ``softmax(logits)``.
 
-  Every field is gathered except ``gae`` (which stays with its root-action
-  slot for the temperature loss); the log-weights restart at zero.
+  Every field is gathered except ``gae`` (it stays with its root-action slot);
+  log-weights restart at zero.
 
   Args:
     particles: leaves ``[B, N, ...]``.
     rng: random key.
     logits: ``[B, N]`` resampling logits.
-
-  Returns:
-    Particles with the same shapes.
   """
   batch, num = logits.shape
   idx = jax.vmap(lambda k, x: jax.random.categorical(k, x, shape=(num,)))(
@@ -191,9 +141,8 @@ def _select_streams(
 def check_search_env(
     env: Any, env_state: Any = None, batch: int | None = None
 ) -> None:
-  """Raises ValueError unless ``env`` is a jittable environment whose state
-  ``env_state`` (if given) has a stream axis of size ``batch`` in front of
-  every leaf (the search copies each stream's state along a new axis)."""
+  """Raises ValueError unless ``env`` is jittable and every leaf of
+  ``env_state`` (if given) leads with the ``batch`` streams."""
   if env is None:
     raise ValueError(
         "SPO searches over copies of the environment state but the acting "
@@ -233,20 +182,20 @@ class SPO(ml.DualRule):
       ``ess_threshold * N``).
     resampling_period: steps between resamplings in period mode.
     ess_threshold: fraction of ``N`` that triggers resampling in ess mode.
-    adaptive_temperature: use the temperature dual for resampling and
-      read-out; otherwise ``fixed_temperature``.
+    adaptive_temperature: use the temperature dual for resampling and read-out;
+      otherwise ``fixed_temperature``.
     fixed_temperature: temperature when not adaptive.
     search_gamma: discount inside the search.
     search_gae_lambda: lambda of the per-root-action advantage estimate.
     root_dirichlet_alpha: Dirichlet concentration of the root noise.
-    root_dirichlet_fraction: weight of the root noise (0 disables it;
-      discrete actions only).
-    init_log_temperature, init_log_alpha, dual_lr, dual_max_grad_norm: the
-      duals (see ``mpo_common.DualRule``).
-    per_dim_constraining: continuous actions: one KL bound per action
-      dimension (else one on their sum).
-    init_log_alpha_stddev: continuous actions: initial raw dual of the
-      standard deviation's bound (``init_log_alpha`` is the mean's).
+    root_dirichlet_fraction: weight of the root noise (0 disables it; discrete
+      actions only).
+    init_log_temperature, init_log_alpha, dual_lr, dual_max_grad_norm: the duals
+      (see ``mpo_common.DualRule``).
+    per_dim_constraining: continuous actions: one KL bound per action dimension
+      (else one on their sum).
+    init_log_alpha_stddev: continuous actions: initial raw dual of the standard
+      deviation's bound (``init_log_alpha`` is the mean's).
   """
 
   needs_env_copies = True
@@ -306,8 +255,7 @@ class SPO(ml.DualRule):
     self.root_dirichlet_fraction = float(root_dirichlet_fraction)
 
   def check_env(self, env: Any) -> None:
-    """The search's needs (``check_search_env``), on the state shapes of a
-    reset (nothing runs)."""
+    """``check_search_env`` on the state shapes of a reset (nothing runs)."""
     state, _ = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
     check_search_env(env, state, env.batch_size)
 
@@ -388,12 +336,11 @@ class SPO(ml.DualRule):
     logits, value = self._evaluate(context, timestep.observation)
     next_actions = self._sample(step_rng, logits)
     env_discount = timestep.discount.astype(jnp.float32)
-    # A particle's episode ends at a termination or a truncation (LAST with
-    # discount 1); a truncated one still bootstraps through its value.
+    # Episodes end at terminations and truncations; a truncated one still
+    # bootstraps through its value.
     ended = timestep.step_type == types.LAST
     value = env_discount * self.search_gamma * value
-    # Steps after the end of the particle's episode (the environment has
-    # reset) add nothing to its weight or advantage.
+    # Steps after the episode's end (the environment has reset) add nothing.
     alive = 1.0 - particles.terminal.astype(jnp.float32)
     delta = timestep.reward + value - particles.value
     log_weights = particles.log_weights + alive * delta
@@ -505,19 +452,10 @@ class SPO(ml.DualRule):
     return extras
 
   def dual_loss(self, duals, advantages, target_logits, online_logits, mask):
-    """Sample-based temperature loss plus the trust-region dual loss (mean
-    over the transitions of ``mask``: the agent's loss states).
-
-    Args:
-      duals: raw duals.
-      advantages: ``[T, B, N]`` search advantages of the root actions.
-      target_logits: ``[T, B, A]`` target policy logits.
-      online_logits: ``[T, B, A]`` online policy logits (constants here).
-      mask: ``[T, B]`` the transitions to average over (None: all).
-
-    Returns:
-      ``(loss, (weights, kl, loss_temperature, loss_alpha))``.
-    """
+    """Sample-based temperature loss plus the trust-region dual loss, averaged
+    over ``mask`` (``[T, B]``, None: all), from the root actions' ``[T, B, N]``
+    search advantages and ``[T, B, A]`` target and (constant) online logits;
+    returns ``(loss, (weights, kl, loss_temperature, loss_alpha))``."""
     eta = ml.dual_value(duals["log_temperature"])
     alpha = ml.dual_value(duals["log_alpha"])
     weights, log_z = ml.sample_e_step(advantages, eta)
