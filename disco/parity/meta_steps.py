@@ -393,11 +393,11 @@ _LOG_NAMES = {"meta_up_norm": "meta_update_norm"}
 _LOG_PER_ROLLOUT = ("pos_rewards", "neg_rewards")
 
 
-def _compare_step(fx, step, state, logs, theta0, num_agents):
+def _compare_logs(fx, step, logs) -> list[comparisons.Comparison]:
+  """The step's logs against the fixture's (those both record)."""
   results = []
   out = f"outputs{fixtures.SEP}"
   st_inner = int(fx[f"settings{fixtures.SEP}inner_steps"])
-  meta_lr = float(fx[f"settings{fixtures.SEP}meta_learning_rate"])
   for key in sorted(k for k in fx if k.startswith(f"{out}logs{fixtures.SEP}")):
     name = key[len(f"{out}logs{fixtures.SEP}") :]
     ref = float(fx[key][step])
@@ -417,6 +417,13 @@ def _compare_step(fx, step, state, logs, theta0, num_agents):
             err <= STEPS_LOG_REL,
         )
     )
+  return results
+
+
+def _compare_step(fx, step, state, logs, theta0, num_agents):
+  results = _compare_logs(fx, step, logs)
+  out = f"outputs{fixtures.SEP}"
+  meta_lr = float(fx[f"settings{fixtures.SEP}meta_learning_rate"])
   trees = dict(
       meta_grads=fixtures.flatten_arrays(
           jax.device_get(state.meta_opt_state[0])
