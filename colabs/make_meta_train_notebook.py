@@ -108,12 +108,12 @@ from tqdm import tqdm
 from disco import agent as agent_lib
 from disco import checks
 from disco import evaluation
+from disco import meta
 from disco import weights
 from disco.distillation import drift_fit
 from disco.environments import registry
 from disco.meta import checkpoints
 from disco.meta import history as history_lib
-from disco import meta
 from disco.training import analysis
 from disco.training import loop as loop_lib
 from disco.update_rules import resolve

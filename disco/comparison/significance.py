@@ -21,11 +21,6 @@ import numpy as np
 
 from disco.comparison import effect_sizes
 from disco.comparison import two_sample
-
-# Importable from here too.
-from disco.comparison.two_sample import (
-    mean_difference_interval as mean_difference_interval,
-)
 from disco.scoring import aggregates
 
 # The fields of ``TestResult`` a row reads through (``ComparisonRow``).
