@@ -5,17 +5,15 @@ The one place that knows old spellings: a rule file, a run folder's
 it is read, with an ``OldSettingWarning`` naming both keys; everything after
 sees today's keys.
 
-Deprecation table (``MOVED``):
+Deprecation table (``MOVED`` and the meta-training keys):
 
-==========  ==================  ============================================  ===========================================
-since       rules               old key                                       new key
-==========  ==================  ============================================  ===========================================
-2026-11-27  policy_gradient     ``rule_kwargs.entropy_cost``, ``.pg_cost``    ``hyper_params.entropy_cost``, ``.pg_cost``
-2026-11-27  disco, disco103     ``rule_kwargs.meta_regularizer_costs.K``      ``hyper_params.K_cost``
-2026-11-27  lpg, ta_lpg         ``rule_kwargs.meta_regularizer_costs.K``      ``hyper_params.K``
-2026-11-27  (meta-training)     ``debug``                                     (removed)
-2026-12-06  (meta-training)     ``entropy_cost``                              ``meta_entropy_cost``
-==========  ==================  ============================================  ===========================================
+| since | rules | old key | new key |
+|---|---|---|---|
+| 2026-11-27 | policy_gradient | ``rule_kwargs.entropy_cost``, ``.pg_cost`` | ``hyper_params.entropy_cost``, ``.pg_cost`` |
+| 2026-11-27 | disco, disco103 | ``rule_kwargs.meta_regularizer_costs.K`` | ``hyper_params.K_cost`` |
+| 2026-11-27 | lpg, ta_lpg | ``rule_kwargs.meta_regularizer_costs.K`` | ``hyper_params.K`` |
+| 2026-11-27 | (meta-training) | ``debug`` | (removed) |
+| 2026-12-06 | (meta-training) | ``entropy_cost`` | ``meta_entropy_cost`` |
 """
 
 from __future__ import annotations
