@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 import dataclasses
 import difflib
 import os
@@ -98,6 +98,21 @@ def _misfit(
   )
 
 
+def _loaded(load: Callable[[], Any], misfit: str | None, what: str) -> Any:
+  """``load()``'s meta-parameters; a file that does not fit is one line:
+  ``misfit`` if given, else ``what`` and the reason.
+
+  Raises:
+    UsageError: non-finite or mismatching meta-parameters.
+  """
+  try:
+    return load()
+  except weights_lib.NonFiniteError as e:
+    raise errors.UsageError(errors.one_line(e)) from None
+  except weights_lib.WeightsError as e:
+    raise errors.UsageError(misfit or f"{what}: {errors.one_line(e)}") from None
+
+
 def _resolve_named(
     name: str, weights: str | None, overrides: Mapping[str, Any] | None
 ) -> ResolvedRule:
@@ -120,16 +135,11 @@ def _resolve_named(
           f"Rule {name!r} has no meta-parameters, so a weights file "
           f"({weights}) makes no sense for it: drop the weights setting."
       )
-    try:
-      meta_params = weights_lib.load_meta_params(weights, expected)
-    except weights_lib.NonFiniteError as e:
-      raise errors.UsageError(errors.one_line(e)) from None
-    except weights_lib.WeightsError as e:
-      raise errors.UsageError(
-          _misfit(overrides, name, "file")
-          or f"Weights {weights} do not fit rule {name!r}: "
-          f"{errors.one_line(e)}"
-      ) from None
+    meta_params = _loaded(
+        lambda: weights_lib.load_meta_params(weights, expected),
+        _misfit(overrides, name, "file"),
+        f"Weights {weights} do not fit rule {name!r}",
+    )
     source = "file"
   else:
     meta_params = rule.random_meta_params()
@@ -223,16 +233,11 @@ def _resolve_file(
     rule, expected = _build_rule(
         settings, f"The settings in the metadata of rule file {path}: "
     )
-    try:
-      meta_params = npz.params(expected)
-    except weights_lib.NonFiniteError as e:
-      raise errors.UsageError(errors.one_line(e)) from None
-    except weights_lib.WeightsError as e:
-      raise errors.UsageError(
-          _misfit(overrides, label, "file")
-          or f"Rule file {path} does not fit rule {settings.rule!r}: "
-          f"{errors.one_line(e)}"
-      ) from None
+    meta_params = _loaded(
+        lambda: npz.params(expected),
+        _misfit(overrides, label, "file"),
+        f"Rule file {path} does not fit rule {settings.rule!r}",
+    )
   return ResolvedRule(
       label=label,
       settings=settings,
