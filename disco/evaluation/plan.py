@@ -107,13 +107,12 @@ def build(
         "seeds, so give at least one per process."
     )
   local_seeds = distributed.split(seeds)[jax.process_index()]
+  overrides = _overrides(settings)
   if rule is None:
-    rule = resolve.resolve_rule(
-        settings.rule, settings.weights, _overrides(settings)
-    )
-  elif _overrides(settings):
+    rule = resolve.resolve_rule(settings.rule, settings.weights, overrides)
+  elif overrides:
     raise errors.UsageError(
-        f"Agent settings {sorted(_overrides(settings))} were given with a "
+        f"Agent settings {sorted(overrides)} were given with a "
         f"ready rule ({rule.label!r}), which keeps its own: drop them."
     )
   loop_config = _loop_config(

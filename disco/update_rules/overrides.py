@@ -18,6 +18,7 @@ from typing import Any
 
 from ml_collections import config_dict
 
+from disco import checks
 from disco.update_rules import agent_settings as agent_settings_lib
 from disco.update_rules import migrations
 from disco.update_rules import registry
@@ -145,12 +146,7 @@ class SettingsError(ValueError):
 
 def _check_numbers(hyper_params: Mapping[str, Any]) -> None:
   for key, value in hyper_params.items():
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or value != value
-        or abs(value) == float("inf")
-    ):
+    if not checks.is_finite_number(value):
       raise SettingsError(
           f"config.hyper_params.{key} must be a finite number, got {value!r}."
       )
