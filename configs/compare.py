@@ -34,6 +34,10 @@ def get_config() -> config_dict.ConfigDict:
           num_seeds=5,  # per run; seeds seed .. seed + num_seeds - 1
           seed=0,
           total_env_steps=40_000,  # per seed and run
+          # Each run's preset, for the settings left unset ('auto': the
+          # rule's preset for the environment, 'none', or a preset's name;
+          # configs/evaluate.py).
+          preset="auto",
           # The disco-eval loop of every run (configs/evaluate.py). None: each
           # rule's own (PPO's on-policy loop with sample reuse), else the
           # published notebook's.

@@ -33,6 +33,12 @@ def get_config() -> config_dict.ConfigDict:
           imports="",
           env="catch",  # a registered environment; 'list' prints them all
           env_settings=dict(rows=8, columns=8),
+          # Settings of the rule for the environment, for the keys below that
+          # are left unset (a flag always wins): 'auto' (the rule's first
+          # preset whose environments match, if any), 'none', or a preset's
+          # name. The presets: docs/reference/presets.md; config.json records
+          # the one applied.
+          preset="auto",
           total_env_steps=40_000,  # per seed; rounded up to whole calls
           num_seeds=1,
           seed=0,  # seeds seed .. seed + num_seeds - 1 run together (vmapped)

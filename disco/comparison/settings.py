@@ -36,6 +36,7 @@ CONFIG_NAME = "compare"
 SHARED_KEYS = (
     "weights",
     "imports",
+    "preset",
     "num_seeds",
     "seed",
     "total_env_steps",
@@ -537,7 +538,9 @@ def _per_rule(config, key: str) -> dict[str, dict[str, Any]]:
           f"config.{key}.{rule}: {rule!r} is not one of config.rules "
           f"{list(config.rules)}."
       )
-    out[rule] = checks.as_dict(values or {}, f"{key}.{rule}")
+    values = checks.as_dict(values or {}, f"{key}.{rule}")
+    # Unset hyper-parameters are placeholders (``prepare``): not given.
+    out[rule] = {k: v for k, v in values.items() if v is not None}
   return out
 
 
@@ -548,9 +551,11 @@ def prepare(
     config: config_dict.ConfigDict, rules: Sequence[str] | None = None
 ) -> None:
   """Gives ``config.hyper_params`` and ``config.rule_kwargs`` an entry per
-  registered rule of ``rules`` (default: ``config.rules``) with its settings and
-  defaults (``overrides_lib.completed``), so overrides may set those and no
-  other; rule files and unknown names get none."""
+  registered rule of ``rules`` (default: ``config.rules``) with its settings, so
+  overrides may set those and no other: the ``rule_kwargs`` with their defaults
+  (``overrides_lib.completed``), the hyper-parameters not given as None (each
+  run's are its preset's or the rule's); rule files and unknown names get
+  none."""
   rules = config.rules if rules is None else rules
   with config.unlocked():
     for key in overrides_lib.KEYS:
@@ -561,6 +566,13 @@ def prepare(
           continue  # files: set their settings in a config file
         try:
           entries[rule] = overrides_lib.completed(rule, given.get(rule), key)
+          if key == "hyper_params":
+            entries[rule] = {
+                k: v
+                if k in (given.get(rule) or {})
+                else config_dict.placeholder(float)
+                for k, v in entries[rule].items()
+            }
         except ValueError:  # an unknown rule: build() reports it
           continue
       config[key] = entries

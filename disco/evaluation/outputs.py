@@ -161,6 +161,7 @@ def write_config(plan: plan_lib.EvalPlan) -> None:
       dict(
           config=resolved_config(plan),
           rule_settings=plan.rule.settings.to_dict(),
+          preset=plan.preset.record() if plan.preset else None,
           run={
               "seeds": plan.seeds,
               **plan.schedule,

@@ -22,6 +22,7 @@ from disco.environments import base as env_base
 from disco.environments import registry as env_registry
 from disco.evaluation import settings as settings_lib
 from disco.training import loop as loop_lib
+from disco.update_rules import presets as presets_lib
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
@@ -32,6 +33,7 @@ class EvalPlan:
 
   settings: settings_lib.EvalSettings
   rule: resolve.ResolvedRule
+  preset: presets_lib.Preset | None  # the preset applied (None: none)
   env: env_base.Environment
   env_settings: dict[str, Any]
   agent: agent_lib.Agent
@@ -109,14 +111,23 @@ def build(
   local_seeds = distributed.split(seeds)[jax.process_index()]
   overrides = _overrides(settings)
   if rule is None:
-    rule = resolve.resolve_rule(settings.rule, settings.weights, overrides)
+    preset = presets_lib.find(settings.rule, settings.env, settings.preset)
+    rule = resolve.resolve_rule(
+        settings.rule, settings.weights, presets_lib.under(preset, overrides)
+    )
   elif overrides:
     raise errors.UsageError(
         f"Agent settings {sorted(overrides)} were given with a "
         f"ready rule ({rule.label!r}), which keeps its own: drop them."
     )
+  else:
+    preset = None  # a ready rule keeps its own settings
   loop_config = _loop_config(
-      settings, rule_registry.get_entry(rule.settings.rule).loop
+      settings,
+      {
+          **rule_registry.get_entry(rule.settings.rule).loop,
+          **(preset.loop if preset else {}),
+      },
   )
   env, env_settings = _make_env(
       settings, loop_config.num_envs, len(local_seeds), local_seeds[0]
@@ -134,6 +145,7 @@ def build(
   return EvalPlan(
       settings=settings,
       rule=rule,
+      preset=preset,
       env=env,
       env_settings=env_settings,
       agent=agent,
@@ -149,8 +161,8 @@ def build(
 def _loop_config(
     settings: settings_lib.EvalSettings, recommended: Mapping[str, int]
 ) -> loop_lib.LoopConfig:
-  """The loop: the settings', else the rule's recommended one, else
-  ``LoopConfig``'s defaults (the published notebook's)."""
+  """The loop: the settings', else the recommended one (the preset's over the
+  rule's), else ``LoopConfig``'s defaults (the published notebook's)."""
   defaults = loop_lib.LoopConfig()
   values = {
       key: recommended.get(key, getattr(defaults, key)) if v is None else v

@@ -17,6 +17,7 @@ from disco import errors
 from disco.environments import registry as env_registry
 from disco.update_rules import migrations
 from disco.update_rules import overrides as overrides_lib
+from disco.update_rules import presets as presets_lib
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
@@ -48,6 +49,7 @@ class EvalSettings:
   imports: str
   env: str
   env_settings: dict[str, Any]
+  preset: str
   total_env_steps: int
   num_seeds: int
   seed: int
@@ -149,6 +151,7 @@ class EvalSettings:
             "env_settings",
             default={},
         ),
+        preset=problems.get(_preset, get("preset"), default=presets_lib.AUTO),
         total_env_steps=total_env_steps,
         num_seeds=num_seeds,
         seed=seed,
@@ -255,6 +258,16 @@ def _hyper_params(value: Any) -> dict[str, Any]:
   return given
 
 
+def _preset(value: Any) -> str:
+  """``config.preset``: 'auto', 'none' or a preset's name."""
+  if not isinstance(value, str) or not value.strip():
+    raise errors.UsageError(
+        f"config.preset={value!r} must be {presets_lib.AUTO!r}, "
+        f"{presets_lib.NONE!r} or a preset's name."
+    )
+  return value.strip()
+
+
 def _tracking(spec: Any, problems: checks.Problems) -> Any:
   problems.get(checks.check_tracking, spec)
   return spec
@@ -267,12 +280,18 @@ def prepare(
     config: config_dict.ConfigDict,
     env: str | None = None,
     rule: str | None = None,
+    preset: str | None = None,
 ) -> None:
   """Gives ``config.env_settings``, ``config.hyper_params`` and
   ``config.rule_kwargs`` every setting of ``env`` and ``rule`` (defaults: the
-  config's) with its default, so overrides may set those and no other; given
+  config's) with its default (the ``preset``'s where it sets one; default:
+  the config's choice), so overrides may set those and no other; given
   settings stay unless ``env`` is another environment. Unknown names change
-  nothing."""
+  nothing.
+
+  Raises:
+    UsageError: a preset that does not exist or is malformed.
+  """
   env = env or config.env
   try:
     defaults = env_registry.get_entry(env).settings
@@ -292,6 +311,9 @@ def prepare(
       settings = rule_registry.default_settings(name)
   except (ValueError, errors.UsageError):
     return
+  found = presets_lib.find(name, env, preset or config.get("preset", "auto"))
+  if found is not None:
+    settings = overrides_lib.merged(settings, name, **found.agent)
   overrides_lib.prepare(config, settings)
 
 
@@ -320,11 +342,12 @@ def make_config(
     UsageError: an unknown key or a value of the wrong type.
   """
   config = checks.config_or_default(config, CONFIG_NAME)
-  env, rule = overrides.get("env"), overrides.get("rule")
+  env, rule, preset = (overrides.get(k) for k in ("env", "rule", "preset"))
   prepare(
       config,
       env if isinstance(env, str) else None,
       rule if isinstance(rule, str) else None,
+      preset if isinstance(preset, str) else None,
   )
   override(config, overrides)
   return config

@@ -71,12 +71,13 @@ def body(
 def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
   """Gives ``config.env_settings``, ``config.hyper_params`` and
   ``config.rule_kwargs`` every setting of the environment and rule the command
-  line names, with defaults, so overrides may set those and no other
-  (``evaluation.prepare``)."""
+  line names, with defaults (its preset's where it has one), so overrides may
+  set those and no other (``evaluation.prepare``)."""
   evaluation.prepare(
       config,
       env=common.override_value(argv, "env"),
       rule=common.override_value(argv, "rule"),
+      preset=common.override_value(argv, "preset"),
   )
 
 
