@@ -225,6 +225,53 @@ def rules_page() -> str:
   return "\n".join(s for s in out if s)
 
 
+def presets_page() -> str:
+  from disco.update_rules import presets
+  from disco.update_rules import registry
+
+  out = [
+      GENERATED,
+      "# Presets\n",
+      "Settings of a rule for a family of environments, which `disco-eval` "
+      "and `disco-compare` apply to the keys a run leaves unset: a flag "
+      "always wins. `--config.preset=auto` (the default) takes the rule's "
+      "first preset whose environments match, `--config.preset=none` turns "
+      "them off, `--config.preset=NAME` asks for one by name. The run's "
+      "`config.json` records the preset under `preset`. The files: "
+      "`disco/update_rules/presets/<rule>.json`; add your own with "
+      "`disco.update_rules.presets.register_preset` in a module given to "
+      "`config.imports`. How to choose and tune: "
+      "[comparing rules](../guides/comparing.md#presets).\n",
+  ]
+  for rule in registry.rule_names():
+    found = presets.presets(rule)
+    if not found:
+      continue
+    out.append(f"## `{rule}` {{#{rule}}}\n")
+    out.append(
+        table(
+            ("preset", "environments", "settings", "budget", "source"),
+            [
+                (
+                    code(p.name),
+                    cell(", ".join(f"`{e}`" for e in p.envs)),
+                    cell(
+                        ", ".join(
+                            f"`{k}={text(plain(v))}`"
+                            for k, v in p.settings.items()
+                        )
+                        or "the registered settings"
+                    ),
+                    f"{p.budget:,}" if p.budget else "not stated",
+                    cell(p.source),
+                )
+                for p in found
+            ],
+        )
+    )
+  return "\n".join(s for s in out if s)
+
+
 def _actions_text(entry: Any) -> str:
   """The action spaces a rule works with."""
   if getattr(entry.make, "supports_continuous_actions", False):
@@ -551,6 +598,8 @@ def index_page() -> str:
           "defaults;",
           "* [Environments](environments.md): every registered environment "
           "and its settings;",
+          "* [Presets](presets.md): the settings each rule gets per "
+          "environment family;",
           "* [Launcher configs](configs.md): every config key of "
           "`disco-eval`, `disco-meta-train`, `disco-compare`, "
           "`disco-validate` and `disco-distill`;",
@@ -570,6 +619,7 @@ def pages() -> dict[str, str]:
       "index.md": index_page(),
       "rules.md": rules_page(),
       "environments.md": environments_page(),
+      "presets.md": presets_page(),
       "configs.md": configs_page(),
   }
   out.update(api_pages())
