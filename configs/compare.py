@@ -99,6 +99,11 @@ def get_config() -> config_dict.ConfigDict:
           task_bootstrap=False,
           bootstrap_reps=2000,
           num_points=20,  # evaluation points of the sample-efficiency curves
+          # The references scores are normalised by: "default" (an optimal
+          # policy or the best published return per environment:
+          # docs/reference/environments.md) or "discogen" (DiscoGen's PPO
+          # baselines for MinAtar, Brax and Craftax, the default elsewhere).
+          reference_set="default",
           # Normalisation entries for environments the table lacks (or to
           # replace its): "env:random=R,reference=X,source=TEXT".
           references=(),

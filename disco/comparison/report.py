@@ -380,6 +380,7 @@ def _normalisation_section(results, references) -> list[str]:
               "random",
               "reference",
               "reference algorithm",
+              "budget (env steps)",
               "source",
           ],
           [
@@ -388,12 +389,24 @@ def _normalisation_section(results, references) -> list[str]:
                   f"{e.random_return:g}",
                   f"{e.reference_return:g}",
                   e.reference_algorithm,
+                  _budget_text(e),
                   e.source,
               ]
               for e in entries
           ],
       ),
   ]
+
+
+def _budget_text(entry) -> str:
+  """A reference's training budget for the report."""
+  if isinstance(entry.budget_env_steps, int):
+    return f"{entry.budget_env_steps:,}"
+  if entry.budget_env_steps:
+    return str(entry.budget_env_steps)
+  if "optimal" in entry.reference_algorithm:
+    return "none (an optimum)"
+  return "not stated"
 
 
 def _aggregates_section(agg, settings: ReportSettings) -> list[str]:

@@ -166,9 +166,7 @@ class CompareSettings:
         },
         tuning=None,
         statistics=statistics,
-        references=problems.get(
-            normalization.parse_references, config.references, default={}
-        ),
+        references=problems.get(_references, config, default={}),
         run_dirs=tuple(Path(p).expanduser() for p in config.run_dirs),
         shard=problems.get(parse_shard, config.shard, default=(0, 1)),
         output_dir=config.output_dir,
@@ -525,6 +523,15 @@ def _rule_overrides(config: config_dict.ConfigDict) -> dict[str, dict]:
       )
     overrides[rule] = values
   return overrides
+
+
+def _references(config) -> dict[str, reference_scores.ReferenceEntry]:
+  """The named ``reference_set``'s entries with ``references`` over them."""
+  try:
+    named = reference_scores.reference_set(config.reference_set)
+  except ValueError as e:
+    raise errors.UsageError(f"config.reference_set: {e}") from None
+  return {**named, **normalization.parse_references(config.references)}
 
 
 def _per_rule(config, key: str) -> dict[str, dict[str, Any]]:
