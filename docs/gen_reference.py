@@ -40,7 +40,10 @@ LAUNCHERS = (
     ("disco-distill", "distill", "disco.launch.distill"),
 )
 # Config files that start from another launcher's config and change some keys.
-DERIVED_CONFIGS = (("meta_train_lpg", "meta_train", "disco-meta-train"),)
+DERIVED_CONFIGS = (
+    ("meta_train_lpg", "meta_train", "disco-meta-train"),
+    ("meta_train_online", "meta_train", "disco-meta-train"),
+)
 
 # Python API pages: title, package, intro.
 API_PAGES = (
