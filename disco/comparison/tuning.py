@@ -244,14 +244,24 @@ def choose(plan: runs.ComparePlan, cell: runs.Cell) -> dict[str, Any]:
 def with_reported(
     plan: runs.ComparePlan, cell: runs.Cell, choice: dict[str, Any]
 ) -> dict[str, Any]:
-  """``choice`` (``choose``'s, of the tuned ``cell``, whose run has finished)
-  with ``reported``: the chosen point's ``dict(score, interval, per_seed)`` on
-  the reported seeds, and ``warning``: one line where its interval and the
-  tuning seeds' do not overlap (else None)."""
+  """``reported_check`` of ``choice`` (``choose``'s, of the tuned ``cell``)
+  with the final scores of ``cell``'s finished run."""
   raw, norm = _scores(plan, cell, cell.output_dir)
-  score, interval = _mean_and_interval(
-      norm, plan.settings.statistics.confidence
-  )
+  return reported_check(choice, raw, norm, plan.settings.statistics.confidence)
+
+
+def reported_check(
+    choice: dict[str, Any],
+    raw: np.ndarray,
+    norm: np.ndarray,
+    confidence: float,
+) -> dict[str, Any]:
+  """``choice`` with ``reported``: the chosen point's ``dict(score, interval,
+  per_seed)`` on the reported seeds (their final returns ``raw`` and
+  normalised scores ``norm``, ``[S]``), and ``warning``: one line where the
+  ``confidence`` interval of that score and the tuning seeds' do not overlap
+  (else None)."""
+  score, interval = _mean_and_interval(np.asarray(norm), confidence)
   tuning = choice["interval"]
   warning = None
   if (
@@ -259,13 +269,13 @@ def with_reported(
       and interval is not None
       and (tuning[1] < interval[0] or interval[1] < tuning[0])
   ):
-    level = f"{plan.settings.statistics.confidence:.0%}"
     warning = (
         f"{choice['label']} on {choice['env']}: the chosen point scores "
         f"{_interval_text(choice['score'], tuning)} on the tuning seeds but "
         f"{_interval_text(score, interval)} on the reported seeds (their "
-        f"{level} intervals do not overlap): the tuning seeds did not tell "
-        "it from a lucky draw; tune on more seeds (config.tune.num_seeds)."
+        f"{confidence:.0%} intervals do not overlap): the tuning seeds did "
+        "not tell it from a lucky draw; tune on more seeds "
+        "(config.tune.num_seeds)."
     )
   return dict(
       choice,
