@@ -24,12 +24,12 @@ import jax.numpy as jnp
 import numpy as np
 import tqdm
 
-from disco import agent as agent_lib
 from disco import errors
 from disco import evaluation
 from disco import ops
 from disco import stopping
 from disco import types
+from disco.evaluation import plan as eval_plan
 from disco.training import analysis
 from disco.training import loop as loop_lib
 from disco.update_rules import agent_settings as agent_settings_lib
@@ -39,7 +39,7 @@ from disco.update_rules import registry as rule_registry
 VMAPPABLE_SETTINGS = ("learning_rate",)
 # Errors of building or tracing a program with traced grid values: a value
 # read as a Python number (control flow, a shape, a check).
-_TRACE_ERRORS = (jax.errors.JAXTypeError, ValueError)
+_TRACE_ERRORS = (jax.errors.JAXTypeError, ValueError, errors.UsageError)
 
 
 def point_values(
@@ -76,23 +76,21 @@ def make_loop(
     plan: evaluation.EvalPlan, values: Mapping[str, Any]
 ) -> loop_lib.EvalLoop:
   """``plan``'s loop with the grid ``values`` (traced scalars inside a traced
-  program): its rule, agent and loop built as ``evaluation.build`` builds
-  them, without the settings' checks (``plan``'s are checked)."""
+  program): its rule built from the settings as the registry builds it, without
+  their checks (``plan``'s are checked), and its agent and loop as
+  ``evaluation.build`` makes them."""
   settings = with_values(plan.rule.settings, values)
   rule = rule_registry.get_entry(settings.rule).make(
       hyper_params=dict(settings.hyper_params),
       **agent_settings_lib.thawed(settings.rule_kwargs),
   )
-  agent = agent_lib.make_agent(
-      settings,
-      rule=rule,
-      action_spec=plan.env.action_spec(),
-      num_updates=plan.loop_config.num_updates(plan.iterations),
-      observation_spec=plan.env.observation_spec(),
+  _, loop = eval_plan.agent_and_loop(
+      dataclasses.replace(plan.rule, settings=settings, rule=rule),
+      plan.env,
+      plan.loop_config,
+      plan.iterations,
   )
-  return loop_lib.EvalLoop(
-      agent, plan.env, plan.loop_config, lifetime=plan.loop.lifetime
-  )
+  return loop
 
 
 def _programs(
