@@ -73,16 +73,22 @@ def get_config() -> config_dict.ConfigDict:
           # num_seeds seeds from ``seed`` (kept apart from the reported
           # seeds); the point of the best mean normalised final return
           # trains the reported seeds, as '<rule>-tuned' (and with
-          # keep_untuned the rule's own settings too). The choices and
-          # every point's score: tuning.csv and the report.
+          # keep_untuned the rule's own settings too). The choices, every
+          # point's score and the chosen point's score on the reported
+          # seeds: tuning.csv and the report.
           tune=dict(
               rules=(),
               grid="",
-              num_seeds=2,
+              num_seeds=3,
               seed=1000,
               # None: config.total_env_steps.
               total_env_steps=config_dict.placeholder(int),
               keep_untuned=False,
+              # Train a rule's grid as one program vmapped over the points
+              # where they differ only in numbers (learning_rate and
+              # hyper-parameters the rule uses in arithmetic); else, or
+              # with False, point by point. The log and report say which.
+              vmap=True,
           ),
           # Statistics. Every test is two-sided (null: no difference).
           test="welch",  # welch | mann_whitney | bootstrap | permutation

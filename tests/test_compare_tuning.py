@@ -122,6 +122,15 @@ def test_report_holds_the_choice(tuned):
   chosen = [r for r in rows if r["chosen"] == "1"]
   assert len(chosen) == 1 and float(chosen[0]["learning_rate"]) == lr
   assert np.argmax([float(r["score"]) for r in rows]) == rows.index(chosen[0])
+  # The chosen point on the reported seeds too, and how the grid trained.
+  reported = saved["choices"][0]["reported"]
+  assert len(reported["per_seed"]) == 3
+  assert float(chosen[0]["reported_score"]) == pytest.approx(reported["score"])
+  assert "| one vmapped program (2 points) |" in report
+  assert any(
+      "2 point(s)" in line and "as one vmapped program" in line
+      for line in tuned["lines"]
+  )
 
 
 def test_resumed_tuning_trains_nothing_again(tuned):

@@ -28,6 +28,7 @@ from disco.comparison import results as results_lib
 from disco.comparison import runs
 from disco.comparison import settings as settings_lib
 from disco.comparison import tuning as tuning_lib
+from disco.comparison import vmapped_grid
 from disco.environments import reference_scores
 from disco.scoring import aggregates
 
@@ -126,21 +127,37 @@ def _tune(
     log: Callable[[str], None],
     progress: bool,
 ) -> runs.Cell:
-  """Trains ``cell``'s unfinished tuning runs; returns ``cell`` with the chosen
-  settings."""
-  points = tuning_lib.tuning_cells(plan, cell)
-  for j, (point, tuning_cell) in enumerate(points):
+  """Trains ``cell``'s unfinished tuning runs (one vmapped program where
+  ``vmapped_grid.prepare`` allows and ``tune.vmap``, else one by one); returns
+  ``cell`` with the chosen settings."""
+  todo = []
+  for point, tuning_cell in tuning_lib.tuning_cells(plan, cell):
     finished, why = tuning_cell.status(plan.settings)
     if finished:
       continue
     if why is not None:
       log(f"Running {tuning_cell.output_dir} again: {why}.")
-    log(
+    todo.append((point, tuning_cell))
+  if todo:
+    what = (
         f"{where} tuning {cell.rule} on {cell.env} {cell.env_settings}: "
-        f"point {j + 1}/{len(points)} {point}, seeds "
-        f"{list(plan.tuning.seeds)}"
+        f"{len(todo)} point(s), seeds {list(plan.tuning.seeds)}"
     )
-    _train(tuning_cell, plan.settings, progress)
+    program: vmapped_grid.GridProgram | str = "config.tune.vmap=False"
+    if plan.tuning.vmap:
+      program = vmapped_grid.prepare(
+          [c.build(plan.settings) for _, c in todo], list(plan.tuning.grid)
+      )
+    if isinstance(program, str):
+      log(f"{what}, point by point ({program})")
+      tuning_lib.write_grid_record(plan, cell, program, len(todo))
+      for j, (point, tuning_cell) in enumerate(todo):
+        log(f"{where} point {j + 1}/{len(todo)} {point}")
+        _train(tuning_cell, plan.settings, progress)
+    else:
+      log(f"{what}, as one vmapped program")
+      tuning_lib.write_grid_record(plan, cell, None, len(todo))
+      _train_grid(program, progress)
   choice = tuning_lib.choose(plan, cell)
   log(
       f"Tuned {cell.rule} on {cell.env_key}: {choice['point']} (mean "
@@ -148,6 +165,21 @@ def _tune(
       "seeds)"
   )
   return tuning_lib.apply_point(cell, choice["point"])
+
+
+def _train_grid(program: vmapped_grid.GridProgram, progress: bool) -> None:
+  """Trains a grid program's points into their folders (earlier runs' files
+  removed first), holding every folder's lock."""
+  locks = []
+  try:
+    for plan in program.plans:
+      locks.append(evaluation.open_output(plan, settings_lib.PROGRAM))
+    results = vmapped_grid.train(program, progress)
+    for plan, result in zip(program.plans, results, strict=True):
+      evaluation.write(plan, result, lambda _: None)
+  finally:
+    for lock in locks:
+      lock.release()
 
 
 def _train(
@@ -207,14 +239,22 @@ def write(
   except ValueError as e:
     raise errors.UsageError(errors.one_line(e)) from None
   if plan.tuning is not None and plan.cells:
-    choices = [tuning_lib.choose(plan, c) for c in plan.cells if c.tuned]
+    choices = [
+        tuning_lib.with_reported(plan, c, tuning_lib.choose(plan, c))
+        for c in plan.cells
+        if c.tuned
+    ]
     tuning_lib.write(plan, choices, stats)
     for choice in choices:
       log(
           f"{choice['label']} on {choice['env']}: {choice['point']} "
-          f"(tuning score {run_folders.fmt(choice['score'])}; "
-          f"{tuning_lib.TUNING_CSV})"
+          f"(score {run_folders.fmt(choice['score'])} on the tuning seeds, "
+          f"{run_folders.fmt(choice['reported']['score'])} on the reported "
+          f"seeds; grid trained as "
+          f"{tuning_lib.grid_text(choice['grid'])}; {tuning_lib.TUNING_CSV})"
       )
+      if choice["warning"]:
+        log(f"Warning: {choice['warning']}")
   log(
       f"Report: {plan.output_dir / 'report.md'}; results.csv, "
       f"statistics.json and {len(stats['figures'])} figures beside it."

@@ -75,13 +75,15 @@ class Tuning:
   environment with ``seeds`` (disjoint from the reported ones) and
   ``total_env_steps`` each; the best mean normalised final return (first on
   ties) sets the reported run's settings. ``keep_untuned`` reports each tuned
-  rule's own settings too."""
+  rule's own settings too; ``vmap`` trains a grid as one vmapped program where
+  it can (``disco.comparison.vmapped_grid``)."""
 
   rules: tuple[str, ...]
   grid: dict[str, tuple[float, ...]]
   seeds: tuple[int, ...]
   total_env_steps: int
   keep_untuned: bool
+  vmap: bool = True
 
   def points(self) -> list[dict[str, float]]:
     """Every combination of the grid's values, in order."""
@@ -502,6 +504,7 @@ def _tuning(config: config_dict.ConfigDict, seeds: range) -> Tuning | None:
       seeds=tuple(tune_seeds),
       total_env_steps=checks.check_int(steps, "tune.total_env_steps", 1),
       keep_untuned=checks.check_bool(tune.keep_untuned, "tune.keep_untuned"),
+      vmap=checks.check_bool(tune.vmap, "tune.vmap"),
   )
 
 

@@ -1,8 +1,11 @@
 """Baseline tuning in a comparison: each tuned rule trains every point of
 ``CompareSettings.tuning.grid`` on the tuning seeds into
-``output_dir/tuning/<rule>/<env>/<point>``; the best point (``choose``) trains
-the reported seeds as ``<rule>-tuned``. ``write`` adds ``tuning.csv``,
-``statistics.json``'s ``tuning`` and a ``report.md`` section."""
+``output_dir/tuning/<rule>/<env>/<point>`` (as one vmapped program or point by
+point: ``GRID_RECORD`` beside them says which); the best point (``choose``)
+trains the reported seeds as ``<rule>-tuned``, and ``with_reported`` sets its
+score on the tuning seeds beside the reported seeds'. ``write`` adds
+``tuning.csv``, ``statistics.json``'s ``tuning`` and a ``report.md``
+section."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import csv
 import dataclasses
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,11 +26,17 @@ from disco.comparison import results as results_lib
 from disco.comparison import runs
 from disco.comparison import settings as settings_lib
 from disco.environments import reference_scores
+from disco.training import analysis
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
 TUNING_DIR = "tuning"
 TUNING_CSV = "tuning.csv"
+# How a rule's grid on an environment was last trained, beside its points'
+# folder: ``tuning/<rule>/<env>.grid.json``, ``{"mode": "vmapped" |
+# "separate", "why": reason for separate runs or None, "points": points
+# trained}``.
+GRID_RECORD = ".grid.json"
 
 
 def point_name(point: dict[str, float]) -> str:
@@ -70,6 +80,59 @@ def check_grid(tuning: settings_lib.Tuning) -> None:
       )
 
 
+def grid_dir(plan: runs.ComparePlan, cell: runs.Cell) -> Path:
+  """The folder of ``cell``'s grid points."""
+  return (
+      plan.output_dir
+      / TUNING_DIR
+      / runs.label(cell.rule)
+      / report_lib.file_name(cell.env_key)
+  )
+
+
+def _grid_record_path(plan: runs.ComparePlan, cell: runs.Cell) -> Path:
+  folder = grid_dir(plan, cell)
+  return folder.parent / (folder.name + GRID_RECORD)
+
+
+def write_grid_record(
+    plan: runs.ComparePlan,
+    cell: runs.Cell,
+    why_separate: str | None,
+    num_points: int,
+) -> None:
+  """Records how ``num_points`` points of ``cell``'s grid were trained: one
+  vmapped program (``why_separate`` None) or separately."""
+  path = _grid_record_path(plan, cell)
+  run_folders.make_dir(path.parent)
+  run_folders.write_json(
+      path,
+      dict(
+          mode="vmapped" if why_separate is None else "separate",
+          why=why_separate,
+          points=num_points,
+      ),
+  )
+
+
+def grid_record(plan: runs.ComparePlan, cell: runs.Cell) -> dict | None:
+  """``cell``'s ``GRID_RECORD`` (None: none, or unreadable)."""
+  try:
+    record = json.loads(_grid_record_path(plan, cell).read_text())
+  except (OSError, ValueError):
+    return None
+  return record if isinstance(record, dict) else None
+
+
+def grid_text(record: dict | None) -> str:
+  """How a grid was trained, in words (``GRID_RECORD``'s ``record``)."""
+  if record is None:
+    return "not recorded"
+  if record.get("mode") == "vmapped":
+    return f"one vmapped program ({record.get('points')} points)"
+  return f"point by point ({record.get('why')})"
+
+
 def tuning_cells(
     plan: runs.ComparePlan, cell: runs.Cell
 ) -> list[tuple[dict, runs.Cell]]:
@@ -89,11 +152,7 @@ def tuning_cells(
                     num_seeds=len(tuning.seeds),
                     total_env_steps=tuning.total_env_steps,
                 ),
-                output_dir=plan.output_dir
-                / TUNING_DIR
-                / runs.label(cell.rule)
-                / report_lib.file_name(cell.env_key)
-                / point_name(point),
+                output_dir=grid_dir(plan, cell) / point_name(point),
                 label=runs.label(cell.rule),
                 tuned=False,
             ),
@@ -113,27 +172,51 @@ def status(plan: runs.ComparePlan, cell: runs.Cell) -> tuple[bool, str | None]:
   return apply_point(cell, choose(plan, cell)["point"]).status(plan.settings)
 
 
+def _scores(
+    plan: runs.ComparePlan, cell: runs.Cell, folder: Path
+) -> tuple[np.ndarray, np.ndarray]:
+  """``(raw, normalised)`` final scores ``[S]`` of the run in ``folder``."""
+  try:
+    raw = results_lib.load_run(folder).final_scores()
+    return raw, reference_scores.normalize(raw, cell.env_key, plan.references)
+  except ValueError as e:
+    raise errors.UsageError(errors.one_line(e)) from None
+
+
+def _mean_and_interval(
+    norm: np.ndarray, confidence: float
+) -> tuple[float | None, list[float] | None]:
+  """The mean of the finite scores ``norm`` ``[S]`` and its Student-t
+  ``confidence`` interval (None: no finite score, or fewer than two)."""
+  finite = norm[np.isfinite(norm)]
+  if not finite.size:
+    return None, None
+  _, low, high = analysis.mean_curve(finite[:, None], confidence)
+  if low is None or not np.isfinite(low[0]):
+    return float(finite.mean()), None
+  return float(finite.mean()), [float(low[0]), float(high[0])]
+
+
 def choose(plan: runs.ComparePlan, cell: runs.Cell) -> dict[str, Any]:
   """The grid point of a tuned ``cell``: the best mean normalised final return
   over the tuning seeds (all seeds diverged: -inf; first wins ties).
 
   Returns:
-    ``dict(rule, label, env, point, score, seeds, total_env_steps, points)``;
-      ``points`` lists every point's ``dict(point, score, mean_return,
-      per_seed)``.
+    ``dict(rule, label, env, point, score, interval, seeds, total_env_steps,
+      points, grid)``; ``points`` lists every point's ``dict(point, score,
+      interval, mean_return, per_seed)`` (``interval``: the score's Student-t
+      interval at ``config.confidence``); ``grid``: the ``GRID_RECORD``.
   """
+  confidence = plan.settings.statistics.confidence
   points = []
   for point, tuning_cell in tuning_cells(plan, cell):
-    try:
-      raw = results_lib.load_run(tuning_cell.output_dir).final_scores()
-      norm = reference_scores.normalize(raw, cell.env_key, plan.references)
-    except ValueError as e:
-      raise errors.UsageError(errors.one_line(e)) from None
-    finite = np.isfinite(norm)
+    raw, norm = _scores(plan, cell, tuning_cell.output_dir)
+    score, interval = _mean_and_interval(norm, confidence)
     points.append(
         dict(
             point=point,
-            score=float(norm[finite].mean()) if finite.any() else None,
+            score=score,
+            interval=interval,
             mean_return=(
                 float(raw[np.isfinite(raw)].mean())
                 if np.isfinite(raw).any()
@@ -150,17 +233,72 @@ def choose(plan: runs.ComparePlan, cell: runs.Cell) -> dict[str, Any]:
       env=cell.env_key,
       point=points[best]["point"],
       score=points[best]["score"],
+      interval=points[best]["interval"],
       seeds=list(plan.tuning.seeds),
       total_env_steps=plan.tuning.total_env_steps,
       points=points,
+      grid=grid_record(plan, cell),
   )
+
+
+def with_reported(
+    plan: runs.ComparePlan, cell: runs.Cell, choice: dict[str, Any]
+) -> dict[str, Any]:
+  """``reported_check`` of ``choice`` (``choose``'s, of the tuned ``cell``)
+  with the final scores of ``cell``'s finished run."""
+  raw, norm = _scores(plan, cell, cell.output_dir)
+  return reported_check(choice, raw, norm, plan.settings.statistics.confidence)
+
+
+def reported_check(
+    choice: dict[str, Any],
+    raw: np.ndarray,
+    norm: np.ndarray,
+    confidence: float,
+) -> dict[str, Any]:
+  """``choice`` with ``reported``: the chosen point's ``dict(score, interval,
+  per_seed)`` on the reported seeds (their final returns ``raw`` and
+  normalised scores ``norm``, ``[S]``), and ``warning``: one line where the
+  ``confidence`` interval of that score and the tuning seeds' do not overlap
+  (else None)."""
+  score, interval = _mean_and_interval(np.asarray(norm), confidence)
+  tuning = choice["interval"]
+  warning = None
+  if (
+      tuning is not None
+      and interval is not None
+      and (tuning[1] < interval[0] or interval[1] < tuning[0])
+  ):
+    warning = (
+        f"{choice['label']} on {choice['env']}: the chosen point scores "
+        f"{_interval_text(choice['score'], tuning)} on the tuning seeds but "
+        f"{_interval_text(score, interval)} on the reported seeds (their "
+        f"{confidence:.0%} intervals do not overlap): the tuning seeds did "
+        "not tell it from a lucky draw; tune on more seeds "
+        "(config.tune.num_seeds)."
+    )
+  return dict(
+      choice,
+      reported=dict(
+          score=score, interval=interval, per_seed=[float(x) for x in raw]
+      ),
+      warning=warning,
+  )
+
+
+def _interval_text(score: float | None, interval: list[float] | None) -> str:
+  text = run_folders.fmt(score, 3)
+  if interval is not None:
+    text += f" [{interval[0]:.3f}, {interval[1]:.3f}]"
+  return text
 
 
 def write(
     plan: runs.ComparePlan, choices: list[dict[str, Any]], stats: dict[str, Any]
 ) -> None:
   """``tuning.csv``, the ``tuning`` entry of ``statistics.json`` (and of
-  ``stats``) and the tuning section of ``report.md``."""
+  ``stats``) and the tuning section of ``report.md`` (``choices``: those of
+  ``with_reported``)."""
   _write_csv(plan, choices)
   tuning = plan.tuning
   entry = dict(
@@ -169,6 +307,7 @@ def write(
       seeds=list(tuning.seeds),
       total_env_steps=tuning.total_env_steps,
       keep_untuned=tuning.keep_untuned,
+      vmap=tuning.vmap,
       choices=choices,
   )
   stats["tuning"] = entry
@@ -183,24 +322,50 @@ def write(
   )
 
 
+def _bounds(interval: list[float] | None) -> list[Any]:
+  return ["", ""] if interval is None else list(interval)
+
+
 def _write_csv(plan: runs.ComparePlan, choices: list[dict[str, Any]]) -> None:
   keys = list(plan.tuning.grid)
   with files.atomic_write(plan.output_dir / TUNING_CSV, "w", newline="") as f:
     writer = csv.writer(f)
     writer.writerow(
-        ["rule", "env", *keys, "score", "mean_return", "per_seed", "chosen"]
+        [
+            "rule",
+            "env",
+            *keys,
+            "score",
+            "score_low",
+            "score_high",
+            "mean_return",
+            "per_seed",
+            "chosen",
+            "reported_score",
+            "reported_low",
+            "reported_high",
+            "trained",
+        ]
     )
     for choice in choices:
       for p in choice["points"]:
+        chosen = p["point"] == choice["point"]
+        reported = choice.get("reported") if chosen else None
         writer.writerow(
             [
                 choice["rule"],
                 choice["env"],
                 *(p["point"][k] for k in keys),
                 "" if p["score"] is None else p["score"],
+                *_bounds(p["interval"]),
                 "" if p["mean_return"] is None else p["mean_return"],
                 " ".join(f"{x:g}" for x in p["per_seed"]),
-                int(p["point"] == choice["point"]),
+                int(chosen),
+                ""
+                if not reported or reported["score"] is None
+                else reported["score"],
+                *_bounds(reported["interval"] if reported else None),
+                grid_text(choice.get("grid")),
             ]
         )
 
@@ -209,6 +374,7 @@ def _report_lines(
     plan: runs.ComparePlan, choices: list[dict[str, Any]]
 ) -> list[str]:
   tuning, keys = plan.tuning, list(plan.tuning.grid)
+  level = f"{plan.settings.statistics.confidence:.0%}"
   lines = [
       "",
       "## Tuned baselines",
@@ -218,13 +384,16 @@ def _report_lines(
       f"(kept apart from the reported seeds) for "
       f"{tuning.total_env_steps} environment steps; the point with the "
       "best mean normalised final return trained the reported seeds, "
-      f"reported as `<rule>{runs.TUNED_SUFFIX}`. Every point's score: "
-      f"`{TUNING_CSV}`.",
+      f"reported as `<rule>{runs.TUNED_SUFFIX}`. Its score on the tuning "
+      f"seeds and on the reported seeds (means with {level} Student-t "
+      "intervals) should agree: the best of several points on few seeds "
+      f"flatters it. Every point's score: `{TUNING_CSV}`.",
       "",
-      f"| rule | environment | chosen | score | grid ({', '.join(keys)}: "
-      "score) |",
-      "|---|---|---|---|---|",
+      "| rule | environment | chosen | tuning seeds | reported seeds | "
+      f"trained as | grid ({', '.join(keys)}: score) |",
+      "|---|---|---|---|---|---|---|",
   ]
+  warnings = []
   for choice in choices:
     chosen = ", ".join(f"{k}={v:g}" for k, v in choice["point"].items())
     grid = "; ".join(
@@ -232,8 +401,15 @@ def _report_lines(
         + f": {run_folders.fmt(p['score'], 2)}"
         for p in choice["points"]
     )
+    reported = choice.get("reported") or {}
     lines.append(
         f"| {choice['label']} | {choice['env']} | {chosen} | "
-        f"{run_folders.fmt(choice['score'], 3)} | {grid} |"
+        f"{_interval_text(choice['score'], choice['interval'])} | "
+        f"{_interval_text(reported.get('score'), reported.get('interval'))} "
+        f"| {grid_text(choice.get('grid'))} | {grid} |"
     )
+    if choice.get("warning"):
+      warnings.append(choice["warning"])
+  if warnings:
+    lines += ["", *(f"**Warning:** {w}" for w in warnings)]
   return lines

@@ -139,7 +139,7 @@ def build(
       loop_config.env_steps_per_iteration,
       settings.iterations_per_call,
   )
-  agent, loop = _agent_and_loop(
+  agent, loop = agent_and_loop(
       rule, env, loop_config, iterations_per_call * num_calls
   )
   return EvalPlan(
@@ -246,12 +246,19 @@ def _overrides(settings: settings_lib.EvalSettings) -> dict[str, Any]:
   return {k: v for k, v in out.items() if v != {}}
 
 
-def _agent_and_loop(
+def agent_and_loop(
     rule: resolve.ResolvedRule,
     env: env_base.Environment,
     loop_config: loop_lib.LoopConfig,
     iterations: int,
 ) -> tuple[agent_lib.Agent, loop_lib.EvalLoop]:
+  """The agent of ``rule`` (its settings and built rule) and its loop over
+  ``iterations``, as ``build`` makes them (``rule`` may hold traced
+  hyper-parameters: nothing here checks their values).
+
+  Raises:
+    UsageError: the agent or loop rejects the settings or environment.
+  """
   try:
     num_updates = loop_config.num_updates(iterations)
     agent = agent_lib.make_agent(

@@ -479,6 +479,14 @@ class EvalLoop:
     return states, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), metrics)
 
   # ---------------------------------------------------------------- running
+  def run_traceable(
+      self, states: TrainState, meta_params, num_iterations: int
+  ) -> tuple[TrainState, dict[str, jax.Array]]:
+    """``run``'s body, traceable (jittable environments): new states and
+    device metrics ``{name: [S, num_iterations]}``, for callers that jit or
+    vmap it themselves (``num_iterations`` static)."""
+    return self._run_impl(states, meta_params, num_iterations)
+
   def run(
       self, states: TrainState, meta_params, num_iterations: int
   ) -> tuple[TrainState, dict[str, np.ndarray]]:
