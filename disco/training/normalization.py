@@ -184,8 +184,8 @@ def check_observation(observation: Any) -> None:
   if not np.issubdtype(dtype, np.floating):
     raise ValueError(
         f"normalize_observations needs float observations; this "
-        f"environment's are {dtype.name} (ids or pixels, whose embedding or "
-        "scale the network already sets): set normalize_observations=False."
+        f"environment's are {dtype.name} (ids or indices, not measurements): "
+        "set normalize_observations=False."
     )
 
 
