@@ -25,8 +25,8 @@ GAE lambda 0.95, clip 0.2, no entropy bonus, value cost 0.5, separate
 256x256 tanh actor and critic, a state-independent log-std starting at 0,
 ``NUM_STEPS`` 10) except the number of environments (``--num_envs``;
 purejaxrl's 2048 is for accelerators) and observation and reward
-normalisation, which ``disco`` does not have yet: ``NORMALIZE_ENV`` is off
-for both. Differences that remain, and that the numbers include: the
+normalisation, off for both (purejaxrl's ``NORMALIZE_ENV``; our loop's
+``normalize_observations`` and ``normalize_rewards``). Differences that remain, and that the numbers include: the
 networks' initialisation (purejaxrl: orthogonal; ours: haiku's defaults with
 truncated-normal heads), a rollout of ``NUM_STEPS`` steps gives our learner
 ``NUM_STEPS - 1`` transitions per environment, our minibatches split

@@ -49,7 +49,8 @@ def get_config() -> config_dict.ConfigDict:
           iterations_per_call=50,
           last_episodes=500,  # final score: mean return of the last episodes
           # Per-rule changes of the disco-eval settings, e.g.
-          # "ppo:num_envs=8,rollout_len=32,batch_size=8,learning_rate=1e-3".
+          # "ppo:num_envs=8,rollout_len=32,batch_size=8,learning_rate=1e-3"
+          # or "ppo:normalize_rewards=True".
           rule_overrides=(),
           # Per-rule hyper-parameters (loss costs, discounts, ...), e.g.
           # --config.hyper_params.actor_critic.entropy_cost=0.01: every

@@ -57,6 +57,16 @@ def get_config() -> config_dict.ConfigDict:
           # trajectories (batch_size must be divisible by it).
           update_epochs=config_dict.placeholder(int),
           num_minibatches=config_dict.placeholder(int),
+          # True: the agent acts on and learns from observations standardised
+          # by their running mean and variance (float observations only).
+          # None: off.
+          normalize_observations=config_dict.placeholder(bool),
+          # True: the learner's rewards are divided by the running standard
+          # deviation of a discounted return; reported returns stay the
+          # environment's. None: off.
+          normalize_rewards=config_dict.placeholder(bool),
+          # The discount of that return (None: 0.99).
+          normalize_rewards_discount=config_dict.placeholder(float),
           learning_rate=config_dict.placeholder(float),  # None: rule's default
           # Overrides of the rule's hyper-parameters (loss costs, discounts,
           # ...), e.g. --config.hyper_params.entropy_cost=0.01; the keys are

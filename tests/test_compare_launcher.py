@@ -348,15 +348,15 @@ def test_one_environment_with_two_settings_gives_two_runs(tmp_path):
 
 
 def test_ppo_gets_its_own_loop(tmp_path):
-  """rule_overrides give PPO its epochs and minibatches, the other rules
-  keep one learner step per batch."""
+  """rule_overrides give PPO its epochs, minibatches and reward
+  normalisation, the other rules keep one learner step per batch."""
   plan = comparison.build(
       _config(
           tiny_with(
               [
                   "--config.rules=('actor_critic', 'ppo')",
                   "--config.rule_overrides=('ppo:update_epochs=2,"
-                  "num_minibatches=2',)",
+                  "num_minibatches=2,normalize_rewards=True',)",
                   f"--config.output_dir={tmp_path}",
               ]
           )
@@ -367,7 +367,9 @@ def test_ppo_gets_its_own_loop(tmp_path):
       for c in plan.cells
   }
   assert (loops["ppo"].update_epochs, loops["ppo"].num_minibatches) == (2, 2)
+  assert loops["ppo"].normalize_rewards
   assert loops["actor_critic"].updates_per_learning_iteration == 1
+  assert not loops["actor_critic"].normalize_rewards
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,8 @@ OVERRIDE_KEYS = (
     "loss_mask",
     "update_epochs",
     "num_minibatches",
+    *eval_settings.NORMALIZE_KEYS,
+    eval_settings.NORMALIZE_DISCOUNT_KEY,
 )
 # What a tuning grid may vary besides the rule's hyper-parameters.
 TUNABLE_SETTINGS = ("learning_rate",)

@@ -1,6 +1,7 @@
 """What a meta-evaluation writes into its run folder (whole files only) and
 tells trackers: ``config.json`` before training (with the input files' SHA-256),
-then ``metrics.csv``, ``learning_curve.png``, ``params_seed<k>.npz`` and
+then ``metrics.csv``, ``learning_curve.png``, ``params_seed<k>.npz`` (with
+normalisation also ``normalizer_seed<k>.npz``, ``normalization.load``) and
 ``summary.json``; per-episode environment info adds ``episode/<name>`` columns
 and ``final_episode_info``."""
 
@@ -26,6 +27,7 @@ from disco.evaluation import settings as settings_lib
 from disco.training import acting
 from disco.training import analysis
 from disco.training import loop as loop_lib
+from disco.training import normalization
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
 
@@ -41,6 +43,7 @@ RUN_KIND = run_folders.RunKind(
     owns=(
         *OUTPUT_FILES,
         "params_seed*.npz",
+        "normalizer_seed*.npz",
         tracking.TENSORBOARD_DIR,
         tracking.WANDB_DIR,
     ),
@@ -226,30 +229,46 @@ def _params_file(seed: int) -> str:
   return f"params_seed{seed}.npz"
 
 
+def normalizer_file(seed: int) -> str:
+  """The file of seed ``seed``'s normaliser statistics in a run folder
+  (written when the run normalised observations or rewards;
+  ``normalization.load`` reads it)."""
+  return f"normalizer_seed{seed}.npz"
+
+
 def _save_params(
     plan: plan_lib.EvalPlan, states: loop_lib.TrainState, diverged: set[int]
 ) -> None:
-  """Saves the parameters of this process's seeds, except those of the
-  ``diverged`` seeds."""
+  """Saves the parameters (and normaliser statistics, if any) of this
+  process's seeds, except those of the ``diverged`` seeds."""
   # One transfer to the host; slicing there compiles nothing.
-  all_params = jax.device_get(states.learner.params)
+  all_params, all_stats = jax.device_get(
+      (states.learner.params, states.normalizer)
+  )
   for k, seed in enumerate(plan.local_seeds):
     if seed in diverged:
       continue
-    params = jax.tree.map(lambda x, k=k: np.asarray(x[k]), all_params)
+    take = lambda tree, k=k: jax.tree.map(lambda x: np.asarray(x[k]), tree)
+    metadata = dict(
+        rule=plan.rule.settings.rule,
+        rule_label=plan.label,
+        seed=seed,
+        env=plan.settings.env,
+        env_settings=run_folders.to_jsonable(plan.env_settings),
+    )
     weights_lib.save_meta_params(
         plan.output_dir / _params_file(seed),
-        params,
+        take(all_params),
         metadata=dict(
+            metadata,
             kind=resolve.AGENT_PARAMS_KIND,
-            rule=plan.rule.settings.rule,
-            rule_label=plan.label,
-            seed=seed,
-            env=plan.settings.env,
-            env_settings=run_folders.to_jsonable(plan.env_settings),
             network=dict(plan.rule.settings.network),
         ),
     )
+    if all_stats is not None:
+      normalization.save(
+          plan.output_dir / normalizer_file(seed), take(all_stats), metadata
+      )
 
 
 def diverged_text(summary: dict[str, Any]) -> str:
@@ -312,6 +331,10 @@ def summarize(
       total_env_steps=int(plan.env_steps * len(plan.seeds)),
       **_rates(plan, result),
   )
+  if plan.loop_config.normalizes:
+    summary["normalizer_files"] = [
+        normalizer_file(s) for s in plan.seeds if s not in lost
+    ]
   info = final_episode_info(result.metrics, plan.settings.last_episodes)
   if info:
     summary["final_episode_info"] = info
@@ -393,9 +416,10 @@ def _log_summary(
       f"{fmt(summary['learner_steps_per_s'], 1)} learner steps/s "
       f"(all seeds; {summary['timing_note']})"
   )
+  seed_files = summary["params_files"] + summary.get("normalizer_files", [])
   log(
       f"Outputs in {plan.output_dir}: {', '.join(OUTPUT_FILES)}, "
-      f"{', '.join(summary['params_files'])}"
+      f"{', '.join(seed_files)}"
   )
 
 

@@ -168,6 +168,7 @@ def _loop_config(
       key: recommended.get(key, getattr(defaults, key)) if v is None else v
       for key, v in settings.loop.items()
   }
+  values.update(settings.normalization)
   try:
     return loop_lib.LoopConfig(**values)
   except ValueError as e:

@@ -25,6 +25,10 @@ PROGRAM = "disco-eval"
 CONFIG_NAME = "evaluate"
 # The optimiser settings that clip (0: no clip).
 CLIP_KEYS = ("max_abs_update", "max_grad_norm")
+# The loop's normalisation switches (None: off).
+NORMALIZE_KEYS = ("normalize_observations", "normalize_rewards")
+# The discount of the reward normalisation's return (None: the loop's).
+NORMALIZE_DISCOUNT_KEY = "normalize_rewards_discount"
 
 
 def default_config() -> config_dict.ConfigDict:
@@ -60,6 +64,9 @@ class EvalSettings:
   min_replay_size: int | None
   update_epochs: int | None
   num_minibatches: int | None
+  normalize_observations: bool | None
+  normalize_rewards: bool | None
+  normalize_rewards_discount: float | None
   learning_rate: float | None
   hyper_params: dict[str, Any]
   rule_kwargs: dict[str, Any]
@@ -87,6 +94,13 @@ class EvalSettings:
     """The loop settings given (``rule_registry.LOOP_KEYS``; None: the
     rule's)."""
     return {k: getattr(self, k) for k in rule_registry.LOOP_KEYS}
+
+  @property
+  def normalization(self) -> dict[str, bool | float]:
+    """The normalisation settings given (``NORMALIZE_KEYS`` and the discount;
+    those left None are left out)."""
+    keys = (*NORMALIZE_KEYS, NORMALIZE_DISCOUNT_KEY)
+    return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
   @property
   def step_timeout(self) -> int:
@@ -156,6 +170,7 @@ class EvalSettings:
         num_seeds=num_seeds,
         seed=seed,
         **_loop(get, problems),
+        **_normalization(get, problems),
         learning_rate=problems.get(_optional_number, get, "learning_rate"),
         hyper_params=problems.get(
             _hyper_params, get("hyper_params"), default={}
@@ -220,6 +235,30 @@ def _loop(get, problems: checks.Problems) -> dict[str, int | None]:
       value = problems.get(checks.check_int, value, key, low)
     out[key] = value
   return out
+
+
+def _normalization(get, problems: checks.Problems) -> dict[str, Any]:
+  """The normalisation switches (None or a bool) and the discount (None or
+  a number in [0, 1])."""
+  out = {}
+  for key in NORMALIZE_KEYS:
+    value = get(key)
+    if value is not None:
+      value = problems.get(checks.check_bool, value, key)
+    out[key] = value
+  out[NORMALIZE_DISCOUNT_KEY] = problems.get(
+      _discount, get(NORMALIZE_DISCOUNT_KEY), NORMALIZE_DISCOUNT_KEY
+  )
+  return out
+
+
+def _discount(value: Any, key: str) -> float | None:
+  if value is None:
+    return None
+  value = checks.check_number(value, key)
+  if not 0.0 <= value <= 1.0:
+    raise errors.UsageError(f"config.{key} must be in [0, 1], got {value!r}.")
+  return value
 
 
 def _optional_number(get, key: str) -> float | None:

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from disco import agent as agent_lib
 from disco import types
 from disco.environments import base as env_base
+from disco.training import normalization
 
 # episode_stats's name of the mean of an environment's info ``<name>``.
 EPISODE_INFO_PREFIX = "episode/"
@@ -66,25 +67,38 @@ def unroll_actor(
     actor: ActorCarry,
     rng: jax.Array,
     length: int,
+    normalizer: normalization.NormalizerState | None = None,
 ) -> tuple[ActorCarry, types.ActorRollout]:
   """``length`` acting steps in a jittable environment (a ``lax.scan``).
 
   Returns the advanced carry and the rollout ``[length, B, ...]``; step ``i``
   uses key ``i`` of ``jax.random.split(rng, length)``. Episode statistics are
-  not updated here (``episode_stats``).
+  not updated here (``episode_stats``). With a ``normalizer`` the agent sees
+  normalised observations (``normalization.observe_actor``) and the rollout
+  holds the raw ones.
   """
+  normalizes = normalizer is not None and normalizer.observations is not None
   search_env = env if agent.rule.needs_env_copies else None
 
   def step(carry, step_rng):
     env_state, timestep = carry
+    seen = timestep
+    if normalizes:
+      seen = timestep.replace(
+          observation=normalization.observe_actor(
+              normalizer, timestep.observation
+          )
+      )
     actor_ts = agent.actor_step(
         params,
         step_rng,
-        timestep,
+        seen,
         rule_state,
         env=search_env,
         env_state=env_state,
     )
+    if normalizes:
+      actor_ts = actor_ts.replace(observations=timestep.observation)
     actor_ts = with_env_info(actor_ts, timestep)
     env_state, timestep = env.step(env_state, actor_ts.actions)
     return (env_state, timestep), actor_ts

@@ -26,6 +26,7 @@ from disco import policies
 from disco import types
 from disco.environments import base as env_base
 from disco.training import acting
+from disco.training import normalization
 from disco.training import replay as replay_lib
 
 
@@ -43,6 +44,13 @@ class LoopConfig:
     update_epochs: passes over each batch.
     num_minibatches: learner steps per pass, each on ``batch_size /
       num_minibatches`` trajectories (reshuffled every pass).
+    normalize_observations: the agent acts on and learns from observations
+      standardised by their running statistics
+      (``disco.training.normalization``).
+    normalize_rewards: the learner's rewards are divided by the running
+      standard deviation of a discounted return (episode returns in the
+      metrics stay the environment's).
+    normalize_rewards_discount: that return's discount.
 
   Raises:
     ValueError: for inconsistent settings.
@@ -55,6 +63,9 @@ class LoopConfig:
   min_replay_size: int = 64
   update_epochs: int = 1
   num_minibatches: int = 1
+  normalize_observations: bool = False
+  normalize_rewards: bool = False
+  normalize_rewards_discount: float = normalization.DEFAULT_DISCOUNT
 
   def __post_init__(self):
     for name in (
@@ -90,6 +101,21 @@ class LoopConfig:
           f"num_minibatches ({self.num_minibatches}): minibatches split the "
           "batch's trajectories evenly."
       )
+    for name in ("normalize_observations", "normalize_rewards"):
+      if not isinstance(getattr(self, name), bool):
+        raise ValueError(
+            f"{name} must be True or False, got {getattr(self, name)!r}."
+        )
+    if not 0.0 <= self.normalize_rewards_discount <= 1.0:
+      raise ValueError(
+          "normalize_rewards_discount must be in [0, 1], got "
+          f"{self.normalize_rewards_discount}."
+      )
+
+  @property
+  def normalizes(self) -> bool:
+    """Whether observations or rewards are normalised."""
+    return self.normalize_observations or self.normalize_rewards
 
   @property
   def env_steps_per_iteration(self) -> int:
@@ -161,12 +187,16 @@ def reuse_samples(
 
 @chex.dataclass(frozen=True)
 class TrainState:
+  """One seed's loop state; ``normalizer``: the running observation and
+  reward statistics (None: neither is normalised)."""
+
   learner: types.LearnerState
   actor: acting.ActorCarry
   replay: replay_lib.ReplayState | None
   rng: jax.Array
   env_steps: jax.Array
   learner_steps: jax.Array
+  normalizer: normalization.NormalizerState | None = None
 
 
 class EvalLoop:
@@ -212,6 +242,14 @@ class EvalLoop:
           "'catch' instead of a host (dm_env) environment."
       )
     agent.rule.check_env(env)
+    if config.normalizes and agent.rule.needs_env_copies:
+      raise ValueError(
+          f"Rule {type(agent.rule).__name__} searches over copies of the "
+          "environment, whose observations and rewards are the raw ones: "
+          "set normalize_observations=False and normalize_rewards=False."
+      )
+    if config.normalize_observations:
+      normalization.check_observation(env.observation_spec())
     self.agent = agent
     self.env = env
     self.config = config
@@ -249,6 +287,11 @@ class EvalLoop:
         jax.tree.map(lambda x: x[0], actor.timestep.observation),
         self.lifetime,
     )
+    normalizer = normalization.init(
+        actor.timestep.observation,
+        self.config.normalize_observations,
+        self.config.normalize_rewards,
+    )
     replay = None
     if self.config.replay_capacity:
       # The rollout's shape from one actor step (host environments cannot
@@ -260,6 +303,7 @@ class EvalLoop:
               actor.timestep,
               actor.env_state,
               loop_rng,
+              normalizer,
           )
       )
       example = jax.tree.map(
@@ -276,6 +320,7 @@ class EvalLoop:
         rng=loop_rng,
         env_steps=jnp.zeros([], jnp.int32),
         learner_steps=jnp.zeros([], jnp.int32),
+        normalizer=normalizer,
     )
 
   def init_seeds(self, seeds: Sequence[int] | np.ndarray) -> TrainState:
@@ -294,8 +339,18 @@ class EvalLoop:
     return jax.tree.map(lambda *x: np.concatenate(x), *states)
 
   # ----------------------------------------------------------------- acting
-  def _actor_step_impl(self, params, rule_state, timestep, env_state, rng):
-    return self.agent.actor_step(
+  def _actor_step_impl(
+      self, params, rule_state, timestep, env_state, rng, normalizer=None
+  ):
+    """The agent's step at ``timestep``; with a ``normalizer`` it sees the
+    normalised observations, the step records the raw ones."""
+    raw = timestep.observation
+    normalizes = normalizer is not None and normalizer.observations is not None
+    if normalizes:
+      timestep = timestep.replace(
+          observation=normalization.observe_actor(normalizer, raw)
+      )
+    actor_ts = self.agent.actor_step(
         params,
         rng,
         timestep,
@@ -303,9 +358,15 @@ class EvalLoop:
         env=self._search_env,
         env_state=env_state,
     )
+    if normalizes:
+      actor_ts = actor_ts.replace(observations=raw)
+    return actor_ts
 
-  def _unroll(self, params, rule_state, actor: acting.ActorCarry, rng):
-    """Scanned actor rollout in a jittable environment: ``[T+1, B, ...]``."""
+  def _unroll(
+      self, params, rule_state, actor: acting.ActorCarry, rng, normalizer=None
+  ):
+    """Scanned actor rollout in a jittable environment: ``[T+1, B, ...]``
+    (raw observations; the actor sees them through ``normalizer``)."""
     return acting.unroll_actor(
         self.agent,
         self.env,
@@ -314,6 +375,7 @@ class EvalLoop:
         actor,
         rng,
         self.config.rollout_len,
+        normalizer=normalizer,
     )
 
   def _host_unroll(self, state: TrainState, rng):
@@ -328,6 +390,7 @@ class EvalLoop:
           timestep,
           env_state,
           step_rng,
+          state.normalizer,
       )
       steps.append(acting.with_env_info(actor_ts, timestep))
       env_state, timestep = self.env.step(
@@ -341,10 +404,16 @@ class EvalLoop:
   def _collect(
       self, state: TrainState, actor: acting.ActorCarry, rollout, sample_rng
   ):
-    """Episode statistics, replay insert and the learner's batch (the
-    environment's info is dropped after the statistics)."""
+    """Episode statistics (of the raw rewards), normalisation, replay insert
+    and the learner's batch (the environment's info is dropped after the
+    statistics; the replay stores what the learner sees)."""
     actor, stats = acting.episode_stats(actor, rollout)
     rollout = rollout.replace(env_info=None)
+    if state.normalizer is not None:
+      normalizer, rollout = normalization.learner_rollout(
+          state.normalizer, rollout, self.config.normalize_rewards_discount
+      )
+      state = state.replace(normalizer=normalizer)
     if state.replay is None:
       replay, batch = None, rollout
     else:
@@ -358,9 +427,16 @@ class EvalLoop:
     it was). Jittable environments only."""
     if state.replay is None:
       _, rollout = self._unroll(
-          state.learner.params, state.learner.rule_state, state.actor, rng
+          state.learner.params,
+          state.learner.rule_state,
+          state.actor,
+          rng,
+          state.normalizer,
       )
-      return rollout.replace(env_info=None)
+      rollout = rollout.replace(env_info=None)
+      if state.normalizer is not None:
+        rollout = normalization.learner_view(state.normalizer, rollout)
+      return rollout
     return replay_lib.sample(state.replay, rng, self.config.batch_size)
 
   def _ready(self, state: TrainState) -> jax.Array:
@@ -449,7 +525,11 @@ class EvalLoop:
   def _act(self, state: TrainState):
     rng, actor_rng, learn_rngs = self._split(state.rng)
     actor, rollout = self._unroll(
-        state.learner.params, state.learner.rule_state, state.actor, actor_rng
+        state.learner.params,
+        state.learner.rule_state,
+        state.actor,
+        actor_rng,
+        state.normalizer,
     )
     return state.replace(rng=rng), actor, rollout, learn_rngs
 
