@@ -524,6 +524,27 @@ def test_runs_saved_with_old_rule_settings_stay_finished(sweep, tmp_path):
   assert not finished and "normalize_adv" in why, why
 
 
+def test_runs_saved_before_presets_and_normalisation_stay_finished(
+    sweep, tmp_path
+):
+  """A run folder written before the preset and normalisation keys existed is
+  not run again; one that ran with normalisation on is."""
+  out = tmp_path / "sweep"
+  shutil.copytree(sweep["out"], out)
+  plan = comparison.build(_config([*TINY, f"--config.output_dir={out}"]))
+  cell = plan.cells[0]
+  path = cell.output_dir / "config.json"
+  record = json.loads(path.read_text())
+  for key in ("preset", *migrations.ADDED_EVAL_KEYS):
+    del record["config"][key]
+  path.write_text(json.dumps(record))
+  assert cell.status(plan.settings) == (True, None)
+  record["config"]["normalize_rewards"] = True
+  path.write_text(json.dumps(record))
+  finished, why = cell.status(plan.settings)
+  assert not finished and "normalize_rewards" in why, why
+
+
 # ------------------------------------------- input files by digest ----
 
 

@@ -29,6 +29,7 @@ TUNED_SUFFIX = "-tuned"
 # effect is compared in the rule's resolved settings (``rule_settings``)
 # rather than as given.
 UNCOMPARED_KEYS = (
+    "preset",
     "hyper_params",
     "rule_kwargs",
     "output_dir",
@@ -124,7 +125,7 @@ class Cell:
     try:
       record = json.loads((out / "config.json").read_text())
       saved = dict(
-          record["config"],
+          migrations.upgraded_eval_config(record["config"]),
           # As today's version would have written them.
           rule_settings=migrations.upgraded_settings(
               record["rule_settings"], str(out / "config.json")

@@ -14,6 +14,14 @@ Deprecation table (``MOVED`` and the meta-training keys):
 | 2026-11-27 | lpg, ta_lpg | ``rule_kwargs.meta_regularizer_costs.K`` | ``hyper_params.K`` |
 | 2026-11-27 | (meta-training) | ``debug`` | (removed) |
 | 2026-12-06 | (meta-training) | ``entropy_cost`` | ``meta_entropy_cost`` |
+
+Evaluation keys added since (``ADDED_EVAL_KEYS``): an evaluation's
+``config.json`` written before them ran with the value given here.
+
+| since | key | value an older run had |
+|---|---|---|
+| 2026-12-06 | ``normalize_observations``, ``normalize_rewards`` | ``False`` |
+| 2026-12-06 | ``normalize_rewards_discount`` | ``0.99`` (unused while off) |
 """
 
 from __future__ import annotations
@@ -78,6 +86,11 @@ MOVED = (
 # (old: (new, since)).
 REMOVED_META_TRAIN_KEYS = ("debug",)
 RENAMED_META_TRAIN_KEYS = {"entropy_cost": ("meta_entropy_cost", "2026-12-06")}
+ADDED_EVAL_KEYS = {
+    "normalize_observations": False,
+    "normalize_rewards": False,
+    "normalize_rewards_discount": 0.99,
+}
 
 
 def moved(rule: str) -> tuple[Moved, ...]:
@@ -200,3 +213,9 @@ def upgraded_meta_train_config(
         rule, out.get("hyper_params"), out.get("rule_kwargs"), where
     )
   return out
+
+
+def upgraded_eval_config(saved: Mapping[str, Any]) -> dict[str, Any]:
+  """An evaluation's saved resolved config (``config.json``'s ``config``) with
+  the keys added since it was written, at the values it ran with."""
+  return {**ADDED_EVAL_KEYS, **saved}
