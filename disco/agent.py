@@ -219,9 +219,11 @@ class Agent:
       rollout: types.ActorRollout,
       rng: jax.Array,
       agent_out: types.AgentOuts | None = None,
+      rule: base.UpdateRule | None = None,
   ) -> tuple[dict[str, Any], types.RuleState]:
-    """The rule's targets on a rollout; ``agent_out`` defaults to the network's
-    outputs at ``learner_state.params``."""
+    """The rule's (or ``rule``'s) targets on a rollout; ``agent_out`` defaults
+    to the network's outputs at ``learner_state.params``."""
+    rule = self.rule if rule is None else rule
     if agent_out is None:
       agent_out = self.unroll(learner_state.params, rollout.observations)
     context = base.LearnerContext(
@@ -232,9 +234,7 @@ class Agent:
         rng=rng,
         axis_name=self.axis_name,
     )
-    return self.rule.unroll_meta_net(
-        self.rule_inputs(agent_out, rollout), context
-    )
+    return rule.unroll_meta_net(self.rule_inputs(agent_out, rollout), context)
 
   def loss_from_outputs(
       self,
@@ -242,14 +242,16 @@ class Agent:
       rollout: types.ActorRollout,
       meta_out: dict[str, Any],
       is_meta_training: bool,
+      rule: base.UpdateRule | None = None,
   ) -> tuple[jax.Array, types.Logs]:
-    """Scalar loss of the network outputs ``[T+1, B, ...]`` on a rollout:
-    the mean over the transitions of ``loss_mask``."""
+    """Scalar loss of the network outputs ``[T+1, B, ...]`` on a rollout (the
+    rule's, or ``rule``'s): the mean over the transitions of ``loss_mask``."""
+    rule = self.rule if rule is None else rule
     inputs = self.rule_inputs(agent_out, rollout)
-    loss_meta, logs_meta = self.rule.agent_loss(
+    loss_meta, logs_meta = rule.agent_loss(
         inputs, meta_out, backprop=is_meta_training
     )
-    loss_no_meta, logs_no_meta = self.rule.agent_loss_no_meta(inputs, meta_out)
+    loss_no_meta, logs_no_meta = rule.agent_loss_no_meta(inputs, meta_out)
     mask = inputs.mask.astype(loss_meta.dtype)
     per_step = loss_meta + loss_no_meta
     total = (per_step * mask).sum() / (mask.sum() + 1e-8)
@@ -265,7 +267,8 @@ class Agent:
       is_meta_training: bool = False,
   ) -> types.LearnerUpdate:
     """One update on a ``[T+1, B]`` rollout: the loss's gradient, then
-    ``apply_gradients``.
+    ``apply_gradients``; for a rule that ``tunes_hyper_params``, also a
+    meta-gradient step on them (``self_tuning_update``).
 
     Args:
       rng: random key for the rule.
@@ -279,6 +282,23 @@ class Agent:
       ``LearnerUpdate``: the new learner state, scalar logs, the rule's
         ``meta_out`` and the gradients (averaged over ``axis_name``).
     """
+    if self.rule.tunes_hyper_params:
+      return self.self_tuning_update(
+          rng, rollout, learner_state, meta_params, is_meta_training
+      )
+    return self._update(
+        rng, rollout, learner_state, meta_params, is_meta_training
+    )
+
+  def _update(
+      self,
+      rng: jax.Array,
+      rollout: types.ActorRollout,
+      learner_state: types.LearnerState,
+      meta_params: types.MetaParams,
+      is_meta_training: bool,
+  ) -> types.LearnerUpdate:
+    """``learner_update`` without a meta-gradient step."""
     # One forward pass serves the rule's targets and the gradient. Rules
     # reading per-action outputs at taken actions backpropagate through those
     # alone; in meta-training their targets also get every action's outputs.
@@ -316,6 +336,138 @@ class Agent:
         meta_out=meta_out,
         grads=grads,
     )
+
+  def self_tuning_update(
+      self,
+      rng: jax.Array,
+      rollout: types.ActorRollout,
+      learner_state: types.LearnerState,
+      meta_params: types.MetaParams,
+      is_meta_training: bool = False,
+  ) -> types.LearnerUpdate:
+    """The learner step of a rule that ``tunes_hyper_params``
+    (``disco.update_rules.self_tuning.SelfTuning``): the update with the
+    current hyper-parameters, then one step of the rule's meta-variables ``x``
+    (``meta_update``) on the meta-gradient of ``outer_loss`` at the updated
+    parameters ``params' = params + u(g(x))``, taken through the update, the
+    optimiser's step ``u`` included:
+
+      d outer / dx = d/dx <J w, dL/d out(x)>,  w = (du/dg)^T grad outer(params'),
+
+    with ``J w`` the network's outputs' derivative at ``params`` along ``w``
+    and ``dL/d out(x)`` the inner loss's gradient with respect to the outputs
+    (the update's gradient is ``g = J^T dL/d out``). The update itself is
+    ``learner_update``'s for the rule's current values, unchanged; its logs
+    gain the rule's (values, meta-gradients) and ``outer_loss``.
+
+    Raises:
+      ValueError: with ``is_meta_training`` (the rule has no meta-parameters).
+    """
+    if is_meta_training:
+      raise ValueError(
+          "A self-tuning rule has no meta-parameters to meta-train: "
+          "is_meta_training must be False."
+      )
+    tuner = self.rule
+    update = self._update(rng, rollout, learner_state, meta_params, False)
+    new_state, grads = update.learner_state, update.grads
+    rule_state = learner_state.rule_state
+    # The outer loss's gradient at the updated parameters (a target other
+    # than the outer loss, e.g. bootstrapped from further updates, would give
+    # its own gradient here).
+    outer, outer_grads = jax.value_and_grad(
+        lambda p: self.outer_loss(
+            tuner.outer_rule,
+            p,
+            rollout,
+            tuner.base_state(rule_state),
+            rng,
+            meta_params,
+        )
+    )(new_state.params)
+    if self.axis_name is not None:
+      outer_grads = jax.lax.pmean(outer_grads, axis_name=self.axis_name)
+    _, optimizer_vjp = jax.vjp(
+        lambda g: self.optimizer.update(
+            g, learner_state.opt_state, learner_state.params
+        )[0],
+        grads,
+    )
+    (direction,) = optimizer_vjp(outer_grads)
+    agent_out, outputs_tangent = jax.jvp(
+        lambda p: self._loss_outputs(p, rollout),
+        (learner_state.params,),
+        (direction,),
+    )
+
+    def inner_dot(x):
+      state = learner_state.replace(
+          rule_state=tuner.with_meta_variables(rule_state, x)
+      )
+      meta_out, _ = self.unroll_meta_net(
+          meta_params, state, rollout, rng, agent_out=agent_out
+      )
+      out_grads, _ = jax.grad(self.loss_from_outputs, has_aux=True)(
+          agent_out, rollout, meta_out, False
+      )
+      return sum(
+          jnp.vdot(t, g)
+          for t, g in zip(
+              jax.tree.leaves(outputs_tangent),
+              jax.tree.leaves(out_grads),
+              strict=True,
+          )
+      )
+
+    meta_grads = jax.grad(inner_dot)(tuner.meta_variables(rule_state))
+    if self.axis_name is not None:
+      meta_grads = jax.lax.pmean(meta_grads, axis_name=self.axis_name)
+    new_rule_state, tuning_logs = tuner.meta_update(
+        new_state.rule_state, meta_grads
+    )
+    return update.replace(
+        learner_state=update.learner_state.replace(rule_state=new_rule_state),
+        logs=dict(update.logs, outer_loss=outer, **tuning_logs),
+    )
+
+  def _loss_outputs(
+      self, params: types.Params, rollout: types.ActorRollout
+  ) -> types.AgentOuts:
+    """The outputs ``[T+1, B, ...]`` the losses' gradient flows through
+    (per-action ones at the taken actions, where the rule reads those
+    only)."""
+    if self.rule.model_losses_read_taken_actions:
+      return self.unroll(params, rollout.observations, rollout.actions)
+    return self.unroll(params, rollout.observations)
+
+  def outer_loss(
+      self,
+      rule: base.UpdateRule,
+      params: types.Params,
+      rollout: types.ActorRollout,
+      rule_state: types.RuleState,
+      rng: jax.Array,
+      meta_params: types.MetaParams,
+  ) -> jax.Array:
+    """``rule``'s scalar loss at ``params`` on a ``[T+1, B]`` rollout, its
+    targets (from ``rule_state``, not advanced) constants: differentiable in
+    ``params`` as the agent's own loss is."""
+    agent_out = self._loss_outputs(params, rollout)
+    state = types.LearnerState(
+        params=params, opt_state=None, rule_state=rule_state
+    )
+    meta_out, _ = self.unroll_meta_net(
+        meta_params,
+        state,
+        rollout,
+        rng,
+        agent_out=jax.lax.stop_gradient(agent_out),
+        rule=rule,
+    )
+    loss, _ = self.loss_from_outputs(
+        agent_out, rollout, jax.lax.stop_gradient(meta_out), False, rule=rule
+    )
+    return loss
 
   def apply_gradients(
       self,

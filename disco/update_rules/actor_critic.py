@@ -100,18 +100,25 @@ class ActorCritic(base.MovingAverageRule):
       meta_out: base.MetaOut,
       backprop: bool,
   ) -> base.LossAndLogs:
-    del backprop  # Nothing here depends on meta-parameters.
+    del backprop  # No meta-parameters; targets: ``loss_target``.
     inputs.check_shapes()
     hyper_params = self.hyper_params
     logits = inputs.agent_out["logits"][:-1]
     advs, tds = meta_out["advs"], meta_out["tds"]
     value_loss = losses.value_loss_from_td(
-        inputs.agent_out["v"][:-1], jax.lax.stop_gradient(tds), self._head
+        inputs.agent_out["v"][:-1],
+        self.loss_target(tds),
+        self._head,
+        backprop=self.hyper_param_gradients,
     )
     policy = inputs.action_policy
     entropy = policy.entropy(logits)
     pg_loss = losses.policy_gradient_loss(
-        logits, inputs.actions[:-1], advs, backprop=False, policy=policy
+        logits,
+        inputs.actions[:-1],
+        advs,
+        backprop=self.hyper_param_gradients,
+        policy=policy,
     )
     loss = (
         hyper_params["pg_cost"] * pg_loss

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Mapping
+import copy
 import dataclasses
 from typing import Any
 
@@ -124,6 +125,12 @@ class UpdateRule(abc.ABC):
   # losses (and of its meta-regularisers), discounts, ...
   default_hyper_params: Mapping[str, float] = immutabledict.immutabledict()
   hyper_params: Mapping[str, float] = immutabledict.immutabledict()
+  # Whether the targets and losses let gradients reach traced hyper-parameters
+  # (``with_hyper_params``; ``loss_target``).
+  hyper_param_gradients: bool = False
+  # Whether the agent tunes the rule's hyper-parameters online by
+  # meta-gradients (``disco.update_rules.self_tuning``).
+  tunes_hyper_params: bool = False
 
   def __init__(self, hyper_params: Mapping[str, float] | None = None):
     """Sets ``self.hyper_params``: ``default_hyper_params`` updated by
@@ -141,6 +148,24 @@ class UpdateRule(abc.ABC):
           f"{', '.join(sorted(self.default_hyper_params)) or 'none'}."
       )
     self.hyper_params = {**self.default_hyper_params, **given}
+
+  def with_hyper_params(self, values: Mapping[str, Any]) -> UpdateRule:
+    """A shallow copy whose ``hyper_params`` are ``values`` over this rule's
+    (scalars, traced ones included) and whose targets let gradients reach them
+    (``hyper_param_gradients``). The rule must not branch in Python on those
+    it is given."""
+    rule = copy.copy(self)
+    rule.hyper_params = {**self.hyper_params, **values}
+    rule.hyper_param_gradients = True
+    return rule
+
+  def loss_target(self, x: types.ArrayTree) -> types.ArrayTree:
+    """``x``, a target of the losses, stop-gradiented; with
+    ``hyper_param_gradients`` kept differentiable so that gradients reach the
+    hyper-parameters it was computed with (the agent's learner step computes
+    targets outside its gradient with respect to the network, so none reaches
+    the network either way)."""
+    return x if self.hyper_param_gradients else jax.lax.stop_gradient(x)
 
   @abc.abstractmethod
   def flat_output_spec(self, num_actions: int) -> Specs:
@@ -327,6 +352,7 @@ class MovingAverageRule(UpdateRule):
         head,
         discount=self.hyper_params["discount_factor"],
         lambda_=self.hyper_params["td_lambda"],
+        hyper_param_gradients=self.hyper_param_gradients,
         **estimate_kwargs,
     )
     rule_state = context.rule_state

@@ -119,9 +119,9 @@ class PPO(base.UpdateRule):
       backprop: bool,
   ) -> base.LossAndLogs:
     """``-surrogate`` minus the entropy bonus, ``[T, B]``; without ``backprop``
-    no gradient reaches ``meta_out``."""
+    (or ``hyper_param_gradients``) no gradient reaches ``meta_out``."""
     inputs.check_shapes()
-    if not backprop:
+    if not (backprop or self.hyper_param_gradients):
       meta_out = jax.lax.stop_gradient(meta_out)
     eps = self.hyper_params["clip_epsilon"]
     logits = inputs.agent_out["logits"][:-1]
@@ -131,7 +131,7 @@ class PPO(base.UpdateRule):
     log_mu = policy.log_prob(inputs.behaviour_agent_out["logits"][:-1], actions)
     log_r = log_pi - log_mu
     ratio = jnp.exp(log_r)
-    advs = jax.lax.stop_gradient(meta_out["pg_advs"])
+    advs = self.loss_target(meta_out["pg_advs"])
     objective, surrogate_logs = self.surrogate(log_r, advs, meta_out)
     entropy = policy.entropy(logits)
     loss = -objective - self.hyper_params["entropy_cost"] * entropy
@@ -151,7 +151,7 @@ class PPO(base.UpdateRule):
     """The value loss times ``value_cost``, ``[T, B]``."""
     values = inputs.agent_out["v"][:-1, ..., 0]
     old_values = inputs.behaviour_agent_out["v"][:-1, ..., 0]
-    targets = jax.lax.stop_gradient(meta_out["value_targets"])
+    targets = self.loss_target(meta_out["value_targets"])
     value_loss = jnp.square(values - targets)
     if self._clip_value:
       eps = self.hyper_params["clip_epsilon"]

@@ -35,6 +35,7 @@ from disco.update_rules import mirror_learning
 from disco.update_rules import mpo
 from disco.update_rules import policy_gradient
 from disco.update_rules import ppo
+from disco.update_rules import self_tuning
 from disco.update_rules import spo
 
 # The settings a rule's entry may give besides learning_rate and network.
@@ -325,6 +326,22 @@ register_rule(
     mirror_learning.LPO,
     PPO_SETTINGS,
     description="LPO: PPO with a meta-learned drift network",
+    loop=PPO_LOOP,
+)
+
+# Self-tuning rules (disco.update_rules.self_tuning): their base rules' agents
+# and loops, their hyper-parameters tuned online by meta-gradients.
+register_rule(
+    "stac",
+    self_tuning.STAC,
+    dict(learning_rate=5e-4, network=SMALL_NETWORK),
+    description="self-tuning actor-critic (STAC): online meta-gradients",
+)
+register_rule(
+    "self_tuning_ppo",
+    self_tuning.SelfTuningPPO,
+    PPO_SETTINGS,
+    description="PPO tuning its hyper-parameters by online meta-gradients",
     loop=PPO_LOOP,
 )
 

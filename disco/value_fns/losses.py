@@ -47,6 +47,7 @@ def value_loss_from_td(
     net_out: types.Array,
     td: types.Array,
     head: categorical_lib.ValueHead = categorical_lib.ValueHead(),
+    backprop: bool = False,
 ) -> types.Array:
   """Per-step value loss towards ``stop_gradient(value + td)``.
 
@@ -57,13 +58,18 @@ def value_loss_from_td(
     net_out: ``[T, B, 1]``, or ``[T, B, num_bins]`` logits.
     td: ``[T, B]`` (possibly normalised) TD errors.
     head: how ``net_out`` encodes values.
+    backprop: let gradients flow into ``td`` (the target is then
+      ``stop_gradient(value) + td``, the same value).
 
   Returns:
     ``[T, B]`` losses.
   """
   values = head.decode(net_out)
   chex.assert_equal_shape([values, td])
-  target = jax.lax.stop_gradient(values + td)
+  if backprop:
+    target = jax.lax.stop_gradient(values) + td
+  else:
+    target = jax.lax.stop_gradient(values + td)
   return value_loss_from_target(net_out, target, head)
 
 

@@ -84,6 +84,7 @@ def vtrace(
     target_values: types.Array | None = None,
     discount: jax.typing.ArrayLike = DEFAULT_DISCOUNT,
     lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
+    hyper_param_gradients: bool = False,
 ) -> types.ValueOuts:
   """V-trace (Espeholt et al., 2018) state-value targets and advantages.
 
@@ -98,6 +99,9 @@ def vtrace(
     target_values: ``[T+1, B]`` to bootstrap from (default ``values``).
     discount: scalar discount factor.
     lambda_: scalar trace parameter.
+    hyper_param_gradients: the same values, but ``value_target``, ``td`` and
+      ``adv`` are differentiable in ``discount``, ``lambda_`` and ``rewards``
+      (not in the values; rlax's targets are stop-gradiented as a whole).
 
   Returns:
     ``ValueOuts`` with ``[T, B]`` ``value_target``, ``td`` and ``adv`` (the
@@ -117,6 +121,16 @@ def vtrace(
   vt = jax.vmap(per_sequence, in_axes=1, out_axes=1)(
       target_values[:-1], target_values[1:], rewards, discounts, rho
   )
+  if hyper_param_gradients:
+    # Values as above, gradients from targets never stopped (on constant
+    # values): x + (y - y) is x exactly for finite y.
+    sg = jax.lax.stop_gradient
+    open_vt = jax.vmap(
+        functools.partial(per_sequence, stop_target_gradients=False),
+        in_axes=1,
+        out_axes=1,
+    )(sg(target_values[:-1]), sg(target_values[1:]), rewards, discounts, rho)
+    vt = jax.tree.map(lambda x, y: sg(x) + (y - sg(y)), vt, open_vt)
   value_target = vt.errors + target_values[:-1]
 
   # No action values: placeholders of transition shape, as published.
@@ -318,6 +332,7 @@ def estimate(
     lambda_: jax.typing.ArrayLike = DEFAULT_TD_LAMBDA,
     truncated: types.Array | None = None,
     policy: policies.Policy | None = None,
+    hyper_param_gradients: bool = False,
 ) -> types.ValueOuts:
   """Targets and advantages: Retrace with action values, else V-trace.
 
@@ -341,9 +356,14 @@ def estimate(
     policy: the logits' distribution (None: categorical; a continuous one
       takes ``[T+1, B, D]`` actions, ``[T+1, B, 2 D]`` logits and no action
       values).
+    hyper_param_gradients: V-trace's targets differentiable in ``discount``
+      and ``lambda_`` (``vtrace``); not with action values.
 
   Returns:
     ``ValueOuts`` without the normalised fields (``normalize``).
+
+  Raises:
+    ValueError: ``hyper_param_gradients`` with action values.
   """
   num_states, batch_size = values.shape
   action_shape = () if policy is None else policy.action_shape
@@ -356,7 +376,19 @@ def estimate(
     rho = jnp.where(truncated, 0.0, rho)
   if q_values is None:
     return vtrace(
-        rewards, env_discounts, rho, values, target_values, discount, lambda_
+        rewards,
+        env_discounts,
+        rho,
+        values,
+        target_values,
+        discount,
+        lambda_,
+        hyper_param_gradients,
+    )
+  if hyper_param_gradients:
+    raise ValueError(
+        "Retrace's targets cannot carry gradients to the hyper-parameters: "
+        "tune a rule with state values only."
     )
   return retrace(
       rewards,
@@ -381,6 +413,7 @@ def estimate_on(
     value_key: str | None = None,
     q_key: str | None = None,
     target_out: types.AgentOuts | None = None,
+    hyper_param_gradients: bool = False,
 ) -> types.ValueOuts:
   """``estimate`` on a rule's inputs: ``agent_out[value_key]`` and/or
   ``agent_out[q_key]`` decoded, the trained network's logits as target and
@@ -395,6 +428,7 @@ def estimate_on(
     q_key: the action-value output, if any.
     target_out: a target network's outputs (same heads) to bootstrap from,
       if any.
+    hyper_param_gradients: see ``estimate``.
   """
   pi_logits = inputs.agent_out["logits"]
 
@@ -419,6 +453,7 @@ def estimate_on(
       target_values=target_values,
       policy=inputs.policy,
       target_q_values=target_q_values,
+      hyper_param_gradients=hyper_param_gradients,
   )
 
 
