@@ -235,3 +235,16 @@ def test_compare_runs_get_their_environments_presets(tmp_path):
   assert pendulum.rule.settings.hyper_params["entropy_cost"] == 0.02
   assert catch.preset is None
   assert catch.rule.settings.hyper_params["entropy_cost"] == 0.02
+
+
+def test_a_self_tuning_rule_gets_its_base_rules_presets(tmp_path):
+  stac = presets.presets("stac")
+  assert [p.name for p in stac] == [
+      p.name for p in presets.presets("actor_critic")
+  ]
+  assert {p.rule for p in stac} == {"stac"}
+  assert presets.find("self_tuning_ppo", PENDULUM).name == "pendulum"
+  path = tmp_path / "mine.json"
+  path.write_text('{"same_as": "no_such_rule"}')
+  with pytest.raises(presets.PresetError, match="'same_as' must name"):
+    presets.load_file("mine", path)

@@ -11,7 +11,8 @@ one: ``choice="auto"`` the first preset of ``rule`` whose ``envs`` patterns
 A file is a JSON object ``{"presets": [entry, ...]}``; an entry has ``name``,
 ``envs`` (patterns), ``settings`` (config keys, as on the command line),
 ``source`` (where the values come from) and ``budget`` (the env steps per seed
-they were chosen or measured at, or null).
+they were chosen or measured at, or null). ``{"same_as": "RULE"}`` gives a
+rule RULE's presets (a self-tuning rule its base rule's).
 """
 
 from __future__ import annotations
@@ -203,6 +204,14 @@ def load_file(rule: str, path: Path) -> tuple[Preset, ...]:
         f"Cannot read preset file {path}: {errors.one_line(e)} (it must be "
         "JSON: fix or remove it)."
     ) from None
+  if isinstance(data, Mapping) and set(data) == {"same_as"}:
+    other = data["same_as"]
+    if other == rule or not (PRESET_DIR / f"{other}.json").is_file():
+      raise PresetError(
+          f"Preset file {path}: 'same_as' must name another rule with a "
+          f"preset file, got {other!r}."
+      )
+    return tuple(dataclasses.replace(p, rule=rule) for p in _packaged(other))
   return parse(rule, data, f"Preset file {path}")
 
 
