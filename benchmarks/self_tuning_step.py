@@ -1,0 +1,98 @@
+"""A self-tuning rule's learner step against its base rule's, interleaved.
+
+  python -m benchmarks.self_tuning_step --out benchmarks/results/self_tuning
+
+For each pair (``stac`` / ``actor_critic``, ``self_tuning_ppo`` / ``ppo``)
+both agents are built by ``disco-eval``'s own steps on the same environment
+with the same loop (``--env``, default Catch 8x8; the published notebook's
+loop, batches of 64 trajectories of 29 steps), one learner batch is drawn,
+and each agent's jitted learner step (``--steps_per_call`` steps in one
+``lax.scan``) is timed round-robin with the other's (``benchmarks.timing``).
+Writes ``step_cost.csv``: the median seconds per learner step of each and
+their ratio (self-tuning / base; the issue's target is at most 2). Run it
+alone on the machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+
+from benchmarks import cli
+from benchmarks import timing
+from disco import evaluation
+
+PAIRS = (("stac", "actor_critic"), ("self_tuning_ppo", "ppo"))
+LOOP = dict(
+    num_envs=2,
+    rollout_len=29,
+    batch_size=64,
+    replay_capacity=1024,
+    min_replay_size=64,
+    update_epochs=1,
+    num_minibatches=1,
+)
+
+
+def stepper(rule: str, env: str, steps: int, tmp: Path) -> timing.Stepper:
+  """A candidate running ``steps`` learner steps of ``rule`` per call."""
+  plan = evaluation.build(
+      evaluation.make_config(
+          rule=rule,
+          env=env,
+          preset="none",
+          output_dir=str(tmp / rule),
+          **LOOP,
+      ),
+      log=lambda _: None,
+  )
+  state = plan.loop.init(jax.random.PRNGKey(0))
+  batch = plan.loop.learner_batch(state, jax.random.PRNGKey(1))
+  agent, meta_params = plan.agent, plan.rule.meta_params
+
+  def many(learner):
+    def one(learner, rng):
+      learner, _ = agent.learner_step(rng, batch, learner, meta_params, False)
+      return learner, None
+
+    rngs = jax.random.split(jax.random.PRNGKey(2), steps)
+    return jax.lax.scan(one, learner, rngs)[0]
+
+  return timing.Stepper(jax.jit(many), state.learner)
+
+
+def main(argv=None) -> list[dict]:
+  parser = cli.parser(__doc__)
+  parser.add_argument("--out", type=Path, required=True)
+  parser.add_argument("--env", default="catch")
+  parser.add_argument("--steps_per_call", type=int, default=20)
+  parser.add_argument("--rounds", type=int, default=15)
+  args = parser.parse_args(argv)
+  args.out.mkdir(parents=True, exist_ok=True)
+  rows = []
+  for tuned, base in PAIRS:
+    candidates = {
+        r: stepper(r, args.env, args.steps_per_call, args.out / "tmp")
+        for r in (base, tuned)
+    }
+    times = timing.interleave(candidates, rounds=args.rounds, warmup=2)
+    per_step = {r: times.median(r) / args.steps_per_call for r in candidates}
+    rows.append(
+        dict(
+            self_tuning=tuned,
+            base=base,
+            env=args.env,
+            base_ms_per_step=round(1e3 * per_step[base], 3),
+            self_tuning_ms_per_step=round(1e3 * per_step[tuned], 3),
+            ratio=round(times.ratio(tuned, base), 3),
+            rounds=args.rounds,
+        )
+    )
+    print(rows[-1], flush=True)
+  cli.write_csv(args.out / "step_cost.csv", rows)
+  return rows
+
+
+if __name__ == "__main__":
+  main()
