@@ -282,6 +282,24 @@ def test_tuned_names_and_bounds_from_the_command_line():
   assert rule.hyper_params["discount_factor"] == 0.997
 
 
+def test_auto_leaves_a_hyper_parameter_that_starts_on_a_bound():
+  settings = registry.default_settings("self_tuning_ppo")
+  assert settings.rule_kwargs["tuned"] == "auto"
+  rule = registry.make_rule(settings)
+  assert rule.tuned == rule.default_tuned
+  at_zero = settings.replace(
+      hyper_params={**settings.hyper_params, "entropy_cost": 0.0}
+  )
+  rule = registry.make_rule(at_zero)
+  assert "entropy_cost" not in rule.tuned and "value_cost" in rule.tuned
+  with pytest.raises(ValueError, match="must contain the initial value"):
+    registry.make_rule(
+        at_zero.replace(
+            rule_kwargs={**at_zero.rule_kwargs, "tuned": ("entropy_cost",)}
+        )
+    )
+
+
 def test_launcher_reports_bad_settings_in_one_line_with_status_2(tmp_path):
   out = tmp_path / "run"
   result = launch_process(
@@ -350,6 +368,7 @@ def test_runs_write_the_hyper_parameter_columns(tmp_path, rule, env, changes):
   config.rule = rule
   config.env = env
   config.env_settings = dict(rows=5, columns=5) if env == "catch" else {}
+  config.preset = "none"  # the registered settings: every default tuned
   evaluation.evaluate(config, log=lambda _: None, progress=False)
   metrics = analysis.read_metrics_csv(tmp_path / "run" / "metrics.csv")
   rule_obj = registry.make_rule(registry.default_settings(rule))

@@ -71,6 +71,11 @@ class TuningState:
   adam: optax.OptState
 
 
+# ``tuned``'s default: every default-tuned hyper-parameter not starting on a
+# bound.
+AUTO = "auto"
+
+
 def bounded(
     x: jax.Array, start: jax.Array, initial: float, low: float, high: float
 ) -> jax.Array:
@@ -101,7 +106,10 @@ class SelfTuning(base.UpdateRule):
   Args:
     hyper_params: overrides of the base rule's hyper-parameters: the fixed
       values, and the tuned ones' initial values.
-    tuned: the hyper-parameters tuned (keys of ``bounds``).
+    tuned: the hyper-parameters tuned (keys of ``bounds``; a tuple, or
+      ``"a,b"``); ``"auto"``: every one of ``default_tuned`` except those
+      whose initial value is one of its bounds (an entropy cost of 0 stays
+      0).
     bounds: ``(low, high)`` of each tunable hyper-parameter; a tuned one starts
       strictly inside.
     outer_hyper_params: the outer loss's fixed values (others: those of
@@ -133,7 +141,7 @@ class SelfTuning(base.UpdateRule):
       self,
       hyper_params: Mapping[str, float] | None = None,
       *,
-      tuned: Sequence[str] | str | None = None,
+      tuned: Sequence[str] | str = "auto",
       bounds: Mapping[str, Sequence[float]] | None = None,
       outer_hyper_params: Mapping[str, float] | None = None,
       meta_learning_rate: float = DEFAULT_META_LEARNING_RATE,
@@ -148,12 +156,18 @@ class SelfTuning(base.UpdateRule):
     """
     super().__init__(hyper_params)
     self._inner = self.base_rule(hyper_params=self.hyper_params, **base_kwargs)
-    tuned = self.default_tuned if tuned is None else tuned
+    bounds = {**self.default_bounds, **dict(bounds or {})}
+    if tuned == AUTO:
+      tuned = [
+          n
+          for n in self.default_tuned
+          if not _is_bounds_pair(bounds.get(n))
+          or self.hyper_params.get(n) not in tuple(bounds[n])
+      ]
     if isinstance(tuned, str):
       tuned = [tuned]
     # "a,b" (a command line's) names two.
     tuned = [n.strip() for t in tuned for n in str(t).split(",") if n.strip()]
-    bounds = {**self.default_bounds, **dict(bounds or {})}
     outer = {
         **self.default_outer_hyper_params,
         **dict(outer_hyper_params or {}),
@@ -399,7 +413,7 @@ def _factory_signature(cls: type[SelfTuning]) -> inspect.Signature:
           for name, p in inspect.signature(cls.base_rule).parameters.items()
           if name != "hyper_params"
       ),
-      inspect.Parameter("tuned", keyword, default=tuple(cls.default_tuned)),
+      inspect.Parameter("tuned", keyword, default=AUTO),
       inspect.Parameter("bounds", keyword, default=dict(cls.default_bounds)),
       inspect.Parameter(
           "outer_hyper_params",
