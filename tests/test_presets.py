@@ -248,3 +248,34 @@ def test_a_self_tuning_rule_gets_its_base_rules_presets(tmp_path):
   path.write_text('{"same_as": "no_such_rule"}')
   with pytest.raises(presets.PresetError, match="'same_as' must name"):
     presets.load_file("mine", path)
+
+
+def test_a_preset_may_turn_normalisation_on_and_a_flag_off(tmp_path):
+  assert presets.NORMALIZATION_KEYS == (
+      *evaluation.settings.NORMALIZE_KEYS,
+      evaluation.settings.NORMALIZE_DISCOUNT_KEY,
+  )
+  preset = presets.Preset(
+      name="normalised",
+      rule="ppo",
+      envs=("catch",),
+      settings={"normalize_rewards": True, "normalize_rewards_discount": 0.9},
+      source="a test",
+  )
+  presets.register_preset(preset)
+  try:
+    loop = _plan(["--config.rule=ppo", "--config.env=catch"], tmp_path).loop
+    assert loop.config.normalize_rewards
+    assert loop.config.normalize_rewards_discount == 0.9
+    assert not loop.config.normalize_observations
+    loop = _plan(
+        [
+            "--config.rule=ppo",
+            "--config.env=catch",
+            "--config.normalize_rewards=False",
+        ],
+        tmp_path,
+    ).loop
+    assert not loop.config.normalize_rewards
+  finally:
+    presets.unregister_preset("ppo", "normalised")

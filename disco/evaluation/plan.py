@@ -168,6 +168,8 @@ def _loop_config(
       key: recommended.get(key, getattr(defaults, key)) if v is None else v
       for key, v in settings.loop.items()
   }
+  # The recommended normalisation (a preset's), unless the settings give it.
+  values.update({k: v for k, v in recommended.items() if k not in values})
   values.update(settings.normalization)
   try:
     return loop_lib.LoopConfig(**values)

@@ -3,8 +3,8 @@ from the JSON files in ``presets/`` (one per rule, ``<rule>.json``) and from
 ``register_preset``.
 
 A preset gives values for the keys a ``disco-eval`` config leaves unset (the
-loop, the optimiser, ``hyper_params``, ``rule_kwargs``, ``network``,
-``policy``); whatever the user sets wins. ``find(rule, env, choice)`` picks
+loop and its normalisation, the optimiser, ``hyper_params``, ``rule_kwargs``,
+``network``, ``policy``); whatever the user sets wins. ``find(rule, env, choice)`` picks
 one: ``choice="auto"`` the first preset of ``rule`` whose ``envs`` patterns
 (``fnmatch``) match ``env``, ``"none"`` none, else the preset of that name.
 
@@ -42,6 +42,12 @@ AGENT_KEYS = (
     "loss_mask",
 )
 DICT_KEYS = ("hyper_params", "rule_kwargs", "network", "policy")
+# The training loop's normalisation options (disco.training.loop.LoopConfig).
+NORMALIZATION_KEYS = (
+    "normalize_observations",
+    "normalize_rewards",
+    "normalize_rewards_discount",
+)
 ENTRY_KEYS = ("name", "envs", "settings", "source", "budget")
 
 
@@ -57,8 +63,8 @@ class Preset:
     name: unique among ``rule``'s presets, e.g. ``"pendulum"``.
     rule: the registered rule it is for.
     envs: ``fnmatch`` patterns of environment names, e.g. ``"brax/*"``.
-    settings: config keys (``registry.LOOP_KEYS``, ``AGENT_KEYS``,
-      ``DICT_KEYS``) and values, read-only.
+    settings: config keys (``registry.LOOP_KEYS``, ``NORMALIZATION_KEYS``,
+      ``AGENT_KEYS``, ``DICT_KEYS``) and values, read-only.
     source: where the values come from.
     budget: env steps per seed they were chosen or measured at (None: not
       stated).
@@ -82,8 +88,8 @@ class Preset:
 
   @property
   def loop(self) -> dict[str, Any]:
-    """Its loop settings (``registry.LOOP_KEYS``)."""
-    return {k: v for k, v in self.settings.items() if k in registry.LOOP_KEYS}
+    """Its loop settings (``registry.LOOP_KEYS``, ``NORMALIZATION_KEYS``)."""
+    return {k: v for k, v in self.settings.items() if k in _LOOP_SETTINGS}
 
   @property
   def agent(self) -> dict[str, Any]:
@@ -91,7 +97,7 @@ class Preset:
     return {
         k: agent_settings_lib.thawed(v)
         for k, v in self.settings.items()
-        if k not in registry.LOOP_KEYS
+        if k not in _LOOP_SETTINGS
     }
 
   def record(self) -> dict[str, Any]:
@@ -107,12 +113,13 @@ class Preset:
 
 
 _REGISTERED: dict[str, list[Preset]] = {}
+_LOOP_SETTINGS = (*registry.LOOP_KEYS, *NORMALIZATION_KEYS)
 
 
 def _check_settings(settings: Any, where: str) -> dict[str, Any]:
   if not isinstance(settings, Mapping):
     raise PresetError(f"{where}: 'settings' must be a JSON object.")
-  valid = (*registry.LOOP_KEYS, *AGENT_KEYS, *DICT_KEYS)
+  valid = (*_LOOP_SETTINGS, *AGENT_KEYS, *DICT_KEYS)
   unknown = sorted(set(settings) - set(valid))
   if unknown:
     raise PresetError(
@@ -128,6 +135,9 @@ def _check_settings(settings: Any, where: str) -> dict[str, Any]:
         isinstance(value, bool) or not isinstance(value, int)
     ):
       raise PresetError(f"{where}: '{key}' must be an integer, got {value!r}.")
+  for key in NORMALIZATION_KEYS[:2]:
+    if key in settings and not isinstance(settings[key], bool):
+      raise PresetError(f"{where}: '{key}' must be true or false.")
   return dict(settings)
 
 
