@@ -119,7 +119,9 @@ def get_config() -> config_dict.ConfigDict:
           # inner_steps learner updates; the published meta-trainer's), 'es'
           # (evolution strategies over whole lifetimes; settings in es),
           # 'pes' (persistent ES over truncations of inner_steps updates;
-          # needs lifetime_meta_steps >= 1; settings in pes) or one that a
+          # needs lifetime_meta_steps >= 1; settings in pes), 'bmg'
+          # (bootstrapped meta-gradients: backprop through inner_steps updates
+          # towards a target further on; settings in bmg) or one that a
           # module of imports registers (disco/meta/estimator_registry.py).
           estimator="backprop",
           es=dict(
@@ -141,6 +143,21 @@ def get_config() -> config_dict.ConfigDict:
               num_minibatches=config_dict.placeholder(int),
           ),
           pes=dict(sigma=0.01, antithetic=True),
+          bmg=dict(
+              # Updates from the inner updates' learner x_K to the target,
+              # each on the validation rollout (0: the target is x_K).
+              target_steps=1,
+              # The target's last update: 'outer' (a step down the outer
+              # loss's gradient, with the agent's optimiser) or 'rule'.
+              target_final_step="outer",
+              # 'kl' (KL(target policy || x_K's) on the validation states) or
+              # 'squared' (squared distance of the agent network's parameters).
+              distance="kl",
+              # Weight of the rule's meta_regularizer in the meta-loss (0:
+              # none); the matching loss's gradient is far smaller than the
+              # backprop outer loss's, so weights that suit backprop drown it.
+              rule_regularizer_cost=0.0,
+          ),
           # Curricula over levels (environments with levels: lpg/random,
           # delayed_chain): 'none' (the environments' own resets), 'uniform',
           # 'plr', 'groove' (disco/meta/level_samplers.py) or one that a

@@ -179,7 +179,7 @@ def test_unknown_estimator_lists_the_registered_ones(folder):
   assert result.returncode == 2, result.stderr[-3000:]
   assert result.stderr.strip().splitlines() == [
       "disco-meta-train: error: config.estimator: Unknown estimator "
-      "'scaled'; use one of backprop, es, pes, scaled_backprop."
+      "'scaled'; use one of backprop, es, pes, bmg, scaled_backprop."
   ]
 
 
@@ -219,7 +219,12 @@ def test_eval_runs_a_registered_rule_on_a_registered_env(folder):
 def test_register_estimator_refuses(name, kwargs, match):
   with pytest.raises(ValueError, match=match):
     estimator_registry.register_estimator(name, lambda *a: None, **kwargs)
-  assert estimator_registry.estimator_names() == ("backprop", "es", "pes")
+  assert estimator_registry.estimator_names() == (
+      "backprop",
+      "es",
+      "pes",
+      "bmg",
+  )
 
 
 @pytest.mark.parametrize(

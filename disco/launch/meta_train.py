@@ -3,8 +3,8 @@
   disco-meta-train --config.num_meta_steps=100 --config.output_dir=runs/my-rule
 
 (or ``python -m disco.launch.meta_train``). Settings: ``configs/meta_train.py``;
-``--config.estimator`` is ``backprop`` (default), ``es``, ``pes`` or one a
-``--config.imports`` module registers. Outputs in ``output_dir``:
+``--config.estimator`` is ``backprop`` (default), ``bmg``, ``es``, ``pes`` or
+one a ``--config.imports`` module registers. Outputs in ``output_dir``:
 ``config.json``, ``metrics.csv`` (a row per logged meta-step), ``rewards.png``
 and ``meta_loss.png``, ``checkpoints/<step>/`` (every ``checkpoint_every``
 meta-steps and at exit; ``--config.resume=True`` continues from the latest, bit

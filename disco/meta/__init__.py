@@ -13,8 +13,8 @@ or step by step::
 
 Modules: ``settings``, ``plan``, ``trainer``, ``hooks``, ``rule_files``,
 ``run_folder``, ``estimator_registry``, ``level_sampler_registry``; the
-meta-step (``meta_step``) and its estimators (``population``, ``es``, ``pes``,
-``estimators``), ``meta_gradient``, ``value_function``, ``keys``,
+meta-step (``meta_step``) and its estimators (``population``, ``bmg``, ``es``,
+``pes``, ``estimators``), ``meta_gradient``, ``value_function``, ``keys``,
 ``level_samplers``, ``checkpoints``, ``history``, ``divergence``,
 ``validation``, ``validation_record``, ``follower``.
 """

@@ -11,7 +11,7 @@ settings type's classmethod ``from_config(values, agent)`` takes
 ``config.<name>`` as a dict (missing keys: defaults) and the agent settings
 (None when bad), raising ValueError or TypeError for bad values.
 
-Registered here: ``backprop``, ``es`` and ``pes``.
+Registered here: ``backprop``, ``es``, ``pes`` and ``bmg``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import dataclasses
 import operator
 from typing import Any
 
+from disco.meta import bmg
 from disco.meta import es
 from disco.meta import meta_step
 from disco.meta import pes
@@ -143,6 +144,11 @@ def _pes(groups, config, settings, meta_optimizer, devices, normalizers):
   return pes.PESPopulation(groups, config, settings, meta_optimizer, devices)
 
 
+def _bmg(groups, config, settings, meta_optimizer, devices, normalizers):
+  del normalizers
+  return bmg.BMGPopulation(groups, config, settings, meta_optimizer, devices)
+
+
 register_estimator(
     "backprop",
     _backprop,
@@ -164,4 +170,11 @@ register_estimator(
     settings=pes.PESConfig,
     description="persistent ES over truncations of inner_steps updates "
     "(config.pes)",
+)
+register_estimator(
+    "bmg",
+    _bmg,
+    settings=bmg.BMGConfig,
+    description="bootstrapped meta-gradients: inner_steps updates matched to "
+    "a target bmg.target_steps updates further (config.bmg)",
 )

@@ -116,32 +116,50 @@ def _validation_loss(
   valid_out = agent.unroll(
       learner.params, valid_rollout.observations, grad_actions
   )
-  value_outs, _, _, _ = value_fn.value_outs(
-      value_state, valid_rollout, valid_out["logits"]
+  pg_loss, entropy, policy_logs = policy_loss(
+      value_fn, value_state, valid_rollout, valid_out["logits"]
   )
-  actions = valid_rollout.actions[:-1]
-  logits = valid_out["logits"][:-1]
-  pg_loss = losses.policy_gradient_loss(
-      logits, actions, jax.lax.stop_gradient(value_outs.normalized_adv)
-  )
-  entropy = distrax.Softmax(logits).entropy().mean()
   rule_reg, rule_logs = agent.rule.meta_regularizer(
-      meta_out, valid_out, actions
+      meta_out, valid_out, valid_rollout.actions[:-1]
   )
   reg_loss = -config.entropy_cost * entropy + rule_reg
-  meta_loss = pg_loss.mean() + reg_loss
+  meta_loss = pg_loss + reg_loss
   meta_logs = dict(
       meta_loss=meta_loss,
-      pg_loss=pg_loss.mean(),
+      pg_loss=pg_loss,
       reg_loss=reg_loss,
       entropy=entropy,
+      **policy_logs,
+      **rule_logs,
+  )
+  return meta_loss, meta_logs
+
+
+def policy_loss(
+    value_fn: value_function.ValueFunction,
+    value_state: value_function.ValueState,
+    valid_rollout: types.ActorRollout,
+    logits: jax.Array,
+) -> tuple[jax.Array, jax.Array, types.Logs]:
+  """The outer loss's policy terms for the policy ``logits`` ``[T'+1, B, A]``
+  on the validation rollout ``[T'+1, B, ...]``: ``(policy-gradient loss with
+  the value function's normalised advantages, policy entropy, logs)``, both
+  means over the ``[T', B]`` transitions."""
+  value_outs, _, _, _ = value_fn.value_outs(value_state, valid_rollout, logits)
+  logits = logits[:-1]
+  pg_loss = losses.policy_gradient_loss(
+      logits,
+      valid_rollout.actions[:-1],
+      jax.lax.stop_gradient(value_outs.normalized_adv),
+  )
+  entropy = distrax.Softmax(logits).entropy().mean()
+  logs = dict(
       adv=value_outs.adv.mean(),
       normalized_adv=value_outs.normalized_adv.mean(),
       value=value_outs.value.mean(),
       val_importance_weight=jnp.mean(jnp.minimum(value_outs.rho, 1.0)),
-      **rule_logs,
   )
-  return meta_loss, meta_logs
+  return pg_loss.mean(), entropy, logs
 
 
 def outer_loss(

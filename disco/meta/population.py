@@ -221,18 +221,8 @@ class BackpropPopulation(meta_step.MetaStepProgram):
     replay = state.replay
     if replay is not None:
       replay, train = self._replayed(replay, train, act_rng)
-    grads, (learner, value, train_logs, meta_logs) = (
-        meta_gradient_lib.meta_gradient(
-            meta_params,
-            group.agent,
-            group.value_fn,
-            state.learner,
-            state.value,
-            train,
-            valid,
-            grad_rng,
-            cfg.outer,
-        )
+    grads, (learner, value, train_logs, meta_logs) = self._meta_gradient(
+        group, meta_params, state, train, valid, grad_rng
     )
     logs = _agent_logs(meta_logs, train_logs, rewards, stats)
     new_state = state.replace(
@@ -272,6 +262,30 @@ class BackpropPopulation(meta_step.MetaStepProgram):
       fresh = fresh.replace(actor=new_state.actor)
     new_state = ops.tree_where(restart, fresh, new_state)
     return grads, new_state, logs, finite, end
+
+  def _meta_gradient(
+      self,
+      group: meta_step.AgentGroup,
+      meta_params,
+      state: AgentState,
+      train,
+      valid,
+      rng,
+  ):
+    """One agent's meta-gradient from its ``[N, T+1, B]`` training rollouts
+    and ``[2T+1, B]`` validation rollout: ``(meta-gradient, (learner, value
+    state, train logs, meta logs))``, ``meta_logs`` with ``meta_loss``."""
+    return meta_gradient_lib.meta_gradient(
+        meta_params,
+        group.agent,
+        group.value_fn,
+        state.learner,
+        state.value,
+        train,
+        valid,
+        rng,
+        self.config.outer,
+    )
 
   def _rollouts(self, group: meta_step.AgentGroup, state: AgentState, act_rng):
     """The agent's ``inner_steps`` training rollouts ``[N, T+1, B]`` and
