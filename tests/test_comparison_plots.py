@@ -61,3 +61,30 @@ def test_plot_sample_efficiency(tmp_path):
 def test_empty_input_raises(tmp_path):
   with pytest.raises(ValueError, match="No results"):
     plots.plot_aggregate_intervals({}, tmp_path / "x.png")
+
+
+def test_plot_hyper_parameters(tmp_path):
+  steps = np.tile(np.arange(1, 6) * 100, (2, 1))
+  metrics = {
+      "stac": {
+          "env_steps": steps,
+          "learner/hyper_params/entropy_cost": np.linspace(
+              0.2, 0.1, 10
+          ).reshape(2, 5),
+          "learner/hyper_params/td_lambda": np.full((2, 5), 0.95),
+      },
+      "actor_critic": {"env_steps": steps},
+  }
+  target = tmp_path / "hyper.png"
+  _assert_png(
+      plots.plot_hyper_parameters(metrics, "learner/hyper_params/", target),
+      target,
+  )
+  del metrics["stac"]
+  assert (
+      plots.plot_hyper_parameters(
+          metrics, "learner/hyper_params/", tmp_path / "none.png"
+      )
+      is None
+  )
+  assert not (tmp_path / "none.png").exists()

@@ -15,6 +15,8 @@ from test_launcher_errors import launch_process
 from disco import agent as agent_lib
 from disco import evaluation
 from disco import types
+from disco.comparison import report
+from disco.comparison import results as results_lib
 from disco.training import analysis
 from disco.update_rules import registry
 from disco.update_rules import self_tuning
@@ -329,10 +331,12 @@ def test_rules_are_listed():
 def _tiny_config(tmp_path, **changes):
   config = evaluation.default_config()
   config.update(
-      output_dir=str(tmp_path / "run"),
-      num_seeds=1,
-      num_envs=2,
-      rollout_len=5,
+      dict(
+          output_dir=str(tmp_path / "run"),
+          num_seeds=1,
+          num_envs=2,
+          rollout_len=5,
+      ),
       **changes,
   )
   return config
@@ -349,6 +353,7 @@ def _tiny_config(tmp_path, **changes):
                 batch_size=4,
                 replay_capacity=16,
                 min_replay_size=4,
+                num_seeds=2,
             ),
         ),
         (
@@ -383,3 +388,15 @@ def test_runs_write_the_hyper_parameter_columns(tmp_path, rule, env, changes):
         ]
     ).all()
   assert np.isfinite(metrics["learner/outer_loss"][np.isfinite(values)]).all()
+  if rule != "stac":
+    return
+  # A comparison's report draws how they moved.
+  results = results_lib.Results.from_runs(
+      [results_lib.load_run(tmp_path / "run")]
+  )
+  stats = report.write_report(
+      results, tmp_path / "report", report.ReportSettings(reps=20)
+  )
+  figure = f"hyper_params_{report.file_name(results.envs[0])}.png"
+  assert figure in stats["figures"]
+  assert (tmp_path / "report" / figure).is_file()

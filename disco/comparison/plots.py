@@ -200,3 +200,42 @@ def plot_sample_efficiency(
       legendsize="medium",
   )
   return _save(fig, path)
+
+
+def plot_hyper_parameters(
+    metrics: Mapping[str, Mapping[str, np.ndarray]],
+    prefix: str,
+    path: PathLike,
+    title: str = "",
+) -> Path | None:
+  """Each rule's logged hyper-parameters (columns ``prefix + name`` of its
+  ``{name: [S, N]}`` metrics) over env steps, the mean over seeds relative to
+  the first value, one panel per rule; None (nothing drawn) when no rule
+  logs any."""
+  logged = {
+      rule: sorted(k for k in m if k.startswith(prefix))
+      for rule, m in metrics.items()
+  }
+  logged = {rule: names for rule, names in logged.items() if names}
+  if not logged:
+    return None
+  fig, axes = _new_figure((4.5 * len(logged), 3.2), ncols=len(logged))
+  for ax, (rule, names) in zip(axes, logged.items(), strict=True):
+    steps = np.asarray(metrics[rule]["env_steps"])[0]
+    for name in names:
+      mean = np.nanmean(np.asarray(metrics[rule][name], dtype=float), axis=0)
+      finite = np.isfinite(mean)
+      if not finite.any():
+        continue
+      start = mean[finite][0]
+      scale = start if start else 1.0
+      ax.plot(
+          steps[finite],
+          mean[finite] / scale,
+          label=f"{name[len(prefix):]} (from {start:.3g})",
+      )
+    ax.set_title(f"{rule}{': ' + title if title else ''}", fontsize=9)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("value / first value")
+    ax.legend(fontsize=7)
+  return _save(fig, path)

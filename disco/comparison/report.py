@@ -7,7 +7,8 @@ curves (``disco.scoring.aggregates``), and pairwise two-sided tests on every
 environment and on the per-seed mean normalised score (``significance``). It
 writes ``report.md``, ``results.csv``, ``statistics.json`` and the figures
 ``aggregates.png``, ``profiles.png``, ``improvement.png``,
-``sample_efficiency.png`` and ``curves_<env>.png``.
+``sample_efficiency.png``, ``curves_<env>.png`` and, for rules that log
+their tuned hyper-parameters, ``hyper_params_<env>.png``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from disco.comparison import two_sample
 from disco.environments import reference_scores
 from disco.scoring import aggregates
 from disco.training import analysis
+from disco.update_rules import self_tuning
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +219,15 @@ def _figures(
         title=env,
     )
     figures.append(path)
+    # Rules that tune their own hyper-parameters log them: how they moved.
+    tuned = plots.plot_hyper_parameters(
+        {rule: results.runs[rule, env].metrics for rule in results.rules},
+        f"learner/{self_tuning.LOG_PREFIX}",
+        out / f"hyper_params_{file_name(env)}.png",
+        title=env,
+    )
+    if tuned is not None:
+      figures.append(tuned)
   return figures
 
 
@@ -483,7 +494,9 @@ def _markdown(
       "",
       "`aggregates.png`, `profiles.png`, `sample_efficiency.png`"
       + (", `improvement.png`" if improvement else "")
-      + ", and the learning curves `curves_<environment>.png`; every "
+      + ", the learning curves `curves_<environment>.png` (and, where a "
+      "rule tunes its own hyper-parameters, their course in "
+      "`hyper_params_<environment>.png`); every "
       "value is in `results.csv` and `statistics.json`.",
   ]
   return "\n".join(lines)
