@@ -358,7 +358,9 @@ class Agent:
     and ``dL/d out(x)`` the inner loss's gradient with respect to the outputs
     (the update's gradient is ``g = J^T dL/d out``). The update itself is
     ``learner_update``'s for the rule's current values, unchanged; its logs
-    gain the rule's (values, meta-gradients) and ``outer_loss``.
+    gain the rule's (values, meta-gradients) and ``outer_loss``. With the
+    rule's ``meta_gradient="bmg"``, ``grad outer(params')`` is instead
+    ``bmg_value_and_grad``'s and the logs gain ``bmg_distance``.
 
     Raises:
       ValueError: with ``is_meta_training`` (the rule has no meta-parameters).
@@ -372,19 +374,25 @@ class Agent:
     update = self._update(rng, rollout, learner_state, meta_params, False)
     new_state, grads = update.learner_state, update.grads
     rule_state = learner_state.rule_state
-    # The outer loss's gradient at the updated parameters (a target other
-    # than the outer loss, e.g. bootstrapped from further updates, would give
-    # its own gradient here).
-    outer, outer_grads = jax.value_and_grad(
-        lambda p: self.outer_loss(
-            tuner.outer_rule,
-            p,
-            rollout,
-            tuner.base_state(rule_state),
-            rng,
-            meta_params,
-        )
-    )(new_state.params)
+    # The outer loss's gradient at the updated parameters, or (BMG) the
+    # distance to a bootstrapped target's.
+    if tuner.meta_gradient == "bmg":
+      distance, outer_grads = self.bmg_value_and_grad(
+          rng, rollout, new_state, meta_params
+      )
+      meta_logs = dict(bmg_distance=distance)
+    else:
+      outer, outer_grads = jax.value_and_grad(
+          lambda p: self.outer_loss(
+              tuner.outer_rule,
+              p,
+              rollout,
+              tuner.base_state(rule_state),
+              rng,
+              meta_params,
+          )
+      )(new_state.params)
+      meta_logs = dict(outer_loss=outer)
     if self.axis_name is not None:
       outer_grads = jax.lax.pmean(outer_grads, axis_name=self.axis_name)
     _, optimizer_vjp = jax.vjp(
@@ -427,8 +435,70 @@ class Agent:
     )
     return update.replace(
         learner_state=update.learner_state.replace(rule_state=new_rule_state),
-        logs=dict(update.logs, outer_loss=outer, **tuning_logs),
+        logs=dict(update.logs, **meta_logs, **tuning_logs),
     )
+
+  def bmg_value_and_grad(
+      self,
+      rng: jax.Array,
+      rollout: types.ActorRollout,
+      updated: types.LearnerState,
+      meta_params: types.MetaParams,
+  ) -> tuple[jax.Array, types.Params]:
+    """A self-tuning rule's bootstrapped (BMG) objective ``mu(target,
+    params')`` at the updated learner state ``updated`` and its gradient in
+    ``params'``. The target, a constant: from ``updated``, the rule's
+    ``bmg_target_steps - 1`` updates (``learner_update``'s, without a
+    meta-gradient step; keys ``fold_in(rng, i)``), then one optimiser step
+    on the gradient of its ``outer_rule``'s ``outer_loss``, all on
+    ``rollout``. ``mu`` (``bmg_distance``): ``"kl"``, ``KL(pi_target ||
+    pi_params')`` averaged over the ``[T, B]`` states of the rollout (the
+    last, which has no action, left out); ``"squared"``, the sum of the
+    squared parameter differences."""
+    tuner = self.rule
+    target = jax.lax.stop_gradient(updated)
+    target = jax.lax.fori_loop(
+        0,
+        tuner.bmg_target_steps - 1,
+        lambda i, state: self._update(
+            jax.random.fold_in(rng, i), rollout, state, meta_params, False
+        ).learner_state,
+        target,
+    )
+    outer_grads = jax.grad(
+        lambda p: self.outer_loss(
+            tuner.outer_rule,
+            p,
+            rollout,
+            tuner.base_state(target.rule_state),
+            rng,
+            meta_params,
+        )
+    )(target.params)
+    if self.axis_name is not None:
+      outer_grads = jax.lax.pmean(outer_grads, axis_name=self.axis_name)
+    target, _ = self.apply_gradients(target, outer_grads, target.rule_state)
+    target_params = jax.lax.stop_gradient(target.params)
+    if tuner.bmg_distance == "squared":
+
+      def distance(params):
+        return sum(
+            jnp.sum(jnp.square(p - t))
+            for p, t in zip(
+                jax.tree.leaves(params),
+                jax.tree.leaves(target_params),
+                strict=True,
+            )
+        )
+
+    else:
+      target_logits = self._loss_outputs(target_params, rollout)["logits"]
+
+      def distance(params):
+        logits = self._loss_outputs(params, rollout)["logits"]
+        return self.policy.kl(target_logits[:-1], logits[:-1]).mean()
+
+    return jax.value_and_grad(distance)(updated.params)
 
   def _loss_outputs(
       self, params: types.Params, rollout: types.ActorRollout

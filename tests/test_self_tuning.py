@@ -164,6 +164,114 @@ def test_meta_gradient_matches_finite_differences(rule):
       )
 
 
+def _sum_of_squares(params, target):
+  return sum(
+      jnp.sum(jnp.square(p - t))
+      for p, t in zip(
+          jax.tree.leaves(params), jax.tree.leaves(target), strict=True
+      )
+  )
+
+
+def test_bmg_meta_gradient_matches_a_direct_gradient():
+  """With ``meta_gradient="bmg"``, the squared distance and two target
+  steps, the logged meta-gradient equals ``jax.grad`` over ``x`` of the
+  distance from the inner update's parameters to the target, rebuilt here
+  from the agent's public steps (an inner-rule update, then the optimiser on
+  the outer loss's gradient) and held constant, in float64."""
+  with jax.enable_x64(True):
+    agent, state = _agent(
+        _settings(
+            "stac",
+            learning_rate=0.1,
+            anneal_learning_rate=False,
+            rule_kwargs=dict(
+                categorical_value=False,
+                meta_gradient="bmg",
+                bmg_target_steps=2,
+                bmg_distance="squared",
+            ),
+        )
+    )
+    tuner = agent.rule
+    state = _as_float64(state)
+    rollout = _as_float64(_rollout(agent, state.params, seed=1))
+    rng = jax.random.PRNGKey(2)
+    step = jax.jit(agent.learner_update)
+    update = step(rng, rollout, state, {})
+    x = tuner.meta_variables(state.rule_state)
+
+    def with_x(learner_state, x):
+      return learner_state.replace(
+          rule_state=tuner.with_meta_variables(learner_state.rule_state, x)
+      )
+
+    # The target: one more inner-rule update (its meta step's x dropped),
+    # then one optimiser step on the outer loss's gradient.
+    target = step(
+        jax.random.fold_in(rng, 0), rollout, with_x(update.learner_state, x), {}
+    ).learner_state
+    outer_grads = jax.grad(
+        lambda p: agent.outer_loss(
+            tuner.outer_rule,
+            p,
+            rollout,
+            tuner.base_state(target.rule_state),
+            rng,
+            {},
+        )
+    )(target.params)
+    target, _ = agent.apply_gradients(target, outer_grads, target.rule_state)
+
+    @jax.jit
+    def distance_through_update(x):
+      params = agent.learner_update(
+          rng, rollout, with_x(state, x), {}
+      ).learner_state.params
+      return _sum_of_squares(params, target.params)
+
+    direct = jax.grad(distance_through_update)(x)
+    np.testing.assert_allclose(
+        update.logs["bmg_distance"], distance_through_update(x), rtol=1e-10
+    )
+    assert "outer_loss" not in update.logs
+    for name in tuner.tuned:
+      logged = update.logs[self_tuning.GRADIENT_PREFIX + name]
+      assert abs(direct[name]) > 1e-10, name  # a gradient to compare
+      np.testing.assert_allclose(
+          logged, direct[name], rtol=1e-8, atol=1e-14, err_msg=name
+      )
+
+
+def test_bmg_changes_the_meta_gradient_only():
+  """A bmg step (KL distance) updates the network as an outer step does,
+  bit for bit; its meta-gradients, and so the tuned values, differ."""
+  runs = []
+  for meta_gradient in ("outer", "bmg"):
+    agent, state = _agent(
+        _settings(
+            "stac",
+            learning_rate=0.1,
+            rule_kwargs=dict(meta_gradient=meta_gradient, bmg_target_steps=3),
+        )
+    )
+    update = jax.jit(agent.learner_update)(
+        jax.random.PRNGKey(1), _rollout(agent, state.params, 1), state, {}
+    )
+    runs.append(update)
+  outer, bmg = runs
+  jax.tree.map(
+      np.testing.assert_array_equal,
+      outer.learner_state.params,
+      bmg.learner_state.params,
+  )
+  assert np.isfinite(bmg.logs["bmg_distance"]) and bmg.logs["bmg_distance"] > 0
+  for name in agent.rule.tuned:
+    key = self_tuning.GRADIENT_PREFIX + name
+    assert np.isfinite(bmg.logs[key]), name
+    assert bmg.logs[key] != outer.logs[key], name
+
+
 def test_bounded_values_start_exactly_and_stay_inside():
   start = jnp.asarray(2.5, jnp.float32)
   assert self_tuning.bounded(start, start, 0.997, 0.0, 1.0) == jnp.float32(
@@ -255,6 +363,10 @@ def test_zero_meta_learning_rate_trains_as_the_base_rule(rule, base_rule):
         (dict(outer_hyper_params=dict(bogus=1.0)), "unknown ['bogus']"),
         (dict(outer_hyper_params=dict(td_lambda=2.0)), "td_lambda=2.0"),
         (dict(meta_learning_rate=-1.0), "meta_learning_rate=-1.0"),
+        (dict(meta_gradient="bogus"), "meta_gradient='bogus' is unknown"),
+        (dict(meta_gradient="bmg", bmg_target_steps=0), "bmg_target_steps=0"),
+        (dict(bmg_target_steps=1.5), "bmg_target_steps=1.5"),
+        (dict(bmg_distance="l1"), "bmg_distance='l1' is unknown"),
     ],
 )
 def test_bad_settings_are_one_line(rule_kwargs, match):

@@ -17,7 +17,12 @@ hyper-parameter value. A learner step of an agent whose rule
    step included; the inner loss's targets are differentiable in ``eta``);
 4. moves ``x`` by Adam (``meta_learning_rate``) on that meta-gradient,
 
-and keeps step 1's parameters and optimiser state. A subclass names its base
+and keeps step 1's parameters and optimiser state. With ``meta_gradient="bmg"``
+(bootstrapped meta-gradients, Flennerhag et al. 2022) step 2's objective is
+instead a distance ``mu(target, params')`` to a constant target: from
+``params'``, ``bmg_target_steps - 1`` further updates of the inner rule, then
+one of the agent's optimiser on the outer loss's gradient, on the same batch.
+A subclass names its base
 rule (``class STAC(SelfTuning, base_rule=ActorCritic)``) and its defaults; its
 factory takes the base rule's arguments too.
 """
@@ -53,6 +58,12 @@ TUNING = "tuning"
 # meta-gradient with respect to its unconstrained ``x``, ``<prefix><name>``.
 LOG_PREFIX = "hyper_params/"
 GRADIENT_PREFIX = "meta_gradient/"
+# ``meta_gradient``: the outer loss's gradient at the updated parameters, or a
+# bootstrapped target's distance's (BMG).
+META_GRADIENTS = ("outer", "bmg")
+# ``bmg_distance``: the policies' KL over the batch's states, or the squared
+# distance of the parameters.
+BMG_DISTANCES = ("kl", "squared")
 
 
 @chex.dataclass(frozen=True)
@@ -116,6 +127,14 @@ class SelfTuning(base.UpdateRule):
       ``hyper_params``).
     meta_learning_rate: Adam's learning rate on the tuned hyper-parameters'
       unconstrained values (0: they stay at their initial values).
+    meta_gradient: ``"outer"``: the outer loss's gradient at the updated
+      parameters; ``"bmg"``: that of the distance to a bootstrapped target.
+    bmg_target_steps: with ``"bmg"``, the target's updates ``L >= 1`` from
+      the updated parameters: ``L - 1`` of the inner rule, then one on the
+      outer loss.
+    bmg_distance: with ``"bmg"``, ``"kl"`` (``KL(target policy || updated
+      policy)`` averaged over the batch's states) or ``"squared"`` (sum of
+      squared parameter differences).
   """
 
   base_rule: ClassVar[type[base.UpdateRule]]
@@ -145,6 +164,9 @@ class SelfTuning(base.UpdateRule):
       bounds: Mapping[str, Sequence[float]] | None = None,
       outer_hyper_params: Mapping[str, float] | None = None,
       meta_learning_rate: float = DEFAULT_META_LEARNING_RATE,
+      meta_gradient: str = "outer",
+      bmg_target_steps: int = 1,
+      bmg_distance: str = "kl",
       **base_kwargs: Any,
   ):
     """Builds the base rule twice (inner and outer loss) and checks the
@@ -173,12 +195,16 @@ class SelfTuning(base.UpdateRule):
         **dict(outer_hyper_params or {}),
     }
     problems = self._problems(tuned, bounds, outer, meta_learning_rate)
+    problems += _bmg_problems(meta_gradient, bmg_target_steps, bmg_distance)
     if problems:
       raise ValueError("; ".join(problems) + ".")
     self.tuned = tuple(dict.fromkeys(tuned))
     self.bounds = {k: (float(v[0]), float(v[1])) for k, v in bounds.items()}
     self.outer_hyper_params = {k: float(v) for k, v in outer.items()}
     self.meta_learning_rate = float(meta_learning_rate)
+    self.meta_gradient = meta_gradient
+    self.bmg_target_steps = int(bmg_target_steps)
+    self.bmg_distance = bmg_distance
     self.outer_rule = self.base_rule(
         hyper_params={**self.hyper_params, **self.outer_hyper_params},
         **base_kwargs,
@@ -402,6 +428,33 @@ class SelfTuning(base.UpdateRule):
     return rule.select_action(rng, agent_out, context)
 
 
+def _bmg_problems(
+    meta_gradient: Any, bmg_target_steps: Any, bmg_distance: Any
+) -> list[str]:
+  """Every bad meta-gradient setting, one phrase each."""
+  problems = []
+  if meta_gradient not in META_GRADIENTS:
+    problems.append(
+        f"rule_kwargs.meta_gradient={meta_gradient!r} is unknown: use one of "
+        f"{', '.join(META_GRADIENTS)}"
+    )
+  if (
+      isinstance(bmg_target_steps, bool)
+      or not isinstance(bmg_target_steps, int)
+      or bmg_target_steps < 1
+  ):
+    problems.append(
+        f"rule_kwargs.bmg_target_steps={bmg_target_steps!r} must be an "
+        "integer >= 1"
+    )
+  if bmg_distance not in BMG_DISTANCES:
+    problems.append(
+        f"rule_kwargs.bmg_distance={bmg_distance!r} is unknown: use one of "
+        f"{', '.join(BMG_DISTANCES)}"
+    )
+  return problems
+
+
 def _factory_signature(cls: type[SelfTuning]) -> inspect.Signature:
   """``cls``'s signature as a factory: ``hyper_params``, the base rule's
   arguments, then the tuning settings with ``cls``'s defaults."""
@@ -423,6 +476,9 @@ def _factory_signature(cls: type[SelfTuning]) -> inspect.Signature:
       inspect.Parameter(
           "meta_learning_rate", keyword, default=DEFAULT_META_LEARNING_RATE
       ),
+      inspect.Parameter("meta_gradient", keyword, default="outer"),
+      inspect.Parameter("bmg_target_steps", keyword, default=1),
+      inspect.Parameter("bmg_distance", keyword, default="kl"),
   ]
   return inspect.Signature(params)
 
