@@ -69,7 +69,8 @@ def test_a_preset_fills_unset_keys_and_flags_win(tmp_path):
   plan = _plan(["--config.rule=ppo", f"--config.env={PENDULUM}"], tmp_path)
   assert plan.preset.name == "pendulum"
   hyper = plan.rule.settings.hyper_params
-  assert (hyper["discount_factor"], hyper["reward_scale"]) == (0.9, 0.01)
+  assert (hyper["discount_factor"], hyper["entropy_cost"]) == (0.9, 0.0)
+  assert plan.loop_config.normalize_rewards
   assert plan.rule.settings.learning_rate == 1e-3
   assert (plan.loop_config.num_envs, plan.loop_config.rollout_len) == (16, 256)
   # A flag wins, even one that gives the registered default (0.99).
@@ -85,7 +86,7 @@ def test_a_preset_fills_unset_keys_and_flags_win(tmp_path):
       tmp_path,
   )
   hyper = plan.rule.settings.hyper_params
-  assert (hyper["discount_factor"], hyper["reward_scale"]) == (0.99, 0.01)
+  assert (hyper["discount_factor"], hyper["entropy_cost"]) == (0.99, 0.0)
   assert plan.rule.settings.learning_rate == 0.002
   assert (plan.loop_config.num_envs, plan.loop_config.rollout_len) == (8, 256)
 
@@ -109,7 +110,7 @@ def test_the_python_api_applies_presets_as_the_launcher_does(tmp_path):
   )
   plan = evaluation.build(config, log=lambda _: None)
   hyper = plan.rule.settings.hyper_params
-  assert (hyper["discount_factor"], hyper["reward_scale"]) == (0.99, 0.01)
+  assert (hyper["discount_factor"], hyper["entropy_cost"]) == (0.99, 0.0)
   config = evaluation.make_config(
       rule="ppo", env=PENDULUM, preset="none", output_dir=str(tmp_path / "run")
   )
