@@ -25,8 +25,10 @@ GAE lambda 0.95, clip 0.2, no entropy bonus, value cost 0.5, separate
 256x256 tanh actor and critic, a state-independent log-std starting at 0,
 ``NUM_STEPS`` 10) except the number of environments (``--num_envs``;
 purejaxrl's 2048 is for accelerators) and observation and reward
-normalisation, off for both (purejaxrl's ``NORMALIZE_ENV``; our loop's
-``normalize_observations`` and ``normalize_rewards``). Differences that remain, and that the numbers include: the
+normalisation, off for both unless ``--normalize`` turns it on for both
+(purejaxrl's ``NORMALIZE_ENV``, as published; our loop's
+``normalize_observations`` and ``normalize_rewards``, as PPO's Brax preset
+has them). Differences that remain, and that the numbers include: the
 networks' initialisation (purejaxrl: orthogonal; ours: haiku's defaults with
 truncated-normal heads), a rollout of ``NUM_STEPS`` steps gives our learner
 ``NUM_STEPS - 1`` transitions per environment, our minibatches split
@@ -172,6 +174,11 @@ def main(argv=None) -> dict[str, float]:
   parser.add_argument(
       "--no_timing", action="store_true", help="one call each, returns only"
   )
+  parser.add_argument(
+      "--normalize",
+      action="store_true",
+      help="normalise observations and rewards on both sides",
+  )
   parser.add_argument("--csv", type=Path, help="append the figures here")
   args = parser.parse_args(argv)
   repeats = 1 if args.no_timing else args.repeats
@@ -182,6 +189,7 @@ def main(argv=None) -> dict[str, float]:
   config = dict(
       PUREJAXRL_CONFIG,
       NUM_ENVS=args.num_envs,
+      NORMALIZE_ENV=args.normalize,
       TOTAL_TIMESTEPS=args.total_env_steps,
       ENV_NAME=package_name(args.env),
   )
@@ -189,7 +197,12 @@ def main(argv=None) -> dict[str, float]:
   module = purejaxrl_module(args.purejaxrl.expanduser().resolve(), args.env)
   runners = {
       "ours": discrete.ours_runner(
-          config, seeds, args.env, env_settings(args.env), dense=(256, 256)
+          config,
+          seeds,
+          args.env,
+          env_settings(args.env),
+          dense=(256, 256),
+          normalize=args.normalize,
       ),
       "purejaxrl": discrete.purejaxrl_runner(module, config, seeds),
   }
@@ -209,6 +222,7 @@ def main(argv=None) -> dict[str, float]:
         seeds=args.seeds,
         num_envs=args.num_envs,
         total_env_steps=args.total_env_steps,
+        normalize=args.normalize,
         **figures,
     )
     new = not args.csv.exists()

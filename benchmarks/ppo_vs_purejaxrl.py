@@ -178,11 +178,14 @@ def purejaxrl_runner(ppo, config, seeds):
 # --------------------------------------------------------------- ours ----
 
 
-def ours_runner(config, seeds, env_name=None, env_settings=None, dense=None):
+def ours_runner(
+    config, seeds, env_name=None, env_settings=None, dense=None, normalize=False
+):
   """``run() -> (metrics, seconds)`` of our ``ppo`` rule with the same
   settings (the seconds of the compiled call), on ``env_name`` (default:
-  ``gymnax/<ENV_NAME>``) with ``env_settings``, and the torso ``dense``
-  (default: the rule's 64x64)."""
+  ``gymnax/<ENV_NAME>``) with ``env_settings``, the torso ``dense``
+  (default: the rule's 64x64), and observations and rewards normalised by
+  the loop with ``normalize``."""
   loop_config = loop_lib.LoopConfig(
       num_envs=config["NUM_ENVS"],
       rollout_len=config["NUM_STEPS"],
@@ -191,6 +194,8 @@ def ours_runner(config, seeds, env_name=None, env_settings=None, dense=None):
       min_replay_size=0,
       update_epochs=config["UPDATE_EPOCHS"],
       num_minibatches=config["NUM_MINIBATCHES"],
+      normalize_observations=normalize,
+      normalize_rewards=normalize,
   )
   iterations = config["TOTAL_TIMESTEPS"] // loop_config.env_steps_per_iteration
   settings = rule_registry.default_settings("ppo")
