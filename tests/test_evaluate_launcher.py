@@ -101,7 +101,7 @@ def test_end_to_end_writes_outputs(tmp_path):
 
   # config.json: the config as run, the rule settings, derived values.
   saved = json.loads((out / "config.json").read_text())
-  assert set(saved) == {"config", "rule_settings", "run"}
+  assert set(saved) == {"config", "rule_settings", "preset", "run"}
   assert saved["config"]["rule"] == "actor_critic"
   assert saved["config"]["learning_rate"] == 1e-2
   assert saved["rule_settings"]["learning_rate"] == 1e-2

@@ -280,3 +280,13 @@ def test_a_preset_may_turn_normalisation_on_and_a_flag_off(tmp_path):
     assert not loop.config.normalize_rewards
   finally:
     presets.unregister_preset("ppo", "normalised")
+
+
+def test_a_network_key_given_keeps_the_presets_network_out(tmp_path):
+  minigrid = ["--config.rule=ppo", "--config.env=xminigrid/MiniGrid-Empty-8x8"]
+  plan = _plan(minigrid, tmp_path)
+  assert plan.rule.settings.network["conv_channels"] == (16,)
+  # The embedding brings its own encoder: the preset's torso stays out.
+  plan = _plan([*minigrid, "--config.network.obs_embedding=minigrid"], tmp_path)
+  assert plan.rule.settings.network["obs_embedding"] == "minigrid"
+  assert plan.rule.settings.network["conv_channels"] == ()

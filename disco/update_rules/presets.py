@@ -42,6 +42,8 @@ AGENT_KEYS = (
     "loss_mask",
 )
 DICT_KEYS = ("hyper_params", "rule_kwargs", "network", "policy")
+# Of those, the ones a preset gives whole or not at all (``under``).
+WHOLE_KEYS = ("network", "policy")
 # The training loop's normalisation options (disco.training.loop.LoopConfig).
 NORMALIZATION_KEYS = (
     "normalize_observations",
@@ -293,12 +295,18 @@ def under(
     preset: Preset | None, overrides: Mapping[str, Any]
 ) -> dict[str, Any]:
   """``overrides`` (``overrides.merged``'s keywords) with ``preset``'s agent
-  settings beneath them: a key the overrides give wins."""
+  settings beneath them: a key the overrides give wins. The network and the
+  policy are each one setting (their keys depend on each other, e.g. an
+  observation embedding and a convolutional torso): the preset's apply only
+  where the overrides set none of their keys."""
   out = dict(overrides)
   if preset is None:
     return out
   for key, value in preset.agent.items():
-    if key in DICT_KEYS:
+    if key in WHOLE_KEYS:
+      if not overrides.get(key):
+        out[key] = value
+    elif key in DICT_KEYS:
       out[key] = {**value, **dict(overrides.get(key) or {})}
     elif key not in overrides:
       out[key] = value
