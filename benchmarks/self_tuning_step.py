@@ -1,6 +1,6 @@
 """A self-tuning rule's learner step against its base rule's, interleaved.
 
-  python -m benchmarks.self_tuning_step --out benchmarks/results/self_tuning
+  python -m benchmarks.self_tuning_step --out benchmarks/results/self_tuning_step
 
 For each pair (``stac`` / ``actor_critic``, ``self_tuning_ppo`` / ``ppo``)
 both agents are built by ``disco-eval``'s own steps on the same environment
