@@ -472,7 +472,7 @@ _DISCOGEN = (
     "the default template): purejaxrl-style PPO, best of a learning-rate "
     "sweep, mean evaluation return of 16 episodes on each of 8 seeds"
 )
-# DiscoGen's task -> (our environment, its PPO return, env steps, its config).
+# DiscoGen's task -> (our environment, its PPO return, its env steps).
 _DISCOGEN_PPO = {
     "MinAtar/Asterix": ("gymnax/Asterix-MinAtar", 15.96875, 10_000_000),
     "MinAtar/Breakout": ("gymnax/Breakout-MinAtar", 61.078125, 10_000_000),
