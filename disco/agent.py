@@ -302,18 +302,17 @@ class Agent:
     # One forward pass serves the rule's targets and the gradient. Rules
     # reading per-action outputs at taken actions backpropagate through those
     # alone; in meta-training their targets also get every action's outputs.
-    obs, params = rollout.observations, learner_state.params
-    if not self.rule.model_losses_read_taken_actions:
-      agent_out, unroll_vjp = jax.vjp(lambda p: self.unroll(p, obs), params)
-      target_inputs = agent_out
-    elif not is_meta_training:
+    params = learner_state.params
+    if not (self.rule.model_losses_read_taken_actions and is_meta_training):
       agent_out, unroll_vjp = jax.vjp(
-          lambda p: self.unroll(p, obs, rollout.actions), params
+          lambda p: self._loss_outputs(p, rollout), params
       )
       target_inputs = agent_out
     else:
       agent_out, unroll_vjp, every = jax.vjp(
-          lambda p: self.unroll(p, obs, rollout.actions, with_every=True),
+          lambda p: self.unroll(
+              p, rollout.observations, rollout.actions, with_every=True
+          ),
           params,
           has_aux=True,
       )
@@ -482,13 +481,8 @@ class Agent:
     if tuner.bmg_distance == "squared":
 
       def distance(params):
-        return sum(
-            jnp.sum(jnp.square(p - t))
-            for p, t in zip(
-                jax.tree.leaves(params),
-                jax.tree.leaves(target_params),
-                strict=True,
-            )
+        return optax.tree.norm(
+            optax.tree.sub(params, target_params), squared=True
         )
 
     else:

@@ -167,12 +167,7 @@ def matching_loss(
   if distance == "kl":
     return ops.categorical_kl(target_logits[:-1], logits[:-1]).mean()
   if distance == "squared":
-    return sum(
-        jnp.sum(jnp.square(p - t))
-        for p, t in zip(
-            jax.tree.leaves(params), jax.tree.leaves(target_params), strict=True
-        )
-    )
+    return optax.tree.norm(optax.tree.sub(params, target_params), squared=True)
   raise ValueError(f"Unknown distance {distance!r}.")
 
 
