@@ -67,6 +67,10 @@ def get_config() -> config_dict.ConfigDict:
           normalize_rewards=config_dict.placeholder(bool),
           # The discount of that return (None: 0.99).
           normalize_rewards_discount=config_dict.placeholder(float),
+          # The learner's rewards clipped to [-reward_clip, reward_clip]
+          # (Atari's 1.0); reported returns stay the environment's. None or
+          # 0: no clip.
+          reward_clip=config_dict.placeholder(float),
           learning_rate=config_dict.placeholder(float),  # None: rule's default
           # Overrides of the rule's hyper-parameters (loss costs, discounts,
           # ...), e.g. --config.hyper_params.entropy_cost=0.01; the keys are

@@ -1,7 +1,7 @@
 """The contract every registered environment keeps (``disco.environments``).
 
 ``base.Environment`` promises, for ``B`` streams: specs (a float32
-observation; an int32 scalar action in ``[0, num_actions)``, or a float32
+observation, or uint8 images ``[H, W, C]``; an int32 scalar action in ``[0, num_actions)``, or a float32
 action ``[D]`` with finite bounds, clipped to them by ``step``, where
 ``num_actions`` raises); ``reset`` gives
 FIRST timesteps with reward 0 and discount 1, leaves leading with ``[B]``;
@@ -12,8 +12,8 @@ jittable environment's ``reset``/``step`` run under ``jit``/``vmap``/``scan``,
 are determined by their key (the same keys give the same trajectories, in
 any order of the vmapped seeds; a vmapped run equals the same key's
 unbatched, unjitted run), and copies of its state step alike. A host
-environment is driven from a Python loop and determined by its ``seed``
-setting.
+environment is driven from a Python loop, passing on the state its
+``reset`` gave, and determined by its ``seed`` setting or its reset key.
 
 Checked on environments chosen from the registry's listing, not by hand:
 per group (a family, the part of a name before ``/``: ``gymnax``, ``lpg``,
@@ -66,6 +66,7 @@ STEP_LIMIT_SETTINGS = (
     "episode_length",
     "max_timesteps",
     "time_limit",
+    "max_episode_frames",
 )
 # Registered names the contract cannot build here, and why.
 EXCLUDED = {
@@ -95,6 +96,7 @@ OPTIONAL_PACKAGES = {
     "brax": ("brax", "brax"),
     "craftax": ("craftax", "craftax"),
     "jumanji": ("jumanji", "sokoban"),
+    "atari": ("ale_py", "atari"),
 }
 # Names with continuous actions (a group of their own in the choice).
 CONTINUOUS = frozenset(gymnax_envs.CONTINUOUS_NAMES + brax_envs.ENV_NAMES)
@@ -277,7 +279,10 @@ def check_timestep(env, ts, lead: tuple[int, ...]) -> None:
   """Shapes ``lead + [B]`` and dtypes of a timestep."""
   obs = env.observation_spec()
   assert ts.observation.shape == lead + (env.batch_size,) + obs.shape
-  assert ts.observation.dtype == np.float32
+  assert ts.observation.dtype == obs.dtype
+  assert obs.dtype == np.float32 or (
+      obs.dtype == np.uint8 and len(obs.shape) == 3
+  )
   for x, dtype in (
       (ts.reward, np.float32),
       (ts.discount, np.float32),
@@ -346,7 +351,9 @@ def test_specs_and_reset(name, benchmark_path):
   env = registry.make_env(name, B, **settings_for(name, benchmark_path))
   assert env.batch_size == B and env.is_jittable == registry.is_jittable(name)
   obs = env.observation_spec()
-  assert obs.dtype == np.float32
+  assert obs.dtype == np.float32 or (
+      obs.dtype == np.uint8 and len(obs.shape) == 3
+  )
   action = env.action_spec()
   assert env.is_continuous == (name in CONTINUOUS)
   if env.is_continuous:
@@ -449,11 +456,12 @@ def test_host_environment_steps_from_a_loop(name, benchmark_path):
         name, B, **settings, **({"seed": 3} if seeded else {})
     )
     rng = np.random.default_rng(0)
-    _, first = env.reset(None)
-    steps = [
-        env.step(None, rng.integers(0, env.num_actions, B).astype(np.int32))[1]
-        for _ in range(STEPS)
-    ]
+    state, first = env.reset(jax.random.PRNGKey(3))
+    steps = []
+    for _ in range(STEPS):
+      actions = rng.integers(0, env.num_actions, B).astype(np.int32)
+      state, ts = env.step(state, actions)
+      steps.append(ts)
     stacked = jax.tree.map(lambda *x: np.stack(x)[None], *steps)
     return env, jax.tree.map(lambda x: np.asarray(x)[None], first), stacked
 
@@ -461,5 +469,5 @@ def test_host_environment_steps_from_a_loop(name, benchmark_path):
   assert not env.is_jittable
   check_rollout(env, first, ts)
   assert (ts.step_type == types.LAST).any()
-  if seeded:  # the same seed, the same episodes
-    jax.tree.map(np.testing.assert_array_equal, (first, ts), play()[1:])
+  # The same seed setting or reset key, the same episodes.
+  jax.tree.map(np.testing.assert_array_equal, (first, ts), play()[1:])

@@ -175,3 +175,32 @@ def test_default_network_is_unchanged_and_bad_activation_fails():
   )
   with pytest.raises(ValueError, match="separate_torsos=False"):
     net.init(jax.random.PRNGKey(0), jnp.zeros((N, 4)))
+
+
+def test_the_patch_convolution_is_haikus_valid_convolution():
+  x = jax.random.uniform(jax.random.PRNGKey(0), (3, 20, 17, 4))
+  for channels, kernel, stride in agent_nets.NATURE_CNN_LAYERS:
+    patch = hk.without_apply_rng(
+        hk.transform(
+            lambda x, c=channels, k=kernel, s=stride: agent_nets.PatchConv2D(
+                c, k, s, name="conv"
+            )(x)
+        )
+    )
+    conv = hk.without_apply_rng(
+        hk.transform(
+            lambda x, c=channels, k=kernel, s=stride: hk.Conv2D(
+                c, k, s, padding="VALID", name="conv"
+            )(x)
+        )
+    )
+    params = patch.init(jax.random.PRNGKey(1), x)
+    params = jax.tree.map(
+        lambda p: p + jax.random.normal(jax.random.PRNGKey(2), p.shape), params
+    )  # a bias that is not zero
+    assert jax.tree.map(jnp.shape, params) == jax.tree.map(
+        jnp.shape, conv.init(jax.random.PRNGKey(1), x)
+    )
+    np.testing.assert_allclose(
+        patch.apply(params, x), conv.apply(params, x), rtol=1e-4, atol=1e-4
+    )

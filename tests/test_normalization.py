@@ -301,6 +301,18 @@ def test_the_loop_normalises_for_the_learner_and_reports_raw_returns(
     )
 
 
+def test_the_learner_sees_clipped_rewards_and_the_metrics_raw_ones(tmp_path):
+  _, _, raw_states, raw_metrics = _two_iterations(tmp_path)
+  _, _, states, metrics = _two_iterations(tmp_path, reward_clip=1.0)
+  raw = np.asarray(raw_states.replay.items.rewards)
+  assert raw.min() < -1.0  # Pendulum's rewards reach about -16
+  np.testing.assert_array_equal(
+      states.replay.items.rewards, np.clip(raw, -1.0, 1.0)
+  )
+  for key in ("episodes", "return_sum", "reward_mean"):
+    np.testing.assert_array_equal(metrics[key][:, 0], raw_metrics[key][:, 0])
+
+
 def test_host_environments_normalise_too(tmp_path):
   plan, start, states, _ = _two_iterations(
       tmp_path,
@@ -391,6 +403,7 @@ def test_without_normalisation_no_statistics_are_written(tmp_path):
             "Rule SPO searches over copies of the environment",
         ),
         (dict(normalize_rewards_discount=1.5), "must be in \\[0, 1\\]"),
+        (dict(reward_clip=-1.0), "reward_clip"),
     ],
 )
 def test_bad_settings_are_one_usage_line(tmp_path, overrides, match):

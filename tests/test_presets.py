@@ -59,7 +59,9 @@ def test_find_picks_the_first_match_a_name_or_none():
   assert presets.find("ppo", PENDULUM, "none") is None
   assert presets.find("ppo", PENDULUM, "pendulum").name == "pendulum"
   assert presets.find("/some/rule.npz", PENDULUM) is None
-  with pytest.raises(presets.PresetError, match="its presets: lpg-dense"):
+  with pytest.raises(
+      presets.PresetError, match="its presets: atari, lpg-dense"
+  ):
     presets.find("ppo", PENDULUM, "pendulun")
   with pytest.raises(presets.PresetError, match="not 'catch'"):
     presets.find("ppo", "catch", "pendulum")
@@ -255,6 +257,7 @@ def test_a_preset_may_turn_normalisation_on_and_a_flag_off(tmp_path):
   assert presets.NORMALIZATION_KEYS == (
       *evaluation.settings.NORMALIZE_KEYS,
       evaluation.settings.NORMALIZE_DISCOUNT_KEY,
+      evaluation.settings.REWARD_CLIP_KEY,
   )
   preset = presets.Preset(
       name="normalised",

@@ -60,6 +60,7 @@ OVERRIDE_KEYS = (
     "num_minibatches",
     *eval_settings.NORMALIZE_KEYS,
     eval_settings.NORMALIZE_DISCOUNT_KEY,
+    eval_settings.REWARD_CLIP_KEY,
 )
 # What a tuning grid may vary besides the rule's hyper-parameters.
 TUNABLE_SETTINGS = ("learning_rate",)

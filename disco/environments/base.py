@@ -68,6 +68,9 @@ class Environment(abc.ABC):
     float32 ``[D]`` with per-dimension bounds."""
 
   has_levels: bool = False
+  # Host environments only: each ``reset`` starts new streams and returns a
+  # state naming them, so one object trains several seeds side by side.
+  keeps_lifetimes: bool = False
 
   def sample_level(self, rng: types.Array) -> Level:
     """A random level (only where ``has_levels``)."""

@@ -7,7 +7,8 @@ random)``.
 or a ``reference_return`` normalising raises ``MissingReferenceError``.
 Keys: ``"catch/<rows>x<columns>"`` (any size, ``catch_entry``; ``"catch"``
 is 8x8), ``"delayed_chain"``, ``"gymnax/<id>"``, ``"xminigrid/<id>"``,
-``"brax/<id>"``, ``"craftax/<id>"``, ``"jumanji/Sokoban-v0"``; ``env_key``
+``"brax/<id>"``, ``"craftax/<id>"``, ``"jumanji/Sokoban-v0"``,
+``"atari/<Game>"`` (Atari-100k's 26 games, human-normalised); ``env_key``
 gives an environment's key. The LPG grid worlds have none.
 Comparisons, meta-training's validation (through ``disco.scoring``) and ES
 fitness (``disco.meta.es``) normalise with this table.
@@ -405,6 +406,63 @@ def _open_env_entries() -> list[ReferenceEntry]:
   ]
 
 
+_ATARI_SOURCE = (
+    "the standard Atari random and human scores (Mnih et al. 2015, Nature "
+    "518; van Hasselt et al. 2016, AAAI), as tabulated for Atari-100k in "
+    "Cetin et al. 2022 (A-LIX, ICML), Table 5"
+)
+# Atari-100k's games: (random, human) episode scores.
+_ATARI_ANCHORS = {
+    "Alien": (227.8, 7127.7),
+    "Amidar": (5.8, 1719.5),
+    "Assault": (222.4, 742.0),
+    "Asterix": (210.0, 8503.3),
+    "BankHeist": (14.2, 753.1),
+    "BattleZone": (2360.0, 37187.5),
+    "Boxing": (0.1, 12.1),
+    "Breakout": (1.7, 30.5),
+    "ChopperCommand": (811.0, 7387.8),
+    "CrazyClimber": (10780.5, 35829.4),
+    "DemonAttack": (152.1, 1971.0),
+    "Freeway": (0.0, 29.6),
+    "Frostbite": (65.2, 4334.7),
+    "Gopher": (257.6, 2412.5),
+    "Hero": (1027.0, 30826.4),
+    "Jamesbond": (29.0, 302.8),
+    "Kangaroo": (52.0, 3035.0),
+    "Krull": (1598.0, 2665.5),
+    "KungFuMaster": (258.5, 22736.3),
+    "MsPacman": (307.3, 6951.6),
+    "Pong": (-20.7, 14.6),
+    "PrivateEye": (24.9, 69571.3),
+    "Qbert": (163.9, 13455.0),
+    "RoadRunner": (11.5, 7845.0),
+    "Seaquest": (68.4, 42054.7),
+    "UpNDown": (533.4, 11693.2),
+}
+
+
+def _atari_entries() -> list[ReferenceEntry]:
+  return [
+      ReferenceEntry(
+          env=f"atari/{game}",
+          random_return=random_return,
+          random_source=_ATARI_SOURCE,
+          reference_return=human,
+          reference_algorithm="human player",
+          budget_env_steps=None,
+          source=_ATARI_SOURCE,
+          notes=(
+              "Human-normalised: 1 is the human score. Measured by their "
+              "sources without sticky actions (no-op starts); the anchors are "
+              "used for every protocol, as Atari-100k papers do."
+          ),
+          any_settings=True,
+      )
+      for game, (random_return, human) in _ATARI_ANCHORS.items()
+  ]
+
+
 def _build_table() -> dict[str, ReferenceEntry]:
   entries = [
       catch_entry(8, 8),
@@ -456,6 +514,7 @@ def _build_table() -> dict[str, ReferenceEntry]:
       *_xminigrid_entries(),
       *_brax_entries(),
       *_open_env_entries(),
+      *_atari_entries(),
   ]
   return {e.env: e for e in entries}
 

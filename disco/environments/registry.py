@@ -15,12 +15,14 @@ import difflib
 import functools
 from typing import Any
 
+from disco.environments import atari
 from disco.environments import base
 from disco.environments import brax_envs
 from disco.environments import catch
 from disco.environments import catch_dm_env
 from disco.environments import craftax_envs
 from disco.environments import delayed_chain
+from disco.environments import gymnasium_envs
 from disco.environments import gymnax_envs
 from disco.environments import lpg_grid
 from disco.environments import lpg_levels
@@ -56,6 +58,46 @@ class EnvEntry:
 
 
 _REGISTRY: dict[str, EnvEntry] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvFamily:
+  """Names ``<prefix><id>`` resolved when first asked for, for open-ended
+  suites (e.g. every id of gymnasium's registry).
+
+  Attributes:
+    prefix: e.g. ``"gymnasium/"``.
+    entry: ``name -> EnvEntry``, raising ``ValueError`` for an unknown id.
+    description: one line for listings.
+  """
+
+  prefix: str
+  entry: Callable[[str], EnvEntry]
+  description: str = ""
+
+
+_FAMILIES: dict[str, EnvFamily] = {}
+
+
+def register_env_family(
+    prefix: str, entry: Callable[[str], EnvEntry], description: str = ""
+) -> EnvFamily:
+  """Registers ``<prefix><id>`` names, each resolved by ``entry(name)`` on
+  first use (and then registered like any environment).
+
+  Raises:
+    ValueError: if the prefix is taken.
+  """
+  if prefix in _FAMILIES:
+    raise ValueError(f"An environment family {prefix!r} is already registered.")
+  family = EnvFamily(prefix, entry, description)
+  _FAMILIES[prefix] = family
+  return family
+
+
+def env_families() -> tuple[EnvFamily, ...]:
+  """The registered families, in registration order."""
+  return tuple(_FAMILIES.values())
 
 
 def register_env(
@@ -117,10 +159,18 @@ def get_entry(name: str) -> EnvEntry:
     ValueError: for an unknown name, naming close matches.
   """
   if name not in _REGISTRY:
+    family = next(
+        (f for p, f in _FAMILIES.items() if str(name).startswith(p)), None
+    )
+    if family is not None:
+      entry = family.entry(name)
+      _REGISTRY[name] = entry
+      return entry
     close = close_names(str(name), _REGISTRY)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
     families = sorted(
         {n.split("/")[0] + "/..." if "/" in n else n for n in _REGISTRY}
+        | {p + "<id>" for p in _FAMILIES}
     )
     raise ValueError(
         f"Unknown environment {name!r}.{hint} Registered: "
@@ -229,3 +279,36 @@ for _name, (_make, _settings) in brax_envs.env_specs().items():
       _settings,
       description="Brax (continuous actions; pip install -e '.[brax]')",
   )
+
+
+def _gymnasium_entry(name: str) -> EnvEntry:
+  env_id = name[len(gymnasium_envs.PREFIX) :]
+  if env_id not in gymnasium_envs.gymnasium_ids():
+    raise ValueError(
+        f"Unknown environment {name!r}: {env_id!r} is not in gymnasium's "
+        "registry (register it with gymnasium.register in a module passed "
+        "with --config.imports)."
+    )
+  return EnvEntry(
+      name=name,
+      make=functools.partial(gymnasium_envs.make, env_id),
+      defaults=gymnasium_envs.SETTINGS,
+      jittable=False,
+      description="Gymnasium (host)",
+  )
+
+
+for _game in atari.GAMES:
+  register_env(
+      atari.PREFIX + _game,
+      functools.partial(atari.make, _game),
+      atari.SETTINGS,
+      jittable=False,
+      description="Atari 2600 (host; sticky actions; pip install -e '.[atari]')",
+  )
+register_env_family(
+    gymnasium_envs.PREFIX,
+    _gymnasium_entry,
+    "any id of gymnasium's registry, stepped on the host (e.g. "
+    "gymnasium/CartPole-v1; ALE/<Game>-v5 with ale-py)",
+)

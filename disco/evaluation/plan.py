@@ -192,21 +192,20 @@ def _make_env(
         f"{errors.one_line(e)} (--config.env=list prints them)"
     ) from None
   env_settings = dict(settings.env_settings)
-  if not entry.jittable:
-    if num_seeds != 1:
-      raise errors.UsageError(
-          f"env {settings.env!r} runs on the host and trains one seed at a "
-          "time: use num_seeds=1 (or a jittable env such as 'catch')."
-      )
-    # A host environment draws its own random numbers: seed it too.
-    if "seed" in entry.settings:
-      env_settings.setdefault("seed", seed)
+  if not entry.jittable and "seed" in entry.settings:
+    # A host environment seeded by a setting: seed it with the run's seed.
+    env_settings.setdefault("seed", seed)
   try:
     env = env_registry.make_env(settings.env, num_envs, **env_settings)
   except ImportError as e:  # an optional suite's package: its own line says
     raise errors.UsageError(errors.one_line(e)) from None
   except (ValueError, TypeError) as e:
     raise errors.UsageError(f"Bad env settings: {errors.one_line(e)}") from None
+  if not env.is_jittable and not env.keeps_lifetimes and num_seeds != 1:
+    raise errors.UsageError(
+        f"env {settings.env!r} runs on the host and trains one seed at a "
+        "time: use num_seeds=1 (or a jittable env such as 'catch')."
+    )
   return env, env_settings
 
 

@@ -29,6 +29,8 @@ CLIP_KEYS = ("max_abs_update", "max_grad_norm")
 NORMALIZE_KEYS = ("normalize_observations", "normalize_rewards")
 # The discount of the reward normalisation's return (None: the loop's).
 NORMALIZE_DISCOUNT_KEY = "normalize_rewards_discount"
+# The learner's reward clip (None or 0: none).
+REWARD_CLIP_KEY = "reward_clip"
 
 
 def default_config() -> config_dict.ConfigDict:
@@ -67,6 +69,7 @@ class EvalSettings:
   normalize_observations: bool | None
   normalize_rewards: bool | None
   normalize_rewards_discount: float | None
+  reward_clip: float | None
   learning_rate: float | None
   hyper_params: dict[str, Any]
   rule_kwargs: dict[str, Any]
@@ -97,9 +100,9 @@ class EvalSettings:
 
   @property
   def normalization(self) -> dict[str, bool | float]:
-    """The normalisation settings given (``NORMALIZE_KEYS`` and the discount;
-    those left None are left out)."""
-    keys = (*NORMALIZE_KEYS, NORMALIZE_DISCOUNT_KEY)
+    """The reward and observation transforms given (``NORMALIZE_KEYS``, the
+    discount and the reward clip; those left None are left out)."""
+    keys = (*NORMALIZE_KEYS, NORMALIZE_DISCOUNT_KEY, REWARD_CLIP_KEY)
     return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
   @property
@@ -249,6 +252,10 @@ def _normalization(get, problems: checks.Problems) -> dict[str, Any]:
   out[NORMALIZE_DISCOUNT_KEY] = problems.get(
       _discount, get(NORMALIZE_DISCOUNT_KEY), NORMALIZE_DISCOUNT_KEY
   )
+  clip = get(REWARD_CLIP_KEY)
+  if clip is not None:
+    clip = problems.get(checks.check_number, clip, REWARD_CLIP_KEY, 0.0)
+  out[REWARD_CLIP_KEY] = clip
   return out
 
 

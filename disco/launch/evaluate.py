@@ -47,6 +47,8 @@ def listing(what: str) -> str:
     entries = [
         (n, env_registry.get_entry(n).description)
         for n in env_registry.env_names()
+    ] + [
+        (f.prefix + "<id>", f.description) for f in env_registry.env_families()
     ]
   width = max(len(n) for n, _ in entries)
   return "\n".join(f"{n:<{width}}  {d}".rstrip() for n, d in entries)
@@ -73,6 +75,8 @@ def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
   ``config.rule_kwargs`` every setting of the environment and rule the command
   line names, with defaults (its preset's where it has one), so overrides may
   set those and no other (``evaluation.prepare``)."""
+  # A module of --config.imports may register the rule or environment.
+  checks.import_modules(common.override_value(argv, "imports"))
   evaluation.prepare(
       config,
       env=common.override_value(argv, "env"),

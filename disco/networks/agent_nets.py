@@ -33,7 +33,7 @@ ACTIVATIONS = {"relu": jax.nn.relu, "tanh": jnp.tanh}
 COMPUTE_DTYPES = ("float32", "bfloat16")
 # Observation embeddings (``NetConfig.obs_embedding``); the first is the
 # default (none: observations go to the torso as they are).
-OBS_EMBEDDINGS = ("none", "minigrid", "one_hot")
+OBS_EMBEDDINGS = ("none", "minigrid", "one_hot", "nature_cnn")
 # Id ranges of MiniGrid/XLand observations [H, W, 2] (tile id, colour id):
 # xminigrid.core.constants.NUM_TILES and NUM_COLORS of xminigrid 0.9.
 MINIGRID_NUM_TILES = 13
@@ -41,6 +41,11 @@ MINIGRID_NUM_COLORS = 12
 # The convolutional encoder after the id embedding (xland-minigrid's PPO
 # baseline): 2x2 kernels, VALID padding, ReLU after each.
 MINIGRID_CONV_CHANNELS = (16, 32, 64)
+# The DQN Nature-paper encoder (Mnih et al. 2015): (channels, kernel, stride)
+# per VALID convolution, ReLU after each.
+NATURE_CNN_LAYERS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
+# The smallest image side the Nature encoder takes.
+NATURE_CNN_MIN_SIDE = 36
 Outputs = dict[str, jax.Array]
 
 
@@ -66,7 +71,9 @@ class NetConfig:
     obs_embedding: ``"none"``; ``"minigrid"``: ``[H, W, 2]`` tile and colour
       ids through ``minigrid_encoder`` (not with ``conv_channels``);
       ``"one_hot"``: integer state indices read as one-hot vectors, the first
-      layer a row gather (``IndexLinear``), other observations as they are.
+      layer a row gather (``IndexLinear``), other observations as they are;
+      ``"nature_cnn"``: ``[H, W, C]`` images (bytes scaled to [0, 1])
+      through ``nature_encoder`` (Atari; not with ``conv_channels``).
     obs_embedding_dim: features per id embedding (xland-minigrid: 16).
     num_states: the number of index-observation states, set by
       ``with_observation``, not by the user.
@@ -158,6 +165,15 @@ class NetConfig:
           f"{tuple(self.conv_channels)}) takes image-like observations "
           f"[H, W, C]; this environment's are {list(shape)}: set "
           f"{where}.conv_channels=() to flatten them into the dense torso."
+      )
+    if self.obs_embedding == "nature_cnn" and (
+        len(shape) != 3 or min(shape[:2]) < NATURE_CNN_MIN_SIDE
+    ):
+      raise ValueError(
+          f"{where}.obs_embedding='nature_cnn' takes images [H, W, C] with H "
+          f"and W >= {NATURE_CNN_MIN_SIDE} (Atari's [84, 84, 4]); this "
+          f"environment's are {list(shape)}: set {where}.obs_embedding="
+          "'none'."
       )
     if self.obs_embedding == "minigrid" and (
         len(shape) != 3 or shape[-1] != 2 or min(shape[:2]) < 4
@@ -416,6 +432,9 @@ class AgentNet(hk.Module):
     if self._config.obs_embedding == "minigrid":
       (ids,) = leaves  # [B, H, W, 2]; see NetConfig.check_observation
       leaves = [minigrid_encoder(ids, self._config.obs_embedding_dim, prefix)]
+    elif self._config.obs_embedding == "nature_cnn":
+      (images,) = leaves  # [B, H, W, C]; see NetConfig.check_observation
+      leaves = [nature_encoder(images, prefix)]
     elif self._config.conv_channels:
       (images,) = leaves  # [B, H, W, C]; see NetConfig.check_observation
       x = images
@@ -513,6 +532,60 @@ def minigrid_encoder(ids: jax.Array, dim: int, prefix: str = "") -> jax.Array:
             w_init=w_init,
             name=f"{prefix}minigrid_conv_{i}",
         )(x)
+    )
+  return x
+
+
+class PatchConv2D(hk.Module):
+  """A VALID 2-D convolution (``[B, H, W, C] -> [B, H', W', channels]``) with
+  ``hk.Conv2D``'s parameters (``w`` ``[k, k, C, channels]``, ``b``) and
+  initialisation, computed as image patches times a matrix: the same
+  function, whose weight gradient stays a matrix product inside loops (where
+  XLA's CPU backend computes a convolution's weight gradient slowly)."""
+
+  def __init__(self, channels: int, kernel: int, stride: int, name=None):
+    super().__init__(name=name)
+    self._channels, self._kernel, self._stride = channels, kernel, stride
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    k, c = self._kernel, x.shape[-1]
+    w = hk.get_parameter(
+        "w",
+        [k, k, c, self._channels],
+        x.dtype,
+        init=hk.initializers.TruncatedNormal(1.0 / np.sqrt(k * k * c)),
+    )
+    b = hk.get_parameter("b", [self._channels], x.dtype, init=jnp.zeros)
+    patches = jax.lax.conv_general_dilated_patches(
+        x,
+        (k, k),
+        (self._stride, self._stride),
+        "VALID",
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+    )  # [B, H', W', C * k * k], features ordered (C, kh, kw)
+    matrix = jnp.transpose(w, (2, 0, 1, 3)).reshape(c * k * k, -1)
+    return patches @ matrix + b
+
+
+def nature_encoder(images: jax.Array, prefix: str = "") -> jax.Array:
+  """The Nature-DQN convolutions (inside a haiku transform).
+
+  Args:
+    images: ``[B, H, W, C]``; integer ones (bytes) are scaled by 1/255.
+    prefix: of the module names.
+
+  Returns:
+    ``[B, H', W', 64]`` after ``NATURE_CNN_LAYERS`` (``[B, 7, 7, 64]`` for
+    84x84 images), ReLU after each.
+  """
+  x = images.astype(jnp.float32)
+  if jnp.issubdtype(images.dtype, jnp.integer):
+    x = x / 255.0
+  for i, (channels, kernel, stride) in enumerate(NATURE_CNN_LAYERS):
+    x = jax.nn.relu(
+        PatchConv2D(channels, kernel, stride, name=f"{prefix}nature_conv_{i}")(
+            x
+        )
     )
   return x
 

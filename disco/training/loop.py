@@ -51,6 +51,9 @@ class LoopConfig:
       standard deviation of a discounted return (episode returns in the
       metrics stay the environment's).
     normalize_rewards_discount: that return's discount.
+    reward_clip: the learner's rewards are clipped to ``[-reward_clip,
+      reward_clip]`` (before any normalisation; episode returns in the
+      metrics stay the environment's); 0: no clip.
 
   Raises:
     ValueError: for inconsistent settings.
@@ -66,6 +69,7 @@ class LoopConfig:
   normalize_observations: bool = False
   normalize_rewards: bool = False
   normalize_rewards_discount: float = normalization.DEFAULT_DISCOUNT
+  reward_clip: float = 0.0
 
   def __post_init__(self):
     for name in (
@@ -106,6 +110,8 @@ class LoopConfig:
         raise ValueError(
             f"{name} must be True or False, got {getattr(self, name)!r}."
         )
+    if not self.reward_clip >= 0.0:
+      raise ValueError(f"reward_clip must be >= 0, got {self.reward_clip}.")
     if not 0.0 <= self.normalize_rewards_discount <= 1.0:
       raise ValueError(
           "normalize_rewards_discount must be in [0, 1], got "
@@ -408,7 +414,7 @@ class EvalLoop:
     and the learner's batch (the environment's info is dropped after the
     statistics; the replay stores what the learner sees)."""
     actor, stats = acting.episode_stats(actor, rollout)
-    rollout = rollout.replace(env_info=None)
+    rollout = self._clip_rewards(rollout.replace(env_info=None))
     if state.normalizer is not None:
       normalizer, rollout = normalization.learner_rollout(
           state.normalizer, rollout, self.config.normalize_rewards_discount
@@ -420,6 +426,13 @@ class EvalLoop:
       replay = replay_lib.add(state.replay, rollout)
       batch = replay_lib.sample(replay, sample_rng, self.config.batch_size)
     return state.replace(actor=actor, replay=replay), batch, stats
+
+  def _clip_rewards(self, rollout: types.ActorRollout) -> types.ActorRollout:
+    """``rollout`` with the learner's rewards clipped (``reward_clip``)."""
+    c = self.config.reward_clip
+    if not c:
+      return rollout
+    return rollout.replace(rewards=jnp.clip(rollout.rewards, -c, c))
 
   def learner_batch(self, state: TrainState, rng: jax.Array):
     """What one seed's learner trains on next, drawn afresh: a replay sample
@@ -433,7 +446,7 @@ class EvalLoop:
           rng,
           state.normalizer,
       )
-      rollout = rollout.replace(env_info=None)
+      rollout = self._clip_rewards(rollout.replace(env_info=None))
       if state.normalizer is not None:
         rollout = normalization.learner_view(state.normalizer, rollout)
       return rollout
@@ -581,7 +594,8 @@ class EvalLoop:
       New states and host metrics ``{name: [S, num_iterations]}``.
 
     Raises:
-      ValueError: for several seeds with a host environment.
+      ValueError: for several seeds with a host environment that keeps one
+        set of streams (``Environment.keeps_lifetimes``).
     """
     if self.env.is_jittable:
       states, metrics = self._run(states, meta_params, num_iterations)
@@ -589,21 +603,31 @@ class EvalLoop:
     return self._run_host(states, meta_params, num_iterations)
 
   def _run_host(self, states, meta_params, num_iterations):
+    """Each seed in turn (a host environment steps one batch at a time)."""
     num_seeds = jax.tree.leaves(states.rng)[0].shape[0]
-    if num_seeds != 1:
+    if num_seeds != 1 and not self.env.keeps_lifetimes:
       raise ValueError(
-          "A host (non-jittable) environment keeps its own state, so it can "
-          "train one seed at a time; pass states for a single seed."
+          f"Host environment {type(self.env).__name__} keeps one set of "
+          "streams, so it trains one seed at a time; pass states for a "
+          "single seed."
       )
-    state = jax.tree.map(lambda x: x[0], states)
-    history = []
-    for _ in range(num_iterations):
-      rng, actor_rng, learn_rngs = self._split(state.rng)
-      state = state.replace(rng=rng)
-      actor, rollout = self._host_unroll(state, actor_rng)
-      state, metrics = self._learn(
-          state, actor, rollout, meta_params, learn_rngs
+    seeds_out, seeds_metrics = [], []
+    for s in range(num_seeds):
+      state = jax.tree.map(lambda x, s=s: x[s], states)
+      history = []
+      for _ in range(num_iterations):
+        rng, actor_rng, learn_rngs = self._split(state.rng)
+        state = state.replace(rng=rng)
+        actor, rollout = self._host_unroll(state, actor_rng)
+        state, metrics = self._learn(
+            state, actor, rollout, meta_params, learn_rngs
+        )
+        history.append(jax.device_get(metrics))
+      seeds_out.append(state)
+      seeds_metrics.append(
+          {k: np.stack([h[k] for h in history]) for k in history[0]}
       )
-      history.append(jax.device_get(metrics))
-    metrics = {k: np.stack([h[k] for h in history])[None] for k in history[0]}
-    return jax.tree.map(lambda x: jnp.asarray(x)[None], state), metrics
+    metrics = {
+        k: np.stack([m[k] for m in seeds_metrics]) for k in seeds_metrics[0]
+    }
+    return jax.tree.map(lambda *x: jnp.stack(x), *seeds_out), metrics

@@ -22,6 +22,7 @@ Evaluation keys added since (``ADDED_EVAL_KEYS``): an evaluation's
 |---|---|---|
 | 2026-12-06 | ``normalize_observations``, ``normalize_rewards`` | ``False`` |
 | 2026-12-06 | ``normalize_rewards_discount`` | ``0.99`` (unused while off) |
+| 2026-12-06 | ``reward_clip`` | ``0.0`` (no clip) |
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ ADDED_EVAL_KEYS = {
     "normalize_observations": False,
     "normalize_rewards": False,
     "normalize_rewards_discount": 0.99,
+    "reward_clip": 0.0,
 }
 
 

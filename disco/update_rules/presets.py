@@ -49,6 +49,7 @@ NORMALIZATION_KEYS = (
     "normalize_observations",
     "normalize_rewards",
     "normalize_rewards_discount",
+    "reward_clip",
 )
 ENTRY_KEYS = ("name", "envs", "settings", "source", "budget")
 
