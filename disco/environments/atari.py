@@ -143,9 +143,11 @@ class _EnvpoolVector:
     obs, reward, terminated, truncated, info = self._pool.step(
         np.asarray(actions, np.int32)
     )
-    order = np.argsort(info["env_id"])
-    obs, reward = obs[order], reward[order]
-    terminated, truncated = terminated[order], truncated[order]
+    order = np.asarray(info["env_id"])
+    if (order != np.arange(self.num_envs)).any():  # sync pools keep order
+      order = np.argsort(order)
+      obs, reward = obs[order], reward[order]
+      terminated, truncated = terminated[order], truncated[order]
     ended = np.flatnonzero(terminated | truncated)
     if ended.size:
       first, first_info = self._pool.reset(ended.astype(np.int32))
