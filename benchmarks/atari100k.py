@@ -142,8 +142,7 @@ def run(args: argparse.Namespace) -> None:
                 last_episodes=args.last_episodes,
                 output_dir=str(folder),
                 overwrite=True,
-            ),
-            progress=False,
+            )
         )
         wall = time.perf_counter() - start
         row = dict(

@@ -442,7 +442,7 @@ def _aggregates_section(agg, settings: ReportSettings) -> list[str]:
         "",
         "With few seeds the bootstrap intervals are too narrow: the "
         "coverage column is the approximate actual coverage of the "
-        "intervals of a mean (normal scores; README, 'Interval coverage'). "
+        "intervals of a mean (normal scores; the documentation's statistics design page, 'Error rates and interval coverage'). "
         "Add seeds for intervals that keep their nominal level.",
     ]
   return lines

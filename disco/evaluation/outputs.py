@@ -409,8 +409,13 @@ def _log_summary(
       f"Env steps: {summary['env_steps']} per seed; learner steps: "
       f"{summary['learner_steps']} per seed"
   )
+  compile_text = (
+      f"{fmt(summary['compile_time_s'], 1)} s"
+      if summary["compile_time_s"] is not None
+      else "not separable from training (a single call)"
+  )
   log(
-      f"Compile time: {fmt(summary['compile_time_s'], 1)} s; wall time: "
+      f"Compile time: {compile_text}; wall time: "
       f"{summary['wall_time_s']:.1f} s; "
       f"{fmt(summary['env_steps_per_s'], 0)} env steps/s, "
       f"{fmt(summary['learner_steps_per_s'], 1)} learner steps/s "
