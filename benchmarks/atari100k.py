@@ -221,8 +221,11 @@ def report(args: argparse.Namespace) -> None:
       if len({len(per[r, g]) for r in rules}) == 1 and per[rules[0], g]
   ]
   seeds = min((len(per[rules[0], g]) for g in complete), default=0)
-  aggregate_text = ""
-  if complete and seeds:
+  aggregate_text = (
+      f"No aggregate yet: the games every rule ran have {seeds} seed(s) each "
+      "(intervals need 2).\n\n"
+  )
+  if complete and seeds >= 2:
     matrix = {
         rule: np.array(
             [
