@@ -283,11 +283,14 @@ for _name, (_make, _settings) in brax_envs.env_specs().items():
 
 def _gymnasium_entry(name: str) -> EnvEntry:
   env_id = name[len(gymnasium_envs.PREFIX) :]
-  if env_id not in gymnasium_envs.gymnasium_ids():
+  ids = gymnasium_envs.gymnasium_ids()
+  if env_id not in ids:
+    close = difflib.get_close_matches(env_id, ids, n=3, cutoff=0.6)
+    hint = f" Did you mean {', '.join(close)}?" if close else ""
     raise ValueError(
         f"Unknown environment {name!r}: {env_id!r} is not in gymnasium's "
-        "registry (register it with gymnasium.register in a module passed "
-        "with --config.imports)."
+        f"registry.{hint} Register your own with gymnasium.register in a "
+        "module passed with --config.imports."
     )
   return EnvEntry(
       name=name,
