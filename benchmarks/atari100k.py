@@ -21,8 +21,9 @@ rule with a 95% stratified-bootstrap interval over the games and seeds run.
 
 ``throughput`` measures env steps per second of ``envpool`` stepping its
 pool with random actions, the same pool through ``disco``'s adapter with
-random actions, and the adapter with the agent acting (Disco103's actor
-step, no learning), interleaved, ``--rounds`` times each.
+random actions, and the host loop with the agent acting (Disco103's actor
+step, which also moves each timestep to the device; no learning),
+interleaved, ``--rounds`` times each.
 """
 
 from __future__ import annotations

@@ -114,7 +114,8 @@ def _check(settings: dict[str, Any]) -> None:
 
 
 def _channels_last(obs: np.ndarray) -> np.ndarray:
-  return np.ascontiguousarray(np.moveaxis(obs, 1, -1))
+  # A view: the copy happens once, where the host loop moves it to the device.
+  return np.moveaxis(obs, 1, -1)
 
 
 class _EnvpoolVector:

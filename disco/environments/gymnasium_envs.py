@@ -110,7 +110,7 @@ class GymnasiumEnv(base.Environment):
     make_vector: ``seed -> VectorEnv`` (same-step auto-reset); called once
       per ``reset``, the seed derived from its key.
     observation_transform: ``[B, ...] -> [B, ...]`` numpy, applied to every
-      observation batch (e.g. channels last), or None.
+      observation batch (e.g. channels last, as a view), or None.
 
   Raises:
     GymnasiumError: if the vector environment resets in its next step, or

@@ -399,11 +399,12 @@ class EvalLoop:
           state.normalizer,
       )
       steps.append(acting.with_env_info(actor_ts, timestep))
+      # Host arrays go to the actor step as they are: its call moves them.
       env_state, timestep = self.env.step(
           env_state, np.asarray(actor_ts.actions)
       )
-      timestep = jax.tree.map(jnp.asarray, timestep)
     rollout = jax.tree.map(lambda *x: jnp.stack(x), *steps)
+    timestep = jax.tree.map(jnp.asarray, timestep)
     return actor.replace(env_state=env_state, timestep=timestep), rollout
 
   # --------------------------------------------------------------- learning
