@@ -4,6 +4,7 @@ steps (400k frames), with published Atari-100k rows beside them.
   python -m benchmarks.atari100k run --out benchmarks/results/atari100k
   python -m benchmarks.atari100k report --out benchmarks/results/atari100k
   python -m benchmarks.atari100k throughput --out benchmarks/results/atari100k
+  python -m benchmarks.atari100k conv --out benchmarks/results/atari100k
 
 ``run`` trains one seed of one rule on one game at a time (``disco-eval``'s
 Python API, each rule with its ``atari`` preset: the Nature-DQN torso,
@@ -24,6 +25,10 @@ pool with random actions, the same pool through ``disco``'s adapter with
 random actions, and the host loop with the agent acting (Disco103's actor
 step, which also moves each timestep to the device; no learning),
 interleaved, ``--rounds`` times each.
+
+``conv`` times the Nature torso's weight gradient computed by
+``hk.Conv2D`` and by ``PatchConv2D``, outside a loop and inside a
+``lax.scan``.
 """
 
 from __future__ import annotations
@@ -412,6 +417,81 @@ def throughput(args: argparse.Namespace) -> None:
   )
 
 
+def _conv_flags(p: argparse.ArgumentParser) -> None:
+  p.add_argument("--frames", type=int, default=129)
+  p.add_argument("--steps", type=int, default=4)
+  p.add_argument("--rounds", type=int, default=3)
+
+
+def conv(args: argparse.Namespace) -> None:
+  """The Nature torso's weight gradient, ``hk.Conv2D`` against
+  ``PatchConv2D``, once outside a loop and ``--steps`` times in a
+  ``lax.scan`` (as sample reuse runs it), interleaved."""
+  import haiku as hk  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+
+  from disco.networks import agent_nets  # pylint: disable=g-import-not-at-top
+
+  frames = np.random.default_rng(0).integers(
+      0, 255, (args.steps, args.frames, 84, 84, 4), dtype=np.uint8
+  )
+
+  def haiku_conv(x):
+    h = x.astype(np.float32) / 255.0
+    for i, (c, k, s) in enumerate(agent_nets.NATURE_CNN_LAYERS):
+      h = jax.nn.relu(
+          hk.Conv2D(c, k, s, padding="VALID", name=f"nature_conv_{i}")(h)
+      )
+    return h.sum()
+
+  def patch_conv(x):
+    return agent_nets.nature_encoder(x).sum()
+
+  programs = {}
+  for name, f in (("hk.Conv2D", haiku_conv), ("PatchConv2D", patch_conv)):
+    net = hk.without_apply_rng(hk.transform(f))
+    params = net.init(jax.random.PRNGKey(0), frames[0])
+    grad = jax.grad(net.apply)
+
+    def scanned(p, xs, grad=grad):
+      step = lambda p, x: (
+          jax.tree.map(lambda a, g: a - 1e-3 * g, p, grad(p, x)),
+          None,
+      )
+      return jax.lax.scan(step, p, xs)[0]
+
+    programs[f"{name}, one step"] = (jax.jit(grad), params, frames[0], 1)
+    programs[f"{name}, {args.steps} steps in a scan"] = (
+        jax.jit(scanned),
+        params,
+        frames,
+        args.steps,
+    )
+  times = {k: [] for k in programs}
+  for fn, params, x, _ in programs.values():
+    jax.block_until_ready(fn(params, x))  # compile
+  for _ in range(args.rounds):
+    for name, (fn, params, x, steps) in programs.items():
+      start = time.perf_counter()
+      jax.block_until_ready(fn(params, x))
+      times[name].append((time.perf_counter() - start) / steps)
+  rows = [
+      dict(what=k, seconds_per_step=round(float(np.median(v)), 3))
+      for k, v in times.items()
+  ]
+  args.out.mkdir(parents=True, exist_ok=True)
+  cli.write_csv(args.out / "conv_gradient.csv", rows)
+  lines = [cli.table_header(list(rows[0]))] + [
+      cli.table_row(list(r.values())) for r in rows
+  ]
+  cli.write_table(
+      args.out,
+      f"Weight gradient of the Nature torso on {args.frames} frames, medians "
+      f"of {args.rounds} interleaved rounds:\n\n" + "\n".join(lines) + "\n",
+      "conv_gradient.md",
+  )
+
+
 def main(argv=None) -> None:
   cli.run_commands(
       __doc__,
@@ -420,6 +500,9 @@ def main(argv=None) -> None:
           report=cli.Command(report, help="tables and figure from runs.csv"),
           throughput=cli.Command(
               throughput, _throughput_flags, "host loop against envpool"
+          ),
+          conv=cli.Command(
+              conv, _conv_flags, "convolution weight gradients in loops"
           ),
       ),
       shared=_shared,
