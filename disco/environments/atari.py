@@ -8,7 +8,9 @@ last ``frame_stack`` of them stacked: uint8 ``[B, 84, 84, 4]`` observations
 sticky actions (``repeat_action_probability=0.25``), the full action set of
 18, no loss-of-life episodes, no no-op starts, games cut at 108,000 frames
 (a truncation); ``noop_max=30`` with ``repeat_action_probability=0`` is
-the older protocol of Mnih et al. (2015). Rewards are the game's score
+the older protocol of Mnih et al. (2015). ``episodic_life=True`` ends the
+game at the first life lost (a termination; the next episode is a new
+game), not only the episode as DQN's wrapper did. Rewards are the game's score
 changes, unclipped, so episode returns are game scores; the learner's
 clipping is a loop setting (``reward_clip``).
 
