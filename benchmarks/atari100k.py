@@ -341,23 +341,8 @@ def throughput(args: argparse.Namespace) -> None:
 
   if "envpool" not in atari.available_backends():
     cli.usage_error("throughput compares against envpool: pip install envpool")
-  import envpool  # pylint: disable=g-import-not-at-top
-
   b = args.num_envs
-  # envpool's own pool with the settings of atari/<Game>.
-  raw = envpool.make(
-      f"{args.game}-v5",
-      env_type="gymnasium",
-      num_envs=b,
-      seed=0,
-      repeat_action_probability=atari.SETTINGS["repeat_action_probability"],
-      full_action_space=True,
-      noop_max=1,
-      episodic_life=False,
-      reward_clip=False,
-      use_fire_reset=False,
-      max_episode_steps=atari.SETTINGS["max_episode_frames"] // 4,
-  )
+  raw = atari.envpool_pool(args.game, b)  # the reference: envpool bare
   env = registry.make_env(f"atari/{args.game}", b, backend="envpool")
   plan = evaluation.build(
       evaluation.make_config(

@@ -164,10 +164,16 @@ class _EnvpoolVector:
       close()
 
 
-def _envpool_vector(game: str, batch_size: int, seed: int, s: dict) -> Any:
+def envpool_pool(game: str, batch_size: int, seed: int = 0, **settings) -> Any:
+  """envpool's own batched pool of ``batch_size`` games with the preprocessing
+  of ``atari/<game>`` (``settings``: ``SETTINGS`` keys, their defaults
+  otherwise), stepping in envpool's way: a finished game resets in the next
+  step. ``atari/<game>`` wraps it; benchmarks step it bare as the reference.
+  """
   import envpool  # pylint: disable=g-import-not-at-top
 
-  pool = envpool.make(
+  s = {**SETTINGS, **settings}
+  return envpool.make(
       f"{game}-v5",
       env_type="gymnasium",
       num_envs=batch_size,
@@ -185,7 +191,6 @@ def _envpool_vector(game: str, batch_size: int, seed: int, s: dict) -> Any:
       img_width=SCREEN_SIZE,
       gray_scale=True,
   )
-  return _EnvpoolVector(pool)
 
 
 def _ale_vector(game: str, batch_size: int, s: dict) -> Any:
@@ -243,7 +248,7 @@ def make(game: str, batch_size: int, **settings: Any):
 
   def make_vector(seed: int):
     if backend == "envpool":
-      return _envpool_vector(game, int(batch_size), seed, s)
+      return _EnvpoolVector(envpool_pool(game, int(batch_size), seed, **s))
     return _ale_vector(game, int(batch_size), s)  # seeded by its reset
 
   return gymnasium_envs.GymnasiumEnv(make_vector, _channels_last)

@@ -157,7 +157,8 @@ def parse_config_flags(
   """Defines ``--config`` on ``flag_values`` (default: absl's FLAGS) and parses
   ``argv`` (``--config=FILE[:ARG]``, default ``default_config``, and
   ``--config.key=value`` overrides, applied after ``prepare(config, argv)``);
-  returns the remaining arguments.
+  returns the remaining arguments. The modules of ``imports`` are imported
+  before ``prepare`` runs.
 
   Raises:
     UsageError: unknown flags or config keys, bad values, or a config file that
@@ -166,6 +167,10 @@ def parse_config_flags(
   fv = flags.FLAGS if flag_values is None else flag_values
   path, arg, argv = config_file_from_argv(list(argv), default_config)
   config = checks.load_config_file(path, arg)
+  # A module of --config.imports may register what the other flags name.
+  checks.import_modules(
+      override_value(argv, "imports") or config.get("imports", "")
+  )
   if prepare is not None:
     prepare(config, argv)
   argv = last_tuple_overrides(argv, config)

@@ -20,7 +20,6 @@ import ast
 
 from ml_collections import config_dict
 
-from disco import checks
 from disco.comparison import runner
 from disco.comparison import settings as compare_settings
 from disco.launch import common
@@ -36,8 +35,6 @@ def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
   registered rule of ``config.rules`` (as the command line names them) with its
   settings and defaults, so overrides may set those and no other
   (``comparison.settings.prepare``)."""
-  # A module of --config.imports may register the rules.
-  checks.import_modules(common.override_value(argv, "imports"))
   rules = None
   text = common.override_value(argv, "rules")
   if text is not None:

@@ -75,8 +75,6 @@ def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
   ``config.rule_kwargs`` every setting of the environment and rule the command
   line names, with defaults (its preset's where it has one), so overrides may
   set those and no other (``evaluation.prepare``)."""
-  # A module of --config.imports may register the rule or environment.
-  checks.import_modules(common.override_value(argv, "imports"))
   evaluation.prepare(
       config,
       env=common.override_value(argv, "env"),
