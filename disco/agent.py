@@ -351,7 +351,7 @@ class Agent:
     parameters ``params' = params + u(g(x))``, taken through the update, the
     optimiser's step ``u`` included:
 
-      d outer / dx = d/dx <J w, dL/d out(x)>,  w = (du/dg)^T grad outer(params'),
+        d outer / dx = d/dx <J w, dL/d out(x)>,  w = (du/dg)^T grad outer(params'),
 
     with ``J w`` the network's outputs' derivative at ``params`` along ``w``
     and ``dL/d out(x)`` the inner loss's gradient with respect to the outputs

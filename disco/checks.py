@@ -12,8 +12,10 @@ import contextlib
 import difflib
 import importlib
 import math
+import os
 from pathlib import Path
 import runpy
+import sys
 from typing import Any, TypeVar
 
 from ml_collections import config_dict
@@ -217,17 +219,20 @@ def check_tracking(spec: Any) -> tuple[str, ...]:
 
 def import_modules(names: str) -> None:
   """Imports the comma-separated modules of ``config.imports`` (which register
-  rules or environments)."""
+  rules or environments), from ``sys.path`` or, as ``python -m`` would, the
+  current directory."""
   for name in (n.strip() for n in str(names or "").split(",")):
     if not name:
       continue
+    if os.getcwd() not in sys.path:
+      sys.path.append(os.getcwd())
     try:
       importlib.import_module(name)
     except Exception as e:  # noqa: BLE001 - any import failure is a usage error
       raise errors.UsageError(
           f"Cannot import module {name!r} (config.imports): "
           f"{type(e).__name__}: {errors.one_line(e)}. Check the name and that it is "
-          "on PYTHONPATH."
+          "in the current directory or on PYTHONPATH."
       ) from None
 
 

@@ -2,12 +2,12 @@
 
 A config's ``tracking`` setting names the backends, comma-separated:
 
-  ``"csv"``          the CSV and PNG files only (the default);
-  ``"tensorboard"``  also event files in ``<output_dir>/tensorboard``
-                     (``tensorboardX``);
-  ``"wandb"``        also a Weights & Biases run in ``<output_dir>/wandb``,
-                     offline unless ``WANDB_MODE=online`` (``wandb sync``
-                     uploads it); project ``$WANDB_PROJECT`` or ``disco``.
+* ``"csv"``: the CSV and PNG files only (the default);
+* ``"tensorboard"``: also event files in ``<output_dir>/tensorboard``
+  (``tensorboardX``);
+* ``"wandb"``: also a Weights & Biases run in ``<output_dir>/wandb``,
+  offline unless ``WANDB_MODE=online`` (``wandb sync`` uploads it); project
+  ``$WANDB_PROJECT`` or ``disco``.
 
 A ``Tracker`` takes the config once, then scalars by step, then a summary, and
 is closed. Only process 0 tracks.

@@ -2,15 +2,17 @@ r"""Writes the site's reference pages (docs/reference/) from the code.
 
   python docs/gen_reference.py            # rewrite docs/reference/*.md
   python docs/gen_reference.py --check    # exit 1 naming the stale pages
+  python docs/gen_reference.py --nav      # the Python API's nav for mkdocs.yml
 
 Nothing on these pages is written by hand: the rules and their settings come
 from ``disco.update_rules.registry`` (and the launchers' own listing,
 ``disco.update_rules.overrides.rows``), the environments and their settings from
 ``disco.environments.registry``, the launchers' config keys from
 ``configs/*.py`` (defaults from ``get_config()``, meanings from the comments
-beside each key), and the Python API pages are mkdocstrings directives, one
-per module of the package. ``tests/test_docs.py`` checks that the committed
-pages equal what this script writes.
+beside each key), and the Python API pages are mkdocstrings directives
+grouped by task (``API_PAGES``: a workflow package's exports, whole modules,
+and the rest of a package), each page after an example. ``tests/test_docs.py``
+checks that the committed pages equal what this script writes.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import io
 from pathlib import Path
 import sys
 import tokenize
-from typing import Any
+from typing import Any, NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "docs" / "reference"
@@ -44,77 +46,6 @@ DERIVED_CONFIGS = (
     ("meta_train_lpg", "meta_train", "disco-meta-train"),
     ("meta_train_online", "meta_train", "disco-meta-train"),
 )
-
-# Python API pages: title, package, intro.
-API_PAGES = (
-    ("Core", "disco", "Types, small maths, the agent, weights and files."),
-    (
-        "Environments",
-        "disco.environments",
-        "The batched interface, the " "built-in environments and the registry.",
-    ),
-    ("Networks", "disco.networks", "Agent networks and meta-networks."),
-    (
-        "Value functions",
-        "disco.value_fns",
-        "Returns, categorical values, " "normalisation and losses.",
-    ),
-    (
-        "Update rules",
-        "disco.update_rules",
-        "The rule interface, the " "built-in rules and the registry.",
-    ),
-    (
-        "Training",
-        "disco.training",
-        "Acting, replay and the compiled " "evaluation loop.",
-    ),
-    (
-        "Evaluation",
-        "disco.evaluation",
-        "Meta-evaluation as a library: settings checked in one pass, "
-        "build, run, the run folder's outputs and `evaluate`.",
-    ),
-    (
-        "Scoring",
-        "disco.scoring",
-        "Normalised scores and their aggregates with bootstrap intervals, "
-        "which comparisons and meta-training's validation both use.",
-    ),
-    (
-        "Meta-training",
-        "disco.meta",
-        "Meta-training: its settings, the trainer and its hooks, "
-        "meta-gradients, estimators, level samplers, the population step, "
-        "checkpoints and validation.",
-    ),
-    (
-        "Distillation",
-        "disco.distillation",
-        "A smaller Disco meta-network fitted to a teacher's targets: the "
-        "settings, build, the resumable dataset, the fit and its agreement, "
-        "run, the run folder and `distill`; and an LPO drift fitted by a "
-        "smaller or closed-form one.",
-    ),
-    (
-        "Comparison",
-        "disco.comparison",
-        "Results, significance tests, the report and plots; the runner "
-        "(settings, runs, tuning) and `compare`.",
-    ),
-    (
-        "Parity",
-        "disco.parity",
-        "Checks against fixtures computed by the published implementation "
-        "(python -m disco.parity).",
-    ),
-    (
-        "Launchers",
-        "disco.launch",
-        "The command lines: flags in, a library call, output.",
-    ),
-)
-
 
 # ----------------------------------------------------------- formatting ----
 
@@ -209,7 +140,8 @@ def rules_page() -> str:
       out.append(entry.description[0].upper() + entry.description[1:] + ".\n")
     out.append(
         f"Class: `{make.__module__}.{make.__qualname__}`"
-        f" ([API](api/update_rules.md#{make.__module__}.{make.__qualname__})). "
+        f" ([API](api/{api_page_of(make.__module__)}.md"
+        f"#{make.__module__}.{make.__qualname__})). "
         f"Meta-parameters: {_meta_text(entry)}. Loop: "
         + (
             ", ".join(f"`{k}={v}`" for k, v in entry.loop.items())
@@ -552,43 +484,1148 @@ def configs_page() -> str:
 
 
 # ------------------------------------------------------------------ API ----
+#
+# The Python API pages, by what a user wants to do: the workflows first
+# (each a package whose ``__init__`` exports its public API), then what a
+# user writes and registers (rules, environments, estimators, level
+# samplers), the building blocks, and last the internals (the modules behind
+# the workflows). Each page but the internals' opens with an example.
+
+
+class Exports(NamedTuple):
+  """A package's exports (its ``__all__``): ``first`` in this order, then the
+  rest in ``__all__``'s order."""
+
+  package: str
+  first: tuple[str, ...] = ()
+
+
+class Objects(NamedTuple):
+  """Some objects of a module, each with its own heading (the module's
+  directive elsewhere leaves them out)."""
+
+  module: str
+  names: tuple[str, ...]
+
+
+class Rest(NamedTuple):
+  """The modules of ``package`` (not its subpackages) that no other page
+  shows, alphabetically."""
+
+  package: str
+
+
+class ApiPage(NamedTuple):
+  slug: str
+  title: str
+  group: str
+  what: str  # one line for the index
+  intro: str
+  example: str = ""
+  # Module names (the module with every public name that no other entry
+  # shows), Exports, Objects and Rest.
+  entries: tuple[Any, ...] = ()
+
+
+GROUPS = (
+    ("workflows", "Workflows", "The launchers' work as library calls."),
+    (
+        "extending",
+        "Rules, environments and extensions",
+        "What you write and register.",
+    ),
+    (
+        "blocks",
+        "Building blocks",
+        "Useful on their own: the agent, networks, "
+        "value functions, the training loop, scores and statistics.",
+    ),
+    (
+        "internals",
+        "Internals",
+        "The modules behind the workflows, for "
+        "reading the code: no stable interface.",
+    ),
+)
+
+# mkdocstrings options of every directive. Google-style ``Returns:`` text
+# wraps at the indentation of its first line in this code base: one item
+# (the default would make each line a separate return value).
+DIRECTIVE_OPTIONS = (
+    "docstring_options: {warn_unknown_params: false, warn_missing_types: "
+    "false, returns_multiple_items: false}"
+)
+
+EVALUATE_EXAMPLE = """\
+from disco import evaluation
+
+# Train Catch agents with the published Disco103 rule: 3 seeds, vmapped.
+summary = evaluation.evaluate(
+    rule="disco103", env="catch", num_seeds=3, output_dir="runs/api-eval"
+)
+print(summary["final_return_mean"], summary["final_return_ci"])
+
+# Step by step: settings (every check at once), a plan, a run.
+config = evaluation.make_config(rule="ppo", env="catch", num_seeds=3)
+settings = evaluation.EvalSettings.from_config(config)
+plan = evaluation.build(settings)       # rule, environment, agent, loop
+result = evaluation.run(plan)           # every seed's metrics, on the host
+print(plan.iterations, result.metrics["mean_return"].shape)"""
+
+COMPARE_EXAMPLE = """\
+from disco import comparison
+
+# Compare two rules on Catch, with intervals and tests.
+stats = comparison.compare(
+    rules=("actor_critic", "ppo"),
+    envs=("catch",),
+    num_seeds=5,
+    output_dir="runs/api-compare",
+)
+print(stats["aggregates"]["ppo"]["iqm"])"""
+
+META_EXAMPLE = """\
+from disco import evaluation
+from disco import meta
+
+
+class PrintLoss(meta.Hook):
+  def after_step(self, progress):
+    if progress.row is not None:  # a logged meta-step
+      print(progress.step, progress.row["meta_loss"])
+
+
+# Meta-train a Disco rule from random meta-parameters on Catch 5x5 agents.
+run = meta.meta_train(
+    num_meta_steps=20, output_dir="runs/api-meta", hooks=[PrintLoss()]
+)
+print(run["final"]["rewards"], run["meta_params_file"])
+found = evaluation.evaluate(rule=run["meta_params_file"], env="catch")"""
+
+DISTILL_EXAMPLE = """\
+from disco import distillation
+from disco import evaluation
+
+# Fit a smaller meta-network to Disco103's targets on Catch.
+summary = distillation.distill(
+    distillation.make_config(
+        teacher="disco103", envs=("catch",), output_dir="runs/api-distill"
+    )
+)
+print(summary["student"], summary["student_meta_params"])  # file, size
+found = evaluation.evaluate(rule=str(summary["student"]), env="catch")"""
+
+RULE_EXAMPLE = '''\
+from disco import evaluation
+from disco.networks import agent_nets
+from disco.update_rules import actor_critic
+from disco.update_rules import registry
+
+
+class MyRule(actor_critic.ActorCritic):
+  """Actor-critic with a smaller entropy bonus."""
+
+  default_hyper_params = dict(
+      actor_critic.ActorCritic.default_hyper_params, entropy_cost=0.01
+  )
+
+
+registry.register_rule(
+    "my_rule",
+    MyRule,
+    dict(learning_rate=1e-3, network=agent_nets.network_settings((64, 64))),
+)
+rule = registry.make_rule(registry.default_settings("my_rule"))
+summary = evaluation.evaluate(
+    rule="my_rule", env="catch", output_dir="runs/my-rule"
+)'''
+
+BUILTIN_RULES_EXAMPLE = """\
+from disco import evaluation
+from disco.update_rules import registry
+
+settings = registry.default_settings("ppo")  # its registered settings
+rule = registry.make_rule(settings)
+print(type(rule).__name__, rule.hyper_params["clip_epsilon"])
+
+# The same rule trained with another clipping range.
+summary = evaluation.evaluate(
+    rule="ppo", env="catch", hyper_params={"clip_epsilon": 0.1}
+)"""
+
+ENV_EXAMPLE = """\
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from disco.environments import catch
+from disco.environments import registry
+
+# A name for an environment class, with its settings and their defaults.
+registry.register_env(
+    "my_catch", catch.Catch, dict(rows=8, columns=8), description="my Catch"
+)
+env = registry.make_env("my_catch", batch_size=32, rows=5)
+state, timestep = env.reset(jax.random.PRNGKey(0))
+state, timestep = env.step(state, jnp.zeros([32], jnp.int32))
+print(timestep.reward.shape, timestep.step_type.shape)  # [B] each
+
+
+# A family: names resolved on first use ("sized_catch/6x4").
+def sized_catch(name):
+  rows, columns = map(int, name.removeprefix("sized_catch/").split("x"))
+  make = functools.partial(catch.Catch, rows=rows, columns=columns)
+  return registry.EnvEntry(name, make, {})
+
+
+registry.register_env_family("sized_catch/", sized_catch, "Catch of any size")
+env = registry.make_env("sized_catch/6x4", batch_size=4)
+print(env.observation_spec().shape)  # (6, 4, 1)"""
+
+BUILTIN_ENVS_EXAMPLE = """\
+import jax
+
+from disco.environments import registry
+
+print(registry.env_names()[:8])  # the built-in names first
+env = registry.make_env("lpg/dense", batch_size=16)
+state, timestep = env.reset(jax.random.PRNGKey(0))
+print(env.observation_spec(), env.action_spec())"""
+
+SUITES_EXAMPLE = """\
+import jax
+
+from disco.environments import registry
+
+# gymnax is installed with disco; brax, craftax and jumanji are extras
+# (pip install -e '.[brax]').
+env = registry.make_env("gymnax/CartPole-v1", batch_size=8)
+state, timestep = env.reset(jax.random.PRNGKey(0))
+print(registry.get_entry("gymnax/CartPole-v1").settings)"""
+
+ESTIMATOR_EXAMPLE = '''\
+import dataclasses
+
+import jax
+
+from disco.meta import estimator_registry
+from disco.meta import population
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaledSettings:
+  scale: float = 1.0
+
+  @classmethod
+  def from_config(cls, values, agent):
+    return cls(**values)
+
+
+class ScaledBackprop(population.BackpropPopulation):
+  """Backprop whose meta-gradient is scaled."""
+
+  def __init__(self, groups, config, settings, optimizer, devices, normalizers):
+    self.scale = settings.scale
+    super().__init__(groups, config, optimizer, devices)
+
+  def _combine(self, ctx, groups):
+    grads, logs = super()._combine(ctx, groups)
+    return jax.tree.map(lambda g: g * self.scale, grads), logs
+
+
+estimator_registry.register_estimator(
+    "scaled_backprop", ScaledBackprop, settings=ScaledSettings,
+    replay=True, level_samplers=True)'''
+
+LEVEL_SAMPLER_EXAMPLE = '''\
+import jax
+
+from disco.meta import level_sampler_registry
+from disco.meta import level_samplers
+
+
+class FixedLevel(level_samplers.LevelSampler):
+  """Every lifetime on one level."""
+
+  def draw(self, state, rng):
+    return super().draw(state, jax.random.PRNGKey(0))
+
+
+level_sampler_registry.register_level_sampler("fixed_level", FixedLevel)'''
+
+AGENT_EXAMPLE = """\
+import jax
+
+from disco import agent as agent_lib
+from disco.environments import registry as env_registry
+from disco.update_rules import registry as rule_registry
+
+env = env_registry.make_env("catch", batch_size=2)
+agent = agent_lib.make_agent(
+    rule_registry.default_settings("actor_critic"), env.num_actions
+)
+env_state, timestep = env.reset(jax.random.PRNGKey(0))
+one_observation = jax.tree.map(lambda x: x[0], timestep.observation)
+learner_state = agent.initial_learner_state(
+    jax.random.PRNGKey(1), one_observation
+)
+step = agent.actor_step(
+    learner_state.params, jax.random.PRNGKey(2), timestep,
+    learner_state.rule_state,
+)
+print(step.actions)  # [B]"""
+
+NETWORKS_EXAMPLE = """\
+import jax
+import jax.numpy as jnp
+
+from disco.networks import agent_nets
+from disco.update_rules import registry
+
+# The agent network of a rule: a torso, the rule's heads and action model.
+settings = registry.default_settings("actor_critic")
+rule = registry.make_rule(settings)
+network = agent_nets.make_network(
+    agent_nets.make_net_config(settings.network),
+    num_actions=3,
+    flat_spec=rule.flat_output_spec(3),
+    model_spec=rule.model_output_spec(3),
+)
+observations = jnp.zeros([4, 5, 5, 1])  # [B, ...]
+params = network.init(jax.random.PRNGKey(0), observations)
+print(jax.tree.map(jnp.shape, network.apply(params, observations)))"""
+
+VALUE_FNS_EXAMPLE = """\
+import jax.numpy as jnp
+
+from disco.value_fns import returns
+
+T, B = 5, 2
+outs = returns.vtrace(
+    rewards=jnp.ones([T, B]),
+    env_discounts=jnp.ones([T, B]),
+    rho=jnp.ones([T, B]),
+    values=jnp.zeros([T + 1, B]),
+    discount=0.99,
+    lambda_=0.95,
+)
+print(outs.value_target.shape)  # [T, B]"""
+
+TRAINING_EXAMPLE = """\
+from disco import agent as agent_lib
+from disco import weights
+from disco.environments import registry as env_registry
+from disco.training import loop
+from disco.update_rules import registry as rule_registry
+
+env = env_registry.make_env("catch", batch_size=2, rows=8, columns=8)
+settings = rule_registry.default_settings("disco103")
+agent = agent_lib.make_agent(settings, env.num_actions)
+eval_loop = loop.EvalLoop(agent, env, loop.LoopConfig())
+states = eval_loop.init_seeds([0, 1, 2])  # three seeds, vmapped
+states, metrics = eval_loop.run(
+    states, weights.load_disco103(), num_iterations=100
+)"""
+
+SCORING_EXAMPLE = """\
+import numpy as np
+
+from disco.scoring import aggregates
+
+# Normalised scores {rule: [num_seeds, num_envs]}.
+rng = np.random.default_rng(0)
+scores = {"ppo": rng.uniform(size=(5, 3)), "ac": rng.uniform(size=(5, 3))}
+result = aggregates.aggregate_metrics(scores, reps=1000)
+print(result["ppo"].iqm)  # an Interval: the estimate and its bounds
+better = aggregates.probability_of_improvement(scores, reps=1000)
+print(better[("ppo", "ac")].probability)"""
+
+STATISTICS_EXAMPLE = """\
+from disco.comparison import two_sample
+
+# Final returns of five seeds of two rules.
+result = two_sample.run_test(
+    [0.91, 0.85, 0.88, 0.95, 0.79], [0.62, 0.70, 0.66, 0.58, 0.74], "welch"
+)
+print(result.p_value, result.hedges_g, result.seeds_needed)"""
+
+WEIGHTS_EXAMPLE = """\
+import numpy as np
+
+from disco import weights
+
+# Meta-parameters {module: {name: array}} to a file and back.
+params = {"meta_net/linear": {"w": np.ones((4, 2), np.float32)}}
+path = weights.save_meta_params("my_meta_params.npz", params, {"note": "mine"})
+loaded = weights.load_meta_params(path, expected=params)
+print(weights.load_metadata(path), loaded["meta_net/linear"]["w"].shape)"""
+
+PARITY_EXAMPLE = """\
+import glob
+
+from disco import parity
+
+for path in sorted(glob.glob("../shared/fixtures/*.npz")):
+  report = parity.check_fixture(path)
+  print(path, report.kind, report.ok, report.worst)"""
+
+
+def _guide(name: str, text: str) -> str:
+  return f"[{text}](../../guides/{name}.md)"
+
+
+API_PAGES = (
+    # ------------------------------------------------------- workflows ----
+    ApiPage(
+        "evaluation",
+        "Evaluate a rule",
+        "workflows",
+        "`disco-eval` as a library: `evaluate`, or settings, build, run, write.",
+        "Train agents with a fixed rule and report their returns: "
+        "`disco-eval` as a library. `evaluate` does it all; `make_config`, "
+        "`EvalSettings.from_config`, `build`, `run`, `open_output` and "
+        "`write` are its steps. Guides: "
+        + _guide("evaluating", "evaluating a rule")
+        + ", "
+        + _guide("python-api", "the Python API")
+        + ".",
+        EVALUATE_EXAMPLE,
+        (
+            Exports(
+                "disco.evaluation",
+                (
+                    "evaluate",
+                    "make_config",
+                    "default_config",
+                    "EvalSettings",
+                    "build",
+                    "EvalPlan",
+                    "run",
+                    "EvalResult",
+                    "open_output",
+                    "write",
+                ),
+            ),
+        ),
+    ),
+    ApiPage(
+        "comparison",
+        "Compare rules",
+        "workflows",
+        "`disco-compare` as a library: `compare`, its steps, its results and report.",
+        "Train several rules on several environments and seeds, then report "
+        "aggregates with intervals and pairwise tests: `disco-compare` as a "
+        "library. `compare` does it all; `build`, `run` and `write` are its "
+        "steps; `results` reads a comparison's runs back and `report` "
+        "writes its statistics. Guide: "
+        + _guide("comparing", "comparing rules")
+        + ".",
+        COMPARE_EXAMPLE,
+        (
+            Exports(
+                "disco.comparison",
+                (
+                    "compare",
+                    "make_config",
+                    "default_config",
+                    "CompareSettings",
+                    "Tuning",
+                    "build",
+                    "ComparePlan",
+                    "Cell",
+                    "run",
+                    "write",
+                ),
+            ),
+            "disco.comparison.results",
+            "disco.comparison.report",
+        ),
+    ),
+    ApiPage(
+        "meta",
+        "Meta-train a rule",
+        "workflows",
+        "`disco-meta-train` as a library: `meta_train`, its steps, the trainer and its hooks.",
+        "Meta-learn a rule's meta-parameters with a population of agents: "
+        "`disco-meta-train` as a library. `meta_train` does it all; "
+        "`MetaTrainSettings.from_config`, `build`, `run` (the `MetaTrainer` "
+        "loop, which hands every meta-step to its hooks) and `write` are its "
+        "steps. Estimators and level samplers have their own pages "
+        "([estimators](estimators.md), [level samplers](level_samplers.md)). "
+        "Guides: "
+        + _guide("meta-training", "meta-training")
+        + ", "
+        + _guide("python-api", "the Python API")
+        + ".",
+        META_EXAMPLE,
+        (
+            Exports(
+                "disco.meta",
+                (
+                    "meta_train",
+                    "train",
+                    "default_config",
+                    "MetaTrainSettings",
+                    "build",
+                    "MetaTrainPlan",
+                    "run",
+                    "MetaTrainer",
+                    "MetaTrainResult",
+                    "write",
+                    "Hook",
+                    "Progress",
+                    "export_meta_params",
+                    "load_initial_meta_params",
+                ),
+            ),
+            "disco.meta.hooks",
+        ),
+    ),
+    ApiPage(
+        "distillation",
+        "Distil a rule",
+        "workflows",
+        "`disco-distill` as a library: `distill` and its steps; LPO drifts.",
+        "Fit a smaller meta-network to a learned rule's targets: "
+        "`disco-distill` as a library. `distill` does it all; "
+        "`DistillSettings.from_config`, `build`, `open_output`, `run` "
+        "(dataset, fit, agreement) and `write` are its steps; `drift_fit` "
+        "fits an LPO drift with a smaller or closed-form one. Guide: "
+        + _guide("distillation", "distilling a rule")
+        + ".",
+        DISTILL_EXAMPLE,
+        (
+            Exports(
+                "disco.distillation",
+                (
+                    "distill",
+                    "make_config",
+                    "default_config",
+                    "DistillSettings",
+                    "build",
+                    "DistillPlan",
+                    "run",
+                    "DistillResult",
+                    "open_output",
+                    "write",
+                ),
+            ),
+            "disco.distillation.drift_fit",
+        ),
+    ),
+    # ------------------------------------------------------- extending ----
+    ApiPage(
+        "update_rules",
+        "Rules",
+        "extending",
+        "The rule interface (`UpdateRule`), the registry, agent settings, rule files, presets.",
+        "A rule subclasses `UpdateRule` (`disco.update_rules.base`) and is "
+        "registered by name with `registry.register_rule`; every launcher "
+        "then accepts the name. Also here: the agent settings a rule is "
+        "built from, rules from files (`resolve`) and presets. The rules "
+        "that come with disco: [built-in rules](builtin_rules.md). Guide: "
+        + _guide("extending", "writing and registering a rule")
+        + ".",
+        RULE_EXAMPLE,
+        (
+            "disco.update_rules.base",
+            "disco.update_rules.registry",
+            "disco.update_rules.agent_settings",
+            "disco.update_rules.resolve",
+            "disco.update_rules.presets",
+        ),
+    ),
+    ApiPage(
+        "builtin_rules",
+        "Built-in rules",
+        "extending",
+        "Actor-critic, policy gradient, PPO, DPO/LPO, MPO, SPO, STAC, Disco, LPG.",
+        "The rules that come with disco, each an `UpdateRule`; their "
+        "registered names, settings and defaults: "
+        "[rules](../rules.md).",
+        BUILTIN_RULES_EXAMPLE,
+        (
+            "disco.update_rules.actor_critic",
+            "disco.update_rules.policy_gradient",
+            "disco.update_rules.ppo",
+            "disco.update_rules.mirror_learning",
+            "disco.update_rules.mpo",
+            "disco.update_rules.spo",
+            "disco.update_rules.self_tuning",
+            "disco.update_rules.disco",
+            "disco.update_rules.lpg",
+        ),
+    ),
+    ApiPage(
+        "environments",
+        "Environments",
+        "extending",
+        "The batched interface, `EnvTimestep`, the registry (`register_env`, `register_env_family`).",
+        "An environment is a batch of streams (`base.Environment`) whose "
+        "`reset` and `step` return an `EnvTimestep`; `registry."
+        "register_env` names one with its settings, `register_env_family` "
+        "a whole suite of names, and every launcher then accepts them. The "
+        "environments that come with disco: [built-in environments]"
+        "(builtin_environments.md), [suites](env_suites.md). Guide: "
+        + _guide("extending", "registering an environment")
+        + ".",
+        ENV_EXAMPLE,
+        (
+            "disco.environments.base",
+            Objects("disco.types", ("EnvTimestep", "ArraySpec")),
+            "disco.environments.registry",
+        ),
+    ),
+    ApiPage(
+        "builtin_environments",
+        "Built-in environments",
+        "extending",
+        "Catch, the delayed chain, the LPG grid worlds.",
+        "Catch, the delayed chain and the LPG grid worlds: jittable, with no "
+        "extra package. Every registered name and its settings: "
+        "[environments](../environments.md).",
+        BUILTIN_ENVS_EXAMPLE,
+        (
+            "disco.environments.catch",
+            "disco.environments.catch_dm_env",
+            "disco.environments.delayed_chain",
+            "disco.environments.lpg_grid",
+            "disco.environments.lpg_levels",
+            Rest("disco.environments"),
+        ),
+    ),
+    ApiPage(
+        "env_suites",
+        "Environment suites",
+        "extending",
+        "gymnax, Brax, XLand-MiniGrid, Craftax, Sokoban, Gymnasium, Atari.",
+        "Other libraries' environments as disco environments: gymnax, Brax, "
+        "XLand-MiniGrid, Craftax, Sokoban (jumanji), Gymnasium and Atari, "
+        "and what their adapters share (`suite_utils`).",
+        SUITES_EXAMPLE,
+        (
+            "disco.environments.gymnax_envs",
+            "disco.environments.brax_envs",
+            "disco.environments.xminigrid_envs",
+            "disco.environments.craftax_envs",
+            "disco.environments.sokoban_envs",
+            "disco.environments.gymnasium_envs",
+            "disco.environments.atari",
+            "disco.environments.suite_utils",
+        ),
+    ),
+    ApiPage(
+        "estimators",
+        "Estimators",
+        "extending",
+        "Meta-gradient estimators: the meta-step outline, backprop, BMG, ES, PES, the registry.",
+        "An estimator turns the population and the meta-parameters into a "
+        "meta-update: a `MetaStepProgram` (`meta_step`) registered with "
+        "`estimator_registry.register_estimator`; the built-in ones are "
+        "backprop (`population`), BMG, ES and PES. Guides: "
+        + _guide("estimators", "estimators")
+        + ", "
+        + _guide("extending", "writing an estimator")
+        + ".",
+        ESTIMATOR_EXAMPLE,
+        (
+            "disco.meta.estimator_registry",
+            "disco.meta.meta_step",
+            "disco.meta.population",
+            "disco.meta.bmg",
+            "disco.meta.es",
+            "disco.meta.pes",
+        ),
+    ),
+    ApiPage(
+        "level_samplers",
+        "Level samplers",
+        "extending",
+        "Curricula: uniform, PLR, GROOVE, the registry.",
+        "A level sampler picks the level of every new lifetime: a "
+        "`LevelSampler` registered with `level_sampler_registry."
+        "register_level_sampler`; the built-in ones are uniform, PLR and "
+        "GROOVE. Guides: "
+        + _guide("levels", "levels and curricula")
+        + ", "
+        + _guide("extending", "writing a level sampler")
+        + ".",
+        LEVEL_SAMPLER_EXAMPLE,
+        (
+            "disco.meta.level_sampler_registry",
+            "disco.meta.level_samplers",
+        ),
+    ),
+    # -------------------------------------------------- building blocks ----
+    ApiPage(
+        "core",
+        "Agent and types",
+        "blocks",
+        "The agent, the types between the pieces, policies, optimisers, small maths.",
+        "The agent (a network, an optimiser and pure acting and learning "
+        "steps, never branching on its rule), the types that pass between "
+        "the pieces, policies, optimisers and small maths. Guide: "
+        + _guide("library", "using disco as a library")
+        + ".",
+        AGENT_EXAMPLE,
+        (
+            "disco.agent",
+            "disco.types",
+            "disco.policies",
+            "disco.optimizers",
+            "disco.ops",
+        ),
+    ),
+    ApiPage(
+        "networks",
+        "Networks",
+        "blocks",
+        "Agent networks and meta-networks.",
+        "Agent networks (torso, heads, action-conditional model) and "
+        "meta-networks (Disco's, LPG's) with their input transforms.",
+        NETWORKS_EXAMPLE,
+        (
+            "disco.networks.agent_nets",
+            "disco.networks.action_models",
+            "disco.networks.meta_nets",
+            "disco.networks.input_transforms",
+            "disco.networks.lpg_net",
+        ),
+    ),
+    ApiPage(
+        "value_fns",
+        "Value functions",
+        "blocks",
+        "Returns, categorical values, normalisation and losses.",
+        "Returns (V-trace, Retrace, GAE), categorical values, moving-average "
+        "normalisation and losses. Shapes are time-major: `[T+1, B]` values, "
+        "`[T, B]` rewards.",
+        VALUE_FNS_EXAMPLE,
+        (
+            "disco.value_fns.returns",
+            "disco.value_fns.categorical",
+            "disco.value_fns.ema",
+            "disco.value_fns.losses",
+        ),
+    ),
+    ApiPage(
+        "training",
+        "Training loop",
+        "blocks",
+        "Acting, replay, the compiled loop, normalisation, metrics analysis.",
+        "Agents trained by a fixed rule, fully on device: acting, the "
+        "replay, the compiled loop of rollouts and learner steps, "
+        "observation and reward normalisation, and the analysis of its "
+        "metrics. Guide: "
+        + _guide("library", "using disco as a library")
+        + ".",
+        TRAINING_EXAMPLE,
+        (
+            "disco.training.loop",
+            "disco.training.acting",
+            "disco.training.replay",
+            "disco.training.normalization",
+            "disco.training.analysis",
+        ),
+    ),
+    ApiPage(
+        "scoring",
+        "Scoring",
+        "blocks",
+        "Normalised scores, aggregates with bootstrap intervals, reference scores.",
+        "Normalised scores and their aggregates with stratified-bootstrap "
+        "intervals, which comparisons and meta-training's validation both "
+        "use, and the reference scores they are normalised by.",
+        SCORING_EXAMPLE,
+        (
+            "disco.scoring",
+            "disco.scoring.aggregates",
+            "disco.scoring.normalization",
+            "disco.environments.reference_scores",
+        ),
+    ),
+    ApiPage(
+        "statistics",
+        "Statistical tests",
+        "blocks",
+        "Two-sample tests, pairwise tables, effect sizes, calibration, plots.",
+        "The tests, effect sizes and plots of a comparison: two-sample tests, "
+        "pairwise tables with Holm-Bonferroni correction, error rates by "
+        "simulation. Design: [statistics](../../design/statistics.md).",
+        STATISTICS_EXAMPLE,
+        (
+            "disco.comparison.two_sample",
+            "disco.comparison.significance",
+            "disco.comparison.effect_sizes",
+            "disco.comparison.calibration",
+            "disco.comparison.plots",
+        ),
+    ),
+    ApiPage(
+        "weights",
+        "Weights and run folders",
+        "blocks",
+        "Meta-parameter files, run folders, files, tracking, errors.",
+        "Meta-parameter files (Disco103's included), run folders and their "
+        "files, tracking, and the errors the workflows raise. Guide: "
+        + _guide("run-folders", "run folders")
+        + ".",
+        WEIGHTS_EXAMPLE,
+        (
+            "disco.weights",
+            "disco.run_folders",
+            "disco.files",
+            "disco.tracking",
+            "disco.errors",
+        ),
+    ),
+    ApiPage(
+        "parity",
+        "Parity",
+        "blocks",
+        "Checks against the published implementation's fixtures.",
+        "Checks against fixtures computed by the published implementation "
+        "(`python -m disco.parity FIXTURE.npz ...`). Design: "
+        "[parity](../../design/parity.md).",
+        PARITY_EXAMPLE,
+        (
+            Exports("disco.parity", ("check_fixture", "Report")),
+            Rest("disco.parity"),
+        ),
+    ),
+    # -------------------------------------------------------- internals ----
+    ApiPage(
+        "evaluation_internals",
+        "Evaluation internals",
+        "internals",
+        "Settings, plan, running and outputs of an evaluation.",
+        "The modules of `disco.evaluation`, less what it exports "
+        "([evaluate a rule](evaluation.md)).",
+        entries=(Rest("disco.evaluation"),),
+    ),
+    ApiPage(
+        "comparison_internals",
+        "Comparison internals",
+        "internals",
+        "The runner, runs, settings, tuning and the vmapped grid.",
+        "The modules of `disco.comparison`, less what it exports "
+        "([compare rules](comparison.md)) and its statistics "
+        "([statistical tests](statistics.md)).",
+        entries=(Rest("disco.comparison"),),
+    ),
+    ApiPage(
+        "meta_internals",
+        "Meta-training internals",
+        "internals",
+        "Settings, plan, trainer, meta-gradient, value function, keys, ES maths, divergence.",
+        "Settings, the plan and the trainer's loop, the meta-gradient and "
+        "its value function, random keys, ES's maths and divergence "
+        "records ([meta-train a rule](meta.md)).",
+        entries=(
+            "disco.meta.settings",
+            "disco.meta.plan",
+            "disco.meta.trainer",
+            "disco.meta.meta_gradient",
+            "disco.meta.value_function",
+            "disco.meta.keys",
+            "disco.meta.estimators",
+            "disco.meta.divergence",
+        ),
+    ),
+    ApiPage(
+        "meta_run_internals",
+        "Meta-training run internals",
+        "internals",
+        "Run folder, checkpoints, rule files, metrics history, validation, follower.",
+        "A meta-training run's folder, checkpoints, rule files and metrics, "
+        "and held-out validation with its follower "
+        "([meta-train a rule](meta.md)).",
+        entries=(
+            "disco.meta.run_folder",
+            "disco.meta.checkpoints",
+            "disco.meta.rule_files",
+            "disco.meta.history",
+            "disco.meta.validation_settings",
+            "disco.meta.validation",
+            "disco.meta.validation_record",
+            "disco.meta.follower",
+            Rest("disco.meta"),
+        ),
+    ),
+    ApiPage(
+        "distillation_internals",
+        "Distillation internals",
+        "internals",
+        "Settings, plan, dataset, fitting, running and outputs of a distillation.",
+        "The modules of `disco.distillation`, less what it exports "
+        "([distil a rule](distillation.md)).",
+        entries=(Rest("disco.distillation"),),
+    ),
+    ApiPage(
+        "rule_internals",
+        "Rule internals",
+        "internals",
+        "LPO's drift, MPO's duals, how rule settings are completed and upgraded.",
+        "What the built-in rules share (LPO's drift, MPO's duals) and how "
+        "rule settings are completed, described and upgraded "
+        "([rules](update_rules.md)).",
+        entries=(Rest("disco.update_rules"),),
+    ),
+    ApiPage(
+        "launch",
+        "Launchers",
+        "internals",
+        "The command lines: flags in, a library call, output.",
+        "The command lines (`disco-eval`, `disco-meta-train`, "
+        "`disco-compare`, `disco-validate`, `disco-distill`): flags in, a "
+        "library call, output. Their config keys: "
+        "[launcher configs](../configs.md).",
+        entries=(Rest("disco.launch"),),
+    ),
+    ApiPage(
+        "infrastructure",
+        "Infrastructure",
+        "internals",
+        "Config checks, devices and processes, compilation caches, start-up, stopping.",
+        "Config checks, several devices and processes, the compilation "
+        "caches, start-up and stopping.",
+        entries=(Rest("disco"),),
+    ),
+)
 
 
 def package_modules(package: str) -> list[str]:
-  """The package itself and its modules (for ``disco``: only the top-level
-  modules; subpackages have their own pages)."""
+  """The modules of ``package`` (not its subpackages), alphabetically."""
   folder = REPO / package.replace(".", "/")
-  modules = [package]
-  for path in sorted(folder.glob("*.py")):
-    if path.stem != "__init__" and path.stem != "__main__":
-      modules.append(f"{package}.{path.stem}")
-  return modules
+  return [
+      f"{package}.{path.stem}"
+      for path in sorted(folder.glob("*.py"))
+      if path.stem not in ("__init__", "__main__")
+  ]
 
 
-def api_slug(package: str) -> str:
-  return "core" if package == "disco" else package.split(".")[-1]
+def all_modules() -> list[str]:
+  """Every module and package of disco (``__main__`` modules left out)."""
+  out = []
+  for init in sorted((REPO / "disco").rglob("__init__.py")):
+    package = ".".join(init.parent.relative_to(REPO).parts)
+    out += [package, *package_modules(package)]
+  return out
+
+
+def _source(module: str) -> ast.Module:
+  path = REPO / module.replace(".", "/")
+  if not path.with_suffix(".py").is_file():
+    path = path / "__init__.py"
+  return ast.parse(path.with_suffix(".py").read_text())
+
+
+def public_names(module: str) -> list[str]:
+  """The public names ``module`` defines (not imports), in source order."""
+  names: list[str] = []
+
+  def visit(body: list[ast.stmt]) -> None:
+    for node in body:
+      if isinstance(
+          node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+      ):
+        names.append(node.name)
+      elif isinstance(node, ast.Assign):
+        names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
+      elif isinstance(node, ast.AnnAssign) and isinstance(
+          node.target, ast.Name
+      ):
+        names.append(node.target.id)
+      elif isinstance(node, ast.If):
+        visit(node.body)
+        visit(node.orelse)
+      elif isinstance(node, ast.Try):
+        visit(node.body)
+
+  visit(_source(module).body)
+  return [n for n in dict.fromkeys(names) if not n.startswith("_")]
+
+
+def exports(package: str) -> dict[str, str]:
+  """``{name: the module it comes from}`` of ``package.__all__``, in
+  ``__all__``'s order."""
+  tree = _source(package)
+  origin = {}
+  listed: list[str] = []
+  for node in tree.body:
+    if isinstance(node, ast.ImportFrom) and node.module:
+      for alias in node.names:
+        origin[alias.asname or alias.name] = node.module
+    elif isinstance(node, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+    ):
+      listed = list(ast.literal_eval(node.value))
+  return {name: origin.get(name, package) for name in listed}
+
+
+def _directive(
+    identifier: str, members: list[str] | None = None, ordered: bool = False
+) -> str:
+  """A mkdocstrings directive; ``ordered``: the members in the order given
+  (not grouped by kind), after a summary table."""
+  options = [DIRECTIVE_OPTIONS]
+  if members == []:
+    options.append("members: false")  # the docstring alone
+  elif members is not None:
+    options.append(f"members: [{', '.join(members)}]")
+  if ordered:
+    options += ["group_by_category: false", "summary: true"]
+  return f"::: {identifier}\n    options:\n" + "".join(
+      f"      {o}\n" for o in options
+  )
+
+
+def _placement() -> tuple[dict[str, str], dict[str, set[str]]]:
+  """``{module: the slug of its page}`` of every module a page names or a
+  ``Rest`` takes, and ``{module: its names shown elsewhere}`` (a package's
+  exports, objects with headings of their own)."""
+  placed: dict[str, str] = {}
+  shown: dict[str, set[str]] = {}
+  for page in API_PAGES:
+    for entry in page.entries:
+      if isinstance(entry, str):
+        placed[entry] = page.slug
+      elif isinstance(entry, Exports):
+        placed[entry.package] = page.slug
+        for name, module in exports(entry.package).items():
+          shown.setdefault(module, set()).add(name)
+      elif isinstance(entry, Objects):
+        shown.setdefault(entry.module, set()).update(entry.names)
+  named = dict(placed)
+  for page in API_PAGES:
+    for entry in page.entries:
+      if isinstance(entry, Rest):
+        for module in [entry.package, *package_modules(entry.package)]:
+          if module not in named:
+            placed.setdefault(module, page.slug)
+  return placed, shown
+
+
+def _module_directive(
+    module: str, shown: dict[str, set[str]], named: bool = False
+) -> str:
+  """The directive of ``module`` without the names shown elsewhere; with
+  nothing left, its docstring alone where a page ``named`` it, else
+  nothing."""
+  names = public_names(module)
+  left = [n for n in names if n not in shown.get(module, ())]
+  if not left and not named:
+    return ""
+  return _directive(module, None if left == names and left else left)
+
+
+def _entry_directives(
+    page: ApiPage, entry: Any, placed: dict[str, str], shown
+) -> list[tuple[str, str]]:
+  """``(module, directive)`` of an entry of ``page``."""
+  if isinstance(entry, str):
+    return [(entry, _module_directive(entry, shown, named=True))]
+  if isinstance(entry, Exports):
+    listed = list(exports(entry.package))
+    unknown = sorted(set(entry.first) - set(listed))
+    if unknown:
+      raise ValueError(f"{entry.package} does not export {unknown}.")
+    members = [*entry.first, *(n for n in listed if n not in entry.first)]
+    return [(entry.package, _directive(entry.package, members, True))]
+  if isinstance(entry, Objects):
+    return [("", _directive(f"{entry.module}.{n}")) for n in entry.names]
+  modules = [entry.package, *package_modules(entry.package)]
+  named = {e for p in API_PAGES for e in p.entries if isinstance(e, str)}
+  return [
+      (m, _module_directive(m, shown))
+      for m in modules
+      if placed.get(m) == page.slug
+      and m not in named
+      and not (m == entry.package and _exported_on(page, m))
+  ]
+
+
+def _exported_on(page: ApiPage, package: str) -> bool:
+  return any(
+      isinstance(e, Exports) and e.package == package for e in page.entries
+  )
 
 
 def api_pages() -> dict[str, str]:
-  pages = {}
+  placed, shown = _placement()
+  missing = [m for m in all_modules() if m not in placed and public_names(m)]
+  if missing:
+    raise ValueError(
+        f"Modules on no Python API page: {missing}; add them to API_PAGES "
+        "in docs/gen_reference.py."
+    )
+  pages, shown_on = {}, {}
+  for page in API_PAGES:
+    lines = [GENERATED, f"# {page.title}\n", page.intro + "\n"]
+    if page.example:
+      lines.append(f"```python\n{page.example}\n```\n")
+    for entry in page.entries:
+      for module, directive in _entry_directives(page, entry, placed, shown):
+        if directive:
+          lines.append(directive)
+          if module:
+            shown_on[module] = page
+    pages[f"api/{page.slug}.md"] = "\n".join(lines)
   index = [
       GENERATED,
       "# Python API\n",
-      "Every module of the package, from its docstrings (shapes are "
-      "written `[T+1, B, A]`: time-major, batch, actions). Where to start: "
-      "[the Python API guide](../../guides/python-api.md).\n",
+      "By what you want to do: the workflows first (each the library under "
+      "a launcher), then what you write and register, the building blocks "
+      "and the internals. Each page but the internals' opens with an "
+      "example; shapes are written `[T+1, B, A]` (time-major, batch, "
+      "actions). The guide: [the Python API](../../guides/python-api.md).\n",
   ]
-  rows = []
-  for title, package, intro in API_PAGES:
-    slug = api_slug(package)
-    rows.append((f"[{title}]({slug}.md)", f"`{package}`", intro))
-    lines = [GENERATED, f"# {title}: `{package}`\n", intro + "\n"]
-    for module in package_modules(package):
-      lines.append(f"::: {module}\n")
-    pages[f"api/{slug}.md"] = "\n".join(lines)
-  index.append(table(("page", "package", "what"), rows))
+  for group, title, what in GROUPS:
+    index.append(f"## {title}\n")
+    index.append(what + "\n")
+    index.append(
+        table(
+            ("page", "what"),
+            [
+                (f"[{p.title}]({p.slug}.md)", p.what)
+                for p in API_PAGES
+                if p.group == group
+            ],
+        )
+    )
+  index.append("## Every module\n")
+  index.append(
+      table(
+          ("module", "page"),
+          [
+              (f"`{m}`", f"[{p.title}]({p.slug}.md#{m})")
+              for m, p in sorted(shown_on.items())
+          ],
+      )
+  )
   pages["api/index.md"] = "\n".join(index)
   return pages
+
+
+def api_page_of(module: str) -> str:
+  """The slug of the page that shows ``module``."""
+  return _placement()[0][module]
+
+
+def nav() -> str:
+  """The ``nav`` entries of the Python API for mkdocs.yml."""
+  lines = ["      - Python API:", "          - reference/api/index.md"]
+  for group, title, _ in GROUPS:
+    members = [p for p in API_PAGES if p.group == group]
+    indent = "          "
+    if group in ("blocks", "internals"):
+      lines.append(f"{indent}- {title}:")
+      indent += "    "
+    lines += [
+        f"{indent}- {p.title}: reference/api/{p.slug}.md" for p in members
+    ]
+  return "\n".join(lines) + "\n"
 
 
 def index_page() -> str:
@@ -606,8 +1643,10 @@ def index_page() -> str:
           "* [Launcher configs](configs.md): every config key of "
           "`disco-eval`, `disco-meta-train`, `disco-compare`, "
           "`disco-validate` and `disco-distill`;",
-          "* [Python API](api/index.md): every module, from its "
-          "docstrings.\n",
+          "* [Python API](api/index.md): by task (evaluate, compare, "
+          "meta-train, distil a rule), then rules, environments and the "
+          "other extension points, the building blocks and the internals; "
+          "every page opens with an example.\n",
           "Regenerate after changing a rule, an environment or a config: "
           "`python docs/gen_reference.py` (a test fails while the committed "
           "pages are stale).\n",
@@ -649,7 +1688,15 @@ def main() -> int:
   parser.add_argument(
       "--check", action="store_true", help="only report stale pages"
   )
+  parser.add_argument(
+      "--nav",
+      action="store_true",
+      help="print the Python API's nav entries for mkdocs.yml",
+  )
   args = parser.parse_args()
+  if args.nav:
+    print(nav(), end="")
+    return 0
   generated = pages()
   if args.check:
     bad = stale(generated)

@@ -12,10 +12,12 @@ looked up in the registries. ``.ci/run`` builds the site itself with
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 from pathlib import Path
 import re
 import shlex
+import sys
 
 from absl import flags
 import pytest
@@ -87,6 +89,20 @@ def test_readme_is_a_short_front_page():
       f"README.md has {len(text)} characters (at most {README_MAX_CHARS}): "
       "move the details to a page under docs/ and link it."
   )
+
+
+def test_readme_lists_the_installed_launchers():
+  installed = sorted(
+      e.name
+      for e in importlib.metadata.distribution("disco-rl-harness").entry_points
+      if e.group == "console_scripts"
+  )
+  text = README.read_text()
+  words = {5: "Five", 6: "Six", 4: "Four"}
+  assert f"## {words.get(len(installed), len(installed))} launchers" in text
+  section = text.split("launchers\n", 1)[1].split("\n## ", 1)[0]
+  shown = sorted(set(re.findall(r"^(disco-[a-z-]+) ", section, re.M)))
+  assert shown == installed, f"README shows {shown}; installed: {installed}"
 
 
 # -------------------------------------------------------------- reference ----
@@ -287,9 +303,32 @@ def test_the_docs_show_commands_of_every_launcher():
     COMMANDS,
     ids=[f"{w}:{p}" for w, p, _ in COMMANDS],
 )
-def test_shown_command_names_existing_flags(where, program, args):
-  problem = check_command(program, args)
+def test_shown_command_names_existing_flags(where, program, args, tmp_path):
+  if "--config.imports=tutorial_envs" in args:  # the tutorial's own module
+    problem = _with_tutorial_module(tmp_path, program, args)
+  else:
+    problem = check_command(program, args)
   assert problem is None, f"{where}: {program}: {problem}"
+
+
+def _with_tutorial_module(tmp_path, program, args) -> str | None:
+  """``check_command`` with the tutorial's module importable, and what it
+  registered removed afterwards."""
+  import test_tutorial  # pylint: disable=g-import-not-at-top
+
+  text = test_tutorial.PAGE.read_text()
+  (tmp_path / test_tutorial.MODULE).write_text(
+      test_tutorial.tutorial_module(text)
+  )
+  before = set(env_registry.env_names())
+  sys.path.insert(0, str(tmp_path))
+  try:
+    return check_command(program, args)
+  finally:
+    sys.path.remove(str(tmp_path))
+    sys.modules.pop("tutorial_envs", None)
+    for name in set(env_registry.env_names()) - before:
+      env_registry.unregister_env(name)
 
 
 @pytest.mark.parametrize(

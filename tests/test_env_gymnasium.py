@@ -192,3 +192,29 @@ def test_bad_gymnasium_input_gives_one_line_and_exit_2(program, args, expected):
   assert result.returncode == 2, result.stderr[-2000:]
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+@pytest.mark.parametrize("env", ["gymnasium/CartPole-v1", "atari/Pong"])
+def test_a_missing_gymnasium_is_one_line_and_exit_status_2(tmp_path, env):
+  code = (
+      "import sys; sys.modules['gymnasium'] = None; "
+      "sys.modules['envpool'] = None; sys.modules['ale_py'] = None; "
+      "from disco.launch import evaluate; evaluate.main()"
+  )
+  result = subprocess.run(
+      [
+          sys.executable,
+          "-c",
+          code,
+          f"--config.env={env}",
+          f"--config.output_dir={tmp_path / 'run'}",
+      ],
+      capture_output=True,
+      text=True,
+      timeout=300,
+  )
+  assert result.returncode == 2, result.stderr
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1, result.stderr
+  assert "pip install" in lines[0], lines[0]
+  assert not (tmp_path / "run").exists()

@@ -12,6 +12,7 @@ import pytest
 
 from disco import types
 from disco.environments import gymnax_envs
+from disco.environments import registry
 from disco.environments import suite_utils
 
 import test_env_contract as contract
@@ -338,3 +339,14 @@ def test_continuous_reference_entries_and_the_random_return():
   entry = reference_scores.get_entry("gymnax/Pendulum-v1")
   sem = np.hypot(returns.std() / np.sqrt(episodes), 4.5355)
   assert abs(returns.mean() - entry.random_return) < 4 * sem
+
+
+def test_logs_name_only_the_settings_that_differ_from_the_defaults():
+  name = "gymnax/CartPole-v1"
+  defaults = registry.get_entry(name).settings
+  assert "gravity" in defaults  # the physics constants are settings
+  assert registry.describe_settings(name, defaults) == name
+  changed = {**defaults, "gravity": 3.5}
+  assert registry.describe_settings(name, changed) == f"{name} (gravity=3.5)"
+  catch = {"rows": 5, "columns": 8}  # Catch is 8x8 by default
+  assert registry.describe_settings("catch", catch) == "catch (rows=5)"

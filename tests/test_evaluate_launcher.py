@@ -721,6 +721,21 @@ def test_disco103_without_a_replay_is_warned_about(tmp_path, disco103_path):
   assert not logged, logged  # actor-critic learns on-policy
 
 
+def test_a_budget_without_learner_steps_is_warned_about(tmp_path):
+  logged = []
+  # 2 envs x 5 steps: the replay holds 16 trajectories after 8 iterations.
+  config = tiny_config(
+      tmp_path, min_replay_size=16, total_env_steps=20, iterations_per_call=1
+  )
+  evaluation.build(config, log=logged.append)
+  assert [line for line in logged if "before the first learner step" in line]
+  assert any("after 80 env steps per seed" in line for line in logged), logged
+  logged.clear()
+  config.total_env_steps = 80
+  evaluation.build(config, log=logged.append)
+  assert not logged, logged
+
+
 def test_array_settings_are_written_as_lists(tmp_path):
   """gymnax's Acrobot-v1 parameters hold a JAX array (available_torque),
   which disco-compare writes into each run's config.json."""

@@ -1,10 +1,12 @@
 """Comparing update rules across environments and seeds (the library under
-``disco-compare``)::
+``disco-compare``):
 
-  from disco import comparison
+```python
+from disco import comparison
 
-  stats = comparison.compare(
-      rules=("actor_critic", "ppo"), envs=("catch",), num_seeds=5)
+stats = comparison.compare(
+    rules=("actor_critic", "ppo"), envs=("catch",), num_seeds=5)
+```
 
 Modules: ``settings``, ``runs`` (``Cell``, ``ComparePlan``), ``tuning``,
 ``runner`` (``build``, ``run``, ``write``, ``compare``), ``results`` (runs read

@@ -30,6 +30,7 @@ from disco.comparison import settings as settings_lib
 from disco.comparison import tuning as tuning_lib
 from disco.comparison import vmapped_grid
 from disco.environments import reference_scores
+from disco.environments import registry as env_registry
 from disco.scoring import aggregates
 
 RUN_KIND = run_folders.RunKind(
@@ -80,8 +81,9 @@ def _check_cell(plan: runs.ComparePlan, cell: runs.Cell) -> None:
     reference_scores.normalize(0.0, cell.env_key, plan.references)
   except ValueError as e:
     raise errors.UsageError(
-        f"{errors.one_line(e)} (or pass it as config.references: "
-        "'env:random=R,reference=X,source=TEXT')"
+        f"{errors.one_line(e)} From the command line: --config.references="
+        f"\"('{cell.env_key}:random=R,reference=X,source=TEXT',)\" (R: the "
+        "random policy's return, X: a good policy's)."
     ) from None
   cell.build(plan.settings)
 
@@ -115,7 +117,8 @@ def run(
       cell = _tune(plan, cell, where, log, progress)
       if cell.status(plan.settings)[0]:
         continue
-    log(f"{where} {cell.label} on {cell.env} {cell.env_settings}")
+    env_text = env_registry.describe_settings(cell.env, cell.env_settings)
+    log(f"{where} {cell.label} on {env_text}")
     _train(cell, plan.settings, progress)
   return [c.output_dir for c in plan.cells]
 
@@ -140,7 +143,8 @@ def _tune(
     todo.append((point, tuning_cell))
   if todo:
     what = (
-        f"{where} tuning {cell.rule} on {cell.env} {cell.env_settings}: "
+        f"{where} tuning {cell.rule} on "
+        f"{env_registry.describe_settings(cell.env, cell.env_settings)}: "
         f"{len(todo)} point(s), seeds {list(plan.tuning.seeds)}"
     )
     program: vmapped_grid.GridProgram | str = "config.tune.vmap=False"

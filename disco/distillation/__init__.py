@@ -1,10 +1,12 @@
 """Distillation of a learned rule into a smaller student (the library under
-``disco-distill``)::
+``disco-distill``):
 
-  from disco import distillation
+```python
+from disco import distillation
 
-  summary = distillation.distill(
-      distillation.make_config(teacher="disco103", envs=("catch",)))
+summary = distillation.distill(
+    distillation.make_config(teacher="disco103", envs=("catch",)))
+```
 
 or step by step: ``DistillSettings.from_config``, ``build``, ``open_output``
 (the folder's lock), ``run`` (dataset, fit, agreement), ``write``.

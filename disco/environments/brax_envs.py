@@ -1,10 +1,12 @@
 """Brax environments as batched, jittable disco environments.
 
 brax 0.14's environments are ``brax/<id>`` (``ENV_NAMES``;
-``EXCLUDED_IDS`` says why others are not)::
+``EXCLUDED_IDS`` says why others are not):
 
-  env = brax_envs.make("ant", batch_size=64, backend="positional",
-                       episode_length=1000)
+```python
+env = brax_envs.make("ant", batch_size=64, backend="positional",
+                     episode_length=1000)
+```
 
 Settings: ``backend`` (``BACKENDS``; the default ``"positional"`` is that of
 brax's training notebook and purejaxrl's PPO; returns differ between

@@ -3,11 +3,13 @@
 ``GymnasiumEnv`` adapts any ``gymnasium.vector.VectorEnv`` that resets its
 sub-environments in the same step (``AutoresetMode.SAME_STEP``, the
 convention of every ``disco`` environment: the step ending an episode
-returns LAST with its reward and the next episode's first observation)::
+returns LAST with its reward and the next episode's first observation):
 
-  env = GymnasiumEnv(lambda seed: gymnasium.make_vec(
-      "CartPole-v1", num_envs=8, vectorization_mode="sync",
-      vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP}))
+```python
+env = GymnasiumEnv(lambda seed: gymnasium.make_vec(
+    "CartPole-v1", num_envs=8, vectorization_mode="sync",
+    vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP}))
+```
 
 Every id in gymnasium's registry is ``gymnasium/<id>`` for the launchers
 and ``registry.make_env`` (``make``), including ids a user module registers

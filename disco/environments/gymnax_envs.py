@@ -2,10 +2,12 @@
 
 Every id of gymnax 1.0.1's registry is ``gymnax/<id>``: discrete
 (``DISCRETE_IDS``) or continuous (``CONTINUOUS_IDS``; ``[B, D]`` actions
-clipped to the ``Box`` bounds)::
+clipped to the ``Box`` bounds):
 
-  env = gymnax_envs.make("CartPole-v1", batch_size=32,
-                         max_steps_in_episode=200)
+```python
+env = gymnax_envs.make("CartPole-v1", batch_size=32,
+                       max_steps_in_episode=200)
+```
 
 Settings: the constructor arguments and parameter fields (``env_specs()``).
 gymnax's ``terminated`` and ``truncated`` flags are kept, so environments

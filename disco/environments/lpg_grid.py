@@ -3,6 +3,7 @@ arXiv:2007.08794, Appendix A.1; its table and figure as read from public
 transcriptions).
 
 Dynamics (one stream):
+
   * The agent stands on a free cell of the layout's grid (a wall around it).
   * Objects sit on distinct free cells drawn once per lifetime (one
     ``reset``, shared by its ``B`` streams; ``layout_seed`` fixes them).

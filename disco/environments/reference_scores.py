@@ -687,9 +687,9 @@ def get_entry(
           f"settings only, not for {env!r}. " + _how_to_supply(env)
       )
   raise MissingReferenceError(
-      f"No normalisation entry for environment {env!r}; the table has "
-      f"{sorted(REFERENCE_TABLE)} (and catch/<rows>x<columns>). "
-      + _how_to_supply(env)
+      f"No normalisation entry for environment {env!r} (the table covers "
+      f"{len(REFERENCE_TABLE)} environments and catch/<rows>x<columns>: "
+      "docs/reference/environments.md). " + _how_to_supply(env)
   )
 
 

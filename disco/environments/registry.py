@@ -180,6 +180,25 @@ def get_entry(name: str) -> EnvEntry:
   return _REGISTRY[name]
 
 
+def describe_settings(name: str, settings: Mapping[str, Any]) -> str:
+  """``name`` with the entries of ``settings`` that differ from its registered
+  defaults, for logs: ``"catch (columns=8, rows=8)"``, or ``name`` alone when
+  every setting is a default (gymnax's physics constants are not listed)."""
+  try:
+    defaults = get_entry(name).settings
+  except ValueError:
+    defaults = {}
+  changed = []
+  for key, value in sorted(settings.items()):
+    try:
+      same = key in defaults and bool(defaults[key] == value)
+    except (TypeError, ValueError):  # arrays: compare them as changed
+      same = False
+    if not same:
+      changed.append(f"{key}={value!r}")
+  return f"{name} ({', '.join(changed)})" if changed else name
+
+
 def is_jittable(name: str) -> bool:
   """Whether environment ``name`` is a pure, jittable one."""
   return get_entry(name).jittable

@@ -3,11 +3,13 @@
 Every id of xminigrid's registry is ``xminigrid/<id>`` (``ENV_NAMES``): the
 MiniGrid ports (e.g. ``MiniGrid-Empty-8x8``) and XLand (e.g.
 ``XLand-MiniGrid-R1-9x9``), whose ruleset comes from a local benchmark file
-(xminigrid's bz2 pickle; never downloaded, only its arrays read)::
+(xminigrid's bz2 pickle; never downloaded, only its arrays read):
 
-  env = xminigrid_envs.make("XLand-MiniGrid-R1-9x9", batch_size=16,
-                            benchmark_path="/data/trivial_21k",
-                            ruleset_id=3)
+```python
+env = xminigrid_envs.make("XLand-MiniGrid-R1-9x9", batch_size=16,
+                          benchmark_path="/data/trivial_21k",
+                          ruleset_id=3)
+```
 
 Settings: ``height``, ``width``, ``view_size``, ``max_steps`` (None:
 xminigrid's default for the grid), ``num_objects`` (MiniGrid-Playground),

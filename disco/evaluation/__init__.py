@@ -1,19 +1,23 @@
 """Meta-evaluation: train agents with a fixed update rule and report returns
-(the library under ``disco-eval``)::
+(the library under ``disco-eval``):
 
-  from disco import evaluation
+```python
+from disco import evaluation
 
-  summary = evaluation.evaluate(rule="actor_critic", total_env_steps=20_000)
+summary = evaluation.evaluate(rule="actor_critic", total_env_steps=20_000)
+```
 
-or step by step::
+or step by step:
 
-  settings = evaluation.EvalSettings.from_config(
-      evaluation.make_config(rule="ppo", num_seeds=3))
-  plan = evaluation.build(settings)      # rule, environment, agent, loop
-  result = evaluation.run(plan)          # metrics of every seed, on the host
-  lock = evaluation.open_output(plan)    # the folder's lock, config.json
-  summary = evaluation.write(plan, result)
-  lock.release()
+```python
+settings = evaluation.EvalSettings.from_config(
+    evaluation.make_config(rule="ppo", num_seeds=3))
+plan = evaluation.build(settings)      # rule, environment, agent, loop
+result = evaluation.run(plan)          # metrics of every seed, on the host
+lock = evaluation.open_output(plan)    # the folder's lock, config.json
+summary = evaluation.write(plan, result)
+lock.release()
+```
 
 Modules: ``settings``, ``plan``, ``running``, ``outputs``, ``workflow``
 (``evaluate``). With ``distributed`` settings, each process trains a contiguous

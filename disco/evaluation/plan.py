@@ -132,13 +132,13 @@ def build(
   env, env_settings = _make_env(
       settings, loop_config.num_envs, len(local_seeds), local_seeds[0]
   )
-  _warn(settings, rule, loop_config, log)
   output_dir = run_folders.output_dir(settings.output_dir, f"eval-{rule.label}")
   iterations_per_call, num_calls = plan_iterations(
       settings.total_env_steps,
       loop_config.env_steps_per_iteration,
       settings.iterations_per_call,
   )
+  _warn(settings, rule, loop_config, iterations_per_call * num_calls, log)
   agent, loop = agent_and_loop(
       rule, env, loop_config, iterations_per_call * num_calls
   )
@@ -191,6 +191,8 @@ def _make_env(
     raise errors.UsageError(
         f"{errors.one_line(e)} (--config.env=list prints them)"
     ) from None
+  except ImportError as e:  # a family's optional package: its own line says
+    raise errors.UsageError(errors.one_line(e)) from None
   env_settings = dict(settings.env_settings)
   if not entry.jittable and "seed" in entry.settings:
     # A host environment seeded by a setting: seed it with the run's seed.
@@ -213,6 +215,7 @@ def _warn(
     settings: settings_lib.EvalSettings,
     rule: resolve.ResolvedRule,
     loop_config: loop_lib.LoopConfig,
+    iterations: int,
     log: Callable[[str], None],
 ) -> None:
   if rule.source == "random":
@@ -227,6 +230,16 @@ def _warn(
         "more slowly: Catch 8x8 is still unlearnt after 100k steps of 8x16 "
         "rollouts, where the default loop (a replay) learns it by 60k "
         "(docs: results/learning)."
+    )
+  if loop_config.num_updates(iterations) == 0:
+    env_steps = loop_config.env_steps_per_iteration * -(
+        -loop_config.min_replay_size // loop_config.num_envs
+    )
+    log(
+        "Warning: this budget ends before the first learner step: learning "
+        f"starts once the replay holds {loop_config.min_replay_size} "
+        f"trajectories, after {env_steps} env steps per seed. Raise "
+        "total_env_steps above that or lower min_replay_size."
     )
 
 

@@ -13,6 +13,7 @@ import tqdm
 from disco import distributed
 from disco import run_folders
 from disco import stopping
+from disco.environments import registry as env_registry
 from disco.evaluation import plan as plan_lib
 from disco.evaluation import settings as settings_lib
 from disco.training import analysis
@@ -43,7 +44,8 @@ class EvalResult:
 def _describe(plan: plan_lib.EvalPlan, log: Callable[[str], None]) -> None:
   cfg = plan.loop_config
   log(
-      f"Evaluating {plan.label} on {plan.settings.env} {plan.env_settings} "
+      f"Evaluating {plan.label} on "
+      f"{env_registry.describe_settings(plan.settings.env, plan.env_settings)} "
       f"with seeds {plan.seeds}"
       + run_folders.processes_text("over")
       + f"; writing to {plan.output_dir}"

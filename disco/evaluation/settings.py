@@ -341,7 +341,7 @@ def prepare(
   env = env or config.env
   try:
     defaults = env_registry.get_entry(env).settings
-  except ValueError:
+  except (ValueError, ImportError):  # the plan reports it, in one line
     defaults = None
   if defaults is not None:
     given = {}

@@ -1,7 +1,7 @@
 r"""Comparison launcher: rules x environments x seeds, with statistics.
 
-  disco-compare --config.rules="('disco103', 'actor_critic', 'ppo')" \
-      --config.envs="('catch', 'delayed_chain', 'gymnax/CartPole-v1')"
+    disco-compare --config.rules="('disco103', 'actor_critic', 'ppo')" \
+        --config.envs="('catch', 'delayed_chain', 'gymnax/CartPole-v1')"
 
 (or ``python -m disco.launch.compare``). Settings: ``configs/compare.py``. Each
 rule runs on each environment into ``output_dir/runs/<rule>/<environment>``

@@ -1,6 +1,6 @@
 r"""Distillation launcher: fit a smaller Disco meta-network to a teacher's.
 
-  disco-distill --config.student.hidden_size=32 --config.output_dir=runs/d32
+    disco-distill --config.student.hidden_size=32 --config.output_dir=runs/d32
 
 (or ``python -m disco.launch.distill``). Settings: ``configs/distill.py``. It
 trains agents with the teacher (``--config.teacher``: ``disco103`` or a Disco

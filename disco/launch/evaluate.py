@@ -1,7 +1,7 @@
 r"""Meta-evaluation launcher: train agents with a fixed rule on an environment.
 
-  disco-eval --config.rule=actor_critic --config.total_env_steps=20000 \
-      --config.num_seeds=3
+    disco-eval --config.rule=actor_critic --config.total_env_steps=20000 \
+        --config.num_seeds=3
 
 (or ``python -m disco.launch.evaluate``). Settings: ``configs/evaluate.py``;
 ``--config.rule=list`` and ``--config.env=list`` list the registered rules and

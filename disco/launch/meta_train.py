@@ -1,6 +1,6 @@
 """Meta-training launcher: discover or fine-tune a Disco rule on a population.
 
-  disco-meta-train --config.num_meta_steps=100 --config.output_dir=runs/my-rule
+    disco-meta-train --config.num_meta_steps=100 --config.output_dir=runs/my-rule
 
 (or ``python -m disco.launch.meta_train``). Settings: ``configs/meta_train.py``;
 ``--config.estimator`` is ``backprop`` (default), ``bmg``, ``es``, ``pes`` or

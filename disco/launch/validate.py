@@ -1,6 +1,6 @@
 r"""Validation launcher: validate a meta-training run's checkpoints.
 
-  disco-validate RUN_DIR --follow
+    disco-validate RUN_DIR --follow
 
 (or ``python -m disco.launch.validate RUN_DIR --follow``). Settings:
 ``configs/validate.py``. It builds the run's rule and held-out validation (the

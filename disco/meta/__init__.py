@@ -1,15 +1,19 @@
-"""Meta-training (the library under ``disco-meta-train``)::
+"""Meta-training (the library under ``disco-meta-train``):
 
-  from disco import meta
+```python
+from disco import meta
 
-  summary = meta.meta_train(num_meta_steps=10, output_dir="runs/my-rule")
+summary = meta.meta_train(num_meta_steps=10, output_dir="runs/my-rule")
+```
 
-or step by step::
+or step by step:
 
-  settings = meta.MetaTrainSettings.from_config(meta.default_config())
-  plan = meta.build(settings)             # groups, population, start
-  result = meta.run(plan, hooks=[...])    # the meta-training loop
-  summary = meta.write(plan, result)
+```python
+settings = meta.MetaTrainSettings.from_config(meta.default_config())
+plan = meta.build(settings)             # groups, population, start
+result = meta.run(plan, hooks=[...])    # the meta-training loop
+summary = meta.write(plan, result)
+```
 
 Modules: ``settings``, ``plan``, ``trainer``, ``hooks``, ``rule_files``,
 ``run_folder``, ``estimator_registry``, ``level_sampler_registry``; the

@@ -1,7 +1,9 @@
-"""Meta-training as a library::
+"""Meta-training as a library:
 
-  from disco.meta import trainer
-  summary = trainer.meta_train(num_meta_steps=10, output_dir="runs/my-rule")
+```python
+from disco.meta import trainer
+summary = trainer.meta_train(num_meta_steps=10, output_dir="runs/my-rule")
+```
 
 ``train`` checks the settings, builds the run (``plan.build``), meta-trains
 (``MetaTrainer``, handing every meta-step to its hooks) and writes the outputs;

@@ -3,11 +3,12 @@ action-conditional model for per-action outputs.
 
 Parameter names follow the published DiscoRL agent network, so its
 parameters load as they are:
-  ``<name>/~_embedding_pass/torso/~/linear_i``  torso MLP (``torso_<output>``
+
+* ``<name>/~_embedding_pass/torso/~/linear_i``: torso MLP (``torso_<output>``
   per flat output with ``separate_torsos``);
-  ``<name>/~_head_pass/torso_head[_k]/~/linear_0``  one linear head per flat
+* ``<name>/~_head_pass/torso_head[_k]/~/linear_0``: one linear head per flat
   output, in sorted key order;
-  ``<name>/linear``, ``<name>/action_cond/linear``, ``<name>/mlp[_k]/~/linear_i``
+* ``<name>/linear``, ``<name>/action_cond/linear``, ``<name>/mlp[_k]/~/linear_i``:
   the action-conditional model (``action_models``).
 """
 

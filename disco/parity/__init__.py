@@ -1,8 +1,10 @@
 """Parity checks against fixtures computed by the published implementation.
 
-Usage::
+Usage:
 
-    python -m disco.parity FIXTURE.npz [FIXTURE.npz ...] [--weights PATH]
+```bash
+python -m disco.parity FIXTURE.npz [FIXTURE.npz ...] [--weights PATH]
+```
 
 For each fixture it prints its kind, the rule its updated parameters were
 checked by, the worst relative error and PASS/FAIL, and exits non-zero on any

@@ -20,6 +20,10 @@ from disco.parity import runners
 
 @dataclasses.dataclass
 class Report:
+  """What ``check_fixture`` found in one fixture: a comparison per array
+  (``ok`` when every one passes and ``error`` is None; ``worst``: the one
+  with the largest error)."""
+
   path: str
   kind: str
   comparisons: list[comparisons_lib.Comparison]

@@ -4,11 +4,13 @@
 ``make(hyper_params=..., **rule_kwargs)`` builds the rule; ``default_settings``
 fills ``rule_kwargs`` with the factory's keyword defaults and ``hyper_params``
 with ``default_hyper_params``, so an entry states only what differs, plus the
-learning rate and network::
+learning rate and network:
 
-  registry.register_rule(
-      "my_rule", MyRule,
-      dict(learning_rate=1e-3, network=agent_nets.network_settings((64, 64))))
+```python
+registry.register_rule(
+    "my_rule", MyRule,
+    dict(learning_rate=1e-3, network=agent_nets.network_settings((64, 64))))
+```
 
 An entry may stand for trained meta-parameters (``disco103``).
 """

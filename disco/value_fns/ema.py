@@ -2,10 +2,12 @@
 Adam, for normalisation.
 
 Each leaf of the tracked tree has a *scalar* moment, updated with the mean
-over all its elements::
+over all its elements:
 
-  state = ema_update(ema_init(), adv, decay=0.99)
-  normalized_adv = ema_normalize(adv, state)
+```python
+state = ema_update(ema_init(), adv, decay=0.99)
+normalized_adv = ema_normalize(adv, state)
+```
 
 Pass ``decay`` as a Python float for bit-level agreement with the published
 DiscoRL implementation.

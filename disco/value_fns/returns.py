@@ -178,8 +178,8 @@ def retrace(
 ) -> types.ValueOuts:
   """Retrace (Munos et al., 2016) action-value and state-value targets.
 
-    G_t = r_t + g_t * (V(s_{t+1}) - c_{t+1} Q(s_{t+1}, a_{t+1})
-                       + c_{t+1} G_{t+1}),   G_{T-1} = r + g * V(s_T),
+      G_t = r_t + g_t * (V(s_{t+1}) - c_{t+1} Q(s_{t+1}, a_{t+1})
+                         + c_{t+1} G_{t+1}),   G_{T-1} = r + g * V(s_T),
 
   with ``g_t = env_discounts[t] * discount``, ``c_t = lambda_ * min(1,
   rho_t)`` and ``V``, ``Q`` the target estimates (no gradient).
@@ -250,8 +250,8 @@ def gae(
 ) -> types.Array:
   """Generalised advantage estimates (Schulman et al., 2016).
 
-    delta_t = r_t + g_t V(s_{t+1}) - V(s_t),
-    A_t = delta_t + g_t lambda_ A_{t+1},   A_T = 0,
+      delta_t = r_t + g_t V(s_{t+1}) - V(s_t),
+      A_t = delta_t + g_t lambda_ A_{t+1},   A_T = 0,
 
   with ``g_t = discounts[t]`` (0 at a termination). A truncated transition
   gets advantage 0 and cuts the trace, so the one before it bootstraps from
