@@ -11,13 +11,20 @@ import nbformat
 from nbformat import v4
 
 INSTALL = """\
-# Install the package when it is not importable yet (this notebook lives in
-# the colabs/ folder of a checkout, so `..` is the repository).
+# Install the package when it is not importable yet. The notebook runs from
+# the colabs/ folder of a checkout of the repository (git clone it, then open
+# the notebook there), so `..` is the repository.
 import importlib.util
 import os
 import sys
 
 if importlib.util.find_spec('disco') is None:
+  if not os.path.isfile(os.path.join('..', 'setup.cfg')):
+    raise RuntimeError(
+        'disco is not installed and this notebook is not in the colabs/ '
+        'folder of a checkout: git clone the repository and open the '
+        'notebook from its colabs/ folder, or pip install the package into '
+        'this kernel.')
   get_ipython().run_line_magic('pip', 'install -q -e ..')
   sys.path.insert(0, os.path.abspath('..'))  # importable without a restart"""
 

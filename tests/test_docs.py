@@ -105,6 +105,21 @@ def test_readme_lists_the_installed_launchers():
   assert shown == installed, f"README shows {shown}; installed: {installed}"
 
 
+def test_the_home_page_links_what_a_newcomer_looks_for():
+  """One click from the site's home page: your own environment, meta-training,
+  comparing with PPO, hardware, which rule, errors."""
+  links = set(re.findall(r"\]\(([^)#]+)", (DOCS / "index.md").read_text()))
+  for page in (
+      "getting-started/tutorial.md",
+      "guides/meta-training.md",
+      "guides/comparing.md",
+      "getting-started/hardware.md",
+      "guides/choosing-a-rule.md",
+      "getting-started/faq.md",
+  ):
+    assert page in links and (DOCS / page).is_file(), page
+
+
 # -------------------------------------------------------------- reference ----
 
 

@@ -177,9 +177,9 @@ def plot_drifts(
     grid: Grid = Grid(),
     advantages: tuple[float, ...] = (-1.0, 1.0),
 ) -> None:
-  """Draws each drift ``f(r, A)`` as a map over ``(r, A)`` (top row) and the
-  objectives ``r A - f(r, A)`` against ``r`` at ``advantages`` (bottom row) into
-  the PNG ``path``."""
+  """Draws each drift ``f(r, A)`` as a map over ``(r, A)`` (top rows, at most
+  three a row) and the objectives ``r A - f(r, A)`` against ``r`` at
+  ``advantages`` (bottom row) into the PNG ``path``."""
   from matplotlib import pyplot as plt
   from matplotlib import ticker
 
@@ -194,12 +194,20 @@ def plot_drifts(
   r = np.exp(np.asarray(log_r[:, 0]))
   a_axis = np.asarray(advs[0])
   n = len(drifts)
+  columns = min(3, max(n, len(advantages)))
+  map_rows = -(-n // columns)
+  line_rows = -(-len(advantages) // columns)
   fig, axes = plt.subplots(
-      2, max(n, len(advantages)), figsize=(3.2 * max(n, 2), 6.2), squeeze=False
+      map_rows + line_rows,
+      columns,
+      figsize=(4.2 * columns, 3.4 * (map_rows + line_rows)),
+      squeeze=False,
   )
+  map_axes = list(axes[:map_rows].flat)
+  line_axes = list(axes[map_rows:].flat)
   values = {name: np.asarray(fn(log_r, advs)) for name, fn in drifts.items()}
   top = max(float(np.quantile(v, 0.99)) for v in values.values()) or 1.0
-  for ax, (name, v) in zip(axes[0], values.items(), strict=False):
+  for ax, (name, v) in zip(map_axes, values.items(), strict=False):
     mesh = ax.pcolormesh(
         r, a_axis, v.T, vmin=0.0, vmax=top, cmap="viridis", shading="auto"
     )
@@ -207,9 +215,9 @@ def plot_drifts(
     ax.set_title(name)
     ax.set_ylabel("A")
     fig.colorbar(mesh, ax=ax, label="drift f(r, A)")
-  for ax in axes[0][n:]:
+  for ax in map_axes[n:]:
     ax.axis("off")
-  for ax, a in zip(axes[1], advantages, strict=False):
+  for ax, a in zip(line_axes, advantages, strict=False):
     for name, fn in drifts.items():
       adv = jnp.full_like(log_r[:, 0], a)
       objective = r * a - np.asarray(fn(log_r[:, 0], adv))
@@ -217,9 +225,9 @@ def plot_drifts(
     log_axis(ax)
     ax.axvline(1.0, color="grey", lw=0.5)
     ax.set_title(f"objective r A - f at A = {a:g}")
-  for ax in axes[1][len(advantages) :]:
+  for ax in line_axes[len(advantages) :]:
     ax.axis("off")
-  axes[1][0].legend(fontsize=8)
+  line_axes[0].legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(path, dpi=100)
   plt.close(fig)

@@ -410,12 +410,13 @@ def _log_summary(
       f"{summary['learner_steps']} per seed"
   )
   compile_text = (
-      f"{fmt(summary['compile_time_s'], 1)} s"
+      f"{fmt(summary['compile_time_s'], 1)} s longer than a later call "
+      "(mostly compiling)"
       if summary["compile_time_s"] is not None
-      else "not separable from training (a single call)"
+      else "the only call (compilation not separable from training)"
   )
   log(
-      f"Compile time: {compile_text}; wall time: "
+      f"First call: {compile_text}; wall time: "
       f"{summary['wall_time_s']:.1f} s; "
       f"{fmt(summary['env_steps_per_s'], 0)} env steps/s, "
       f"{fmt(summary['learner_steps_per_s'], 1)} learner steps/s "
