@@ -98,6 +98,9 @@ def test_end_to_end_writes_outputs(tmp_path):
   out = tmp_path / "run"
   text = "\n".join(lines)
   assert "compiled once" in text and "Final mean return" in text
+  # Two seeds: the interval is printed with the coverage it really has.
+  assert "over 2 seeds, which covers about 60% at this seed count" in text
+  assert "First call:" in text
 
   # config.json: the config as run, the rule settings, derived values.
   saved = json.loads((out / "config.json").read_text())

@@ -478,6 +478,22 @@ def test_text_curve_rows_and_bars():
   assert lines[-1].startswith(f"{3000:>9d}")
 
 
+def test_text_curve_spans_returns_outside_minus_one_to_one():
+  n = 10
+  metrics = dict(
+      episodes=np.full((1, n), 10),
+      return_sum=np.linspace(200.0, 2000.0, n)[None],  # returns 20 .. 200
+      env_steps=(np.arange(1, n + 1) * 100)[None],
+  )
+  lines = analysis.text_curve(
+      metrics, min_episodes=10, rows=10, width=20
+  ).splitlines()
+  assert "mean return (20 .. 200)" in lines[0]
+  assert lines[1].split("|")[1] == " " * 20  # the lowest return
+  assert lines[5].split("|")[1].strip() == "#" * 9  # 100 of 20 .. 200
+  assert lines[-1].split("|")[1] == "#" * 20  # the highest
+
+
 @pytest.mark.xla_optimized  # its run time, not its compile, dominates
 def test_disco103_learns_catch_short(disco103_path):
   """Short CI version of the Disco103 learning check (the full one, Catch 8x8

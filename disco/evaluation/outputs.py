@@ -24,6 +24,7 @@ from disco import weights as weights_lib
 from disco.evaluation import plan as plan_lib
 from disco.evaluation import running
 from disco.evaluation import settings as settings_lib
+from disco.scoring import aggregates
 from disco.training import acting
 from disco.training import analysis
 from disco.training import loop as loop_lib
@@ -383,11 +384,14 @@ def _log_summary(
       + analysis.text_curve(metrics, running.CURVE_EPISODES)
   )
   ci, num_seeds = summary["final_return_ci"], summary["final_return_seeds"]
-  ci_text = (
-      f"95% bootstrap CI [{ci[0]:.3f}, {ci[1]:.3f}] over {num_seeds} seeds"
-      if ci is not None
-      else f"{num_seeds} seed(s): no confidence interval"
-  )
+  ci_text = f"{num_seeds} seed(s): no confidence interval"
+  if ci is not None:
+    ci_text = (
+        f"95% bootstrap CI [{ci[0]:.3f}, {ci[1]:.3f}] over {num_seeds} seeds"
+    )
+    actual = aggregates.approximate_coverage(num_seeds, 1)
+    if actual < 0.94:  # the plug-in variance: few seeds, too narrow
+      ci_text += f", which covers about {actual:.0%} at this seed count"
   if summary["diverged_seeds"]:
     ci_text += f"; diverged: {diverged_text(summary)}"
   per_seed = ", ".join(fmt(x) for x in summary["final_return_per_seed"])

@@ -152,23 +152,32 @@ def text_curve(
     metrics: Metrics, min_episodes: int = 100, rows: int = 10, width: int = 40
 ) -> str:
   """The seed-mean learning curve as ``rows`` text lines of ``env steps | bar
-  | mean return``, returns in [-1, 1] over ``width`` characters."""
+  | mean return``, the bars over ``width`` characters spanning [-1, 1], or the
+  curve's own range where it leaves [-1, 1]."""
   mean, _, _ = mean_curve(return_curve(metrics, min_episodes))
   steps = _as_2d(metrics, "env_steps")[0]
   idx = np.unique(
       np.linspace(0, len(mean) - 1, min(rows, len(mean))).round().astype(int)
   )
+  finite = mean[np.isfinite(mean)]
+  low, high, scale = -1.0, 1.0, "-1 .. +1"
+  if finite.size and (finite.min() < -1.0 or finite.max() > 1.0):
+    low, high = float(finite.min()), float(finite.max())
+    high = high if high > low else low + 1.0
+    scale = f"{low:.4g} .. {high:.4g}"
   lines = []
   for i in idx:
     value = mean[i]
     filled = (
         0
         if not np.isfinite(value)
-        else int(round((np.clip(value, -1.0, 1.0) + 1.0) / 2.0 * width))
+        else int(
+            round((np.clip(value, low, high) - low) / (high - low) * width)
+        )
     )
     label = "   n/a" if not np.isfinite(value) else f"{value:+.3f}"
     lines.append(f"{int(steps[i]):>9d} |{'#' * filled:<{width}}| {label}")
-  header = f"{'env steps':>9s} |{'mean return (-1 .. +1)':^{width}}|"
+  header = f"{'env steps':>9s} |{f'mean return ({scale})':^{width}}|"
   return "\n".join([header] + lines)
 
 
