@@ -347,6 +347,32 @@ def test_one_environment_with_two_settings_gives_two_runs(tmp_path):
   }
 
 
+def test_two_runs_rule_files_of_one_name_are_told_apart(tmp_path):
+  """meta_params.npz of two meta-training runs: each named by its folder."""
+  rules = [
+      str(_lpg_rule_file(tmp_path / run / "meta_params.npz"))
+      for run in ("run-a", "run-b")
+  ]
+  flags = [
+      f
+      for f in faults.TINY_COMPARE_FLAGS
+      if not f.startswith("--config.rules=")
+  ]
+  plan = comparison.build(
+      _config(
+          [
+              *flags,
+              f"--config.rules={tuple(rules)!r}",
+              f"--config.output_dir={tmp_path / 'out'}",
+          ]
+      )
+  )
+  assert sorted({c.label for c in plan.cells}) == [
+      "run-a-meta_params",
+      "run-b-meta_params",
+  ]
+
+
 def test_ppo_gets_its_own_loop(tmp_path):
   """rule_overrides give PPO its epochs, minibatches and reward
   normalisation, the other rules keep one learner step per batch."""

@@ -187,12 +187,20 @@ class ComparePlan:
     return self.cells[index::count]
 
 
+# The names the launchers give the rule files they write: such a file is
+# named by its folder too, so two runs' files can be compared side by side.
+GENERIC_RULE_FILES = ("meta_params", "best_meta_params", "student")
+
+
 def label(rule: str) -> str:
   """A rule's name in the results and its folder name: a registered name, or a
-  rule file's stem, made a safe file name so every run folder stays inside
-  ``output_dir``."""
+  rule file's stem (``<folder>-<stem>`` for ``GENERIC_RULE_FILES``), made a
+  safe file name so every run folder stays inside ``output_dir``."""
   if resolve.is_rule_path(rule):
-    rule = Path(rule).stem
+    path = Path(rule)
+    rule = path.stem
+    if rule in GENERIC_RULE_FILES and path.parent.name:
+      rule = f"{path.parent.name}-{rule}"
   return report_lib.file_name(rule) or "rule"
 
 
