@@ -20,6 +20,7 @@ from disco import errors
 from disco import evaluation
 from disco import run_folders
 from disco import weights
+from disco.evaluation import outputs
 from disco.launch import common
 from disco.launch import evaluate
 from disco.training import analysis
@@ -737,6 +738,33 @@ def test_a_budget_without_learner_steps_is_warned_about(tmp_path):
   config.total_env_steps = 80
   evaluation.build(config, log=logged.append)
   assert not logged, logged
+
+
+def test_late_seeds_of_the_first_run_are_told_when_to_expect_learning(
+    tmp_path, disco103_path
+):
+  config = evaluation.make_config(
+      weights=str(disco103_path), num_seeds=2, output_dir=str(tmp_path / "a")
+  )
+  plan = evaluation.build(config, log=lambda _: None)
+  note = outputs.first_run_note(plan, {"final_return_per_seed": [0.97, 0.31]})
+  t = outputs.FIRST_RUN_TAKEOFF
+  assert note.startswith("Seed(s) 1 ended below 0.9")
+  assert f"between {t['earliest']} and {t['latest']} env steps" in note
+  assert note.endswith("--config.total_env_steps=60000.")
+  assert (
+      outputs.first_run_note(plan, {"final_return_per_seed": [1.0, 0.95]})
+      is None
+  )
+  # Other settings: the measured range says nothing about them.
+  config.update(
+      env_settings=dict(rows=5, columns=5), output_dir=str(tmp_path / "b")
+  )
+  plan = evaluation.build(config, log=lambda _: None)
+  assert (
+      outputs.first_run_note(plan, {"final_return_per_seed": [0.3, 0.3]})
+      is None
+  )
 
 
 def test_array_settings_are_written_as_lists(tmp_path):
