@@ -182,7 +182,7 @@ def get_entry(name: str) -> EnvEntry:
 
 def describe_settings(name: str, settings: Mapping[str, Any]) -> str:
   """``name`` with the entries of ``settings`` that differ from its registered
-  defaults, for logs: ``"catch (columns=8, rows=8)"``, or ``name`` alone when
+  defaults, for logs: ``"catch (rows=5)"``, or ``name`` alone when
   every setting is a default (gymnax's physics constants are not listed)."""
   try:
     defaults = get_entry(name).settings
