@@ -13,7 +13,6 @@ installed; those of a missing brax run either way.
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 
@@ -26,6 +25,8 @@ from disco import types
 from disco.environments import brax_envs
 from disco.environments import registry
 from disco.environments import suite_utils
+
+import test_env_contract as contract
 
 
 def brax_installed() -> bool:
@@ -297,20 +298,7 @@ def test_a_missing_brax_is_one_line_naming_the_install(monkeypatch):
 
 
 def test_disco_eval_without_brax_exits_2_with_one_line(tmp_path):
-  code = (
-      "import sys; sys.modules['brax'] = None; "
-      "sys.argv = ['disco-eval', '--config.env=brax/ant', "
-      f"'--config.output_dir={tmp_path}']; "
-      "from disco.launch import evaluate; evaluate.main()"
-  )
-  env = {**os.environ, "PYTHONPATH": os.getcwd()}
-  done = subprocess.run(
-      [sys.executable, "-c", code],
-      capture_output=True,
-      text=True,
-      env=env,
-      check=False,
-  )
+  done = contract.eval_without(("brax",), "brax/ant", tmp_path / "run")
   assert done.returncode == 2, done.stderr
   lines = done.stderr.strip().splitlines()
   assert lines == [

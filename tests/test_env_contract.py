@@ -37,6 +37,8 @@ import collections
 import functools
 from pathlib import Path
 import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -100,6 +102,28 @@ OPTIONAL_PACKAGES = {
 }
 # Names with continuous actions (a group of their own in the choice).
 CONTINUOUS = frozenset(gymnax_envs.CONTINUOUS_NAMES + brax_envs.ENV_NAMES)
+
+
+def eval_without(modules: tuple[str, ...], env: str, output_dir: Path):
+  """``disco-eval --config.env=ENV`` in a subprocess where importing any of
+  ``modules`` fails, as when their package is not installed."""
+  blocked = "".join(f"sys.modules[{m!r}] = None; " for m in modules)
+  code = (
+      f"import sys; {blocked}from disco.launch import evaluate; evaluate.main()"
+  )
+  return subprocess.run(
+      [
+          sys.executable,
+          "-c",
+          code,
+          f"--config.env={env}",
+          f"--config.output_dir={output_dir}",
+      ],
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+  )
 
 
 def family(name: str) -> str:

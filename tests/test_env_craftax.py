@@ -7,7 +7,6 @@ with two streams and a 3-step time limit, and only trace the other games.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import jax
@@ -20,6 +19,8 @@ from disco.environments import craftax_envs
 from disco.environments import registry
 from disco.environments import suite_utils
 from disco.training import acting
+
+import test_env_contract as contract
 
 pytest.importorskip("craftax", reason="craftax/... needs craftax")
 
@@ -256,21 +257,8 @@ def test_achievements_reach_the_episode_statistics(pooled):
 
 
 def test_a_missing_craftax_is_one_line_and_exit_status_2(tmp_path):
-  code = (
-      "import sys; sys.modules['craftax'] = None; "
-      "from disco.launch import evaluate; evaluate.main()"
-  )
-  result = subprocess.run(
-      [
-          sys.executable,
-          "-c",
-          code,
-          "--config.env=craftax/" + CLASSIC,
-          f"--config.output_dir={tmp_path / 'run'}",
-      ],
-      capture_output=True,
-      text=True,
-      timeout=300,
+  result = contract.eval_without(
+      ("craftax",), "craftax/" + CLASSIC, tmp_path / "run"
   )
   assert result.returncode == 2, result.stderr
   lines = result.stderr.strip().splitlines()

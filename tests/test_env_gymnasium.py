@@ -20,6 +20,7 @@ from disco.environments import gymnasium_envs
 from disco.environments import registry
 
 from meta_settings import subprocess_env
+import test_env_contract as contract
 
 TESTS = Path(__file__).resolve().parent
 
@@ -196,22 +197,8 @@ def test_bad_gymnasium_input_gives_one_line_and_exit_2(program, args, expected):
 
 @pytest.mark.parametrize("env", ["gymnasium/CartPole-v1", "atari/Pong"])
 def test_a_missing_gymnasium_is_one_line_and_exit_status_2(tmp_path, env):
-  code = (
-      "import sys; sys.modules['gymnasium'] = None; "
-      "sys.modules['envpool'] = None; sys.modules['ale_py'] = None; "
-      "from disco.launch import evaluate; evaluate.main()"
-  )
-  result = subprocess.run(
-      [
-          sys.executable,
-          "-c",
-          code,
-          f"--config.env={env}",
-          f"--config.output_dir={tmp_path / 'run'}",
-      ],
-      capture_output=True,
-      text=True,
-      timeout=300,
+  result = contract.eval_without(
+      ("gymnasium", "envpool", "ale_py"), env, tmp_path / "run"
   )
   assert result.returncode == 2, result.stderr
   lines = result.stderr.strip().splitlines()
