@@ -358,15 +358,18 @@ def throughput(args: argparse.Namespace) -> None:
   loop = plan.loop
   rng = np.random.default_rng(0)
 
+  # Each arm's games start once, before the rounds: a round times stepping
+  # only (starting a pool of games is a cost per lifetime, not per step).
+  raw.reset()
+  handle, _ = env.reset(jax.random.PRNGKey(0))
+
   def envpool_random():
-    raw.reset()
     for _ in range(args.steps):
       raw.step(rng.integers(0, 18, b).astype(np.int32))
 
   def adapter_random():
-    state, _ = env.reset(jax.random.PRNGKey(0))
     for _ in range(args.steps):
-      state, _ = env.step(state, rng.integers(0, 18, b))
+      env.step(handle, rng.integers(0, 18, b))
 
   state = jax.tree.map(lambda x: x[0], loop.init_seeds([0]))
   rollouts = max(1, args.steps // loop.config.rollout_len)
@@ -385,8 +388,9 @@ def throughput(args: argparse.Namespace) -> None:
   )
   adapter_acting()  # compiles the actor step
   rates = {k: [] for k in arms}
-  for _ in range(args.rounds):
-    for name, (fn, steps) in arms.items():
+  for i in range(args.rounds):  # the order reversed every other round
+    order = list(arms.items())
+    for name, (fn, steps) in order[:: 1 if i % 2 == 0 else -1]:
       start = time.perf_counter()
       fn()
       rates[name].append(steps * b / (time.perf_counter() - start))
