@@ -232,8 +232,8 @@ def _warn(
         "(docs: results/learning)."
     )
   if loop_config.num_updates(iterations) == 0:
-    env_steps = loop_config.env_steps_per_iteration * -(
-        -loop_config.min_replay_size // loop_config.num_envs
+    env_steps = loop_config.env_steps_per_iteration * (
+        loop_config.iterations_before_learning + 1
     )
     log(
         "Warning: this budget ends before the first learner step: learning "

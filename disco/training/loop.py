@@ -132,13 +132,19 @@ class LoopConfig:
     """Learner (optimiser) steps of an iteration that learns."""
     return self.update_epochs * self.num_minibatches
 
+  @property
+  def iterations_before_learning(self) -> int:
+    """Iterations that only fill the replay: learning starts in the one after
+    them, once the replay holds ``min_replay_size`` trajectories (0 without
+    a replay)."""
+    if not self.replay_capacity:
+      return 0
+    return max(0, -(-self.min_replay_size // self.num_envs) - 1)
+
   def num_updates(self, num_iterations: int) -> int:
     """Learner steps of the first ``num_iterations`` iterations (none before
     the replay holds ``min_replay_size`` trajectories)."""
-    waiting = 0
-    if self.replay_capacity:
-      waiting = max(0, -(-self.min_replay_size // self.num_envs) - 1)
-    learning = max(0, num_iterations - waiting)
+    learning = max(0, num_iterations - self.iterations_before_learning)
     return learning * self.updates_per_learning_iteration
 
 
