@@ -280,6 +280,15 @@ def approximate_coverage(
   return float(2.0 * stats.t.cdf(z * shrink, df) - 1.0)
 
 
+def short_coverage(
+    num_seeds: int, num_envs: int, confidence: float = 0.95
+) -> float | None:
+  """``approximate_coverage`` where it falls short of ``confidence`` by a point
+  or more, else None."""
+  actual = approximate_coverage(num_seeds, num_envs, confidence)
+  return None if confidence - actual < 0.01 else actual
+
+
 def coverage_note(
     num_seeds: int,
     num_envs: int,
@@ -291,8 +300,8 @@ def coverage_note(
   task-bootstrap intervals)."""
   if task_bootstrap:
     return None
-  actual = approximate_coverage(num_seeds, num_envs, confidence)
-  if confidence - actual < 0.01:
+  actual = short_coverage(num_seeds, num_envs, confidence)
+  if actual is None:
     return None
   return (
       f"covers about {actual:.0%}, not {confidence:.0%}, with {num_seeds} "
