@@ -4,8 +4,8 @@ held-out environments.
   python -m benchmarks.self_tuning run --out benchmarks/results/self_tuning
   python -m benchmarks.self_tuning report --out benchmarks/results/self_tuning
 
-``run`` is one ``disco-compare`` (resumable: started again, it keeps every
-finished run): ``stac`` and ``self_tuning_ppo`` from their base rules'
+``run`` is one ``disco-compare`` into ``<out>/comparison`` (resumable:
+started again, it keeps every finished run): ``stac`` and ``self_tuning_ppo`` from their base rules'
 settings (each rule's preset for the environment, which a self-tuning rule
 shares with its base rule), ``actor_critic`` and ``ppo`` with the same
 settings, and both base rules tuned per environment on a 6-point grid
@@ -16,17 +16,18 @@ chosen on those seeds only. Every run has the same env-step budget
 environments are held out: none was used while the rules were built
 (CartPole-v1, Breakout-MinAtar and ``lpg/dense`` were).
 
-``report`` reads the comparison's ``statistics.json`` and run folders and
-writes ``summary.csv`` (IQM of normalised scores with intervals, P(self-tuned
-> tuned) and P(self-tuned > default) with intervals, env steps each arm paid,
-tuning included) and ``hyper_params_<env>.png`` (the self-tuning rules'
-hyper-parameters over training, mean over seeds).
+``report`` reads the comparison's ``statistics.json`` and writes, beside
+the comparison's folder (which holds only what ``disco-compare`` writes, so
+that ``run`` can resume), ``summary.csv``: IQM of normalised scores with
+intervals, P(self-tuned > tuned) and P(self-tuned > default) with intervals,
+env steps each arm paid, tuning included. The comparison's report draws the
+self-tuning rules' hyper-parameters over training
+(``comparison/hyper_params_<env>.png``).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from pathlib import Path
 import sys
@@ -48,7 +49,8 @@ GRID = "learning_rate=(3e-4,1e-3,3e-3),entropy_cost=(0.01,0.05)"
 GRID_POINTS = 6
 TUNE_SEEDS = 3
 TUNE_SEED = 1000
-HYPER_PREFIX = "learner/hyper_params/"
+# The comparison's folder under ``--out``.
+COMPARISON = "comparison"
 
 
 def compare_overrides(args: argparse.Namespace) -> dict:
@@ -59,7 +61,7 @@ def compare_overrides(args: argparse.Namespace) -> dict:
       num_seeds=args.seeds,
       total_env_steps=args.steps,
       last_episodes=args.last_episodes,
-      output_dir=str(args.out),
+      output_dir=str(args.out / COMPARISON),
       tune=dict(
           rules=tuple(base for _, base in PAIRS),
           grid=GRID,
@@ -95,49 +97,9 @@ def _probability(stats: dict, a: str, b: str) -> dict:
   return {}
 
 
-def _hyper_param_figure(out: Path, runs: Path, env_dir: str, env: str) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
-
-  matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
-
-  rules = [
-      r for r, _ in PAIRS if (runs / r / env_dir / "metrics.csv").is_file()
-  ]
-  if not rules:
-    return
-  fig, axes = plt.subplots(1, len(rules), figsize=(5 * len(rules), 3.5))
-  axes = list(axes) if len(rules) > 1 else [axes]
-  for ax, rule in zip(axes, rules, strict=True):
-    with open(runs / rule / env_dir / "metrics.csv") as f:
-      rows = list(csv.DictReader(f))
-    names = sorted(
-        k[len(HYPER_PREFIX) :] for k in rows[0] if k.startswith(HYPER_PREFIX)
-    )
-    steps = sorted({int(float(r["env_steps"])) for r in rows})
-    for name in names:
-      means = []
-      for step in steps:
-        values = [
-            float(r[HYPER_PREFIX + name])
-            for r in rows
-            if int(float(r["env_steps"])) == step and r[HYPER_PREFIX + name]
-        ]
-        means.append(sum(values) / max(len(values), 1))
-      start = means[0] or 1.0
-      ax.plot(steps, [m / start for m in means], label=f"{name} ({start:g})")
-    ax.set_title(f"{rule} on {env}")
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("value / initial value")
-    ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(out / f"hyper_params_{env.replace('/', '_')}.png", dpi=110)
-  plt.close(fig)
-
-
 def report(args: argparse.Namespace) -> None:
   out = Path(args.out)
-  stats = json.loads((out / "statistics.json").read_text())
+  stats = json.loads((out / COMPARISON / "statistics.json").read_text())
   rows = []
   for tuned_rule, base in PAIRS:
     for arm in (tuned_rule, base, f"{base}-tuned"):
@@ -159,8 +121,6 @@ def report(args: argparse.Namespace) -> None:
           )
       )
   cli.write_csv(out / "summary.csv", rows)
-  for env in stats["envs"]:
-    _hyper_param_figure(out, out / "runs", env.replace("/", "_"), env)
   print(json.dumps(rows, indent=1))
 
 

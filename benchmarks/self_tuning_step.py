@@ -8,9 +8,12 @@ with the same loop (``--env``, default Catch 8x8; the published notebook's
 loop, batches of 64 trajectories of 29 steps), one learner batch is drawn,
 and each agent's jitted learner step (``--steps_per_call`` steps in one
 ``lax.scan``) is timed round-robin with the other's (``benchmarks.timing``).
-Writes ``step_cost.csv``: the median seconds per learner step of each and
-their ratio (self-tuning / base; the issue's target is at most 2). Run it
-alone on the machine.
+A third candidate, the self-tuning rule's outer loss alone (its gradient
+at the parameters and the optimiser's step on it), shows the part of the
+self-tuning step that an exact meta-gradient cannot share with the base
+step. Writes ``step_cost.csv``: the median seconds per learner step of each,
+the ratio (self-tuning / base; the issue's target is at most 2) and the
+outer loss's ratio to the base step. Run it alone on the machine.
 """
 
 from __future__ import annotations
@@ -35,14 +38,17 @@ LOOP = dict(
 )
 
 
-def stepper(rule: str, env: str, steps: int, tmp: Path) -> timing.Stepper:
-  """A candidate running ``steps`` learner steps of ``rule`` per call."""
+def stepper(
+    rule: str, env: str, steps: int, tmp: Path, outer_only: bool = False
+) -> timing.Stepper:
+  """A candidate running ``steps`` learner steps of ``rule`` per call (with
+  ``outer_only``, of a self-tuning rule's outer loss instead)."""
   plan = evaluation.build(
       evaluation.make_config(
           rule=rule,
           env=env,
           preset="none",
-          output_dir=str(tmp / rule),
+          output_dir=str(tmp / f"{rule}-{outer_only}"),
           **LOOP,
       ),
       log=lambda _: None,
@@ -51,9 +57,25 @@ def stepper(rule: str, env: str, steps: int, tmp: Path) -> timing.Stepper:
   batch = plan.loop.learner_batch(state, jax.random.PRNGKey(1))
   agent, meta_params = plan.agent, plan.rule.meta_params
 
+  def outer_step(rng, rollout, learner, meta_params, is_meta_training):
+    del is_meta_training
+    tuner = agent.rule
+    grads = jax.grad(
+        lambda p: agent.outer_loss(
+            tuner.outer_rule,
+            p,
+            rollout,
+            tuner.base_state(learner.rule_state),
+            rng,
+            meta_params,
+        )
+    )(learner.params)
+    return agent.apply_gradients(learner, grads, learner.rule_state)
+
   def many(learner):
     def one(learner, rng):
-      learner, _ = agent.learner_step(rng, batch, learner, meta_params, False)
+      step = outer_step if outer_only else agent.learner_step
+      learner, _ = step(rng, batch, learner, meta_params, False)
       return learner, None
 
     rngs = jax.random.split(jax.random.PRNGKey(2), steps)
@@ -72,10 +94,13 @@ def main(argv=None) -> list[dict]:
   args.out.mkdir(parents=True, exist_ok=True)
   rows = []
   for tuned, base in PAIRS:
+    tmp = args.out / "tmp"
     candidates = {
-        r: stepper(r, args.env, args.steps_per_call, args.out / "tmp")
-        for r in (base, tuned)
+        r: stepper(r, args.env, args.steps_per_call, tmp) for r in (base, tuned)
     }
+    candidates["outer"] = stepper(
+        tuned, args.env, args.steps_per_call, tmp, outer_only=True
+    )
     times = timing.interleave(candidates, rounds=args.rounds, warmup=2)
     per_step = {r: times.median(r) / args.steps_per_call for r in candidates}
     rows.append(
@@ -86,6 +111,8 @@ def main(argv=None) -> list[dict]:
             base_ms_per_step=round(1e3 * per_step[base], 3),
             self_tuning_ms_per_step=round(1e3 * per_step[tuned], 3),
             ratio=round(times.ratio(tuned, base), 3),
+            outer_ms_per_step=round(1e3 * per_step["outer"], 3),
+            outer_over_base=round(times.ratio("outer", base), 3),
             rounds=args.rounds,
         )
     )

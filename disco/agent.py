@@ -297,8 +297,10 @@ class Agent:
       learner_state: types.LearnerState,
       meta_params: types.MetaParams,
       is_meta_training: bool,
+      step_size: jax.Array | None = None,
   ) -> types.LearnerUpdate:
-    """``learner_update`` without a meta-gradient step."""
+    """``learner_update`` without a meta-gradient step (``step_size``:
+    ``apply_gradients``')."""
     # One forward pass serves the rule's targets and the gradient. Rules
     # reading per-action outputs at taken actions backpropagate through those
     # alone; in meta-training their targets also get every action's outputs.
@@ -327,7 +329,7 @@ class Agent:
     if self.axis_name is not None:
       grads = jax.lax.pmean(grads, axis_name=self.axis_name)
     new_state, update_logs = self.apply_gradients(
-        learner_state, grads, new_rule_state
+        learner_state, grads, new_rule_state, step_size
     )
     return types.LearnerUpdate(
         learner_state=new_state,
@@ -348,14 +350,16 @@ class Agent:
     (``disco.update_rules.self_tuning.SelfTuning``): the update with the
     current hyper-parameters, then one step of the rule's meta-variables ``x``
     (``meta_update``) on the meta-gradient of ``outer_loss`` at the updated
-    parameters ``params' = params + u(g(x))``, taken through the update, the
-    optimiser's step ``u`` included:
+    parameters ``params' = params + s(x) u(g(x))``, taken through the update,
+    the optimiser's step ``u`` included:
 
-        d outer / dx = d/dx <J w, dL/d out(x)>,  w = (du/dg)^T grad outer(params'),
+        d outer / dx = d/dx <J w, dL/d out(x)> + <grad outer(params'), u> ds/dx,
+        w = s (du/dg)^T grad outer(params'),
 
-    with ``J w`` the network's outputs' derivative at ``params`` along ``w``
-    and ``dL/d out(x)`` the inner loss's gradient with respect to the outputs
-    (the update's gradient is ``g = J^T dL/d out``). The update itself is
+    with ``J w`` the network's outputs' derivative at ``params`` along ``w``,
+    ``dL/d out(x)`` the inner loss's gradient with respect to the outputs
+    (the update's gradient is ``g = J^T dL/d out``) and ``s`` the rule's
+    ``step_size`` (1, and its term absent, when it is not tuned). The update itself is
     ``learner_update``'s for the rule's current values, unchanged; its logs
     gain the rule's (values, meta-gradients) and ``outer_loss``. With the
     rule's ``meta_gradient="bmg"``, ``grad outer(params')`` is instead
@@ -370,9 +374,12 @@ class Agent:
           "is_meta_training must be False."
       )
     tuner = self.rule
-    update = self._update(rng, rollout, learner_state, meta_params, False)
-    new_state, grads = update.learner_state, update.grads
     rule_state = learner_state.rule_state
+    step_size = tuner.step_size(rule_state)
+    update = self._update(
+        rng, rollout, learner_state, meta_params, False, step_size
+    )
+    new_state, grads = update.learner_state, update.grads
     # The outer loss's gradient at the updated parameters, or (BMG) the
     # distance to a bootstrapped target's.
     if tuner.meta_gradient == "bmg":
@@ -394,13 +401,15 @@ class Agent:
       meta_logs = dict(outer_loss=outer)
     if self.axis_name is not None:
       outer_grads = jax.lax.pmean(outer_grads, axis_name=self.axis_name)
-    _, optimizer_vjp = jax.vjp(
+    updates, optimizer_vjp = jax.vjp(
         lambda g: self.optimizer.update(
             g, learner_state.opt_state, learner_state.params
         )[0],
         grads,
     )
     (direction,) = optimizer_vjp(outer_grads)
+    if step_size is not None:
+      direction = jax.tree.map(lambda d: step_size * d, direction)
     agent_out, outputs_tangent = jax.jvp(
         lambda p: self._loss_outputs(p, rollout),
         (learner_state.params,),
@@ -426,7 +435,26 @@ class Agent:
           )
       )
 
-    meta_grads = jax.grad(inner_dot)(tuner.meta_variables(rule_state))
+    # ``params'`` moves along the optimiser's step by ``step_size``.
+    along_step = jax.lax.stop_gradient(
+        sum(
+            jnp.vdot(g, u)
+            for g, u in zip(
+                jax.tree.leaves(outer_grads),
+                jax.tree.leaves(updates),
+                strict=True,
+            )
+        )
+    )
+
+    def meta_objective(x):
+      total = inner_dot(x)
+      if step_size is not None:
+        state = tuner.with_meta_variables(rule_state, x)
+        total = total + tuner.step_size(state) * along_step
+      return total
+
+    meta_grads = jax.grad(meta_objective)(tuner.meta_variables(rule_state))
     if self.axis_name is not None:
       meta_grads = jax.lax.pmean(meta_grads, axis_name=self.axis_name)
     new_rule_state, tuning_logs = tuner.meta_update(
@@ -460,7 +488,12 @@ class Agent:
         0,
         tuner.bmg_target_steps - 1,
         lambda i, state: self._update(
-            jax.random.fold_in(rng, i), rollout, state, meta_params, False
+            jax.random.fold_in(rng, i),
+            rollout,
+            state,
+            meta_params,
+            False,
+            tuner.step_size(state.rule_state),
         ).learner_state,
         target,
     )
@@ -538,12 +571,15 @@ class Agent:
       learner_state: types.LearnerState,
       grads: types.Params,
       new_rule_state: types.RuleState,
+      step_size: jax.Array | None = None,
   ) -> tuple[types.LearnerState, types.Logs]:
-    """The optimiser step: new learner state and the gradient and update
-    norms."""
+    """The optimiser step, times ``step_size`` (``[]``; None: 1): new learner
+    state and the gradient and update norms."""
     updates, opt_state = self.optimizer.update(
         grads, learner_state.opt_state, learner_state.params
     )
+    if step_size is not None:
+      updates = jax.tree.map(lambda u: (step_size * u).astype(u.dtype), updates)
     params = optax.apply_updates(learner_state.params, updates)
     logs = dict(
         global_gradient_norm=optax.tree.norm(grads),

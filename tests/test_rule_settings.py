@@ -317,6 +317,46 @@ def test_resume_compares_rule_settings_with_their_defaults_filled_in():
   _one_line(str(info.value))
 
 
+@pytest.mark.parametrize(
+    "rule, entropy_cost, old_tuned",
+    [
+        (
+            "stac",
+            0.01,
+            ["discount_factor", "td_lambda", "entropy_cost", "value_cost"]
+            + ["pg_cost"],
+        ),
+        # On a bound (PPO's Pendulum preset), "auto" left the entropy out.
+        (
+            "self_tuning_ppo",
+            0.0,
+            ["discount_factor", "gae_lambda", "value_cost"],
+        ),
+    ],
+)
+def test_a_self_tuning_run_of_0_2_tuned_auto_without_the_step_size(
+    rule, entropy_cost, old_tuned
+):
+  """``tuned="auto"`` saved by 0.2.0 is read as the list it meant then, so
+  that a comparison does not take such a run for today's default; today's
+  "auto" (with the step size) stays "auto"."""
+  saved = registry.default_settings(rule).to_dict()
+  saved["hyper_params"] = dict(saved["hyper_params"], entropy_cost=entropy_cost)
+  del saved["hyper_params"]["step_size"]  # 0.2.0 had no step size
+  assert saved["rule_kwargs"]["tuned"] == "auto"
+  old = migrations.upgraded_settings(saved, "x", "0.2.0")
+  assert old["rule_kwargs"]["tuned"] == old_tuned
+  assert old["hyper_params"]["step_size"] == 1.0
+  assert saved["rule_kwargs"]["tuned"] == "auto"  # the input is not changed
+  for version in ("0.3.0.dev0", None):
+    today = migrations.upgraded_settings(saved, "x", version)
+    assert today["rule_kwargs"]["tuned"] == "auto"
+  rule_object = registry.get_entry(rule).make(
+      hyper_params=old["hyper_params"], **old["rule_kwargs"]
+  )
+  assert list(rule_object.tuned) == old_tuned
+
+
 # ------------------------------------------------------- old spellings ----
 
 # Keyword arguments named like loss coefficients (which must be

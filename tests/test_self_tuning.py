@@ -4,6 +4,8 @@ rate, settings errors and the hyper-parameter columns of a run."""
 
 from __future__ import annotations
 
+import functools
+
 import faults
 import jax
 import jax.numpy as jnp
@@ -108,10 +110,17 @@ def test_meta_gradient_matches_finite_differences(rule):
                 registry.default_settings(rule).hyper_params,
                 discount_factor=0.8,
             ),
-            rule_kwargs=dict(categorical_value=False) if rule == "stac" else {},
+            rule_kwargs=dict(
+                tuned=[
+                    *registry.get_entry(rule).make.default_tuned,
+                    "step_size",
+                ],
+                **(dict(categorical_value=False) if rule == "stac" else {}),
+            ),
         )
     )
     tuner = agent.rule
+    assert "step_size" in tuner.tuned
     state = _as_float64(state)
     adam = state.opt_state[
         [type(s).__name__ for s in state.opt_state].index("ScaleByAdamState")
@@ -310,19 +319,28 @@ def test_hyper_params_stay_in_bounds_with_a_large_meta_learning_rate():
 
 
 @pytest.mark.xla_optimized
+@pytest.mark.parametrize("step_size", [False, True])
 @pytest.mark.parametrize(
     "rule, base_rule", [("stac", "actor_critic"), ("self_tuning_ppo", "ppo")]
 )
-def test_zero_meta_learning_rate_trains_as_the_base_rule(rule, base_rule):
+def test_zero_meta_learning_rate_trains_as_the_base_rule(
+    rule, base_rule, step_size
+):
   """Bit for bit, after several learner steps from the same seeds (a scalar
   value head: XLA compiles a categorical head's expectation over its bins with
-  another rounding once the meta-gradient shares the program)."""
+  another rounding once the meta-gradient shares the program). With the step
+  size tuned (the default), the parameters match to a float32 rounding: its
+  factor, though 1, splits the fused multiply-add that ends the base rule's
+  Adam step."""
   kwargs = dict(learning_rate=0.1, anneal_learning_rate=False)
   scalar = dict(categorical_value=False) if rule == "stac" else {}
+  tuned = registry.get_entry(rule).make.default_tuned
+  if not step_size:
+    tuned = tuple(t for t in tuned if t != self_tuning.STEP_SIZE)
   runs = []
   for name, rule_kwargs in (
       (base_rule, scalar),
-      (rule, dict(scalar, meta_learning_rate=0.0)),
+      (rule, dict(scalar, meta_learning_rate=0.0, tuned=tuned)),
   ):
     agent, state = _agent(_settings(name, rule_kwargs=rule_kwargs, **kwargs))
     step = jax.jit(agent.learner_step, static_argnums=4)
@@ -331,8 +349,14 @@ def test_zero_meta_learning_rate_trains_as_the_base_rule(rule, base_rule):
       state, logs = step(jax.random.PRNGKey(i), rollout, state, {}, False)
     runs.append((state, logs))
   (base_state, base_logs), (state, logs) = runs
+  assert (self_tuning.STEP_SIZE in agent.rule.tuned) == step_size
+  same = (
+      functools.partial(np.testing.assert_allclose, rtol=1e-6, atol=0)
+      if step_size
+      else np.testing.assert_array_equal
+  )
   jax.tree.map(
-      np.testing.assert_array_equal,
+      same,
       (base_state.params, base_state.opt_state),
       (state.params, state.opt_state),
   )

@@ -124,11 +124,14 @@ class Cell:
       )
     try:
       record = json.loads((out / "config.json").read_text())
+      run = record.get("run")
       saved = dict(
           migrations.upgraded_eval_config(record["config"]),
           # As today's version would have written them.
           rule_settings=migrations.upgraded_settings(
-              record["rule_settings"], str(out / "config.json")
+              record["rule_settings"],
+              str(out / "config.json"),
+              run.get("disco_version") if isinstance(run, dict) else None,
           ),
       )
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -148,7 +151,6 @@ class Cell:
       inputs = eval_outputs.input_files(plan)
     except errors.UsageError as e:
       return False, errors.one_line(e).rstrip(".")
-    run = record.get("run")
     changes = eval_outputs.input_file_changes(
         run.get(eval_outputs.INPUT_FILES) if isinstance(run, dict) else None,
         inputs,

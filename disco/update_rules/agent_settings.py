@@ -24,6 +24,7 @@ HYPER_PARAM_RANGES = {
     "td_lambda": (0.0, 1.0),
     "gae_lambda": (0.0, 1.0),
     "target_update_tau": (0.0, 1.0),
+    "step_size": (0.0, math.inf),
 }
 # The optimiser settings, with what they mean (listings).
 OPTIMIZER_KEYS = {

@@ -23,6 +23,13 @@ Evaluation keys added since (``ADDED_EVAL_KEYS``): an evaluation's
 | 2026-12-06 | ``normalize_observations``, ``normalize_rewards`` | ``False`` |
 | 2026-12-06 | ``normalize_rewards_discount`` | ``0.99`` (unused while off) |
 | 2026-12-06 | ``reward_clip`` | ``0.0`` (no clip) |
+
+Defaults whose meaning changed (``upgraded_settings`` with the version that
+wrote the settings):
+
+| since | rules | key | what an older run had |
+|---|---|---|---|
+| 0.3.0 | stac, self_tuning_ppo | ``rule_kwargs.tuned="auto"`` | the same list without ``step_size`` |
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from disco.update_rules import disco
 from disco.update_rules import lpg
 from disco.update_rules import policy_gradient
 from disco.update_rules import registry
+from disco.update_rules import self_tuning
 
 
 class OldSettingWarning(UserWarning):
@@ -87,6 +95,8 @@ MOVED = (
 # (old: (new, since)).
 REMOVED_META_TRAIN_KEYS = ("debug",)
 RENAMED_META_TRAIN_KEYS = {"entropy_cost": ("meta_entropy_cost", "2026-12-06")}
+# The last version whose ``tuned="auto"`` left the step size out.
+AUTO_TUNED_WITHOUT_STEP_SIZE = (0, 2, 0)
 ADDED_EVAL_KEYS = {
     "normalize_observations": False,
     "normalize_rewards": False,
@@ -170,10 +180,14 @@ def upgraded(
   return hyper_params, rule_kwargs
 
 
-def upgraded_settings(saved: Mapping[str, Any], where: str) -> dict[str, Any]:
+def upgraded_settings(
+    saved: Mapping[str, Any], where: str, version: str | None = None
+) -> dict[str, Any]:
   """Agent settings in JSON form (``AgentSettings.to_dict``) with old keys moved
-  (``upgraded``) and newer hyper-parameters at their defaults; an unknown rule's
-  come back as saved.
+  (``upgraded``), newer hyper-parameters at their defaults and, where
+  ``version`` (the disco that wrote them; None: today's) is older, a self-tuning
+  rule's ``tuned="auto"`` as the list it then meant; an unknown rule's come
+  back as saved.
 
   Raises:
     ValueError: see ``upgraded``.
@@ -187,7 +201,30 @@ def upgraded_settings(saved: Mapping[str, Any], where: str) -> dict[str, Any]:
   )
   defaults = registry.default_settings(rule).hyper_params
   out["hyper_params"] = {**defaults, **hyper_params}
+  make = registry.get_entry(rule).make
+  if (
+      isinstance(make, type)
+      and issubclass(make, self_tuning.SelfTuning)
+      and out["rule_kwargs"].get("tuned") == self_tuning.AUTO
+      and _release(version) <= AUTO_TUNED_WITHOUT_STEP_SIZE
+  ):
+    tuned = make.auto_tuned(
+        out["hyper_params"], out["rule_kwargs"].get("bounds")
+    )
+    out["rule_kwargs"]["tuned"] = [
+        n for n in tuned if n != self_tuning.STEP_SIZE
+    ]
   return out
+
+
+def _release(version: str | None) -> tuple[int, ...]:
+  """``"0.2.0"`` as ``(0, 2, 0)`` (a pre-release counts as its release); None
+  or unreadable: today's, newer than every entry of the tables."""
+  try:
+    parts = tuple(int(p) for p in str(version).split(".")[:3])
+  except ValueError:
+    parts = ()
+  return parts if len(parts) == 3 else (10**9,)
 
 
 def upgraded_meta_train_config(

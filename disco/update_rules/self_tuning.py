@@ -17,7 +17,10 @@ hyper-parameter value. A learner step of an agent whose rule
    step included; the inner loss's targets are differentiable in ``eta``);
 4. moves ``x`` by Adam (``meta_learning_rate``) on that meta-gradient,
 
-and keeps step 1's parameters and optimiser state. With ``meta_gradient="bmg"``
+and keeps step 1's parameters and optimiser state. ``step_size`` (a factor on
+the optimiser's step, ``params' = params + step_size * u(...)``; initially 1)
+is tunable beside the base rule's hyper-parameters: it tunes the agent's
+learning rate, for an optimiser whose step is linear in it. With ``meta_gradient="bmg"``
 (bootstrapped meta-gradients, Flennerhag et al. 2022) step 2's objective is
 instead a distance ``mu(target, params')`` to a constant target: from
 ``params'``, ``bmg_target_steps - 1`` further updates of the inner rule, then
@@ -64,6 +67,9 @@ META_GRADIENTS = ("outer", "bmg")
 # ``bmg_distance``: the policies' KL over the batch's states, or the squared
 # distance of the parameters.
 BMG_DISTANCES = ("kl", "squared")
+# The factor on the optimiser's step: a tunable hyper-parameter of every
+# self-tuning rule, not of its base rule.
+STEP_SIZE = "step_size"
 
 
 @chex.dataclass(frozen=True)
@@ -96,6 +102,11 @@ def bounded(
   ``[low, high]`` against rounding."""
   moved = (high - low) * (jax.nn.sigmoid(x) - jax.nn.sigmoid(start))
   return jnp.clip(initial + moved, low, high)
+
+
+def _without_step_size(values: Mapping[str, Any]) -> dict[str, Any]:
+  """``values`` less ``STEP_SIZE``: what the base rule takes."""
+  return {k: v for k, v in values.items() if k != STEP_SIZE}
 
 
 def _logit(p: float) -> float:
@@ -150,7 +161,10 @@ class SelfTuning(base.UpdateRule):
     if base_rule is None:
       return
     cls.base_rule = base_rule
-    cls.default_hyper_params = base_rule.default_hyper_params
+    cls.default_hyper_params = {
+        **base_rule.default_hyper_params,
+        STEP_SIZE: 1.0,
+    }
     cls.supports_continuous_actions = base_rule.supports_continuous_actions
     cls.continuous_actions_refusal = base_rule.continuous_actions_refusal
     cls.__signature__ = _factory_signature(cls)
@@ -177,15 +191,12 @@ class SelfTuning(base.UpdateRule):
         the base rule does not take.
     """
     super().__init__(hyper_params)
-    self._inner = self.base_rule(hyper_params=self.hyper_params, **base_kwargs)
+    self._inner = self.base_rule(
+        hyper_params=_without_step_size(self.hyper_params), **base_kwargs
+    )
     bounds = {**self.default_bounds, **dict(bounds or {})}
     if tuned == AUTO:
-      tuned = [
-          n
-          for n in self.default_tuned
-          if not _is_bounds_pair(bounds.get(n))
-          or self.hyper_params.get(n) not in tuple(bounds[n])
-      ]
+      tuned = self.auto_tuned(self.hyper_params, bounds)
     if isinstance(tuned, str):
       tuned = [tuned]
     # "a,b" (a command line's) names two.
@@ -206,10 +217,29 @@ class SelfTuning(base.UpdateRule):
     self.bmg_target_steps = int(bmg_target_steps)
     self.bmg_distance = bmg_distance
     self.outer_rule = self.base_rule(
-        hyper_params={**self.hyper_params, **self.outer_hyper_params},
+        hyper_params=_without_step_size(
+            {**self.hyper_params, **self.outer_hyper_params}
+        ),
         **base_kwargs,
     )
     self._meta_optimizer = optax.adam(self.meta_learning_rate)
+
+  @classmethod
+  def auto_tuned(
+      cls,
+      hyper_params: Mapping[str, Any],
+      bounds: Mapping[str, Any] | None = None,
+  ) -> list[str]:
+    """What ``tuned="auto"`` tunes: ``default_tuned`` less those whose value
+    in ``hyper_params`` is one of their ``bounds`` (default:
+    ``default_bounds``)."""
+    bounds = {**cls.default_bounds, **dict(bounds or {})}
+    return [
+        n
+        for n in cls.default_tuned
+        if not _is_bounds_pair(bounds.get(n))
+        or hyper_params.get(n) not in tuple(bounds[n])
+    ]
 
   def _problems(
       self,
@@ -258,17 +288,18 @@ class SelfTuning(base.UpdateRule):
             f"initial value hyper_params.{name}={self.hyper_params[name]!r} "
             "strictly: widen the bounds or change the value"
         )
-    unknown = sorted(set(outer) - set(self.hyper_params))
+    base_names = _without_step_size(self.hyper_params)
+    unknown = sorted(set(outer) - set(base_names))
     if unknown:
       problems.append(
           f"rule_kwargs.outer_hyper_params: unknown {unknown}; valid: "
-          f"{', '.join(sorted(self.hyper_params))}"
+          f"{', '.join(sorted(base_names))}"
       )
     for name, value in outer.items():
       low, high = agent_settings_lib.HYPER_PARAM_RANGES.get(
           name, (-math.inf, math.inf)
       )
-      if name in self.hyper_params and not (
+      if name in base_names and not (
           checks.is_finite_number(value) and low <= value <= high
       ):
         problems.append(
@@ -353,7 +384,14 @@ class SelfTuning(base.UpdateRule):
 
   def inner_rule(self, values: Mapping[str, jax.Array]) -> base.UpdateRule:
     """The base rule with the tuned hyper-parameters at ``values``."""
-    return self._inner.with_hyper_params(values)
+    return self._inner.with_hyper_params(_without_step_size(values))
+
+  def step_size(self, rule_state: types.RuleState) -> jax.Array | None:
+    """The factor on the optimiser's step, ``[]``: None when it is not
+    tuned (the step is the optimiser's own)."""
+    if STEP_SIZE not in self.tuned:
+      return None
+    return self.values(rule_state)[STEP_SIZE]
 
   # The agent's meta-gradient step (``disco.agent.Agent``) reads and writes
   # ``x`` through these.
@@ -507,6 +545,10 @@ def _with_base_args(doc: str | None, base_rule: type[base.UpdateRule]) -> str:
   return "\n".join([inspect.cleandoc(doc or ""), "", "Args:", *entries])
 
 
+# ``step_size``'s bounds in every self-tuning rule: from 0 to 10 times the
+# agent's learning rate.
+STEP_SIZE_BOUNDS = (0.0, 10.0)
+
 # STAC's outer loss (Zahavy et al. 2020, hyper-parameter table, as we recall
 # it: approximate): discount 0.995, lambda 1, value 0.25, policy 1, entropy
 # 0.01.
@@ -521,7 +563,8 @@ STAC_OUTER_HYPER_PARAMS = dict(
 
 class STAC(SelfTuning, base_rule=actor_critic.ActorCritic):
   """Self-tuning actor-critic (STAC; Zahavy et al. 2020): the actor-critic
-  whose discount, lambda and loss coefficients tune themselves online.
+  whose discount, lambda, loss coefficients and step size tune themselves
+  online.
   """
 
   default_tuned = (
@@ -530,6 +573,7 @@ class STAC(SelfTuning, base_rule=actor_critic.ActorCritic):
       "entropy_cost",
       "value_cost",
       "pg_cost",
+      STEP_SIZE,
   )
   # Discount and lambda over their natural range; coefficients in [0, 10 x
   # their default], so that a step of x changes them about proportionally.
@@ -539,13 +583,14 @@ class STAC(SelfTuning, base_rule=actor_critic.ActorCritic):
       "entropy_cost": (0.0, 2.0),
       "value_cost": (0.0, 5.0),
       "pg_cost": (0.0, 10.0),
+      STEP_SIZE: STEP_SIZE_BOUNDS,
   }
   default_outer_hyper_params = STAC_OUTER_HYPER_PARAMS
 
 
 class SelfTuningPPO(SelfTuning, base_rule=ppo.PPO):
-  """PPO whose discount, GAE lambda and loss coefficients tune themselves
-  online, one meta-gradient step per minibatch learner step.
+  """PPO whose discount, GAE lambda, loss coefficients and step size tune
+  themselves online, one meta-gradient step per minibatch learner step.
   """
 
   default_tuned = (
@@ -553,6 +598,7 @@ class SelfTuningPPO(SelfTuning, base_rule=ppo.PPO):
       "gae_lambda",
       "entropy_cost",
       "value_cost",
+      STEP_SIZE,
   )
   default_bounds = {
       "discount_factor": (0.0, 1.0),
@@ -560,6 +606,7 @@ class SelfTuningPPO(SelfTuning, base_rule=ppo.PPO):
       "entropy_cost": (0.0, 0.1),
       "value_cost": (0.0, 5.0),
       "clip_epsilon": (0.0, 1.0),
+      STEP_SIZE: STEP_SIZE_BOUNDS,
   }
   # Xu et al.'s reference returns (discount 0.99, lambda 1); PPO's own
   # coefficients.
