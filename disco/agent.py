@@ -359,10 +359,10 @@ class Agent:
     with ``J w`` the network's outputs' derivative at ``params`` along ``w``,
     ``dL/d out(x)`` the inner loss's gradient with respect to the outputs
     (the update's gradient is ``g = J^T dL/d out``) and ``s`` the rule's
-    ``step_size`` (1, and its term absent, when it is not tuned). The update itself is
-    ``learner_update``'s for the rule's current values, unchanged; its logs
-    gain the rule's (values, meta-gradients) and ``outer_loss``. With the
-    rule's ``meta_gradient="bmg"``, ``grad outer(params')`` is instead
+    ``step_size`` (1, and its term absent, when it is not tuned). The update
+    itself is ``learner_update``'s for the rule's current values, unchanged;
+    its logs gain the rule's (values, meta-gradients) and ``outer_loss``. With
+    the rule's ``meta_gradient="bmg"``, ``grad outer(params')`` is instead
     ``bmg_value_and_grad``'s and the logs gain ``bmg_distance``.
 
     Raises:
@@ -435,24 +435,14 @@ class Agent:
           )
       )
 
-    # ``params'`` moves along the optimiser's step by ``step_size``.
-    along_step = jax.lax.stop_gradient(
-        sum(
-            jnp.vdot(g, u)
-            for g, u in zip(
-                jax.tree.leaves(outer_grads),
-                jax.tree.leaves(updates),
-                strict=True,
-            )
-        )
-    )
+    meta_objective = inner_dot
+    if step_size is not None:
+      # ``params'`` also moves along the optimiser's step ``u`` with ``s``.
+      along_step = jax.lax.stop_gradient(optax.tree.vdot(outer_grads, updates))
 
-    def meta_objective(x):
-      total = inner_dot(x)
-      if step_size is not None:
+      def meta_objective(x):
         state = tuner.with_meta_variables(rule_state, x)
-        total = total + tuner.step_size(state) * along_step
-      return total
+        return inner_dot(x) + tuner.step_size(state) * along_step
 
     meta_grads = jax.grad(meta_objective)(tuner.meta_variables(rule_state))
     if self.axis_name is not None:

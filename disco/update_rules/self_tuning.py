@@ -20,14 +20,15 @@ hyper-parameter value. A learner step of an agent whose rule
 and keeps step 1's parameters and optimiser state. ``step_size`` (a factor on
 the optimiser's step, ``params' = params + step_size * u(...)``; initially 1)
 is tunable beside the base rule's hyper-parameters: it tunes the agent's
-learning rate, for an optimiser whose step is linear in it. With ``meta_gradient="bmg"``
-(bootstrapped meta-gradients, Flennerhag et al. 2022) step 2's objective is
-instead a distance ``mu(target, params')`` to a constant target: from
-``params'``, ``bmg_target_steps - 1`` further updates of the inner rule, then
-one of the agent's optimiser on the outer loss's gradient, on the same batch.
-A subclass names its base
-rule (``class STAC(SelfTuning, base_rule=ActorCritic)``) and its defaults; its
-factory takes the base rule's arguments too.
+learning rate, for an optimiser whose step is linear in it.
+
+With ``meta_gradient="bmg"`` (bootstrapped meta-gradients, Flennerhag et al.
+2022) step 2's objective is instead a distance ``mu(target, params')`` to a
+constant target: from ``params'``, ``bmg_target_steps - 1`` further updates of
+the inner rule, then one of the agent's optimiser on the outer loss's gradient,
+on the same batch. A subclass names its base rule (``class STAC(SelfTuning,
+base_rule=ActorCritic)``) and its defaults; its factory takes the base rule's
+arguments too.
 """
 
 from __future__ import annotations
