@@ -59,17 +59,9 @@ def stepper(
 
   def outer_step(rng, rollout, learner, meta_params, is_meta_training):
     del is_meta_training
-    tuner = agent.rule
-    grads = jax.grad(
-        lambda p: agent.outer_loss(
-            tuner.outer_rule,
-            p,
-            rollout,
-            tuner.base_state(learner.rule_state),
-            rng,
-            meta_params,
-        )
-    )(learner.params)
+    _, grads = agent.outer_value_and_grad(
+        rng, rollout, learner.params, learner.rule_state, meta_params
+    )
     return agent.apply_gradients(learner, grads, learner.rule_state)
 
   def many(learner):

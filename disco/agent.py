@@ -388,16 +388,9 @@ class Agent:
       )
       meta_logs = dict(bmg_distance=distance)
     else:
-      outer, outer_grads = jax.value_and_grad(
-          lambda p: self.outer_loss(
-              tuner.outer_rule,
-              p,
-              rollout,
-              tuner.base_state(rule_state),
-              rng,
-              meta_params,
-          )
-      )(new_state.params)
+      outer, outer_grads = self.outer_value_and_grad(
+          rng, rollout, new_state.params, rule_state, meta_params
+      )
       meta_logs = dict(outer_loss=outer)
     if self.axis_name is not None:
       outer_grads = jax.lax.pmean(outer_grads, axis_name=self.axis_name)
@@ -487,16 +480,9 @@ class Agent:
         ).learner_state,
         target,
     )
-    outer_grads = jax.grad(
-        lambda p: self.outer_loss(
-            tuner.outer_rule,
-            p,
-            rollout,
-            tuner.base_state(target.rule_state),
-            rng,
-            meta_params,
-        )
-    )(target.params)
+    _, outer_grads = self.outer_value_and_grad(
+        rng, rollout, target.params, target.rule_state, meta_params
+    )
     if self.axis_name is not None:
       outer_grads = jax.lax.pmean(outer_grads, axis_name=self.axis_name)
     target, _ = self.apply_gradients(target, outer_grads, target.rule_state)
@@ -555,6 +541,29 @@ class Agent:
         agent_out, rollout, jax.lax.stop_gradient(meta_out), False, rule=rule
     )
     return loss
+
+  def outer_value_and_grad(
+      self,
+      rng: jax.Array,
+      rollout: types.ActorRollout,
+      params: types.Params,
+      rule_state: types.RuleState,
+      meta_params: types.MetaParams,
+  ) -> tuple[jax.Array, types.Params]:
+    """A self-tuning rule's outer loss (``outer_loss`` of its ``outer_rule``,
+    targets from the base rule's part of ``rule_state``) at ``params``, and
+    its gradient in ``params``."""
+    tuner = self.rule
+    return jax.value_and_grad(
+        lambda p: self.outer_loss(
+            tuner.outer_rule,
+            p,
+            rollout,
+            tuner.base_state(rule_state),
+            rng,
+            meta_params,
+        )
+    )(params)
 
   def apply_gradients(
       self,

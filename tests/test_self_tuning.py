@@ -220,16 +220,9 @@ def test_bmg_meta_gradient_matches_a_direct_gradient():
     target = step(
         jax.random.fold_in(rng, 0), rollout, with_x(update.learner_state, x), {}
     ).learner_state
-    outer_grads = jax.grad(
-        lambda p: agent.outer_loss(
-            tuner.outer_rule,
-            p,
-            rollout,
-            tuner.base_state(target.rule_state),
-            rng,
-            {},
-        )
-    )(target.params)
+    _, outer_grads = agent.outer_value_and_grad(
+        rng, rollout, target.params, target.rule_state, {}
+    )
     target, _ = agent.apply_gradients(target, outer_grads, target.rule_state)
 
     @jax.jit
