@@ -41,6 +41,7 @@ import math
 from typing import Any, ClassVar
 
 import chex
+import immutabledict
 import jax
 import jax.numpy as jnp
 import optax
@@ -162,10 +163,9 @@ class SelfTuning(base.UpdateRule):
     if base_rule is None:
       return
     cls.base_rule = base_rule
-    cls.default_hyper_params = {
-        **base_rule.default_hyper_params,
-        STEP_SIZE: 1.0,
-    }
+    cls.default_hyper_params = immutabledict.immutabledict(
+        {**base_rule.default_hyper_params, STEP_SIZE: 1.0}
+    )
     cls.supports_continuous_actions = base_rule.supports_continuous_actions
     cls.continuous_actions_refusal = base_rule.continuous_actions_refusal
     cls.__signature__ = _factory_signature(cls)
