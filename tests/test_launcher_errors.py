@@ -14,6 +14,7 @@ import inspect
 import os
 from pathlib import Path
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -252,15 +253,31 @@ def _interrupt_evaluate(out: Path, delay: float) -> tuple[int, str]:
   return process.returncode, stderr
 
 
-def _before_the_launcher(status: int, stderr: str) -> bool:
-  """Interrupted while Python itself started (its ``site`` module, runpy),
-  before the first line of ``disco.launch``: a traceback without a frame of
-  ``disco``."""
-  return (
-      status != 0
-      and stderr.rstrip().endswith("KeyboardInterrupt")
-      and "Exception ignored" not in stderr
-      and f"{os.sep}disco{os.sep}" not in stderr
+# What runs before ``disco.launch`` installs its start guard: a SIGINT there
+# meets Python's own handler (a KeyboardInterrupt traceback).
+_BEFORE_THE_GUARD = {
+    os.path.join("disco", "__init__.py"),
+    os.path.join("disco", "errors.py"),
+    os.path.join("disco", "stopping.py"),
+    os.path.join("disco", "launch", "__init__.py"),
+}
+
+
+def _before_the_guard(status: int, stderr: str) -> bool:
+  """Interrupted before ``disco.launch`` installed its start guard (while
+  Python started, in its ``site`` module or runpy, or while importing the
+  modules the guard needs): a KeyboardInterrupt traceback whose only frames
+  in ``disco`` are in those modules."""
+  if (
+      status == 0
+      or not stderr.rstrip().endswith("KeyboardInterrupt")
+      or "Exception ignored" in stderr
+  ):
+    return False
+  files = re.findall(r'^\s*File "([^"]+)"', stderr, re.MULTILINE)
+  ours = [f for f in files if f"{os.sep}disco{os.sep}" in f]
+  return all(
+      any(f.endswith(os.sep + name) for name in _BEFORE_THE_GUARD) for f in ours
   )
 
 
@@ -271,26 +288,33 @@ def test_e_sigint_in_the_first_seconds_exits_130_with_at_most_two_lines(
   disco-eval starts (importing, parsing, building, compiling): exit status
   130 and one or two lines, every time, and never a finished run.
 
-  A moment before ``disco.launch`` runs its first line (about 0.05 s on a
-  busy machine, Python's own start-up) is drawn again: nothing of the
-  project runs yet there.
+  A moment before the start guard is installed (Python's own start-up, about
+  0.05 s, more on a busy machine) is drawn again later in its span; a span
+  that falls wholly before the guard is left out, at most two of them.
   """
   rng = random.Random()
   low, high, n = 0.05, 3.0, 12
   width = (high - low) / n
+  checked = 0
   for k in range(n):
-    for attempt in range(3):
-      delay = low + width * (k + rng.random())
+    earliest = low + width * k
+    for attempt in range(4):
+      delay = earliest + (low + width * (k + 1) - earliest) * rng.random()
       out = tmp_path / f"run{k}-{attempt}"
       status, stderr = _interrupt_evaluate(out, delay)
-      if not _before_the_launcher(status, stderr):
+      if not _before_the_guard(status, stderr):
         break
+      earliest = delay  # the guard came later than this moment
+    else:
+      continue
+    checked += 1
     lines = message_lines(stderr, "disco-eval")
     seen = f"SIGINT after {delay:.2f} s: status {status}, {stderr}"
     assert status == 130, seen
     assert 1 <= len(lines) <= 2, seen
     assert all(line.startswith("disco-eval: ") for line in lines), seen
     assert not (out / "summary.json").exists(), seen
+  assert checked >= n - 2, f"only {checked} of {n} spans reached the guard"
 
 
 def test_e_the_start_guard_is_for_launcher_processes_only():
