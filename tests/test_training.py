@@ -199,6 +199,29 @@ def test_host_environment_with_replay(tiny_loop):
     loop.run(loop.init_seeds([0, 1]), {}, 1)
 
 
+def test_the_learner_step_is_traced_once_per_program(tiny_loop, monkeypatch):
+  """Both branches of the learn-or-skip ``cond`` share one trace of the
+  learner step, in the jitted loop's program and in the host loop's."""
+  calls = []
+  step = agent_lib.Agent.learner_step
+
+  def counted(self, *args, **kwargs):
+    calls.append(1)
+    return step(self, *args, **kwargs)
+
+  monkeypatch.setattr(agent_lib.Agent, "learner_step", counted)
+  # A fresh loop: the module's loop may have traced its programs already.
+  loop = loop_lib.EvalLoop(tiny_loop.agent, tiny_loop.env, tiny_loop.config)
+  states = loop.init_seeds([0])
+  loop._run.trace(states, {}, 2)
+  assert len(calls) == 1
+  one = jax.tree.map(lambda x: x[0], states)
+  one, actor, rollout, learn_rngs = jax.eval_shape(loop._act, one)
+  calls.clear()
+  loop._learn.trace(one, actor, rollout, {}, learn_rngs)
+  assert len(calls) == 1
+
+
 def test_loop_config_rejects_bad_settings():
   with pytest.raises(ValueError, match="batch_size"):
     loop_lib.LoopConfig(num_envs=2, batch_size=4, replay_capacity=0)

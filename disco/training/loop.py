@@ -268,6 +268,11 @@ class EvalLoop:
     self.lifetime = lifetime
     self._search_env = env if agent.rule.needs_env_copies else None
     self._actor_step = jax.jit(self._actor_step_impl)
+    # Kept, so that JAX's trace cache serves both of ``_maybe_learn``'s uses.
+    self._seed_learner_step = jax.jit(self._learner_step)
+    self._seeds_learner_step = jax.jit(
+        jax.vmap(self._learner_step, in_axes=(0, 0, 0, None))
+    )
     self._learn = jax.jit(self._learn_impl)
     self._run = jax.jit(self._run_impl, static_argnums=2)
     self._init_seeds = jax.jit(
@@ -480,7 +485,9 @@ class EvalLoop:
 
   def _maybe_learn(self, ready, learner, batch, rng, meta_params, learner_step):
     """One learner step if ``ready`` (a scalar shared by all seeds), else the
-    unchanged learner with NaN logs; ``learner_step`` may be vmapped."""
+    unchanged learner with NaN logs. ``learner_step`` (vmapped over seeds or
+    not) is one ``jax.jit`` object kept by the loop, so the skip branch's
+    ``eval_shape`` reuses the learn branch's trace of it."""
 
     def skip(learner, batch, rng):
       logs = jax.eval_shape(learner_step, learner, batch, rng, meta_params)[1]
@@ -534,7 +541,7 @@ class EvalLoop:
         batch,
         learner_rng,
         meta_params,
-        self._learner_step,
+        self._seed_learner_step,
     )
     return self._finish(state, learner, logs, stats, ready)
 
@@ -556,7 +563,6 @@ class EvalLoop:
   def _run_impl(self, states: TrainState, meta_params, num_iterations: int):
     """Iterations scanned, seeds vmapped inside each, so the learner step is
     under a real ``cond`` (not a vmapped select)."""
-    batched_step = jax.vmap(self._learner_step, in_axes=(0, 0, 0, None))
 
     def iteration(states, _):
       states, actor, rollout, (learner_rngs, sample_rngs) = jax.vmap(self._act)(
@@ -567,7 +573,12 @@ class EvalLoop:
       )
       ready = self._ready(jax.tree.map(lambda x: x[0], states))
       learner, logs = self._maybe_learn(
-          ready, states.learner, batch, learner_rngs, meta_params, batched_step
+          ready,
+          states.learner,
+          batch,
+          learner_rngs,
+          meta_params,
+          self._seeds_learner_step,
       )
       return jax.vmap(self._finish, in_axes=(0, 0, 0, 0, None))(
           states, learner, logs, stats, ready
