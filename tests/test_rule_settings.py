@@ -226,6 +226,18 @@ def test_disco_eval_rule_kwargs_must_fit_given_meta_params(tmp_path):
   _one_line(str(info.value))
 
 
+def test_missing_disco103_weights_are_named_not_blamed_on_its_preset(tmp_path):
+  """The Catch preset's rule_kwargs keep Disco103's shapes, so weights that
+  cannot be found are reported as such (kwargs that change the shapes are named
+  as the reason: the test above)."""
+  missing = str(tmp_path / "disco_103.npz")
+  preset = dict(rule_kwargs=dict(num_bins=601, max_abs_value=300.0))
+  with pytest.raises(errors.UsageError, match="Cannot load disco103") as info:
+    resolve.resolve_rule("disco103", missing, preset)
+  assert "no longer fit" not in str(info.value)
+  _one_line(str(info.value))
+
+
 # ---------------------------------------------------- disco-meta-train ----
 
 

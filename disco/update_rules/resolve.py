@@ -83,13 +83,28 @@ def _with_overrides(
     raise errors.UsageError(errors.one_line(e)) from None
 
 
+def _layout(shapes: Any) -> tuple[Any, list[tuple[Any, Any]]]:
+  """A tree of arrays' structure, shapes and dtypes, comparable with ``==``."""
+  return jax.tree.structure(shapes), [
+      (leaf.shape, leaf.dtype) for leaf in jax.tree.leaves(shapes)
+  ]
+
+
 def _misfit(
-    overrides: Mapping[str, Any] | None, label: str, source: str
+    base: agent_settings_lib.AgentSettings,
+    expected: Any,
+    overrides: Mapping[str, Any] | None,
+    label: str,
+    source: str,
 ) -> str | None:
-  """Why given meta-parameters may not fit: ``rule_kwargs`` overrides that
-  change the meta-network."""
+  """Why given meta-parameters may not fit, if that is why: ``rule_kwargs``
+  overrides under which the meta-parameters' shapes (``expected``) differ from
+  those of the settings without them (``base``). None otherwise."""
   rule_kwargs = (overrides or {}).get("rule_kwargs")
   if not rule_kwargs:
+    return None
+  _, unchanged = _build_rule(base)
+  if _layout(unchanged) == _layout(expected):
     return None
   return (
       f"config.rule_kwargs {run_folders.to_jsonable(rule_kwargs)} change the "
@@ -98,9 +113,11 @@ def _misfit(
   )
 
 
-def _loaded(load: Callable[[], Any], misfit: str | None, what: str) -> Any:
+def _loaded(
+    load: Callable[[], Any], misfit: Callable[[], str | None], what: str
+) -> Any:
   """``load()``'s meta-parameters; a file that does not fit is one line:
-  ``misfit`` if given, else ``what`` and the reason.
+  ``misfit()`` if it says why, else ``what`` and the reason.
 
   Raises:
     UsageError: non-finite or mismatching meta-parameters.
@@ -110,14 +127,17 @@ def _loaded(load: Callable[[], Any], misfit: str | None, what: str) -> Any:
   except weights_lib.NonFiniteError as e:
     raise errors.UsageError(errors.one_line(e)) from None
   except weights_lib.WeightsError as e:
-    raise errors.UsageError(misfit or f"{what}: {errors.one_line(e)}") from None
+    raise errors.UsageError(
+        misfit() or f"{what}: {errors.one_line(e)}"
+    ) from None
 
 
 def _resolve_named(
     name: str, weights: str | None, overrides: Mapping[str, Any] | None
 ) -> ResolvedRule:
   entry = registry.get_entry(name)
-  settings = _with_overrides(registry.default_settings(name), name, overrides)
+  base = registry.default_settings(name)
+  settings = _with_overrides(base, name, overrides)
   rule, expected = _build_rule(settings)
   has_meta_params = bool(jax.tree.leaves(expected))
   if entry.pretrained is not None:
@@ -125,7 +145,7 @@ def _resolve_named(
       meta_params = entry.pretrained(weights, expected)
     except weights_lib.WeightsError as e:
       raise errors.UsageError(
-          _misfit(overrides, name, "pretrained")
+          _misfit(base, expected, overrides, name, "pretrained")
           or f"Cannot load {name}: {errors.one_line(e)}"
       ) from None
     source = "pretrained"
@@ -137,7 +157,7 @@ def _resolve_named(
       )
     meta_params = _loaded(
         lambda: weights_lib.load_meta_params(weights, expected),
-        _misfit(overrides, name, "file"),
+        lambda: _misfit(base, expected, overrides, name, "file"),
         f"Weights {weights} do not fit rule {name!r}",
     )
     source = "file"
@@ -227,15 +247,14 @@ def _resolve_file(
           f"Cannot read rule file {path}: {errors.one_line(e)}"
       ) from None
     label = path.stem or "rule"
-    settings = _with_overrides(
-        _settings_from_metadata(path, metadata), label, overrides
-    )
+    base = _settings_from_metadata(path, metadata)
+    settings = _with_overrides(base, label, overrides)
     rule, expected = _build_rule(
         settings, f"The settings in the metadata of rule file {path}: "
     )
     meta_params = _loaded(
         lambda: npz.params(expected),
-        _misfit(overrides, label, "file"),
+        lambda: _misfit(base, expected, overrides, label, "file"),
         f"Rule file {path} does not fit rule {settings.rule!r}",
     )
   return ResolvedRule(
