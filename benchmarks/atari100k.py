@@ -433,7 +433,7 @@ def conv(args: argparse.Namespace) -> None:
   import haiku as hk  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
 
-  from disco.networks import agent_nets  # pylint: disable=g-import-not-at-top
+  from disco.networks import encoders  # pylint: disable=g-import-not-at-top
 
   frames = np.random.default_rng(0).integers(
       0, 255, (args.steps, args.frames, 84, 84, 4), dtype=np.uint8
@@ -441,14 +441,14 @@ def conv(args: argparse.Namespace) -> None:
 
   def haiku_conv(x):
     h = x.astype(np.float32) / 255.0
-    for i, (c, k, s) in enumerate(agent_nets.NATURE_CNN_LAYERS):
+    for i, (c, k, s) in enumerate(encoders.NATURE_CNN_LAYERS):
       h = jax.nn.relu(
           hk.Conv2D(c, k, s, padding="VALID", name=f"nature_conv_{i}")(h)
       )
     return h.sum()
 
   def patch_conv(x):
-    return agent_nets.nature_encoder(x).sum()
+    return encoders.nature_encoder(x).sum()
 
   programs = {}
   for name, f in (("hk.Conv2D", haiku_conv), ("PatchConv2D", patch_conv)):

@@ -5,6 +5,7 @@ may be jitted, vmapped and differentiated: meta-gradients flow through
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from dm_env import specs
@@ -394,6 +395,34 @@ class Agent:
       meta_logs = dict(outer_loss=outer)
     if self.axis_name is not None:
       outer_grads = jax.lax.pmean(outer_grads, axis_name=self.axis_name)
+    meta_objective = self._tuning_objective(
+        rng, rollout, learner_state, meta_params, grads, outer_grads, step_size
+    )
+    meta_grads = jax.grad(meta_objective)(tuner.meta_variables(rule_state))
+    if self.axis_name is not None:
+      meta_grads = jax.lax.pmean(meta_grads, axis_name=self.axis_name)
+    new_rule_state, tuning_logs = tuner.meta_update(
+        new_state.rule_state, meta_grads
+    )
+    return update.replace(
+        learner_state=update.learner_state.replace(rule_state=new_rule_state),
+        logs=dict(update.logs, **meta_logs, **tuning_logs),
+    )
+
+  def _tuning_objective(
+      self,
+      rng,
+      rollout,
+      learner_state,
+      meta_params,
+      grads,
+      outer_grads,
+      step_size,
+  ) -> Callable[[Any], jax.Array]:
+    """``x -> <J w, dL/d out(x)> (+ s(x) <grad outer, u>)``, whose gradient is
+    ``self_tuning_update``'s meta-gradient (``grads``: the update's ``g``;
+    ``outer_grads``: ``grad outer(params')``; ``step_size``: ``s`` or None)."""
+    tuner, rule_state = self.rule, learner_state.rule_state
     updates, optimizer_vjp = jax.vjp(
         lambda g: self.optimizer.update(
             g, learner_state.opt_state, learner_state.params
@@ -428,25 +457,16 @@ class Agent:
           )
       )
 
-    meta_objective = inner_dot
-    if step_size is not None:
-      # ``params'`` also moves along the optimiser's step ``u`` with ``s``.
-      along_step = jax.lax.stop_gradient(optax.tree.vdot(outer_grads, updates))
+    if step_size is None:
+      return inner_dot
+    # ``params'`` also moves along the optimiser's step ``u`` with ``s``.
+    along_step = jax.lax.stop_gradient(optax.tree.vdot(outer_grads, updates))
 
-      def meta_objective(x):
-        state = tuner.with_meta_variables(rule_state, x)
-        return inner_dot(x) + tuner.step_size(state) * along_step
+    def meta_objective(x):
+      state = tuner.with_meta_variables(rule_state, x)
+      return inner_dot(x) + tuner.step_size(state) * along_step
 
-    meta_grads = jax.grad(meta_objective)(tuner.meta_variables(rule_state))
-    if self.axis_name is not None:
-      meta_grads = jax.lax.pmean(meta_grads, axis_name=self.axis_name)
-    new_rule_state, tuning_logs = tuner.meta_update(
-        new_state.rule_state, meta_grads
-    )
-    return update.replace(
-        learner_state=update.learner_state.replace(rule_state=new_rule_state),
-        logs=dict(update.logs, **meta_logs, **tuning_logs),
-    )
+    return meta_objective
 
   def bmg_value_and_grad(
       self,

@@ -1182,11 +1182,13 @@ API_PAGES = (
         "Networks",
         "blocks",
         "Agent networks and meta-networks.",
-        "Agent networks (torso, heads, action-conditional model) and "
+        "Agent networks (observation encoders, torso, heads, "
+        "action-conditional model) and "
         "meta-networks (Disco's, LPG's) with their input transforms.",
         NETWORKS_EXAMPLE,
         (
             "disco.networks.agent_nets",
+            "disco.networks.encoders",
             "disco.networks.action_models",
             "disco.networks.meta_nets",
             "disco.networks.input_transforms",
@@ -1243,6 +1245,7 @@ API_PAGES = (
             "disco.scoring.aggregates",
             "disco.scoring.normalization",
             "disco.environments.reference_scores",
+            "disco.environments.reference_sets",
         ),
     ),
     ApiPage(

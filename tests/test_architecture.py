@@ -225,3 +225,20 @@ def test_the_circle_check_sees_a_circle(tmp_path):
   assert _circles(_module_graph(tmp_path)) == [
       ["disco.a", "disco.b", "disco.c"]
   ]
+
+
+def test_no_function_over_80_lines_and_no_module_over_700():
+  """Functions and modules of ``disco/`` stay short enough to read whole."""
+  long, big = [], []
+  for path in architecture.python_files(REPO, "disco"):
+    module = architecture.module_name(REPO, path)
+    lines = len(path.read_text().splitlines())
+    if lines > 700:
+      big.append((module, lines))
+    long += [
+        (module, f.name, f.lines)
+        for f in architecture.functions(architecture.parse(path), module)
+        if f.lines > 80
+    ]
+  assert not long, f"functions over 80 lines: {long}"
+  assert not big, f"modules over 700 lines: {big}"

@@ -14,13 +14,14 @@ from disco import errors
 from disco import evaluation
 from disco import types
 from disco.networks import agent_nets
+from disco.networks import encoders
 
 SPEC = {"logits": types.ArraySpec((3,), np.float32)}
 
 
 def _ids(rng, shape=(4, 7, 7)):
-  tiles = rng.integers(0, agent_nets.MINIGRID_NUM_TILES, shape)
-  colours = rng.integers(0, agent_nets.MINIGRID_NUM_COLORS, shape)
+  tiles = rng.integers(0, encoders.MINIGRID_NUM_TILES, shape)
+  colours = rng.integers(0, encoders.MINIGRID_NUM_COLORS, shape)
   return np.stack([tiles, colours], -1).astype(np.float32)  # as the env's
 
 
@@ -41,18 +42,18 @@ def _conv_valid_2x2(x, w, b):
 def test_encoder_embeds_tile_and_colour_ids_then_convolves():
   ids = _ids(np.random.default_rng(0))
   fn = hk.without_apply_rng(
-      hk.transform(lambda x: agent_nets.minigrid_encoder(x, 5))
+      hk.transform(lambda x: encoders.minigrid_encoder(x, 5))
   )
   params = fn.init(jax.random.PRNGKey(0), ids)
   got = fn.apply(params, ids)
-  assert got.shape == (4, 4, 4, agent_nets.MINIGRID_CONV_CHANNELS[-1])
+  assert got.shape == (4, 4, 4, encoders.MINIGRID_CONV_CHANNELS[-1])
   tiles = params["tile_embed"]["embeddings"]
   colours = params["colour_embed"]["embeddings"]
-  assert tiles.shape == (agent_nets.MINIGRID_NUM_TILES, 5)
-  assert colours.shape == (agent_nets.MINIGRID_NUM_COLORS, 5)
+  assert tiles.shape == (encoders.MINIGRID_NUM_TILES, 5)
+  assert colours.shape == (encoders.MINIGRID_NUM_COLORS, 5)
   ints = ids.astype(int)
   x = jnp.concatenate([tiles[ints[..., 0]], colours[ints[..., 1]]], -1)
-  for i in range(len(agent_nets.MINIGRID_CONV_CHANNELS)):
+  for i in range(len(encoders.MINIGRID_CONV_CHANNELS)):
     conv = params[f"minigrid_conv_{i}"]
     x = jax.nn.relu(_conv_valid_2x2(x, conv["w"], conv["b"]))
   np.testing.assert_allclose(got, x, rtol=1e-5, atol=1e-5)
@@ -95,8 +96,8 @@ def test_bad_embedding_settings_and_observations():
 
 def test_id_ranges_are_xminigrids():
   constants = pytest.importorskip("xminigrid.core.constants")
-  assert agent_nets.MINIGRID_NUM_TILES == constants.NUM_TILES
-  assert agent_nets.MINIGRID_NUM_COLORS == constants.NUM_COLORS
+  assert encoders.MINIGRID_NUM_TILES == constants.NUM_TILES
+  assert encoders.MINIGRID_NUM_COLORS == constants.NUM_COLORS
 
 
 def test_disco_eval_flag_reaches_the_agent(tmp_path):

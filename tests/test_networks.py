@@ -13,6 +13,7 @@ import pytest
 from disco import types
 from disco.networks import action_models
 from disco.networks import agent_nets
+from disco.networks import encoders
 from disco.networks import meta_nets
 
 N, A, E = 5, 3, 6  # batch, actions, embedding size
@@ -179,10 +180,10 @@ def test_default_network_is_unchanged_and_bad_activation_fails():
 
 def test_the_patch_convolution_is_haikus_valid_convolution():
   x = jax.random.uniform(jax.random.PRNGKey(0), (3, 20, 17, 4))
-  for channels, kernel, stride in agent_nets.NATURE_CNN_LAYERS:
+  for channels, kernel, stride in encoders.NATURE_CNN_LAYERS:
     patch = hk.without_apply_rng(
         hk.transform(
-            lambda x, c=channels, k=kernel, s=stride: agent_nets.PatchConv2D(
+            lambda x, c=channels, k=kernel, s=stride: encoders.PatchConv2D(
                 c, k, s, name="conv"
             )(x)
         )

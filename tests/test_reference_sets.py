@@ -11,10 +11,11 @@ from disco import errors
 from disco.comparison import report
 from disco.comparison import settings as compare_settings
 from disco.environments import reference_scores
+from disco.environments import reference_sets
 
 
 def test_discogen_entries_state_algorithm_budget_and_source():
-  discogen = reference_scores.reference_set("discogen")
+  discogen = reference_sets.reference_set("discogen")
   assert len(discogen) == 13
   for env, entry in discogen.items():
     assert entry.env == env and env in reference_scores.REFERENCE_TABLE
@@ -28,9 +29,9 @@ def test_discogen_entries_state_algorithm_budget_and_source():
   assert reference_scores.normalize(
       2398.254395, "brax/hopper", discogen
   ) == pytest.approx(1.0)
-  assert reference_scores.reference_set("default") == {}
+  assert reference_sets.reference_set("default") == {}
   with pytest.raises(ValueError, match="use one of default, discogen"):
-    reference_scores.reference_set("discogn")
+    reference_sets.reference_set("discogn")
 
 
 def test_a_comparison_normalises_by_the_chosen_set(tmp_path):
@@ -54,7 +55,7 @@ def test_a_comparison_normalises_by_the_chosen_set(tmp_path):
 def test_the_report_names_each_references_budget():
   results = types.SimpleNamespace(envs=["brax/hopper", "catch"])
   lines = report._normalisation_section(
-      results, reference_scores.reference_set("discogen")
+      results, reference_sets.reference_set("discogen")
   )
   text = "\n".join(lines)
   assert "budget (env steps)" in text

@@ -25,6 +25,7 @@ from disco import specs
 from disco.comparison import report as report_lib
 from disco.comparison import two_sample
 from disco.environments import reference_scores
+from disco.environments import reference_sets
 from disco.environments import registry as env_registry
 from disco.evaluation import settings as eval_settings
 from disco.scoring import normalization
@@ -534,7 +535,7 @@ def _rule_overrides(config: config_dict.ConfigDict) -> dict[str, dict]:
 def _references(config) -> dict[str, reference_scores.ReferenceEntry]:
   """The named ``reference_set``'s entries with ``references`` over them."""
   try:
-    named = reference_scores.reference_set(config.reference_set)
+    named = reference_sets.reference_set(config.reference_set)
   except ValueError as e:
     raise errors.UsageError(f"config.reference_set: {e}") from None
   return {**named, **normalization.parse_references(config.references)}

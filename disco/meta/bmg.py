@@ -219,6 +219,39 @@ def bmg_loss(
       config,
   )
   target = jax.lax.stop_gradient(target)
+  matching, valid_out, target_logits = _matching(
+      agent, config, target, learner, valid_rollout
+  )
+  actions = valid_rollout.actions[:-1]
+  reg_loss, rule_logs = jnp.zeros([]), {}
+  if config.rule_regularizer_cost:
+    rule_reg, rule_logs = agent.rule.meta_regularizer(
+        meta_out, valid_out, actions
+    )
+    reg_loss = config.rule_regularizer_cost * rule_reg
+  meta_loss = matching + reg_loss
+  meta_logs = dict(
+      meta_loss=meta_loss,
+      matching_loss=matching,
+      reg_loss=reg_loss,
+      **_comparison_logs(
+          value_fn,
+          value_state,
+          valid_rollout,
+          valid_out["logits"],
+          target_logits,
+          target.params,
+          learner.params,
+      ),
+      **rule_logs,
+  )
+  train_logs = jax.tree.map(jnp.mean, train_logs)
+  return meta_loss, (learner, value_state, train_logs, meta_logs)
+
+
+def _matching(agent, config, target, learner, valid_rollout):
+  """``(matching loss, x_K's outputs, the target's logits)`` on the
+  validation rollout (``[T'+1, B, ...]``)."""
   grad_actions = (
       valid_rollout.actions
       if agent.rule.model_losses_read_taken_actions
@@ -237,37 +270,31 @@ def bmg_loss(
       target_logits,
       valid_out["logits"],
   )
-  actions = valid_rollout.actions[:-1]
-  reg_loss, rule_logs = jnp.zeros([]), {}
-  if config.rule_regularizer_cost:
-    rule_reg, rule_logs = agent.rule.meta_regularizer(
-        meta_out, valid_out, actions
-    )
-    reg_loss = config.rule_regularizer_cost * rule_reg
-  meta_loss = matching + reg_loss
-  # What the backprop estimator's outer loss would read at x_K, to compare.
+  return matching, valid_out, target_logits
+
+
+def _comparison_logs(
+    value_fn, value_state, valid_rollout, logits, target_logits, target, params
+) -> types.Logs:
+  """What the backprop estimator's outer loss would read at ``x_K``
+  (``params``; its policy ``logits`` ``[T'+1, B, A]``), and how far the
+  target (``target``, ``target_logits``) is from it."""
   pg_loss, entropy, policy_logs = jax.lax.stop_gradient(
       meta_gradient_lib.policy_loss(
-          value_fn, value_state, valid_rollout, valid_out["logits"]
+          value_fn, value_state, valid_rollout, logits
       )
   )
-  meta_logs = dict(
-      meta_loss=meta_loss,
-      matching_loss=matching,
-      reg_loss=reg_loss,
+  return dict(
       pg_loss=pg_loss,
       entropy=entropy,
       target_kl=ops.categorical_kl(
-          target_logits[:-1], jax.lax.stop_gradient(valid_out["logits"][:-1])
+          target_logits[:-1], jax.lax.stop_gradient(logits[:-1])
       ).mean(),
       target_distance=optax.tree.norm(
-          jax.tree.map(jnp.subtract, target.params, learner.params)
+          jax.tree.map(jnp.subtract, target, params)
       ),
       **policy_logs,
-      **rule_logs,
   )
-  train_logs = jax.tree.map(jnp.mean, train_logs)
-  return meta_loss, (learner, value_state, train_logs, meta_logs)
 
 
 def meta_gradient(

@@ -317,6 +317,26 @@ def decode_values(
   return values, q_values
 
 
+def _check_shapes(values, actions, logits, rewards, policy) -> None:
+  """``estimate``'s shapes: ``values`` ``[T+1, B]``, ``actions``
+  ``[T+1, B, *action_shape]``, each of ``logits`` ``[T+1, B, A]``,
+  ``rewards`` ``[T, B]``."""
+  num_states, batch_size = values.shape
+  action_shape = () if policy is None else policy.action_shape
+  chex.assert_shape(actions, (num_states, batch_size) + tuple(action_shape))
+  chex.assert_shape(logits, (num_states, batch_size, None))
+  chex.assert_shape(rewards, (num_states - 1, batch_size))
+
+
+def _weights(pi_logits, mu_logits, actions, truncated, policy) -> types.Array:
+  """``estimate``'s importance weights ``[T, B]`` (``actions`` ``[T, B]``,
+  logits ``[T+1, B, A]``), 0 at truncated transitions."""
+  rho = importance_weights(pi_logits[:-1], mu_logits[:-1], actions, policy)
+  if truncated is None:
+    return rho
+  return jnp.where(truncated, 0.0, rho)
+
+
 def estimate(
     *,
     rewards: types.Array,
@@ -365,15 +385,10 @@ def estimate(
   Raises:
     ValueError: ``hyper_param_gradients`` with action values.
   """
-  num_states, batch_size = values.shape
-  action_shape = () if policy is None else policy.action_shape
-  chex.assert_shape(actions, (num_states, batch_size) + tuple(action_shape))
-  chex.assert_shape([pi_logits, mu_logits], (num_states, batch_size, None))
-  chex.assert_shape([rewards, env_discounts], (num_states - 1, batch_size))
+  _check_shapes(values, actions, [pi_logits, mu_logits], rewards, policy)
+  chex.assert_equal_shape([rewards, env_discounts])
   actions = actions[:-1]
-  rho = importance_weights(pi_logits[:-1], mu_logits[:-1], actions, policy)
-  if truncated is not None:
-    rho = jnp.where(truncated, 0.0, rho)
+  rho = _weights(pi_logits, mu_logits, actions, truncated, policy)
   if q_values is None:
     return vtrace(
         rewards,
