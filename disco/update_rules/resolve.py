@@ -83,13 +83,6 @@ def _with_overrides(
     raise errors.UsageError(errors.one_line(e)) from None
 
 
-def _layout(shapes: Any) -> tuple[Any, list[tuple[Any, Any]]]:
-  """A tree of arrays' structure, shapes and dtypes, comparable with ``==``."""
-  return jax.tree.structure(shapes), [
-      (leaf.shape, leaf.dtype) for leaf in jax.tree.leaves(shapes)
-  ]
-
-
 def _misfit(
     base: agent_settings_lib.AgentSettings,
     expected: Any,
@@ -104,7 +97,7 @@ def _misfit(
   if not rule_kwargs:
     return None
   _, unchanged = _build_rule(base)
-  if _layout(unchanged) == _layout(expected):
+  if not weights_lib.params_diff(unchanged, expected):
     return None
   return (
       f"config.rule_kwargs {run_folders.to_jsonable(rule_kwargs)} change the "
