@@ -29,7 +29,6 @@ from typing import Any
 import jax
 from jax.experimental import multihost_utils
 import numpy as np
-import orbax.checkpoint as ocp
 
 from disco import files
 from disco import ops
@@ -38,6 +37,14 @@ FORMAT_VERSION = 1
 STATE_ITEM = "state"
 RECORD_ITEM = "record"
 _ITEMS = (STATE_ITEM, RECORD_ITEM)
+
+
+def _ocp() -> Any:
+  """``orbax.checkpoint``, imported when a checkpoint is first written or
+  read, so that starting a run does not wait for it."""
+  import orbax.checkpoint  # pylint: disable=g-import-not-at-top
+
+  return orbax.checkpoint
 
 
 class CheckpointError(ValueError):
@@ -344,11 +351,12 @@ class CheckpointManager:
           "choose another output folder."
       )
     self.keep = keep
-    self._manager: ocp.CheckpointManager | None = None
+    self._manager: Any = None  # an orbax CheckpointManager, made on first use
 
   # ---------------------------------------------------------- plumbing
-  def _orbax(self) -> ocp.CheckpointManager:
+  def _orbax(self) -> Any:
     if self._manager is None:
+      ocp = _ocp()
       options = ocp.CheckpointManagerOptions(
           max_to_keep=self.keep, create=True, enable_async_checkpointing=False
       )
@@ -424,6 +432,7 @@ class CheckpointManager:
     )
     arrays = {_leaf_name(i): leaf for i, leaf in enumerate(leaves)}
     with held_output():
+      ocp = _ocp()
       self._orbax().save(
           step,
           args=ocp.args.Composite(
@@ -471,6 +480,7 @@ class CheckpointManager:
   def read_record(self, step: int) -> dict[str, Any]:
     """The JSON record of checkpoint ``step`` (no arrays read, no digests
     checked)."""
+    ocp = _ocp()
     try:
       restored = self._orbax().restore(
           step, args=ocp.args.Composite(**{RECORD_ITEM: ocp.args.JsonRestore()})
@@ -540,6 +550,7 @@ class CheckpointManager:
         )
         for i, leaf in enumerate(leaves)
     }
+    ocp = _ocp()
     try:
       restored = self._orbax().restore(
           step,

@@ -35,9 +35,9 @@ def load_initial_meta_params(
     UsageError: unknown value, missing or mismatching file.
   """
   init = str(init).strip()
-  expected = rule.meta_param_shapes()
   if init == RANDOM:
     return rule.random_meta_params(init_seed)
+  expected = rule.meta_param_shapes()
   if init == DISCO103:
     if rule_name not in (DISCO, DISCO103):
       raise errors.UsageError(

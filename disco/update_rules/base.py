@@ -209,14 +209,15 @@ class UpdateRule(abc.ABC):
     return jax.eval_shape(lambda: self.init_meta_params(jax.random.PRNGKey(0)))
 
   def random_meta_params(self, seed: int = 0) -> types.MetaParams:
-    """``init_meta_params(PRNGKey(seed))`` in one compiled program."""
-    shapes = self.meta_param_shapes()
-    if not jax.tree.leaves(shapes):
-      return shapes
+    """``init_meta_params(PRNGKey(seed))`` in one compiled program, traced once
+    (none compiled for a rule without meta-parameters)."""
     (key_seed,) = ops.prng_seeds([seed])
-    return jax.jit(lambda s: self.init_meta_params(jax.random.PRNGKey(s)))(
-        key_seed
-    )
+    traced = jax.jit(
+        lambda s: self.init_meta_params(jax.random.PRNGKey(s))
+    ).trace(key_seed)
+    if not jax.tree.leaves(traced.out_info):
+      return traced.out_info
+    return traced.lower().compile()(key_seed)
 
   def init_rule_state(
       self, rng: jax.Array, params: types.Params
