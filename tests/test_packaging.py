@@ -142,11 +142,19 @@ def test_accelerator_extras_match_the_jax_bounds():
 
 
 # Imported by the functions that need them: about two seconds that every
-# launcher process would otherwise pay before it parses its flags.
-HEAVY_MODULES = ("scipy.stats", "rliable", "matplotlib", "pandas", "arch")
+# launcher process would otherwise pay before it parses its flags (orbax:
+# when a run first writes or reads a checkpoint).
+HEAVY_MODULES = (
+    "scipy.stats",
+    "rliable",
+    "matplotlib",
+    "pandas",
+    "arch",
+    "orbax",
+)
 
 
-def test_launchers_start_without_the_statistics_and_plotting_stack():
+def test_launchers_start_without_statistics_plotting_or_checkpoint_libraries():
   code = (
       "import sys\n"
       "from disco.launch import compare, evaluate, meta_train, validate\n"
