@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
-import rlax
 
 from disco import types
 
@@ -23,8 +21,21 @@ def prng_seeds(seeds: Sequence[int]) -> np.ndarray:
   return np.asarray([int(s) % 2**32 for s in seeds], np.uint32)
 
 
+def signed_hyperbolic(x: jax.Array, eps: float = 1e-3) -> jax.Array:
+  """``sign(x) (sqrt(|x| + 1) - 1) + eps x``, elementwise (the value
+  squashing of Pohlen et al. 2018, as ``rlax.signed_hyperbolic``)."""
+  return jnp.sign(x) * (jnp.sqrt(jnp.abs(x) + 1.0) - 1.0) + eps * x
+
+
+def signed_logp1(x: jax.Array) -> jax.Array:
+  """``sign(x) log(1 + |x|)``, elementwise (as ``rlax.signed_logp1``)."""
+  return jnp.sign(x) * jnp.log1p(jnp.abs(x))
+
+
 def softmax_entropy(logits: jax.Array) -> jax.Array:
   """Entropy of ``softmax(logits)``: ``[..., A]`` -> ``[...]``."""
+  import distrax  # pylint: disable=g-import-not-at-top
+
   return distrax.Softmax(logits).entropy()
 
 
@@ -33,6 +44,8 @@ def categorical_kl(target_logits: jax.Array, logits: jax.Array) -> jax.Array:
 
   Gradients flow into both arguments.
   """
+  import rlax  # pylint: disable=g-import-not-at-top
+
   return rlax.categorical_kl_divergence(target_logits, logits)
 
 

@@ -17,13 +17,14 @@ import abc
 from collections.abc import Mapping
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import distrax
 import jax
 import jax.numpy as jnp
 import numpy as np
-import rlax
+
+if TYPE_CHECKING:
+  import distrax
 
 LOG_STDS = ("state_independent", "state_dependent")
 # Clip range of the log standard deviation (keeps exp(log_std) finite).
@@ -103,19 +104,27 @@ class Categorical(Policy):
     return jnp.int32
 
   def sample(self, rng: jax.Array, params: jax.Array) -> jax.Array:
+    import distrax  # pylint: disable=g-import-not-at-top
+
     return distrax.Softmax(logits=params).sample(seed=rng)
 
   def mode(self, params: jax.Array) -> jax.Array:
     return jnp.argmax(params, axis=-1).astype(jnp.int32)
 
   def log_prob(self, params: jax.Array, actions: jax.Array) -> jax.Array:
+    import rlax  # pylint: disable=g-import-not-at-top
+
     return rlax.batched_index(jax.nn.log_softmax(params), actions)
 
   def entropy(self, params: jax.Array) -> jax.Array:
     """The exact entropy."""
+    import distrax  # pylint: disable=g-import-not-at-top
+
     return distrax.Softmax(params).entropy()
 
   def kl(self, params: jax.Array, other: jax.Array) -> jax.Array:
+    import rlax  # pylint: disable=g-import-not-at-top
+
     return rlax.categorical_kl_divergence(params, other)
 
 
@@ -186,6 +195,8 @@ class Gaussian(Policy):
   def gaussian(self, params: jax.Array) -> distrax.MultivariateNormalDiag:
     """The Gaussian before any squashing."""
     mean, log_std = self.mean_and_log_std(params)
+    import distrax  # pylint: disable=g-import-not-at-top
+
     return distrax.MultivariateNormalDiag(mean, jnp.exp(log_std))
 
   def _half_range(self) -> tuple[jax.Array, jax.Array]:

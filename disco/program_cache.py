@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 import functools
 import hashlib
-import importlib.metadata
 import json
 import os
 from pathlib import Path
@@ -48,12 +47,15 @@ def _sha256(parts: Sequence[str | bytes]) -> str:
   return digest.hexdigest()
 
 
-def source_digest(paths: Sequence[str | os.PathLike[str]]) -> str:
-  """A hash of the files' names and contents (a missing file counts as
-  missing)."""
+def source_digest(
+    paths: Sequence[str | os.PathLike[str]],
+    root: str | os.PathLike[str] | None = None,
+) -> str:
+  """A hash of the files' names (relative to ``root``, when given) and
+  contents (a missing file counts as missing)."""
   parts = []
   for path in sorted(str(p) for p in paths):
-    parts.append(path)
+    parts.append(str(Path(path).relative_to(root)) if root else path)
     try:
       parts.append(Path(path).read_bytes())
     except OSError:
@@ -61,15 +63,29 @@ def source_digest(paths: Sequence[str | os.PathLike[str]]) -> str:
   return _sha256(parts)
 
 
+def _installed_distributions() -> list[str]:
+  """The installed distributions' metadata folders on ``sys.path``, whose names
+  hold each one's name and version (listed, not read)."""
+  names = []
+  for entry in sys.path:
+    try:
+      with os.scandir(entry or ".") as found:
+        names += [
+            e.name
+            for e in found
+            if e.name.endswith((".dist-info", ".egg-info"))
+        ]
+    except OSError:
+      continue
+  return names
+
+
 @functools.lru_cache(maxsize=1)
 def fingerprint() -> str:
   """What, besides a program's key and arguments, decides what tracing makes of
   it in this process."""
   sources = sorted(_PACKAGE_DIR.rglob("*.py"))
-  distributions = sorted(
-      f"{d.metadata['Name']}=={d.version}"
-      for d in importlib.metadata.distributions()
-  )
+  distributions = sorted(_installed_distributions())
   flags = sorted(
       f"{k}={v!r}"
       for k, v in jax.config.values.items()
@@ -80,7 +96,7 @@ def fingerprint() -> str:
       [
           FORMAT,
           sys.version,
-          source_digest(sources),
+          source_digest(sources, root=_PACKAGE_DIR),
           *distributions,
           *flags,
           jax.default_backend(),

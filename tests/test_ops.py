@@ -77,3 +77,21 @@ def test_select_on_the_check_compiles_to_a_program_linear_in_leaves():
   hlo = jax.jit(skip_if_not_finite).lower(tree, tree).compile().as_text()
   per_leaf = hlo.count("\n") / NUM_LEAVES
   assert per_leaf < 60, per_leaf
+
+
+@pytest.mark.parametrize("name", ["signed_hyperbolic", "signed_logp1"])
+def test_signed_transforms_match_rlax_bit_for_bit(name):
+  import rlax  # pylint: disable=g-import-not-at-top
+
+  x = jnp.asarray(
+      np.concatenate(
+          [
+              np.random.default_rng(0).normal(scale=30.0, size=1000),
+              [0.0, -0.0, 1e-8, -1e-8, 1e30, -1e30],
+          ]
+      ),
+      jnp.float32,
+  )
+  np.testing.assert_array_equal(
+      jax.jit(getattr(ops, name))(x), jax.jit(getattr(rlax, name))(x)
+  )

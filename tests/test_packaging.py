@@ -151,13 +151,17 @@ HEAVY_MODULES = (
     "pandas",
     "arch",
     "orbax",
+    "rlax",
+    "distrax",
+    "tensorflow_probability",
+    "evosax",
 )
 
 
 def test_launchers_start_without_statistics_plotting_or_checkpoint_libraries():
   code = (
       "import sys\n"
-      "from disco.launch import compare, evaluate, meta_train, validate\n"
+      "from disco.launch import compare, distill, evaluate, meta_train, validate\n"
       f"print(sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))\n"
   )
   result = subprocess.run(
@@ -196,3 +200,28 @@ def test_pandas_3_beside_arch_7_is_refused_before_anything_runs(
       aggregates.check_installed_versions(version)
   else:
     aggregates.check_installed_versions(version)
+
+
+def test_initialising_a_disco_population_imports_no_rlax_or_distrax(tmp_path):
+  """A warm meta-training start loads its meta-step already traced, so only
+  the population's initialisation is traced: it needs neither library."""
+  code = (
+      "import sys\n"
+      f"sys.path.insert(0, {str(conftest.REPO_DIR / 'tests')!r})\n"
+      "import meta_settings\n"
+      "from disco.meta import plan\n"
+      "config = meta_settings.tiny_config(\n"
+      f"    output_dir={str(tmp_path / 'run')!r}, compilation_cache='off'\n"
+      ")\n"
+      "plan.initial_state(plan.build(config))\n"
+      "print(sorted(m for m in ('rlax', 'distrax', 'tensorflow_probability')"
+      " if m in sys.modules))\n"
+  )
+  result = subprocess.run(
+      [sys.executable, "-c", code],
+      capture_output=True,
+      text=True,
+      check=True,
+      cwd=conftest.REPO_DIR,
+  )
+  assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+from pathlib import Path
+import shutil
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -208,3 +213,31 @@ def test_the_loaded_meta_step_computes_what_the_traced_one_does(
   ):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
+
+
+def test_copies_of_the_package_in_two_folders_share_the_fingerprint(tmp_path):
+  """The key holds disco's sources, not where they lie, so that clones of one
+  commit share their stored programs; editing a source changes it."""
+  package = Path(program_cache.__file__).resolve().parent
+  roots = [tmp_path / "a", tmp_path / "elsewhere" / "b"]
+  for root in roots:
+    shutil.copytree(
+        package, root / "disco", ignore=shutil.ignore_patterns("*.pyc")
+    )
+
+  def fingerprint(root):
+    code = "from disco import program_cache; print(program_cache.fingerprint())"
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(root)),
+    ).stdout.strip()
+
+  first = fingerprint(roots[0])
+  assert fingerprint(roots[1]) == first
+  ops = roots[1] / "disco" / "ops.py"
+  ops.write_text(ops.read_text() + "\n# changed\n")
+  assert fingerprint(roots[1]) != first

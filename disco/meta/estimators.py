@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from evosax.core import fitness_shaping
 import jax
 import jax.numpy as jnp
 
@@ -57,6 +56,8 @@ def weighted_sum(stacked: Any, weights: jax.Array) -> Any:
 def centered_ranks(losses: jax.Array) -> jax.Array:
   """evosax's centred-rank shaping of ``[N]`` losses: ranks in ``[-0.5, 0.5]``,
   the best -0.5; a NaN (diverged member) ranks worst."""
+  from evosax.core import fitness_shaping  # pylint: disable=g-import-not-at-top
+
   return fitness_shaping.centered_rank_fitness_shaping_fn(
       None, losses, None, None
   )

@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import distrax
 import jax
 import jax.numpy as jnp
 
 from disco import agent as agent_lib
+from disco import ops
 from disco import types
 from disco.meta import value_function
 from disco.value_fns import losses
@@ -152,7 +152,7 @@ def policy_loss(
       valid_rollout.actions[:-1],
       jax.lax.stop_gradient(value_outs.normalized_adv),
   )
-  entropy = distrax.Softmax(logits).entropy().mean()
+  entropy = ops.softmax_entropy(logits).mean()
   logs = dict(
       adv=value_outs.adv.mean(),
       normalized_adv=value_outs.normalized_adv.mean(),

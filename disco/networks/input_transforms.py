@@ -15,7 +15,6 @@ import haiku as hk
 import immutabledict
 import jax
 import jax.numpy as jnp
-import rlax
 
 from disco import ops
 
@@ -69,8 +68,8 @@ TRANSFORMS: immutabledict.immutabledict[str, Transform] = (
             "sign": _elementwise(jnp.sign),
             "drop_last": _elementwise(lambda x: x[:-1]),
             "td_pair": _elementwise(td_pair),
-            "sign_log": _elementwise(rlax.signed_logp1),
-            "sign_hyp": _elementwise(rlax.signed_hyperbolic),
+            "sign_log": _elementwise(ops.signed_logp1),
+            "sign_hyp": _elementwise(ops.signed_hyperbolic),
             "masks_to_discounts": _elementwise(lambda x: 1.0 - x),
             "select_a": lambda x, actions, policy, axis_name: ops.at_actions(
                 x, actions

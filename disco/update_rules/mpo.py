@@ -24,7 +24,6 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 import numpy as np
-import rlax
 
 from disco import ops
 from disco import types
@@ -139,6 +138,8 @@ class MPO(ml.DualRule):
           [truncated[1:], jnp.zeros_like(truncated[:1])]
       )
       lambdas = jnp.where(next_truncated, 0.0, lambda_)
+      import rlax  # pylint: disable=g-import-not-at-top
+
       per_sequence = jax.vmap(rlax.lambda_returns, in_axes=1, out_axes=1)
       return per_sequence(
           inputs.rewards, gamma * env_discounts, target_v[1:], lambdas

@@ -14,7 +14,6 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import rlax
 
 from disco import types
 
@@ -42,6 +41,8 @@ def logits_to_scalar(logits: types.Array, max_abs_value: float) -> types.Array:
     ValueError: if ``max_abs_value`` is None or <= 0.
   """
   _check_max_abs_value(max_abs_value)
+  import rlax  # pylint: disable=g-import-not-at-top
+
   return rlax.transform_from_2hot(
       jax.nn.softmax(logits),
       min_value=-max_abs_value,
@@ -64,6 +65,8 @@ def scalar_to_probs(
     ``[..., num_bins]`` probabilities, non-zero on at most two adjacent bins.
   """
   _check_max_abs_value(max_abs_value)
+  import rlax  # pylint: disable=g-import-not-at-top
+
   return rlax.transform_to_2hot(
       value,
       min_value=-max_abs_value,
@@ -104,6 +107,8 @@ class ValueHead:
     else:
       values = jnp.squeeze(net_out, axis=2)
     if self.nonlinear_transform:
+      import rlax  # pylint: disable=g-import-not-at-top
+
       values = rlax.SIGNED_HYPERBOLIC_PAIR[1](values)
     return values
 
@@ -119,5 +124,7 @@ class ValueHead:
   def encode_target(self, target: types.Array) -> types.Array:
     """``[T, B]`` scalar targets in the space the head predicts in."""
     if self.nonlinear_transform:
+      import rlax  # pylint: disable=g-import-not-at-top
+
       return rlax.SIGNED_HYPERBOLIC_PAIR[0](target)
     return target

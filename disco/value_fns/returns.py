@@ -13,7 +13,6 @@ import functools
 import chex
 import jax
 import jax.numpy as jnp
-import rlax
 
 from disco import policies
 from disco import types
@@ -115,6 +114,8 @@ def vtrace(
   )
   discounts = env_discounts * discount
 
+  import rlax  # pylint: disable=g-import-not-at-top
+
   per_sequence = functools.partial(
       rlax.vtrace_td_error_and_advantage, lambda_=lambda_
   )
@@ -148,6 +149,8 @@ def _prepend_zero_step(x: types.Array) -> types.Array:
 def _retrace_targets(rewards, discounts, target_q_a, target_values, c_t):
   """Retrace's ``[T, B]`` ``G_t``; ``target_values`` is ``[T+1, B]``, the
   other inputs ``[T, B]``."""
+  import rlax  # pylint: disable=g-import-not-at-top
+
   # rlax's estimator yields a return for the state *before* the first reward
   # it is given; a zero dummy step aligns its output with Q(s_t, a_t).
   per_sequence = functools.partial(
@@ -209,6 +212,8 @@ def retrace(
   )
   chex.assert_equal_shape([values[:-1], rho, rewards, env_discounts, actions])
   chex.assert_equal_shape_prefix([values, q_values], 2)
+
+  import rlax  # pylint: disable=g-import-not-at-top
 
   actions = jnp.asarray(actions)
   q_a = rlax.batched_index(q_values[:-1], actions)
@@ -274,6 +279,8 @@ def gae(
     # delta_t = V(s_t) + 0 * V(s_{t+1}) - V(s_t) = 0, and no trace from t+1.
     rewards = jnp.where(truncated, values[:-1], rewards)
     discounts = jnp.where(truncated, 0.0, discounts)
+  import rlax  # pylint: disable=g-import-not-at-top
+
   per_sequence = (
       lambda r, d, v: rlax.truncated_generalized_advantage_estimation(
           r, d, lambda_, v
