@@ -158,11 +158,13 @@ HEAVY_MODULES = (
 )
 
 
-def test_launchers_start_without_statistics_plotting_or_checkpoint_libraries():
+def _modules_imported_by(statements: str, modules: tuple[str, ...]) -> str:
+  """Which of ``modules`` a fresh Python process has imported after running
+  ``statements`` (the printed sorted list)."""
   code = (
       "import sys\n"
-      "from disco.launch import compare, distill, evaluate, meta_train, validate\n"
-      f"print(sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))\n"
+      + statements
+      + f"print(sorted(m for m in {modules!r} if m in sys.modules))\n"
   )
   result = subprocess.run(
       [sys.executable, "-c", code],
@@ -171,7 +173,12 @@ def test_launchers_start_without_statistics_plotting_or_checkpoint_libraries():
       check=True,
       cwd=conftest.REPO_DIR,
   )
-  assert result.stdout.strip() == "[]", result.stdout
+  return result.stdout.strip().splitlines()[-1]
+
+
+def test_launchers_start_without_statistics_plotting_or_checkpoint_libraries():
+  statements = "from disco.launch import compare, distill, evaluate, meta_train, validate\n"
+  assert _modules_imported_by(statements, HEAVY_MODULES) == "[]"
 
 
 @pytest.mark.parametrize(
@@ -205,8 +212,7 @@ def test_pandas_3_beside_arch_7_is_refused_before_anything_runs(
 def test_initialising_a_disco_population_imports_no_rlax_or_distrax(tmp_path):
   """A warm meta-training start loads its meta-step already traced, so only
   the population's initialisation is traced: it needs neither library."""
-  code = (
-      "import sys\n"
+  statements = (
       f"sys.path.insert(0, {str(conftest.REPO_DIR / 'tests')!r})\n"
       "import meta_settings\n"
       "from disco.meta import plan\n"
@@ -214,14 +220,6 @@ def test_initialising_a_disco_population_imports_no_rlax_or_distrax(tmp_path):
       f"    output_dir={str(tmp_path / 'run')!r}, compilation_cache='off'\n"
       ")\n"
       "plan.initial_state(plan.build(config))\n"
-      "print(sorted(m for m in ('rlax', 'distrax', 'tensorflow_probability')"
-      " if m in sys.modules))\n"
   )
-  result = subprocess.run(
-      [sys.executable, "-c", code],
-      capture_output=True,
-      text=True,
-      check=True,
-      cwd=conftest.REPO_DIR,
-  )
-  assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
+  modules = ("rlax", "distrax", "tensorflow_probability")
+  assert _modules_imported_by(statements, modules) == "[]"
