@@ -8,12 +8,14 @@ with the same loop (``--env``, default Catch 8x8; the published notebook's
 loop, batches of 64 trajectories of 29 steps), one learner batch is drawn,
 and each agent's jitted learner step (``--steps_per_call`` steps in one
 ``lax.scan``) is timed round-robin with the other's (``benchmarks.timing``).
-A third candidate, the self-tuning rule's outer loss alone (its gradient
-at the parameters and the optimiser's step on it), shows the part of the
+Two more candidates: the self-tuning rule with ``meta_gradient="linearized"``
+(the outer loss's gradient at the parameters before the update, sharing the
+update's forward pass), and the self-tuning rule's outer loss alone (its
+gradient at the parameters and the optimiser's step on it), the part of the
 self-tuning step that an exact meta-gradient cannot share with the base
 step. Writes ``step_cost.csv``: the median seconds per learner step of each,
-the ratio (self-tuning / base; the issue's target is at most 2) and the
-outer loss's ratio to the base step. Run it alone on the machine.
+the ratios to the base step (the issue's target is at most 2). Run it alone
+on the machine.
 """
 
 from __future__ import annotations
@@ -39,16 +41,24 @@ LOOP = dict(
 
 
 def stepper(
-    rule: str, env: str, steps: int, tmp: Path, outer_only: bool = False
+    rule: str,
+    env: str,
+    steps: int,
+    tmp: Path,
+    outer_only: bool = False,
+    meta_gradient: str | None = None,
 ) -> timing.Stepper:
   """A candidate running ``steps`` learner steps of ``rule`` per call (with
-  ``outer_only``, of a self-tuning rule's outer loss instead)."""
+  ``outer_only``, of a self-tuning rule's outer loss instead; with
+  ``meta_gradient``, the self-tuning rule's option of that name)."""
+  kwargs = {} if meta_gradient is None else dict(meta_gradient=meta_gradient)
   plan = evaluation.build(
       evaluation.make_config(
           rule=rule,
           env=env,
           preset="none",
-          output_dir=str(tmp / f"{rule}-{outer_only}"),
+          output_dir=str(tmp / f"{rule}-{outer_only}-{meta_gradient}"),
+          rule_kwargs=kwargs,
           **LOOP,
       ),
       log=lambda _: None,
@@ -90,6 +100,9 @@ def main(argv=None) -> list[dict]:
     candidates = {
         r: stepper(r, args.env, args.steps_per_call, tmp) for r in (base, tuned)
     }
+    candidates["linearized"] = stepper(
+        tuned, args.env, args.steps_per_call, tmp, meta_gradient="linearized"
+    )
     candidates["outer"] = stepper(
         tuned, args.env, args.steps_per_call, tmp, outer_only=True
     )
@@ -103,6 +116,8 @@ def main(argv=None) -> list[dict]:
             base_ms_per_step=round(1e3 * per_step[base], 3),
             self_tuning_ms_per_step=round(1e3 * per_step[tuned], 3),
             ratio=round(times.ratio(tuned, base), 3),
+            linearized_ms_per_step=round(1e3 * per_step["linearized"], 3),
+            linearized_over_base=round(times.ratio("linearized", base), 3),
             outer_ms_per_step=round(1e3 * per_step["outer"], 3),
             outer_over_base=round(times.ratio("outer", base), 3),
             rounds=args.rounds,

@@ -299,14 +299,19 @@ class Agent:
       meta_params: types.MetaParams,
       is_meta_training: bool,
       step_size: jax.Array | None = None,
+      forward: tuple[types.AgentOuts, Callable[..., Any]] | None = None,
   ) -> types.LearnerUpdate:
     """``learner_update`` without a meta-gradient step (``step_size``:
-    ``apply_gradients``')."""
+    ``apply_gradients``'; ``forward``: the outputs ``_loss_outputs`` at the
+    parameters and their pullback, where the caller has them)."""
     # One forward pass serves the rule's targets and the gradient. Rules
     # reading per-action outputs at taken actions backpropagate through those
     # alone; in meta-training their targets also get every action's outputs.
     params = learner_state.params
-    if not (self.rule.model_losses_read_taken_actions and is_meta_training):
+    if forward is not None:
+      agent_out, unroll_vjp = forward
+      target_inputs = agent_out
+    elif not (self.rule.model_losses_read_taken_actions and is_meta_training):
       agent_out, unroll_vjp = jax.vjp(
           lambda p: self._loss_outputs(p, rollout), params
       )
@@ -363,8 +368,10 @@ class Agent:
     ``step_size`` (1, and its term absent, when it is not tuned). The update
     itself is ``learner_update``'s for the rule's current values, unchanged;
     its logs gain the rule's (values, meta-gradients) and ``outer_loss``. With
-    the rule's ``meta_gradient="bmg"``, ``grad outer(params')`` is instead
-    ``bmg_value_and_grad``'s and the logs gain ``bmg_distance``.
+    the rule's ``meta_gradient="linearized"``, ``grad outer(params)`` replaces
+    ``grad outer(params')`` (and ``outer_loss`` is at ``params``); with
+    ``"bmg"``, ``bmg_value_and_grad``'s gradient does, and the logs gain
+    ``bmg_distance``.
 
     Raises:
       ValueError: with ``is_meta_training`` (the rule has no meta-parameters).
@@ -377,17 +384,42 @@ class Agent:
     tuner = self.rule
     rule_state = learner_state.rule_state
     step_size = tuner.step_size(rule_state)
+    # One linearisation of the network at ``params`` serves the update's
+    # gradient, the meta-gradient's ``J w`` and, when linearised, the outer
+    # loss's gradient.
+    params = learner_state.params
+    agent_out, push = jax.linearize(
+        lambda p: self._loss_outputs(p, rollout), params
+    )
+    pull = jax.linear_transpose(push, params)
     update = self._update(
-        rng, rollout, learner_state, meta_params, False, step_size
+        rng,
+        rollout,
+        learner_state,
+        meta_params,
+        False,
+        step_size,
+        forward=(agent_out, pull),
     )
     new_state, grads = update.learner_state, update.grads
-    # The outer loss's gradient at the updated parameters, or (BMG) the
-    # distance to a bootstrapped target's.
+    # The outer loss's gradient at the updated parameters, at the current
+    # ones (linearised), or (BMG) the distance to a bootstrapped target's.
     if tuner.meta_gradient == "bmg":
       distance, outer_grads = self.bmg_value_and_grad(
           rng, rollout, new_state, meta_params
       )
       meta_logs = dict(bmg_distance=distance)
+    elif tuner.meta_gradient == "linearized":
+      base_state = learner_state.replace(
+          rule_state=tuner.base_state(rule_state)
+      )
+      outer, out_grads = jax.value_and_grad(
+          lambda out: self.loss_with_constant_targets(
+              tuner.outer_rule, out, base_state, rollout, rng, meta_params
+          )
+      )(agent_out)
+      (outer_grads,) = pull(out_grads)
+      meta_logs = dict(outer_loss=outer)
     else:
       outer, outer_grads = self.outer_value_and_grad(
           rng, rollout, new_state.params, rule_state, meta_params
@@ -396,7 +428,14 @@ class Agent:
     if self.axis_name is not None:
       outer_grads = jax.lax.pmean(outer_grads, axis_name=self.axis_name)
     meta_objective = self._tuning_objective(
-        rng, rollout, learner_state, meta_params, grads, outer_grads, step_size
+        rng,
+        rollout,
+        learner_state,
+        meta_params,
+        grads,
+        outer_grads,
+        step_size,
+        (agent_out, push),
     )
     meta_grads = jax.grad(meta_objective)(tuner.meta_variables(rule_state))
     if self.axis_name is not None:
@@ -418,10 +457,13 @@ class Agent:
       grads,
       outer_grads,
       step_size,
+      linearization,
   ) -> Callable[[Any], jax.Array]:
     """``x -> <J w, dL/d out(x)> (+ s(x) <grad outer, u>)``, whose gradient is
     ``self_tuning_update``'s meta-gradient (``grads``: the update's ``g``;
-    ``outer_grads``: ``grad outer(params')``; ``step_size``: ``s`` or None)."""
+    ``outer_grads``: ``grad outer``; ``step_size``: ``s`` or None;
+    ``linearization``: the network's outputs at ``params`` and their
+    pushforward ``J``)."""
     tuner, rule_state = self.rule, learner_state.rule_state
     updates, optimizer_vjp = jax.vjp(
         lambda g: self.optimizer.update(
@@ -432,11 +474,8 @@ class Agent:
     (direction,) = optimizer_vjp(outer_grads)
     if step_size is not None:
       direction = jax.tree.map(lambda d: step_size * d, direction)
-    agent_out, outputs_tangent = jax.jvp(
-        lambda p: self._loss_outputs(p, rollout),
-        (learner_state.params,),
-        (direction,),
-    )
+    agent_out, push = linearization
+    outputs_tangent = push(direction)
 
     def inner_dot(x):
       state = learner_state.replace(
@@ -445,17 +484,13 @@ class Agent:
       meta_out, _ = self.unroll_meta_net(
           meta_params, state, rollout, rng, agent_out=agent_out
       )
-      out_grads, _ = jax.grad(self.loss_from_outputs, has_aux=True)(
-          agent_out, rollout, meta_out, False
+      # <J w, dL/d out>: the loss's derivative along ``J w`` (forward mode).
+      _, along = jax.jvp(
+          lambda out: self.loss_from_outputs(out, rollout, meta_out, False)[0],
+          (agent_out,),
+          (outputs_tangent,),
       )
-      return sum(
-          jnp.vdot(t, g)
-          for t, g in zip(
-              jax.tree.leaves(outputs_tangent),
-              jax.tree.leaves(out_grads),
-              strict=True,
-          )
-      )
+      return along
 
     if step_size is None:
       return inner_dot
@@ -545,13 +580,33 @@ class Agent:
     """``rule``'s scalar loss at ``params`` on a ``[T+1, B]`` rollout, its
     targets (from ``rule_state``, not advanced) constants: differentiable in
     ``params`` as the agent's own loss is."""
-    agent_out = self._loss_outputs(params, rollout)
     state = types.LearnerState(
         params=params, opt_state=None, rule_state=rule_state
     )
+    return self.loss_with_constant_targets(
+        rule,
+        self._loss_outputs(params, rollout),
+        state,
+        rollout,
+        rng,
+        meta_params,
+    )
+
+  def loss_with_constant_targets(
+      self,
+      rule: base.UpdateRule,
+      agent_out: types.AgentOuts,
+      learner_state: types.LearnerState,
+      rollout: types.ActorRollout,
+      rng: jax.Array,
+      meta_params: types.MetaParams,
+  ) -> jax.Array:
+    """``rule``'s scalar loss of the network's outputs ``agent_out``
+    ``[T+1, B, ...]`` (at ``learner_state.params``) on a rollout, its targets
+    (from ``learner_state.rule_state``, not advanced) constants."""
     meta_out, _ = self.unroll_meta_net(
         meta_params,
-        state,
+        learner_state,
         rollout,
         rng,
         agent_out=jax.lax.stop_gradient(agent_out),

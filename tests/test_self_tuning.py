@@ -87,12 +87,14 @@ def _as_float64(tree):
 # ------------------------------------------------------- meta-gradient ----
 
 
+@pytest.mark.parametrize("meta_gradient", ["outer", "linearized"])
 @pytest.mark.parametrize("rule", ["stac", "self_tuning_ppo"])
-def test_meta_gradient_matches_finite_differences(rule):
+def test_meta_gradient_matches_finite_differences(rule, meta_gradient):
   """The logged meta-gradient of each tuned hyper-parameter's unconstrained
-  ``x`` equals the outer loss's gradient at the updated parameters (the
-  agent's own kind: targets held constant) times their central differences
-  through one inner update, in float64.
+  ``x`` equals the outer loss's gradient (the agent's own kind: targets held
+  constant) at the updated parameters (``"outer"``) or at the parameters
+  before the update (``"linearized"``), times the updated parameters'
+  central differences through one inner update, in float64.
 
   The agent's Adam holds its denominator constant for meta-gradients
   (``disco.optimizers``); with second moments of 100 here, far above the new
@@ -115,6 +117,7 @@ def test_meta_gradient_matches_finite_differences(rule):
                     *registry.get_entry(rule).make.default_tuned,
                     "step_size",
                 ],
+                meta_gradient=meta_gradient,
                 **(dict(categorical_value=False) if rule == "stac" else {}),
             ),
         )
@@ -138,13 +141,15 @@ def test_meta_gradient_matches_finite_differences(rule):
     x = tuner.meta_variables(state.rule_state)
     base_state = tuner.base_state(state.rule_state)
 
-    # The outer loss's gradient at the update's parameters (the agent's own
-    # kind: targets held constant), and the parameters' finite differences.
-    outer_grads = jax.grad(
+    # The outer loss's gradient (the agent's own kind: targets held
+    # constant), and the updated parameters' finite differences.
+    at = update.learner_state if meta_gradient == "outer" else state
+    outer, outer_grads = jax.value_and_grad(
         lambda p: agent.outer_loss(
             tuner.outer_rule, p, rollout, base_state, rng, {}
         )
-    )(update.learner_state.params)
+    )(at.params)
+    np.testing.assert_allclose(update.logs["outer_loss"], outer, rtol=1e-12)
 
     @jax.jit
     def outer_through_update(x):
@@ -245,33 +250,39 @@ def test_bmg_meta_gradient_matches_a_direct_gradient():
       )
 
 
-def test_bmg_changes_the_meta_gradient_only():
-  """A bmg step (KL distance) updates the network as an outer step does,
-  bit for bit; its meta-gradients, and so the tuned values, differ."""
+@pytest.mark.parametrize("meta_gradient", ["bmg", "linearized"])
+def test_the_meta_gradient_option_changes_the_meta_gradient_only(
+    meta_gradient,
+):
+  """A bmg (KL distance) or linearised step updates the network as an outer
+  step does, bit for bit; its meta-gradients, and so the tuned values,
+  differ."""
   runs = []
-  for meta_gradient in ("outer", "bmg"):
+  for option in ("outer", meta_gradient):
     agent, state = _agent(
         _settings(
             "stac",
             learning_rate=0.1,
-            rule_kwargs=dict(meta_gradient=meta_gradient, bmg_target_steps=3),
+            rule_kwargs=dict(meta_gradient=option, bmg_target_steps=3),
         )
     )
     update = jax.jit(agent.learner_update)(
         jax.random.PRNGKey(1), _rollout(agent, state.params, 1), state, {}
     )
     runs.append(update)
-  outer, bmg = runs
+  outer, other = runs
   jax.tree.map(
       np.testing.assert_array_equal,
       outer.learner_state.params,
-      bmg.learner_state.params,
+      other.learner_state.params,
   )
-  assert np.isfinite(bmg.logs["bmg_distance"]) and bmg.logs["bmg_distance"] > 0
+  if meta_gradient == "bmg":
+    distance = other.logs["bmg_distance"]
+    assert np.isfinite(distance) and distance > 0
   for name in agent.rule.tuned:
     key = self_tuning.GRADIENT_PREFIX + name
-    assert np.isfinite(bmg.logs[key]), name
-    assert bmg.logs[key] != outer.logs[key], name
+    assert np.isfinite(other.logs[key]), name
+    assert other.logs[key] != outer.logs[key], name
 
 
 def test_bounded_values_start_exactly_and_stay_inside():

@@ -22,7 +22,10 @@ the optimiser's step, ``params' = params + step_size * u(...)``; initially 1)
 is tunable beside the base rule's hyper-parameters: it tunes the agent's
 learning rate, for an optimiser whose step is linear in it.
 
-With ``meta_gradient="bmg"`` (bootstrapped meta-gradients, Flennerhag et al.
+With ``meta_gradient="linearized"`` step 2 takes the outer loss's gradient at
+``params`` instead of ``params'`` (its first-order expansion around ``params``
+is differentiated), which shares step 1's forward pass: a cheaper step, exact
+as the update's size goes to 0. With ``meta_gradient="bmg"`` (bootstrapped meta-gradients, Flennerhag et al.
 2022) step 2's objective is instead a distance ``mu(target, params')`` to a
 constant target: from ``params'``, ``bmg_target_steps - 1`` further updates of
 the inner rule, then one of the agent's optimiser on the outer loss's gradient,
@@ -63,9 +66,10 @@ TUNING = "tuning"
 # meta-gradient with respect to its unconstrained ``x``, ``<prefix><name>``.
 LOG_PREFIX = "hyper_params/"
 GRADIENT_PREFIX = "meta_gradient/"
-# ``meta_gradient``: the outer loss's gradient at the updated parameters, or a
-# bootstrapped target's distance's (BMG).
-META_GRADIENTS = ("outer", "bmg")
+# ``meta_gradient``: the outer loss's gradient at the updated parameters, at
+# the current ones (the outer loss linearised there), or a bootstrapped
+# target's distance's (BMG).
+META_GRADIENTS = ("outer", "linearized", "bmg")
 # ``bmg_distance``: the policies' KL over the batch's states, or the squared
 # distance of the parameters.
 BMG_DISTANCES = ("kl", "squared")
@@ -141,7 +145,11 @@ class SelfTuning(base.UpdateRule):
     meta_learning_rate: Adam's learning rate on the tuned hyper-parameters'
       unconstrained values (0: they stay at their initial values).
     meta_gradient: ``"outer"``: the outer loss's gradient at the updated
-      parameters; ``"bmg"``: that of the distance to a bootstrapped target.
+      parameters; ``"linearized"``: at the current parameters, the outer
+      loss's first-order expansion there (``outer(params) + <grad
+      outer(params), params' - params>``) differentiated instead, which
+      shares the update's forward pass; ``"bmg"``: the gradient of the
+      distance to a bootstrapped target.
     bmg_target_steps: with ``"bmg"``, the target's updates ``L >= 1`` from
       the updated parameters: ``L - 1`` of the inner rule, then one on the
       outer loss.
