@@ -27,6 +27,7 @@ import jax
 from benchmarks import cli
 from benchmarks import timing
 from disco import evaluation
+from disco import self_tuning_step
 
 PAIRS = (("stac", "actor_critic"), ("self_tuning_ppo", "ppo"))
 LOOP = dict(
@@ -69,8 +70,8 @@ def stepper(
 
   def outer_step(rng, rollout, learner, meta_params, is_meta_training):
     del is_meta_training
-    _, grads = agent.outer_value_and_grad(
-        rng, rollout, learner.params, learner.rule_state, meta_params
+    _, grads = self_tuning_step.outer_value_and_grad(
+        agent, rng, rollout, learner.params, learner.rule_state, meta_params
     )
     return agent.apply_gradients(learner, grads, learner.rule_state)
 

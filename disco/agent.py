@@ -16,6 +16,7 @@ import optax
 
 from disco import optimizers
 from disco import policies
+from disco import self_tuning_step
 from disco import types
 from disco.networks import agent_nets
 from disco.update_rules import agent_settings as agent_settings_lib
@@ -269,7 +270,7 @@ class Agent:
   ) -> types.LearnerUpdate:
     """One update on a ``[T+1, B]`` rollout: the loss's gradient, then
     ``apply_gradients``; for a rule that ``tunes_hyper_params``, also a
-    meta-gradient step on them (``self_tuning_update``).
+    meta-gradient step on them (``disco.self_tuning_step.update``).
 
     Args:
       rng: random key for the rule.
@@ -282,16 +283,25 @@ class Agent:
     Returns:
       ``LearnerUpdate``: the new learner state, scalar logs, the rule's
         ``meta_out`` and the gradients (averaged over ``axis_name``).
+
+    Raises:
+      ValueError: ``is_meta_training`` for a rule that ``tunes_hyper_params``
+        (it has no meta-parameters).
     """
     if self.rule.tunes_hyper_params:
-      return self.self_tuning_update(
-          rng, rollout, learner_state, meta_params, is_meta_training
+      if is_meta_training:
+        raise ValueError(
+            "A self-tuning rule has no meta-parameters to meta-train: "
+            "is_meta_training must be False."
+        )
+      return self_tuning_step.update(
+          self, rng, rollout, learner_state, meta_params
       )
-    return self._update(
+    return self.plain_update(
         rng, rollout, learner_state, meta_params, is_meta_training
     )
 
-  def _update(
+  def plain_update(
       self,
       rng: jax.Array,
       rollout: types.ActorRollout,
@@ -302,7 +312,7 @@ class Agent:
       forward: tuple[types.AgentOuts, Callable[..., Any]] | None = None,
   ) -> types.LearnerUpdate:
     """``learner_update`` without a meta-gradient step (``step_size``:
-    ``apply_gradients``'; ``forward``: the outputs ``_loss_outputs`` at the
+    ``apply_gradients``'; ``forward``: the outputs ``loss_outputs`` at the
     parameters and their pullback, where the caller has them)."""
     # One forward pass serves the rule's targets and the gradient. Rules
     # reading per-action outputs at taken actions backpropagate through those
@@ -313,7 +323,7 @@ class Agent:
       target_inputs = agent_out
     elif not (self.rule.model_losses_read_taken_actions and is_meta_training):
       agent_out, unroll_vjp = jax.vjp(
-          lambda p: self._loss_outputs(p, rollout), params
+          lambda p: self.loss_outputs(p, rollout), params
       )
       target_inputs = agent_out
     else:
@@ -344,221 +354,7 @@ class Agent:
         grads=grads,
     )
 
-  def self_tuning_update(
-      self,
-      rng: jax.Array,
-      rollout: types.ActorRollout,
-      learner_state: types.LearnerState,
-      meta_params: types.MetaParams,
-      is_meta_training: bool = False,
-  ) -> types.LearnerUpdate:
-    """The learner step of a rule that ``tunes_hyper_params``
-    (``disco.update_rules.self_tuning.SelfTuning``): the update with the
-    current hyper-parameters, then one step of the rule's meta-variables ``x``
-    (``meta_update``) on the meta-gradient of ``outer_loss`` at the updated
-    parameters ``params' = params + s(x) u(g(x))``, taken through the update,
-    the optimiser's step ``u`` included:
-
-        d outer / dx = d/dx <J w, dL/d out(x)> + <grad outer(params'), u> ds/dx,
-        w = s (du/dg)^T grad outer(params'),
-
-    with ``J w`` the network's outputs' derivative at ``params`` along ``w``,
-    ``dL/d out(x)`` the inner loss's gradient with respect to the outputs
-    (the update's gradient is ``g = J^T dL/d out``) and ``s`` the rule's
-    ``step_size`` (1, and its term absent, when it is not tuned). The update
-    itself is ``learner_update``'s for the rule's current values, unchanged;
-    its logs gain the rule's (values, meta-gradients) and ``outer_loss``. With
-    the rule's ``meta_gradient="linearized"``, ``grad outer(params)`` replaces
-    ``grad outer(params')`` (and ``outer_loss`` is at ``params``); with
-    ``"bmg"``, ``bmg_value_and_grad``'s gradient does, and the logs gain
-    ``bmg_distance``.
-
-    Raises:
-      ValueError: with ``is_meta_training`` (the rule has no meta-parameters).
-    """
-    if is_meta_training:
-      raise ValueError(
-          "A self-tuning rule has no meta-parameters to meta-train: "
-          "is_meta_training must be False."
-      )
-    tuner = self.rule
-    rule_state = learner_state.rule_state
-    step_size = tuner.step_size(rule_state)
-    # One linearisation of the network at ``params`` serves the update's
-    # gradient, the meta-gradient's ``J w`` and, when linearised, the outer
-    # loss's gradient.
-    params = learner_state.params
-    agent_out, push = jax.linearize(
-        lambda p: self._loss_outputs(p, rollout), params
-    )
-    pull = jax.linear_transpose(push, params)
-    update = self._update(
-        rng,
-        rollout,
-        learner_state,
-        meta_params,
-        False,
-        step_size,
-        forward=(agent_out, pull),
-    )
-    new_state, grads = update.learner_state, update.grads
-    # The outer loss's gradient at the updated parameters, at the current
-    # ones (linearised), or (BMG) the distance to a bootstrapped target's.
-    if tuner.meta_gradient == "bmg":
-      distance, outer_grads = self.bmg_value_and_grad(
-          rng, rollout, new_state, meta_params
-      )
-      meta_logs = dict(bmg_distance=distance)
-    elif tuner.meta_gradient == "linearized":
-      base_state = learner_state.replace(
-          rule_state=tuner.base_state(rule_state)
-      )
-      outer, out_grads = jax.value_and_grad(
-          lambda out: self.loss_with_constant_targets(
-              tuner.outer_rule, out, base_state, rollout, rng, meta_params
-          )
-      )(agent_out)
-      (outer_grads,) = pull(out_grads)
-      meta_logs = dict(outer_loss=outer)
-    else:
-      outer, outer_grads = self.outer_value_and_grad(
-          rng, rollout, new_state.params, rule_state, meta_params
-      )
-      meta_logs = dict(outer_loss=outer)
-    if self.axis_name is not None:
-      outer_grads = jax.lax.pmean(outer_grads, axis_name=self.axis_name)
-    meta_objective = self._tuning_objective(
-        rng,
-        rollout,
-        learner_state,
-        meta_params,
-        grads,
-        outer_grads,
-        step_size,
-        (agent_out, push),
-    )
-    meta_grads = jax.grad(meta_objective)(tuner.meta_variables(rule_state))
-    if self.axis_name is not None:
-      meta_grads = jax.lax.pmean(meta_grads, axis_name=self.axis_name)
-    new_rule_state, tuning_logs = tuner.meta_update(
-        new_state.rule_state, meta_grads
-    )
-    return update.replace(
-        learner_state=update.learner_state.replace(rule_state=new_rule_state),
-        logs=dict(update.logs, **meta_logs, **tuning_logs),
-    )
-
-  def _tuning_objective(
-      self,
-      rng,
-      rollout,
-      learner_state,
-      meta_params,
-      grads,
-      outer_grads,
-      step_size,
-      linearization,
-  ) -> Callable[[Any], jax.Array]:
-    """``x -> <J w, dL/d out(x)> (+ s(x) <grad outer, u>)``, whose gradient is
-    ``self_tuning_update``'s meta-gradient (``grads``: the update's ``g``;
-    ``outer_grads``: ``grad outer``; ``step_size``: ``s`` or None;
-    ``linearization``: the network's outputs at ``params`` and their
-    pushforward ``J``)."""
-    tuner, rule_state = self.rule, learner_state.rule_state
-    updates, optimizer_vjp = jax.vjp(
-        lambda g: self.optimizer.update(
-            g, learner_state.opt_state, learner_state.params
-        )[0],
-        grads,
-    )
-    (direction,) = optimizer_vjp(outer_grads)
-    if step_size is not None:
-      direction = jax.tree.map(lambda d: step_size * d, direction)
-    agent_out, push = linearization
-    outputs_tangent = push(direction)
-
-    def inner_dot(x):
-      state = learner_state.replace(
-          rule_state=tuner.with_meta_variables(rule_state, x)
-      )
-      meta_out, _ = self.unroll_meta_net(
-          meta_params, state, rollout, rng, agent_out=agent_out
-      )
-      # <J w, dL/d out>: the loss's derivative along ``J w`` (forward mode).
-      _, along = jax.jvp(
-          lambda out: self.loss_from_outputs(out, rollout, meta_out, False)[0],
-          (agent_out,),
-          (outputs_tangent,),
-      )
-      return along
-
-    if step_size is None:
-      return inner_dot
-    # ``params'`` also moves along the optimiser's step ``u`` with ``s``.
-    along_step = jax.lax.stop_gradient(optax.tree.vdot(outer_grads, updates))
-
-    def meta_objective(x):
-      state = tuner.with_meta_variables(rule_state, x)
-      return inner_dot(x) + tuner.step_size(state) * along_step
-
-    return meta_objective
-
-  def bmg_value_and_grad(
-      self,
-      rng: jax.Array,
-      rollout: types.ActorRollout,
-      updated: types.LearnerState,
-      meta_params: types.MetaParams,
-  ) -> tuple[jax.Array, types.Params]:
-    """A self-tuning rule's bootstrapped (BMG) objective ``mu(target,
-    params')`` at the updated learner state ``updated`` and its gradient in
-    ``params'``. The target, a constant: from ``updated``, the rule's
-    ``bmg_target_steps - 1`` updates (``learner_update``'s, without a
-    meta-gradient step; keys ``fold_in(rng, i)``), then one optimiser step
-    on the gradient of its ``outer_rule``'s ``outer_loss``, all on
-    ``rollout``. ``mu`` (``bmg_distance``): ``"kl"``, ``KL(pi_target ||
-    pi_params')`` averaged over the ``[T, B]`` states of the rollout (the
-    last, which has no action, left out); ``"squared"``, the sum of the
-    squared parameter differences."""
-    tuner = self.rule
-    target = jax.lax.stop_gradient(updated)
-    target = jax.lax.fori_loop(
-        0,
-        tuner.bmg_target_steps - 1,
-        lambda i, state: self._update(
-            jax.random.fold_in(rng, i),
-            rollout,
-            state,
-            meta_params,
-            False,
-            tuner.step_size(state.rule_state),
-        ).learner_state,
-        target,
-    )
-    _, outer_grads = self.outer_value_and_grad(
-        rng, rollout, target.params, target.rule_state, meta_params
-    )
-    if self.axis_name is not None:
-      outer_grads = jax.lax.pmean(outer_grads, axis_name=self.axis_name)
-    target, _ = self.apply_gradients(target, outer_grads, target.rule_state)
-    target_params = jax.lax.stop_gradient(target.params)
-    if tuner.bmg_distance == "squared":
-
-      def distance(params):
-        return optax.tree.norm(
-            optax.tree.sub(params, target_params), squared=True
-        )
-
-    else:
-      target_logits = self._loss_outputs(target_params, rollout)["logits"]
-
-      def distance(params):
-        logits = self._loss_outputs(params, rollout)["logits"]
-        return self.policy.kl(target_logits[:-1], logits[:-1]).mean()
-
-    return jax.value_and_grad(distance)(updated.params)
-
-  def _loss_outputs(
+  def loss_outputs(
       self, params: types.Params, rollout: types.ActorRollout
   ) -> types.AgentOuts:
     """The outputs ``[T+1, B, ...]`` the losses' gradient flows through
@@ -585,7 +381,7 @@ class Agent:
     )
     return self.loss_with_constant_targets(
         rule,
-        self._loss_outputs(params, rollout),
+        self.loss_outputs(params, rollout),
         state,
         rollout,
         rng,
@@ -616,29 +412,6 @@ class Agent:
         agent_out, rollout, jax.lax.stop_gradient(meta_out), False, rule=rule
     )
     return loss
-
-  def outer_value_and_grad(
-      self,
-      rng: jax.Array,
-      rollout: types.ActorRollout,
-      params: types.Params,
-      rule_state: types.RuleState,
-      meta_params: types.MetaParams,
-  ) -> tuple[jax.Array, types.Params]:
-    """A self-tuning rule's outer loss (``outer_loss`` of its ``outer_rule``,
-    targets from the base rule's part of ``rule_state``) at ``params``, and
-    its gradient in ``params``."""
-    tuner = self.rule
-    return jax.value_and_grad(
-        lambda p: self.outer_loss(
-            tuner.outer_rule,
-            p,
-            rollout,
-            tuner.base_state(rule_state),
-            rng,
-            meta_params,
-        )
-    )(params)
 
   def apply_gradients(
       self,

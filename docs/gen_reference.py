@@ -1171,6 +1171,7 @@ API_PAGES = (
         AGENT_EXAMPLE,
         (
             "disco.agent",
+            "disco.self_tuning_step",
             "disco.types",
             "disco.policies",
             "disco.optimizers",

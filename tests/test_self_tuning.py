@@ -16,6 +16,7 @@ from test_launcher_errors import launch_process
 
 from disco import agent as agent_lib
 from disco import evaluation
+from disco import self_tuning_step
 from disco import types
 from disco.comparison import report
 from disco.comparison import results as results_lib
@@ -225,8 +226,8 @@ def test_bmg_meta_gradient_matches_a_direct_gradient():
     target = step(
         jax.random.fold_in(rng, 0), rollout, with_x(update.learner_state, x), {}
     ).learner_state
-    _, outer_grads = agent.outer_value_and_grad(
-        rng, rollout, target.params, target.rule_state, {}
+    _, outer_grads = self_tuning_step.outer_value_and_grad(
+        agent, rng, rollout, target.params, target.rule_state, {}
     )
     target, _ = agent.apply_gradients(target, outer_grads, target.rule_state)
 
