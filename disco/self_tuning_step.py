@@ -153,8 +153,8 @@ def _tuning_objective(
 ) -> Callable[[Any], jax.Array]:
   """``x -> <J w, dL/d out(x)> (+ s(x) <grad outer, u>)``, whose gradient is
   the step's meta-gradient (``grads``: the update's ``g``; ``outer_grads``:
-  ``grad outer``; ``linearization``: the network's outputs at ``params`` and their
-  pushforward ``J``)."""
+  ``grad outer``; ``linearization``: the network's outputs at ``params`` and
+  their pushforward ``J``)."""
   tuner, rule_state = agent.rule, learner_state.rule_state
   step_size = tuner.step_size(rule_state)
   updates, optimizer_vjp = jax.vjp(
