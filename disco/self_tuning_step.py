@@ -81,6 +81,7 @@ def update(
       meta_params,
       step.grads,
       outer_grads,
+      step_size,
       (agent_out, push),
   )
   meta_grads = jax.grad(meta_objective)(tuner.meta_variables(rule_state))
@@ -114,26 +115,16 @@ def _outer_gradient(
         agent, rng, rollout, updated, meta_params
     )
     logs = dict(bmg_distance=distance)
-  elif tuner.meta_gradient == "linearized":
-    base_state = learner_state.replace(
-        rule_state=tuner.base_state(learner_state.rule_state)
-    )
-    agent_out, pull = linearization
-    outer, out_grads = jax.value_and_grad(
-        lambda out: agent.loss_with_constant_targets(
-            tuner.outer_rule, out, base_state, rollout, rng, meta_params
-        )
-    )(agent_out)
-    (grads,) = pull(out_grads)
-    logs = dict(outer_loss=outer)
   else:
+    linearized = tuner.meta_gradient == "linearized"
     outer, grads = outer_value_and_grad(
         agent,
         rng,
         rollout,
-        updated.params,
+        learner_state.params if linearized else updated.params,
         learner_state.rule_state,
         meta_params,
+        linearization if linearized else None,
     )
     logs = dict(outer_loss=outer)
   if agent.axis_name is not None:
@@ -149,14 +140,15 @@ def _tuning_objective(
     meta_params: types.MetaParams,
     grads: types.Params,
     outer_grads: types.Params,
+    step_size: jax.Array | None,
     linearization: tuple[types.AgentOuts, Callable[..., Any]],
 ) -> Callable[[Any], jax.Array]:
   """``x -> <J w, dL/d out(x)> (+ s(x) <grad outer, u>)``, whose gradient is
   the step's meta-gradient (``grads``: the update's ``g``; ``outer_grads``:
-  ``grad outer``; ``linearization``: the network's outputs at ``params`` and
-  their pushforward ``J``)."""
+  ``grad outer``; ``step_size``: ``s``, None when not tuned;
+  ``linearization``: the network's outputs at ``params`` and their
+  pushforward ``J``)."""
   tuner, rule_state = agent.rule, learner_state.rule_state
-  step_size = tuner.step_size(rule_state)
   updates, optimizer_vjp = jax.vjp(
       lambda g: agent.optimizer.update(
           g, learner_state.opt_state, learner_state.params
@@ -258,18 +250,29 @@ def outer_value_and_grad(
     params: types.Params,
     rule_state: types.RuleState,
     meta_params: types.MetaParams,
+    linearization: tuple[types.AgentOuts, Callable[..., Any]] | None = None,
 ) -> tuple[jax.Array, types.Params]:
   """The rule's outer loss (``agent.outer_loss`` of its ``outer_rule``,
   targets from the base rule's part of ``rule_state``) at ``params``, and its
-  gradient in ``params``."""
+  gradient in ``params``: through ``linearization`` where given (the
+  network's outputs at ``params`` and their pullback), else by
+  differentiating the network again."""
   tuner = agent.rule
-  return jax.value_and_grad(
-      lambda p: agent.outer_loss(
-          tuner.outer_rule,
-          p,
-          rollout,
-          tuner.base_state(rule_state),
-          rng,
-          meta_params,
+  base_rule_state = tuner.base_state(rule_state)
+  if linearization is None:
+    return jax.value_and_grad(
+        lambda p: agent.outer_loss(
+            tuner.outer_rule, p, rollout, base_rule_state, rng, meta_params
+        )
+    )(params)
+  agent_out, pull = linearization
+  state = types.LearnerState(
+      params=params, opt_state=None, rule_state=base_rule_state
+  )
+  value, out_grads = jax.value_and_grad(
+      lambda out: agent.loss_with_constant_targets(
+          tuner.outer_rule, out, state, rollout, rng, meta_params
       )
-  )(params)
+  )(agent_out)
+  (grads,) = pull(out_grads)
+  return value, grads
