@@ -42,6 +42,7 @@ ENVS = (
     "xminigrid/MiniGrid-Empty-8x8",
     "gymnax/Asterix-MinAtar",
     "gymnax/SpaceInvaders-MinAtar",
+    "xminigrid/MiniGrid-DoorKey-5x5",
     "brax/inverted_pendulum",
 )
 PAIRS = (("stac", "actor_critic"), ("self_tuning_ppo", "ppo"))
