@@ -214,3 +214,19 @@ def test_per_rule_settings_reach_each_rules_runs(tmp_path):
   assert settings["actor_critic"].hyper_params["entropy_cost"] == 0.03
   assert settings["ppo"].hyper_params["entropy_cost"] == 0.01  # its default
   assert settings["actor_critic"].rule_kwargs["normalize_adv"] is False
+
+
+@pytest.mark.parametrize("rules", ["ppo", "'ppo'", "('ppo',)"])
+def test_per_rule_settings_follow_every_spelling_of_the_rules(rules):
+  """``--config.rules=ppo`` is ``('ppo',)`` to the flag parser, so its
+  per-rule settings exist too."""
+  config = _config(
+      [
+          f"--config.rules={rules}",
+          "--config.rule_kwargs.ppo.normalize_advantages=False",
+          "--config.hyper_params.ppo.clip_epsilon=0.1",
+      ]
+  )
+  assert tuple(config.rules) == ("ppo",)
+  assert config.rule_kwargs.ppo.normalize_advantages is False
+  assert config.hyper_params.ppo.clip_epsilon == 0.1

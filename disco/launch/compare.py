@@ -16,9 +16,8 @@ anything is trained. Python callers use ``disco.comparison``.
 
 from __future__ import annotations
 
-import ast
-
 from ml_collections import config_dict
+from ml_collections.config_flags import tuple_parser
 
 from disco.comparison import runner
 from disco.comparison import settings as compare_settings
@@ -35,14 +34,11 @@ def prepare_config(config: config_dict.ConfigDict, argv: list[str]) -> None:
   registered rule of ``config.rules`` (as the command line names them) with its
   settings and defaults, so overrides may set those and no other
   (``comparison.settings.prepare``)."""
-  rules = None
   text = common.override_value(argv, "rules")
-  if text is not None:
-    try:
-      rules = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-      return  # the flag parser reports it
-    rules = (rules,) if isinstance(rules, str) else rules
+  try:  # as the flag parser reads it: ``ppo`` is ``('ppo',)``
+    rules = None if text is None else tuple_parser.TupleParser().parse(text)
+  except ValueError:
+    return  # the flag parser reports it
   compare_settings.prepare(config, rules)
 
 
