@@ -286,6 +286,21 @@ def test_the_meta_gradient_option_changes_the_meta_gradient_only(
     assert other.logs[key] != outer.logs[key], name
 
 
+@pytest.mark.parametrize(
+    "rule, default", [("stac", 1e-3), ("self_tuning_ppo", 3e-3)]
+)
+def test_each_rule_has_its_own_default_meta_learning_rate(rule, default):
+  """STAC's 1e-3 for ``stac``; ``self_tuning_ppo``'s own; a given value
+  wins, in the rule's settings and in the rule built from them."""
+  settings = registry.default_settings(rule)
+  assert settings.rule_kwargs["meta_learning_rate"] == default
+  assert registry.make_rule(settings).meta_learning_rate == default
+  given = settings.replace(
+      rule_kwargs={**settings.rule_kwargs, "meta_learning_rate": 5e-4}
+  )
+  assert registry.make_rule(given).meta_learning_rate == 5e-4
+
+
 def test_bounded_values_start_exactly_and_stay_inside():
   start = jnp.asarray(2.5, jnp.float32)
   assert self_tuning.bounded(start, start, 0.997, 0.0, 1.0) == jnp.float32(
