@@ -69,6 +69,32 @@ def to_jsonable(x: Any) -> Any:
   return x
 
 
+def setting_differences(
+    saved: Mapping[str, Any],
+    current: Mapping[str, Any],
+    ignore: Sequence[str] = (),
+) -> list[str]:
+  """``key: saved X, now Y`` for each setting that differs between two
+  records (compared as JSON, so tuples equal lists), a nested one named by
+  its dotted path (``rule_settings.rule_kwargs.meta_learning_rate``), an
+  absent one shown as ``'<absent>'``; top-level keys in ``ignore`` are not
+  compared."""
+  lines = []
+
+  def walk(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str) -> None:
+    for key in sorted(set(a) | set(b)):
+      x, y = a.get(key, "<absent>"), b.get(key, "<absent>")
+      if x == y or (not prefix and key in ignore):
+        continue
+      if isinstance(x, Mapping) and isinstance(y, Mapping):
+        walk(x, y, f"{prefix}{key}.")
+      else:
+        lines.append(f"{prefix}{key}: saved {x!r}, now {y!r}")
+
+  walk(*(json.loads(json.dumps(to_jsonable(r))) for r in (saved, current)), "")
+  return lines
+
+
 def write_json(path: Path, data: Any) -> None:
   """Writes ``data`` (``to_jsonable``) as JSON, atomically."""
   files.write_json(path, to_jsonable(data))

@@ -809,3 +809,28 @@ def test_resource_errors_name_the_resource():
   with pytest.raises(KeyError):
     with errors.resource_errors(hint):
       raise KeyError("other")
+
+
+def test_setting_differences_name_the_nested_setting_that_changed():
+  saved = dict(
+      seed=1,
+      output_dir="a",
+      rule_settings=dict(
+          learning_rate=1e-3,
+          rule_kwargs=dict(meta_learning_rate=1e-3, bounds=(0.0, 1.0)),
+      ),
+  )
+  current = dict(
+      seed=1,
+      output_dir="b",
+      rule_settings=dict(
+          learning_rate=1e-3,
+          rule_kwargs=dict(meta_learning_rate=3e-3, bounds=[0.0, 1.0]),
+          loss_mask="valid",
+      ),
+  )
+  assert run_folders.setting_differences(saved, current, ("output_dir",)) == [
+      "rule_settings.loss_mask: saved '<absent>', now 'valid'",
+      "rule_settings.rule_kwargs.meta_learning_rate: saved 0.001, now 0.003",
+  ]
+  assert run_folders.setting_differences(saved, saved) == []

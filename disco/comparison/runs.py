@@ -40,23 +40,6 @@ UNCOMPARED_KEYS = (
 )
 
 
-def _json(x: Any) -> Any:
-  return json.loads(json.dumps(run_folders.to_jsonable(x)))
-
-
-def settings_differences(saved: dict, current: dict) -> list[str]:
-  """``key: saved X, now Y`` for each differing setting of a disco-eval
-  ``config.json`` (``config`` with ``rule_settings``), except
-  ``UNCOMPARED_KEYS``."""
-  saved, current = _json(saved), _json(current)
-  return [
-      f"{key}: saved {saved.get(key, '<absent>')!r}, now "
-      f"{current.get(key, '<absent>')!r}"
-      for key in sorted(set(saved) | set(current))
-      if key not in UNCOMPARED_KEYS and saved.get(key) != current.get(key)
-  ]
-
-
 @dataclasses.dataclass(frozen=True)
 class Cell:
   """One run of the grid: ``rule`` (as given) on registry environment ``env``
@@ -141,7 +124,7 @@ class Cell:
         evaluation.resolved_config(plan),
         rule_settings=plan.rule.settings.to_dict(),
     )
-    diff = settings_differences(saved, current)
+    diff = run_folders.setting_differences(saved, current, UNCOMPARED_KEYS)
     if diff:
       more = f" and {len(diff) - 3} more" if len(diff) > 3 else ""
       return False, (

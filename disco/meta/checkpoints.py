@@ -14,7 +14,7 @@ its own shards; process 0 writes the digests.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 import contextlib
 import dataclasses
 import io
@@ -292,28 +292,6 @@ def _decode(x: Any) -> Any:
   if isinstance(x, list):
     return [_decode(v) for v in x]
   return x
-
-
-# ------------------------------------------------------------- config ----
-
-
-def config_differences(
-    saved: Mapping[str, Any],
-    current: Mapping[str, Any],
-    ignore: Iterable[str] = (),
-) -> list[str]:
-  """``key: saved X, now Y`` for each top-level key that differs (JSON
-  comparison, so tuples equal lists), except ``ignore``."""
-  ignore = set(ignore)
-  saved, current = _encode(saved), _encode(current)
-  lines = []
-  for key in sorted(set(saved) | set(current)):
-    if key in ignore:
-      continue
-    a, b = saved.get(key, "<absent>"), current.get(key, "<absent>")
-    if a != b:
-      lines.append(f"{key}: saved {a!r}, now {b!r}")
-  return lines
 
 
 # --------------------------------------------------------- checkpoints ----

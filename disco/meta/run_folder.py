@@ -125,7 +125,7 @@ def check_same_config(saved: dict, current: Any, where) -> None:
   defaults = defaults.copy_and_resolve_references().to_dict()
   saved = _with_added_keys(saved, current, defaults)
   saved, current = _with_rule_defaults(saved), _with_rule_defaults(current)
-  diff = ckpt_lib.config_differences(saved, current, RESUMABLE_KEYS)
+  diff = run_folders.setting_differences(saved, current, RESUMABLE_KEYS)
   if diff:
     raise errors.UsageError(
         f"Cannot resume: the config differs from the run in {where} "
