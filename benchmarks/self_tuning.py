@@ -16,6 +16,10 @@ chosen on those seeds only. Every run has the same env-step budget
 environments are held out: none was used while the rules were built
 (CartPole-v1, Breakout-MinAtar and ``lpg/dense`` were).
 
+``pool`` reports the finished runs of several such comparisons as one
+(``--pool_from`` their ``--out`` folders; nothing is trained): the
+held-out environments' aggregates over every environment at once.
+
 ``report`` reads the comparison's ``statistics.json`` and writes, beside
 the comparison's folder (which holds only what ``disco-compare`` writes, so
 that ``run`` can resume), ``summary.csv``: IQM of normalised scores with
@@ -125,20 +129,46 @@ def report(args: argparse.Namespace) -> None:
   print(json.dumps(rows, indent=1))
 
 
+def pool(args: argparse.Namespace) -> None:
+  """One comparison of the finished runs of the comparisons under
+  ``--pool_from`` (their ``comparison/runs/<arm>/<env>`` folders, nothing
+  trained), into ``--out``, then its ``summary.csv`` (``report``)."""
+  from disco import comparison  # pylint: disable=g-import-not-at-top
+
+  run_dirs = sorted(
+      str(folder)
+      for source in args.pool_from
+      for folder in (Path(source) / COMPARISON / "runs").glob("*/*")
+      if folder.is_dir()
+  )
+  if not run_dirs:
+    cli.usage_error(f"no run folders under {args.pool_from}: run them first")
+  comparison.compare(
+      run_dirs=tuple(run_dirs), output_dir=str(Path(args.out) / COMPARISON)
+  )
+  report(args)
+
+
 def _flags(p: argparse.ArgumentParser) -> None:
   p.add_argument("--out", type=Path, required=True)
   p.add_argument("--envs", nargs="+", default=list(ENVS))
   p.add_argument("--seeds", type=int, default=10)
   p.add_argument("--steps", type=int, default=100_000)
   p.add_argument("--last_episodes", type=int, default=100)
+  p.add_argument(
+      "--pool_from",
+      nargs="+",
+      default=[],
+      help="pool: the --out folders of the comparisons to report as one",
+  )
 
 
 def main(argv=None) -> None:
   parser = cli.parser(__doc__)
-  parser.add_argument("command", choices=("run", "report"))
+  parser.add_argument("command", choices=("run", "report", "pool"))
   _flags(parser)
   args = parser.parse_args(argv)
-  {"run": run, "report": report}[args.command](args)
+  {"run": run, "report": report, "pool": pool}[args.command](args)
 
 
 if __name__ == "__main__":
