@@ -91,8 +91,20 @@ def setting_differences(
       else:
         lines.append(f"{prefix}{key}: saved {x!r}, now {y!r}")
 
-  walk(*(json.loads(json.dumps(to_jsonable(r))) for r in (saved, current)), "")
+  walk(*(_comparable(to_jsonable(r)) for r in (saved, current)), "")
   return lines
+
+
+def _comparable(x: Any) -> Any:
+  """JSON values with tuples as lists and non-finite floats as their names,
+  so that equal settings compare equal (``nan == nan``)."""
+  if isinstance(x, Mapping):
+    return {k: _comparable(v) for k, v in x.items()}
+  if isinstance(x, (list, tuple)):
+    return [_comparable(v) for v in x]
+  if isinstance(x, float) and not math.isfinite(x):
+    return repr(x)
+  return x
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -834,3 +834,7 @@ def test_setting_differences_name_the_nested_setting_that_changed():
       "rule_settings.rule_kwargs.meta_learning_rate: saved 0.001, now 0.003",
   ]
   assert run_folders.setting_differences(saved, saved) == []
+  assert run_folders.setting_differences(
+      dict(clip=float("nan"), cap=float("inf")),
+      dict(clip=float("nan"), cap=float("-inf")),
+  ) == ["cap: saved 'inf', now '-inf'"]
