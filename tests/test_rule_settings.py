@@ -324,7 +324,9 @@ def test_resume_compares_rule_settings_with_their_defaults_filled_in():
   )
   run_folder.check_same_config(saved, current, "x")
   current["hyper_params"]["value_cost"] = 0.3
-  with pytest.raises(errors.UsageError, match="hyper_params: saved") as info:
+  with pytest.raises(
+      errors.UsageError, match=r"hyper_params\.value_cost: saved 0\.2, now 0\.3"
+  ) as info:
     run_folder.check_same_config(saved, current, "x")
   _one_line(str(info.value))
 
@@ -705,7 +707,10 @@ def test_runs_saved_before_resume_with_the_moved_keys_at_their_defaults():
   current["hyper_params"]["policy_l2_coeff"] = 0.03
   with (
       pytest.warns(migrations.OldSettingWarning, match=read_as),
-      pytest.raises(errors.UsageError, match="hyper_params: saved"),
+      pytest.raises(
+          errors.UsageError,
+          match=r"hyper_params\.policy_l2_coeff: saved 0\.02, now 0\.03",
+      ),
   ):
     run_folder.check_same_config(saved, current, "x")
 
