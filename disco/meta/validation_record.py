@@ -256,11 +256,10 @@ class Record:
           f"{CSV_FILE} and {BEST_FILE}."
       ) from None
     current = self.settings.record()
-    diff = [
-        f"{k}: saved {saved.get(k)!r}, now {current[k]!r}"
-        for k in current
-        if saved.get(k) != current[k]
-    ]
+    # Keys a newer record no longer holds are not compared.
+    diff = run_folders.setting_differences(
+        {k: v for k, v in saved.items() if k in current}, current
+    )
     if diff:
       raise errors.UsageError(
           f"{self.csv_path} was made with other validation settings "
