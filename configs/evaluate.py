@@ -87,6 +87,9 @@ def get_config() -> config_dict.ConfigDict:
           max_abs_update=config_dict.placeholder(float),
           max_grad_norm=config_dict.placeholder(float),
           adam_eps=config_dict.placeholder(float),
+          # Decay the learning rate linearly to 0 over the run (PPO's
+          # registered settings do; None: the rule's setting).
+          anneal_learning_rate=config_dict.placeholder(bool),
           # Transitions the losses average over: "valid" (every transition with a
           # valid target) or "published" (as the published DiscoRL agent: not
           # those that start at an episode's last step). None: the rule's.

@@ -382,18 +382,20 @@ def test_ppo_gets_its_own_loop(tmp_path):
               [
                   "--config.rules=('actor_critic', 'ppo')",
                   "--config.rule_overrides=('ppo:update_epochs=2,"
-                  "num_minibatches=2,normalize_rewards=True',)",
+                  "num_minibatches=2,normalize_rewards=True,"
+                  "anneal_learning_rate=False',)",
                   f"--config.output_dir={tmp_path}",
               ]
           )
       )
   )
-  loops = {
-      c.rule: evaluation.build(c.eval_config(plan.settings)).loop_config
-      for c in plan.cells
+  plans = {
+      c.rule: evaluation.build(c.eval_config(plan.settings)) for c in plan.cells
   }
+  loops = {rule: p.loop_config for rule, p in plans.items()}
   assert (loops["ppo"].update_epochs, loops["ppo"].num_minibatches) == (2, 2)
   assert loops["ppo"].normalize_rewards
+  assert not plans["ppo"].rule.settings.anneal_learning_rate
   assert loops["actor_critic"].updates_per_learning_iteration == 1
   assert not loops["actor_critic"].normalize_rewards
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -75,11 +77,15 @@ def test_plot_hyper_parameters(tmp_path):
       },
       "actor_critic": {"env_steps": steps},
   }
+  # A rule that learns once its replay has filled logs NaN before that.
+  metrics["stac"]["learner/hyper_params/td_lambda"][:, :2] = np.nan
   target = tmp_path / "hyper.png"
-  _assert_png(
-      plots.plot_hyper_parameters(metrics, "learner/hyper_params/", target),
-      target,
-  )
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    _assert_png(
+        plots.plot_hyper_parameters(metrics, "learner/hyper_params/", target),
+        target,
+    )
   del metrics["stac"]
   assert (
       plots.plot_hyper_parameters(

@@ -677,6 +677,28 @@ def test_hyper_params_and_optimiser_from_the_command_line(tmp_path):
   assert written["rule_settings"]["hyper_params"]["entropy_cost"] == 0.01
 
 
+def test_learning_rate_annealing_is_a_setting(tmp_path):
+  """PPO anneals by default; ``anneal_learning_rate`` turns it off (or on
+  for a rule that does not), and ``config.json`` records both."""
+  config = tiny_config(tmp_path, rule="ppo")
+  assert evaluation.build(config).rule.settings.anneal_learning_rate
+  config.anneal_learning_rate = False
+  plan = evaluation.build(config)
+  assert not plan.rule.settings.anneal_learning_rate
+  evaluation.write_config(plan)
+  written = json.loads((plan.output_dir / "config.json").read_text())
+  assert written["config"]["anneal_learning_rate"] is False
+  assert written["rule_settings"]["anneal_learning_rate"] is False
+  config = tiny_config(tmp_path, anneal_learning_rate=True)
+  assert evaluation.build(config).rule.settings.anneal_learning_rate
+  parsed = _parse(["--config.rule=ppo", "--config.anneal_learning_rate=False"])
+  assert parsed.anneal_learning_rate is False
+  bad = dict(tiny_config(tmp_path).to_dict(), anneal_learning_rate="yes")
+  with pytest.raises(errors.UsageError, match="anneal_learning_rate") as info:
+    evaluation.EvalSettings.from_config(bad)
+  _assert_one_line(str(info.value))
+
+
 @pytest.mark.parametrize(
     "overrides, match",
     [

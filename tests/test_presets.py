@@ -139,7 +139,11 @@ def test_a_registered_preset_comes_first_and_is_removed(tmp_path):
       name="mine",
       rule="ppo",
       envs=("catch",),
-      settings={"hyper_params": {"entropy_cost": 0.3}, "rollout_len": 16},
+      settings={
+          "hyper_params": {"entropy_cost": 0.3},
+          "rollout_len": 16,
+          "anneal_learning_rate": False,
+      },
       source="a test",
   )
   presets.register_preset(preset)
@@ -149,6 +153,10 @@ def test_a_registered_preset_comes_first_and_is_removed(tmp_path):
     plan = _plan(["--config.rule=ppo", "--config.env=catch"], tmp_path)
     assert plan.rule.settings.hyper_params["entropy_cost"] == 0.3
     assert plan.loop_config.rollout_len == 16
+    assert not plan.rule.settings.anneal_learning_rate
+    flag = "--config.anneal_learning_rate=True"
+    plan = _plan(["--config.rule=ppo", "--config.env=catch", flag], tmp_path)
+    assert plan.rule.settings.anneal_learning_rate
   finally:
     presets.unregister_preset("ppo", "mine")
   assert presets.find("ppo", "catch") is None

@@ -202,6 +202,15 @@ def plot_sample_efficiency(
   return _save(fig, path)
 
 
+def _finite_mean(values: np.ndarray) -> np.ndarray:
+  """``[S, N]`` -> ``[N]``: the mean over ``S`` of the finite entries; NaN
+  where there are none."""
+  finite = np.isfinite(values)
+  count = finite.sum(axis=0)
+  total = np.where(finite, values, 0.0).sum(axis=0)
+  return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
 def plot_hyper_parameters(
     metrics: Mapping[str, Mapping[str, np.ndarray]],
     prefix: str,
@@ -223,7 +232,7 @@ def plot_hyper_parameters(
   for ax, (rule, names) in zip(axes, logged.items(), strict=True):
     steps = np.asarray(metrics[rule]["env_steps"])[0]
     for name in names:
-      mean = np.nanmean(np.asarray(metrics[rule][name], dtype=float), axis=0)
+      mean = _finite_mean(np.asarray(metrics[rule][name], dtype=float))
       finite = np.isfinite(mean)
       if not finite.any():
         continue

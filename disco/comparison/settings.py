@@ -56,6 +56,7 @@ EVAL_KEYS = (
 OVERRIDE_KEYS = (
     *EVAL_KEYS,
     "learning_rate",
+    "anneal_learning_rate",
     "loss_mask",
     "update_epochs",
     "num_minibatches",

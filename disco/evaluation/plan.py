@@ -248,7 +248,12 @@ def _overrides(settings: settings_lib.EvalSettings) -> dict[str, Any]:
   keywords); clips of 0 become None, empty ones are left out."""
   out: dict[str, Any] = {
       key: getattr(settings, key)
-      for key in ("learning_rate", "loss_mask", "adam_eps")
+      for key in (
+          "learning_rate",
+          "loss_mask",
+          "adam_eps",
+          "anneal_learning_rate",
+      )
       if getattr(settings, key) is not None
   }
   for key in settings_lib.CLIP_KEYS:

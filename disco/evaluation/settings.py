@@ -45,7 +45,7 @@ class EvalSettings:
 
   None for a loop setting (``rule_registry.LOOP_KEYS``) or an optimiser setting
   (``learning_rate``, ``max_abs_update``, ``max_grad_norm``, ``adam_eps``,
-  ``loss_mask``) means the rule's own; a clip of 0 means no clip.
+  ``anneal_learning_rate``, ``loss_mask``) means the rule's own; a clip of 0 means no clip.
   ``distributed`` is the checked processes' settings (None: one process),
   ``distributed_config`` the block as given.
   """
@@ -76,6 +76,7 @@ class EvalSettings:
   max_abs_update: float | None
   max_grad_norm: float | None
   adam_eps: float | None
+  anneal_learning_rate: bool | None
   loss_mask: str | None
   network: dict[str, Any]
   policy: dict[str, Any]
@@ -186,6 +187,9 @@ class EvalSettings:
         ),
         **{k: problems.get(_clip, get, k) for k in CLIP_KEYS},
         adam_eps=problems.get(_optional_number, get, "adam_eps"),
+        anneal_learning_rate=_optional_bool(
+            get, problems, "anneal_learning_rate"
+        ),
         loss_mask=get("loss_mask"),
         network=problems.get(
             checks.as_dict, get("network"), "network", default={}
@@ -274,6 +278,14 @@ def _optional_number(get, key: str) -> float | None:
   if value is None:
     return None
   return checks.check_number(value, key, positive=True)
+
+
+def _optional_bool(get, problems: checks.Problems, key: str) -> bool | None:
+  """``config.<key>``: None (the rule's), or a bool."""
+  value = get(key)
+  if value is None:
+    return None
+  return problems.get(checks.check_bool, value, key)
 
 
 def _clip(get, key: str) -> float | None:

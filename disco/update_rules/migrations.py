@@ -23,6 +23,7 @@ Evaluation keys added since (``ADDED_EVAL_KEYS``): an evaluation's
 | 2026-12-06 | ``normalize_observations``, ``normalize_rewards`` | ``False`` |
 | 2026-12-06 | ``normalize_rewards_discount`` | ``0.99`` (unused while off) |
 | 2026-12-06 | ``reward_clip`` | ``0.0`` (no clip) |
+| 2026-12-07 | ``anneal_learning_rate`` | ``None`` (the rule's setting) |
 
 Defaults whose meaning changed (``upgraded_settings`` with the version that
 wrote the settings):
@@ -102,6 +103,7 @@ ADDED_EVAL_KEYS = {
     "normalize_rewards": False,
     "normalize_rewards_discount": 0.99,
     "reward_clip": 0.0,
+    "anneal_learning_rate": None,
 }
 
 

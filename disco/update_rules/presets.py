@@ -39,6 +39,7 @@ AGENT_KEYS = (
     "max_abs_update",
     "max_grad_norm",
     "adam_eps",
+    "anneal_learning_rate",
     "loss_mask",
 )
 DICT_KEYS = ("hyper_params", "rule_kwargs", "network", "policy")
