@@ -45,7 +45,8 @@ class EvalSettings:
 
   None for a loop setting (``rule_registry.LOOP_KEYS``) or an optimiser setting
   (``learning_rate``, ``max_abs_update``, ``max_grad_norm``, ``adam_eps``,
-  ``anneal_learning_rate``, ``loss_mask``) means the rule's own; a clip of 0 means no clip.
+  ``anneal_learning_rate``, ``loss_mask``) means the rule's own; a clip of 0
+  means no clip.
   ``distributed`` is the checked processes' settings (None: one process),
   ``distributed_config`` the block as given.
   """
@@ -187,8 +188,8 @@ class EvalSettings:
         ),
         **{k: problems.get(_clip, get, k) for k in CLIP_KEYS},
         adam_eps=problems.get(_optional_number, get, "adam_eps"),
-        anneal_learning_rate=_optional_bool(
-            get, problems, "anneal_learning_rate"
+        anneal_learning_rate=problems.get(
+            _optional_bool, get, "anneal_learning_rate"
         ),
         loss_mask=get("loss_mask"),
         network=problems.get(
@@ -280,12 +281,12 @@ def _optional_number(get, key: str) -> float | None:
   return checks.check_number(value, key, positive=True)
 
 
-def _optional_bool(get, problems: checks.Problems, key: str) -> bool | None:
+def _optional_bool(get, key: str) -> bool | None:
   """``config.<key>``: None (the rule's), or a bool."""
   value = get(key)
   if value is None:
     return None
-  return problems.get(checks.check_bool, value, key)
+  return checks.check_bool(value, key)
 
 
 def _clip(get, key: str) -> float | None:
