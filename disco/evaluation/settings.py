@@ -176,7 +176,7 @@ class EvalSettings:
         seed=seed,
         **_loop(get, problems),
         **_normalization(get, problems),
-        learning_rate=problems.get(_optional_number, get, "learning_rate"),
+        **_optimizer(get, problems),
         hyper_params=problems.get(
             _hyper_params, get("hyper_params"), default={}
         ),
@@ -185,11 +185,6 @@ class EvalSettings:
             get("rule_kwargs") or {},
             "rule_kwargs",
             default={},
-        ),
-        **{k: problems.get(_clip, get, k) for k in CLIP_KEYS},
-        adam_eps=problems.get(_optional_number, get, "adam_eps"),
-        anneal_learning_rate=problems.get(
-            _optional_bool, get, "anneal_learning_rate"
         ),
         loss_mask=get("loss_mask"),
         network=problems.get(
@@ -271,6 +266,18 @@ def _discount(value: Any, key: str) -> float | None:
   if not 0.0 <= value <= 1.0:
     raise errors.UsageError(f"config.{key} must be in [0, 1], got {value!r}.")
   return value
+
+
+def _optimizer(get, problems: checks.Problems) -> dict[str, Any]:
+  """The optimiser settings but the loss mask (None: the rule's)."""
+  return dict(
+      learning_rate=problems.get(_optional_number, get, "learning_rate"),
+      **{k: problems.get(_clip, get, k) for k in CLIP_KEYS},
+      adam_eps=problems.get(_optional_number, get, "adam_eps"),
+      anneal_learning_rate=problems.get(
+          _optional_bool, get, "anneal_learning_rate"
+      ),
+  )
 
 
 def _optional_number(get, key: str) -> float | None:
