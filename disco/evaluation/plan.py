@@ -22,6 +22,7 @@ from disco.environments import base as env_base
 from disco.environments import registry as env_registry
 from disco.evaluation import settings as settings_lib
 from disco.training import loop as loop_lib
+from disco.update_rules import agent_settings as agent_settings_lib
 from disco.update_rules import presets as presets_lib
 from disco.update_rules import registry as rule_registry
 from disco.update_rules import resolve
@@ -248,13 +249,9 @@ def _overrides(settings: settings_lib.EvalSettings) -> dict[str, Any]:
   keywords); clips of 0 become None, empty ones are left out."""
   out: dict[str, Any] = {
       key: getattr(settings, key)
-      for key in (
-          "learning_rate",
-          "loss_mask",
-          "adam_eps",
-          "anneal_learning_rate",
-      )
-      if getattr(settings, key) is not None
+      for key in agent_settings_lib.OPTIMIZER_KEYS
+      if key not in settings_lib.CLIP_KEYS
+      and getattr(settings, key) is not None
   }
   for key in settings_lib.CLIP_KEYS:
     if getattr(settings, key) is not None:

@@ -33,15 +33,9 @@ from disco.update_rules import registry
 PRESET_DIR = Path(__file__).parent / "presets"
 # What ``config.preset`` may say besides a preset's name.
 AUTO, NONE = "auto", "none"
-# The config keys a preset may set, besides registry.LOOP_KEYS.
-AGENT_KEYS = (
-    "learning_rate",
-    "max_abs_update",
-    "max_grad_norm",
-    "adam_eps",
-    "anneal_learning_rate",
-    "loss_mask",
-)
+# The config keys a preset may set, besides registry.LOOP_KEYS: the agent's
+# optimiser settings.
+AGENT_KEYS = tuple(agent_settings_lib.OPTIMIZER_KEYS)
 DICT_KEYS = ("hyper_params", "rule_kwargs", "network", "policy")
 # Of those, the ones a preset gives whole or not at all (``under``).
 WHOLE_KEYS = ("network", "policy")
