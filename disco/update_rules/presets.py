@@ -33,9 +33,8 @@ from disco.update_rules import registry
 PRESET_DIR = Path(__file__).parent / "presets"
 # What ``config.preset`` may say besides a preset's name.
 AUTO, NONE = "auto", "none"
-# The config keys a preset may set, besides registry.LOOP_KEYS: the agent's
-# optimiser settings.
-AGENT_KEYS = tuple(agent_settings_lib.OPTIMIZER_KEYS)
+# The dict-valued config keys a preset may set (besides registry.LOOP_KEYS,
+# NORMALIZATION_KEYS and the optimiser keys).
 DICT_KEYS = ("hyper_params", "rule_kwargs", "network", "policy")
 # Of those, the ones a preset gives whole or not at all (``under``).
 WHOLE_KEYS = ("network", "policy")
@@ -62,7 +61,8 @@ class Preset:
     rule: the registered rule it is for.
     envs: ``fnmatch`` patterns of environment names, e.g. ``"brax/*"``.
     settings: config keys (``registry.LOOP_KEYS``, ``NORMALIZATION_KEYS``,
-      ``AGENT_KEYS``, ``DICT_KEYS``) and values, read-only.
+      ``agent_settings.OPTIMIZER_KEYS``, ``DICT_KEYS``) and values,
+      read-only.
     source: where the values come from.
     budget: env steps per seed they were chosen or measured at (None: not
       stated).
@@ -117,7 +117,7 @@ _LOOP_SETTINGS = (*registry.LOOP_KEYS, *NORMALIZATION_KEYS)
 def _check_settings(settings: Any, where: str) -> dict[str, Any]:
   if not isinstance(settings, Mapping):
     raise PresetError(f"{where}: 'settings' must be a JSON object.")
-  valid = (*_LOOP_SETTINGS, *AGENT_KEYS, *DICT_KEYS)
+  valid = (*_LOOP_SETTINGS, *agent_settings_lib.OPTIMIZER_KEYS, *DICT_KEYS)
   unknown = sorted(set(settings) - set(valid))
   if unknown:
     raise PresetError(
