@@ -113,11 +113,15 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def claim_output_dir(
-    out: Path, program: str, name: str = files.LOCK_FILE
+    out: Path,
+    program: str,
+    name: str = files.LOCK_FILE,
+    *,
+    warn: bool = True,
 ) -> files.FolderLock:
   """Creates ``out`` and takes its writer's lock (held until released or the
-  process ends); warns in one line on stderr when the last holder ended without
-  releasing it (killed, or aborted e.g. out of host memory).
+  process ends); with ``warn``, ``warn_abandoned`` names the last holder when it
+  ended without releasing it (killed, or aborted e.g. out of host memory).
 
   Raises:
     UsageError: another process holds it (named), or the folder cannot be
@@ -129,15 +133,36 @@ def claim_output_dir(
     raise errors.UsageError(str(e)) from None
   except OSError as e:
     raise errors.UsageError(f"Cannot create output_dir {out}: {e}.") from None
-  if lock.abandoned_by is not None:
+  if warn:
+    warn_abandoned(program, [lock])
+  return lock
+
+
+def warn_abandoned(program: str, locks: Sequence[files.FolderLock]) -> None:
+  """One warning line on stderr per earlier holder that ended without releasing
+  some of ``locks`` (as ``acquire`` found them): the folder, or how many folders
+  under which one."""
+  by_owner: dict[str, list[Path]] = {}
+  for lock in locks:
+    if lock.abandoned_by is not None:
+      owner = files.owner_text(lock.abandoned_by)
+      by_owner.setdefault(owner, []).append(lock.folder)
+  for owner, folders in by_owner.items():
+    if len(folders) == 1:
+      where = f"the last run in {folders[0]} ({owner}) ended"
+      files_text = "its files are as it left them"
+    else:
+      under = Path(os.path.commonpath(folders))
+      where = (
+          f"the last runs in {len(folders)} folders under {under} ({owner}) "
+          "ended"
+      )
+      files_text = "their files are as it left them"
     print(
-        f"{program}: warning: the last run in {out} "
-        f"({files.owner_text(lock.abandoned_by)}) ended without finishing "
-        "(killed, or aborted: e.g. out of host memory while compiling); its "
-        "files are as it left them.",
+        f"{program}: warning: {where} without finishing (killed, or aborted: "
+        f"e.g. out of host memory while compiling); {files_text}.",
         file=sys.stderr,
     )
-  return lock
 
 
 MARKER_FILE = ".disco-run"

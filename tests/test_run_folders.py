@@ -542,6 +542,39 @@ def test_a_run_that_died_is_named_at_the_next_start(tmp_path):
   assert (out / "summary.json").exists()
 
 
+def test_folders_a_killed_grid_left_are_named_in_one_line(tmp_path, capsys):
+  """A killed vmapped tuning grid leaves every point's folder with its owner
+  file; resumed, it names them in one line per earlier holder."""
+  grid = dict(program="disco-compare", pid=4242, host="h", since="then")
+  other = dict(grid, pid=77)
+  folders = [tmp_path / "tune" / f"point{i}" for i in range(3)]
+  folders.append(tmp_path / "alone")
+  for folder, owner in zip(folders, [grid, grid, grid, other], strict=True):
+    folder.mkdir(parents=True)
+    files.write_json(folder / (files.LOCK_FILE + files.OWNER_SUFFIX), owner)
+  locks = [
+      run_folders.claim_output_dir(f, "disco-compare", warn=False)
+      for f in folders
+  ]
+  try:
+    assert not capsys.readouterr().err
+    run_folders.warn_abandoned("disco-compare", locks)
+  finally:
+    for lock in locks:
+      lock.release()
+  lines = capsys.readouterr().err.splitlines()
+  assert len(lines) == 2, lines
+  assert lines[0].startswith(
+      "disco-compare: warning: the last runs in 3 folders under "
+      f"{tmp_path / 'tune'} (disco-compare (pid 4242 on host h, since then))"
+  )
+  assert lines[1].startswith(
+      f"disco-compare: warning: the last run in {folders[3]} (disco-compare "
+      "(pid 77 "
+  )
+  assert all("ended without finishing" in line for line in lines)
+
+
 def test_one_writer_per_folder_in_every_launcher(tmp_path):
   out = tmp_path / "meta"
   with files.FolderLock(out, "someone"):

@@ -173,11 +173,15 @@ def _tune(
 
 def _train_grid(program: vmapped_grid.GridProgram, progress: bool) -> None:
   """Trains a grid program's points into their folders (earlier runs' files
-  removed first), holding every folder's lock."""
+  removed first), holding every folder's lock; folders that a killed grid left
+  are named in one warning."""
   locks = []
   try:
     for plan in program.plans:
-      locks.append(evaluation.open_output(plan, settings_lib.PROGRAM))
+      locks.append(
+          evaluation.open_output(plan, settings_lib.PROGRAM, warn=False)
+      )
+    run_folders.warn_abandoned(settings_lib.PROGRAM, locks)
     results = vmapped_grid.train(program, progress)
     for plan, result in zip(program.plans, results, strict=True):
       evaluation.write(plan, result, lambda _: None)

@@ -178,18 +178,21 @@ def write_config(plan: plan_lib.EvalPlan) -> None:
 
 
 def open_output(
-    plan: plan_lib.EvalPlan, program: str = settings_lib.PROGRAM
+    plan: plan_lib.EvalPlan,
+    program: str = settings_lib.PROGRAM,
+    *,
+    warn: bool = True,
 ) -> files.FolderLock:
-  """Takes ``plan.output_dir``'s lock (held until released), checks under it
-  that the folder is free (``run_folders.open_run_folder``; ``overwrite``
-  removes an earlier evaluation's files), writes ``config.json`` and returns the
-  lock.
+  """Takes ``plan.output_dir``'s lock (held until released; ``warn`` as
+  ``run_folders.claim_output_dir``'s), checks under it that the folder is free
+  (``run_folders.open_run_folder``; ``overwrite`` removes an earlier
+  evaluation's files), writes ``config.json`` and returns the lock.
 
   Raises:
     UsageError: another writer, an earlier run (without overwrite), another kind
       of run, or foreign files.
   """
-  lock = run_folders.claim_output_dir(plan.output_dir, program)
+  lock = run_folders.claim_output_dir(plan.output_dir, program, warn=warn)
   try:
     run_folders.open_run_folder(
         plan.output_dir, lock, RUN_KIND, overwrite=plan.settings.overwrite
