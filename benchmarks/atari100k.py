@@ -191,15 +191,15 @@ def report(args: argparse.Namespace) -> None:
     low, span = reference_scores.anchors(f"atari/{game}")
     return (score - low) / span
 
-  per = {}
+  per = {}  # scores in seed order
   for rule in rules:
     for game in games:
-      scores = [
-          float(r["score"])
+      runs = sorted(
+          (int(r["seed"]), float(r["score"]))
           for r in rows
           if r["rule"] == rule and r["game"] == game and r["score"]
-      ]  # a run that ended no episode has no score
-      per[rule, game] = scores
+      )  # a run that ended no episode has no score
+      per[rule, game] = [score for _, score in runs]
   score_rows = []
   for game in games:
     for rule in rules:
@@ -220,13 +220,10 @@ def report(args: argparse.Namespace) -> None:
     cli.usage_error("no finished run has a score yet (none ended an episode)")
   cli.write_csv(args.out / "scores.csv", score_rows)
 
-  # Aggregates over the games every rule has the same number of seeds on.
-  complete = [
-      g
-      for g in games
-      if len({len(per[r, g]) for r in rules}) == 1 and per[rules[0], g]
-  ]
-  seeds = min((len(per[rules[0], g]) for g in complete), default=0)
+  # Aggregates over the games every rule ran, each rule's first seeds there
+  # (as many as the fewest any rule has on any of them).
+  complete = [g for g in games if all(per[r, g] for r in rules)]
+  seeds = min((len(per[r, g]) for r in rules for g in complete), default=0)
   aggregate_text = (
       f"No aggregate yet: the games every rule ran have {seeds} seed(s) each "
       "(intervals need 2).\n\n"
@@ -243,23 +240,30 @@ def report(args: argparse.Namespace) -> None:
     }
     results = aggregates.aggregate_metrics(matrix, reps=2000, seed=0)
     lines = [
-        f"Human-normalised IQM over {len(complete)} games x {seeds} seeds "
+        f"Human-normalised scores over {len(complete)} games x {seeds} seeds "
         "(95% stratified-bootstrap intervals):",
         "",
-        cli.table_header(["rule", "IQM", "interval", "median", "mean"]),
+        cli.table_header(["rule", "IQM", "median", "mean"]),
     ]
     for rule, res in results.items():
       lines.append(
-          cli.table_row(
-              [
-                  rule,
-                  f"{res.iqm.point:.3f}",
-                  f"[{res.iqm.low:.3f}, {res.iqm.high:.3f}]",
-                  f"{res.median.point:.3f}",
-                  f"{res.mean.point:.3f}",
-              ]
-          )
+          cli.table_row([rule, str(res.iqm), str(res.median), str(res.mean)])
       )
+    if "disco103" in rules and len(rules) > 1:
+      pairs = [("disco103", r) for r in rules if r != "disco103"]
+      improvement = aggregates.probability_of_improvement(
+          matrix, pairs=pairs, reps=2000, seed=0
+      )
+      lines += [
+          "",
+          "P(a Disco103 run scores above one of the other rule's), averaged "
+          "over the games: "
+          + "; ".join(
+              f"against {y} {p.probability}"
+              for (_, y), p in improvement.items()
+          )
+          + ".",
+      ]
     aggregate_text = "\n".join(lines) + "\n\n"
 
   published = list(PUBLISHED)

@@ -146,3 +146,40 @@ def test_an_unknown_game_gives_one_line_and_exit_2():
   assert result.returncode == 2
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and "atari/Breakout" in lines[0], result.stderr
+
+
+def test_atari100k_report_aggregates_the_seeds_every_rule_has(tmp_path):
+  """``benchmarks/atari100k.py report``: IQM and P(improvement) over the games
+  every rule ran, at the fewest seeds any rule has there (a third seed of one
+  rule waits), and the per-game means of every seed."""
+  from benchmarks import atari100k  # pylint: disable=g-import-not-at-top
+
+  scores = {  # (rule, game): per-seed scores
+      ("disco103", "Breakout"): [2.0, 4.0, 30.0],
+      ("disco103", "Pong"): [-20.0, -18.0],
+      ("ppo", "Breakout"): [3.0, 5.0],
+      ("ppo", "Pong"): [-21.0, -19.0],
+  }
+  with open(tmp_path / "runs.csv", "w") as f:
+    f.write(",".join(atari100k.RUN_FIELDS) + "\n")
+    for (rule, game), values in scores.items():
+      for seed, score in reversed(list(enumerate(values))):
+        row = dict.fromkeys(atari100k.RUN_FIELDS, "1")
+        row.update(rule=rule, game=game, seed=str(seed), score=str(score))
+        f.write(",".join(row[k] for k in atari100k.RUN_FIELDS) + "\n")
+  atari100k.main(["report", "--out", str(tmp_path)])
+  table = (tmp_path / "table.md").read_text()
+  assert "over 2 games x 2 seeds" in table, table
+  # Human-normalised: Breakout (score - 1.7) / 28.8, Pong (score + 20.7) /
+  # 35.3; the IQM of Disco103's four runs is the mean of the middle two.
+  runs = sorted([0.3 / 28.8, 2.3 / 28.8, 0.7 / 35.3, 2.7 / 35.3])
+  (disco_row,) = [
+      line for line in table.splitlines() if line.startswith("| disco103 |")
+  ]
+  assert (
+      disco_row.split("|")[2].strip().startswith(f"{np.mean(runs[1:3]):.3f} [")
+  ), disco_row
+  # Mann-Whitney per game: Breakout 1/4 (4 > 3), Pong 3/4.
+  assert "against ppo 0.500 [" in table, table
+  assert "| Breakout | 1.7 | 30.5 | 12.0 (3) | 4.0 (2) |" in table
+  assert (tmp_path / "atari100k.png").exists()
